@@ -1,0 +1,64 @@
+"""The error model of brief §2, free of gRPC so the pure cores can use it.
+
+Each service has one catalogue: an Enum whose members are `ReasonSpec` values.
+A member's name is the wire `ErrorInfo.reason`; its `code` is the canonical code.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+class Code(enum.Enum):
+    """The canonical codes this project uses (names equal `grpc.StatusCode` names)."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    ABORTED = "ABORTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    DATA_LOSS = "DATA_LOSS"
+    INTERNAL = "INTERNAL"
+
+
+@dataclass(frozen=True)
+class ReasonSpec:
+    code: Code
+    summary: str
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    field: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A typed refusal: the reason (a catalogue member), a message and its variable parts."""
+
+    reason: enum.Enum
+    message: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    violations: tuple[FieldViolation, ...] = ()
+
+    @property
+    def code(self) -> Code:
+        return self.reason.value.code
+
+
+class ServiceError(Exception):
+    """Raised by a service shell to end an RPC with a business error."""
+
+    def __init__(self, rejection: Rejection):
+        super().__init__(f"{rejection.reason.name}: {rejection.message}")
+        self.rejection = rejection
+
+
+def reject(reason: enum.Enum, message: str, **metadata: object) -> Rejection:
+    return Rejection(reason, message, {k: str(v) for k, v in metadata.items() if v is not None})

@@ -1,0 +1,126 @@
+"""Turns `Rejection`s into gRPC statuses with one `google.rpc.ErrorInfo`, and makes
+sure nothing else leaves a server: storage faults become `UNAVAILABLE`, anything
+unexpected becomes `INTERNAL` with a generic message (the stack stays in the log)."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Any, Callable
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from funnel.runtime.errors import Code, Rejection, ServiceError
+from funnel.runtime.storage_errors import StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+
+def grpc_code(code: Code) -> grpc.StatusCode:
+    return grpc.StatusCode[code.name]
+
+
+def to_status(rejection: Rejection, domain: str) -> grpc.Status:
+    info = error_details_pb2.ErrorInfo(reason=rejection.reason.name, domain=domain, metadata=dict(rejection.metadata))
+    details = [_pack(info)]
+    if rejection.violations:
+        details.append(
+            _pack(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                        for v in rejection.violations
+                    ]
+                )
+            )
+        )
+    status = status_pb2.Status(code=getattr(code_pb2, rejection.code.name), message=rejection.message, details=details)
+    return rpc_status.to_status(status)
+
+
+def _pack(message: Any) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """The ErrorInfo of a failed call, if it carries one (client side)."""
+    status = rpc_status.from_call(error)
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info
+    return None
+
+
+def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:
+    status = rpc_status.from_call(error)
+    found: list[tuple[str, str]] = []
+    for detail in status.details if status else ():
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            request = error_details_pb2.BadRequest()
+            detail.Unpack(request)
+            found += [(v.field, v.description) for v in request.field_violations]
+    return found
+
+
+class ErrorTranslation(grpc.aio.ServerInterceptor):
+    """Applies the error model to every handler of the services under `method_prefix`."""
+
+    def __init__(self, domain: str, catalogue: type[enum.Enum], method_prefix: str) -> None:
+        self._domain = domain
+        self._internal = catalogue["INTERNAL_FAULT"]
+        self._storage = catalogue["STORAGE_UNAVAILABLE"]
+        self._prefix = method_prefix
+
+    async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if handler is None or not details.method.startswith(self._prefix):
+            return handler
+        method = details.method
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    return await inner(request, context)
+                except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                    await self._abort(context, method, exc)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+            )
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    async for item in inner_stream(request, context):
+                        yield item
+                except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                    await self._abort(context, method, exc)
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+            )
+        return handler
+
+    async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
+        if isinstance(exc, grpc.aio.AbortError):
+            raise exc
+        if isinstance(exc, ServiceError):
+            rejection = exc.rejection
+        elif isinstance(exc, StorageUnavailable):
+            log.warning("%s: storage unavailable: %s", method, exc)
+            rejection = Rejection(self._storage, "the database is unavailable; nothing was applied, retry with the same request_id")
+        else:
+            log.exception("%s: unexpected fault", method)
+            rejection = Rejection(self._internal, "internal fault; see the server log")
+        await context.abort_with_status(to_status(rejection, self._domain))

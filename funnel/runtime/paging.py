@@ -1,0 +1,30 @@
+"""Opaque page tokens bound to the listing that issued them."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+def encode_token(listing: list[str], cursor: str | int) -> str:
+    raw = json.dumps([listing, cursor], separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_token(token: str, listing: list[str], cursor_type: type) -> str | int | None:
+    """The cursor in `token`, or None when the token is malformed or was issued for another listing."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        issued_for, cursor = json.loads(raw)
+    except (ValueError, TypeError):
+        return None
+    if issued_for != listing or type(cursor) is not cursor_type:
+        return None
+    return cursor
+
+
+def page_size(requested: int) -> int:
+    return requested or DEFAULT_PAGE_SIZE

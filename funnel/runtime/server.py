@@ -1,0 +1,146 @@
+"""Server bootstrap shared by both services: message limits, error translation,
+health (NOT_SERVING while the database is not writable), optional reflection, and
+graceful shutdown on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import enum
+import logging
+import os
+import signal
+import sys
+from typing import Awaitable, Callable, Sequence
+
+import grpc
+from grpc_health.v1 import _async as health_async
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from funnel.runtime.grpc_errors import ErrorTranslation
+
+log = logging.getLogger(__name__)
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def env_or(prefix: str, name: str, default: str) -> str:
+    return os.environ.get(f"{prefix}_{name.upper()}", default)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, env_prefix: str, default_listen: str, default_db: str) -> None:
+    """Flags every service takes; each defaults to an environment variable `<PREFIX>_<NAME>`."""
+    e = lambda name, default: env_or(env_prefix, name, default)  # noqa: E731
+    parser.add_argument("--listen", default=e("listen", default_listen), help=f"host:port ({env_prefix}_LISTEN)")
+    parser.add_argument("--database", default=e("database", default_db), help=f"SQLite file ({env_prefix}_DATABASE)")
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=int(e("max_message_bytes", str(4 * 1024 * 1024))),
+        help=f"largest request accepted; larger ones get RESOURCE_EXHAUSTED ({env_prefix}_MAX_MESSAGE_BYTES)",
+    )
+    parser.add_argument(
+        "--reflection",
+        action=argparse.BooleanOptionalAction,
+        default=e("reflection", "false").lower() in ("1", "true", "yes"),
+        help=f"serve gRPC reflection ({env_prefix}_REFLECTION)",
+    )
+    parser.add_argument(
+        "--health-interval",
+        type=float,
+        default=float(e("health_interval", "2.0")),
+        help=f"seconds between database writability probes ({env_prefix}_HEALTH_INTERVAL)",
+    )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=float(e("shutdown_grace", "5.0")),
+        help=f"seconds in-flight calls get on SIGTERM ({env_prefix}_SHUTDOWN_GRACE)",
+    )
+    parser.add_argument("--log-level", default=e("log_level", "INFO"), help=f"({env_prefix}_LOG_LEVEL)")
+
+
+def new_server(
+    max_message_bytes: int, domain: str, catalogue: type[enum.Enum], method_prefix: str
+) -> grpc.aio.Server:
+    return grpc.aio.server(
+        interceptors=[ErrorTranslation(domain, catalogue, method_prefix)],
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ],
+    )
+
+
+class Health:
+    """The standard health service, driven by a periodic probe of the database."""
+
+    def __init__(self, server: grpc.aio.Server, service_names: Sequence[str]) -> None:
+        self.servicer = health_async.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
+        self._names = ["", *service_names]
+        self._task: asyncio.Task | None = None
+
+    async def set(self, status: int) -> None:
+        for name in self._names:
+            await self.servicer.set(name, status)
+
+    def start(self, probe: Callable[[], Awaitable[None]], interval: float) -> None:
+        async def loop() -> None:
+            serving: bool | None = None
+            while True:
+                try:
+                    await asyncio.wait_for(probe(), timeout=max(interval, 1.0))
+                    healthy = True
+                except Exception as exc:  # noqa: BLE001 - any probe failure means not serving
+                    healthy = False
+                    if serving is not False:
+                        log.error("database not writable, reporting NOT_SERVING: %s", exc)
+                if healthy != serving:
+                    await self.set(SERVING if healthy else NOT_SERVING)
+                    serving = healthy
+                await asyncio.sleep(interval)
+
+        self._task = asyncio.create_task(loop(), name="health-probe")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.servicer.enter_graceful_shutdown()
+
+
+def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> None:
+    reflection.enable_server_reflection([*service_names, reflection.SERVICE_NAME, "grpc.health.v1.Health"], server)
+
+
+def bind(server: grpc.aio.Server, listen: str) -> int:
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise SystemExit(f"cannot listen on {listen}")
+    return port
+
+
+def announce(service: str, listen: str, port: int) -> None:
+    """The one line on stdout that process supervisors (`funnel up`, tests) wait for."""
+    host = listen.rsplit(":", 1)[0]
+    print(f"{service} serving on {host}:{port}", flush=True)
+
+
+async def wait_for_stop_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )

@@ -1,0 +1,94 @@
+"""Input checks shared by both services. Pure: values in, violations out.
+
+Violations are named by the generic input reasons that every catalogue defines
+(`FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`, `ENUM_UNSPECIFIED`,
+`VALUE_OUT_OF_RANGE`), so each service maps them onto its own catalogue.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from typing import Iterable
+
+MAX_ID_LENGTH = 128
+# Integers in the contract stay within IEEE-754's exact range so that every JSON
+# implementation (and the RFC 8785 completion identity) reads them unchanged.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    field: str
+    description: str
+    limits: tuple[tuple[str, str], ...] = ()
+
+
+def id_problem(value: str) -> str | None:
+    """Why `value` is not a valid id, or None. Ids are 1..128 code points in NFC,
+    without whitespace, control, format, private-use or unassigned characters."""
+    if len(value) > MAX_ID_LENGTH:
+        return f"longer than {MAX_ID_LENGTH} characters"
+    for ch in value:
+        category = unicodedata.category(ch)
+        if category[0] in "CZ":
+            return f"contains a forbidden character U+{ord(ch):04X}"
+    if unicodedata.normalize("NFC", value) != value:
+        return "is not in Unicode NFC form"
+    return None
+
+
+class Checker:
+    """Collects every violation of one request, in field order."""
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+
+    def add(self, kind: str, field: str, description: str, **limits: object) -> None:
+        self.violations.append(
+            Violation(kind, field, description, tuple((k, str(v)) for k, v in limits.items()))
+        )
+
+    def identifier(self, field: str, value: str, *, required: bool = True) -> None:
+        if not value:
+            if required:
+                self.add("FIELD_REQUIRED", field, f"{field} is required")
+            return
+        if len(value) > MAX_ID_LENGTH:
+            self.add("FIELD_TOO_LONG", field, f"{field} is longer than {MAX_ID_LENGTH} characters", max_length=MAX_ID_LENGTH)
+            return
+        problem = id_problem(value)
+        if problem:
+            self.add("FIELD_MALFORMED", field, f"{field} {problem}")
+
+    def text(self, field: str, value: str, max_length: int, *, required: bool = False) -> None:
+        if not value:
+            if required:
+                self.add("FIELD_REQUIRED", field, f"{field} is required")
+            return
+        if len(value) > max_length:
+            self.add("FIELD_TOO_LONG", field, f"{field} is longer than {max_length} characters", max_length=max_length)
+
+    def integer(self, field: str, value: int, minimum: int, maximum: int = MAX_SAFE_INTEGER) -> None:
+        if not minimum <= value <= maximum:
+            self.add(
+                "VALUE_OUT_OF_RANGE",
+                field,
+                f"{field} must be between {minimum} and {maximum}",
+                minimum=minimum,
+                maximum=maximum,
+            )
+
+    def enum(self, field: str, value: int, allowed: Iterable[int], *, required: bool = True) -> None:
+        if value == 0 and not required:
+            return
+        if value not in set(allowed):
+            self.add("ENUM_UNSPECIFIED", field, f"{field} must be one of the documented values")
+
+    def require(self, field: str, present: bool) -> None:
+        if not present:
+            self.add("FIELD_REQUIRED", field, f"{field} is required")
+
+    def malformed(self, field: str, description: str) -> None:
+        self.add("FIELD_MALFORMED", field, description)

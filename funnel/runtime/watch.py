@@ -1,0 +1,81 @@
+"""In-process fan-out of committed events to watch streams.
+
+Publishing never blocks and never allocates per event beyond one reference per
+matching stream: each stream has a bounded buffer, and a stream that falls behind
+it is marked overflowed. It then delivers what it holds and ends, and the client
+resumes from its cursor; commits are never slowed by a slow watcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Generic, Hashable, Iterator, TypeVar
+from contextlib import contextmanager
+
+Item = TypeVar("Item")
+
+
+class WatchOverflow(Exception):
+    """The stream fell more than its buffer behind the commits."""
+
+
+class Subscription(Generic[Item]):
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: collections.deque[Item] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self.overflowed = False
+
+    def offer(self, item: Item) -> None:
+        if self.overflowed:
+            return
+        if len(self._items) >= self._capacity:
+            self.overflowed = True
+        else:
+            self._items.append(item)
+        self._wakeup.set()
+
+    async def next(self) -> Item:
+        """The next buffered item; raises WatchOverflow once the buffer has run dry after an overflow."""
+        while not self._items:
+            if self.overflowed:
+                raise WatchOverflow()
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        return self._items.popleft()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class EventBroker(Generic[Item]):
+    """Routes items by (scope, key) to subscriptions of that key and to the scope's
+    unfiltered subscriptions (key None)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._subscriptions: dict[tuple[Hashable, Hashable], set[Subscription[Item]]] = {}
+
+    @contextmanager
+    def subscribe(self, scope: Hashable, key: Hashable | None) -> Iterator[Subscription[Item]]:
+        subscription: Subscription[Item] = Subscription(self.capacity)
+        slot = (scope, key)
+        self._subscriptions.setdefault(slot, set()).add(subscription)
+        try:
+            yield subscription
+        finally:
+            members = self._subscriptions.get(slot)
+            if members is not None:
+                members.discard(subscription)
+                if not members:
+                    del self._subscriptions[slot]
+
+    def publish(self, scope: Hashable, key: Hashable, item: Item) -> None:
+        for slot in ((scope, key), (scope, None)):
+            for subscription in self._subscriptions.get(slot, ()):
+                subscription.offer(item)
+
+    @property
+    def subscriber_count(self) -> int:
+        return sum(len(members) for members in self._subscriptions.values())

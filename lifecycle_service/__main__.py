@@ -1,0 +1,3 @@
+from lifecycle_service.server import main
+
+main()

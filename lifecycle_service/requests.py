@@ -1,0 +1,178 @@
+"""Checks incoming requests and turns them into typed intents.
+
+Every problem of a request is reported at once (one BadRequest field violation
+each); the ErrorInfo reason is the first problem's."""
+
+from __future__ import annotations
+
+from funnel.lifecycle.v1 import lifecycle_pb2 as pb
+from funnel.runtime.errors import FieldViolation, Rejection, ServiceError
+from funnel.runtime.paging import MAX_PAGE_SIZE
+from funnel.runtime.timestamps import timestamp_problem, to_micros
+from funnel.runtime.validation import MAX_ID_LENGTH, Checker
+from lifecycle_service.convert import cause_from_proto, parent_from_proto
+from lifecycle_service.core import intents as i
+from lifecycle_service.core.model import SETTABLE_WORK_STATUSES, LinkMode, WorkStatus
+from lifecycle_service.errors import Reason
+
+MAX_CAUSE_REASON_LENGTH = 1024
+MAX_ORIGINATING_IDS = 16
+MAX_ORIGINATING_ID_VALUE_LENGTH = 256
+
+_WORK_STATUSES = [status.value for status in WorkStatus]
+_SETTABLE = [status.value for status in SETTABLE_WORK_STATUSES]
+_LINK_MODES = [mode.value for mode in LinkMode]
+
+
+def raise_if_invalid(checker: Checker) -> None:
+    if not checker.violations:
+        return
+    first = checker.violations[0]
+    raise ServiceError(
+        Rejection(
+            Reason[first.kind],
+            first.description if len(checker.violations) == 1 else f"{first.description} (and {len(checker.violations) - 1} more)",
+            {"field": first.field, **dict(first.limits)},
+            tuple(FieldViolation(v.field, v.description) for v in checker.violations),
+        )
+    )
+
+
+def _check_header(checker: Checker, request, *, with_generation: bool = True) -> None:
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    if with_generation:
+        checker.integer("generation", request.generation, minimum=1)
+    checker.identifier("request_id", request.request_id, required=False)
+    if request.HasField("expected_revision"):
+        checker.integer("expected_revision", request.expected_revision, minimum=0)
+    cause = request.cause
+    checker.text("cause.source", cause.source, MAX_ID_LENGTH)
+    checker.text("cause.reason", cause.reason, MAX_CAUSE_REASON_LENGTH)
+    if len(cause.originating_ids) > MAX_ORIGINATING_IDS:
+        checker.integer("cause.originating_ids", len(cause.originating_ids), minimum=0, maximum=MAX_ORIGINATING_IDS)
+    for key, value in sorted(cause.originating_ids.items()):
+        checker.identifier(f"cause.originating_ids[{key!r}]", key)
+        checker.text(f"cause.originating_ids[{key!r}]", value, MAX_ORIGINATING_ID_VALUE_LENGTH)
+
+
+def _header(request) -> dict:
+    return {
+        "workspace_id": request.workspace_id,
+        "task_id": request.task_id,
+        "request_id": request.request_id or None,
+        "expected_revision": request.expected_revision if request.HasField("expected_revision") else None,
+        "cause": cause_from_proto(request.cause),
+    }
+
+
+def _settable_status(checker: Checker, field: str, value: int, *, required: bool) -> None:
+    if value in (WorkStatus.DONE.value, WorkStatus.CANCELLED.value):
+        checker.add("WORK_STATUS_RESERVED", field, f"{field} {WorkStatus(value).name} is reached only through a settlement")
+    else:
+        checker.enum(field, value, _SETTABLE, required=required)
+
+
+def register_task(request: pb.RegisterTaskRequest) -> i.RegisterTask:
+    checker = Checker()
+    _check_header(checker, request, with_generation=False)
+    parent = None
+    if request.HasField("parent"):
+        link = request.parent
+        checker.identifier("parent.task_id", link.task_id)
+        checker.integer("parent.generation", link.generation, minimum=1)
+        checker.enum("parent.mode", link.mode, _LINK_MODES)
+        if link.task_id and link.task_id == request.task_id:
+            checker.malformed("parent.task_id", "a task cannot be its own parent")
+        parent = parent_from_proto(link) if not checker.violations else None
+    raise_if_invalid(checker)
+    return i.RegisterTask(parent=parent, **_header(request))
+
+
+def activate_generation(request: pb.ActivateGenerationRequest) -> i.ActivateGeneration:
+    checker = Checker()
+    _check_header(checker, request)
+    _settable_status(checker, "work_status", request.work_status, required=False)
+    raise_if_invalid(checker)
+    status = WorkStatus(request.work_status) if request.work_status else None
+    return i.ActivateGeneration(generation=request.generation, work_status=status, **_header(request))
+
+
+def set_work_status(request: pb.SetWorkStatusRequest) -> i.SetWorkStatus:
+    checker = Checker()
+    _check_header(checker, request)
+    _settable_status(checker, "work_status", request.work_status, required=True)
+    raise_if_invalid(checker)
+    return i.SetWorkStatus(generation=request.generation, work_status=WorkStatus(request.work_status), **_header(request))
+
+
+def settle_completion(request: pb.SettleCompletionRequest) -> i.SettleCompletion:
+    checker = Checker()
+    _check_header(checker, request)
+    checker.identifier("completion_id", request.completion_id)
+    checker.require("authoritative_at", request.HasField("authoritative_at"))
+    if request.HasField("authoritative_at"):
+        problem = timestamp_problem(request.authoritative_at)
+        if problem:
+            checker.malformed("authoritative_at", f"authoritative_at has {problem}")
+    raise_if_invalid(checker)
+    return i.SettleCompletion(
+        generation=request.generation,
+        completion_id=request.completion_id,
+        authoritative_at=to_micros(request.authoritative_at),
+        **_header(request),
+    )
+
+
+def plain_intent(intent_type: type[i.Intent], request) -> i.Intent:
+    """Intents that carry only the common fields."""
+    checker = Checker()
+    _check_header(checker, request)
+    raise_if_invalid(checker)
+    return intent_type(generation=request.generation, **_header(request))
+
+
+def task_key(request) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    raise_if_invalid(checker)
+
+
+def page(checker: Checker, page_size: int) -> None:
+    checker.integer("page_size", page_size, minimum=0, maximum=MAX_PAGE_SIZE)
+
+
+def list_tasks(request: pb.ListTasksRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("parent_task_id", request.parent_task_id, required=False)
+    page(checker, request.page_size)
+    raise_if_invalid(checker)
+
+
+def list_events(request: pb.ListLifecycleEventsRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    page(checker, request.page_size)
+    raise_if_invalid(checker)
+
+
+def watch(request: pb.WatchLifecycleEventsRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id, required=False)
+    checker.integer("after_sequence", request.after_sequence, minimum=0, maximum=2**63 - 1)
+    raise_if_invalid(checker)
+
+
+def malformed_page_token() -> ServiceError:
+    return ServiceError(
+        Rejection(
+            Reason.FIELD_MALFORMED,
+            "page_token was not issued for this listing",
+            {"field": "page_token"},
+            (FieldViolation("page_token", "page_token was not issued for this listing"),),
+        )
+    )

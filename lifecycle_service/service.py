@@ -1,0 +1,194 @@
+"""The gRPC face of the lifecycle authority: checks requests, applies intents,
+shapes responses, and streams committed events."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Callable
+
+import grpc
+
+from funnel.lifecycle.v1 import lifecycle_pb2 as pb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.idempotency import fingerprint
+from funnel.runtime.paging import decode_token, encode_token, page_size
+from funnel.runtime.watch import EventBroker, WatchOverflow
+from lifecycle_service import requests
+from lifecycle_service.authority import LifecycleAuthority
+from lifecycle_service.convert import event_to_proto, task_to_proto
+from lifecycle_service.core import intents as i
+from lifecycle_service.core.model import LifecycleEvent, TaskRecord
+from lifecycle_service.errors import Reason
+from lifecycle_service.storage.port import Committed, Replayed, Resettled
+
+SERVICE_NAME = "funnel.lifecycle.v1.TaskLifecycleService"
+_WATCH_BATCH = 500
+
+
+def publisher(broker: EventBroker[pb.WatchLifecycleEventsResponse]) -> Callable[[LifecycleEvent], None]:
+    """The store's after-commit hook: hands each committed event to the watch streams."""
+
+    def publish(event: LifecycleEvent) -> None:
+        broker.publish(event.workspace_id, event.task_id, pb.WatchLifecycleEventsResponse(event=event_to_proto(event)))
+
+    return publish
+
+
+class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
+    def __init__(self, authority: LifecycleAuthority, broker: EventBroker[pb.WatchLifecycleEventsResponse]) -> None:
+        self._authority = authority
+        self._store = authority.store
+        self._broker = broker
+
+    async def _mutate(self, method: str, request, context: grpc.aio.ServicerContext, response_type, intent: i.Intent):
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            raise ServiceError(reject(Reason.DEADLINE_EXPIRED, "the deadline expired before the intent was applied"))
+
+        def render(task: TaskRecord, event: LifecycleEvent):
+            return response_type(task=task_to_proto(task), event=event_to_proto(event))
+
+        digest = fingerprint(method, request.SerializeToString(deterministic=True)) if intent.request_id else None
+        result = await self._authority.apply(intent, render, digest)
+        if isinstance(result, Committed):
+            return result.response
+        if isinstance(result, Replayed):
+            return response_type.FromString(result.response)
+        if isinstance(result, Resettled):
+            return render(result.task, result.event)
+        assert isinstance(result, Rejection), result
+        raise ServiceError(result)
+
+    async def RegisterTask(self, request, context):
+        return await self._mutate("RegisterTask", request, context, pb.RegisterTaskResponse, requests.register_task(request))
+
+    async def ActivateGeneration(self, request, context):
+        intent = requests.activate_generation(request)
+        return await self._mutate("ActivateGeneration", request, context, pb.ActivateGenerationResponse, intent)
+
+    async def SuspendGeneration(self, request, context):
+        intent = requests.plain_intent(i.SuspendGeneration, request)
+        return await self._mutate("SuspendGeneration", request, context, pb.SuspendGenerationResponse, intent)
+
+    async def ResumeWithGeneration(self, request, context):
+        intent = requests.plain_intent(i.ResumeWithGeneration, request)
+        return await self._mutate("ResumeWithGeneration", request, context, pb.ResumeWithGenerationResponse, intent)
+
+    async def RequestCancellation(self, request, context):
+        intent = requests.plain_intent(i.RequestCancellation, request)
+        return await self._mutate("RequestCancellation", request, context, pb.RequestCancellationResponse, intent)
+
+    async def SettleCancellation(self, request, context):
+        intent = requests.plain_intent(i.SettleCancellation, request)
+        return await self._mutate("SettleCancellation", request, context, pb.SettleCancellationResponse, intent)
+
+    async def SettleCompletion(self, request, context):
+        intent = requests.settle_completion(request)
+        return await self._mutate("SettleCompletion", request, context, pb.SettleCompletionResponse, intent)
+
+    async def SettleFailure(self, request, context):
+        intent = requests.plain_intent(i.SettleFailure, request)
+        return await self._mutate("SettleFailure", request, context, pb.SettleFailureResponse, intent)
+
+    async def SettleTimeout(self, request, context):
+        intent = requests.plain_intent(i.SettleTimeout, request)
+        return await self._mutate("SettleTimeout", request, context, pb.SettleTimeoutResponse, intent)
+
+    async def PropagateParentTermination(self, request, context):
+        intent = requests.plain_intent(i.PropagateParentTermination, request)
+        return await self._mutate(
+            "PropagateParentTermination", request, context, pb.PropagateParentTerminationResponse, intent
+        )
+
+    async def SetWorkStatus(self, request, context):
+        intent = requests.set_work_status(request)
+        return await self._mutate("SetWorkStatus", request, context, pb.SetWorkStatusResponse, intent)
+
+    async def GetTask(self, request, context):
+        requests.task_key(request)
+        view = await self._store.get_task(request.workspace_id, request.task_id)
+        if view is None:
+            raise _task_not_found(request.task_id)
+        return pb.GetTaskResponse(
+            task=task_to_proto(view.task),
+            open_attached_child_task_ids=[child.task_id for child in view.open_attached_children],
+        )
+
+    async def ListTasks(self, request, context):
+        requests.list_tasks(request)
+        listing = ["tasks", request.workspace_id, request.parent_task_id]
+        after = ""
+        if request.page_token:
+            after = decode_token(request.page_token, listing, str)
+            if after is None:
+                raise requests.malformed_page_token()
+        size = page_size(request.page_size)
+        tasks = await self._store.list_tasks(request.workspace_id, after, size + 1, request.parent_task_id or None)
+        more = len(tasks) > size
+        tasks = tasks[:size]
+        return pb.ListTasksResponse(
+            tasks=[task_to_proto(t) for t in tasks],
+            next_page_token=encode_token(listing, tasks[-1].task_id) if more else "",
+        )
+
+    async def ListLifecycleEvents(self, request, context):
+        requests.list_events(request)
+        listing = ["events", request.workspace_id, request.task_id]
+        after = 0
+        if request.page_token:
+            after = decode_token(request.page_token, listing, int)
+            if after is None:
+                raise requests.malformed_page_token()
+        elif await self._store.get_task(request.workspace_id, request.task_id) is None:
+            raise _task_not_found(request.task_id)
+        size = page_size(request.page_size)
+        events = await self._store.list_events(request.workspace_id, request.task_id, after, size + 1)
+        more = len(events) > size
+        events = events[:size]
+        return pb.ListLifecycleEventsResponse(
+            events=[event_to_proto(e) for e in events],
+            next_page_token=encode_token(listing, events[-1].revision) if more else "",
+        )
+
+    async def WatchLifecycleEvents(self, request, context) -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
+        requests.watch(request)
+        workspace, task = request.workspace_id, request.task_id or None
+        cursor = request.after_sequence
+
+        async def backlog() -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
+            nonlocal cursor
+            while True:
+                events = await self._store.events_after(workspace, cursor, task, _WATCH_BATCH)
+                for event in events:
+                    cursor = event.sequence
+                    yield pb.WatchLifecycleEventsResponse(event=event_to_proto(event))
+                if len(events) < _WATCH_BATCH:
+                    return
+
+        async for item in backlog():
+            yield item
+        # Subscribe, then read the store once more: an event committed before the
+        # subscription is in the store, one committed after it is in the buffer.
+        with self._broker.subscribe(workspace, task) as live:
+            async for item in backlog():
+                yield item
+            while True:
+                try:
+                    item = await live.next()
+                except WatchOverflow:
+                    raise ServiceError(
+                        reject(
+                            Reason.WATCH_OVERFLOW,
+                            f"the watcher fell more than {self._broker.capacity} events behind; "
+                            "resume from the last sequence received",
+                            resume_after_sequence=cursor,
+                        )
+                    ) from None
+                if item.event.sequence <= cursor:
+                    continue
+                cursor = item.event.sequence
+                yield item
+
+
+def _task_not_found(task_id: str) -> ServiceError:
+    return ServiceError(reject(Reason.TASK_NOT_FOUND, f"task {task_id!r} does not exist", task_id=task_id))

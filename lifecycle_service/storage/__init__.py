@@ -1,0 +1,1 @@
+"""Storage port of the lifecycle service and its SQLite adapter."""

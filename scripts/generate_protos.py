@@ -1,0 +1,69 @@
+"""Regenerates the Python contract package `funnel/` from `protos/`.
+
+Usage: python scripts/generate_protos.py [--out DIR]
+
+The committed stubs must equal this script's output; tests/contract/test_stubs_fresh.py
+fails otherwise. grpcio-tools is pinned in pyproject.toml so the output is reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+from grpc_tools import protoc
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PROTO_ROOT = ROOT / "protos"
+
+
+def proto_files() -> list[pathlib.Path]:
+    return sorted(PROTO_ROOT.rglob("*.proto"))
+
+
+def generate(out_dir: pathlib.Path) -> list[pathlib.Path]:
+    """Writes the stubs under out_dir and returns the generated files."""
+    import grpc_tools
+
+    well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
+    files = proto_files()
+    for proto in files:
+        status = protoc.main(
+            [
+                "grpc_tools.protoc",
+                f"-I{PROTO_ROOT}",
+                f"-I{well_known}",
+                f"--python_out={out_dir}",
+                f"--pyi_out={out_dir}",
+                f"--grpc_python_out={out_dir}",
+                str(proto.relative_to(PROTO_ROOT)),
+            ]
+        )
+        if status != 0:
+            raise SystemExit(f"protoc failed for {proto}")
+    generated: list[pathlib.Path] = []
+    for proto in files:
+        stem = out_dir / proto.relative_to(PROTO_ROOT).with_suffix("")
+        generated += [stem.with_name(stem.name + suffix) for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")]
+        # Every directory on the way to a generated module is a regular package, so
+        # the contract installs with the services' wheels like any other package.
+        package = stem.parent
+        while package != out_dir:
+            (package / "__init__.py").touch()
+            generated.append(package / "__init__.py")
+            package = package.parent
+    return sorted(set(generated))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT)
+    args = parser.parse_args(argv)
+    written = generate(args.out)
+    print(f"generated {len(written)} files under {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
