@@ -6,7 +6,6 @@ each); the ErrorInfo reason is the first problem's."""
 from __future__ import annotations
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
-from funnel.runtime.errors import FieldViolation, Rejection, ServiceError
 from funnel.runtime.paging import MAX_PAGE_SIZE
 from funnel.runtime.timestamps import timestamp_problem, to_micros
 from funnel.runtime.validation import MAX_ID_LENGTH, Checker
@@ -25,17 +24,7 @@ _LINK_MODES = [mode.value for mode in LinkMode]
 
 
 def raise_if_invalid(checker: Checker) -> None:
-    if not checker.violations:
-        return
-    first = checker.violations[0]
-    raise ServiceError(
-        Rejection(
-            Reason[first.kind],
-            first.description if len(checker.violations) == 1 else f"{first.description} (and {len(checker.violations) - 1} more)",
-            {"field": first.field, **dict(first.limits)},
-            tuple(FieldViolation(v.field, v.description) for v in checker.violations),
-        )
-    )
+    checker.raise_for(Reason)
 
 
 def _check_header(checker: Checker, request, *, with_generation: bool = True) -> None:
@@ -165,14 +154,3 @@ def watch(request: pb.WatchLifecycleEventsRequest) -> None:
     checker.identifier("task_id", request.task_id, required=False)
     checker.integer("after_sequence", request.after_sequence, minimum=0, maximum=2**63 - 1)
     raise_if_invalid(checker)
-
-
-def malformed_page_token() -> ServiceError:
-    return ServiceError(
-        Rejection(
-            Reason.FIELD_MALFORMED,
-            "page_token was not issued for this listing",
-            {"field": "page_token"},
-            (FieldViolation("page_token", "page_token was not issued for this listing"),),
-        )
-    )

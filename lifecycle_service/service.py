@@ -12,7 +12,8 @@ from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.idempotency import fingerprint
 from funnel.runtime.paging import decode_token, encode_token, page_size
-from funnel.runtime.watch import EventBroker, WatchOverflow
+from funnel.runtime.validation import malformed_page_token
+from funnel.runtime.watch import EventBroker, follow, overflow_error
 from lifecycle_service import requests
 from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.convert import event_to_proto, task_to_proto
@@ -22,7 +23,6 @@ from lifecycle_service.errors import Reason
 from lifecycle_service.storage.port import Committed, Replayed, Resettled
 
 SERVICE_NAME = "funnel.lifecycle.v1.TaskLifecycleService"
-_WATCH_BATCH = 500
 
 
 def publisher(broker: EventBroker[pb.WatchLifecycleEventsResponse]) -> Callable[[LifecycleEvent], None]:
@@ -121,7 +121,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         if request.page_token:
             after = decode_token(request.page_token, listing, str)
             if after is None:
-                raise requests.malformed_page_token()
+                raise malformed_page_token(Reason)
         size = page_size(request.page_size)
         tasks = await self._store.list_tasks(request.workspace_id, after, size + 1, request.parent_task_id or None)
         more = len(tasks) > size
@@ -138,7 +138,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         if request.page_token:
             after = decode_token(request.page_token, listing, int)
             if after is None:
-                raise requests.malformed_page_token()
+                raise malformed_page_token(Reason)
         elif await self._store.get_task(request.workspace_id, request.task_id) is None:
             raise _task_not_found(request.task_id)
         size = page_size(request.page_size)
@@ -153,41 +153,18 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
     async def WatchLifecycleEvents(self, request, context) -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
-        cursor = request.after_sequence
 
-        async def backlog() -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
-            nonlocal cursor
-            while True:
-                events = await self._store.events_after(workspace, cursor, task, _WATCH_BATCH)
-                for event in events:
-                    cursor = event.sequence
-                    yield pb.WatchLifecycleEventsResponse(event=event_to_proto(event))
-                if len(events) < _WATCH_BATCH:
-                    return
-
-        async for item in backlog():
+        async for item in follow(
+            lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
+            self._broker,
+            workspace,
+            task,
+            request.after_sequence,
+            lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)),
+            lambda item: item.event.sequence,
+            overflow_error(Reason, self._broker.capacity),
+        ):
             yield item
-        # Subscribe, then read the store once more: an event committed before the
-        # subscription is in the store, one committed after it is in the buffer.
-        with self._broker.subscribe(workspace, task) as live:
-            async for item in backlog():
-                yield item
-            while True:
-                try:
-                    item = await live.next()
-                except WatchOverflow:
-                    raise ServiceError(
-                        reject(
-                            Reason.WATCH_OVERFLOW,
-                            f"the watcher fell more than {self._broker.capacity} events behind; "
-                            "resume from the last sequence received",
-                            resume_after_sequence=cursor,
-                        )
-                    ) from None
-                if item.event.sequence <= cursor:
-                    continue
-                cursor = item.event.sequence
-                yield item
 
 
 def _task_not_found(task_id: str) -> ServiceError:

@@ -7,9 +7,12 @@ Violations are named by the generic input reasons that every catalogue defines
 
 from __future__ import annotations
 
+import enum
 import unicodedata
 from dataclasses import dataclass
 from typing import Iterable
+
+from funnel.runtime.errors import FieldViolation, Rejection, ServiceError
 
 MAX_ID_LENGTH = 128
 # Integers in the contract stay within IEEE-754's exact range so that every JSON
@@ -92,3 +95,30 @@ class Checker:
 
     def malformed(self, field: str, description: str) -> None:
         self.add("FIELD_MALFORMED", field, description)
+
+    def raise_for(self, catalogue: type[enum.Enum]) -> None:
+        """Raises one error for every violation so far (ErrorInfo names the first;
+        BadRequest lists all), using the service's catalogue."""
+        if not self.violations:
+            return
+        first = self.violations[0]
+        more = len(self.violations) - 1
+        raise ServiceError(
+            Rejection(
+                catalogue[first.kind],
+                first.description + (f" (and {more} more)" if more else ""),
+                {"field": first.field, **dict(first.limits)},
+                tuple(FieldViolation(v.field, v.description) for v in self.violations),
+            )
+        )
+
+
+def malformed_page_token(catalogue: type[enum.Enum]) -> ServiceError:
+    return ServiceError(
+        Rejection(
+            catalogue["FIELD_MALFORMED"],
+            "page_token was not issued for this listing",
+            {"field": "page_token"},
+            (FieldViolation("page_token", "page_token was not issued for this listing"),),
+        )
+    )

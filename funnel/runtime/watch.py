@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Generic, Hashable, Iterator, TypeVar
+import enum
 from contextlib import contextmanager
+from typing import AsyncIterator, Awaitable, Callable, Generic, Hashable, Iterator, TypeVar
+
+from funnel.runtime.errors import ServiceError, reject
 
 Item = TypeVar("Item")
 
@@ -79,3 +82,67 @@ class EventBroker(Generic[Item]):
     @property
     def subscriber_count(self) -> int:
         return sum(len(members) for members in self._subscriptions.values())
+
+
+Event = TypeVar("Event")
+WATCH_BATCH = 500
+
+
+async def follow(
+    read_after: Callable[[int, int], Awaitable[list[Event]]],
+    broker: EventBroker[Item],
+    scope: Hashable,
+    key: Hashable | None,
+    cursor: int,
+    wrap: Callable[[Event], Item],
+    sequence_of: Callable[[Item], int],
+    overflowed: Callable[[int], Exception],
+) -> AsyncIterator[Item]:
+    """Streams committed events after `cursor`: the stored backlog, then live ones,
+    with no gap and no duplicate. Raises overflowed(last_sequence) when the
+    stream falls more than the broker's buffer behind.
+
+    It subscribes only once the backlog is drained, then reads the store once
+    more: an event committed before the subscription is in the store, one
+    committed after it is in the buffer, and sequences filter the overlap."""
+
+    async def backlog() -> AsyncIterator[Item]:
+        nonlocal cursor
+        while True:
+            events = await read_after(cursor, WATCH_BATCH)
+            for event in events:
+                item = wrap(event)
+                cursor = sequence_of(item)
+                yield item
+            if len(events) < WATCH_BATCH:
+                return
+
+    async for item in backlog():
+        yield item
+    with broker.subscribe(scope, key) as live:
+        async for item in backlog():
+            yield item
+        while True:
+            try:
+                item = await live.next()
+            except WatchOverflow:
+                raise overflowed(cursor) from None
+            if sequence_of(item) <= cursor:
+                continue
+            cursor = sequence_of(item)
+            yield item
+
+
+def overflow_error(catalogue: type[enum.Enum], capacity: int) -> Callable[[int], ServiceError]:
+    """The error that ends an overflowed stream, naming the cursor to resume from."""
+
+    def overflowed(cursor: int) -> ServiceError:
+        return ServiceError(
+            reject(
+                catalogue["WATCH_OVERFLOW"],
+                f"the watcher fell more than {capacity} events behind; resume from the last sequence received",
+                resume_after_sequence=cursor,
+            )
+        )
+
+    return overflowed

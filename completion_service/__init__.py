@@ -1,0 +1,1 @@
+"""completion_service: the sole semantic completion authority (brief §4)."""

@@ -1,0 +1,3 @@
+from completion_service.server import main
+
+main()

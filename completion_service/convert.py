@@ -1,0 +1,128 @@
+"""Plain core values <-> contract messages."""
+
+from __future__ import annotations
+
+from completion_service.core.model import (
+    AuditEntry,
+    CompletionEvent,
+    CompletionRecord,
+    Decision,
+    EvidenceRecord,
+    Lease,
+    RunRecord,
+)
+from funnel.completion.v1 import completion_pb2 as pb
+from funnel.runtime.timestamps import to_timestamp
+
+
+def lease_to_proto(lease: Lease) -> pb.Lease:
+    return pb.Lease(task_id=lease.task_id, run_id=lease.run_id, epoch=lease.epoch, expire_time=to_timestamp(lease.expires_at))
+
+
+def run_to_proto(run: RunRecord) -> pb.Run:
+    return pb.Run(
+        workspace_id=run.workspace_id,
+        run_id=run.run_id,
+        task_id=run.task_id,
+        agent_id=run.agent_id,
+        generation=run.generation,
+        epoch=run.epoch,
+        claim_time=to_timestamp(run.claimed_at),
+        lease_expire_time=to_timestamp(run.lease_expires_at),
+        finish_time=to_timestamp(run.finished_at),
+        outcome=run.outcome.value if run.outcome else 0,
+        tokens_input=run.tokens_input or 0,
+        tokens_output=run.tokens_output or 0,
+        tokens_total=run.tokens_total or 0,
+        notes=run.notes,
+        notes_truncated=run.notes_truncated,
+        error=run.error,
+        final_status=run.final_status.value if run.final_status else 0,
+    )
+
+
+def decision_to_proto(decision: Decision) -> pb.Decision:
+    return pb.Decision(
+        verdict=decision.verdict.value,
+        next_action=decision.next_action.value,
+        forbidden_actions=[a.value for a in decision.forbidden_actions],
+        instruction=decision.instruction,
+        trace=[
+            pb.GateResult(
+                gate_id=t.gate_id, gate_version=t.version, status=t.status.value, reason=t.reason, decisive=t.decisive
+            )
+            for t in decision.trace
+        ],
+        decision_schema=decision.decision_schema,
+        state_version=decision.state_version,
+        checkpoint=decision.checkpoint,
+    )
+
+
+def completion_to_proto(c: CompletionRecord) -> pb.Completion:
+    return pb.Completion(
+        workspace_id=c.workspace_id,
+        task_id=c.task_id,
+        generation=c.generation,
+        completion_id=c.completion_id,
+        identity=c.identity,
+        outcome=c.outcome.value,
+        result=c.result,
+        run_id=c.run_id,
+        state_version=c.state_version,
+        checkpoint=c.checkpoint,
+        commit_time=to_timestamp(c.committed_at),
+        settlement=c.settlement.value,
+        lifecycle_revision=c.lifecycle_revision or 0,
+        lifecycle_event_sequence=c.lifecycle_event_sequence or 0,
+        settle_time=to_timestamp(c.settled_at),
+        terminalization_error_reason=c.error_reason or "",
+        terminalization_error_message=c.error_message or "",
+        decision=decision_to_proto(c.decision),
+    )
+
+
+def evidence_to_proto(e: EvidenceRecord) -> pb.Evidence:
+    return pb.Evidence(
+        workspace_id=e.workspace_id,
+        task_id=e.task_id,
+        generation=e.generation,
+        evidence_id=e.evidence_id,
+        kind=e.kind,
+        verdict=pb.EVIDENCE_VERDICT_PASSED if e.passed else pb.EVIDENCE_VERDICT_FAILED,
+        checkpoint=e.checkpoint,
+        details=e.details,
+        run_id=e.run_id or "",
+        record_time=to_timestamp(e.recorded_at),
+    )
+
+
+def event_to_proto(e: CompletionEvent) -> pb.CompletionEvent:
+    return pb.CompletionEvent(
+        sequence=e.sequence,
+        workspace_id=e.workspace_id,
+        task_id=e.task_id,
+        generation=e.generation,
+        kind=e.kind.value,
+        run_id=e.run_id,
+        completion_id=e.completion_id or "",
+        outcome=e.outcome.value if e.outcome else 0,
+        decision=decision_to_proto(e.decision) if e.decision else None,
+        lifecycle_revision=e.lifecycle_revision or 0,
+        lifecycle_event_sequence=e.lifecycle_event_sequence or 0,
+        error_reason=e.error_reason or "",
+        error_message=e.error_message or "",
+        commit_time=to_timestamp(e.committed_at),
+    )
+
+
+def audit_to_proto(a: AuditEntry) -> pb.AuditEntry:
+    return pb.AuditEntry(
+        audit_id=a.audit_id,
+        workspace_id=a.workspace_id,
+        action=a.action,
+        run_id=a.run_id,
+        task_id=a.task_id,
+        metadata=dict(a.metadata),
+        record_time=to_timestamp(a.recorded_at),
+    )

@@ -1,0 +1,90 @@
+"""The completion identity (brief §4 step 4): SHA-256 over the RFC 8785 (JCS)
+canonical JSON of a fixed, schema-versioned document. Never protobuf bytes: other
+languages must be able to recompute it (see identity_vectors.json next to the protos).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+IDENTITY_SCHEMA = "funnel.completion.identity/v1"
+_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+@dataclass(frozen=True)
+class IdentityInput:
+    workspace_id: str
+    task_id: str
+    generation: int
+    state_version: int
+    checkpoint: str
+    outcome: str
+    decision_schema: str
+
+    def document(self) -> dict[str, object]:
+        return {
+            "schema": IDENTITY_SCHEMA,
+            "workspace_id": self.workspace_id,
+            "task_id": self.task_id,
+            "generation": self.generation,
+            "state_version": self.state_version,
+            "checkpoint": self.checkpoint,
+            "outcome": self.outcome,
+            "decision_schema": self.decision_schema,
+        }
+
+
+def canonical_json(value: object) -> bytes:
+    """RFC 8785 serialization for the JSON values the identity uses: objects,
+    arrays, strings, booleans, null and integers within ±(2^53 - 1)."""
+    return _encode(value).encode("utf-8")
+
+
+def _encode(value: object) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        if abs(value) > _MAX_SAFE_INTEGER:
+            raise ValueError(f"integer {value} is outside the exactly representable range of RFC 8785")
+        return str(value)
+    if isinstance(value, str):
+        return _encode_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_encode(item) for item in value) + "]"
+    if isinstance(value, dict):
+        # RFC 8785 §3.2.3: members sorted by the UTF-16 code units of their names.
+        members = sorted(value.items(), key=lambda item: item[0].encode("utf-16-be"))
+        return "{" + ",".join(_encode_string(k) + ":" + _encode(v) for k, v in members) + "}"
+    raise TypeError(f"{type(value).__name__} has no canonical JSON form here")
+
+
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _encode_string(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch in _SHORT_ESCAPES:
+            out.append(_SHORT_ESCAPES[ch])
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        elif 0xD800 <= ord(ch) <= 0xDFFF:
+            raise ValueError("lone surrogates have no canonical JSON form")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def identity_payload(identity_input: IdentityInput) -> bytes:
+    """The canonical document: stored with the completion row as its payload."""
+    return canonical_json(identity_input.document())
+
+
+def completion_identity(identity_input: IdentityInput) -> str:
+    return "sha256:" + hashlib.sha256(identity_payload(identity_input)).hexdigest()

@@ -1,0 +1,96 @@
+"""Rules for agent runs and leases (seed 001 `complete_task`, brief §4 runs)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from completion_service.core.model import FinalStatus, Lease, RunOutcome
+
+NOTES_LIMIT = 2000
+
+
+def tokens_total(tokens_input: int | None, tokens_output: int | None, reported_total: int | None) -> int:
+    """The agent's reported total wins (models report cumulative totals natively);
+    otherwise input + output. An inconsistent total is kept, not an error."""
+    if reported_total is not None:
+        return reported_total
+    return (tokens_input or 0) + (tokens_output or 0)
+
+
+def cap_notes(notes: str) -> tuple[str, bool]:
+    if len(notes) <= NOTES_LIMIT:
+        return notes, False
+    return notes[:NOTES_LIMIT], True
+
+
+class CloseStep(enum.Enum):
+    # Reach DONE the only way there is: the completion transaction.
+    ATTEMPT_COMPLETION = "attempt_completion"
+    SET_STATUS = "set_status"
+    CANCEL = "cancel"
+    LEAVE = "leave"
+
+
+@dataclass(frozen=True)
+class ClosePlan:
+    step: CloseStep
+    status: FinalStatus | None = None
+
+
+def close_plan(outcome: RunOutcome, final_status: FinalStatus | None) -> ClosePlan:
+    """How a run's close changes the task: an explicit final status wins, else the
+    outcome decides (succeeded -> done, failed -> blocked, cancelled -> cancelled)."""
+    target = final_status
+    if target is None:
+        target = {
+            RunOutcome.SUCCEEDED: FinalStatus.DONE,
+            RunOutcome.FAILED: FinalStatus.BLOCKED,
+            RunOutcome.CANCELLED: FinalStatus.CANCELLED,
+        }.get(outcome)
+    if target is None:
+        return ClosePlan(CloseStep.LEAVE)
+    if target is FinalStatus.DONE:
+        return ClosePlan(CloseStep.ATTEMPT_COMPLETION, FinalStatus.DONE)
+    if target is FinalStatus.CANCELLED:
+        return ClosePlan(CloseStep.CANCEL, FinalStatus.CANCELLED)
+    return ClosePlan(CloseStep.SET_STATUS, target)
+
+
+@dataclass(frozen=True)
+class LeaseHeld:
+    holder: Lease
+
+
+@dataclass(frozen=True)
+class LeaseGranted:
+    epoch: int
+    expires_at: int
+
+
+def judge_claim(current: Lease | None, holder_open: bool, now: int, ttl_micros: int) -> LeaseGranted | LeaseHeld:
+    """A claim wins unless another open run holds a live lease. The epoch grows on
+    every claim, fencing every earlier holder."""
+    if current is not None and holder_open and current.expires_at > now:
+        return LeaseHeld(current)
+    return LeaseGranted(epoch=(current.epoch if current else 0) + 1, expires_at=now + ttl_micros)
+
+
+class RenewalProblem(enum.Enum):
+    RUN_CLOSED = "run_closed"
+    NOT_CURRENT = "not_current"
+    EXPIRED = "expired"
+
+
+def judge_renewal(run_open: bool, run_id: str, epoch: int, current: Lease | None, now: int) -> RenewalProblem | None:
+    if not run_open:
+        return RenewalProblem.RUN_CLOSED
+    if current is None or current.run_id != run_id or current.epoch != epoch:
+        return RenewalProblem.NOT_CURRENT
+    if current.expires_at <= now:
+        return RenewalProblem.EXPIRED
+    return None
+
+
+def is_stalled(run_open: bool, lease_expires_at: int, now: int, stall_after_micros: int) -> bool:
+    return run_open and lease_expires_at + stall_after_micros <= now

@@ -1,0 +1,164 @@
+"""The completion service's only way to touch lifecycle state: typed calls to
+`TaskLifecycleService`, each with a deadline, each answer classified.
+
+A rejection by the lifecycle service (its ErrorInfo domain, a final code) is
+`LifecycleRejected`; anything else that fails (unavailable, deadline, unknown)
+may or may not have been applied and is `LifecycleUnavailable`: callers retry
+with the same request id, which the lifecycle service deduplicates."""
+
+from __future__ import annotations
+
+import grpc
+
+from completion_service.core.model import LifecycleState, LifecycleView
+from completion_service.core.settlement import SettleAnswer, classify_failure
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime.grpc_errors import error_info
+from funnel.runtime.timestamps import to_timestamp
+
+SOURCE = "completion_service"
+
+
+class LifecycleRejected(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+class LifecycleUnavailable(Exception):
+    """No answer: the intent may or may not have been applied."""
+
+
+def view_of(task: lpb.Task, open_children: list[str]) -> LifecycleView:
+    return LifecycleView(
+        generation=task.generation,
+        state=LifecycleState(task.state),
+        outcome=lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_") if task.outcome else None,
+        cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        open_attached_children=tuple(open_children),
+    )
+
+
+class LifecycleClient:
+    def __init__(self, channel: grpc.aio.Channel, timeout: float = 5.0) -> None:
+        self._stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        self._timeout = timeout
+
+    async def _call(self, method, request):
+        try:
+            return await method(request, timeout=self._timeout)
+        except grpc.aio.AioRpcError as error:
+            info = error_info(error)
+            answer = classify_failure(error.code().name, info.domain if info else None)
+            if answer is SettleAnswer.REJECTED:
+                raise LifecycleRejected(info.reason, error.details() or "") from None
+            raise LifecycleUnavailable(f"{error.code().name}: {error.details()}") from None
+
+    async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+        return await self._call(self._stub.GetTask, lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id))
+
+    @staticmethod
+    def _cause(reason: str, **ids: str) -> lpb.Cause:
+        return lpb.Cause(source=SOURCE, reason=reason, originating_ids={k: v for k, v in ids.items() if v})
+
+    async def activate(self, workspace_id: str, task_id: str, generation: int, run_id: str) -> lpb.ActivateGenerationResponse:
+        return await self._call(
+            self._stub.ActivateGeneration,
+            lpb.ActivateGenerationRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=f"{run_id}:activate",
+                work_status=lpb.WORK_STATUS_IN_PROGRESS,
+                cause=self._cause("claimed by an agent run", run_id=run_id),
+            ),
+        )
+
+    async def set_work_status(
+        self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str, reason: str, run_id: str
+    ) -> lpb.SetWorkStatusResponse:
+        return await self._call(
+            self._stub.SetWorkStatus,
+            lpb.SetWorkStatusRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                work_status=status,
+                request_id=request_id,
+                cause=self._cause(reason, run_id=run_id),
+            ),
+        )
+
+    async def request_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str):
+        return await self._call(
+            self._stub.RequestCancellation,
+            lpb.RequestCancellationRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=f"{run_id}:cancel-request",
+                cause=self._cause("agent run closed as cancelled", run_id=run_id),
+            ),
+        )
+
+    async def settle_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str):
+        return await self._call(
+            self._stub.SettleCancellation,
+            lpb.SettleCancellationRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=f"{run_id}:cancel-settle",
+                cause=self._cause("agent run closed as cancelled", run_id=run_id),
+            ),
+        )
+
+    async def settle_completion(
+        self, workspace_id: str, task_id: str, generation: int, completion_id: str, authoritative_at: int, run_id: str
+    ) -> lpb.SettleCompletionResponse:
+        return await self._call(
+            self._stub.SettleCompletion,
+            lpb.SettleCompletionRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=settle_request_id(completion_id),
+                completion_id=completion_id,
+                authoritative_at=to_timestamp(authoritative_at),
+                cause=self._cause("completion committed", completion_id=completion_id, run_id=run_id),
+            ),
+        )
+
+    async def settle_failure(
+        self, workspace_id: str, task_id: str, generation: int, completion_id: str, run_id: str
+    ) -> lpb.SettleFailureResponse:
+        return await self._call(
+            self._stub.SettleFailure,
+            lpb.SettleFailureRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=settle_request_id(completion_id),
+                cause=self._cause("failure committed", completion_id=completion_id, run_id=run_id),
+            ),
+        )
+
+    async def resume_with_generation(self, workspace_id: str, task_id: str, generation: int, request_id: str, reason: str):
+        return await self._call(
+            self._stub.ResumeWithGeneration,
+            lpb.ResumeWithGenerationRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=request_id,
+                cause=self._cause(reason),
+            ),
+        )
+
+
+def settle_request_id(completion_id: str) -> str:
+    """One request id per completion, reused by every retry, so the lifecycle
+    service applies the settlement exactly once."""
+    return f"settle:{completion_id}"

@@ -1,0 +1,137 @@
+"""Checks incoming completion requests: every problem is reported at once, with
+the ErrorInfo reason of the first."""
+
+from __future__ import annotations
+
+from google.protobuf.duration_pb2 import Duration
+
+from completion_service.core.model import FinalStatus, RequestedOutcome, RunOutcome
+from completion_service.errors import Reason
+from funnel.completion.v1 import completion_pb2 as pb
+from funnel.runtime.paging import MAX_PAGE_SIZE
+from funnel.runtime.validation import Checker
+
+MIN_LEASE_TTL_SECONDS = 1
+MAX_LEASE_TTL_SECONDS = 24 * 3600
+MAX_NOTES_LENGTH = 1024 * 1024
+MAX_ERROR_LENGTH = 8192
+MAX_DETAILS_LENGTH = 8192
+MAX_RESULT_LENGTH = 16384
+
+_OUTCOMES = [o.value for o in RunOutcome]
+_STATUSES = [s.value for s in FinalStatus]
+_REQUESTED = [o.value for o in RequestedOutcome]
+_VERDICTS = [pb.EVIDENCE_VERDICT_PASSED, pb.EVIDENCE_VERDICT_FAILED]
+
+
+def ttl_micros(checker: Checker, field: str, present: bool, ttl: Duration) -> int:
+    checker.require(field, present)
+    if not present:
+        return 0
+    micros = ttl.seconds * 1_000_000 + ttl.nanos // 1000
+    if not MIN_LEASE_TTL_SECONDS * 1_000_000 <= micros <= MAX_LEASE_TTL_SECONDS * 1_000_000:
+        checker.add(
+            "VALUE_OUT_OF_RANGE",
+            field,
+            f"{field} must be between {MIN_LEASE_TTL_SECONDS}s and {MAX_LEASE_TTL_SECONDS}s",
+            minimum=f"{MIN_LEASE_TTL_SECONDS}s",
+            maximum=f"{MAX_LEASE_TTL_SECONDS}s",
+        )
+    return micros
+
+
+def claim_task(request: pb.ClaimTaskRequest) -> int:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    checker.identifier("agent_id", request.agent_id)
+    checker.identifier("request_id", request.request_id, required=False)
+    micros = ttl_micros(checker, "lease_ttl", request.HasField("lease_ttl"), request.lease_ttl)
+    checker.raise_for(Reason)
+    return micros
+
+
+def renew_lease(request: pb.RenewLeaseRequest) -> int:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("run_id", request.run_id)
+    checker.integer("epoch", request.epoch, minimum=1)
+    checker.identifier("request_id", request.request_id, required=False)
+    micros = ttl_micros(checker, "lease_ttl", request.HasField("lease_ttl"), request.lease_ttl)
+    checker.raise_for(Reason)
+    return micros
+
+
+def complete_run(request: pb.CompleteRunRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("run_id", request.run_id)
+    checker.enum("outcome", request.outcome, _OUTCOMES)
+    for field in ("tokens_input", "tokens_output", "tokens_total"):
+        if request.HasField(field):
+            checker.integer(field, getattr(request, field), minimum=0)
+    checker.text("notes", request.notes, MAX_NOTES_LENGTH)
+    checker.text("error", request.error, MAX_ERROR_LENGTH)
+    checker.enum("final_status", request.final_status, _STATUSES, required=False)
+    checker.identifier("request_id", request.request_id, required=False)
+    checker.raise_for(Reason)
+
+
+def run_key(request) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("run_id", request.run_id)
+    checker.raise_for(Reason)
+
+
+def record_evidence(request: pb.RecordEvidenceRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    checker.integer("generation", request.generation, minimum=1)
+    checker.identifier("kind", request.kind)
+    checker.enum("verdict", request.verdict, _VERDICTS)
+    checker.identifier("checkpoint", request.checkpoint, required=False)
+    checker.text("details", request.details, MAX_DETAILS_LENGTH)
+    checker.identifier("run_id", request.run_id, required=False)
+    checker.identifier("request_id", request.request_id, required=False)
+    checker.raise_for(Reason)
+
+
+def attempt_completion(request: pb.AttemptCompletionRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    checker.identifier("run_id", request.run_id)
+    checker.integer("epoch", request.epoch, minimum=1)
+    checker.enum("outcome", request.outcome, _REQUESTED)
+    checker.text("result", request.result, MAX_RESULT_LENGTH)
+    if request.HasField("state_version"):
+        checker.integer("state_version", request.state_version, minimum=0)
+    checker.identifier("request_id", request.request_id, required=False)
+    checker.raise_for(Reason)
+
+
+def get_completion(request: pb.GetCompletionRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    checker.integer("generation", request.generation, minimum=1)
+    checker.raise_for(Reason)
+
+
+def listing(request, *optional_id_fields: str) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    for field in optional_id_fields:
+        checker.identifier(field, getattr(request, field), required=False)
+    checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
+    checker.raise_for(Reason)
+
+
+def watch(request: pb.WatchCompletionEventsRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id, required=False)
+    checker.integer("after_sequence", request.after_sequence, minimum=0, maximum=2**63 - 1)
+    checker.raise_for(Reason)

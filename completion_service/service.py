@@ -1,0 +1,284 @@
+"""The gRPC face of the completion authority."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from completion_service import requests
+from completion_service.authority import CompletionAuthority, RunClosed
+from completion_service.convert import (
+    audit_to_proto,
+    completion_to_proto,
+    decision_to_proto,
+    event_to_proto,
+    evidence_to_proto,
+    lease_to_proto,
+    run_to_proto,
+)
+from completion_service.core.model import (
+    CompletionEvent,
+    EvidenceRecord,
+    FinalStatus,
+    RequestedOutcome,
+    RunOutcome,
+)
+from completion_service.errors import Reason
+from completion_service.storage.port import AttemptCommand, AttemptOutcome, Remembered
+from funnel.completion.v1 import completion_pb2 as pb
+from funnel.completion.v1 import completion_pb2_grpc
+from funnel.runtime.errors import ServiceError, reject
+from funnel.runtime.idempotency import fingerprint
+from funnel.runtime.paging import decode_token, encode_token, page_size
+from funnel.runtime.validation import malformed_page_token
+from funnel.runtime.watch import EventBroker, follow, overflow_error
+
+SERVICE_NAME = "funnel.completion.v1.CompletionService"
+
+
+def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]):
+    """The store's after-commit hook: hands committed events to the watch streams."""
+
+    def publish(events: list[CompletionEvent]) -> None:
+        for event in events:
+            broker.publish(event.workspace_id, event.task_id, pb.WatchCompletionEventsResponse(event=event_to_proto(event)))
+
+    return publish
+
+
+def _fingerprint(method: str, request) -> bytes | None:
+    if not request.request_id:
+        return None
+    return fingerprint(method, request.SerializeToString(deterministic=True))
+
+
+def _check_deadline(context) -> None:
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        raise ServiceError(reject(Reason.DEADLINE_EXPIRED, "the deadline expired before the request was applied"))
+
+
+def _token(request, listing: list, cursor_type: type):
+    if not request.page_token:
+        return None
+    cursor = decode_token(request.page_token, listing, cursor_type)
+    if cursor is None or (cursor_type is list and not _is_time_id_pair(cursor)):
+        raise malformed_page_token(Reason)
+    return cursor
+
+
+def _is_time_id_pair(cursor: list) -> bool:
+    return len(cursor) == 2 and type(cursor[0]) is int and isinstance(cursor[1], str)
+
+
+class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
+    def __init__(self, authority: CompletionAuthority, broker: EventBroker[pb.WatchCompletionEventsResponse]) -> None:
+        self._authority = authority
+        self._store = authority.store
+        self._broker = broker
+
+    async def ClaimTask(self, request, context):
+        ttl = requests.claim_task(request)
+        _check_deadline(context)
+        return await self._authority.claim(
+            request.workspace_id,
+            request.task_id,
+            request.agent_id,
+            ttl,
+            request.request_id or None,
+            _fingerprint("ClaimTask", request),
+            lambda run, lease: pb.ClaimTaskResponse(run=run_to_proto(run), lease=lease_to_proto(lease)),
+            pb.ClaimTaskResponse.FromString,
+        )
+
+    async def RenewLease(self, request, context):
+        ttl = requests.renew_lease(request)
+        _check_deadline(context)
+        result = await self._authority.renew(
+            request.workspace_id,
+            request.run_id,
+            request.epoch,
+            ttl,
+            request.request_id or None,
+            _fingerprint("RenewLease", request),
+            lambda lease: pb.RenewLeaseResponse(lease=lease_to_proto(lease)),
+        )
+        if isinstance(result, Remembered):
+            return pb.RenewLeaseResponse.FromString(result.response)
+        return pb.RenewLeaseResponse(lease=lease_to_proto(result))
+
+    async def CompleteRun(self, request, context):
+        requests.complete_run(request)
+        _check_deadline(context)
+
+        def render(closed: RunClosed) -> pb.CompleteRunResponse:
+            run = closed.run
+            return pb.CompleteRunResponse(
+                run_id=run.run_id,
+                finish_time=run_to_proto(run).finish_time,
+                final_status=run.final_status.value if run.final_status else 0,
+                tokens_total=run.tokens_total or 0,
+                notes_truncated=run.notes_truncated,
+                decision=decision_to_proto(closed.decision) if closed.decision else None,
+                completion=completion_to_proto(closed.completion) if closed.completion else None,
+                lifecycle_reason=closed.lifecycle_reason,
+            )
+
+        def optional(field: str) -> int | None:
+            return getattr(request, field) if request.HasField(field) else None
+
+        result = await self._authority.complete_run(
+            request.workspace_id,
+            request.run_id,
+            RunOutcome(request.outcome),
+            (optional("tokens_input"), optional("tokens_output"), optional("tokens_total")),
+            request.notes,
+            request.error,
+            FinalStatus(request.final_status) if request.final_status else None,
+            request.request_id or None,
+            _fingerprint("CompleteRun", request),
+            render,
+        )
+        if isinstance(result, Remembered):
+            return pb.CompleteRunResponse.FromString(result.response)
+        return render(result)
+
+    async def GetRun(self, request, context):
+        requests.run_key(request)
+        run = await self._store.get_run(request.workspace_id, request.run_id)
+        if run is None:
+            raise ServiceError(reject(Reason.RUN_NOT_FOUND, f"run {request.run_id!r} does not exist", run_id=request.run_id))
+        return pb.GetRunResponse(run=run_to_proto(run))
+
+    async def ListRuns(self, request, context):
+        requests.listing(request, "task_id")
+        listing = ["runs", request.workspace_id, request.task_id]
+        cursor = _token(request, listing, list)
+        page = await self._store.list_runs(
+            request.workspace_id, request.task_id or None, tuple(cursor) if cursor else None, page_size(request.page_size)
+        )
+        last = page.items[-1] if page.items else None
+        return pb.ListRunsResponse(
+            runs=[run_to_proto(r) for r in page.items],
+            next_page_token=encode_token(listing, [last.claimed_at, last.run_id]) if page.more else "",
+        )
+
+    async def RecordEvidence(self, request, context):
+        requests.record_evidence(request)
+        _check_deadline(context)
+        record = EvidenceRecord(
+            evidence_id="",
+            workspace_id=request.workspace_id,
+            task_id=request.task_id,
+            generation=request.generation,
+            kind=request.kind,
+            passed=request.verdict == pb.EVIDENCE_VERDICT_PASSED,
+            checkpoint=request.checkpoint,
+            details=request.details,
+            run_id=request.run_id or None,
+            recorded_at=0,
+        )
+        result = await self._store.record_evidence(
+            record,
+            request.request_id or None,
+            _fingerprint("RecordEvidence", request),
+            lambda stored: pb.RecordEvidenceResponse(evidence=evidence_to_proto(stored)),
+        )
+        if isinstance(result, Remembered):
+            return pb.RecordEvidenceResponse.FromString(result.response)
+        if isinstance(result, EvidenceRecord):
+            return pb.RecordEvidenceResponse(evidence=evidence_to_proto(result))
+        raise ServiceError(result)
+
+    async def AttemptCompletion(self, request, context):
+        requests.attempt_completion(request)
+        _check_deadline(context)
+        outcome = await self._authority.attempt(
+            AttemptCommand(
+                workspace_id=request.workspace_id,
+                task_id=request.task_id,
+                run_id=request.run_id,
+                claimed_epoch=request.epoch,
+                outcome=RequestedOutcome(request.outcome),
+                result=request.result,
+                state_version=request.state_version if request.HasField("state_version") else None,
+                request_id=request.request_id or None,
+                fingerprint=_fingerprint("AttemptCompletion", request),
+                render=_render_attempt,
+            )
+        )
+        if isinstance(outcome, Remembered):
+            return await self._replayed_attempt(outcome)
+        return _render_attempt(outcome)
+
+    async def _replayed_attempt(self, remembered: Remembered) -> pb.AttemptCompletionResponse:
+        """The original decision, with the completion's current settlement."""
+        response = pb.AttemptCompletionResponse.FromString(remembered.response)
+        if response.HasField("completion"):
+            stored = response.completion
+            current = await self._store.get_completion(stored.workspace_id, stored.task_id, stored.generation)
+            if current is not None:
+                response.completion.CopyFrom(completion_to_proto(current))
+        return response
+
+    async def GetCompletion(self, request, context):
+        requests.get_completion(request)
+        completion = await self._store.get_completion(request.workspace_id, request.task_id, request.generation)
+        if completion is None:
+            raise ServiceError(
+                reject(
+                    Reason.COMPLETION_NOT_FOUND,
+                    f"task {request.task_id!r} generation {request.generation} has no completion",
+                    task_id=request.task_id,
+                    generation=request.generation,
+                )
+            )
+        return pb.GetCompletionResponse(completion=completion_to_proto(completion))
+
+    async def ListCompletions(self, request, context):
+        requests.listing(request, "task_id")
+        listing = ["completions", request.workspace_id, request.task_id]
+        cursor = _token(request, listing, list)
+        page = await self._store.list_completions(
+            request.workspace_id, request.task_id or None, tuple(cursor) if cursor else None, page_size(request.page_size)
+        )
+        last = page.items[-1] if page.items else None
+        return pb.ListCompletionsResponse(
+            completions=[completion_to_proto(c) for c in page.items],
+            next_page_token=encode_token(listing, [last.committed_at, last.completion_id]) if page.more else "",
+        )
+
+    async def ListAuditLog(self, request, context):
+        requests.listing(request, "task_id", "run_id")
+        listing = ["audit", request.workspace_id, request.task_id, request.run_id]
+        cursor = _token(request, listing, int) or 0
+        page = await self._store.list_audit(
+            request.workspace_id, request.task_id or None, request.run_id or None, cursor, page_size(request.page_size)
+        )
+        return pb.ListAuditLogResponse(
+            entries=[audit_to_proto(a) for a in page.items],
+            next_page_token=encode_token(listing, page.items[-1].audit_id) if page.more else "",
+        )
+
+    async def WatchCompletionEvents(self, request, context) -> AsyncIterator[pb.WatchCompletionEventsResponse]:
+        requests.watch(request)
+        workspace, task = request.workspace_id, request.task_id or None
+
+        async for item in follow(
+            lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
+            self._broker,
+            workspace,
+            task,
+            request.after_sequence,
+            lambda event: pb.WatchCompletionEventsResponse(event=event_to_proto(event)),
+            lambda item: item.event.sequence,
+            overflow_error(Reason, self._broker.capacity),
+        ):
+            yield item
+
+
+def _render_attempt(outcome: AttemptOutcome) -> pb.AttemptCompletionResponse:
+    return pb.AttemptCompletionResponse(
+        decision=decision_to_proto(outcome.decision),
+        completion=completion_to_proto(outcome.completion) if outcome.completion else None,
+        existing_completion=outcome.existing,
+    )

@@ -1,0 +1,1 @@
+"""Storage port of the completion service and its SQLite adapter."""
