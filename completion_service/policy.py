@@ -55,8 +55,11 @@ def parse_policy(raw: dict, origin: str = "policy") -> PolicyBook:
     if unknown:
         raise PolicyError(f"{origin}: unknown sections {sorted(unknown)}")
     defaults = _workspace_policy(raw.get("defaults", {}), WorkspacePolicy(), f"{origin} [defaults]")
+    sections = raw.get("workspaces", {})
+    if not isinstance(sections, dict):
+        raise PolicyError(f"{origin}: [workspaces] must be a table of workspace tables")
     workspaces = {}
-    for workspace_id, section in raw.get("workspaces", {}).items():
+    for workspace_id, section in sections.items():
         if id_problem(workspace_id) or not workspace_id:
             raise PolicyError(f"{origin}: workspace id {workspace_id!r} is not a valid id")
         workspaces[workspace_id] = _workspace_policy(section, defaults, f"{origin} [workspaces.{workspace_id}]")
@@ -69,7 +72,12 @@ def _workspace_policy(section: dict, base: WorkspacePolicy, where: str) -> Works
     unknown = set(section) - _KEYS
     if unknown:
         raise PolicyError(f"{where}: unknown keys {sorted(unknown)}")
+    for key in ("required_evidence", "disabled_gates", "external_gates"):
+        if key in section and not isinstance(section[key], list):
+            raise PolicyError(f"{where}: {key} must be a list")
     known_gates = {gate.gate_id for gate in BUILT_IN_GATES}
+    if not all(isinstance(g, str) for g in section.get("disabled_gates", ())):
+        raise PolicyError(f"{where}: disabled_gates must be a list of gate ids")
     disabled = frozenset(section.get("disabled_gates", base.disabled_gates))
     if disabled - known_gates:
         raise PolicyError(f"{where}: unknown gates {sorted(disabled - known_gates)}")
@@ -80,7 +88,7 @@ def _workspace_policy(section: dict, base: WorkspacePolicy, where: str) -> Works
         if not isinstance(kind, str) or not kind or id_problem(kind):
             raise PolicyError(f"{where}: evidence kind {kind!r} is not a valid id")
     threshold = section.get("breaker_threshold", base.breaker_threshold)
-    if not isinstance(threshold, int) or threshold < 1:
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1:
         raise PolicyError(f"{where}: breaker_threshold must be a positive integer")
     external = base.external_gates
     if "external_gates" in section:
@@ -99,6 +107,6 @@ def _external_gate(raw: dict, where: str, known_gates: set[str]) -> ExternalGate
         raise PolicyError(f"{where}: external gate id {gate_id!r} is invalid or taken by a built-in gate")
     if not isinstance(address, str) or not address:
         raise PolicyError(f"{where}: external gate {gate_id}: address must be host:port")
-    if not isinstance(timeout, int) or not 1 <= timeout <= 60_000:
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 60_000:
         raise PolicyError(f"{where}: external gate {gate_id}: timeout_ms must be 1..60000")
     return ExternalGate(gate_id, address, timeout)
