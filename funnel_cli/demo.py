@@ -1,0 +1,132 @@
+"""Walks one task through the whole story against running services, printing
+each step: register, claim, a blocked attempt, evidence, an allowed attempt,
+settlement, the lifecycle event, and `complete_task` -> DONE."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Callable
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_pb2_grpc
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+
+WORKSPACE = "demo"
+
+
+def _name(enum_type, value: int, prefix: str) -> str:
+    return enum_type.Name(value).removeprefix(prefix)
+
+
+class DemoFailed(RuntimeError):
+    pass
+
+
+async def run_demo(lifecycle_address: str, completion_address: str, say: Callable[[str], None] = print) -> dict:
+    """Returns what a test needs to check the story; raises DemoFailed if any step
+    does not behave as the story says."""
+    task_id = f"demo-{uuid.uuid4().hex[:8]}"
+    async with grpc.aio.insecure_channel(lifecycle_address) as lch, grpc.aio.insecure_channel(completion_address) as cch:
+        lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(lch)
+        completion = completion_pb2_grpc.CompletionServiceStub(cch)
+        timeout = 10.0
+
+        registered = await lifecycle.RegisterTask(
+            lpb.RegisterTaskRequest(
+                workspace_id=WORKSPACE,
+                task_id=task_id,
+                request_id=f"{task_id}-register",
+                cause=lpb.Cause(source="funnel demo", reason="a task to finish"),
+            ),
+            timeout=timeout,
+        )
+        say(f"1. register   task {task_id} in workspace {WORKSPACE!r}: generation {registered.task.generation}, "
+            f"{_name(lpb.GenerationState, registered.task.state, 'GENERATION_STATE_')}, revision {registered.task.revision}")
+
+        claim = await completion.ClaimTask(
+            cpb.ClaimTaskRequest(workspace_id=WORKSPACE, task_id=task_id, agent_id="demo-agent", lease_ttl=Duration(seconds=60)),
+            timeout=timeout,
+        )
+        run = claim.run
+        say(f"2. claim      run {run.run_id} holds the lease (epoch {claim.lease.epoch}); "
+            "the lifecycle service now shows the task ACTIVE, IN_PROGRESS")
+
+        def attempt() -> cpb.AttemptCompletionRequest:
+            return cpb.AttemptCompletionRequest(
+                workspace_id=WORKSPACE,
+                task_id=task_id,
+                run_id=run.run_id,
+                epoch=claim.lease.epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                result="Implemented the change; all tests pass.",
+            )
+
+        blocked = await completion.AttemptCompletion(attempt(), timeout=timeout)
+        verdict = _name(cpb.Verdict, blocked.decision.verdict, "VERDICT_")
+        action = _name(cpb.AgentAction, blocked.decision.next_action, "AGENT_ACTION_")
+        say(f"3. attempt    {verdict}: next action {action}\n               {blocked.decision.instruction}")
+        if blocked.decision.verdict != cpb.VERDICT_SOFT_BLOCK or blocked.decision.next_action != cpb.AGENT_ACTION_RECORD_EVIDENCE:
+            raise DemoFailed(f"expected a soft block asking for evidence, got {verdict} / {action}")
+
+        evidence = await completion.RecordEvidence(
+            cpb.RecordEvidenceRequest(
+                workspace_id=WORKSPACE,
+                task_id=task_id,
+                generation=run.generation,
+                kind="tests",
+                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                details="pytest: 42 passed",
+                run_id=run.run_id,
+            ),
+            timeout=timeout,
+        )
+        say(f"4. evidence   {evidence.evidence.kind} PASSED at checkpoint {evidence.evidence.checkpoint!r} "
+            f"({evidence.evidence.evidence_id})")
+
+        allowed = await completion.AttemptCompletion(attempt(), timeout=timeout)
+        done = allowed.completion
+        say(f"5. attempt    {_name(cpb.Verdict, allowed.decision.verdict, 'VERDICT_')}: completion {done.completion_id}\n"
+            f"               identity {done.identity}")
+        if allowed.decision.verdict != cpb.VERDICT_ALLOW:
+            raise DemoFailed(f"expected the second attempt to be allowed: {allowed.decision.instruction}")
+        say(f"6. settlement {_name(cpb.SettlementStatus, done.settlement, 'SETTLEMENT_STATUS_')} "
+            f"at lifecycle revision {done.lifecycle_revision}")
+
+        events = await lifecycle.ListLifecycleEvents(
+            lpb.ListLifecycleEventsRequest(workspace_id=WORKSPACE, task_id=task_id), timeout=timeout
+        )
+        terminal = [e for e in events.events if e.to_state == lpb.GENERATION_STATE_TERMINAL]
+        if not terminal:
+            raise DemoFailed("the lifecycle history has no terminal event")
+        event = terminal[0]
+        say(f"7. lifecycle  event #{event.sequence}: generation {event.generation} transitioned to terminal "
+            f"{_name(lpb.TerminalOutcome, event.outcome, 'TERMINAL_OUTCOME_')} at revision {event.revision} "
+            f"(completion {event.completion_id})")
+
+        closed = await completion.CompleteRun(
+            cpb.CompleteRunRequest(
+                workspace_id=WORKSPACE,
+                run_id=run.run_id,
+                outcome=cpb.RUN_OUTCOME_SUCCEEDED,
+                tokens_input=1200,
+                tokens_output=300,
+                tokens_total=1500,
+                notes="Implemented the change; all tests pass.",
+            ),
+            timeout=timeout,
+        )
+        final = _name(cpb.FinalStatus, closed.final_status, "FINAL_STATUS_")
+        say(f"8. complete_task run {closed.run_id} closed: final status {final}, {closed.tokens_total} tokens")
+        if closed.final_status != cpb.FINAL_STATUS_DONE:
+            raise DemoFailed(f"expected DONE after complete_task, got {final}")
+        return {
+            "task_id": task_id,
+            "run_id": run.run_id,
+            "completion_id": done.completion_id,
+            "terminal_event_sequence": event.sequence,
+            "final_status": final,
+        }

@@ -1,0 +1,129 @@
+"""Starts the two services as separate processes and waits until both serve."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+READY_TIMEOUT = 20.0
+
+
+class StartupFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    process: subprocess.Popen
+    address: str = ""
+    log_path: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+    def stop(self, timeout: float = 10.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+
+def spawn(name: str, module: str, args: list[str], log_path: Path, env: dict | None = None) -> ServiceProcess:
+    """Starts `python -m module args`; stdout carries the one `serving on` line,
+    stderr goes to log_path."""
+    log = open(log_path, "ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        env={**os.environ, **(env or {})},
+    )
+    log.close()
+    service = ServiceProcess(name, process, log_path=log_path)
+    service.address = _read_address(service)
+    return service
+
+
+def _read_address(service: ServiceProcess) -> str:
+    deadline = time.monotonic() + READY_TIMEOUT
+    stdout = service.process.stdout
+    while time.monotonic() < deadline:
+        line = stdout.readline().decode(errors="replace").strip()
+        if line:
+            if " serving on " in line:
+                return line.rsplit(" ", 1)[1]
+            continue
+        if service.process.poll() is not None:
+            tail = service.log_path.read_text(errors="replace")[-2000:] if service.log_path else ""
+            raise StartupFailed(f"{service.name} exited with code {service.process.returncode}:\n{tail}")
+    service.stop()
+    raise StartupFailed(f"{service.name} did not start within {READY_TIMEOUT:.0f}s")
+
+
+async def wait_serving(address: str, timeout: float = READY_TIMEOUT) -> None:
+    """Polls the standard health service until it reports SERVING."""
+    deadline = time.monotonic() + timeout
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                response = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise StartupFailed(f"{address} did not report SERVING within {timeout:.0f}s")
+            await asyncio.sleep(0.05)
+
+
+def start_pair(
+    data_dir: Path,
+    lifecycle_listen: str,
+    completion_listen: str,
+    policy_file: str,
+    extra_lifecycle: list[str] = (),
+    extra_completion: list[str] = (),
+    env: dict | None = None,
+) -> tuple[ServiceProcess, ServiceProcess]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lifecycle = spawn(
+        "lifecycle_service",
+        "lifecycle_service",
+        ["--listen", lifecycle_listen, "--database", str(data_dir / "lifecycle.sqlite3"), *extra_lifecycle],
+        data_dir / "lifecycle.log",
+        env,
+    )
+    try:
+        completion = spawn(
+            "completion_service",
+            "completion_service",
+            [
+                "--listen",
+                completion_listen,
+                "--database",
+                str(data_dir / "completion.sqlite3"),
+                "--lifecycle-address",
+                lifecycle.address,
+                "--policy-file",
+                policy_file,
+                *extra_completion,
+            ],
+            data_dir / "completion.log",
+            env,
+        )
+    except BaseException:
+        lifecycle.stop()
+        raise
+    return lifecycle, completion
