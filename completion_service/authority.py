@@ -67,9 +67,9 @@ def _lifecycle_unavailable(exc: LifecycleUnavailable) -> ServiceError:
     )
 
 
-def _lifecycle_rejected(exc: LifecycleRejected) -> ServiceError:
+def _lifecycle_rejected(exc: LifecycleRejected, task_id: str) -> ServiceError:
     if exc.reason == "TASK_NOT_FOUND":
-        return ServiceError(reject(Reason.TASK_NOT_FOUND, exc.message))
+        return ServiceError(reject(Reason.TASK_NOT_FOUND, exc.message, task_id=task_id))
     return ServiceError(
         reject(Reason.LIFECYCLE_REJECTED, f"the lifecycle service refused: {exc.message}", lifecycle_reason=exc.reason)
     )
@@ -107,11 +107,12 @@ class CompletionAuthority:
 
     # -- lifecycle view ----------------------------------------------------
 
-    async def _task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+    async def lifecycle_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+        """The lifecycle record of a task, with lifecycle errors mapped to this service's."""
         try:
             return await self.lifecycle.get_task(workspace_id, task_id)
         except LifecycleRejected as exc:
-            raise _lifecycle_rejected(exc) from None
+            raise _lifecycle_rejected(exc, task_id) from None
         except LifecycleUnavailable as exc:
             raise _lifecycle_unavailable(exc) from None
 
@@ -134,7 +135,7 @@ class CompletionAuthority:
             response = parse(remembered.response)
             await self._confirm_claim(workspace_id, response.run.task_id, response.run.run_id, request_id)
             return response
-        current = await self._task(workspace_id, task_id)
+        current = await self.lifecycle_task(workspace_id, task_id)
         task = current.task
         if task.state == lpb.GENERATION_STATE_TERMINAL:
             raise ServiceError(
@@ -194,7 +195,7 @@ class CompletionAuthority:
             await self.store.withdraw_claim(workspace_id, run_id, request_id, exc.reason)
             if exc.reason == "CANCELLATION_FENCED":
                 raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message)) from None
-            raise _lifecycle_rejected(exc) from None
+            raise _lifecycle_rejected(exc, task_id) from None
         except LifecycleUnavailable as exc:
             await self.store.withdraw_claim(workspace_id, run_id, request_id, "lifecycle service unavailable")
             raise _lifecycle_unavailable(exc) from None
@@ -211,7 +212,7 @@ class CompletionAuthority:
         _raise_if_rejected(remembered)
         if isinstance(remembered, Remembered):
             return remembered
-        current = await self._task(command.workspace_id, command.task_id)
+        current = await self.lifecycle_task(command.workspace_id, command.task_id)
         policy = self.policies.for_workspace(command.workspace_id)
         command = _with(command, lifecycle=view_of(current.task, list(current.open_attached_child_task_ids)), policy=policy)
         if policy.external_gates:
@@ -372,7 +373,7 @@ class CompletionAuthority:
         except LifecycleUnavailable as exc:
             raise _lifecycle_unavailable(exc) from None
         except LifecycleRejected as exc:
-            raise _lifecycle_rejected(exc) from None
+            raise _lifecycle_rejected(exc, run.task_id) from None
         tokens_input, tokens_output, reported_total = tokens
 
         def render_closed(closed: RunRecord) -> Message:

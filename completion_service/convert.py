@@ -11,8 +11,10 @@ from completion_service.core.model import (
     Lease,
     RunRecord,
 )
+from completion_service.core.transcript import EventKind, SessionEvent, TurnEndReason
 from funnel.completion.v1 import completion_pb2 as pb
-from funnel.runtime.timestamps import to_timestamp
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.runtime.timestamps import to_micros, to_timestamp
 
 
 def lease_to_proto(lease: Lease) -> pb.Lease:
@@ -126,3 +128,79 @@ def audit_to_proto(a: AuditEntry) -> pb.AuditEntry:
         metadata=dict(a.metadata),
         record_time=to_timestamp(a.recorded_at),
     )
+
+
+_BODY_FIELDS = {
+    EventKind.TURN_START: "turn_start",
+    EventKind.TURN_END: "turn_end",
+    EventKind.STEP_START: "step_start",
+    EventKind.STEP_END: "step_end",
+    EventKind.TOOL_CALL: "tool_call",
+    EventKind.TOOL_RESULT: "tool_result",
+    EventKind.USER_MESSAGE: "user_message",
+    EventKind.ASSISTANT_MESSAGE: "assistant_message",
+    EventKind.CHECKPOINT: "checkpoint",
+    EventKind.CHECKPOINT_RESTORE: "checkpoint_restore",
+    EventKind.USER_FEEDBACK: "user_feedback",
+    EventKind.PROMPT_RESEND: "prompt_resend",
+}
+KIND_OF_BODY = {name: kind for kind, name in _BODY_FIELDS.items()}
+# The body field that holds each kind's id, and its text field.
+_REF_FIELD = {
+    "turn_start": "turn_id",
+    "turn_end": "turn_id",
+    "step_start": "step_id",
+    "step_end": "step_id",
+    "tool_call": "call_id",
+    "tool_result": "call_id",
+    "checkpoint": "checkpoint_id",
+    "checkpoint_restore": "checkpoint_id",
+}
+_TEXT_FIELD = {
+    "tool_call": "arguments",
+    "tool_result": "content",
+    "user_message": "text",
+    "assistant_message": "text",
+    "user_feedback": "text",
+    "prompt_resend": "text",
+}
+
+
+def session_event_from_proto(message: tpb.SessionEvent) -> SessionEvent:
+    body_name = message.WhichOneof("body")
+    body = getattr(message, body_name)
+    return SessionEvent(
+        kind=KIND_OF_BODY[body_name],
+        ref=getattr(body, _REF_FIELD[body_name]) if body_name in _REF_FIELD else "",
+        name=body.tool_name if body_name == "tool_call" else "",
+        text=getattr(body, _TEXT_FIELD[body_name]) if body_name in _TEXT_FIELD else "",
+        is_error=body.is_error if body_name == "tool_result" else False,
+        reason=TurnEndReason(body.reason) if body_name == "turn_end" else None,
+        synthetic=message.synthetic,
+        generation=message.generation,
+        sequence=message.sequence,
+        recorded_at=to_micros(message.record_time) if message.HasField("record_time") else 0,
+    )
+
+
+def session_event_to_proto(event: SessionEvent) -> tpb.SessionEvent:
+    body_name = _BODY_FIELDS[event.kind]
+    message = tpb.SessionEvent(
+        sequence=event.sequence,
+        generation=event.generation,
+        synthetic=event.synthetic,
+        record_time=to_timestamp(event.recorded_at),
+    )
+    body = getattr(message, body_name)
+    body.SetInParent()
+    if body_name in _REF_FIELD:
+        setattr(body, _REF_FIELD[body_name], event.ref)
+    if body_name in _TEXT_FIELD:
+        setattr(body, _TEXT_FIELD[body_name], event.text)
+    if body_name == "tool_call":
+        body.tool_name = event.name
+    if body_name == "tool_result":
+        body.is_error = event.is_error
+    if body_name == "turn_end":
+        body.reason = event.reason.value
+    return message

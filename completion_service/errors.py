@@ -35,3 +35,7 @@ class Reason(enum.Enum):
     STORAGE_UNAVAILABLE = ReasonSpec(Code.UNAVAILABLE, "the database is unavailable; nothing was applied")
     DEADLINE_EXPIRED = ReasonSpec(Code.DEADLINE_EXCEEDED, "the caller's deadline expired before applying")
     INTERNAL_FAULT = ReasonSpec(Code.INTERNAL, "an unexpected fault")
+    STATE_VERSION_MISMATCH = ReasonSpec(Code.ABORTED, "expected_state_version is stale; reload and retry")
+    TRANSCRIPT_GRAMMAR_VIOLATION = ReasonSpec(Code.FAILED_PRECONDITION, "the events break the transcript grammar")
+    TRANSCRIPT_NOT_EMPTY = ReasonSpec(Code.FAILED_PRECONDITION, "imports need an empty transcript")
+    TRANSCRIPT_LINE_INVALID = ReasonSpec(Code.INVALID_ARGUMENT, "a JSONL line is not a valid event")

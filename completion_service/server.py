@@ -16,7 +16,9 @@ from completion_service.lifecycle_client import LifecycleClient
 from completion_service.policy import PolicyBook, PolicyError, load_policy
 from completion_service.service import SERVICE_NAME, CompletionService, publisher
 from completion_service.storage.sqlite import SqliteCompletionStore
-from funnel.completion.v1 import completion_pb2_grpc
+from completion_service.transcript_service import SERVICE_NAME as TRANSCRIPT_SERVICE
+from completion_service.transcript_service import TranscriptService
+from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.runtime import server as runtime
 from funnel.runtime.clock import Clock, IdSource, RandomIds, SystemClock
 from funnel.runtime.storage_errors import StorageRefused
@@ -70,9 +72,11 @@ async def start(
     policies: PolicyBook | None = None,
 ) -> RunningCompletion:
     clock = clock or SystemClock()
+    ids = ids or RandomIds()
     policies = policies if policies is not None else load_policy(config.policy_file)
     broker: EventBroker = EventBroker(config.watch_buffer)
-    store = await SqliteCompletionStore.open(config.database, clock, ids or RandomIds(), publisher(broker))
+    store = await SqliteCompletionStore.open(config.database, clock, ids, publisher(broker))
+    await store.discard_all_imports()
     channel = grpc.aio.insecure_channel(config.lifecycle_address)
     authority = CompletionAuthority(
         store,
@@ -82,11 +86,12 @@ async def start(
         settle_interval=config.settle_interval,
         stall_after=config.stall_after,
     )
-    server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, f"/{SERVICE_NAME}/")
+    server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, "/funnel.completion.v1.")
     completion_pb2_grpc.add_CompletionServiceServicer_to_server(CompletionService(authority, broker), server)
-    health = runtime.Health(server, [SERVICE_NAME])
+    transcript_pb2_grpc.add_TranscriptServiceServicer_to_server(TranscriptService(authority, ids), server)
+    health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
     if config.reflection:
-        runtime.enable_reflection(server, [SERVICE_NAME])
+        runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
     port = runtime.bind(server, config.listen)
     await server.start()
     health.start(store.check_writable, config.health_interval)

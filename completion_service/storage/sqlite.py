@@ -36,6 +36,7 @@ from completion_service.core.model import (
 )
 from completion_service.core.runs import LeaseHeld, RenewalProblem, judge_claim, judge_renewal
 from completion_service.errors import Reason
+from completion_service.storage.transcripts import TranscriptStorage
 from completion_service.storage.port import (
     AttemptCommand,
     AttemptOutcome,
@@ -86,7 +87,7 @@ class _RolledBack(Exception):
         self.rejection = rejection
 
 
-class SqliteCompletionStore:
+class SqliteCompletionStore(TranscriptStorage):
     def __init__(
         self,
         writer: Database,

@@ -78,6 +78,7 @@ class ErrorTranslation(grpc.aio.ServerInterceptor):
         self._domain = domain
         self._internal = catalogue["INTERNAL_FAULT"]
         self._storage = catalogue["STORAGE_UNAVAILABLE"]
+        self._catalogue = catalogue
         self._prefix = method_prefix
 
     async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
@@ -85,32 +86,59 @@ class ErrorTranslation(grpc.aio.ServerInterceptor):
         if handler is None or not details.method.startswith(self._prefix):
             return handler
         method = details.method
+        deserializer = _tolerant(handler.request_deserializer)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 try:
+                    if isinstance(request, _Undecodable):
+                        raise ServiceError(self._undecodable(request))
                     return await inner(request, context)
                 except Exception as exc:  # noqa: BLE001 - translated, never leaked
                     await self._abort(context, method, exc)
 
             return grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+                unary, request_deserializer=deserializer, response_serializer=handler.response_serializer
             )
         if handler.unary_stream is not None:
             inner_stream = handler.unary_stream
 
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 try:
+                    if isinstance(request, _Undecodable):
+                        raise ServiceError(self._undecodable(request))
                     async for item in inner_stream(request, context):
                         yield item
                 except Exception as exc:  # noqa: BLE001 - translated, never leaked
                     await self._abort(context, method, exc)
 
             return grpc.unary_stream_rpc_method_handler(
-                stream, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+                stream, request_deserializer=deserializer, response_serializer=handler.response_serializer
+            )
+        if handler.stream_unary is not None:
+            inner_upload = handler.stream_unary
+
+            async def upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                async def checked() -> Any:
+                    async for request in request_iterator:
+                        if isinstance(request, _Undecodable):
+                            raise ServiceError(self._undecodable(request))
+                        yield request
+
+                try:
+                    return await inner_upload(checked(), context)
+                except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                    await self._abort(context, method, exc)
+
+            return grpc.stream_unary_rpc_method_handler(
+                upload, request_deserializer=deserializer, response_serializer=handler.response_serializer
             )
         return handler
+
+    def _undecodable(self, request: "_Undecodable") -> Rejection:
+        # Without this, grpc answers an unparsable request with UNKNOWN and the parser's text.
+        return Rejection(self._catalogue["FIELD_MALFORMED"], f"the request could not be decoded: {request.problem}")
 
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
         if isinstance(exc, grpc.aio.AbortError):
@@ -124,3 +152,23 @@ class ErrorTranslation(grpc.aio.ServerInterceptor):
             log.exception("%s: unexpected fault", method)
             rejection = Rejection(self._internal, "internal fault; see the server log")
         await context.abort_with_status(to_status(rejection, self._domain))
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes are not a valid message."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller as INVALID_ARGUMENT
+            return _Undecodable(type(exc).__name__)
+
+    return deserialize

@@ -111,6 +111,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STORAGE_UNAVAILABLE: _ClassVar[ErrorReason]
     DEADLINE_EXPIRED: _ClassVar[ErrorReason]
     INTERNAL_FAULT: _ClassVar[ErrorReason]
+    STATE_VERSION_MISMATCH: _ClassVar[ErrorReason]
+    TRANSCRIPT_GRAMMAR_VIOLATION: _ClassVar[ErrorReason]
+    TRANSCRIPT_NOT_EMPTY: _ClassVar[ErrorReason]
+    TRANSCRIPT_LINE_INVALID: _ClassVar[ErrorReason]
 REQUESTED_OUTCOME_UNSPECIFIED: RequestedOutcome
 REQUESTED_OUTCOME_COMPLETED: RequestedOutcome
 REQUESTED_OUTCOME_FAILED: RequestedOutcome
@@ -182,6 +186,10 @@ WATCH_OVERFLOW: ErrorReason
 STORAGE_UNAVAILABLE: ErrorReason
 DEADLINE_EXPIRED: ErrorReason
 INTERNAL_FAULT: ErrorReason
+STATE_VERSION_MISMATCH: ErrorReason
+TRANSCRIPT_GRAMMAR_VIOLATION: ErrorReason
+TRANSCRIPT_NOT_EMPTY: ErrorReason
+TRANSCRIPT_LINE_INVALID: ErrorReason
 
 class Lease(_message.Message):
     __slots__ = ("task_id", "run_id", "epoch", "expire_time")

@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class CompletionServiceStub:
-    """Runs, leases, evidence and the completion transaction.
+    """Runs, leases, evidence and the completion transaction. See the file comment
+    for the transaction and the conventions.
     """
 
     def __init__(self, channel):
@@ -93,27 +94,34 @@ class CompletionServiceStub:
 
 
 class CompletionServiceServicer:
-    """Runs, leases, evidence and the completion transaction.
+    """Runs, leases, evidence and the completion transaction. See the file comment
+    for the transaction and the conventions.
     """
 
     def ClaimTask(self, request, context):
         """Opens an agent run on a task and grants it the task's coordination lease
         `(task, run_id, epoch)`. The epoch grows on every claim and fences older
         holders. Activates a `REGISTERED` generation and sets work status
-        `IN_PROGRESS` through the lifecycle service.
-        Errors: `LEASE_HELD` (another open run holds a live lease; metadata
-        `holder_run_id`, `lease_expires_at`), `TASK_NOT_FOUND`,
-        `GENERATION_TERMINAL`, `CANCELLATION_REQUESTED`, `LIFECYCLE_REJECTED`
-        (metadata `lifecycle_reason`), `LIFECYCLE_UNAVAILABLE`.
+        `IN_PROGRESS` through the lifecycle service. If the lifecycle service refuses
+        that or does not answer, the claim is withdrawn (the run closes `CANCELLED`,
+        its lease lapses) and the error is returned.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE` (`lease_ttl`), `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
+        `GENERATION_TERMINAL`, `CANCELLATION_REQUESTED`, `LEASE_HELD` (another open
+        run holds a live lease; metadata `holder_run_id`, `lease_expires_at`),
+        `LIFECYCLE_REJECTED` (metadata `lifecycle_reason`), `LIFECYCLE_UNAVAILABLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RenewLease(self, request, context):
-        """Extends the live lease of an open run.
-        Errors: `RUN_NOT_FOUND`, `RUN_ALREADY_FINISHED`, `LEASE_NOT_CURRENT` (a newer
-        claim superseded it; metadata `current_epoch`), `LEASE_EXPIRED`.
+        """Extends the live lease of an open run to now + `lease_ttl`; the epoch stays.
+        An expired lease cannot be renewed: claim again.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE` (`epoch`, `lease_ttl`), `REQUEST_ID_REUSED`,
+        `RUN_NOT_FOUND`, `RUN_ALREADY_FINISHED`, `LEASE_NOT_CURRENT` (a newer claim
+        superseded it; metadata `current_epoch`), `LEASE_EXPIRED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -130,7 +138,13 @@ class CompletionServiceServicer:
         transaction with the run's lease and the notes as result; if the gates deny
         it the run still closes and `decision` says why. `FAILED` -> `BLOCKED`;
         `CANCELLED` -> cancellation requested and settled; `STALLED` -> unchanged.
-        Errors: `RUN_NOT_FOUND`, `RUN_ALREADY_FINISHED`, `LIFECYCLE_UNAVAILABLE`
+        A lifecycle refusal of the status change does not fail the close
+        (`lifecycle_reason`).
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG` (`notes` above
+        1048576 characters, `error`), `ENUM_UNSPECIFIED` (`outcome`, `final_status`),
+        `VALUE_OUT_OF_RANGE` (negative tokens), `REQUEST_ID_REUSED`, `RUN_NOT_FOUND`,
+        `RUN_ALREADY_FINISHED`, `COMPLETION_CONFLICT`, `COMPLETION_CORRUPTED`,
+        `SNAPSHOT_CHANGED` (from the completion transaction), `LIFECYCLE_UNAVAILABLE`
         (nothing was closed; retry with the same `request_id`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -138,7 +152,8 @@ class CompletionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetRun(self, request, context):
-        """Reads one run. Errors: `RUN_NOT_FOUND`.
+        """Reads one run, open or closed.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`, `RUN_NOT_FOUND`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -146,6 +161,8 @@ class CompletionServiceServicer:
 
     def ListRuns(self, request, context):
         """Lists runs of a workspace (optionally of one task), newest claim first.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, page token),
+        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -153,8 +170,12 @@ class CompletionServiceServicer:
 
     def RecordEvidence(self, request, context):
         """Records one evidence fact (for example a test run) for a task generation at a
-        checkpoint. Evidence counts only for the checkpoint it names.
-        Errors: field errors only.
+        checkpoint. Evidence counts only for the checkpoint it names; for each kind
+        the latest fact at that checkpoint counts. Append-only; the task and run are
+        not checked for existence.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `ENUM_UNSPECIFIED` (`verdict`), `VALUE_OUT_OF_RANGE` (`generation`),
+        `REQUEST_ID_REUSED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -163,9 +184,16 @@ class CompletionServiceServicer:
     def AttemptCompletion(self, request, context):
         """Runs the completion transaction (see the file comment) for a run holding
         the task's lease. A block is a normal response (`decision.verdict`), not an
-        error. Errors: `RUN_NOT_FOUND`, `TASK_NOT_FOUND`, `COMPLETION_CONFLICT`,
+        error. A committed completion whose settlement could not be confirmed yet
+        is returned with `settlement` `PENDING`; the outbox settler finishes it.
+        A repeated `request_id` returns the original decision with the
+        completion's current settlement.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG` (`result`),
+        `ENUM_UNSPECIFIED` (`outcome`), `VALUE_OUT_OF_RANGE` (`epoch`,
+        `state_version`), `REQUEST_ID_REUSED`, `RUN_NOT_FOUND` (also a run of
+        another task), `TASK_NOT_FOUND`, `COMPLETION_CONFLICT`,
         `COMPLETION_CORRUPTED`, `SNAPSHOT_CHANGED` (ABORTED: the lease or state
-        version moved between evaluation and commit; retry),
+        version moved while external gates were consulted; retry),
         `LIFECYCLE_UNAVAILABLE` (the lifecycle view could not be read; nothing was
         committed).
         """
@@ -174,21 +202,28 @@ class CompletionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetCompletion(self, request, context):
-        """Reads the completion of a task generation. Errors: `COMPLETION_NOT_FOUND`.
+        """Reads the completion of a task generation, with its current settlement.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE` (`generation`), `COMPLETION_NOT_FOUND`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListCompletions(self, request, context):
-        """Lists a workspace's completions (optionally of one task), oldest first.
+        """Lists a workspace's completions (optionally of one task), oldest commit first.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, page token),
+        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListAuditLog(self, request, context):
-        """Lists audit rows (`task.completed`), oldest first.
+        """Lists a workspace's audit rows (`task.completed`, one per closed run), oldest
+        first, optionally of one task and/or run.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, page token),
+        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,7 +233,10 @@ class CompletionServiceServicer:
         """Streams completion events with `sequence > after_sequence` like
         `WatchLifecycleEvents`: backlog, then live; no gaps, no duplicates; a
         watcher that falls behind its buffer ends with `RESOURCE_EXHAUSTED`
-        (`WATCH_OVERFLOW`, metadata `resume_after_sequence`).
+        (`WATCH_OVERFLOW`, metadata `resume_after_sequence`). Resume with the last
+        `sequence` received. An unknown task filter is not an error.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -271,7 +309,8 @@ def add_CompletionServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class CompletionService:
-    """Runs, leases, evidence and the completion transaction.
+    """Runs, leases, evidence and the completion transaction. See the file comment
+    for the transaction and the conventions.
     """
 
     @staticmethod
@@ -602,6 +641,8 @@ class CompletionGateServicer:
     def EvaluateGate(self, request, context):
         """Judges one snapshot. Must be a pure function of the request: it may be
         called more than once for the same attempt.
+        Errors: none defined by this contract. Any error status, a missed deadline
+        or an unspecified status fails the gate closed (next action `RETRY_LATER`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -119,10 +119,13 @@ class TaskLifecycleServiceServicer:
     def RegisterTask(self, request, context):
         """Creates a task at generation 1, revision 1, state `REGISTERED`, work status
         `READY`. An attached child must name the parent's current generation while
-        that generation is `ACTIVE` and not cancellation-fenced.
-        Errors: `TASK_ALREADY_EXISTS`; `PARENT_NOT_FOUND`; `PARENT_GENERATION_MISMATCH`,
-        `PARENT_NOT_ACTIVE`, `PARENT_CANCELLATION_FENCED` (attached only);
-        `REVISION_MISMATCH` when `expected_revision` is set and not 0.
+        that generation is `ACTIVE` and not cancellation-fenced; a detached child
+        may name any existing generation of the parent.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `ENUM_UNSPECIFIED`, `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`,
+        `TASK_ALREADY_EXISTS`, `REVISION_MISMATCH` (`expected_revision` set and not
+        0), `PARENT_NOT_FOUND`, `PARENT_GENERATION_MISMATCH`; attached only:
+        `PARENT_TERMINAL`, `PARENT_CANCELLATION_FENCED`, `PARENT_NOT_ACTIVE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,10 +134,13 @@ class TaskLifecycleServiceServicer:
     def ActivateGeneration(self, request, context):
         """`REGISTERED` -> `ACTIVE` for the current generation, optionally setting a
         non-terminal work status in the same transition.
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `GENERATION_TERMINAL`, `INVALID_TRANSITION` (not
-        `REGISTERED`), `CANCELLATION_FENCED`, and for attached children
-        `PARENT_NOT_ACTIVE` / `PARENT_CANCELLATION_FENCED`.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `ENUM_UNSPECIFIED`, `VALUE_OUT_OF_RANGE`, `WORK_STATUS_RESERVED`,
+        `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`, `REVISION_MISMATCH`,
+        `STALE_GENERATION`, `FUTURE_GENERATION`, `GENERATION_TERMINAL`,
+        `INVALID_TRANSITION` (not `REGISTERED`), `CANCELLATION_FENCED`, and for
+        attached children `PARENT_TERMINAL`, `PARENT_CANCELLATION_FENCED`,
+        `PARENT_NOT_ACTIVE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,8 +148,10 @@ class TaskLifecycleServiceServicer:
 
     def SuspendGeneration(self, request, context):
         """`ACTIVE` -> `SUSPENDED` for the current generation.
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `GENERATION_TERMINAL`, `INVALID_TRANSITION`,
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
+        `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
+        `GENERATION_TERMINAL`, `INVALID_TRANSITION` (not `ACTIVE`),
         `CANCELLATION_FENCED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -156,11 +164,15 @@ class TaskLifecycleServiceServicer:
         * current + 1 while the current generation is `TERMINAL` -> a new `ACTIVE`
         generation with work status `READY`, no outcome, no cancellation and no
         completion id. The terminal generation and its events stay as they were.
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `INVALID_TRANSITION`, `CANCELLATION_FENCED`,
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
+        `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
+        `GENERATION_TERMINAL` (naming the terminal generation instead of current + 1),
+        `INVALID_TRANSITION` (not `SUSPENDED`), `CANCELLATION_FENCED`,
         `ACTIVE_ATTACHED_CHILD` (a new generation while an attached child of the
         terminal one is not terminal), and for attached children
-        `PARENT_NOT_ACTIVE` / `PARENT_CANCELLATION_FENCED`.
+        `PARENT_GENERATION_MISMATCH`, `PARENT_TERMINAL`,
+        `PARENT_CANCELLATION_FENCED`, `PARENT_NOT_ACTIVE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -172,8 +184,10 @@ class TaskLifecycleServiceServicer:
         is refused, and failure, timeout and unproven completion facts are
         `CANCELLATION_FENCED`. Propagates a cancellation request to every attached,
         non-terminal child of this generation.
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `GENERATION_TERMINAL`, `CANCELLATION_ALREADY_REQUESTED`.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
+        `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
+        `GENERATION_TERMINAL`, `CANCELLATION_ALREADY_REQUESTED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -182,11 +196,12 @@ class TaskLifecycleServiceServicer:
     def SettleCancellation(self, request, context):
         """Settles a recorded cancellation request: the generation becomes `TERMINAL`
         with outcome `CANCELLED` and work status `CANCELLED`. Propagates to attached,
-        non-terminal children. Repeating it on the generation it cancelled returns
-        the original event.
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `GENERATION_TERMINAL` (terminal otherwise),
-        `CANCELLATION_NOT_REQUESTED`.
+        non-terminal children. Repeating it on a generation that ended `CANCELLED`
+        returns the original event.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
+        `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
+        `GENERATION_TERMINAL` (terminal otherwise), `CANCELLATION_NOT_REQUESTED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -197,11 +212,13 @@ class TaskLifecycleServiceServicer:
         `TERMINAL` with outcome `COMPLETED`, work status `DONE` and `completion_id`.
         Completion gates are never re-run. The same `completion_id` for a generation
         already completed with it returns the original event.
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `GENERATION_TERMINAL` (terminal otherwise),
-        `CANCELLATION_FENCED` (after the task's or an attached parent's fence without
-        proof of earlier `authoritative_at`), `ACTIVE_ATTACHED_CHILD`,
-        `PARENT_TERMINAL` (attached parent generation already terminal).
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
+        `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
+        `GENERATION_TERMINAL` (terminal otherwise), `CANCELLATION_FENCED` (after the
+        task's or an attached parent's fence without proof of earlier
+        `authoritative_at`), `ACTIVE_ATTACHED_CHILD`, `PARENT_TERMINAL` (attached
+        parent generation already terminal).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -212,16 +229,25 @@ class TaskLifecycleServiceServicer:
         `BLOCKED`. Propagates `PropagateParentTermination` to attached, non-terminal
         children. Repeating it on a generation that already failed returns the
         original event.
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `GENERATION_TERMINAL`, `CANCELLATION_FENCED` (no proof
-        can pass the fence), `PARENT_TERMINAL`.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
+        `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
+        `GENERATION_TERMINAL`, `CANCELLATION_FENCED` (the task's or its attached
+        parent's fence; no proof can pass it), `PARENT_TERMINAL`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SettleTimeout(self, request, context):
-        """Like `SettleFailure` with outcome `TIMED_OUT`.
+        """Like `SettleFailure` with outcome `TIMED_OUT` (work status `BLOCKED`).
+        Repeating it on a generation that already timed out returns the original
+        event.
+        Errors: as `SettleFailure`: `FIELD_REQUIRED`, `FIELD_MALFORMED`,
+        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`,
+        `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
+        `FUTURE_GENERATION`, `GENERATION_TERMINAL`, `CANCELLATION_FENCED`,
+        `PARENT_TERMINAL`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -234,9 +260,10 @@ class TaskLifecycleServiceServicer:
         propagates further down. The service submits this itself after a parent
         failure or timeout (and replays it after a crash); calling it directly is
         allowed and idempotent.
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `GENERATION_TERMINAL`, `NOT_ATTACHED_CHILD`,
-        `PARENT_NOT_TERMINAL`.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
+        `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
+        `GENERATION_TERMINAL`, `NOT_ATTACHED_CHILD`, `PARENT_NOT_TERMINAL`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -244,11 +271,13 @@ class TaskLifecycleServiceServicer:
 
     def SetWorkStatus(self, request, context):
         """Sets the backlog work status (`READY`, `IN_PROGRESS` or `BLOCKED`) of the
-        current, non-terminal generation. `DONE` and `CANCELLED` are only reached
-        through settlements (`WORK_STATUS_RESERVED`).
-        Errors: `TASK_NOT_FOUND`, `REVISION_MISMATCH`, `STALE_GENERATION`,
-        `FUTURE_GENERATION`, `GENERATION_TERMINAL`, `CANCELLATION_FENCED`,
-        `WORK_STATUS_RESERVED`.
+        current, non-terminal generation in any non-terminal state. `DONE` and
+        `CANCELLED` are only reached through settlements (`WORK_STATUS_RESERVED`).
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `ENUM_UNSPECIFIED`, `VALUE_OUT_OF_RANGE`, `WORK_STATUS_RESERVED`,
+        `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`, `REVISION_MISMATCH`,
+        `STALE_GENERATION`, `FUTURE_GENERATION`, `GENERATION_TERMINAL`,
+        `CANCELLATION_FENCED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -256,7 +285,8 @@ class TaskLifecycleServiceServicer:
 
     def GetTask(self, request, context):
         """Reads one task with the ids of its attached children that are not terminal.
-        Errors: `TASK_NOT_FOUND`.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `TASK_NOT_FOUND`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -264,8 +294,9 @@ class TaskLifecycleServiceServicer:
 
     def ListTasks(self, request, context):
         """Lists a workspace's tasks ordered by task id, optionally only the children of
-        one parent. Errors: `FIELD_MALFORMED` for a page token not issued for this
-        listing.
+        one parent. An unknown workspace or parent yields an empty page.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, or a page token not issued
+        for this listing), `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -273,7 +304,9 @@ class TaskLifecycleServiceServicer:
 
     def ListLifecycleEvents(self, request, context):
         """The committed history of one task in commit order (ascending `sequence`).
-        Errors: `TASK_NOT_FOUND`, `FIELD_MALFORMED` (page token).
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, or a page token not issued
+        for this listing), `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`),
+        `TASK_NOT_FOUND` (checked on the first page).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -282,11 +315,14 @@ class TaskLifecycleServiceServicer:
     def WatchLifecycleEvents(self, request, context):
         """Streams a workspace's committed events with `sequence > after_sequence`, in
         ascending order, optionally only for one task: first the stored backlog,
-        then live events as they commit, with no gaps and no duplicates. To resume
-        after a disconnect, call again with the last `sequence` received.
-        A watcher that falls more than the server's buffer behind is ended with
-        `RESOURCE_EXHAUSTED` (`WATCH_OVERFLOW`, metadata `resume_after_sequence`);
-        commits are never slowed down by a watcher.
+        then live events as they commit, with no gaps and no duplicates. The stream
+        does not end by itself. To resume after a disconnect, call again with the
+        last `sequence` received. An unknown task filter is not an error.
+        A watcher that falls more than the server's buffer (1024 events by default)
+        behind is ended with `RESOURCE_EXHAUSTED` (`WATCH_OVERFLOW`, metadata
+        `resume_after_sequence`); commits are never slowed down by a watcher.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,71 @@
+"""JSONL interop for transcripts: one `SessionEvent` per line in the protobuf JSON
+mapping (proto field names), and a streaming reader that tolerates exactly one
+kind of damage: a torn final line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from google.protobuf import json_format
+
+from funnel.completion.v1 import transcript_pb2 as tpb
+
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+def to_line(event: tpb.SessionEvent) -> bytes:
+    document = json_format.MessageToDict(event, preserving_proto_field_name=True)
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+class LineDamaged(Exception):
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(f"line {line}: {problem}")
+        self.line = line
+        self.problem = problem
+
+
+def parse_line(raw: bytes, line: int) -> tpb.SessionEvent:
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise LineDamaged(line, f"not a JSON document ({exc})") from None
+    if not isinstance(document, dict):
+        raise LineDamaged(line, "not a JSON object")
+    event = tpb.SessionEvent()
+    try:
+        json_format.ParseDict(document, event)
+    except json_format.ParseError as exc:
+        raise LineDamaged(line, f"not a SessionEvent ({exc})") from None
+    return event
+
+
+@dataclass
+class LineSplitter:
+    """Feeds bytes, yields complete lines with their numbers; keeps at most one
+    partial line in memory."""
+
+    pending: bytearray = field(default_factory=bytearray)
+    line_number: int = 0
+
+    def feed(self, chunk: bytes) -> list[tuple[int, bytes]]:
+        self.pending += chunk
+        lines = []
+        while True:
+            end = self.pending.find(b"\n")
+            if end < 0:
+                break
+            self.line_number += 1
+            lines.append((self.line_number, bytes(self.pending[:end])))
+            del self.pending[: end + 1]
+        if len(self.pending) > MAX_LINE_BYTES:
+            raise LineDamaged(self.line_number + 1, f"longer than {MAX_LINE_BYTES} bytes")
+        return lines
+
+    def final(self) -> tuple[int, bytes] | None:
+        """The last line if the input did not end with a newline."""
+        if not self.pending:
+            return None
+        self.line_number += 1
+        return self.line_number, bytes(self.pending)

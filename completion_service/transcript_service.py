@@ -1,0 +1,323 @@
+"""The gRPC face of transcripts: appends (with reopening into a new generation),
+loads (with interrupted-turn repair), JSONL export and import, and resume advice."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from completion_service.authority import CompletionAuthority
+from completion_service.convert import session_event_from_proto, session_event_to_proto
+from completion_service.core import transcript as grammar
+from completion_service.core.transcript import EventKind, Tail, Violation
+from completion_service.errors import Reason
+from completion_service.jsonl import LineDamaged, LineSplitter, parse_line, to_line
+from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
+from completion_service.storage.port import Remembered
+from completion_service.storage.transcripts import Appended, grammar_rejection
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.completion.v1 import transcript_pb2_grpc
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.clock import IdSource
+from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.idempotency import fingerprint
+from funnel.runtime.paging import MAX_PAGE_SIZE, decode_token, encode_token, page_size
+from funnel.runtime.validation import Checker, malformed_page_token
+
+SERVICE_NAME = "funnel.completion.v1.TranscriptService"
+MAX_BATCH = 1000
+MAX_TEXT = 1024 * 1024
+MAX_TOOL_NAME = 256
+_EXPORT_PAGE = 500
+_IMPORT_BATCH = 1000
+_REOPEN_CAUSE = "the transcript reopened the completed generation"
+
+
+def check_event(checker: Checker, prefix: str, event: tpb.SessionEvent, *, imported: bool) -> None:
+    """Field rules of one event. Appended events leave the assigned fields unset;
+    imported ones carry them."""
+    body_name = event.WhichOneof("body")
+    if body_name is None:
+        checker.require(f"{prefix}.body", False)
+        return
+    body = getattr(event, body_name)
+    for field, value in body.ListFields():
+        path = f"{prefix}.{body_name}.{field.name}"
+        if field.name.endswith("_id"):
+            checker.identifier(path, value)
+        elif field.name == "tool_name":
+            checker.text(path, value, MAX_TOOL_NAME)
+        elif field.type == field.TYPE_STRING:
+            checker.text(path, value, MAX_TEXT)
+    for id_field in ("turn_id", "step_id", "call_id", "checkpoint_id"):
+        if id_field in body.DESCRIPTOR.fields_by_name and not getattr(body, id_field):
+            checker.require(f"{prefix}.{body_name}.{id_field}", False)
+    if body_name == "tool_call" and not body.tool_name:
+        checker.require(f"{prefix}.tool_call.tool_name", False)
+    if body_name == "turn_end":
+        checker.enum(f"{prefix}.turn_end.reason", body.reason, [r.value for r in grammar.TurnEndReason])
+    if imported:
+        checker.integer(f"{prefix}.sequence", event.sequence, minimum=1)
+        checker.integer(f"{prefix}.generation", event.generation, minimum=1)
+    else:
+        if event.sequence or event.generation or event.HasField("record_time"):
+            checker.malformed(prefix, f"{prefix}: sequence, generation and record_time are assigned by the service")
+        if event.synthetic:
+            checker.malformed(f"{prefix}.synthetic", "only repair writes synthetic events")
+
+
+class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
+    def __init__(self, authority: CompletionAuthority, ids: IdSource) -> None:
+        self._authority = authority
+        self._store = authority.store
+        self._lifecycle = authority.lifecycle
+        self._ids = ids
+
+    async def _task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+        return await self._authority.lifecycle_task(workspace_id, task_id)
+
+    async def AppendTranscript(self, request, context):
+        checker = Checker()
+        checker.identifier("workspace_id", request.workspace_id)
+        checker.identifier("task_id", request.task_id)
+        checker.identifier("request_id", request.request_id, required=False)
+        checker.integer("events", len(request.events), minimum=1, maximum=MAX_BATCH)
+        if request.HasField("expected_state_version"):
+            checker.integer("expected_state_version", request.expected_state_version, minimum=0)
+        for index, event in enumerate(request.events[:MAX_BATCH]):
+            check_event(checker, f"events[{index}]", event, imported=False)
+        checker.raise_for(Reason)
+        digest = fingerprint("AppendTranscript", request.SerializeToString(deterministic=True)) if request.request_id else None
+        remembered = await self._store.recall(request.workspace_id, request.request_id or None, digest)
+        if isinstance(remembered, Rejection):
+            raise ServiceError(remembered)
+        if isinstance(remembered, Remembered):
+            return tpb.AppendTranscriptResponse.FromString(remembered.response)
+        events = [session_event_from_proto(e) for e in request.events]
+        workspace, task_id = request.workspace_id, request.task_id
+        task = (await self._task(workspace, task_id)).task
+        generation, resumed = task.generation, False
+        if task.state == lpb.GENERATION_STATE_TERMINAL:
+            generation = await self._reopen(workspace, task, events)
+            resumed = True
+
+        def render(appended: Appended) -> tpb.AppendTranscriptResponse:
+            return tpb.AppendTranscriptResponse(
+                state_version=appended.state_version,
+                first_sequence=appended.first_sequence,
+                generation=generation,
+                resumed=resumed,
+            )
+
+        result = await self._store.append_transcript(
+            workspace,
+            task_id,
+            events,
+            generation,
+            request.expected_state_version if request.HasField("expected_state_version") else None,
+            request.request_id or None,
+            digest,
+            render,
+        )
+        if isinstance(result, Rejection):
+            raise ServiceError(result)
+        if isinstance(result, Remembered):
+            return tpb.AppendTranscriptResponse.FromString(result.response)
+        return render(result)
+
+    async def _reopen(self, workspace: str, task: lpb.Task, events: list[grammar.SessionEvent]) -> int:
+        """A batch for a terminal generation is accepted only when its first event
+        reopens a completed one; the task then moves to generation + 1 first."""
+        refused = ServiceError(
+            reject(
+                Reason.GENERATION_TERMINAL,
+                f"generation {task.generation} is terminal ({lpb.TerminalOutcome.Name(task.outcome)}); only user "
+                "feedback, a prompt resend or a restore to an earlier checkpoint reopens a completed generation",
+                generation=task.generation,
+                outcome=lpb.TerminalOutcome.Name(task.outcome),
+            )
+        )
+        if task.outcome != lpb.TERMINAL_OUTCOME_COMPLETED:
+            raise refused
+        completion = await self._store.get_completion(workspace, task.task_id, task.generation)
+        referenced = grammar.checkpoints_referenced(events) | ({completion.checkpoint} if completion else set())
+        sequences = await self._store.checkpoint_sequences(workspace, task.task_id, referenced)
+        completion_checkpoint = sequences.get(completion.checkpoint) if completion and completion.checkpoint else None
+        found = grammar.reopening(events, completion_checkpoint, sequences)
+        if found is None or found.index != 0:
+            raise refused
+        tail, _ = await self._store.transcript_tail(workspace, task.task_id)
+        checked = grammar.validate(tail, events, sequences)
+        if isinstance(checked, Violation):
+            raise ServiceError(grammar_rejection(checked))
+        following = task.generation + 1
+        try:
+            await self._lifecycle.resume_with_generation(
+                workspace, task.task_id, following, f"reopen:{task.task_id}:{following}", _REOPEN_CAUSE
+            )
+        except LifecycleRejected as exc:
+            raise ServiceError(
+                reject(Reason.LIFECYCLE_REJECTED, f"the lifecycle service refused to resume: {exc.message}",
+                       lifecycle_reason=exc.reason)
+            ) from None
+        except LifecycleUnavailable as exc:
+            raise ServiceError(reject(Reason.LIFECYCLE_UNAVAILABLE, f"the lifecycle service did not answer: {exc}")) from None
+        return following
+
+    async def LoadTranscript(self, request, context):
+        checker = Checker()
+        checker.identifier("workspace_id", request.workspace_id)
+        checker.identifier("task_id", request.task_id)
+        checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
+        checker.raise_for(Reason)
+        listing = ["transcript", request.workspace_id, request.task_id]
+        after = 0
+        if request.page_token:
+            after = decode_token(request.page_token, listing, int)
+            if after is None:
+                raise malformed_page_token(Reason)
+        page = await self._store.load_transcript(
+            request.workspace_id,
+            request.task_id,
+            after,
+            page_size(request.page_size),
+            repair_first=not request.page_token,
+        )
+        return tpb.LoadTranscriptResponse(
+            events=[session_event_to_proto(e) for e in page.events],
+            next_page_token=encode_token(listing, page.events[-1].sequence) if page.more else "",
+            state_version=page.state_version,
+            repaired=page.repaired,
+            turn_in_progress=page.turn_in_progress,
+        )
+
+    async def ExportTranscript(self, request, context) -> AsyncIterator[tpb.ExportTranscriptResponse]:
+        checker = Checker()
+        checker.identifier("workspace_id", request.workspace_id)
+        checker.identifier("task_id", request.task_id)
+        checker.raise_for(Reason)
+        after = 0
+        while True:
+            events = await self._store.transcript_events_after(request.workspace_id, request.task_id, after, _EXPORT_PAGE)
+            if not events:
+                return
+            yield tpb.ExportTranscriptResponse(jsonl=b"".join(to_line(session_event_to_proto(e)) for e in events))
+            after = events[-1].sequence
+
+    async def ImportTranscript(self, request_iterator, context):
+        first = await anext(aiter(request_iterator), None)
+        checker = Checker()
+        if first is None or first.WhichOneof("part") != "target":
+            checker.require("target", False)
+            checker.raise_for(Reason)
+        target = first.target
+        checker.identifier("target.workspace_id", target.workspace_id)
+        checker.identifier("target.task_id", target.task_id)
+        checker.raise_for(Reason)
+        workspace, task_id = target.workspace_id, target.task_id
+        await self._task(workspace, task_id)
+        tail, _ = await self._store.transcript_tail(workspace, task_id)
+        if tail.last_sequence:
+            raise ServiceError(reject(Reason.TRANSCRIPT_NOT_EMPTY, f"task {task_id!r} already has a transcript", task_id=task_id))
+        importer = _Import(self._store, self._ids.new_id("import"))
+        try:
+            async for message in request_iterator:
+                if message.WhichOneof("part") != "jsonl_chunk":
+                    raise _line_error(importer.splitter.line_number + 1, "the target may only come first")
+                for number, raw in importer.splitter.feed(message.jsonl_chunk):
+                    await importer.accept(number, raw)
+            warnings = await importer.finish()
+            version = await self._store.commit_import(importer.import_id, workspace, task_id, importer.tail, importer.checkpoints)
+        except LineDamaged as damage:
+            await self._store.discard_import(importer.import_id)
+            raise _line_error(damage.line, damage.problem) from None
+        except BaseException:
+            await self._store.discard_import(importer.import_id)
+            raise
+        if isinstance(version, Rejection):
+            raise ServiceError(version)
+        return tpb.ImportTranscriptResponse(imported_events=importer.count, state_version=version, warnings=warnings)
+
+    async def ResolveResume(self, request, context):
+        checker = Checker()
+        checker.identifier("workspace_id", request.workspace_id)
+        checker.identifier("task_id", request.task_id)
+        checker.raise_for(Reason)
+        task = (await self._task(request.workspace_id, request.task_id)).task
+        terminal = task.state == lpb.GENERATION_STATE_TERMINAL
+        outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_") if terminal else None
+        advice = grammar.resolve_resume(terminal, outcome, task.generation)
+        return tpb.ResolveResumeResponse(
+            ask=advice.ask.value,
+            primary=advice.primary.value,
+            secondary=advice.secondary.value if advice.secondary else 0,
+            reason=advice.reason,
+            generation=task.generation,
+            completion_id=task.completion_id,
+        )
+
+
+def _line_error(line: int, problem: str) -> ServiceError:
+    return ServiceError(
+        reject(Reason.TRANSCRIPT_LINE_INVALID, f"line {line}: {problem}; nothing was imported", line=line)
+    )
+
+
+class _Import:
+    """Validates a streamed JSONL file line by line against the grammar, staging
+    accepted events in batches so memory stays bounded by one batch."""
+
+    def __init__(self, store, import_id: str) -> None:
+        self._store = store
+        self.import_id = import_id
+        self.splitter = LineSplitter()
+        self.tail = Tail()
+        self.checkpoints: dict[str, int] = {}
+        self.count = 0
+        self._generation = 0
+        self._batch: list[grammar.SessionEvent] = []
+
+    async def accept(self, number: int, raw: bytes) -> None:
+        await self.accept_message(number, parse_line(raw, number))
+
+    async def accept_message(self, number: int, message: tpb.SessionEvent) -> None:
+        checker = Checker()
+        check_event(checker, f"line {number}", message, imported=True)
+        if checker.violations:
+            raise LineDamaged(number, checker.violations[0].description)
+        event = session_event_from_proto(message)
+        if event.sequence != self.tail.last_sequence + 1:
+            raise LineDamaged(number, f"sequence {event.sequence}, expected {self.tail.last_sequence + 1}")
+        if event.generation < self._generation:
+            raise LineDamaged(number, f"generation {event.generation} after generation {self._generation}")
+        following = grammar.validate(self.tail, [event], self.checkpoints)
+        if isinstance(following, Violation):
+            raise ServiceError(grammar_rejection(following, line=number))
+        if event.kind is EventKind.CHECKPOINT:
+            self.checkpoints.setdefault(event.ref, event.sequence)
+        self.tail, self._generation = following, event.generation
+        self._batch.append(event)
+        self.count += 1
+        if len(self._batch) >= _IMPORT_BATCH:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if self._batch:
+            await self._store.stage_import(self.import_id, self._batch)
+            self._batch = []
+
+    async def finish(self) -> list[str]:
+        warnings = []
+        last = self.splitter.final()
+        if last is not None:
+            number, raw = last
+            try:
+                message = parse_line(raw, number)
+            except LineDamaged as torn:
+                # A final line without its newline that does not parse is a torn
+                # write; a complete event on it is checked like any other line.
+                warnings.append(f"line {number} is torn ({torn.problem}); it was dropped")
+            else:
+                await self.accept_message(number, message)
+        await self._flush()
+        return warnings
+

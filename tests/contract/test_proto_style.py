@@ -1,0 +1,91 @@
+"""The protos are the product's face: buf-style naming and complete documentation."""
+
+import re
+
+import pytest
+
+# Paths inside FileDescriptorProto source info (descriptor.proto field numbers).
+MESSAGE, ENUM, SERVICE = 4, 5, 6
+FIELD, NESTED_MESSAGE, NESTED_ENUM = 2, 3, 4
+ENUM_VALUE, METHOD = 2, 2
+
+
+def _comments(file) -> dict[tuple, str]:
+    return {
+        tuple(location.path): (location.leading_comments + location.trailing_comments).strip()
+        for location in file.source_code_info.location
+    }
+
+
+def _project_files(descriptor_set):
+    return [f for f in descriptor_set.file if f.package.startswith("funnel.")]
+
+
+def _walk_messages(messages, path):
+    for index, message in enumerate(messages):
+        here = path + (index,)
+        yield message, here
+        yield from _walk_messages(message.nested_type, here + (NESTED_MESSAGE,))
+
+
+def test_packages_match_their_folders(descriptor_set):
+    files = _project_files(descriptor_set)
+    assert files
+    for file in files:
+        assert re.fullmatch(r"funnel\.[a-z]+\.v\d+", file.package), file.package
+        assert file.name.rsplit("/", 1)[0] == file.package.replace(".", "/"), file.name
+
+
+def test_every_rpc_has_its_own_request_and_response(descriptor_set):
+    for file in _project_files(descriptor_set):
+        for service in file.service:
+            for method in service.method:
+                assert method.input_type == f".{file.package}.{method.name}Request", method.name
+                assert method.output_type == f".{file.package}.{method.name}Response", method.name
+
+
+def test_enums_start_with_a_prefixed_unspecified_zero(descriptor_set):
+    for file in _project_files(descriptor_set):
+        enums = list(file.enum_type)
+        for message, _ in _walk_messages(file.message_type, (MESSAGE,)):
+            enums += list(message.enum_type)
+        for enum in enums:
+            prefix = re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper()
+            assert enum.value[0].number == 0 and enum.value[0].name == f"{prefix}_UNSPECIFIED", enum.name
+            if enum.name != "ErrorReason":  # reason names are the wire strings, unprefixed on purpose
+                for value in enum.value:
+                    assert value.name.startswith(prefix + "_"), f"{enum.name}.{value.name}"
+
+
+def test_every_service_rpc_message_field_and_enum_is_documented(descriptor_set):
+    undocumented = []
+    for file in _project_files(descriptor_set):
+        comments = _comments(file)
+        for s, service in enumerate(file.service):
+            if not comments.get((SERVICE, s)):
+                undocumented.append(service.name)
+            for m, method in enumerate(service.method):
+                if not comments.get((SERVICE, s, METHOD, m)):
+                    undocumented.append(f"{service.name}.{method.name}")
+        for e, enum in enumerate(file.enum_type):
+            if not comments.get((ENUM, e)):
+                undocumented.append(enum.name)
+        for message, path in _walk_messages(file.message_type, (MESSAGE,)):
+            if message.options.map_entry:  # synthesized by protoc for map fields
+                continue
+            for f, field in enumerate(message.field):
+                if not comments.get(path + (FIELD, f)):
+                    undocumented.append(f"{message.name}.{field.name}")
+    assert not undocumented, f"{len(undocumented)} undocumented: {undocumented}"
+
+
+def test_every_rpc_comment_names_its_errors_or_says_it_has_none(descriptor_set):
+    missing = []
+    for file in _project_files(descriptor_set):
+        comments = _comments(file)
+        for s, service in enumerate(file.service):
+            for m, method in enumerate(service.method):
+                text = comments.get((SERVICE, s, METHOD, m), "")
+                if "Errors:" not in text:
+                    missing.append(f"{service.name}.{method.name}")
+    assert not missing, missing
