@@ -41,6 +41,7 @@ from completion_service.storage.sqlite import CompletionCorrupted, SqliteComplet
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.storage_errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,9 @@ class CompletionAuthority:
         external: ExternalGates | None = None,
         settle_interval: float = 0.5,
         stall_after: float | None = None,
+        faults: Faults = NO_FAULTS,
     ) -> None:
+        self.faults = faults
         self.store = store
         self.lifecycle = lifecycle
         self.policies = policies
@@ -234,6 +237,8 @@ class CompletionAuthority:
         if isinstance(outcome, Remembered):
             return outcome
         completion = outcome.completion
+        if outcome.inserted:
+            self.faults.hit("completion.after_commit_before_settle")
         if completion is not None and completion.settlement is SettlementStatus.PENDING:
             completion = await self.settle(completion)
             outcome = AttemptOutcome(outcome.decision, completion, outcome.existing, outcome.inserted)
@@ -280,6 +285,7 @@ class CompletionAuthority:
             await self.store.postpone_settlement(completion, self.clock.now_micros() + int(delay * 1_000_000))
             self._settle_wakeup.set()
             return await self.store.get_completion(completion.workspace_id, completion.task_id, completion.generation)
+        self.faults.hit("completion.after_settle_before_publish")
         recorded = await self.store.record_settlement(completion, settlement)
         if recorded is not None:
             if settlement.rejected:
@@ -296,6 +302,7 @@ class CompletionAuthority:
         """One pass of the outbox settler; returns how many rows it tried."""
         due = await self.store.due_settlements(self.clock.now_micros(), limit=100)
         for completion in due:
+            self.faults.hit("completion.outbox_retry")
             await self.settle(completion)
         return len(due)
 

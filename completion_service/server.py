@@ -4,7 +4,6 @@ has an environment variable `FUNNEL_COMPLETION_<FLAG>`."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from completion_service.transcript_service import TranscriptService
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.runtime import server as runtime
 from funnel.runtime.clock import Clock, IdSource, RandomIds, SystemClock
+from funnel.runtime.faults import from_environment
 from funnel.runtime.storage_errors import StorageRefused
 from funnel.runtime.watch import EventBroker
 
@@ -75,7 +75,8 @@ async def start(
     ids = ids or RandomIds()
     policies = policies if policies is not None else load_policy(config.policy_file)
     broker: EventBroker = EventBroker(config.watch_buffer)
-    store = await SqliteCompletionStore.open(config.database, clock, ids, publisher(broker))
+    faults = from_environment()
+    store = await SqliteCompletionStore.open(config.database, clock, ids, publisher(broker), faults)
     await store.discard_all_imports()
     channel = grpc.aio.insecure_channel(config.lifecycle_address)
     authority = CompletionAuthority(
@@ -85,6 +86,7 @@ async def start(
         clock,
         settle_interval=config.settle_interval,
         stall_after=config.stall_after,
+        faults=faults,
     )
     server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, "/funnel.completion.v1.")
     completion_pb2_grpc.add_CompletionServiceServicer_to_server(CompletionService(authority, broker), server)
@@ -146,8 +148,9 @@ async def serve(config: CompletionConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
     try:
-        asyncio.run(serve(config))
-    except (StorageRefused, PolicyError) as exc:
+        runtime.require_fast_protobuf()
+        runtime.run(serve(config))
+    except (StorageRefused, PolicyError, runtime.SlowProtobuf) as exc:
         raise SystemExit(f"completion_service refuses to start: {exc}") from None
 
 

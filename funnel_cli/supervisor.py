@@ -48,6 +48,9 @@ def spawn(name: str, module: str, args: list[str], log_path: Path, env: dict | N
         stdout=subprocess.PIPE,
         stderr=log,
         env={**os.environ, **(env or {})},
+        # Its own session: a terminal's Ctrl-C reaches only the supervisor, which
+        # then stops each service once, gracefully, with SIGTERM.
+        start_new_session=True,
     )
     log.close()
     service = ServiceProcess(name, process, log_path=log_path)

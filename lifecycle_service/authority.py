@@ -10,6 +10,7 @@ from typing import Callable
 from google.protobuf.message import Message
 
 from funnel.runtime.errors import Rejection
+from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.storage_errors import StorageUnavailable
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import Cause, IntentKind, LifecycleEvent, Policy, TaskRecord
@@ -27,8 +28,9 @@ _PROPAGATED_INTENTS = {
 
 
 class LifecycleAuthority:
-    def __init__(self, store: LifecycleStore, policy: Policy, retry_delay: float = 0.5) -> None:
+    def __init__(self, store: LifecycleStore, policy: Policy, retry_delay: float = 0.5, faults: Faults = NO_FAULTS) -> None:
         self.store = store
+        self.faults = faults
         self.policy = policy
         self._retry_delay = retry_delay
         self._pending = asyncio.Event()
@@ -69,6 +71,7 @@ class LifecycleAuthority:
             if not batch:
                 return handled
             for pending in batch:
+                self.faults.hit("lifecycle.between_parent_and_propagation")
                 await self._deliver(pending)
                 handled += 1
 
@@ -80,6 +83,12 @@ class LifecycleAuthority:
                 await self.deliver_pending()
             except StorageUnavailable as exc:
                 log.warning("propagation delivery postponed: %s", exc)
+                await asyncio.sleep(self._retry_delay)
+                self._pending.set()
+            except Exception:  # noqa: BLE001 - the worker must survive any single failure
+                # Without this, one unexpected error would end the worker silently and
+                # leave every later propagation undelivered until the next restart.
+                log.exception("propagation delivery failed; retrying")
                 await asyncio.sleep(self._retry_delay)
                 self._pending.set()
 

@@ -4,7 +4,6 @@ has an environment variable `FUNNEL_LIFECYCLE_<FLAG>`."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -13,6 +12,7 @@ import grpc
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime import server as runtime
 from funnel.runtime.clock import Clock, SystemClock
+from funnel.runtime.faults import from_environment
 from funnel.runtime.storage_errors import StorageRefused
 from funnel.runtime.watch import EventBroker
 from lifecycle_service.authority import LifecycleAuthority
@@ -60,8 +60,9 @@ class RunningLifecycle:
 async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningLifecycle:
     """Opens the database (refusing unsafe ones), starts serving and replays pending propagations."""
     broker: EventBroker = EventBroker(config.watch_buffer)
-    store = await SqliteLifecycleStore.open(config.database, clock or SystemClock(), publisher(broker))
-    authority = LifecycleAuthority(store, Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000))
+    faults = from_environment()
+    store = await SqliteLifecycleStore.open(config.database, clock or SystemClock(), publisher(broker), faults)
+    authority = LifecycleAuthority(store, Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000), faults=faults)
     server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, f"/{SERVICE_NAME}/")
     lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server(LifecycleService(authority, broker), server)
     health = runtime.Health(server, [SERVICE_NAME])
@@ -118,8 +119,9 @@ async def serve(config: LifecycleConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
     try:
-        asyncio.run(serve(config))
-    except StorageRefused as exc:
+        runtime.require_fast_protobuf()
+        runtime.run(serve(config))
+    except (StorageRefused, runtime.SlowProtobuf) as exc:
         raise SystemExit(f"lifecycle_service refuses to start: {exc}") from None
 
 

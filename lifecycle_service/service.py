@@ -51,6 +51,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         digest = fingerprint(method, request.SerializeToString(deterministic=True)) if intent.request_id else None
         result = await self._authority.apply(intent, render, digest)
         if isinstance(result, Committed):
+            self._authority.faults.hit("lifecycle.after_commit_before_reply")
             return result.response
         if isinstance(result, Replayed):
             return response_type.FromString(result.response)

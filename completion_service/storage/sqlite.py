@@ -49,6 +49,7 @@ from completion_service.storage.port import (
 )
 from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, reject
+from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import RequestIdVerdict, judge_request_id
 from funnel.runtime.sqlite import Database, migrations_in, probe_writable
 
@@ -95,12 +96,14 @@ class SqliteCompletionStore(TranscriptStorage):
         clock: Clock,
         ids: IdSource,
         on_commit: Callable[[list[CompletionEvent]], None] = lambda events: None,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self._writer = writer
         self._reader = reader
         self._clock = clock
         self._ids = ids
         self._on_commit = on_commit
+        self._faults = faults
 
     @classmethod
     async def open(
@@ -109,10 +112,11 @@ class SqliteCompletionStore(TranscriptStorage):
         clock: Clock,
         ids: IdSource,
         on_commit: Callable[[list[CompletionEvent]], None] = lambda events: None,
+        faults: Faults = NO_FAULTS,
     ) -> "SqliteCompletionStore":
         writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE))
         reader = await Database.open_reader(writer)
-        return cls(writer, reader, clock, ids, on_commit)
+        return cls(writer, reader, clock, ids, on_commit, faults)
 
     async def close(self) -> None:
         if self._reader is not self._writer:

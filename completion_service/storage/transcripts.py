@@ -51,7 +51,7 @@ def grammar_rejection(violation: Violation, line: int | None = None) -> Rejectio
 
 
 class TranscriptStorage:
-    """Requires the host class to provide _write, _recall, _remember, _reader and _clock."""
+    """Requires the host class to provide _write, _recall, _remember, _reader, _clock and _faults."""
 
     async def transcript_tail(self, workspace_id: str, task_id: str) -> tuple[Tail, int]:
         return await self._reader.read(lambda db: _load_tail(db, workspace_id, task_id))
@@ -141,6 +141,7 @@ class TranscriptStorage:
         stamped = [_stamp(e, tail.last_sequence + 1 + i, e.generation, now) for i, e in enumerate(closers)]
         _insert_events(db, workspace_id, task_id, stamped)
         _save_tail(db, workspace_id, task_id, following, version + 1)
+        self._faults.hit("completion.transcript_repair")
         return True, False
 
     async def transcript_events_after(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:

@@ -14,6 +14,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from funnel.runtime.errors import Code, Rejection, ServiceError
+from funnel.runtime.faults import DroppedReply
 from funnel.runtime.storage_errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ class ErrorTranslation(grpc.aio.ServerInterceptor):
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
         if isinstance(exc, grpc.aio.AbortError):
             raise exc
+        if isinstance(exc, DroppedReply):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"reply dropped by fault injection at {exc}")
         if isinstance(exc, ServiceError):
             rejection = exc.rejection
         elif isinstance(exc, StorageUnavailable):

@@ -140,6 +140,35 @@ async def wait_for_stop_signal() -> None:
     await stop.wait()
 
 
+class SlowProtobuf(RuntimeError):
+    pass
+
+
+def require_fast_protobuf() -> str:
+    """The pure-Python protobuf backend is many times slower; running on it by
+    accident would silently cost most of the throughput, so it is refused unless
+    FUNNEL_ALLOW_PYTHON_PROTOBUF=1 says it is deliberate."""
+    from google.protobuf.internal import api_implementation
+
+    backend = api_implementation.Type()
+    if backend != "upb" and os.environ.get("FUNNEL_ALLOW_PYTHON_PROTOBUF") != "1":
+        raise SlowProtobuf(
+            f"protobuf runs its {backend!r} backend, not the C (upb) one; reinstall protobuf "
+            "from a wheel, or set FUNNEL_ALLOW_PYTHON_PROTOBUF=1 to run slowly on purpose"
+        )
+    return backend
+
+
+def run(main: Awaitable[None]) -> None:
+    """Runs a service's main coroutine on uvloop when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MEMORY = ":memory:"
+CHECKPOINT_INTERVAL = 1.0
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -54,7 +55,9 @@ class Database:
     def __init__(self, connection: aiosqlite.Connection, path: str) -> None:
         self._connection = connection
         self.path = path
-        self._write_lock = asyncio.Lock()
+        self._pending: list[_Write] = []
+        self._writer: asyncio.Task | None = None
+        self._checkpointer: asyncio.Task | None = None
 
     @classmethod
     async def open(
@@ -92,7 +95,19 @@ class Database:
             db.execute("PRAGMA query_only=ON")
 
         await reader.run(configure)
+        # Checkpoints move off the commit path: the writer never runs one, the
+        # reader's thread copies the WAL back into the database in the background.
+        await writer.run(lambda db: db.execute("PRAGMA wal_autocheckpoint=0"))
+        reader._checkpointer = asyncio.create_task(reader._checkpoint_forever(), name=f"sqlite-checkpoint:{writer.path}")
         return reader
+
+    async def _checkpoint_forever(self, interval: float = CHECKPOINT_INTERVAL) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.run(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())
+            except StorageUnavailable as exc:
+                log.warning("WAL checkpoint of %s postponed: %s", self.path, exc)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs fn on the connection's thread. sqlite3 operational faults become StorageUnavailable."""
@@ -105,38 +120,102 @@ class Database:
             raise StorageUnavailable(str(exc)) from exc
 
     async def write(self, fn: Callable[[sqlite3.Connection], T], after_commit: Callable[[T], None] | None = None) -> T:
-        """Runs fn inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises).
+        """Runs fn in a write transaction and returns its result once committed.
 
-        after_commit runs on the event loop right after the commit and before the
-        next write starts, so whatever it publishes is published in commit order."""
-        # Shielded: once queued, a transaction commits and publishes even when the
-        # caller is cancelled (deadline, disconnect), so nothing committed goes unpublished.
-        return await asyncio.shield(self._write_in_order(fn, after_commit))
+        Group commit: writes that arrive while a transaction is on the database
+        thread are committed together in the next one (one fsync), each inside its
+        own savepoint, so a write that raises is rolled back alone and its caller
+        gets the exception. after_commit runs on the event loop after the commit,
+        in commit order, before any later write is acknowledged. Once queued, a
+        write commits and publishes even if its caller is cancelled (deadline,
+        disconnect), so nothing committed goes unpublished."""
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_consume_exception)
+        self._pending.append(_Write(fn, after_commit, future))
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_pending(), name=f"sqlite-writer:{self.path}")
+        return await asyncio.shield(future)
 
-    async def _write_in_order(self, fn: Callable[[sqlite3.Connection], T], after_commit: Callable[[T], None] | None) -> T:
-        async with self._write_lock:
-            result = await self.run(lambda db: in_write_transaction(db, fn))
-            if after_commit is not None:
-                after_commit(result)
-            return result
+    async def _write_pending(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
+                try:
+                    outcomes = await self.run(lambda db: _commit_group(db, [w.fn for w in batch]))
+                except BaseException as exc:  # noqa: BLE001 - the commit itself failed: nothing of the group applied
+                    for write in batch:
+                        write.future.set_exception(exc if isinstance(exc, Exception) else StorageUnavailable(repr(exc)))
+                    continue
+                for write, (applied, value) in zip(batch, outcomes):
+                    if not applied:
+                        write.future.set_exception(
+                            StorageUnavailable(str(value)) if isinstance(value, sqlite3.OperationalError) else value
+                        )
+                        continue
+                    if write.after_commit is not None:
+                        try:
+                            write.after_commit(value)
+                        except Exception:  # noqa: BLE001 - publishing must not undo an acknowledged commit
+                            log.exception("after-commit hook failed")
+                    write.future.set_result(value)
+        finally:
+            self._writer = None
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs fn in a read transaction: a consistent snapshot across its statements."""
         return await self.run(lambda db: in_read_transaction(db, fn))
 
     async def close(self) -> None:
+        if self._writer is not None:
+            await self._writer
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()
+            try:
+                await self._checkpointer
+            except asyncio.CancelledError:
+                pass
         await self._connection.close()
 
 
-def in_write_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+# Large enough to amortize one fsync over a burst, small enough to bound the
+# latency of the first write in the group.
+MAX_GROUP = 64
+
+
+@dataclass
+class _Write:
+    fn: Callable[[sqlite3.Connection], object]
+    after_commit: Callable[[object], None] | None
+    future: asyncio.Future
+
+
+def _consume_exception(future: asyncio.Future) -> None:
+    # A cancelled caller never awaits its write; its outcome is still logged by
+    # the service, so do not let asyncio report it as "never retrieved".
+    if not future.cancelled():
+        future.exception()
+
+
+def _commit_group(db: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], object]]) -> list[tuple[bool, object]]:
+    """One BEGIN IMMEDIATE … COMMIT around several writes, each in a savepoint:
+    [(True, result) | (False, exception)] in order."""
+    outcomes: list[tuple[bool, object]] = []
     db.execute("BEGIN IMMEDIATE")
     try:
-        result = fn(db)
+        for fn in fns:
+            db.execute("SAVEPOINT write")
+            try:
+                outcomes.append((True, fn(db)))
+            except Exception as exc:  # noqa: BLE001 - this write alone is undone and reported to its caller
+                db.execute("ROLLBACK TO write")
+                outcomes.append((False, exc))
+            db.execute("RELEASE write")
+        db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        if db.in_transaction:
+            db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
-    return result
+    return outcomes
 
 
 def in_read_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:

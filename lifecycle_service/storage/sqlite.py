@@ -9,6 +9,7 @@ from typing import Callable
 
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, reject
+from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import RequestIdVerdict, judge_request_id
 from funnel.runtime.sqlite import Database, migrations_in, probe_writable
 from google.protobuf.message import Message
@@ -62,19 +63,25 @@ class SqliteLifecycleStore:
         reader: Database,
         clock: Clock,
         on_commit: Callable[[LifecycleEvent], None] = lambda event: None,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self._writer = writer
         self._reader = reader
         self._clock = clock
         self._on_commit = on_commit
+        self._faults = faults
 
     @classmethod
     async def open(
-        cls, path: str, clock: Clock, on_commit: Callable[[LifecycleEvent], None] = lambda event: None
+        cls,
+        path: str,
+        clock: Clock,
+        on_commit: Callable[[LifecycleEvent], None] = lambda event: None,
+        faults: Faults = NO_FAULTS,
     ) -> "SqliteLifecycleStore":
         writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE))
         reader = await Database.open_reader(writer)
-        return cls(writer, reader, clock, on_commit)
+        return cls(writer, reader, clock, on_commit, faults)
 
     def set_on_commit(self, on_commit: Callable[[LifecycleEvent], None]) -> None:
         self._on_commit = on_commit
@@ -145,6 +152,7 @@ class SqliteLifecycleStore:
         response = command.render(decision.task, event) if command.render else None
         if intent.request_id:
             _remember(db, intent, command, response, now)
+        self._faults.hit("lifecycle.before_commit")
         return Committed(decision.task, event, response, len(decision.propagations))
 
     async def get_task(self, workspace_id: str, task_id: str) -> TaskView | None:
