@@ -41,6 +41,18 @@ def parse_line(raw: bytes, line: int) -> tpb.SessionEvent:
     return event
 
 
+def is_torn(raw: bytes) -> bool:
+    """Whether an unterminated final line can be an event line cut short by a crash:
+    it opens a JSON object that never closes. Anything else on it is damage."""
+    if not raw.lstrip().startswith(b"{"):
+        return False
+    try:
+        json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return True
+    return False
+
+
 @dataclass
 class LineSplitter:
     """Feeds bytes, yields complete lines with their numbers; keeps at most one

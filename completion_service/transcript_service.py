@@ -10,7 +10,7 @@ from completion_service.convert import session_event_from_proto, session_event_t
 from completion_service.core import transcript as grammar
 from completion_service.core.transcript import EventKind, Tail, Violation
 from completion_service.errors import Reason
-from completion_service.jsonl import LineDamaged, LineSplitter, parse_line, to_line
+from completion_service.jsonl import LineDamaged, LineSplitter, is_torn, parse_line, to_line
 from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.storage.port import Remembered
 from completion_service.storage.transcripts import Appended, grammar_rejection
@@ -96,8 +96,9 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         workspace, task_id = request.workspace_id, request.task_id
         task = (await self._task(workspace, task_id)).task
         generation, resumed = task.generation, False
+        expected = request.expected_state_version if request.HasField("expected_state_version") else None
         if task.state == lpb.GENERATION_STATE_TERMINAL:
-            generation = await self._reopen(workspace, task, events)
+            generation = await self._reopen(workspace, task, events, expected)
             resumed = True
 
         def render(appended: Appended) -> tpb.AppendTranscriptResponse:
@@ -113,7 +114,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             task_id,
             events,
             generation,
-            request.expected_state_version if request.HasField("expected_state_version") else None,
+            expected,
             request.request_id or None,
             digest,
             render,
@@ -124,9 +125,13 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             return tpb.AppendTranscriptResponse.FromString(result.response)
         return render(result)
 
-    async def _reopen(self, workspace: str, task: lpb.Task, events: list[grammar.SessionEvent]) -> int:
+    async def _reopen(
+        self, workspace: str, task: lpb.Task, events: list[grammar.SessionEvent], expected_state_version: int | None
+    ) -> int:
         """A batch for a terminal generation is accepted only when its first event
-        reopens a completed one; the task then moves to generation + 1 first."""
+        reopens a completed one; the task then moves to generation + 1 first. Every
+        check the append would make comes before that move, so that a refused batch
+        leaves the task as it was."""
         refused = ServiceError(
             reject(
                 Reason.GENERATION_TERMINAL,
@@ -145,7 +150,16 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         found = grammar.reopening(events, completion_checkpoint, sequences)
         if found is None or found.index != 0:
             raise refused
-        tail, _ = await self._store.transcript_tail(workspace, task.task_id)
+        tail, version = await self._store.transcript_tail(workspace, task.task_id)
+        if expected_state_version is not None and expected_state_version != version:
+            raise ServiceError(
+                reject(
+                    Reason.STATE_VERSION_MISMATCH,
+                    f"expected state version {expected_state_version}, the transcript is at {version}",
+                    expected=expected_state_version,
+                    actual=version,
+                )
+            )
         checked = grammar.validate(tail, events, sequences)
         if isinstance(checked, Violation):
             raise ServiceError(grammar_rejection(checked))
@@ -234,6 +248,8 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             await self._store.discard_import(importer.import_id)
             raise
         if isinstance(version, Rejection):
+            # The refused commit was rolled back with everything in it: drop the staged rows here.
+            await self._store.discard_import(importer.import_id)
             raise ServiceError(version)
         return tpb.ImportTranscriptResponse(imported_events=importer.count, state_version=version, warnings=warnings)
 
@@ -313,8 +329,11 @@ class _Import:
             try:
                 message = parse_line(raw, number)
             except LineDamaged as torn:
-                # A final line without its newline that does not parse is a torn
-                # write; a complete event on it is checked like any other line.
+                # A final line without its newline that opens a JSON object and
+                # never closes it is a torn write; a complete event on it is checked
+                # like any other line, and anything else on it is damage.
+                if not is_torn(raw):
+                    raise
                 warnings.append(f"line {number} is torn ({torn.problem}); it was dropped")
             else:
                 await self.accept_message(number, message)

@@ -1,0 +1,49 @@
+"""Fixtures of the transcript tests: both real servers (lifecycle and completion) on
+127.0.0.1:0 in the test process, over SQLite files under tmp_path, on one manual
+clock (the `Funnel` of tests/completion/e2e_support.py), plus a TranscriptService stub."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import grpc
+import pytest
+
+from completion_service.server import CompletionConfig
+from funnel.completion.v1 import transcript_pb2_grpc
+from lifecycle_service.server import LifecycleConfig
+from tests.completion.e2e_support import Funnel
+
+
+@dataclasses.dataclass
+class Both:
+    """Both services of one test and the stubs a host uses."""
+
+    f: Funnel
+    ts: transcript_pb2_grpc.TranscriptServiceStub
+
+    @property
+    def address(self) -> str:
+        return self.f.completion.address
+
+
+@pytest.fixture
+async def both(tmp_path, clock) -> Both:
+    lifecycle_config = LifecycleConfig(
+        listen="127.0.0.1:0", database=str(tmp_path / "lifecycle.sqlite3"), health_interval=5.0
+    )
+    completion_config = CompletionConfig(
+        listen="127.0.0.1:0",
+        database=str(tmp_path / "completion.sqlite3"),
+        lifecycle_timeout=2.0,
+        settle_interval=0.05,
+        health_interval=5.0,
+    )
+    funnel = Funnel(clock, tmp_path, lifecycle_config, completion_config, {})
+    await funnel.start()
+    channel = grpc.aio.insecure_channel(funnel.completion.address)
+    try:
+        yield Both(funnel, transcript_pb2_grpc.TranscriptServiceStub(channel))
+    finally:
+        await channel.close()
+        await funnel.close()
