@@ -146,7 +146,11 @@ def _no_open_work(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
         return failed(f"{len(tail.open_calls)} tool call(s) have no result: {', '.join(tail.open_calls[:5])}")
     if tail.open_step is not None:
         return failed(f"step {tail.open_step!r} is still open")
-    return passed("no open tool calls or steps")
+    # A generation's transcript is closed when it becomes terminal: nothing can be
+    # appended to it afterwards, so a turn left open would end as INTERRUPTED.
+    if tail.open_turn is not None:
+        return failed(f"turn {tail.open_turn!r} is still open")
+    return passed("no open tool calls, steps or turn")
 
 
 def _no_active_children(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
@@ -308,7 +312,7 @@ def _bind(snapshot: Snapshot, findings: list[Finding]) -> Decision:
 
 
 _ADVICE = {
-    AgentAction.RESOLVE_OPEN_TOOL_CALLS: "resolve the open tool calls and steps",
+    AgentAction.RESOLVE_OPEN_TOOL_CALLS: "answer the open tool calls and close the open step and turn",
     AgentAction.REFRESH_STATE: "reload the transcript and re-evaluate",
     AgentAction.RECORD_EVIDENCE: "record passing evidence at the current checkpoint",
     AgentAction.WAIT_FOR_CHILDREN: "wait for the attached child tasks to finish",

@@ -221,6 +221,9 @@ class SqliteCompletionStore(TranscriptStorage):
                 lease_expires_at=verdict.expires_at,
             )
             lease = Lease(command.task_id, run.run_id, verdict.epoch, verdict.expires_at)
+            # The previous holder is gone: close the turn it left open before the
+            # new run starts its own (the repair of brief §4, at the hand-over).
+            self._repair(db, command.workspace_id, command.task_id)
             db.execute(
                 f"INSERT INTO agent_runs ({_RUN_COLUMNS}) VALUES ({', '.join('?' * 17)})", _run_values(run)
             )

@@ -130,7 +130,7 @@ def test_the_base_snapshot_passes_every_gate_and_is_allowed():
         (dict(), "lifecycle.no_cancellation", "no cancellation requested"),
         (dict(attempts=blocked(DEFAULT_BREAKER_THRESHOLD - 1)), "completion.circuit_breaker", "2 earlier blocked attempt(s)"),
         (dict(), "transcript.state_version_current", "state version 12 is current"),
-        (dict(transcript={"open_turn": "turn-3"}), "transcript.no_open_work", "no open tool calls or steps"),
+        (dict(), "transcript.no_open_work", "no open tool calls, steps or turn"),
         (dict(), "lifecycle.no_active_children", "no attached child task is open"),
         (dict(), "evidence.required", "tests passed at checkpoint 'cp-7'"),
         (dict(result="  ok "), "result.non_empty", "a result is given"),
@@ -263,8 +263,9 @@ def test_allow_tells_the_agent_to_report_and_stop_working():
 
 SOFT_ACTIONS = [
     (dict(evaluated_state_version=11), "transcript.state_version_current", AgentAction.REFRESH_STATE, "reload the transcript"),
-    (dict(transcript={"open_calls": ("call-1",)}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "resolve the open tool calls"),
-    (dict(transcript={"open_step": "s"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "resolve the open tool calls"),
+    (dict(transcript={"open_calls": ("call-1",)}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "answer the open tool calls"),
+    (dict(transcript={"open_step": "s"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "answer the open tool calls"),
+    (dict(transcript={"open_turn": "turn-3"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "close the open step and turn"),
     (dict(lifecycle={"open_attached_children": ("c",)}), "lifecycle.no_active_children", AgentAction.WAIT_FOR_CHILDREN, "wait for the attached child"),
     (dict(evidence_facts=()), "evidence.required", AgentAction.RECORD_EVIDENCE, "record passing evidence"),
     (dict(result=""), "result.non_empty", AgentAction.PROVIDE_RESULT, "state the result"),

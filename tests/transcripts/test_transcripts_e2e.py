@@ -166,6 +166,23 @@ async def test_ten_concurrent_loads_repair_an_interrupted_turn_exactly_once(both
     assert (await append(both.ts, "task-1", [P.user_message("go on"), P.turn_start("t2")])).state_version == version + 2
 
 
+async def test_a_new_claim_closes_the_turn_the_dead_agent_left_open(both):
+    version, written = await crashed_mid_turn(both, "task-1", "lease expired")
+
+    await both.f.claim("task-1", agent="agent-2")
+
+    page = await load(both.ts, "task-1")
+    assert (page.repaired, page.turn_in_progress, page.state_version) == (False, False, version + 1)
+    events = list(page.events)
+    assert events[: len(written)] == written
+    closers = events[len(written):]
+    assert [body(e) for e in closers] == ["tool_result", "tool_result", "step_end", "turn_end"]
+    assert all(e.synthetic for e in closers)
+    assert closers[-1].turn_end.reason == tpb.TURN_END_REASON_INTERRUPTED
+    # agent-2 starts its own turn on a closed transcript.
+    assert (await append(both.ts, "task-1", [P.user_message("go on"), P.turn_start("t2")])).state_version == version + 2
+
+
 async def test_a_turn_owned_by_a_live_lease_is_returned_as_is(both):
     f = both.f
     claim = await f.registered_and_claimed("task-1", ttl_seconds=60)

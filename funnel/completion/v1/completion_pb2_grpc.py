@@ -104,7 +104,9 @@ class CompletionServiceServicer:
         holders. Activates a `REGISTERED` generation and sets work status
         `IN_PROGRESS` through the lifecycle service. If the lifecycle service refuses
         that or does not answer, the claim is withdrawn (the run closes `CANCELLED`,
-        its lease lapses) and the error is returned.
+        its lease lapses) and the error is returned. A transcript turn the previous
+        holder left open is closed first, in the claim's transaction, by the same
+        synthetic events a load would write (see transcript.proto).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE` (`lease_ttl`), `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
         `GENERATION_TERMINAL`, `CANCELLATION_REQUESTED`, `LEASE_HELD` (another open
