@@ -141,14 +141,12 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
                 outcome=lpb.TerminalOutcome.Name(task.outcome),
             )
         )
-        if task.outcome != lpb.TERMINAL_OUTCOME_COMPLETED:
-            raise refused
+        outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_")
         completion = await self._store.get_completion(workspace, task.task_id, task.generation)
         referenced = grammar.checkpoints_referenced(events) | ({completion.checkpoint} if completion else set())
         sequences = await self._store.checkpoint_sequences(workspace, task.task_id, referenced)
         completion_checkpoint = sequences.get(completion.checkpoint) if completion and completion.checkpoint else None
-        found = grammar.reopening(events, completion_checkpoint, sequences)
-        if found is None or found.index != 0:
+        if grammar.admits_terminal_append(outcome, events, completion_checkpoint, sequences) is None:
             raise refused
         tail, version = await self._store.transcript_tail(workspace, task.task_id)
         if expected_state_version is not None and expected_state_version != version:

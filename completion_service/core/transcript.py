@@ -221,6 +221,21 @@ def reopening(
     return None
 
 
+def admits_terminal_append(
+    outcome: str | None,
+    events: Sequence[SessionEvent],
+    completion_checkpoint_sequence: int | None,
+    checkpoint_sequences: Mapping[str, int],
+) -> Reopening | None:
+    """Whether a batch may be appended to a terminal generation: only to a
+    COMPLETED one, and only when the batch's first event reopens it (the batch
+    then lands in the next generation). Bookkeeping never revives a generation."""
+    if outcome != "COMPLETED":
+        return None
+    found = reopening(events, completion_checkpoint_sequence, checkpoint_sequences)
+    return found if found is not None and found.index == 0 else None
+
+
 class ResumeAsk(enum.Enum):
     # The current generation is not terminal: continue it.
     RESUME_TASK = 1

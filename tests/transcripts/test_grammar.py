@@ -278,3 +278,27 @@ def test_resolve_resume(terminal, outcome, generation, ask, primary, secondary):
         assert f"generation {generation + 1}" in advice.reason
     if ask is ResumeAsk.RESUME_ENDED_TASK:
         assert outcome in advice.reason
+
+
+@pytest.mark.parametrize(
+    "outcome, events, admitted",
+    [
+        ("COMPLETED", [feedback(), turn_start()], True),
+        ("COMPLETED", [resend()], True),
+        ("COMPLETED", [restore("k1")], True),
+        # The reopening event must come first: the rest of the batch lands after it.
+        ("COMPLETED", [user_message(), feedback()], False),
+        ("COMPLETED", [turn_end()], False),
+        ("COMPLETED", [restore("k2")], False),
+        # Only a completed generation reopens through the transcript.
+        ("CANCELLED", [feedback()], False),
+        ("FAILED", [resend()], False),
+        ("TIMED_OUT", [restore("k1")], False),
+    ],
+)
+def test_a_terminal_generation_takes_only_a_batch_that_reopens_a_completion(outcome, events, admitted):
+    # k1 was created at 3, before the completion's checkpoint k2 (created at 9).
+    found = grammar.admits_terminal_append(outcome, events, 9, {"k1": 3, "k2": 9})
+    assert (found is not None) is admitted
+    if admitted:
+        assert found.index == 0 and found.kind is events[0].kind
