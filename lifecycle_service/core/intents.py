@@ -56,7 +56,8 @@ class SettleCancellation(Intent):
 class SettleCompletion(Intent):
     kind = IntentKind.SETTLE_COMPLETION
     completion_id: str
-    authoritative_at: int
+    # The completion's durable commit time; None (no proof) can never pass a fence.
+    authoritative_at: int | None
 
 
 @dataclass(frozen=True, kw_only=True)

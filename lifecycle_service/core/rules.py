@@ -310,7 +310,9 @@ def _settle_completion(intent: i.SettleCompletion, s: Situation, policy: Policy)
 
     def proven_before(fence: TaskRecord) -> bool:
         # Fail closed: only a durable time earlier than the fence by more than the
-        # allowed clock offset proves the completion came first.
+        # allowed clock offset proves the completion came first; no time proves nothing.
+        if intent.authoritative_at is None:
+            return False
         return intent.authoritative_at + offset < fence.cancellation_requested_at
 
     if task.fenced and not proven_before(task):
@@ -337,9 +339,18 @@ def _settle_completion(intent: i.SettleCompletion, s: Situation, policy: Policy)
 def _settle_failure(intent: i.Intent, s: Situation, policy: Policy) -> Decision:
     task = s.task
     problem = _fenced(task, intent)
-    if problem is None and task.attached_parent is not None and s.parent is not None and s.parent.fenced:
-        if s.parent.generation == task.attached_parent.generation:
-            problem = _fence_rejection(task, intent, s.parent)
+    link, parent = task.attached_parent, s.parent
+    if problem is None and link is not None and parent is not None and parent.generation == link.generation:
+        if parent.fenced:
+            problem = _fence_rejection(task, intent, parent)
+        elif parent.terminal:
+            # The parent's termination decides the child's fate (PropagateParentTermination).
+            problem = reject(
+                Reason.PARENT_TERMINAL,
+                f"parent {parent.task_id!r} generation {parent.generation} is terminal",
+                parent_task_id=parent.task_id,
+                parent_outcome=parent.outcome.name,
+            )
     return problem or _settle(intent, s, propagate=IntentKind.PROPAGATE_PARENT_TERMINATION)
 
 
