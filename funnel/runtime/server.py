@@ -90,14 +90,19 @@ class Health:
     def start(self, probe: Callable[[], Awaitable[None]], interval: float) -> None:
         async def loop() -> None:
             serving: bool | None = None
+            running: asyncio.Future | None = None
             while True:
-                try:
-                    await asyncio.wait_for(probe(), timeout=max(interval, 1.0))
-                    healthy = True
-                except Exception as exc:  # noqa: BLE001 - any probe failure means not serving
-                    healthy = False
-                    if serving is not False:
-                        log.error("database not writable, reporting NOT_SERVING: %s", exc)
+                # A probe stuck behind a lock keeps running; it is waited for again
+                # rather than joined by more probes queueing on the database thread.
+                if running is None:
+                    running = asyncio.ensure_future(probe())
+                done, _ = await asyncio.wait({running}, timeout=max(interval, 1.0))
+                problem = "the probe did not finish in time" if not done else running.exception()
+                if done:
+                    running = None
+                healthy = problem is None
+                if not healthy and serving is not False:
+                    log.error("database not writable, reporting NOT_SERVING: %s", problem)
                 if healthy != serving:
                     await self.set(SERVING if healthy else NOT_SERVING)
                     serving = healthy
