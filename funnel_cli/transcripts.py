@@ -12,6 +12,8 @@ from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 
 CHUNK_BYTES = 64 * 1024
+# Whole transfers of large transcripts, not single calls: generous but finite.
+TRANSFER_TIMEOUT = 600.0
 
 
 async def export_transcript(address: str, workspace_id: str, task_id: str, out: BinaryIO) -> int:
@@ -19,7 +21,8 @@ async def export_transcript(address: str, workspace_id: str, task_id: str, out: 
     lines = 0
     async with grpc.aio.insecure_channel(address) as channel:
         stub = transcript_pb2_grpc.TranscriptServiceStub(channel)
-        async for chunk in stub.ExportTranscript(tpb.ExportTranscriptRequest(workspace_id=workspace_id, task_id=task_id)):
+        request = tpb.ExportTranscriptRequest(workspace_id=workspace_id, task_id=task_id)
+        async for chunk in stub.ExportTranscript(request, timeout=TRANSFER_TIMEOUT):
             out.write(chunk.jsonl)
             lines += chunk.jsonl.count(b"\n")
     out.flush()
@@ -37,7 +40,7 @@ async def import_transcript(address: str, workspace_id: str, task_id: str, path:
 
     async with grpc.aio.insecure_channel(address) as channel:
         stub = transcript_pb2_grpc.TranscriptServiceStub(channel)
-        return await stub.ImportTranscript(requests())
+        return await stub.ImportTranscript(requests(), timeout=TRANSFER_TIMEOUT)
 
 
 def report_import(response: tpb.ImportTranscriptResponse) -> None:
