@@ -136,7 +136,7 @@ class CompletionAuthority:
         _raise_if_rejected(remembered)
         if isinstance(remembered, Remembered):
             response = parse(remembered.response)
-            await self._confirm_claim(workspace_id, response.run.task_id, response.run.run_id, request_id)
+            await self._confirm_replayed_claim(workspace_id, response)
             return response
         current = await self.lifecycle_task(workspace_id, task_id)
         task = current.task
@@ -157,11 +157,30 @@ class CompletionAuthority:
         _raise_if_rejected(result)
         if isinstance(result, Remembered):
             response = parse(result.response)
-            await self._confirm_claim(workspace_id, task_id, response.run.run_id, request_id)
+            await self._confirm_replayed_claim(workspace_id, response)
             return response
         assert isinstance(result, Claimed)
         await self._confirm_claim(workspace_id, task_id, result.run.run_id, request_id, current)
         return render(result.run, result.lease)
+
+    async def _confirm_replayed_claim(self, workspace_id: str, response) -> None:
+        """A retried claim returns its original response. If the original call died
+        before the lifecycle confirmation, the retry completes it; but a retry never
+        withdraws a granted claim: once the run closed or its generation moved on
+        (terminal, replaced) there is nothing to confirm, and a lifecycle refusal
+        leaves the claim as it is (its attempts stay gated by the lifecycle view)."""
+        run = await self.store.get_run(workspace_id, response.run.run_id)
+        if run is None or not run.open:
+            return
+        current = await self.lifecycle_task(workspace_id, run.task_id)
+        if current.task.generation != run.generation or current.task.state == lpb.GENERATION_STATE_TERMINAL:
+            return
+        try:
+            await self._confirm_claim(workspace_id, run.task_id, run.run_id, None, current, withdraw=False)
+        except LifecycleRejected as exc:
+            log.info("retried claim of run %s: the lifecycle refused its confirmation (%s)", run.run_id, exc.reason)
+        except LifecycleUnavailable as exc:
+            raise _lifecycle_unavailable(exc) from None
 
     async def _confirm_claim(
         self,
@@ -170,10 +189,12 @@ class CompletionAuthority:
         run_id: str,
         request_id: str | None,
         current: lpb.GetTaskResponse | None = None,
+        withdraw: bool = True,
     ) -> None:
         """Activates a registered generation and marks the task IN_PROGRESS, with
         request ids derived from the run so that retries apply it once. If the
-        lifecycle refuses or cannot be reached, the claim is withdrawn."""
+        lifecycle refuses or cannot be reached, the claim is withdrawn (unless
+        `withdraw` is false: then the lifecycle error is raised as it is)."""
         try:
             task = (current or await self.lifecycle.get_task(workspace_id, task_id)).task
             if task.state == lpb.GENERATION_STATE_REGISTERED:
@@ -195,11 +216,15 @@ class CompletionAuthority:
                     run_id,
                 )
         except LifecycleRejected as exc:
+            if not withdraw:
+                raise
             await self.store.withdraw_claim(workspace_id, run_id, request_id, exc.reason)
             if exc.reason == "CANCELLATION_FENCED":
                 raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message)) from None
             raise _lifecycle_rejected(exc, task_id) from None
         except LifecycleUnavailable as exc:
+            if not withdraw:
+                raise
             await self.store.withdraw_claim(workspace_id, run_id, request_id, "lifecycle service unavailable")
             raise _lifecycle_unavailable(exc) from None
 

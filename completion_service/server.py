@@ -26,6 +26,14 @@ from funnel.runtime.watch import EventBroker
 
 log = logging.getLogger(__name__)
 ENV_PREFIX = "FUNNEL_COMPLETION"
+# gRPC's default reconnect backoff grows to 120 s: after a lifecycle outage the
+# settlement outbox and every claim would keep failing fast for up to two minutes
+# although the lifecycle service is back. Reconnect within a second or two instead.
+LIFECYCLE_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ async def start(
     faults = from_environment()
     store = await SqliteCompletionStore.open(config.database, clock, ids, publisher(broker), faults)
     await store.discard_all_imports()
-    channel = grpc.aio.insecure_channel(config.lifecycle_address)
+    channel = grpc.aio.insecure_channel(config.lifecycle_address, options=LIFECYCLE_CHANNEL_OPTIONS)
     authority = CompletionAuthority(
         store,
         LifecycleClient(channel, timeout=config.lifecycle_timeout),

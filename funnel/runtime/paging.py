@@ -21,9 +21,17 @@ def decode_token(token: str, listing: list[str], cursor_type: type) -> str | int
         issued_for, cursor = json.loads(raw)
     except (ValueError, TypeError):
         return None
-    if issued_for != listing or type(cursor) is not cursor_type:
+    if issued_for != listing or type(cursor) is not cursor_type or not _fits_int64(cursor):
         return None
     return cursor
+
+
+def _fits_int64(value: object) -> bool:
+    """A forged token may carry integers the database cannot bind (OverflowError,
+    which would surface as INTERNAL); such a token is malformed, not a fault."""
+    if isinstance(value, list):
+        return all(_fits_int64(item) for item in value)
+    return not isinstance(value, int) or -(2**63) <= value < 2**63
 
 
 def page_size(requested: int) -> int:

@@ -1,0 +1,99 @@
+"""Fixtures of the completion tests: both real servers (lifecycle and completion)
+on 127.0.0.1:0 in the test process, over SQLite files under tmp_path, sharing one
+manual clock, with short settle intervals and lifecycle deadlines so that the
+outbox tests are fast."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import grpc
+import pytest
+
+from completion_service.server import CompletionConfig
+from funnel.completion.v1 import completion_pb2_grpc
+from funnel.runtime.clock import ManualClock
+from lifecycle_service.server import LifecycleConfig
+from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel
+
+
+@pytest.fixture
+def manual_clock() -> ManualClock:
+    """The one clock both services of a test run on; it moves only when the test says so."""
+    return ManualClock(CLOCK_START_MICROS)
+
+
+@pytest.fixture
+async def start_funnel(tmp_path, manual_clock):
+    """A factory: `f = await start_funnel(policy={...}, completion={...}, lifecycle={...})`
+    starts a lifecycle server and a completion server pointed at it. `policy` is the
+    parsed-TOML dict of `parse_policy`; `completion` / `lifecycle` override config
+    fields. Everything is stopped at teardown."""
+    started: list[Funnel] = []
+
+    async def _start(*, policy: dict | None = None, completion: dict | None = None,
+                     lifecycle: dict | None = None, clock: ManualClock | None = None) -> Funnel:
+        n = len(started)
+        lifecycle_config = dataclasses.replace(
+            LifecycleConfig(listen="127.0.0.1:0", database=str(tmp_path / f"lifecycle-{n}.sqlite3"), health_interval=5.0),
+            **(lifecycle or {}),
+        )
+        completion_config = dataclasses.replace(
+            CompletionConfig(
+                listen="127.0.0.1:0",
+                database=str(tmp_path / f"completion-{n}.sqlite3"),
+                lifecycle_timeout=1.0,
+                settle_interval=0.05,
+                health_interval=5.0,
+            ),
+            **(completion or {}),
+        )
+        funnel = Funnel(clock or manual_clock, tmp_path, lifecycle_config, completion_config, policy or {})
+        started.append(funnel)
+        return await funnel.start()
+
+    yield _start
+    for funnel in reversed(started):
+        await funnel.close()
+
+
+@pytest.fixture
+async def funnel(start_funnel) -> Funnel:
+    """Both services with the default policy (no required evidence)."""
+    return await start_funnel()
+
+
+@pytest.fixture
+async def strict_funnel(start_funnel) -> Funnel:
+    """Both services; workspace `ws-1` requires passing `tests` evidence."""
+    return await start_funnel(policy={"workspaces": {"ws-1": {"required_evidence": ["tests"]}}})
+
+
+@pytest.fixture
+async def gate_server():
+    """A factory: `address, calls = await gate_server(answer)` serves a `CompletionGate`
+    whose EvaluateGate is `answer(request, context)` (async) on 127.0.0.1:0 and
+    records every request it received in `calls`."""
+    servers: list = []
+
+    class Gate(completion_pb2_grpc.CompletionGateServicer):
+        def __init__(self, answer, calls: list) -> None:
+            self._answer = answer
+            self._calls = calls
+
+        async def EvaluateGate(self, request, context):
+            self._calls.append(request)
+            return await self._answer(request, context)
+
+    async def _start(answer):
+        calls: list = []
+        server = grpc.aio.server()
+        completion_pb2_grpc.add_CompletionGateServicer_to_server(Gate(answer, calls), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        servers.append(server)
+        return f"127.0.0.1:{port}", calls
+
+    yield _start
+    for server in servers:
+        await server.stop(None)

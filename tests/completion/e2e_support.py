@@ -1,0 +1,312 @@
+"""Client-side helpers for the completion gRPC tests: both real servers, typed
+shortcuts for the calls the story needs, error assertions and polling."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+import time
+from pathlib import Path
+from typing import Awaitable, Callable
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from completion_service.policy import parse_policy
+from completion_service.server import CompletionConfig, RunningCompletion
+from completion_service.server import start as start_completion
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_pb2_grpc
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime.clock import ManualClock, SequentialIds
+from funnel.runtime.grpc_errors import error_info, field_violations
+from lifecycle_service.server import LifecycleConfig, RunningLifecycle
+from lifecycle_service.server import start as start_lifecycle
+
+DOMAIN = "completion_service"
+WS = "ws-1"
+OTHER_WS = "ws-2"
+Code = grpc.StatusCode
+# Every call of a test carries a deadline: a hang fails the test instead of the suite.
+CALL_TIMEOUT = 10.0
+# 2023-11-14T22:13:20Z, as in tests/conftest.py: a round start for predictable times.
+CLOCK_START_MICROS = 1_700_000_000_000_000
+
+
+def micros(timestamp) -> int:
+    return timestamp.seconds * 1_000_000 + timestamp.nanos // 1000
+
+
+async def rejected(
+    awaitable: Awaitable,
+    code: grpc.StatusCode,
+    reason: str,
+    *,
+    field: str | None = None,
+    metadata: set[str] | None = None,
+) -> grpc.aio.AioRpcError:
+    """Awaits a call that must fail with `code` and exactly one ErrorInfo of the
+    completion service with `reason`. With `field`, the ErrorInfo and a BadRequest
+    violation both name that field."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await awaitable
+    error = caught.value
+    assert error.code() == code, (error.code(), error.details())
+    info = error_info(error)
+    assert info is not None, error.details()
+    assert (info.reason, info.domain) == (reason, DOMAIN), (info.reason, info.domain, error.details())
+    if metadata is not None:
+        assert metadata <= set(info.metadata), dict(info.metadata)
+    if field is not None:
+        assert info.metadata["field"] == field, dict(info.metadata)
+        assert field in [name for name, _ in field_violations(error)], field_violations(error)
+    return error
+
+
+async def eventually(check: Callable[[], Awaitable], *, timeout: float = 10.0, clock: ManualClock | None = None,
+                     advance_micros: int = 0, interval: float = 0.05):
+    """Polls `check` until it returns a truthy value (returned) or `timeout` real
+    seconds pass (the test fails). With `clock`, each round also moves the manual
+    clock by `advance_micros`, so that backoff measured in service time elapses."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s (last value {value!r})")
+        if clock is not None and advance_micros:
+            clock.advance(advance_micros)
+        await asyncio.sleep(interval)
+
+
+def table_dump(path: str) -> dict[str, list[tuple]]:
+    """Every row of every table of a SQLite file, read through its own connection."""
+    db = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return {t: sorted(db.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
+    finally:
+        db.close()
+
+
+@dataclasses.dataclass
+class Funnel:
+    """Both services of one test, on port 0 over SQLite files under tmp_path, with
+    one manual clock, and client stubs for the default workspace."""
+
+    clock: ManualClock
+    tmp: Path
+    lifecycle_config: LifecycleConfig
+    completion_config: CompletionConfig
+    policy: dict
+    lifecycle: RunningLifecycle | None = None
+    completion: RunningCompletion | None = None
+    lc: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
+    cs: completion_pb2_grpc.CompletionServiceStub | None = None
+    _channels: list = dataclasses.field(default_factory=list)
+    _stopped: list = dataclasses.field(default_factory=list)
+
+    # -- process control ---------------------------------------------------
+
+    async def start(self) -> "Funnel":
+        await self.start_lifecycle()
+        self.completion_config = dataclasses.replace(self.completion_config, lifecycle_address=self.lifecycle.address)
+        self.completion = await start_completion(
+            self.completion_config, clock=self.clock, ids=SequentialIds(), policies=parse_policy(self.policy)
+        )
+        channel = grpc.aio.insecure_channel(self.completion.address)
+        self._channels.append(channel)
+        self.cs = completion_pb2_grpc.CompletionServiceStub(channel)
+        return self
+
+    async def start_lifecycle(self, **overrides) -> None:
+        """Starts (or restarts, on the same port and database) the lifecycle server."""
+        self.lifecycle_config = dataclasses.replace(self.lifecycle_config, **overrides)
+        self.lifecycle = await start_lifecycle(self.lifecycle_config, clock=self.clock)
+        # Pin the port so that a restart comes back where the completion service looks.
+        self.lifecycle_config = dataclasses.replace(self.lifecycle_config, listen=self.lifecycle.address)
+        channel = grpc.aio.insecure_channel(self.lifecycle.address)
+        self._channels.append(channel)
+        self.lc = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        await self._until_reachable()
+
+    async def _until_reachable(self, timeout: float = 10.0) -> None:
+        """Waits until calls reach the (re)started lifecycle server, from the test and
+        from the completion service: after a restart on the same port the old
+        listener may linger for a moment, and the completion service's channel
+        reconnects with backoff. The probes read only (an unknown task)."""
+        probes = [lambda: self.lc.ListTasks(lpb.ListTasksRequest(workspace_id="probe"), timeout=1.0)]
+        if self.cs is not None:
+            probes.append(lambda: self.cs.ClaimTask(
+                cpb.ClaimTaskRequest(workspace_id="probe", task_id="probe", agent_id="probe", lease_ttl=Duration(seconds=60)),
+                timeout=2.0,
+            ))
+        deadline = time.monotonic() + timeout
+        for probe in probes:
+            while True:
+                try:
+                    await probe()
+                    break
+                except grpc.aio.AioRpcError as error:
+                    if error.code() == grpc.StatusCode.NOT_FOUND:
+                        break
+                    if error.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.02)
+
+    async def stop_lifecycle(self) -> None:
+        running, self.lifecycle = self.lifecycle, None
+        if running is not None:
+            await running.stop(None)
+
+    async def close(self) -> None:
+        if self.completion is not None:
+            await self.completion.stop(None)
+        await self.stop_lifecycle()
+        for channel in self._channels:
+            await channel.close()
+
+    @property
+    def completion_db(self) -> str:
+        return self.completion_config.database
+
+    # -- lifecycle shortcuts -----------------------------------------------
+
+    async def register(self, task_id: str, *, workspace: str = WS, parent: str | None = None,
+                       parent_generation: int = 1, mode=lpb.PARENT_LINK_MODE_ATTACHED) -> lpb.Task:
+        request = lpb.RegisterTaskRequest(
+            workspace_id=workspace, task_id=task_id, cause=lpb.Cause(source="test", reason="a task to finish")
+        )
+        if parent:
+            request.parent.CopyFrom(lpb.ParentLink(task_id=parent, generation=parent_generation, mode=mode))
+        return (await self.lc.RegisterTask(request, timeout=CALL_TIMEOUT)).task
+
+    async def task(self, task_id: str, workspace: str = WS) -> lpb.GetTaskResponse:
+        return await self.lc.GetTask(lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
+
+    async def lifecycle_events(self, task_id: str, workspace: str = WS) -> list[lpb.LifecycleEvent]:
+        response = await self.lc.ListLifecycleEvents(
+            lpb.ListLifecycleEventsRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT
+        )
+        return list(response.events)
+
+    async def request_cancellation(self, task_id: str, generation: int = 1, workspace: str = WS):
+        return await self.lc.RequestCancellation(
+            lpb.RequestCancellationRequest(
+                workspace_id=workspace, task_id=task_id, generation=generation,
+                cause=lpb.Cause(source="operator:test", reason="the user changed their mind"),
+            ),
+            timeout=CALL_TIMEOUT,
+        )
+
+    # -- completion shortcuts ----------------------------------------------
+
+    async def claim(self, task_id: str, *, workspace: str = WS, agent: str = "agent-1", ttl_seconds: int = 60,
+                    request_id: str = "") -> cpb.ClaimTaskResponse:
+        return await self.cs.ClaimTask(
+            cpb.ClaimTaskRequest(workspace_id=workspace, task_id=task_id, agent_id=agent,
+                                 lease_ttl=Duration(seconds=ttl_seconds), request_id=request_id),
+            timeout=CALL_TIMEOUT,
+        )
+
+    async def registered_and_claimed(self, task_id: str, workspace: str = WS, **claim_kw) -> cpb.ClaimTaskResponse:
+        await self.register(task_id, workspace=workspace)
+        return await self.claim(task_id, workspace=workspace, **claim_kw)
+
+    def attempt_request(self, claim: cpb.ClaimTaskResponse, *, outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                        result: str = "Implemented the change; all tests pass.", **kw) -> cpb.AttemptCompletionRequest:
+        return cpb.AttemptCompletionRequest(
+            workspace_id=claim.run.workspace_id, task_id=claim.run.task_id, run_id=claim.run.run_id,
+            epoch=claim.lease.epoch, outcome=outcome, result=result, **kw,
+        )
+
+    async def attempt(self, claim: cpb.ClaimTaskResponse, **kw) -> cpb.AttemptCompletionResponse:
+        return await self.cs.AttemptCompletion(self.attempt_request(claim, **kw), timeout=CALL_TIMEOUT)
+
+    async def evidence(self, claim: cpb.ClaimTaskResponse, kind: str = "tests", passed: bool = True,
+                       checkpoint: str = "") -> cpb.Evidence:
+        response = await self.cs.RecordEvidence(
+            cpb.RecordEvidenceRequest(
+                workspace_id=claim.run.workspace_id, task_id=claim.run.task_id, generation=claim.run.generation,
+                kind=kind, verdict=cpb.EVIDENCE_VERDICT_PASSED if passed else cpb.EVIDENCE_VERDICT_FAILED,
+                checkpoint=checkpoint, details="pytest: 42 passed", run_id=claim.run.run_id,
+            ),
+            timeout=CALL_TIMEOUT,
+        )
+        return response.evidence
+
+    async def complete_run(self, claim_or_run_id, *, workspace: str = WS, outcome=cpb.RUN_OUTCOME_SUCCEEDED,
+                           **kw) -> cpb.CompleteRunResponse:
+        run_id = claim_or_run_id if isinstance(claim_or_run_id, str) else claim_or_run_id.run.run_id
+        return await self.cs.CompleteRun(
+            cpb.CompleteRunRequest(workspace_id=workspace, run_id=run_id, outcome=outcome, **kw), timeout=CALL_TIMEOUT
+        )
+
+    async def get_run(self, run_id: str, workspace: str = WS) -> cpb.Run:
+        return (await self.cs.GetRun(cpb.GetRunRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT)).run
+
+    async def completion_of(self, task_id: str, generation: int = 1, workspace: str = WS) -> cpb.Completion:
+        response = await self.cs.GetCompletion(
+            cpb.GetCompletionRequest(workspace_id=workspace, task_id=task_id, generation=generation),
+            timeout=CALL_TIMEOUT,
+        )
+        return response.completion
+
+    async def completion_events(self, workspace: str = WS, task_id: str = "", after: int = 0,
+                                quiet: float = 0.05) -> list[cpb.CompletionEvent]:
+        """The stream's backlog as a client sees it. The stream never ends, so the
+        number of committed events is taken from the service's store; the stream
+        must deliver exactly those (and nothing more within `quiet` seconds)."""
+        stored = await self.completion.store.events_after(workspace, after, task_id or None, 100_000)
+        call = self.cs.WatchCompletionEvents(
+            cpb.WatchCompletionEventsRequest(workspace_id=workspace, task_id=task_id, after_sequence=after)
+        )
+        events = []
+        try:
+            for _ in stored:
+                item = await asyncio.wait_for(call.read(), timeout=CALL_TIMEOUT)
+                assert item is not grpc.aio.EOF, events
+                events.append(item.event)
+            try:
+                extra = await asyncio.wait_for(call.read(), timeout=quiet)
+            except asyncio.TimeoutError:
+                return events
+            # An event committed since the store was read; anything else is a bug.
+            assert extra is not grpc.aio.EOF and extra.event.sequence > (events[-1].sequence if events else after)
+            return events + [extra.event]
+        finally:
+            call.cancel()
+
+    async def audit(self, workspace: str = WS, **kw) -> list[cpb.AuditEntry]:
+        response = await self.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=workspace, **kw), timeout=CALL_TIMEOUT)
+        return list(response.entries)
+
+    async def visible_state(self, workspace: str = WS) -> tuple:
+        """What a client can read of one workspace: runs, completions, audit rows."""
+        runs = await self.cs.ListRuns(cpb.ListRunsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
+        completions = await self.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
+        return (
+            [r.SerializeToString(deterministic=True) for r in runs.runs],
+            [c.SerializeToString(deterministic=True) for c in completions.completions],
+            [a.SerializeToString(deterministic=True) for a in await self.audit(workspace)],
+        )
+
+
+def kinds(events: list[cpb.CompletionEvent]) -> list[str]:
+    return [cpb.CompletionEventKind.Name(e.kind).removeprefix("COMPLETION_EVENT_KIND_") for e in events]
+
+
+def decisive_gate(decision: cpb.Decision) -> cpb.GateResult:
+    decisive = [g for g in decision.trace if g.decisive]
+    assert len(decisive) == 1, decision
+    return decisive[0]
+
+
+def gate(decision: cpb.Decision, gate_id: str) -> cpb.GateResult:
+    found = [g for g in decision.trace if g.gate_id == gate_id]
+    assert len(found) == 1, (gate_id, [g.gate_id for g in decision.trace])
+    return found[0]
