@@ -4,7 +4,6 @@ has an environment variable `FUNNEL_COMPLETION_<FLAG>`."""
 from __future__ import annotations
 
 import argparse
-import logging
 from dataclasses import dataclass
 
 import grpc
@@ -24,7 +23,6 @@ from funnel.runtime.faults import from_environment
 from funnel.runtime.storage_errors import StorageRefused
 from funnel.runtime.watch import EventBroker
 
-log = logging.getLogger(__name__)
 ENV_PREFIX = "FUNNEL_COMPLETION"
 # gRPC's default reconnect backoff grows to 120 s: after a lifecycle outage the
 # settlement outbox and every claim would keep failing fast for up to two minutes
@@ -145,21 +143,11 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
     )
 
 
-async def serve(config: CompletionConfig) -> None:
-    running = await start(config)
-    runtime.announce("completion_service", config.listen, running.port)
-    await runtime.wait_for_stop_signal()
-    log.info("stopping: letting in-flight calls finish for up to %.1fs", config.shutdown_grace)
-    await running.stop(config.shutdown_grace)
-
-
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
-    try:
-        runtime.require_fast_protobuf()
-        runtime.run(serve(config))
-    except (StorageRefused, PolicyError, runtime.SlowProtobuf) as exc:
-        raise SystemExit(f"completion_service refuses to start: {exc}") from None
+    runtime.serve_process(
+        "completion_service", lambda: start(config), config.listen, config.shutdown_grace, (StorageRefused, PolicyError)
+    )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ has an environment variable `FUNNEL_LIFECYCLE_<FLAG>`."""
 from __future__ import annotations
 
 import argparse
-import logging
 from dataclasses import dataclass
 
 import grpc
@@ -21,7 +20,6 @@ from lifecycle_service.errors import DOMAIN, Reason
 from lifecycle_service.service import SERVICE_NAME, LifecycleService, publisher
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
 
-log = logging.getLogger(__name__)
 ENV_PREFIX = "FUNNEL_LIFECYCLE"
 
 
@@ -108,21 +106,11 @@ def parse_args(argv: list[str] | None = None) -> LifecycleConfig:
     )
 
 
-async def serve(config: LifecycleConfig) -> None:
-    running = await start(config)
-    runtime.announce("lifecycle_service", config.listen, running.port)
-    await runtime.wait_for_stop_signal()
-    log.info("stopping: letting in-flight calls finish for up to %.1fs", config.shutdown_grace)
-    await running.stop(config.shutdown_grace)
-
-
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
-    try:
-        runtime.require_fast_protobuf()
-        runtime.run(serve(config))
-    except (StorageRefused, runtime.SlowProtobuf) as exc:
-        raise SystemExit(f"lifecycle_service refuses to start: {exc}") from None
+    runtime.serve_process(
+        "lifecycle_service", lambda: start(config), config.listen, config.shutdown_grace, (StorageRefused,)
+    )
 
 
 if __name__ == "__main__":

@@ -174,6 +174,30 @@ def run(main: Awaitable[None]) -> None:
     uvloop.run(main)
 
 
+def serve_process(
+    name: str,
+    start: Callable[[], Awaitable],
+    listen: str,
+    grace: float,
+    refusals: tuple[type[Exception], ...],
+) -> None:
+    """The whole life of a service process: start, announce, serve until SIGTERM
+    or SIGINT, stop gracefully. A refusal to start exits non-zero with its reason."""
+
+    async def serve() -> None:
+        running = await start()
+        announce(name, listen, running.port)
+        await wait_for_stop_signal()
+        log.info("stopping: letting in-flight calls finish for up to %.1fs", grace)
+        await running.stop(grace)
+
+    try:
+        require_fast_protobuf()
+        run(serve())
+    except (*refusals, SlowProtobuf) as exc:
+        raise SystemExit(f"{name} refuses to start: {exc}") from None
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
