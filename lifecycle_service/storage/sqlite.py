@@ -236,7 +236,10 @@ def _load_task(db: sqlite3.Connection, workspace_id: str, task_id: str) -> TaskR
 
 def _open_attached_children(db: sqlite3.Connection, task: TaskRecord, limit: int | None) -> tuple[ChildRef, ...]:
     sql = (
-        "SELECT task_id, generation FROM tasks WHERE workspace_id = ? AND parent_task_id = ? AND parent_generation = ? "
+        # INDEXED BY: without statistics the planner prefers walking the whole
+        # workspace by primary key (measured: 30% of the service's CPU at 6k tasks).
+        "SELECT task_id, generation FROM tasks INDEXED BY tasks_by_parent "
+        "WHERE workspace_id = ? AND parent_task_id = ? AND parent_generation = ? "
         "AND parent_mode = 'ATTACHED' AND state != 'TERMINAL' ORDER BY task_id"
     )
     params: tuple = (task.workspace_id, task.task_id, task.generation)
