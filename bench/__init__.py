@@ -1,0 +1,1 @@
+"""The funnel benchmark harness (see README.md)."""

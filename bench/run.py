@@ -1,0 +1,585 @@
+"""The funnel benchmark: the real services against a bare gRPC echo chain of the same
+shape, on this machine, in one run. See bench/README.md.
+
+    .venv/bin/python bench/run.py [--seconds 10] [--concurrency 1,16,64]
+                                  [--workload attempt,story] [--baseline-only]
+                                  [--tasks-preload N [--compare-empty]] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.common import (  # noqa: E402
+    ROOT,
+    Services,
+    cpu_snapshot,
+    hwm_mb,
+    load_average,
+    machine_facts,
+    print_facts,
+    rss_mb,
+    start_services,
+    write_policy,
+)
+
+BENCH = Path(__file__).resolve().parent
+PYTHON = sys.executable
+TARGET_THROUGHPUT_RATIO = 0.85  # attempt at 16 in flight vs the bare two-hop chain
+TARGET_P99_RATIO = 1.5
+TARGET_STARTUP_S = 1.0
+TARGET_PRELOAD_RATIO = 0.9
+TARGET_CONCURRENCY = 16
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# -- child processes -------------------------------------------------------------
+
+
+class Child:
+    """A process speaking the client's line protocol (see bench/client.py)."""
+
+    def __init__(self, argv: list[str], cwd: Path = ROOT) -> None:
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=cwd)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def expect(self, prefix: str) -> str:
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                code = self.process.wait()
+                raise RuntimeError(f"{self.process.args[1]} exited with code {code} before printing {prefix!r}")
+            if line.startswith(prefix):
+                return line.rstrip("\n")
+
+    def send(self, line: str) -> None:
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def client(config: dict) -> Child:
+    return Child([PYTHON, str(BENCH / "client.py"), json.dumps(config)])
+
+
+def measure(config: dict, server_pids: dict[str, int]) -> dict:
+    """Runs one client measurement and reads every process's CPU counters right
+    before GO and right after RESULT."""
+    config = {**config, "wait_bye": True}
+    child = client(config)
+    try:
+        child.expect("READY")
+        pids = {**server_pids, "client": child.pid}
+        load = load_average()
+        before = cpu_snapshot(pids)
+        child.send("GO")
+        line = child.expect("RESULT ")
+        after = cpu_snapshot(pids)
+        child.send("BYE")
+        child.process.wait(30)
+    finally:
+        child.stop()
+    result = json.loads(line[len("RESULT ") :])
+    ops = max(result["ops"], 1)
+    cpu = {name: after[name] - before[name] for name in pids}
+    result["cpu_s"] = cpu
+    result["cpu_ms_per_op"] = {name: seconds * 1000 / ops for name, seconds in cpu.items()}
+    result["cpu_ms_per_op"]["total"] = sum(cpu.values()) * 1000 / ops
+    result["cores_busy"] = sum(cpu.values()) / result["elapsed_s"] if result["elapsed_s"] else 0.0
+    result["load_average_before"] = load
+    return result
+
+
+# -- calibration ----------------------------------------------------------------
+
+
+def calibrate(data_dir: Path, request_ids: bool) -> dict:
+    """Starts the services on fresh databases, with a counting proxy between the
+    completion and the lifecycle service, and walks a few tasks through the story:
+    gives the message sizes, the lifecycle calls per client call, and the template
+    task for --tasks-preload. Also reports the start-up times on empty databases."""
+    from funnel_cli import supervisor
+    from funnel_cli.supervisor import spawn, wait_serving
+    import asyncio
+
+    supervisor.READY_TIMEOUT = 600.0
+    policy = write_policy(data_dir)
+    t0 = time.monotonic()
+    lifecycle = spawn(
+        "lifecycle_service",
+        "lifecycle_service",
+        ["--listen", "127.0.0.1:0", "--database", str(data_dir / "lifecycle.sqlite3")],
+        data_dir / "lifecycle.log",
+    )
+    completion = None
+    calibrator = None
+    try:
+        asyncio.run(wait_serving(lifecycle.address))
+        lifecycle_startup = time.monotonic() - t0
+        calibrator = client(
+            {"mode": "calibrate", "lifecycle": lifecycle.address, "request_ids": request_ids, "task_prefix": "cal"}
+        )
+        proxy = calibrator.expect("PROXY ").split()[1]
+        t1 = time.monotonic()
+        completion = spawn(
+            "completion_service",
+            "completion_service",
+            [
+                "--listen", "127.0.0.1:0",
+                "--database", str(data_dir / "completion.sqlite3"),
+                "--lifecycle-address", proxy,
+                "--policy-file", str(policy),
+            ],
+            data_dir / "completion.log",
+        )
+        asyncio.run(wait_serving(completion.address))
+        completion_startup = time.monotonic() - t1
+        calibrator.send(completion.address)
+        result = json.loads(calibrator.expect("RESULT ")[len("RESULT ") :])
+    finally:
+        if calibrator is not None:
+            calibrator.stop()
+        if completion is not None:
+            completion.stop()
+        lifecycle.stop()
+    result["startup_s"] = {"lifecycle": lifecycle_startup, "completion": completion_startup}
+    return result
+
+
+def baseline_variants(calibration: dict, workloads: list[str]) -> dict[str, list[dict]]:
+    """The echo-chain ops, shaped from the calibration's last story."""
+    story = calibration["stories"][-1]
+    sizes = story["sizes"]
+    calls = story["lifecycle_calls"]
+
+    def hops(method: str) -> list[list[int]]:
+        return [[req, max(resp, 0)] for _, req, resp in calls[method]]
+
+    attempt_hops = hops("AttemptCompletion")
+    settle = [h for (m, *_), h in zip(calls["AttemptCompletion"], attempt_hops) if m == "SettleCompletion"]
+    one_hop = settle[-1:] or attempt_hops[-1:]
+    req, resp = sizes["AttemptCompletion"]
+    variants = {"chain-1": [{"target": "front", "request": req, "response": resp, "hops": one_hop}]}
+    if "attempt" in workloads and len(attempt_hops) != 1:
+        variants["chain-attempt"] = [{"target": "front", "request": req, "response": resp, "hops": attempt_hops}]
+    if "story" in workloads:
+        register, claim = sizes["RegisterTask"], sizes["ClaimTask"]
+        variants["chain-story"] = [
+            # RegisterTask goes from the client straight to the lifecycle service: the back server here.
+            {"target": "back", "request": register[0], "response": register[1], "hops": []},
+            {"target": "front", "request": claim[0], "response": claim[1], "hops": hops("ClaimTask")},
+            {"target": "front", "request": req, "response": resp, "hops": attempt_hops},
+        ]
+    return variants
+
+
+# -- the baseline -----------------------------------------------------------------
+
+
+def start_echo(back: str | None = None) -> tuple[Child, str]:
+    argv = [PYTHON, str(BENCH / "echo.py"), "--listen", "127.0.0.1:0"]
+    if back:
+        argv += ["--back", back]
+    child = Child(argv)
+    address = child.expect("echo serving on ").rsplit(" ", 1)[1]
+    return child, address
+
+
+def run_baseline(variants: dict, concurrencies: list[int], seconds: float) -> tuple[dict, dict]:
+    back, back_address = start_echo()
+    front, front_address = start_echo(back_address)
+    results: dict[str, dict[int, dict]] = {}
+    try:
+        for name, calls in variants.items():
+            for concurrency in concurrencies:
+                log(f"baseline {name} at {concurrency} in flight ...")
+                results.setdefault(name, {})[concurrency] = measure(
+                    {
+                        "mode": "baseline",
+                        "front": front_address,
+                        "back": back_address,
+                        "calls": calls,
+                        "concurrency": concurrency,
+                        "seconds": seconds,
+                    },
+                    {"front": front.pid, "back": back.pid},
+                )
+        memory = {"front": rss_mb(front.pid), "back": rss_mb(back.pid)}
+    finally:
+        front.stop()
+        back.stop()
+    return results, memory
+
+
+# -- the real services ---------------------------------------------------------------
+
+
+def run_funnel(
+    data_dir: Path,
+    workloads: list[str],
+    concurrencies: list[int],
+    seconds: float,
+    request_ids: bool,
+    baseline: dict,
+    attempt_pool: int | None,
+    prep_max_s: float,
+    verify: dict | None,
+) -> dict:
+    log(f"starting the services on {data_dir} ...")
+    services: Services = start_services(data_dir)
+    phase: dict = {
+        "startup_s": {"lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s},
+        "results": {},
+    }
+    log(
+        f"  SERVING after {services.lifecycle_startup_s:.2f}s (lifecycle), "
+        f"{services.completion_startup_s:.2f}s (completion)"
+    )
+    addresses = {"lifecycle": services.lifecycle.address, "completion": services.completion.address}
+    try:
+        if verify is not None:
+            child = client({"mode": "verify_preload", **addresses, **verify, "request_ids": request_ids})
+            try:
+                phase["preload_check"] = json.loads(child.expect("RESULT ")[len("RESULT ") :])
+            finally:
+                child.stop()
+            problems = phase["preload_check"]["problems"]
+            log(f"  preloaded clone {verify['task_id']}: {'consistent' if not problems else problems}")
+        tag = f"{os.getpid() % 100000:05d}{int(time.time()) % 1000:03d}"
+        for workload in workloads:
+            previous_cpu = None
+            for concurrency in concurrencies:
+                config = {
+                    "mode": workload,
+                    **addresses,
+                    "concurrency": concurrency,
+                    "seconds": seconds,
+                    "request_ids": request_ids,
+                    "task_prefix": f"{workload[0]}{concurrency}-{tag}",
+                }
+                if workload == "attempt":
+                    config["pool"] = attempt_pool or pool_size(seconds, concurrency, baseline, previous_cpu)
+                    config["prep_max_s"] = prep_max_s
+                    log(f"{workload} at {concurrency} in flight: preparing {config['pool']} claimed tasks ...")
+                else:
+                    log(f"{workload} at {concurrency} in flight ...")
+                try:
+                    result = measure(config, services.pids)
+                except KeyboardInterrupt:
+                    phase["interrupted"] = f"{workload} at {concurrency} in flight"
+                    log("interrupted: reporting what was measured")
+                    raise Interrupted(phase) from None
+                phase["results"].setdefault(workload, {})[concurrency] = result
+                previous_cpu = result["cpu_ms_per_op"]["total"] if result["ops"] else None
+                if result["pool_exhausted"]:
+                    log(
+                        f"  WARNING: the {config['pool']} pre-claimed tasks ran out after {result['elapsed_s']:.1f}s; "
+                        "pass a larger --attempt-pool for a full-length measurement"
+                    )
+                if result["failures"]:
+                    log(f"  {result['failures']} FAILED ops: {result['failure_samples']}")
+        phase["memory_mb"] = {
+            name: {"rss": rss_mb(pid), "peak": hwm_mb(pid)} for name, pid in services.pids.items()
+        }
+    finally:
+        services.stop()
+    phase["database_mb"] = database_sizes(data_dir)
+    return phase
+
+
+class Interrupted(Exception):
+    def __init__(self, phase: dict) -> None:
+        super().__init__("interrupted")
+        self.phase = phase
+
+
+def pool_size(seconds: float, concurrency: int, baseline: dict, previous_cpu_ms: float | None) -> int:
+    """Enough pre-claimed tasks for the attempt workload to run `seconds`: the bare
+    chain's rate is a ceiling for the real path, and so is what the cores can do at
+    the CPU cost per op measured at the previous concurrency."""
+    rates = [r[concurrency]["ops_per_s"] for r in baseline.values() if concurrency in r]
+    estimate = max(rates) if rates else 2000.0
+    if previous_cpu_ms:
+        estimate = min(estimate, 1.5 * 1000 * (os.cpu_count() or 1) / previous_cpu_ms)
+    return int(math.ceil(seconds * estimate * 1.3)) + 4 * concurrency + 50
+
+
+def database_sizes(data_dir: Path) -> dict:
+    sizes = {}
+    for name in ("lifecycle", "completion"):
+        sizes[name] = sum(p.stat().st_size for p in data_dir.glob(f"{name}.sqlite3*")) / 2**20
+    return sizes
+
+
+def copy_databases(source: Path, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.glob("*.sqlite3*"):
+        shutil.copy2(path, target / path.name)
+
+
+# -- the report --------------------------------------------------------------------
+
+
+def fmt(value: float, width: int = 8, digits: int = 1) -> str:
+    return f"{value:{width}.{digits}f}"
+
+
+def print_report(report: dict) -> None:
+    print()
+    print_facts(report["facts"])
+    config = report["config"]
+    print(
+        f"  {'run':<22} {config['seconds']:g}s per point, in flight {config['concurrency']}, "
+        f"request ids {'on' if config['request_ids'] else 'off'}, started {config['started']}"
+    )
+    calibration = report["calibration"]
+    story = calibration["stories"][-1]
+    fresh = calibration["startup_s"]
+    print(
+        f"\ntime to SERVING on fresh databases: lifecycle {fresh['lifecycle']:.2f}s, completion {fresh['completion']:.2f}s"
+    )
+    print("\nmessage sizes (serialized bytes, request/response) and lifecycle calls per client call")
+    for method, (req, resp) in story["sizes"].items():
+        inner = ", ".join(f"{m} {q}/{s}" for m, q, s in story["lifecycle_calls"].get(method, [])) or "-"
+        print(f"  {method:<18} {req:>5}/{resp:<5}  -> lifecycle: {inner}")
+    if "preload" in report:
+        pre = report["preload"]
+        print(
+            f"\npreload: {pre['tasks']:,} registered+completed tasks cloned in {pre['seconds']:.1f}s; "
+            f"databases {pre['size_mb']['lifecycle']:.0f} MiB (lifecycle), {pre['size_mb']['completion']:.0f} MiB (completion)"
+        )
+        for db in pre["databases"]:
+            for warning in db["warnings"]:
+                print(f"  WARNING ({db['database']}): {warning}")
+
+    baseline = report.get("baseline", {})
+    header = (
+        f"  {'':<14} {'in flight':>9} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'fail':>5} "
+        f"{'cpu ms/op:':>10} {'client':>7} {'{a}':>10} {'{b}':>10} {'total':>7} {'cores':>6}"
+    )
+    if baseline:
+        print("\nbaseline: bare asyncio gRPC echo chain, raw bytes, client -> front -> back, same sizes")
+        print("  chain-1: one back call per op (the issue's two-hop chain); chain-attempt: the back calls")
+        print("  AttemptCompletion makes; chain-story: RegisterTask to back + ClaimTask and AttemptCompletion via front")
+        print(header.format(a="front", b="back"))
+        for name, by_c in baseline.items():
+            for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):
+                print(_row(name, c, r, "front", "back"))
+        if "baseline_memory_mb" in report:
+            m = report["baseline_memory_mb"]
+            print(f"  echo RSS after the run: front {m['front']:.0f} MiB, back {m['back']:.0f} MiB")
+
+    for phase_name, phase in report.get("phases", {}).items():
+        print(f"\nfunnel ({phase_name} databases): client -> completion_service -> lifecycle_service, file SQLite")
+        startup = phase["startup_s"]
+        print(
+            f"  time to SERVING: lifecycle {startup['lifecycle']:.2f}s, completion {startup['completion']:.2f}s "
+            f"(target <= {TARGET_STARTUP_S:g}s)"
+        )
+        print(header.format(a="completion", b="lifecycle") + "   vs baseline: ops/s ratio, p99 ratio")
+        for workload, by_c in phase["results"].items():
+            for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):
+                ratios = []
+                for variant in _comparisons(workload):
+                    b = baseline.get(variant, {}).get(c) or baseline.get(variant, {}).get(str(c))
+                    if b and b["ops_per_s"] and b["p99_ms"]:
+                        ratios.append(f"{variant} {r['ops_per_s'] / b['ops_per_s']:.2f}x {r['p99_ms'] / b['p99_ms']:.2f}x")
+                note = "  " + "; ".join(ratios)
+                if r.get("pool_exhausted"):
+                    note += f"  [pool ran out after {r['elapsed_s']:.1f}s]"
+                print(_row(workload, c, r, "completion", "lifecycle") + note)
+                for message, count in r.get("failure_samples", []):
+                    print(f"      {count} x {message}")
+        if phase.get("interrupted"):
+            print(f"  INTERRUPTED during {phase['interrupted']}")
+        memory = phase.get("memory_mb", {})
+        if memory:
+            print(
+                "  RSS after the run: "
+                + ", ".join(f"{n} {m['rss']:.0f} MiB (peak {m['peak']:.0f})" for n, m in memory.items())
+            )
+        sizes = phase.get("database_mb", {})
+        if sizes:
+            print("  database files after the run: " + ", ".join(f"{n} {s:.0f} MiB" for n, s in sizes.items()))
+
+    print_targets(report)
+
+
+def _comparisons(workload: str) -> list[str]:
+    return {"attempt": ["chain-1", "chain-attempt"], "story": ["chain-story"]}.get(workload, ["chain-1"])
+
+
+def _row(name: str, c, r: dict, a: str, b: str) -> str:
+    cpu = r["cpu_ms_per_op"]
+    return (
+        f"  {name:<14} {int(c):>9} {fmt(r['ops_per_s'], 8, 0)} {fmt(r['p50_ms'], 8, 2)} {fmt(r['p99_ms'], 8, 2)} "
+        f"{r['failures']:>5} {'':>10} {fmt(cpu.get('client', 0), 7, 3)} {fmt(cpu.get(a, 0), 10, 3)} "
+        f"{fmt(cpu.get(b, 0), 10, 3)} {fmt(cpu['total'], 7, 3)} {fmt(r['cores_busy'], 6, 2)}"
+    )
+
+
+def print_targets(report: dict) -> None:
+    lines = []
+    baseline = report.get("baseline", {}).get("chain-1", {})
+    for phase_name, phase in report.get("phases", {}).items():
+        attempt = phase["results"].get("attempt", {})
+        r, b = attempt.get(TARGET_CONCURRENCY), baseline.get(TARGET_CONCURRENCY)
+        if r and b:
+            ratio = r["ops_per_s"] / b["ops_per_s"]
+            p99 = r["p99_ms"] / b["p99_ms"]
+            lines.append(_verdict(f"{phase_name}: attempt throughput at {TARGET_CONCURRENCY} in flight vs chain-1", ratio, f">= {TARGET_THROUGHPUT_RATIO}", ratio >= TARGET_THROUGHPUT_RATIO))
+            lines.append(_verdict(f"{phase_name}: attempt p99 at {TARGET_CONCURRENCY} in flight vs chain-1", p99, f"<= {TARGET_P99_RATIO}", p99 <= TARGET_P99_RATIO))
+        for service, seconds in phase["startup_s"].items():
+            lines.append(_verdict(f"{phase_name}: {service} start-up to SERVING (s)", seconds, f"<= {TARGET_STARTUP_S:g}", seconds <= TARGET_STARTUP_S))
+    phases = report.get("phases", {})
+    if "empty" in phases and "preloaded" in phases:
+        for workload, by_c in phases["preloaded"]["results"].items():
+            for c, r in by_c.items():
+                e = phases["empty"]["results"].get(workload, {}).get(c)
+                if e and e["ops_per_s"]:
+                    ratio = r["ops_per_s"] / e["ops_per_s"]
+                    lines.append(_verdict(f"preloaded vs empty: {workload} at {c} in flight", ratio, f">= {TARGET_PRELOAD_RATIO}", ratio >= TARGET_PRELOAD_RATIO))
+    if lines:
+        print("\ntargets (issue 6; benchmark figures on a shared machine, not timed tests)")
+        for line in lines:
+            print(line)
+
+
+def _verdict(label: str, value: float, target: str, ok: bool) -> str:
+    return f"  {label:<66} {value:7.2f}  target {target:<7} {'met' if ok else 'NOT MET'}"
+
+
+# -- main --------------------------------------------------------------------------
+
+
+def parse_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0, help="measurement length of each point (default 10)")
+    parser.add_argument("--concurrency", default="1,16,64", help="requests in flight, comma separated (default 1,16,64)")
+    parser.add_argument("--workload", default="attempt,story", help="attempt, story or both (default both)")
+    parser.add_argument("--baseline-only", action="store_true", help="measure only the echo chain")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the echo chain (no ratios)")
+    parser.add_argument("--tasks-preload", type=int, default=0, metavar="N",
+                        help="clone N registered+completed tasks into both databases before the services start")
+    parser.add_argument("--compare-empty", action="store_true",
+                        help="with --tasks-preload: also measure on empty databases in the same run and print the ratio")
+    parser.add_argument("--attempt-pool", type=int, default=None, metavar="N",
+                        help="pre-claimed tasks per attempt point (default: estimated from the baseline)")
+    parser.add_argument("--prep-max-seconds", type=float, default=None, metavar="S",
+                        help="time limit of each attempt point's preparation (default max(30, 4 x --seconds)); "
+                        "a point whose pool was cut short ends when the pool runs out")
+    parser.add_argument("--no-request-ids", action="store_true",
+                        help="send client calls without request_id (default: every mutating call has one)")
+    parser.add_argument("--data-dir", default=None, help="where the databases and service logs go (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
+    args = parser.parse_args(argv)
+
+    concurrencies = [int(c) for c in parse_list(args.concurrency)]
+    workloads = parse_list(args.workload)
+    unknown = set(workloads) - {"attempt", "story"}
+    if unknown:
+        parser.error(f"unknown workloads {sorted(unknown)}")
+    request_ids = not args.no_request_ids
+    facts = machine_facts()
+    if facts["protobuf_backend"] != "upb":
+        log(f"WARNING: protobuf runs on its {facts['protobuf_backend']!r} backend, not the C (upb) one")
+    report: dict = {
+        "facts": facts,
+        "config": {
+            "seconds": args.seconds,
+            "concurrency": concurrencies,
+            "workloads": workloads,
+            "request_ids": request_ids,
+            "tasks_preload": args.tasks_preload,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join([os.path.relpath(PYTHON, ROOT) if PYTHON.startswith(str(ROOT)) else PYTHON, *sys.argv]),
+        },
+    }
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="funnel-bench-"))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log(f"data directory: {data_dir}")
+    try:
+        log("calibrating: message sizes and lifecycle calls per client call ...")
+        main_dir = data_dir / "db"
+        main_dir.mkdir(exist_ok=True)
+        calibration = calibrate(main_dir, request_ids)
+        report["calibration"] = calibration
+        phases: list[tuple[str, Path, dict | None]] = []
+        if args.tasks_preload and args.compare_empty:
+            copy_databases(main_dir, data_dir / "empty")
+            phases.append(("empty", data_dir / "empty", None))
+        if args.tasks_preload:
+            from bench.preload import preload
+
+            log(f"preloading {args.tasks_preload:,} tasks ...")
+            report["preload"] = preload(str(main_dir), calibration["stories"][-1], args.tasks_preload)
+            log(f"  done in {report['preload']['seconds']:.1f}s")
+            phases.append(("preloaded", main_dir, report["preload"]["sample_clone"]))
+        else:
+            phases.append(("empty", main_dir, None))
+
+        baseline: dict = {}
+        if not args.no_baseline:
+            variants = baseline_variants(calibration, workloads)
+            report["baseline_shapes"] = variants
+            baseline, memory = run_baseline(variants, concurrencies, args.seconds)
+            report["baseline"] = baseline
+            report["baseline_memory_mb"] = memory
+        if not args.baseline_only:
+            report["phases"] = {}
+            prep_max_s = args.prep_max_seconds or max(30.0, 4 * args.seconds)
+            for name, directory, verify in phases:
+                try:
+                    report["phases"][name] = run_funnel(
+                        directory, workloads, concurrencies, args.seconds, request_ids, baseline,
+                        args.attempt_pool, prep_max_s, verify,
+                    )
+                except Interrupted as stop:
+                    report["phases"][name] = stop.phase
+                    report["interrupted"] = True
+                    break
+    finally:
+        if not args.keep and not args.data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        elif args.keep:
+            log(f"kept {data_dir}")
+    report["facts"]["load_average_at_end"] = load_average()
+    print_report(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
