@@ -236,10 +236,8 @@ class CompletionAuthority:
     # -- the completion transaction ----------------------------------------
 
     async def attempt(self, command: AttemptCommand) -> AttemptOutcome | Remembered:
-        remembered = await self.store.recall(command.workspace_id, command.request_id, command.fingerprint)
-        _raise_if_rejected(remembered)
-        if isinstance(remembered, Remembered):
-            return remembered
+        # A repeated request_id is answered by the write transaction itself; checking
+        # it up front would cost every attempt one more trip to the database thread.
         current = await self.lifecycle_task(command.workspace_id, command.task_id)
         policy = self.policies.for_workspace(command.workspace_id)
         command = _with(command, lifecycle=view_of(current.task, list(current.open_attached_child_task_ids)), policy=policy)

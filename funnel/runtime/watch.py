@@ -74,9 +74,13 @@ class EventBroker(Generic[Item]):
                 if not members:
                     del self._subscriptions[slot]
 
-    def publish(self, scope: Hashable, key: Hashable, item: Item) -> None:
+    def publish(self, scope: Hashable, key: Hashable, make_item: Callable[[], Item]) -> None:
+        """Offers an item to the matching streams; it is built only if one exists."""
+        item = None
         for slot in ((scope, key), (scope, None)):
             for subscription in self._subscriptions.get(slot, ()):
+                if item is None:
+                    item = make_item()
                 subscription.offer(item)
 
     @property
