@@ -375,7 +375,23 @@ def _propagate_parent_termination(intent: i.PropagateParentTermination, s: Situa
 def _set_work_status(intent: i.SetWorkStatus, s: Situation, policy: Policy) -> Decision:
     if intent.work_status not in SETTABLE_WORK_STATUSES:
         return _reserved_status(intent.work_status)
-    return _fenced(s.task, intent) or _move(intent, s, work_status=intent.work_status)
+    problem = _fenced(s.task, intent)
+    if problem is None and intent.work_status is not WorkStatus.BLOCKED:
+        problem = _parent_fence_forbids_new_work(s)
+    return problem or _move(intent, s, work_status=intent.work_status)
+
+
+def _parent_fence_forbids_new_work(s: Situation) -> Rejection | None:
+    """An attached child's own fence arrives by propagation, after its parent's
+    commit; until then the parent's fence already forbids starting new work."""
+    link, parent = s.task.attached_parent, s.parent
+    if link is None or parent is None or parent.generation != link.generation or not parent.fenced:
+        return None
+    return reject(
+        Reason.PARENT_CANCELLATION_FENCED,
+        f"parent {parent.task_id!r} generation {parent.generation} has a cancellation request",
+        parent_task_id=parent.task_id,
+    )
 
 
 def _reserved_status(status: WorkStatus) -> Rejection:

@@ -483,6 +483,27 @@ def test_attached_child_activates_only_under_an_active_unfenced_parent(name):
         expect_rejection(decision, reason)
 
 
+@pytest.mark.parametrize(
+    "status, parent_fenced, reason",
+    [
+        (WorkStatus.IN_PROGRESS, True, Reason.PARENT_CANCELLATION_FENCED),
+        (WorkStatus.READY, True, Reason.PARENT_CANCELLATION_FENCED),
+        # Marking the child blocked is not new work: the parent's fence allows it.
+        (WorkStatus.BLOCKED, True, None),
+        (WorkStatus.IN_PROGRESS, False, None),
+    ],
+)
+def test_an_attached_child_starts_no_new_work_under_its_parents_fence_before_it_propagates(status, parent_fenced, reason):
+    parent = parent_record(ACTIVE, fenced_at=FENCE_AT if parent_fenced else None)
+    task = child_record(ACTIVE, work_status=WorkStatus.READY)
+    intent = make_intent(K.SET_WORK_STATUS, task_id="child", work_status=status)
+    decision = decide(intent, situation(task, parent=parent), POLICY)
+    if reason is None:
+        expect_transition(decision, task, intent, work_status=status)
+    else:
+        expect_rejection(decision, reason, parent_task_id="parent")
+
+
 @pytest.mark.parametrize("name", list(PARENTS))
 def test_attached_child_resumes_only_under_an_active_unfenced_parent(name):
     parent, reason = PARENTS[name]

@@ -30,6 +30,10 @@ from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
 from lifecycle_service.storage.port import Command, Committed, Discharged, Replayed, Resettled
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
+from funnel.runtime.sqlite import migrations_in
+from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE
+
+SCHEMA_VERSION = len(migrations_in(MIGRATIONS_PACKAGE))
 
 POLICY = Policy()
 WS = "ws"
@@ -128,7 +132,7 @@ async def active_task(h, task_id, parent=None):
 
 
 async def test_migrations_and_pragmas_are_applied(harness):
-    assert await harness.pragma("user_version") == 1
+    assert await harness.pragma("user_version") == SCHEMA_VERSION
     assert await harness.pragma("synchronous") == 2  # FULL
     expected_journal = "memory" if harness.path == ":memory:" else "wal"
     assert (await harness.pragma("journal_mode")).lower() == expected_journal
@@ -141,7 +145,7 @@ async def test_migrations_and_pragmas_are_applied(harness):
 async def test_the_file_is_a_wal_database_at_the_current_schema(file_harness):
     await file_harness.ok(register("t1"))
     with sqlite3.connect(file_harness.path) as other:
-        assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -149,7 +153,7 @@ async def test_reopening_keeps_the_data_and_migrates_nothing_twice(file_harness)
     await file_harness.ok(register("t1"))
     await file_harness.close()
     await file_harness.open()
-    assert await file_harness.pragma("user_version") == 1
+    assert await file_harness.pragma("user_version") == SCHEMA_VERSION
     assert (await file_harness.task("t1")).revision == 1
     assert [e.revision for e in await file_harness.events("t1")] == [1]
 
@@ -157,11 +161,11 @@ async def test_reopening_keeps_the_data_and_migrates_nothing_twice(file_harness)
 async def test_refuses_a_database_newer_than_the_code(tmp_path, clock):
     path = tmp_path / "newer.sqlite3"
     with sqlite3.connect(path) as db:
-        db.execute("PRAGMA user_version = 2")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(StorageRefused, match="newer"):
         await SqliteLifecycleStore.open(str(path), clock)
     with sqlite3.connect(path) as db:  # left as it was
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
         assert db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] == 0
 
 
@@ -516,4 +520,4 @@ async def test_check_writable_passes_on_a_healthy_store(harness):
     await harness.store.check_writable()
     # The probe changes nothing.
     assert await harness.all_events() == []
-    assert await harness.pragma("user_version") == 1
+    assert await harness.pragma("user_version") == SCHEMA_VERSION

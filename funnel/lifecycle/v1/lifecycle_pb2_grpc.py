@@ -277,7 +277,8 @@ class TaskLifecycleServiceServicer:
         `ENUM_UNSPECIFIED`, `VALUE_OUT_OF_RANGE`, `WORK_STATUS_RESERVED`,
         `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`, `REVISION_MISMATCH`,
         `STALE_GENERATION`, `FUTURE_GENERATION`, `GENERATION_TERMINAL`,
-        `CANCELLATION_FENCED`.
+        `CANCELLATION_FENCED`, `PARENT_CANCELLATION_FENCED` (`READY` or
+        `IN_PROGRESS` for an attached child whose parent's fence has not reached it yet).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
