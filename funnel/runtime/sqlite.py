@@ -228,6 +228,15 @@ def in_read_transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection
         db.execute("ROLLBACK")
 
 
+def _summary(problems: list[str], shown: int = 3) -> str:
+    """The first few problems integrity_check found (one row may hold many lines),
+    so that the refusal stays readable; restoring a backup is the way out."""
+    lines = [line.strip() for row in problems for line in row.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("*** in database")]
+    more = f" (and {len(lines) - shown} more)" if len(lines) > shown else ""
+    return "; ".join(lines[:shown]) + more + "; restore the file from a backup"
+
+
 def _prepare(db: sqlite3.Connection, path: str, migrations: list[Migration], busy_timeout_ms: int, check_integrity: bool) -> None:
     try:
         db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
@@ -238,7 +247,7 @@ def _prepare(db: sqlite3.Connection, path: str, migrations: list[Migration], bus
         if check_integrity:
             problems = [row[0] for row in db.execute("PRAGMA integrity_check").fetchall()]
             if problems != ["ok"]:
-                raise StorageRefused(f"database {path!r} failed its integrity check: {'; '.join(problems[:5])}")
+                raise StorageRefused(f"database {path!r} failed its integrity check: {_summary(problems)}")
         current = db.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.DatabaseError as exc:
         raise StorageRefused(f"database {path!r} is unusable: {exc}") from exc
