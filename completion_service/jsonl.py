@@ -29,7 +29,7 @@ class LineDamaged(Exception):
 def parse_line(raw: bytes, line: int) -> tpb.SessionEvent:
     try:
         document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested arrays/objects
         raise LineDamaged(line, f"not a JSON document ({exc})") from None
     if not isinstance(document, dict):
         raise LineDamaged(line, "not a JSON object")
@@ -48,6 +48,8 @@ def is_torn(raw: bytes) -> bool:
         return False
     try:
         json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        return False  # nested deeper than any event: damage, not a torn event line
     except (UnicodeDecodeError, ValueError):
         return True
     return False

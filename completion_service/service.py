@@ -28,7 +28,14 @@ from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.runtime.errors import ServiceError, reject
 from funnel.runtime.idempotency import fingerprint
-from funnel.runtime.paging import decode_token, encode_token, page_size
+from funnel.runtime.paging import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    decode_token,
+    encode_token,
+    fitting,
+    page_size,
+    response_budget,
+)
 from funnel.runtime.validation import malformed_page_token
 from funnel.runtime.watch import EventBroker, follow, overflow_error
 
@@ -40,7 +47,11 @@ def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]):
 
     def publish(events: list[CompletionEvent]) -> None:
         for event in events:
-            broker.publish(event.workspace_id, event.task_id, pb.WatchCompletionEventsResponse(event=event_to_proto(event)))
+            broker.publish(
+                event.workspace_id,
+                event.task_id,
+                lambda event=event: pb.WatchCompletionEventsResponse(event=event_to_proto(event)),
+            )
 
     return publish
 
@@ -71,10 +82,22 @@ def _is_time_id_pair(cursor: list) -> bool:
 
 
 class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
-    def __init__(self, authority: CompletionAuthority, broker: EventBroker[pb.WatchCompletionEventsResponse]) -> None:
+    def __init__(
+        self,
+        authority: CompletionAuthority,
+        broker: EventBroker[pb.WatchCompletionEventsResponse],
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
         self._authority = authority
         self._store = authority.store
         self._broker = broker
+        self._page_bytes = response_budget(max_message_bytes)
+
+    def _fit(self, page, to_proto) -> tuple[list, list, bool]:
+        """The page's items, their messages and whether more follow, cut to the response budget."""
+        protos = [to_proto(item) for item in page.items]
+        fit = fitting(protos, self._page_bytes)
+        return page.items[:fit], protos[:fit], page.more or fit < len(protos)
 
     async def ClaimTask(self, request, context):
         ttl = requests.claim_task(request)
@@ -156,10 +179,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         page = await self._store.list_runs(
             request.workspace_id, request.task_id or None, tuple(cursor) if cursor else None, page_size(request.page_size)
         )
-        last = page.items[-1] if page.items else None
+        items, protos, more = self._fit(page, run_to_proto)
+        last = items[-1] if items else None
         return pb.ListRunsResponse(
-            runs=[run_to_proto(r) for r in page.items],
-            next_page_token=encode_token(listing, [last.claimed_at, last.run_id]) if page.more else "",
+            runs=protos,
+            next_page_token=encode_token(listing, [last.claimed_at, last.run_id]) if more else "",
         )
 
     async def RecordEvidence(self, request, context):
@@ -241,10 +265,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         page = await self._store.list_completions(
             request.workspace_id, request.task_id or None, tuple(cursor) if cursor else None, page_size(request.page_size)
         )
-        last = page.items[-1] if page.items else None
+        items, protos, more = self._fit(page, completion_to_proto)
+        last = items[-1] if items else None
         return pb.ListCompletionsResponse(
-            completions=[completion_to_proto(c) for c in page.items],
-            next_page_token=encode_token(listing, [last.committed_at, last.completion_id]) if page.more else "",
+            completions=protos,
+            next_page_token=encode_token(listing, [last.committed_at, last.completion_id]) if more else "",
         )
 
     async def ListAuditLog(self, request, context):
@@ -254,9 +279,10 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         page = await self._store.list_audit(
             request.workspace_id, request.task_id or None, request.run_id or None, cursor, page_size(request.page_size)
         )
+        items, protos, more = self._fit(page, audit_to_proto)
         return pb.ListAuditLogResponse(
-            entries=[audit_to_proto(a) for a in page.items],
-            next_page_token=encode_token(listing, page.items[-1].audit_id) if page.more else "",
+            entries=protos,
+            next_page_token=encode_token(listing, items[-1].audit_id) if more else "",
         )
 
     async def WatchCompletionEvents(self, request, context) -> AsyncIterator[pb.WatchCompletionEventsResponse]:

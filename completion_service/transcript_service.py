@@ -3,6 +3,7 @@ loads (with interrupted-turn repair), JSONL export and import, and resume advice
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator
 
 from completion_service.authority import CompletionAuthority
@@ -20,7 +21,15 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.idempotency import fingerprint
-from funnel.runtime.paging import MAX_PAGE_SIZE, decode_token, encode_token, page_size
+from funnel.runtime.paging import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_PAGE_SIZE,
+    decode_token,
+    encode_token,
+    fitting,
+    page_size,
+    response_budget,
+)
 from funnel.runtime.validation import Checker, malformed_page_token
 
 SERVICE_NAME = "funnel.completion.v1.TranscriptService"
@@ -30,6 +39,11 @@ MAX_TOOL_NAME = 256
 _EXPORT_PAGE = 500
 _IMPORT_BATCH = 1000
 _REOPEN_CAUSE = "the transcript reopened the completed generation"
+# To an upload handler, a client stream that broke off (the client cancelled, its
+# deadline passed, a message exceeded the size limit) ends exactly like a complete
+# one; gRPC cancels the handler a moment later. An import waits this long before
+# committing, so that a truncated file is discarded instead of imported.
+STREAM_END_GRACE_SECONDS = 0.05
 
 
 def check_event(checker: Checker, prefix: str, event: tpb.SessionEvent, *, imported: bool) -> None:
@@ -66,11 +80,14 @@ def check_event(checker: Checker, prefix: str, event: tpb.SessionEvent, *, impor
 
 
 class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
-    def __init__(self, authority: CompletionAuthority, ids: IdSource) -> None:
+    def __init__(
+        self, authority: CompletionAuthority, ids: IdSource, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ) -> None:
         self._authority = authority
         self._store = authority.store
         self._lifecycle = authority.lifecycle
         self._ids = ids
+        self._page_bytes = response_budget(max_message_bytes)
 
     async def _task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
         return await self._authority.lifecycle_task(workspace_id, task_id)
@@ -194,9 +211,12 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             page_size(request.page_size),
             repair_first=not request.page_token,
         )
+        protos = [session_event_to_proto(e) for e in page.events]
+        fit = fitting(protos, self._page_bytes)
+        more, events, protos = page.more or fit < len(protos), page.events[:fit], protos[:fit]
         return tpb.LoadTranscriptResponse(
-            events=[session_event_to_proto(e) for e in page.events],
-            next_page_token=encode_token(listing, page.events[-1].sequence) if page.more else "",
+            events=protos,
+            next_page_token=encode_token(listing, events[-1].sequence) if more else "",
             state_version=page.state_version,
             repaired=page.repaired,
             turn_in_progress=page.turn_in_progress,
@@ -212,7 +232,19 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             events = await self._store.transcript_events_after(request.workspace_id, request.task_id, after, _EXPORT_PAGE)
             if not events:
                 return
-            yield tpb.ExportTranscriptResponse(jsonl=b"".join(to_line(session_event_to_proto(e)) for e in events))
+            chunk = b""
+            for event in events:
+                line = to_line(session_event_to_proto(event))
+                if chunk and len(chunk) + len(line) > self._page_bytes:
+                    yield tpb.ExportTranscriptResponse(jsonl=chunk)  # whole lines, within the message limit
+                    chunk = b""
+                # A line longer than a message (JSON escapes a control character in
+                # six bytes) goes out in consecutive pieces.
+                while len(line) > self._page_bytes:
+                    yield tpb.ExportTranscriptResponse(jsonl=line[: self._page_bytes])
+                    line = line[self._page_bytes:]
+                chunk += line
+            yield tpb.ExportTranscriptResponse(jsonl=chunk)
             after = events[-1].sequence
 
     async def ImportTranscript(self, request_iterator, context):
@@ -238,6 +270,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
                 for number, raw in importer.splitter.feed(message.jsonl_chunk):
                     await importer.accept(number, raw)
             warnings = await importer.finish()
+            await _stream_really_ended(context)
             version = await self._store.commit_import(importer.import_id, workspace, task_id, importer.tail, importer.checkpoints)
         except LineDamaged as damage:
             await self._store.discard_import(importer.import_id)
@@ -268,6 +301,13 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             generation=task.generation,
             completion_id=task.completion_id,
         )
+
+
+async def _stream_really_ended(context) -> None:
+    """Raises CancelledError when the request stream ended because the call failed."""
+    await asyncio.sleep(STREAM_END_GRACE_SECONDS)
+    if context.cancelled() or context.done():
+        raise asyncio.CancelledError("the import stream broke off")
 
 
 def _line_error(line: int, problem: str) -> ServiceError:

@@ -11,7 +11,14 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.idempotency import fingerprint
-from funnel.runtime.paging import decode_token, encode_token, page_size
+from funnel.runtime.paging import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    decode_token,
+    encode_token,
+    fitting,
+    page_size,
+    response_budget,
+)
 from funnel.runtime.validation import malformed_page_token
 from funnel.runtime.watch import EventBroker, follow, overflow_error
 from lifecycle_service import requests
@@ -29,16 +36,24 @@ def publisher(broker: EventBroker[pb.WatchLifecycleEventsResponse]) -> Callable[
     """The store's after-commit hook: hands each committed event to the watch streams."""
 
     def publish(event: LifecycleEvent) -> None:
-        broker.publish(event.workspace_id, event.task_id, pb.WatchLifecycleEventsResponse(event=event_to_proto(event)))
+        broker.publish(
+            event.workspace_id, event.task_id, lambda: pb.WatchLifecycleEventsResponse(event=event_to_proto(event))
+        )
 
     return publish
 
 
 class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
-    def __init__(self, authority: LifecycleAuthority, broker: EventBroker[pb.WatchLifecycleEventsResponse]) -> None:
+    def __init__(
+        self,
+        authority: LifecycleAuthority,
+        broker: EventBroker[pb.WatchLifecycleEventsResponse],
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
         self._authority = authority
         self._store = authority.store
         self._broker = broker
+        self._page_bytes = response_budget(max_message_bytes)
 
     async def _mutate(self, method: str, request, context: grpc.aio.ServicerContext, response_type, intent: i.Intent):
         remaining = context.time_remaining()
@@ -126,9 +141,11 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         size = page_size(request.page_size)
         tasks = await self._store.list_tasks(request.workspace_id, after, size + 1, request.parent_task_id or None)
         more = len(tasks) > size
-        tasks = tasks[:size]
+        protos = [task_to_proto(t) for t in tasks[:size]]
+        fit = fitting(protos, self._page_bytes)
+        more, tasks, protos = more or fit < len(protos), tasks[:fit], protos[:fit]
         return pb.ListTasksResponse(
-            tasks=[task_to_proto(t) for t in tasks],
+            tasks=protos,
             next_page_token=encode_token(listing, tasks[-1].task_id) if more else "",
         )
 
@@ -145,9 +162,11 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         size = page_size(request.page_size)
         events = await self._store.list_events(request.workspace_id, request.task_id, after, size + 1)
         more = len(events) > size
-        events = events[:size]
+        protos = [event_to_proto(e) for e in events[:size]]
+        fit = fitting(protos, self._page_bytes)
+        more, events, protos = more or fit < len(protos), events[:fit], protos[:fit]
         return pb.ListLifecycleEventsResponse(
-            events=[event_to_proto(e) for e in events],
+            events=protos,
             next_page_token=encode_token(listing, events[-1].revision) if more else "",
         )
 

@@ -24,22 +24,60 @@ def grpc_code(code: Code) -> grpc.StatusCode:
     return grpc.StatusCode[code.name]
 
 
+# A status travels in trailing metadata (grpc-message percent-encoded, the details
+# base64-encoded), and gRPC clients refuse metadata above 8 KiB by default: a larger
+# error would reach the caller as RESOURCE_EXHAUSTED "Stream removed", its reason
+# lost. Errors echo caller input (field paths with map keys, up to 1000 events of a
+# batch), so they are shrunk to fit: fewer field violations, shorter texts.
+MAX_STATUS_BYTES = 6 * 1024
+# (field violations kept, UTF-8 bytes per text), tried in order until the status fits.
+_SHRINK_STEPS = ((None, None), (20, 512), (10, 256), (5, 128), (1, 64), (0, 32))
+
+
 def to_status(rejection: Rejection, domain: str) -> grpc.Status:
-    info = error_details_pb2.ErrorInfo(reason=rejection.reason.name, domain=domain, metadata=dict(rejection.metadata))
+    for max_violations, max_bytes in _SHRINK_STEPS:
+        status = _status(rejection, domain, max_violations, max_bytes)
+        if _encoded_size(status) <= MAX_STATUS_BYTES:
+            break
+    return rpc_status.to_status(status)
+
+
+def _status(rejection: Rejection, domain: str, max_violations: int | None, max_bytes: int | None) -> status_pb2.Status:
+    cut = (lambda text: text) if max_bytes is None else (lambda text: _truncate(text, max_bytes))
+    info = error_details_pb2.ErrorInfo(
+        reason=rejection.reason.name, domain=domain, metadata={k: cut(v) for k, v in rejection.metadata.items()}
+    )
     details = [_pack(info)]
-    if rejection.violations:
+    # The message of a rejection with several violations says how many there are.
+    violations = rejection.violations[:max_violations] if max_violations is not None else rejection.violations
+    if violations:
         details.append(
             _pack(
                 error_details_pb2.BadRequest(
                     field_violations=[
-                        error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                        for v in rejection.violations
+                        error_details_pb2.BadRequest.FieldViolation(field=cut(v.field), description=cut(v.description))
+                        for v in violations
                     ]
                 )
             )
         )
-    status = status_pb2.Status(code=getattr(code_pb2, rejection.code.name), message=rejection.message, details=details)
-    return rpc_status.to_status(status)
+    message = rejection.message if max_bytes is None else _truncate(rejection.message, max_bytes * 2)
+    return status_pb2.Status(code=getattr(code_pb2, rejection.code.name), message=message, details=details)
+
+
+def _encoded_size(status: status_pb2.Status) -> int:
+    """Bytes the status takes on the wire: grpc-message percent-encodes all but
+    printable ASCII; grpc-status-details-bin is base64."""
+    message = status.message.encode("utf-8")
+    percent_encoded = sum(1 if 0x20 <= b <= 0x7E and b != 0x25 else 3 for b in message)
+    return percent_encoded + (status.ByteSize() + 2) // 3 * 4
+
+
+def _truncate(text: str, max_bytes: int) -> str:
+    encoded = text.encode("utf-8")
+    if len(encoded) <= max_bytes:
+        return text
+    return encoded[: max(max_bytes - 3, 0)].decode("utf-8", errors="ignore") + "..."
 
 
 def _pack(message: Any) -> any_pb2.Any:

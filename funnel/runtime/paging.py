@@ -7,6 +7,8 @@ import json
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+# The servers' default `max_message_bytes` (funnel/runtime/server.py).
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 def encode_token(listing: list[str], cursor: str | int) -> str:
@@ -19,7 +21,7 @@ def decode_token(token: str, listing: list[str], cursor_type: type) -> str | int
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         issued_for, cursor = json.loads(raw)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: a forged token nesting arrays deeply
         return None
     if issued_for != listing or type(cursor) is not cursor_type or not _fits_int64(cursor):
         return None
@@ -36,3 +38,23 @@ def _fits_int64(value: object) -> bool:
 
 def page_size(requested: int) -> int:
     return requested or DEFAULT_PAGE_SIZE
+
+
+def response_budget(max_message_bytes: int) -> int:
+    """Bytes of items one response may carry: the rest of the message limit is
+    left for the envelope (tokens, versions)."""
+    return max(max_message_bytes - 64 * 1024, max_message_bytes // 2)
+
+
+def fitting(messages: list, budget: int) -> int:
+    """How many leading `messages` fit in `budget` serialized bytes (at least one).
+    A page of `page_size` large items (events with long causes, runs with long
+    errors, transcript events of up to 1 MiB) can exceed the message limit, which
+    gRPC would answer with a bare RESOURCE_EXHAUSTED and no way to read past it:
+    such a page ends early and its `next_page_token` continues it."""
+    total = 0
+    for count, message in enumerate(messages):
+        total += message.ByteSize() + 6  # field tag and length prefix
+        if total > budget and count > 0:
+            return count
+    return len(messages)

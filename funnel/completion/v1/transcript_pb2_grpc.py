@@ -95,7 +95,8 @@ class TranscriptServiceServicer:
     def ExportTranscript(self, request, context):
         """Streams the transcript as JSONL: one event per line in the protobuf JSON
         mapping of `SessionEvent` (field names as in the proto), chunked on line
-        boundaries. Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`.
+        boundaries (a line longer than the message size limit is split across
+        consecutive chunks). Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
