@@ -41,7 +41,7 @@ from completion_service.storage.sqlite import CompletionCorrupted, SqliteComplet
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError, reject
-from funnel.runtime.faults import NO_FAULTS, Faults
+from funnel.runtime.faults import NO_FAULTS, DroppedReply, Faults
 from funnel.runtime.storage_errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -326,7 +326,12 @@ class CompletionAuthority:
         due = await self.store.due_settlements(self.clock.now_micros(), limit=100)
         for completion in due:
             self.faults.hit("completion.outbox_retry")
-            await self.settle(completion)
+            try:
+                await self.settle(completion)
+            except (StorageUnavailable, DroppedReply):
+                raise
+            except Exception:  # noqa: BLE001 - one bad row must not hold back the rows behind it
+                log.exception("settling %s failed; it stays pending", completion.completion_id)
         return len(due)
 
     # -- closing runs ------------------------------------------------------

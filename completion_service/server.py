@@ -80,6 +80,8 @@ async def start(
     clock = clock or SystemClock()
     ids = ids or RandomIds()
     policies = policies if policies is not None else load_policy(config.policy_file)
+    server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, "/funnel.completion.v1.")
+    port = runtime.bind(server, config.listen)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
     store = await SqliteCompletionStore.open(config.database, clock, ids, publisher(broker), faults)
@@ -94,13 +96,13 @@ async def start(
         stall_after=config.stall_after,
         faults=faults,
     )
-    server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, "/funnel.completion.v1.")
-    completion_pb2_grpc.add_CompletionServiceServicer_to_server(CompletionService(authority, broker), server)
-    transcript_pb2_grpc.add_TranscriptServiceServicer_to_server(TranscriptService(authority, ids), server)
+    completion = CompletionService(authority, broker, config.max_message_bytes)
+    completion_pb2_grpc.add_CompletionServiceServicer_to_server(completion, server)
+    transcripts = TranscriptService(authority, ids, config.max_message_bytes)
+    transcript_pb2_grpc.add_TranscriptServiceServicer_to_server(transcripts, server)
     health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
     if config.reflection:
         runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
-    port = runtime.bind(server, config.listen)
     await server.start()
     health.start(store.check_writable, config.health_interval)
     authority.start()

@@ -57,16 +57,17 @@ class RunningLifecycle:
 
 async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningLifecycle:
     """Opens the database (refusing unsafe ones), starts serving and replays pending propagations."""
+    server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, f"/{SERVICE_NAME}/")
+    port = runtime.bind(server, config.listen)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
     store = await SqliteLifecycleStore.open(config.database, clock or SystemClock(), publisher(broker), faults)
     authority = LifecycleAuthority(store, Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000), faults=faults)
-    server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, f"/{SERVICE_NAME}/")
-    lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server(LifecycleService(authority, broker), server)
+    service = LifecycleService(authority, broker, config.max_message_bytes)
+    lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server(service, server)
     health = runtime.Health(server, [SERVICE_NAME])
     if config.reflection:
         runtime.enable_reflection(server, [SERVICE_NAME])
-    port = runtime.bind(server, config.listen)
     await server.start()
     health.start(store.check_writable, config.health_interval)
     authority.start()

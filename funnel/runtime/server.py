@@ -70,6 +70,8 @@ def new_server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            # A second process on the same port must fail, not silently share it.
+            ("grpc.so_reuseport", 0),
         ],
     )
 
@@ -124,10 +126,20 @@ def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> 
     reflection.enable_server_reflection([*service_names, reflection.SERVICE_NAME, "grpc.health.v1.Health"], server)
 
 
+class CannotListen(RuntimeError):
+    pass
+
+
 def bind(server: grpc.aio.Server, listen: str) -> int:
-    port = server.add_insecure_port(listen)
+    """Binds the listening address; done before any database is opened, so a
+    busy port refuses the start without leaving connections (and their
+    threads) behind."""
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise CannotListen(f"cannot listen on {listen}: {exc}") from None
     if port == 0:
-        raise SystemExit(f"cannot listen on {listen}")
+        raise CannotListen(f"cannot listen on {listen}")
     return port
 
 
@@ -194,7 +206,7 @@ def serve_process(
     try:
         require_fast_protobuf()
         run(serve())
-    except (*refusals, SlowProtobuf) as exc:
+    except (*refusals, SlowProtobuf, CannotListen) as exc:
         raise SystemExit(f"{name} refuses to start: {exc}") from None
 
 

@@ -1,0 +1,65 @@
+"""The README's first quick-start command, as a user runs it: `funnel up --demo`
+starts both services as processes, walks the story, and stops cleanly on Ctrl-C."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FUNNEL = Path(sys.executable).parent / "funnel"
+
+
+def test_funnel_up_demo_tells_the_whole_story_and_stops_cleanly_on_ctrl_c(tmp_path):
+    data = tmp_path / "data"
+    process = subprocess.Popen(
+        [str(FUNNEL), "up", "--demo", "--data-dir", str(data), "--lifecycle-port", "0", "--completion-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip())
+            if line.startswith("Demo finished"):
+                break
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = "\n".join(lines) + "\n" + rest
+    assert process.returncode == 0, output
+    story = [line.split()[0] for line in lines if line[:2] in {f"{n}." for n in range(1, 9)}]
+    assert story == ["1.", "2.", "3.", "4.", "5.", "6.", "7.", "8."], output
+    assert "SOFT_BLOCK: next action RECORD_EVIDENCE" in output
+    assert "ALLOW: completion cmp_" in output
+    assert "settlement SETTLED" in output
+    assert "transitioned to terminal COMPLETED" in output
+    assert "final status DONE" in output
+    assert "stopped (exit codes 0, 0)" in output
+    assert (data / "lifecycle.sqlite3").exists() and (data / "completion.sqlite3").exists()
+
+
+def test_funnel_up_reports_a_busy_port_instead_of_hanging(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [str(FUNNEL), "up", "--data-dir", str(tmp_path), "--lifecycle-port", str(port), "--completion-port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ},
+        )
+    assert result.returncode == 1
+    assert "lifecycle_service" in result.stderr and "cannot listen" in result.stderr
