@@ -597,7 +597,17 @@ class SqliteCompletionStore(TranscriptStorage):
                     ),
                 )
             )
-            return _load_completion(db, completion.workspace_id, completion.task_id, completion.generation)
+            # The row as just written, without reading it back and decoding its decision.
+            return dataclasses.replace(
+                completion,
+                settlement=status,
+                settle_attempts=completion.settle_attempts + 1,
+                lifecycle_revision=settlement.lifecycle_revision,
+                lifecycle_event_sequence=settlement.lifecycle_event_sequence,
+                settled_at=now,
+                error_reason=settlement.error_reason,
+                error_message=settlement.error_message,
+            )
 
         return await self._write(body)
 
