@@ -14,6 +14,7 @@ from typing import Callable
 from google.protobuf.message import Message
 
 from completion_service.core import gates
+from completion_service.core.gates import snapshot_basis
 from completion_service.core.model import (
     CompletionRecord,
     FinalStatus,
@@ -29,6 +30,8 @@ from completion_service.external_gates import ExternalGates
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, view_of
 from completion_service.policy import PolicyBook
 from completion_service.storage.port import (
+    CompletionCorrupted,
+    CompletionStore,
     AttemptCommand,
     AttemptOutcome,
     ClaimCommand,
@@ -37,7 +40,6 @@ from completion_service.storage.port import (
     Remembered,
     Settlement,
 )
-from completion_service.storage.sqlite import CompletionCorrupted, SqliteCompletionStore, snapshot_basis
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError, reject
@@ -87,7 +89,7 @@ class RunClosed:
 class CompletionAuthority:
     def __init__(
         self,
-        store: SqliteCompletionStore,
+        store: CompletionStore,
         lifecycle: LifecycleClient,
         policies: PolicyBook,
         clock: Clock,

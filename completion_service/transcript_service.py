@@ -9,12 +9,12 @@ from typing import AsyncIterator
 from completion_service.authority import CompletionAuthority
 from completion_service.convert import session_event_from_proto, session_event_to_proto
 from completion_service.core import transcript as grammar
-from completion_service.core.transcript import EventKind, Tail, Violation
+from completion_service.core.transcript import EventKind, Tail, Violation, grammar_rejection
 from completion_service.errors import Reason
 from completion_service.jsonl import LineDamaged, LineSplitter, is_torn, parse_line, to_line
 from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.storage.port import Remembered
-from completion_service.storage.transcripts import Appended, grammar_rejection
+from completion_service.storage.port import Appended
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb

@@ -320,3 +320,13 @@ _ADVICE = {
     AgentAction.RETRY_LATER: "wait a moment",
     AgentAction.ADDRESS_GATE_FEEDBACK: "address the gate's feedback",
 }
+
+
+def snapshot_basis(snapshot: Snapshot) -> tuple:
+    """What external gates' answers depend on and must not move before the commit."""
+    lease = snapshot.lease
+    return (
+        (lease.run_id, lease.epoch) if lease else None,
+        snapshot.transcript.state_version,
+        snapshot.transcript.checkpoint,
+    )

@@ -26,6 +26,9 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from completion_service.errors import Reason
+from funnel.runtime.errors import Rejection
+
 
 class EventKind(enum.Enum):
     TURN_START = 1
@@ -277,3 +280,10 @@ def resolve_resume(terminal: bool, outcome: str | None, generation: int) -> Resu
         None,
         f"generation {generation} ended {outcome}; its transcript takes no more events",
     )
+
+
+def grammar_rejection(violation: Violation, line: int | None = None) -> Rejection:
+    where = f"line {line}" if line is not None else f"event {violation.index}"
+    metadata = {"rule": violation.rule}
+    metadata.update({"line": str(line)} if line is not None else {"index": str(violation.index)})
+    return Rejection(Reason.TRANSCRIPT_GRAMMAR_VIOLATION, f"{where} breaks {violation.rule}: {violation.message}", metadata)

@@ -13,6 +13,7 @@ from typing import Callable
 from google.protobuf.message import Message
 
 from completion_service.core import gates
+from completion_service.core.gates import snapshot_basis
 from completion_service.core.duplicates import CompletionKey, DuplicateVerdict, judge_duplicate
 from completion_service.core.identity import IdentityInput, completion_identity, identity_payload
 from completion_service.core.model import (
@@ -38,6 +39,7 @@ from completion_service.core.runs import LeaseHeld, RenewalProblem, judge_claim,
 from completion_service.errors import Reason
 from completion_service.storage.transcripts import TranscriptStorage
 from completion_service.storage.port import (
+    CompletionCorrupted,
     AttemptCommand,
     AttemptOutcome,
     ClaimCommand,
@@ -72,14 +74,6 @@ _EVENT_COLUMNS = (
 _EVIDENCE_COLUMNS = (
     "evidence_id, workspace_id, task_id, generation, kind, passed, checkpoint, details, run_id, recorded_at"
 )
-
-
-class CompletionCorrupted(Exception):
-    """A stored completion carries this attempt's identity with another payload."""
-
-    def __init__(self, completion_id: str) -> None:
-        super().__init__(f"completion {completion_id} has a matching identity but a different payload")
-        self.completion_id = completion_id
 
 
 class _RolledBack(Exception):
@@ -682,16 +676,6 @@ class SqliteCompletionStore(TranscriptStorage):
 
         rows = await self._reader.read(read)
         return Page(rows[:limit], len(rows) > limit)
-
-
-def snapshot_basis(snapshot: Snapshot) -> tuple:
-    """What external gates' answers depend on and must not move before the commit."""
-    lease = snapshot.lease
-    return (
-        (lease.run_id, lease.epoch) if lease else None,
-        snapshot.transcript.state_version,
-        snapshot.transcript.checkpoint,
-    )
 
 
 def _load_snapshot(db: sqlite3.Connection, command: AttemptCommand, run: RunRecord, now: int) -> Snapshot:

@@ -22,32 +22,12 @@ from completion_service.core.transcript import (
     repair,
     validate,
 )
+from completion_service.core.transcript import grammar_rejection
 from completion_service.errors import Reason
+from completion_service.storage.port import Appended, TranscriptPage
 from funnel.runtime.errors import Rejection, reject
 
 _EVENT_COLUMNS = "sequence, generation, kind, ref, name, body, is_error, reason, synthetic, recorded_at"
-
-
-@dataclass(frozen=True)
-class Appended:
-    state_version: int
-    first_sequence: int
-
-
-@dataclass(frozen=True)
-class TranscriptPage:
-    events: list[SessionEvent]
-    state_version: int
-    more: bool
-    repaired: bool = False
-    turn_in_progress: bool = False
-
-
-def grammar_rejection(violation: Violation, line: int | None = None) -> Rejection:
-    where = f"line {line}" if line is not None else f"event {violation.index}"
-    metadata = {"rule": violation.rule}
-    metadata.update({"line": str(line)} if line is not None else {"index": str(violation.index)})
-    return Rejection(Reason.TRANSCRIPT_GRAMMAR_VIOLATION, f"{where} breaks {violation.rule}: {violation.message}", metadata)
 
 
 class TranscriptStorage:

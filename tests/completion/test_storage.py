@@ -38,7 +38,8 @@ from completion_service.storage.port import (
     Remembered,
     Settlement,
 )
-from completion_service.storage.sqlite import CompletionCorrupted, SqliteCompletionStore
+from completion_service.storage.port import CompletionCorrupted
+from completion_service.storage.sqlite import SqliteCompletionStore
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.errors import Rejection
