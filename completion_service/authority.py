@@ -240,9 +240,11 @@ class CompletionAuthority:
     async def attempt(self, command: AttemptCommand) -> AttemptOutcome | Remembered:
         # A repeated request_id is answered by the write transaction itself; checking
         # it up front would cost every attempt one more trip to the database thread.
-        current = await self.lifecycle_task(command.workspace_id, command.task_id)
+        if command.lifecycle is None:  # CompleteRun passes the view it has just read
+            current = await self.lifecycle_task(command.workspace_id, command.task_id)
+            command = _with(command, lifecycle=view_of(current.task, list(current.open_attached_child_task_ids)))
         policy = self.policies.for_workspace(command.workspace_id)
-        command = _with(command, lifecycle=view_of(current.task, list(current.open_attached_child_task_ids)), policy=policy)
+        command = _with(command, policy=policy)
         if policy.external_gates:
             command = await self._consult_external_gates(command)
         try:
@@ -386,7 +388,6 @@ class CompletionAuthority:
                             result=capped_notes,
                             state_version=None,
                             lifecycle=view_of(current.task, list(current.open_attached_child_task_ids)),
-                            policy=self.policies.for_workspace(workspace_id),
                         )
                     )
                     decision, completion = attempted.decision, attempted.completion
