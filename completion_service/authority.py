@@ -40,13 +40,17 @@ from completion_service.storage.port import (
     Remembered,
     Settlement,
 )
+from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import NO_FAULTS, DroppedReply, Faults
+from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.storage_errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
+# This service's own background work (the stall sweeper), as recorded on audit rows.
+SELF = Caller("completion_service", "service")
 
 
 class Metrics:
@@ -78,12 +82,23 @@ def _lifecycle_rejected(exc: LifecycleRejected, task_id: str) -> ServiceError:
     )
 
 
+def _close_refused(exc: LifecycleRejected, run: RunRecord) -> ServiceError:
+    return ServiceError(
+        reject(
+            Reason.LIFECYCLE_REJECTED,
+            f"the lifecycle service refused what closing run {run.run_id} needs ({exc.reason}: {exc.message}); "
+            "the run stays open: close it with another outcome (STALLED leaves the task as it is)",
+            lifecycle_reason=exc.reason,
+            run_id=run.run_id,
+        )
+    )
+
+
 @dataclass(frozen=True)
 class RunClosed:
     run: RunRecord
     decision: object = None
     completion: CompletionRecord | None = None
-    lifecycle_reason: str = ""
 
 
 class CompletionAuthority:
@@ -93,7 +108,7 @@ class CompletionAuthority:
         lifecycle: LifecycleClient,
         policies: PolicyBook,
         clock: Clock,
-        external: ExternalGates | None = None,
+        external: ExternalGates,
         settle_interval: float = 0.5,
         stall_after: float | None = None,
         faults: Faults = NO_FAULTS,
@@ -103,12 +118,11 @@ class CompletionAuthority:
         self.lifecycle = lifecycle
         self.policies = policies
         self.clock = clock
-        self.external = external or ExternalGates()
+        self.external = external
         self.metrics = Metrics()
         self._settle_interval = settle_interval
         self._stall_after = stall_after
         self._settle_wakeup = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
 
     # -- lifecycle view ----------------------------------------------------
 
@@ -129,12 +143,11 @@ class CompletionAuthority:
         task_id: str,
         agent_id: str,
         ttl_micros: int,
-        request_id: str | None,
-        fingerprint: bytes | None,
+        request: RequestKey | None,
         render: Callable,
         parse: Callable[[bytes], Message],
     ) -> Message:
-        remembered = await self.store.recall(workspace_id, request_id, fingerprint)
+        remembered = await self.store.recall(request)
         _raise_if_rejected(remembered)
         if isinstance(remembered, Remembered):
             response = parse(remembered.response)
@@ -154,7 +167,7 @@ class CompletionAuthority:
         if task.cancellation == lpb.CANCELLATION_STATE_REQUESTED:
             raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, f"task {task_id!r} has a cancellation request"))
         result = await self.store.claim(
-            ClaimCommand(workspace_id, task_id, agent_id, task.generation, ttl_micros, request_id, fingerprint, render)
+            ClaimCommand(workspace_id, task_id, agent_id, task.generation, ttl_micros, request, render)
         )
         _raise_if_rejected(result)
         if isinstance(result, Remembered):
@@ -162,7 +175,7 @@ class CompletionAuthority:
             await self._confirm_replayed_claim(workspace_id, response)
             return response
         assert isinstance(result, Claimed)
-        await self._confirm_claim(workspace_id, task_id, result.run.run_id, request_id, current)
+        await self._confirm_claim(workspace_id, task_id, result.run.run_id, request, current)
         return render(result.run, result.lease)
 
     async def _confirm_replayed_claim(self, workspace_id: str, response) -> None:
@@ -189,7 +202,7 @@ class CompletionAuthority:
         workspace_id: str,
         task_id: str,
         run_id: str,
-        request_id: str | None,
+        request: RequestKey | None,
         current: lpb.GetTaskResponse | None = None,
         withdraw: bool = True,
     ) -> None:
@@ -220,18 +233,18 @@ class CompletionAuthority:
         except LifecycleRejected as exc:
             if not withdraw:
                 raise
-            await self.store.withdraw_claim(workspace_id, run_id, request_id, exc.reason)
+            await self.store.withdraw_claim(workspace_id, run_id, request, exc.reason)
             if exc.reason == "CANCELLATION_FENCED":
                 raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message)) from None
             raise _lifecycle_rejected(exc, task_id) from None
         except LifecycleUnavailable as exc:
             if not withdraw:
                 raise
-            await self.store.withdraw_claim(workspace_id, run_id, request_id, "lifecycle service unavailable")
+            await self.store.withdraw_claim(workspace_id, run_id, request, "lifecycle service unavailable")
             raise _lifecycle_unavailable(exc) from None
 
-    async def renew(self, workspace_id, run_id, epoch, ttl_micros, request_id, fingerprint, render):
-        result = await self.store.renew(workspace_id, run_id, epoch, ttl_micros, request_id, fingerprint, render)
+    async def renew(self, workspace_id, run_id, epoch, ttl_micros, holder, request, render):
+        result = await self.store.renew(workspace_id, run_id, epoch, ttl_micros, holder, request, render)
         _raise_if_rejected(result)
         return result
 
@@ -349,17 +362,26 @@ class CompletionAuthority:
         notes: str,
         error: str,
         final_status: FinalStatus | None,
-        request_id: str | None,
-        fingerprint: bytes | None,
+        caller: Caller,
+        holder: str | None,
+        request: RequestKey | None,
         render: Callable[[RunClosed], Message],
     ) -> RunClosed | Remembered:
-        remembered = await self.store.recall(workspace_id, request_id, fingerprint)
+        """Closes a run (seed 001's `complete_task`). The lifecycle change comes
+        first: if the lifecycle service refuses it, nothing is closed and the
+        refusal is the answer (LIFECYCLE_REJECTED), so that an agent is never told
+        its run closed while the task was left in another state than asked."""
+        remembered = await self.store.recall(request)
         _raise_if_rejected(remembered)
         if isinstance(remembered, Remembered):
             return remembered
         run = await self.store.get_run(workspace_id, run_id)
         if run is None:
             raise ServiceError(reject(Reason.RUN_NOT_FOUND, f"run {run_id!r} does not exist", run_id=run_id))
+        if holder is not None and run.agent_id != holder:
+            raise ServiceError(
+                reject(Reason.RUN_NOT_HELD, f"run {run_id} belongs to another agent", run_id=run_id)
+            )
         if not run.open:
             raise ServiceError(
                 reject(
@@ -372,7 +394,6 @@ class CompletionAuthority:
         capped_notes, truncated = cap_notes(notes)
         plan = close_plan(outcome, final_status)
         decision = completion = None
-        lifecycle_reason = ""
         try:
             current = await self.lifecycle.get_task(workspace_id, run.task_id)
             if plan.step is CloseStep.ATTEMPT_COMPLETION:
@@ -391,31 +412,31 @@ class CompletionAuthority:
                         )
                     )
                     decision, completion = attempted.decision, attempted.completion
+                    if completion is not None and completion.settlement is SettlementStatus.REJECTED:
+                        raise LifecycleRejected(completion.error_reason or "", completion.error_message or "")
                 else:
                     completion = settled
             elif plan.step is CloseStep.SET_STATUS:
-                lifecycle_reason = await self._refusal_of(
-                    self.lifecycle.set_work_status(
-                        workspace_id,
-                        run.task_id,
-                        run.generation,
-                        plan.status.value,
-                        f"{run.run_id}:final-status",
-                        f"agent run closed as {outcome.name}",
-                        run.run_id,
-                    )
+                await self.lifecycle.set_work_status(
+                    workspace_id,
+                    run.task_id,
+                    run.generation,
+                    plan.status.value,
+                    f"{run.run_id}:final-status",
+                    f"agent run closed as {outcome.name}",
+                    run.run_id,
                 )
             elif plan.step is CloseStep.CANCEL:
-                lifecycle_reason = await self._cancel(workspace_id, run, current.task)
+                await self._cancel(workspace_id, run, current.task)
             final = FinalStatus((await self.lifecycle.get_task(workspace_id, run.task_id)).task.work_status)
         except LifecycleUnavailable as exc:
             raise _lifecycle_unavailable(exc) from None
         except LifecycleRejected as exc:
-            raise _lifecycle_rejected(exc, run.task_id) from None
+            raise _close_refused(exc, run) from None
         tokens_input, tokens_output, reported_total = tokens
 
         def render_closed(closed: RunRecord) -> Message:
-            return render(RunClosed(closed, decision, completion, lifecycle_reason))
+            return render(RunClosed(closed, decision, completion))
 
         closed = await self.store.close_run(
             CloseCommand(
@@ -430,34 +451,20 @@ class CompletionAuthority:
                 error=error,
                 final_status=final,
                 closed_by="agent",
-                request_id=request_id,
-                fingerprint=fingerprint,
+                caller=caller,
+                request=request,
                 render=render_closed,
             )
         )
         _raise_if_rejected(closed)
         if isinstance(closed, Remembered):
             return closed
-        return RunClosed(closed, decision, completion, lifecycle_reason)
+        return RunClosed(closed, decision, completion)
 
-    async def _refusal_of(self, call) -> str:
-        """Awaits a lifecycle intent; returns the refusal reason, or "" when applied."""
-        try:
-            await call
-            return ""
-        except LifecycleRejected as exc:
-            return exc.reason
-
-    async def _cancel(self, workspace_id: str, run: RunRecord, task: lpb.Task) -> str:
+    async def _cancel(self, workspace_id: str, run: RunRecord, task: lpb.Task) -> None:
         if task.cancellation != lpb.CANCELLATION_STATE_REQUESTED:
-            refused = await self._refusal_of(
-                self.lifecycle.request_cancellation(workspace_id, run.task_id, run.generation, run.run_id)
-            )
-            if refused:
-                return refused
-        return await self._refusal_of(
-            self.lifecycle.settle_cancellation(workspace_id, run.task_id, run.generation, run.run_id)
-        )
+            await self.lifecycle.request_cancellation(workspace_id, run.task_id, run.generation, run.run_id)
+        await self.lifecycle.settle_cancellation(workspace_id, run.task_id, run.generation, run.run_id)
 
     async def sweep_stalled(self) -> int:
         """Closes runs whose lease expired longer than `stall_after` ago as STALLED."""
@@ -482,6 +489,7 @@ class CompletionAuthority:
                     error=f"lease expired at {run.lease_expires_at}; closed by the stall sweeper",
                     final_status=None,
                     closed_by="stall_sweeper",
+                    caller=SELF,
                 )
             )
             if not isinstance(result, Rejection):
@@ -491,23 +499,8 @@ class CompletionAuthority:
 
     # -- background work ---------------------------------------------------
 
-    def start(self) -> None:
-        self._tasks.append(asyncio.create_task(self._settle_forever(), name="completion-settler"))
-        if self._stall_after is not None:
-            self._tasks.append(asyncio.create_task(self._sweep_forever(), name="stall-sweeper"))
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-        self._tasks.clear()
-        await self.external.close()
-
-    async def _settle_forever(self) -> None:
+    async def settle_forever(self) -> None:
+        """The outbox settler (a background loop)."""
         while True:
             try:
                 await self.settle_due()
@@ -521,7 +514,8 @@ class CompletionAuthority:
             except asyncio.TimeoutError:
                 pass
 
-    async def _sweep_forever(self) -> None:
+    async def sweep_forever(self) -> None:
+        """The stall sweeper (a background loop; only when `stall_after` is set)."""
         interval = max(0.05, min(self._stall_after / 2, 30.0))
         while True:
             try:

@@ -127,6 +127,7 @@ def audit_to_proto(a: AuditEntry) -> pb.AuditEntry:
         task_id=a.task_id,
         metadata=dict(a.metadata),
         record_time=to_timestamp(a.recorded_at),
+        caller=pb.Caller(subject=a.caller.subject, role=a.caller.role),
     )
 
 

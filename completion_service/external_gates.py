@@ -1,5 +1,6 @@
-"""Calls external `CompletionGate` servers; any failure becomes an answer that
-fails closed."""
+"""Calls external `CompletionGate` servers over the channels of
+`completion_service.outbound` (TLS unless explicitly plaintext on loopback);
+any failure becomes an answer that fails closed."""
 
 from __future__ import annotations
 
@@ -10,19 +11,17 @@ import grpc
 from completion_service.convert import evidence_to_proto
 from completion_service.core.gates import ExternalAnswer, ExternalGate
 from completion_service.core.model import EvidenceRecord, Snapshot
+from completion_service.outbound import GateChannels
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc
 
 
 class ExternalGates:
-    def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
+    def __init__(self, channels: GateChannels) -> None:
+        self._channels = channels
 
     def _stub(self, address: str) -> completion_pb2_grpc.CompletionGateStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
-        return completion_pb2_grpc.CompletionGateStub(channel)
+        return completion_pb2_grpc.CompletionGateStub(self._channels.channel(address))
 
     async def ask_all(
         self, gates: tuple[ExternalGate, ...], snapshot: Snapshot, evidence: list[EvidenceRecord]
@@ -52,8 +51,3 @@ class ExternalGates:
         if response.status == pb.GATE_STATUS_FAILED:
             return ExternalAnswer(False, response.reason)
         return ExternalAnswer(None, "the gate answered without a PASSED or FAILED status")
-
-    async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()

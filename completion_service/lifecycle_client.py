@@ -8,16 +8,20 @@ with the same request id, which the lifecycle service deduplicates."""
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 
 from completion_service.core.model import LifecycleState, LifecycleView
 from completion_service.core.settlement import SettleAnswer, classify_failure
+from completion_service.outbound import LifecycleChannel
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.timestamps import to_timestamp
 
 SOURCE = "completion_service"
+log = logging.getLogger(__name__)
 
 
 class LifecycleRejected(Exception):
@@ -42,14 +46,35 @@ def view_of(task: lpb.Task, open_children: list[str]) -> LifecycleView:
 
 
 class LifecycleClient:
-    def __init__(self, channel: grpc.aio.Channel, timeout: float = 5.0) -> None:
-        self._stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+    """Calls through the current channel of `channel`, which re-opens when its TLS
+    files are reloaded."""
+
+    def __init__(self, channel: LifecycleChannel, timeout: float = 5.0) -> None:
+        self._channel = channel
         self._timeout = timeout
+        self._stub_channel: grpc.aio.Channel | None = None
+        self._stub_cache: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
+
+    @property
+    def _stub(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
+        channel = self._channel.channel
+        if channel is not self._stub_channel:
+            self._stub_channel, self._stub_cache = channel, lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        return self._stub_cache
 
     async def _call(self, method, request):
         try:
             return await method(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                # A configuration problem, never the lifecycle's verdict on a fact:
+                # retried (settlements stay pending) and shouted about.
+                log.error(
+                    "the lifecycle service refused this service's identity (%s: %s); check --identity-cert/"
+                    "--identity-token-file here and --completion-identity/--jwks-file there",
+                    error.code().name,
+                    error.details(),
+                )
             info = error_info(error)
             answer = classify_failure(error.code().name, info.domain if info else None)
             if answer is SettleAnswer.REJECTED:

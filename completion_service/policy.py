@@ -39,6 +39,10 @@ class PolicyBook:
     def for_workspace(self, workspace_id: str) -> WorkspacePolicy:
         return self.workspaces.get(workspace_id, self.defaults)
 
+    def external_gates(self) -> list[ExternalGate]:
+        """Every external gate any workspace's policy names."""
+        return [gate for policy in (self.defaults, *self.workspaces.values()) for gate in policy.external_gates]
+
 
 def load_policy(path: str | Path | None) -> PolicyBook:
     if path is None:

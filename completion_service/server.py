@@ -4,41 +4,43 @@ has an environment variable `FUNNEL_COMPLETION_<FLAG>`."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
 from completion_service.authority import CompletionAuthority
 from completion_service.errors import DOMAIN, Reason
+from completion_service.external_gates import ExternalGates
 from completion_service.lifecycle_client import LifecycleClient
+from completion_service.outbound import GateChannels, LifecycleChannel, OutboundRefused, OutboundSecurity, check
 from completion_service.policy import PolicyBook, PolicyError, load_policy
 from completion_service.service import SERVICE_NAME, CompletionService, publisher
 from completion_service.storage.sqlite import SqliteCompletionStore
 from completion_service.transcript_service import SERVICE_NAME as TRANSCRIPT_SERVICE
 from completion_service.transcript_service import TranscriptService
+from funnel.auth.tls import ClientTlsFiles, TlsError
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
+from funnel.runtime import idempotency
+from funnel.runtime import security as security_settings
 from funnel.runtime import server as runtime
+from funnel.runtime.background import Background
+from funnel.runtime.budget import ByteBudget
 from funnel.runtime.clock import Clock, IdSource, RandomIds, SystemClock
 from funnel.runtime.faults import from_environment
+from funnel.runtime.security import Reloader, SecurityRefused, ServerSecurity
 from funnel.runtime.storage_errors import StorageRefused
-from funnel.runtime.watch import EventBroker
+from funnel.runtime.watch import EventBroker, WatchQuota
 
 ENV_PREFIX = "FUNNEL_COMPLETION"
-# gRPC's default reconnect backoff grows to 120 s: after a lifecycle outage the
-# settlement outbox and every claim would keep failing fast for up to two minutes
-# although the lifecycle service is back. Reconnect within a second or two instead.
-LIFECYCLE_CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-]
 
 
 @dataclass(frozen=True)
 class CompletionConfig:
     listen: str = "127.0.0.1:50052"
     database: str = "completion.sqlite3"
+    security: ServerSecurity = field(default_factory=ServerSecurity)
     lifecycle_address: str = "127.0.0.1:50051"
+    outbound: OutboundSecurity = field(default_factory=OutboundSecurity)
     lifecycle_timeout: float = 5.0
     policy_file: str | None = None
     settle_interval: float = 0.5
@@ -46,6 +48,10 @@ class CompletionConfig:
     max_message_bytes: int = 4 * 1024 * 1024
     reflection: bool = False
     watch_buffer: int = 1024
+    max_watchers_per_caller: int = 64
+    max_watchers_per_workspace: int = 1024
+    import_buffer_bytes: int = 64 * 1024 * 1024
+    request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
     shutdown_grace: float = 5.0
 
@@ -57,7 +63,10 @@ class RunningCompletion:
     authority: CompletionAuthority
     store: SqliteCompletionStore
     health: runtime.Health
-    lifecycle_channel: grpc.aio.Channel
+    lifecycle_channel: LifecycleChannel
+    gate_channels: GateChannels
+    background: Background
+    reloader: Reloader
 
     @property
     def address(self) -> str:
@@ -66,7 +75,8 @@ class RunningCompletion:
     async def stop(self, grace: float | None = None) -> None:
         await self.health.stop()
         await self.server.stop(grace)
-        await self.authority.stop()
+        await self.background.stop()
+        await self.gate_channels.close()
         await self.lifecycle_channel.close()
         await self.store.close()
 
@@ -80,33 +90,58 @@ async def start(
     clock = clock or SystemClock()
     ids = ids or RandomIds()
     policies = policies if policies is not None else load_policy(config.policy_file)
-    server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, "/funnel.completion.v1.")
-    port = runtime.bind(server, config.listen)
+    security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
+    check(config.outbound, config.lifecycle_address)
+    try:
+        lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
+        gate_channels = GateChannels(config.outbound)
+    except TlsError as exc:
+        raise OutboundRefused(str(exc)) from None
+    for gate in policies.external_gates():
+        gate_channels.check_address(gate.address)
+    server = runtime.new_server(security, DOMAIN, Reason, "/funnel.completion.v1.")
+    port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
     store = await SqliteCompletionStore.open(config.database, clock, ids, publisher(broker), faults)
     await store.discard_all_imports()
-    channel = grpc.aio.insecure_channel(config.lifecycle_address, options=LIFECYCLE_CHANNEL_OPTIONS)
     authority = CompletionAuthority(
         store,
-        LifecycleClient(channel, timeout=config.lifecycle_timeout),
+        LifecycleClient(lifecycle_channel, timeout=config.lifecycle_timeout),
         policies,
         clock,
+        ExternalGates(gate_channels),
         settle_interval=config.settle_interval,
         stall_after=config.stall_after,
         faults=faults,
     )
-    completion = CompletionService(authority, broker, config.max_message_bytes)
+    quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
+    completion = CompletionService(authority, broker, quota, config.max_message_bytes)
     completion_pb2_grpc.add_CompletionServiceServicer_to_server(completion, server)
-    transcripts = TranscriptService(authority, ids, config.max_message_bytes)
+    transcripts = TranscriptService(authority, ids, ByteBudget(config.import_buffer_bytes), config.max_message_bytes)
     transcript_pb2_grpc.add_TranscriptServiceServicer_to_server(transcripts, server)
     health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
     if config.reflection:
         runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
+    reloader = runtime.reloader(security, lifecycle_channel, gate_channels)
+    background = Background("completion_service")
+    background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
+    background.add("settlement-outbox", authority.settle_forever)
+    if config.stall_after is not None:
+        background.add("stall-sweeper", authority.sweep_forever)
+    retention = config.request_id_retention_seconds
+    background.add(
+        "request-id-sweeper",
+        lambda: idempotency.sweep_forever(
+            store.sweep_request_ids, clock, retention, idempotency.sweep_interval(retention)
+        ),
+    )
+    background.add("reload", reloader.run_forever)
     await server.start()
-    health.start(store.check_writable, config.health_interval)
-    authority.start()
-    return RunningCompletion(server, port, authority, store, health, channel)
+    background.start()
+    return RunningCompletion(
+        server, port, authority, store, health, lifecycle_channel, gate_channels, background, reloader
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> CompletionConfig:
@@ -127,12 +162,49 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
                         f"({ENV_PREFIX}_STALL_AFTER)")
     parser.add_argument("--watch-buffer", type=int, default=int(e("watch_buffer", d.watch_buffer)),
                         help=f"events a watch stream may fall behind before it is ended ({ENV_PREFIX}_WATCH_BUFFER)")
+    parser.add_argument("--max-watchers-per-caller", type=int,
+                        default=int(e("max_watchers_per_caller", d.max_watchers_per_caller)),
+                        help=f"open watch streams one caller may hold ({ENV_PREFIX}_MAX_WATCHERS_PER_CALLER)")
+    parser.add_argument("--max-watchers-per-workspace", type=int,
+                        default=int(e("max_watchers_per_workspace", d.max_watchers_per_workspace)),
+                        help=f"open watch streams on one workspace ({ENV_PREFIX}_MAX_WATCHERS_PER_WORKSPACE)")
+    parser.add_argument("--import-buffer-bytes", type=int, default=int(e("import_buffer_bytes", d.import_buffer_bytes)),
+                        help=f"bytes all transcript imports in flight may buffer together ({ENV_PREFIX}_IMPORT_BUFFER_BYTES)")
+    parser.add_argument("--request-id-retention", type=float,
+                        default=float(e("request_id_retention", d.request_id_retention_seconds)),
+                        help=f"seconds a request id is remembered ({ENV_PREFIX}_REQUEST_ID_RETENTION)")
+    outbound = parser.add_argument_group("outbound security (docs/security.md)")
+    outbound.add_argument("--lifecycle-ca", default=e("lifecycle_ca", "") or None,
+                          help="PEM CA bundle that signed the lifecycle service's certificate (default: system roots)")
+    outbound.add_argument("--lifecycle-server-name", default=e("lifecycle_server_name", "") or None,
+                          help="name to verify in the lifecycle service's certificate, if not the address's host")
+    outbound.add_argument("--lifecycle-insecure", action="store_true",
+                          default=e("lifecycle_insecure", "") in ("1", "true", "yes"),
+                          help="plaintext to the lifecycle service; refused unless its address is loopback")
+    outbound.add_argument("--identity-cert", default=e("identity_cert", "") or None,
+                          help="this service's client certificate (URI SAN = the lifecycle's --completion-identity)")
+    outbound.add_argument("--identity-key", default=e("identity_key", "") or None, help="the key of --identity-cert")
+    outbound.add_argument("--identity-token-file", default=e("identity_token_file", "") or None,
+                          help="file with this service's bearer token for the lifecycle service (never sent to gates)")
+    outbound.add_argument("--gate-ca", default=e("gate_ca", "") or None,
+                          help="PEM CA bundle of external gates (default: system roots)")
+    outbound.add_argument("--gates-insecure", action="store_true", default=e("gates_insecure", "") in ("1", "true", "yes"),
+                          help="plaintext to external gates; refused unless each gate address is loopback")
     args = parser.parse_args(argv)
     runtime.configure_logging(args.log_level)
     return CompletionConfig(
         listen=args.listen,
         database=args.database,
+        security=security_settings.from_arguments(args),
         lifecycle_address=args.lifecycle_address,
+        outbound=OutboundSecurity(
+            lifecycle_tls=ClientTlsFiles(args.lifecycle_ca, args.identity_cert, args.identity_key,
+                                         args.lifecycle_server_name),
+            lifecycle_insecure=args.lifecycle_insecure,
+            identity_token_file=args.identity_token_file,
+            gate_ca=args.gate_ca,
+            gates_insecure=args.gates_insecure,
+        ),
         lifecycle_timeout=args.lifecycle_timeout,
         policy_file=args.policy_file,
         settle_interval=args.settle_interval,
@@ -140,6 +212,10 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         max_message_bytes=args.max_message_bytes,
         reflection=args.reflection,
         watch_buffer=args.watch_buffer,
+        max_watchers_per_caller=args.max_watchers_per_caller,
+        max_watchers_per_workspace=args.max_watchers_per_workspace,
+        import_buffer_bytes=args.import_buffer_bytes,
+        request_id_retention_seconds=args.request_id_retention,
         health_interval=args.health_interval,
         shutdown_grace=args.shutdown_grace,
     )
@@ -148,7 +224,11 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
     runtime.serve_process(
-        "completion_service", lambda: start(config), config.listen, config.shutdown_grace, (StorageRefused, PolicyError)
+        "completion_service",
+        lambda: start(config),
+        config.listen,
+        config.shutdown_grace,
+        (StorageRefused, PolicyError, OutboundRefused, SecurityRefused),
     )
 
 

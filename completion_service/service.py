@@ -26,8 +26,9 @@ from completion_service.errors import Reason
 from completion_service.storage.port import AttemptCommand, AttemptOutcome, Remembered
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc
+from funnel.runtime import calls
 from funnel.runtime.errors import ServiceError, reject
-from funnel.runtime.idempotency import fingerprint
+from funnel.runtime.idempotency import RequestKey, fingerprint
 from funnel.runtime.paging import (
     DEFAULT_MAX_MESSAGE_BYTES,
     decode_token,
@@ -37,7 +38,7 @@ from funnel.runtime.paging import (
     response_budget,
 )
 from funnel.runtime.validation import malformed_page_token
-from funnel.runtime.watch import EventBroker, follow, overflow_error
+from funnel.runtime.watch import EventBroker, WatchQuota, follow, overflow_error
 
 SERVICE_NAME = "funnel.completion.v1.CompletionService"
 
@@ -56,10 +57,24 @@ def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]):
     return publish
 
 
-def _fingerprint(method: str, request) -> bytes | None:
+def request_key(method: str, request, workspace_id: str | None = None) -> RequestKey | None:
+    """The request's `request_id` in its scope (workspace, caller, RPC), or None."""
     if not request.request_id:
         return None
-    return fingerprint(method, request.SerializeToString(deterministic=True))
+    return RequestKey(
+        workspace_id or request.workspace_id,
+        calls.current().principal.subject,
+        method,
+        request.request_id,
+        fingerprint(method, request.SerializeToString(deterministic=True)),
+    )
+
+
+def holder() -> str | None:
+    """The agent that must hold the runs the call names: the caller's subject when
+    it acts as an agent (see funnel/auth/table.py), else None."""
+    call = calls.current()
+    return call.principal.subject if call.holder_only else None
 
 
 def _check_deadline(context) -> None:
@@ -86,11 +101,13 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         self,
         authority: CompletionAuthority,
         broker: EventBroker[pb.WatchCompletionEventsResponse],
+        watch_quota: WatchQuota,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self._authority = authority
         self._store = authority.store
         self._broker = broker
+        self._watch_quota = watch_quota
         self._page_bytes = response_budget(max_message_bytes)
 
     def _fit(self, page, to_proto) -> tuple[list, list, bool]:
@@ -102,13 +119,21 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
     async def ClaimTask(self, request, context):
         ttl = requests.claim_task(request)
         _check_deadline(context)
+        agent = holder()
+        if agent is not None and request.agent_id != agent:
+            raise ServiceError(
+                reject(
+                    Reason.AGENT_ID_MISMATCH,
+                    f"an agent claims only as itself: agent_id must be {agent!r}, the token's subject",
+                    agent_id=request.agent_id,
+                )
+            )
         return await self._authority.claim(
             request.workspace_id,
             request.task_id,
             request.agent_id,
             ttl,
-            request.request_id or None,
-            _fingerprint("ClaimTask", request),
+            request_key("ClaimTask", request),
             lambda run, lease: pb.ClaimTaskResponse(run=run_to_proto(run), lease=lease_to_proto(lease)),
             pb.ClaimTaskResponse.FromString,
         )
@@ -121,8 +146,8 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             request.run_id,
             request.epoch,
             ttl,
-            request.request_id or None,
-            _fingerprint("RenewLease", request),
+            holder(),
+            request_key("RenewLease", request),
             lambda lease: pb.RenewLeaseResponse(lease=lease_to_proto(lease)),
         )
         if isinstance(result, Remembered):
@@ -143,7 +168,6 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 notes_truncated=run.notes_truncated,
                 decision=decision_to_proto(closed.decision) if closed.decision else None,
                 completion=completion_to_proto(closed.completion) if closed.completion else None,
-                lifecycle_reason=closed.lifecycle_reason,
             )
 
         def optional(field: str) -> int | None:
@@ -157,8 +181,9 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             request.notes,
             request.error,
             FinalStatus(request.final_status) if request.final_status else None,
-            request.request_id or None,
-            _fingerprint("CompleteRun", request),
+            calls.current().caller,
+            holder(),
+            request_key("CompleteRun", request),
             render,
         )
         if isinstance(result, Remembered):
@@ -203,8 +228,8 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         )
         result = await self._store.record_evidence(
             record,
-            request.request_id or None,
-            _fingerprint("RecordEvidence", request),
+            holder(),
+            request_key("RecordEvidence", request),
             lambda stored: pb.RecordEvidenceResponse(evidence=evidence_to_proto(stored)),
         )
         if isinstance(result, Remembered):
@@ -225,8 +250,8 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 outcome=RequestedOutcome(request.outcome),
                 result=request.result,
                 state_version=request.state_version if request.HasField("state_version") else None,
-                request_id=request.request_id or None,
-                fingerprint=_fingerprint("AttemptCompletion", request),
+                request=request_key("AttemptCompletion", request),
+                holder=holder(),
                 render=_render_attempt,
             )
         )
@@ -288,18 +313,18 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
     async def WatchCompletionEvents(self, request, context) -> AsyncIterator[pb.WatchCompletionEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
-
-        async for item in follow(
-            lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
-            self._broker,
-            workspace,
-            task,
-            request.after_sequence,
-            lambda event: pb.WatchCompletionEventsResponse(event=event_to_proto(event)),
-            lambda item: item.event.sequence,
-            overflow_error(Reason, self._broker.capacity),
-        ):
-            yield item
+        with self._watch_quota.admit(calls.current().principal.subject, workspace):
+            async for item in follow(
+                lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
+                self._broker,
+                workspace,
+                task,
+                request.after_sequence,
+                lambda event: pb.WatchCompletionEventsResponse(event=event_to_proto(event)),
+                lambda item: item.event.sequence,
+                overflow_error(Reason, self._broker.capacity),
+            ):
+                yield item
 
 
 def _render_attempt(outcome: AttemptOutcome) -> pb.AttemptCompletionResponse:

@@ -13,14 +13,15 @@ from completion_service.core.transcript import EventKind, Tail, Violation, gramm
 from completion_service.errors import Reason
 from completion_service.jsonl import LineDamaged, LineSplitter, is_torn, parse_line, to_line
 from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
+from completion_service.service import holder, request_key
 from completion_service.storage.port import Remembered
 from completion_service.storage.port import Appended
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.budget import ByteBudget
 from funnel.runtime.clock import IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
-from funnel.runtime.idempotency import fingerprint
 from funnel.runtime.paging import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MAX_PAGE_SIZE,
@@ -38,6 +39,10 @@ MAX_TEXT = 1024 * 1024
 MAX_TOOL_NAME = 256
 _EXPORT_PAGE = 500
 _IMPORT_BATCH = 1000
+# A staged batch is written out at this size too, so that large events do not
+# pile up in memory; and every import holds at least this much of the budget.
+_IMPORT_FLUSH_BYTES = 1024 * 1024
+IMPORT_BASE_RESERVATION = 1024 * 1024
 _REOPEN_CAUSE = "the transcript reopened the completed generation"
 # To an upload handler, a client stream that broke off (the client cancelled, its
 # deadline passed, a message exceeded the size limit) ends exactly like a complete
@@ -81,12 +86,17 @@ def check_event(checker: Checker, prefix: str, event: tpb.SessionEvent, *, impor
 
 class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
     def __init__(
-        self, authority: CompletionAuthority, ids: IdSource, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+        self,
+        authority: CompletionAuthority,
+        ids: IdSource,
+        import_budget: ByteBudget,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self._authority = authority
         self._store = authority.store
         self._lifecycle = authority.lifecycle
         self._ids = ids
+        self._import_budget = import_budget
         self._page_bytes = response_budget(max_message_bytes)
 
     async def _task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
@@ -103,8 +113,8 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         for index, event in enumerate(request.events[:MAX_BATCH]):
             check_event(checker, f"events[{index}]", event, imported=False)
         checker.raise_for(Reason)
-        digest = fingerprint("AppendTranscript", request.SerializeToString(deterministic=True)) if request.request_id else None
-        remembered = await self._store.recall(request.workspace_id, request.request_id or None, digest)
+        key = request_key("AppendTranscript", request)
+        remembered = await self._store.recall(key)
         if isinstance(remembered, Rejection):
             raise ServiceError(remembered)
         if isinstance(remembered, Remembered):
@@ -132,8 +142,8 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             events,
             generation,
             expected,
-            request.request_id or None,
-            digest,
+            holder(),
+            key,
             render,
         )
         if isinstance(result, Rejection):
@@ -262,11 +272,18 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         tail, _ = await self._store.transcript_tail(workspace, task_id)
         if tail.last_sequence:
             raise ServiceError(reject(Reason.TRANSCRIPT_NOT_EMPTY, f"task {task_id!r} already has a transcript", task_id=task_id))
+        reservation = self._import_budget.reserve(IMPORT_BASE_RESERVATION)
+        if reservation is None:
+            raise self._budget_exhausted()
         importer = _Import(self._store, self._ids.new_id("import"))
         try:
             async for message in request_iterator:
                 if message.WhichOneof("part") != "jsonl_chunk":
                     raise _line_error(importer.splitter.line_number + 1, "the target may only come first")
+                # What this import holds while it splits the chunk: its partial
+                # line, its unflushed batch and the chunk itself.
+                if not reservation.grow_to(importer.held_bytes() + len(message.jsonl_chunk)):
+                    raise self._budget_exhausted()
                 for number, raw in importer.splitter.feed(message.jsonl_chunk):
                     await importer.accept(number, raw)
             warnings = await importer.finish()
@@ -278,11 +295,24 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         except BaseException:
             await self._store.discard_import(importer.import_id)
             raise
+        finally:
+            reservation.release()
         if isinstance(version, Rejection):
             # The refused commit was rolled back with everything in it: drop the staged rows here.
             await self._store.discard_import(importer.import_id)
             raise ServiceError(version)
         return tpb.ImportTranscriptResponse(imported_events=importer.count, state_version=version, warnings=warnings)
+
+    def _budget_exhausted(self) -> ServiceError:
+        limit = self._import_budget.limit
+        return ServiceError(
+            reject(
+                Reason.IMPORT_BUFFER_EXHAUSTED,
+                f"the transcript imports in flight hold the whole import buffer ({limit} bytes); nothing was "
+                "imported, retry later",
+                limit_bytes=limit,
+            )
+        )
 
     async def ResolveResume(self, request, context):
         checker = Checker()
@@ -329,8 +359,13 @@ class _Import:
         self.count = 0
         self._generation = 0
         self._batch: list[grammar.SessionEvent] = []
+        self._batch_bytes = 0
+
+    def held_bytes(self) -> int:
+        return len(self.splitter.pending) + self._batch_bytes
 
     async def accept(self, number: int, raw: bytes) -> None:
+        self._batch_bytes += len(raw)
         await self.accept_message(number, parse_line(raw, number))
 
     async def accept_message(self, number: int, message: tpb.SessionEvent) -> None:
@@ -351,13 +386,14 @@ class _Import:
         self.tail, self._generation = following, event.generation
         self._batch.append(event)
         self.count += 1
-        if len(self._batch) >= _IMPORT_BATCH:
+        if len(self._batch) >= _IMPORT_BATCH or self._batch_bytes >= _IMPORT_FLUSH_BYTES:
             await self._flush()
 
     async def _flush(self) -> None:
         if self._batch:
             await self._store.stage_import(self.import_id, self._batch)
             self._batch = []
+        self._batch_bytes = 0
 
     async def finish(self) -> list[str]:
         warnings = []

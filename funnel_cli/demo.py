@@ -5,15 +5,16 @@ settlement, the lifecycle event, and `complete_task` -> DONE."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Callable
 
-import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel_cli.connection import Connection
 
 WORKSPACE = "demo"
 
@@ -26,13 +27,30 @@ class DemoFailed(RuntimeError):
     pass
 
 
-async def run_demo(lifecycle_address: str, completion_address: str, say: Callable[[str], None] = print) -> dict:
+@dataclass(frozen=True)
+class DemoCallers:
+    """The story's two callers: the host (registers, records evidence, reads) and
+    the agent (claims and finishes its own run, as `agent_id`)."""
+
+    host: Connection
+    agent: Connection
+    agent_id: str
+
+
+async def run_demo(
+    callers: DemoCallers, lifecycle_address: str, completion_address: str, say: Callable[[str], None] = print
+) -> dict:
     """Returns what a test needs to check the story; raises DemoFailed if any step
     does not behave as the story says."""
     task_id = f"demo-{uuid.uuid4().hex[:8]}"
-    async with grpc.aio.insecure_channel(lifecycle_address) as lch, grpc.aio.insecure_channel(completion_address) as cch:
-        lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(lch)
-        completion = completion_pb2_grpc.CompletionServiceStub(cch)
+    async with (
+        callers.host.channel(lifecycle_address) as host_lifecycle_channel,
+        callers.host.channel(completion_address) as host_completion_channel,
+        callers.agent.channel(completion_address) as agent_channel,
+    ):
+        lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(host_lifecycle_channel)
+        host = completion_pb2_grpc.CompletionServiceStub(host_completion_channel)
+        completion = completion_pb2_grpc.CompletionServiceStub(agent_channel)
         timeout = 10.0
 
         registered = await lifecycle.RegisterTask(
@@ -48,7 +66,9 @@ async def run_demo(lifecycle_address: str, completion_address: str, say: Callabl
             f"{_name(lpb.GenerationState, registered.task.state, 'GENERATION_STATE_')}, revision {registered.task.revision}")
 
         claim = await completion.ClaimTask(
-            cpb.ClaimTaskRequest(workspace_id=WORKSPACE, task_id=task_id, agent_id="demo-agent", lease_ttl=Duration(seconds=60)),
+            cpb.ClaimTaskRequest(
+                workspace_id=WORKSPACE, task_id=task_id, agent_id=callers.agent_id, lease_ttl=Duration(seconds=60)
+            ),
             timeout=timeout,
         )
         run = claim.run
@@ -72,7 +92,7 @@ async def run_demo(lifecycle_address: str, completion_address: str, say: Callabl
         if blocked.decision.verdict != cpb.VERDICT_SOFT_BLOCK or blocked.decision.next_action != cpb.AGENT_ACTION_RECORD_EVIDENCE:
             raise DemoFailed(f"expected a soft block asking for evidence, got {verdict} / {action}")
 
-        evidence = await completion.RecordEvidence(
+        evidence = await host.RecordEvidence(
             cpb.RecordEvidenceRequest(
                 workspace_id=WORKSPACE,
                 task_id=task_id,

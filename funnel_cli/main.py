@@ -1,14 +1,17 @@
 """The `funnel` command.
 
-    funnel up [--demo]       both services on localhost with SQLite files in ./funnel-data
+    funnel up [--demo]       both services on localhost with SQLite files in ./funnel-data,
+                             TLS between them and tokens for callers (local PKI in ./funnel-data/tls)
     funnel demo              the story, against services already running
     funnel transcript export TASK / import FILE --task TASK
+    funnel token issue --workspace W --role R [--ttl D]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import signal
 import sys
 import time
@@ -16,14 +19,32 @@ from importlib import resources
 from pathlib import Path
 
 import grpc
+import jwt
 
-from funnel_cli.demo import DemoFailed, run_demo
-from funnel_cli.transcripts import export_transcript, import_transcript, report_import
+from funnel.auth.pki import ensure_local_pki
+from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE
+from funnel.auth.tokens import SigningKeyError
+from funnel.runtime.validation import id_problem
+from funnel_cli import connection as conn
+from funnel_cli.demo import WORKSPACE, DemoCallers, DemoFailed, run_demo
 from funnel_cli.supervisor import StartupFailed, start_pair, wait_serving
+from funnel_cli.transcripts import export_transcript, import_transcript, report_import
 
 
 def _default_policy() -> str:
     return str(resources.files("funnel_cli") / "demo_policy.toml")
+
+
+def demo_callers(args: argparse.Namespace, connection: conn.Connection) -> DemoCallers:
+    """A given token plays both roles of the story; otherwise a host and an agent
+    of workspace `demo` get tokens signed by the local key of `funnel up`."""
+    if args.token or args.token_file:
+        subject = jwt.decode(connection.token, options={"verify_signature": False}).get("sub", "demo-agent")
+        return DemoCallers(connection, connection, subject)
+    data_dir = Path(args.data_dir)
+    host = connection.with_token(conn.local_token(data_dir, "demo-host", [f"{WORKSPACE}:host"]))
+    agent = connection.with_token(conn.local_token(data_dir, "demo-agent", [f"{WORKSPACE}:agent"]))
+    return DemoCallers(host, agent, "demo-agent")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -47,13 +68,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     try:
-        asyncio.run(_wait_both(lifecycle.address, completion.address))
-        print(f"lifecycle_service   {lifecycle.address}   (SQLite {data_dir / 'lifecycle.sqlite3'})")
-        print(f"completion_service  {completion.address}   (SQLite {data_dir / 'completion.sqlite3'})")
+        connection = conn.from_arguments(args)
+        asyncio.run(_wait_both(connection, lifecycle.address, completion.address))
+        print(f"lifecycle_service   {lifecycle.address}   (SQLite {data_dir / 'lifecycle.sqlite3'}; TLS, client certificates)")
+        print(f"completion_service  {completion.address}   (SQLite {data_dir / 'completion.sqlite3'}; TLS)")
+        print(f"CA, certificates and the token signing key in {data_dir / 'tls'}; `funnel token issue` makes tokens.")
         print(f"logs in {data_dir}/*.log; both SERVING. Ctrl-C stops both.", flush=True)
         if args.demo:
             print("\nDemo: one task through the whole story", flush=True)
-            asyncio.run(run_demo(lifecycle.address, completion.address, lambda line: print(line, flush=True)))
+            asyncio.run(
+                run_demo(demo_callers(args, connection), lifecycle.address, completion.address,
+                         lambda line: print(line, flush=True))
+            )
             print("\nDemo finished. The services keep running; Ctrl-C stops them.", flush=True)
         while not stop_requested:
             for service in (lifecycle, completion):
@@ -63,7 +89,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                     return 1
             time.sleep(0.5)
         return 0
-    except (StartupFailed, DemoFailed) as exc:
+    except (StartupFailed, DemoFailed, conn.ConnectionSetupError) as exc:
         print(f"funnel up: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -71,58 +97,106 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"stopped (exit codes {codes[1]}, {codes[0]})", flush=True)
 
 
-async def _wait_both(lifecycle_address: str, completion_address: str) -> None:
-    await asyncio.gather(wait_serving(lifecycle_address), wait_serving(completion_address))
+async def _wait_both(connection: conn.Connection, lifecycle_address: str, completion_address: str) -> None:
+    await asyncio.gather(wait_serving(connection, lifecycle_address), wait_serving(connection, completion_address))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     try:
-        asyncio.run(run_demo(args.lifecycle, args.completion))
-    except DemoFailed as exc:
+        connection = conn.from_arguments(args)
+        asyncio.run(run_demo(demo_callers(args, connection), args.lifecycle, args.completion))
+    except (DemoFailed, conn.ConnectionSetupError) as exc:
         print(f"funnel demo: {exc}", file=sys.stderr)
+        return 1
+    except grpc.aio.AioRpcError as error:
+        print(f"funnel demo: {error.code().name}: {error.details()}", file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_transcript_export(args: argparse.Namespace) -> int:
     try:
+        connection = conn.from_arguments(args)
         if args.output:
             with open(args.output, "wb") as out:
-                lines = asyncio.run(export_transcript(args.completion, args.workspace, args.task, out))
+                lines = asyncio.run(export_transcript(connection, args.completion, args.workspace, args.task, out))
             print(f"exported {lines} events to {args.output}", file=sys.stderr)
         else:
-            asyncio.run(export_transcript(args.completion, args.workspace, args.task, sys.stdout.buffer))
+            asyncio.run(export_transcript(connection, args.completion, args.workspace, args.task, sys.stdout.buffer))
     except grpc.aio.AioRpcError as error:
         print(f"funnel transcript export: {error.code().name}: {error.details()}", file=sys.stderr)
+        return 1
+    except conn.ConnectionSetupError as error:
+        print(f"funnel transcript export: {error}", file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_transcript_import(args: argparse.Namespace) -> int:
     try:
-        report_import(asyncio.run(import_transcript(args.completion, args.workspace, args.task, Path(args.file))))
+        connection = conn.from_arguments(args)
+        report_import(
+            asyncio.run(import_transcript(connection, args.completion, args.workspace, args.task, Path(args.file)))
+        )
     except grpc.aio.AioRpcError as error:
         print(f"funnel transcript import: {error.code().name}: {error.details()}", file=sys.stderr)
         return 1
-    except OSError as error:
+    except (OSError, conn.ConnectionSetupError) as error:
         print(f"funnel transcript import: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(text: str) -> int:
+    """`90s`, `15m`, `12h`, `7d` -> seconds."""
+    match = _DURATION.match(text.strip())
+    if not match or int(match.group(1)) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def cmd_token_issue(args: argparse.Namespace) -> int:
+    if args.workspace != ALL_WORKSPACES and id_problem(args.workspace):
+        print(f"funnel token issue: workspace {args.workspace!r} {id_problem(args.workspace)}", file=sys.stderr)
+        return 2
+    data_dir = Path(args.data_dir)
+    try:
+        key = ensure_local_pki(data_dir / "tls").load_signing_key()
+    except SigningKeyError as exc:
+        print(f"funnel token issue: {exc}", file=sys.stderr)
+        return 1
+    subject = args.subject or f"{args.role}@{args.workspace}"
+    permissions = [f"{args.workspace}:{role}" for role in args.role.split(",")]
+    print(key.issue(subject, permissions, args.ttl, issuer=args.issuer, audience=args.audience))
+    return 0
+
+
+def _roles(text: str) -> str:
+    roles = text.split(",")
+    unknown = [role for role in roles if role not in GRANTABLE]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown role(s) {unknown}; roles are {', '.join(GRANTABLE)}")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="funnel", description="Run and exercise the funnel services locally.")
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="start both services and wait for Ctrl-C")
-    up.add_argument("--data-dir", default="funnel-data", help="where the SQLite files and logs go")
     up.add_argument("--lifecycle-port", type=int, default=50051)
     up.add_argument("--completion-port", type=int, default=50052)
     up.add_argument("--policy-file", help="gate policy TOML (default: the demo policy)")
     up.add_argument("--demo", action="store_true", help="walk one task through the story once both serve")
+    conn.add_arguments(up)
     up.set_defaults(run=cmd_up)
     demo = commands.add_parser("demo", help="walk one task through the story against running services")
     demo.add_argument("--lifecycle", default="127.0.0.1:50051")
     demo.add_argument("--completion", default="127.0.0.1:50052")
+    conn.add_arguments(demo)
     demo.set_defaults(run=cmd_demo)
     transcript = commands.add_parser("transcript", help="move a task's transcript in or out as JSONL")
     transcript_commands = transcript.add_subparsers(dest="transcript_command", required=True)
@@ -131,13 +205,28 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--workspace", default="demo")
     export.add_argument("--completion", default="127.0.0.1:50052")
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
+    conn.add_arguments(export)
     export.set_defaults(run=cmd_transcript_export)
     load = transcript_commands.add_parser("import", help="import a JSONL transcript into a task with none")
     load.add_argument("file")
     load.add_argument("--task", required=True)
     load.add_argument("--workspace", default="demo")
     load.add_argument("--completion", default="127.0.0.1:50052")
+    conn.add_arguments(load)
     load.set_defaults(run=cmd_transcript_import)
+    token = commands.add_parser("token", help="bearer tokens for local use")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    issue = token_commands.add_parser(
+        "issue", help="print a token signed with the local key of `funnel up` (--data-dir)"
+    )
+    issue.add_argument("--workspace", required=True, help="the workspace it grants, or * for every workspace")
+    issue.add_argument("--role", required=True, type=_roles, help=f"one or more of {', '.join(GRANTABLE)}, comma separated")
+    issue.add_argument("--ttl", type=duration_seconds, default=duration_seconds("12h"), help="lifetime: 90s, 15m, 12h, 7d")
+    issue.add_argument("--subject", help="the token's `sub` (default: <role>@<workspace>); an agent's agent_id")
+    issue.add_argument("--issuer", default="funnel", help="`iss` (the services' --token-issuer)")
+    issue.add_argument("--audience", default="funnel", help="`aud` (the services' --token-audience)")
+    issue.add_argument("--data-dir", default=conn.DEFAULT_DATA_DIR, help="where `funnel up` keeps its files")
+    issue.set_defaults(run=cmd_token_issue)
     return parser
 
 

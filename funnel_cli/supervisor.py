@@ -14,6 +14,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from funnel.auth.pki import COMPLETION_IDENTITY, LocalPki, ensure_local_pki
+from funnel_cli.connection import Connection
+
 READY_TIMEOUT = 20.0
 
 
@@ -74,10 +77,10 @@ def _read_address(service: ServiceProcess) -> str:
     raise StartupFailed(f"{service.name} did not start within {READY_TIMEOUT:.0f}s")
 
 
-async def wait_serving(address: str, timeout: float = READY_TIMEOUT) -> None:
+async def wait_serving(connection: Connection, address: str, timeout: float = READY_TIMEOUT) -> None:
     """Polls the standard health service until it reports SERVING."""
     deadline = time.monotonic() + timeout
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with connection.channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             try:
@@ -91,6 +94,33 @@ async def wait_serving(address: str, timeout: float = READY_TIMEOUT) -> None:
             await asyncio.sleep(0.05)
 
 
+def lifecycle_tls_arguments(pki: LocalPki) -> list[str]:
+    """The lifecycle service with the local PKI: TLS, client certificates required
+    (the completion service proves its identity with one), tokens for callers."""
+    return [
+        "--tls-cert", str(pki.cert("lifecycle")),
+        "--tls-key", str(pki.key("lifecycle")),
+        "--tls-client-ca", str(pki.ca),
+        "--jwks-file", str(pki.jwks),
+        "--completion-identity", COMPLETION_IDENTITY,
+    ]
+
+
+def completion_tls_arguments(pki: LocalPki) -> list[str]:
+    """The completion service with the local PKI: TLS for its callers (tokens),
+    and its client certificate towards the lifecycle service and gates."""
+    return [
+        "--tls-cert", str(pki.cert("completion")),
+        "--tls-key", str(pki.key("completion")),
+        "--jwks-file", str(pki.jwks),
+        "--lifecycle-ca", str(pki.ca),
+        "--lifecycle-server-name", "localhost",
+        "--identity-cert", str(pki.cert("completion-identity")),
+        "--identity-key", str(pki.key("completion-identity")),
+        "--gate-ca", str(pki.ca),
+    ]
+
+
 def start_pair(
     data_dir: Path,
     lifecycle_listen: str,
@@ -100,11 +130,19 @@ def start_pair(
     extra_completion: list[str] = (),
     env: dict | None = None,
 ) -> tuple[ServiceProcess, ServiceProcess]:
+    """Both services over SQLite files in `data_dir`, with TLS between them and
+    tokens for callers, from the local PKI in `data_dir/tls` (created on first start)."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    pki = ensure_local_pki(data_dir / "tls")
     lifecycle = spawn(
         "lifecycle_service",
         "lifecycle_service",
-        ["--listen", lifecycle_listen, "--database", str(data_dir / "lifecycle.sqlite3"), *extra_lifecycle],
+        [
+            "--listen", lifecycle_listen,
+            "--database", str(data_dir / "lifecycle.sqlite3"),
+            *lifecycle_tls_arguments(pki),
+            *extra_lifecycle,
+        ],
         data_dir / "lifecycle.log",
         env,
     )
@@ -121,6 +159,7 @@ def start_pair(
                 lifecycle.address,
                 "--policy-file",
                 policy_file,
+                *completion_tls_arguments(pki),
                 *extra_completion,
             ],
             data_dir / "completion.log",

@@ -6,20 +6,21 @@ import sys
 from pathlib import Path
 from typing import AsyncIterator, BinaryIO
 
-import grpc
-
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
+from funnel_cli.connection import Connection
 
 CHUNK_BYTES = 64 * 1024
 # Whole transfers of large transcripts, not single calls: generous but finite.
 TRANSFER_TIMEOUT = 600.0
 
 
-async def export_transcript(address: str, workspace_id: str, task_id: str, out: BinaryIO) -> int:
+async def export_transcript(
+    connection: Connection, address: str, workspace_id: str, task_id: str, out: BinaryIO
+) -> int:
     """Writes the transcript as JSONL; returns the number of lines."""
     lines = 0
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with connection.channel(address) as channel:
         stub = transcript_pb2_grpc.TranscriptServiceStub(channel)
         request = tpb.ExportTranscriptRequest(workspace_id=workspace_id, task_id=task_id)
         async for chunk in stub.ExportTranscript(request, timeout=TRANSFER_TIMEOUT):
@@ -29,7 +30,9 @@ async def export_transcript(address: str, workspace_id: str, task_id: str, out: 
     return lines
 
 
-async def import_transcript(address: str, workspace_id: str, task_id: str, path: Path) -> tpb.ImportTranscriptResponse:
+async def import_transcript(
+    connection: Connection, address: str, workspace_id: str, task_id: str, path: Path
+) -> tpb.ImportTranscriptResponse:
     """Streams the file in chunks, so its size never matters to memory."""
 
     async def requests() -> AsyncIterator[tpb.ImportTranscriptRequest]:
@@ -38,7 +41,7 @@ async def import_transcript(address: str, workspace_id: str, task_id: str, path:
             while chunk := source.read(CHUNK_BYTES):
                 yield tpb.ImportTranscriptRequest(jsonl_chunk=chunk)
 
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with connection.channel(address) as channel:
         stub = transcript_pb2_grpc.TranscriptServiceStub(channel)
         return await stub.ImportTranscript(requests(), timeout=TRANSFER_TIMEOUT)
 

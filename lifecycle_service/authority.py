@@ -9,6 +9,7 @@ from typing import Callable
 
 from google.protobuf.message import Message
 
+from funnel.auth.principal import Caller
 from funnel.runtime.errors import Rejection
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.storage_errors import StorageUnavailable
@@ -20,6 +21,8 @@ from lifecycle_service.storage.port import ApplyResult, Command, Committed, Life
 log = logging.getLogger(__name__)
 
 PROPAGATION_SOURCE = "lifecycle_service"
+# Propagations are submitted by this service itself.
+SELF = Caller(PROPAGATION_SOURCE, "service")
 _PROPAGATED_INTENTS = {
     IntentKind.REQUEST_CANCELLATION: i.RequestCancellation,
     IntentKind.SETTLE_CANCELLATION: i.SettleCancellation,
@@ -33,35 +36,23 @@ class LifecycleAuthority:
         self.faults = faults
         self.policy = policy
         self._retry_delay = retry_delay
+        # Set at start, so that propagations a crash left behind are delivered first.
         self._pending = asyncio.Event()
-        self._worker: asyncio.Task | None = None
+        self._pending.set()
 
     async def apply(
         self,
         intent: i.Intent,
+        method: str,
         render: Callable[[TaskRecord, LifecycleEvent], Message],
         fingerprint: bytes | None = None,
     ) -> ApplyResult:
         result = await self.store.apply(
-            Command(intent, lambda situation: decide(intent, situation, self.policy), render, fingerprint)
+            Command(intent, lambda situation: decide(intent, situation, self.policy), render, fingerprint, method=method)
         )
         if isinstance(result, Committed) and result.propagations:
             self._pending.set()
         return result
-
-    def start(self) -> None:
-        """Starts delivering propagations, beginning with any a crash left behind."""
-        self._pending.set()
-        self._worker = asyncio.create_task(self._deliver_forever(), name="lifecycle-propagations")
-
-    async def stop(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            try:
-                await self._worker
-            except asyncio.CancelledError:
-                pass
-            self._worker = None
 
     async def deliver_pending(self) -> int:
         """Applies every pending propagation once; returns how many were handled."""
@@ -75,7 +66,8 @@ class LifecycleAuthority:
                 await self._deliver(pending)
                 handled += 1
 
-    async def _deliver_forever(self) -> None:
+    async def deliver_forever(self) -> None:
+        """Delivers pending propagations whenever a commit owes some (a background loop)."""
         while True:
             await self._pending.wait()
             self._pending.clear()
@@ -103,6 +95,7 @@ class LifecycleAuthority:
                 f"generation {pending.parent_generation}",
                 (("parent_event_sequence", str(pending.parent_sequence)), ("parent_task_id", pending.parent_task_id)),
             ),
+            caller=SELF,
         )
         result = await self.store.apply(
             Command(intent, lambda situation: decide(intent, situation, self.policy), propagation_id=pending.id)

@@ -60,4 +60,5 @@ def event_to_proto(event: LifecycleEvent) -> pb.LifecycleEvent:
         authoritative_at=to_timestamp(event.authoritative_at),
         commit_time=to_timestamp(event.committed_at),
         request_id=event.request_id or "",
+        caller=pb.Caller(subject=event.caller.subject, role=event.caller.role),
     )

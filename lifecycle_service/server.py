@@ -4,16 +4,21 @@ has an environment variable `FUNNEL_LIFECYCLE_<FLAG>`."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
+from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime import idempotency
+from funnel.runtime import security as security_settings
 from funnel.runtime import server as runtime
+from funnel.runtime.background import Background
 from funnel.runtime.clock import Clock, SystemClock
 from funnel.runtime.faults import from_environment
+from funnel.runtime.security import Reloader, ServerSecurity
 from funnel.runtime.storage_errors import StorageRefused
-from funnel.runtime.watch import EventBroker
+from funnel.runtime.watch import EventBroker, WatchQuota
 from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.core.model import Policy
 from lifecycle_service.errors import DOMAIN, Reason
@@ -27,10 +32,14 @@ ENV_PREFIX = "FUNNEL_LIFECYCLE"
 class LifecycleConfig:
     listen: str = "127.0.0.1:50051"
     database: str = "lifecycle.sqlite3"
+    security: ServerSecurity = field(default_factory=lambda: ServerSecurity(completion_identity=COMPLETION_IDENTITY))
     max_clock_offset_ms: int = 500
     max_message_bytes: int = 4 * 1024 * 1024
     reflection: bool = False
     watch_buffer: int = 1024
+    max_watchers_per_caller: int = 64
+    max_watchers_per_workspace: int = 1024
+    request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
     shutdown_grace: float = 5.0
 
@@ -43,6 +52,8 @@ class RunningLifecycle:
     store: SqliteLifecycleStore
     health: runtime.Health
     broker: EventBroker
+    background: Background
+    reloader: Reloader
 
     @property
     def address(self) -> str:
@@ -51,46 +62,76 @@ class RunningLifecycle:
     async def stop(self, grace: float | None = None) -> None:
         await self.health.stop()
         await self.server.stop(grace)
-        await self.authority.stop()
+        await self.background.stop()
         await self.store.close()
 
 
 async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningLifecycle:
     """Opens the database (refusing unsafe ones), starts serving and replays pending propagations."""
-    server = runtime.new_server(config.max_message_bytes, DOMAIN, Reason, f"/{SERVICE_NAME}/")
-    port = runtime.bind(server, config.listen)
+    clock = clock or SystemClock()
+    security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
+    server = runtime.new_server(security, DOMAIN, Reason, f"/{SERVICE_NAME}/")
+    port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
-    store = await SqliteLifecycleStore.open(config.database, clock or SystemClock(), publisher(broker), faults)
+    store = await SqliteLifecycleStore.open(config.database, clock, publisher(broker), faults)
     authority = LifecycleAuthority(store, Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000), faults=faults)
-    service = LifecycleService(authority, broker, config.max_message_bytes)
+    quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
+    service = LifecycleService(authority, broker, quota, config.max_message_bytes)
     lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server(service, server)
     health = runtime.Health(server, [SERVICE_NAME])
     if config.reflection:
         runtime.enable_reflection(server, [SERVICE_NAME])
+    reloader = runtime.reloader(security)
+    background = Background("lifecycle_service")
+    background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
+    background.add("propagations", authority.deliver_forever)
+    retention = config.request_id_retention_seconds
+    background.add(
+        "request-id-sweeper",
+        lambda: idempotency.sweep_forever(
+            store.sweep_request_ids, clock, retention, idempotency.sweep_interval(retention)
+        ),
+    )
+    background.add("reload", reloader.run_forever)
     await server.start()
-    health.start(store.check_writable, config.health_interval)
-    authority.start()
-    return RunningLifecycle(server, port, authority, store, health, broker)
+    background.start()
+    return RunningLifecycle(server, port, authority, store, health, broker, background, reloader)
 
 
 def parse_args(argv: list[str] | None = None) -> LifecycleConfig:
     defaults = LifecycleConfig()
+    e = lambda name, default: runtime.env_or(ENV_PREFIX, name, str(default))  # noqa: E731
     parser = argparse.ArgumentParser(prog="lifecycle-service", description="The task lifecycle authority (gRPC).")
     runtime.add_common_arguments(parser, ENV_PREFIX, defaults.listen, defaults.database)
     parser.add_argument(
+        "--completion-identity",
+        default=e("completion_identity", defaults.security.completion_identity),
+        help="the completion service's identity: the URI SAN of its client certificate (or the `sub` of its "
+        f"service token where client certificates are not verified) ({ENV_PREFIX}_COMPLETION_IDENTITY)",
+    )
+    parser.add_argument(
         "--max-clock-offset-ms",
         type=int,
-        default=int(runtime.env_or(ENV_PREFIX, "max_clock_offset_ms", str(defaults.max_clock_offset_ms))),
+        default=int(e("max_clock_offset_ms", defaults.max_clock_offset_ms)),
         help="a completion passes a cancellation fence only if it predates it by more than this "
         f"({ENV_PREFIX}_MAX_CLOCK_OFFSET_MS)",
     )
     parser.add_argument(
         "--watch-buffer",
         type=int,
-        default=int(runtime.env_or(ENV_PREFIX, "watch_buffer", str(defaults.watch_buffer))),
+        default=int(e("watch_buffer", defaults.watch_buffer)),
         help=f"events a watch stream may fall behind before it is ended ({ENV_PREFIX}_WATCH_BUFFER)",
     )
+    parser.add_argument("--max-watchers-per-caller", type=int,
+                        default=int(e("max_watchers_per_caller", defaults.max_watchers_per_caller)),
+                        help=f"open watch streams one caller may hold ({ENV_PREFIX}_MAX_WATCHERS_PER_CALLER)")
+    parser.add_argument("--max-watchers-per-workspace", type=int,
+                        default=int(e("max_watchers_per_workspace", defaults.max_watchers_per_workspace)),
+                        help=f"open watch streams on one workspace ({ENV_PREFIX}_MAX_WATCHERS_PER_WORKSPACE)")
+    parser.add_argument("--request-id-retention", type=float,
+                        default=float(e("request_id_retention", defaults.request_id_retention_seconds)),
+                        help=f"seconds a request id is remembered ({ENV_PREFIX}_REQUEST_ID_RETENTION)")
     args = parser.parse_args(argv)
     runtime.configure_logging(args.log_level)
     if args.max_clock_offset_ms < 0:
@@ -98,10 +139,14 @@ def parse_args(argv: list[str] | None = None) -> LifecycleConfig:
     return LifecycleConfig(
         listen=args.listen,
         database=args.database,
+        security=security_settings.from_arguments(args, args.completion_identity),
         max_clock_offset_ms=args.max_clock_offset_ms,
         max_message_bytes=args.max_message_bytes,
         reflection=args.reflection,
         watch_buffer=args.watch_buffer,
+        max_watchers_per_caller=args.max_watchers_per_caller,
+        max_watchers_per_workspace=args.max_watchers_per_workspace,
+        request_id_retention_seconds=args.request_id_retention,
         health_interval=args.health_interval,
         shutdown_grace=args.shutdown_grace,
     )

@@ -3,12 +3,14 @@ shapes responses, and streams committed events."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import AsyncIterator, Callable
 
 import grpc
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime import calls
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.idempotency import fingerprint
 from funnel.runtime.paging import (
@@ -20,7 +22,7 @@ from funnel.runtime.paging import (
     response_budget,
 )
 from funnel.runtime.validation import malformed_page_token
-from funnel.runtime.watch import EventBroker, follow, overflow_error
+from funnel.runtime.watch import EventBroker, WatchQuota, follow, overflow_error
 from lifecycle_service import requests
 from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.convert import event_to_proto, task_to_proto
@@ -48,11 +50,13 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         self,
         authority: LifecycleAuthority,
         broker: EventBroker[pb.WatchLifecycleEventsResponse],
+        watch_quota: WatchQuota,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self._authority = authority
         self._store = authority.store
         self._broker = broker
+        self._watch_quota = watch_quota
         self._page_bytes = response_budget(max_message_bytes)
 
     async def _mutate(self, method: str, request, context: grpc.aio.ServicerContext, response_type, intent: i.Intent):
@@ -63,8 +67,9 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         def render(task: TaskRecord, event: LifecycleEvent):
             return response_type(task=task_to_proto(task), event=event_to_proto(event))
 
+        intent = dataclasses.replace(intent, caller=calls.current().caller)
         digest = fingerprint(method, request.SerializeToString(deterministic=True)) if intent.request_id else None
-        result = await self._authority.apply(intent, render, digest)
+        result = await self._authority.apply(intent, method, render, digest)
         if isinstance(result, Committed):
             self._authority.faults.hit("lifecycle.after_commit_before_reply")
             return result.response
@@ -173,18 +178,18 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
     async def WatchLifecycleEvents(self, request, context) -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
-
-        async for item in follow(
-            lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
-            self._broker,
-            workspace,
-            task,
-            request.after_sequence,
-            lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)),
-            lambda item: item.event.sequence,
-            overflow_error(Reason, self._broker.capacity),
-        ):
-            yield item
+        with self._watch_quota.admit(calls.current().principal.subject, workspace):
+            async for item in follow(
+                lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
+                self._broker,
+                workspace,
+                task,
+                request.after_sequence,
+                lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)),
+                lambda item: item.event.sequence,
+                overflow_error(Reason, self._broker.capacity),
+            ):
+                yield item
 
 
 def _task_not_found(task_id: str) -> ServiceError:

@@ -10,6 +10,7 @@ import pytest
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig, start
+from tests import credentials
 
 # 2023-11-14T22:13:20Z: a fixed, round start so that commit times are predictable.
 CLOCK_START_MICROS = 1_700_000_000_000_000
@@ -27,9 +28,12 @@ class DefaultDeadline(grpc.aio.UnaryUnaryClientInterceptor):
         return await continuation(client_call_details, request)
 
 
-def client_channel(address: str, **kwargs) -> grpc.aio.Channel:
-    """A client channel whose unary calls default to a deadline."""
-    return grpc.aio.insecure_channel(address, interceptors=[DefaultDeadline(DEFAULT_DEADLINE_SECONDS)], **kwargs)
+def client_channel(address: str, bearer: str | None = credentials.SUPERUSER, **kwargs) -> grpc.aio.Channel:
+    """A client channel that authenticates as `bearer` and whose unary calls
+    default to a deadline."""
+    return credentials.insecure_channel(
+        address, bearer, interceptors=[DefaultDeadline(DEFAULT_DEADLINE_SECONDS)], **kwargs
+    )
 
 
 @pytest.fixture
@@ -46,7 +50,11 @@ async def start_lifecycle(tmp_path, clock):
     started: list[tuple[object, grpc.aio.Channel]] = []
 
     async def _start(**overrides):
-        fields = {"listen": "127.0.0.1:0", "database": str(tmp_path / f"lifecycle-{len(started)}.sqlite3")}
+        fields = {
+            "listen": "127.0.0.1:0",
+            "database": str(tmp_path / f"lifecycle-{len(started)}.sqlite3"),
+            "security": credentials.server_security(),
+        }
         fields.update(overrides)
         config = dataclasses.replace(LifecycleConfig(), **fields)
         running = await start(config, clock=clock)

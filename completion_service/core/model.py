@@ -6,6 +6,8 @@ import enum
 import json
 from dataclasses import dataclass
 
+from funnel.auth.principal import Caller
+
 
 class RequestedOutcome(enum.Enum):
     COMPLETED = 1
@@ -267,6 +269,7 @@ class AuditEntry:
     metadata: tuple[tuple[str, str], ...]
     recorded_at: int
     audit_id: int = 0
+    caller: Caller = Caller()
 
 
 def decision_to_json(decision: Decision) -> str:

@@ -9,7 +9,9 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from google.protobuf.message import Message
 
+from funnel.auth.principal import Caller
 from funnel.runtime.errors import Rejection
+from funnel.runtime.idempotency import RequestKey
 
 from completion_service.core.gates import ExternalAnswer, WorkspacePolicy
 from completion_service.core.transcript import SessionEvent, Tail
@@ -42,8 +44,7 @@ class ClaimCommand:
     agent_id: str
     generation: int
     ttl_micros: int
-    request_id: str | None
-    fingerprint: bytes | None
+    request: RequestKey | None
     render: Callable[[RunRecord, Lease], Message]
 
 
@@ -67,8 +68,9 @@ class AttemptCommand:
     # the workspace's gate policy.
     lifecycle: LifecycleView | None = None
     policy: WorkspacePolicy | None = None
-    request_id: str | None = None
-    fingerprint: bytes | None = None
+    request: RequestKey | None = None
+    # The agent that must hold the run (a caller acting as an agent), or None.
+    holder: str | None = None
     # Answers of the policy's external gates, gathered on a snapshot with
     # `external_basis`; the commit fails with SNAPSHOT_CHANGED if that moved.
     external_answers: Mapping[str, ExternalAnswer] | None = None
@@ -99,8 +101,9 @@ class CloseCommand:
     error: str
     final_status: FinalStatus | None
     closed_by: str
-    request_id: str | None = None
-    fingerprint: bytes | None = None
+    # Who closed it, recorded on the audit row.
+    caller: Caller
+    request: RequestKey | None = None
     render: Callable[[RunRecord], Message] | None = None
 
 
@@ -152,16 +155,16 @@ class CompletionStore(Protocol):
     (the stored response of a repeated request id). Events a mutation appends are
     published after its commit, in commit order."""
 
-    async def recall(self, workspace_id: str, request_id: str | None, fingerprint: bytes | None) -> Remembered | Rejection | None: ...
+    async def recall(self, request: RequestKey | None) -> Remembered | Rejection | None: ...
     async def claim(self, command: ClaimCommand) -> Claimed | Remembered | Rejection: ...
-    async def withdraw_claim(self, workspace_id: str, run_id: str, request_id: str | None, reason: str) -> None: ...
-    async def renew(self, workspace_id: str, run_id: str, epoch: int, ttl_micros: int, request_id: str | None,
-                    fingerprint: bytes | None, render: Callable[[Lease], Message]) -> Lease | Remembered | Rejection: ...
+    async def withdraw_claim(self, workspace_id: str, run_id: str, request: RequestKey | None, reason: str) -> None: ...
+    async def renew(self, workspace_id: str, run_id: str, epoch: int, ttl_micros: int, holder: str | None,
+                    request: RequestKey | None, render: Callable[[Lease], Message]) -> Lease | Remembered | Rejection: ...
     async def close_run(self, command: CloseCommand) -> RunRecord | Remembered | Rejection: ...
     async def get_run(self, workspace_id: str, run_id: str) -> RunRecord | None: ...
     async def list_runs(self, workspace_id: str, task_id: str | None, before: tuple | None, limit: int) -> Page: ...
     async def stalled_runs(self, now: int, stall_after_micros: int, limit: int) -> list[RunRecord]: ...
-    async def record_evidence(self, record: EvidenceRecord, request_id: str | None, fingerprint: bytes | None,
+    async def record_evidence(self, record: EvidenceRecord, holder: str | None, request: RequestKey | None,
                               render: Callable[[EvidenceRecord], Message]) -> EvidenceRecord | Remembered | Rejection: ...
     async def list_evidence(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]: ...
     async def snapshot(self, command: AttemptCommand) -> Snapshot | Rejection: ...
@@ -179,7 +182,7 @@ class CompletionStore(Protocol):
     async def transcript_tail(self, workspace_id: str, task_id: str) -> tuple[Tail, int]: ...
     async def checkpoint_sequences(self, workspace_id: str, task_id: str, ids: set[str]) -> dict[str, int]: ...
     async def append_transcript(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent], generation: int,
-                                expected_state_version: int | None, request_id: str | None, fingerprint: bytes | None,
+                                expected_state_version: int | None, holder: str | None, request: RequestKey | None,
                                 render: Callable[[Appended], Message]) -> Appended | Remembered | Rejection: ...
     async def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int, *,
                               repair_first: bool) -> TranscriptPage: ...
@@ -189,5 +192,6 @@ class CompletionStore(Protocol):
     async def discard_all_imports(self) -> None: ...
     async def commit_import(self, import_id: str, workspace_id: str, task_id: str, final_tail: Tail,
                             checkpoints: dict[str, int]) -> int | Rejection: ...
+    async def sweep_request_ids(self, created_before: int, limit: int) -> int: ...
     async def check_writable(self) -> None: ...
     async def close(self) -> None: ...

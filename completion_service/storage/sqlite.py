@@ -49,10 +49,11 @@ from completion_service.storage.port import (
     Remembered,
     Settlement,
 )
+from funnel.auth.principal import Caller
 from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
-from funnel.runtime.idempotency import RequestIdVerdict, judge_request_id
+from funnel.runtime.idempotency import RequestIdVerdict, RequestKey, judge_request_id
 from funnel.runtime.sqlite import Database, migrations_in, probe_writable
 
 log = logging.getLogger(__name__)
@@ -143,54 +144,60 @@ class SqliteCompletionStore(TranscriptStorage):
 
     # -- request ids -------------------------------------------------------
 
-    def _recall(self, db: sqlite3.Connection, workspace_id: str, request_id: str | None, fingerprint: bytes | None):
+    def _recall(self, db: sqlite3.Connection, request: RequestKey | None):
         """Remembered, a REQUEST_ID_REUSED rejection, or None for a new request."""
-        if not request_id:
+        if request is None:
             return None
         row = db.execute(
-            "SELECT fingerprint, response FROM request_ids WHERE workspace_id = ? AND request_id = ?",
-            (workspace_id, request_id),
+            "SELECT fingerprint, response FROM request_ids "
+            "WHERE workspace_id = ? AND caller = ? AND method = ? AND request_id = ?",
+            (request.workspace_id, request.caller, request.method, request.request_id),
         ).fetchone()
-        verdict = judge_request_id(row[0] if row else None, fingerprint)
+        verdict = judge_request_id(row[0] if row else None, request.fingerprint)
         if verdict is RequestIdVerdict.REPLAY:
             return Remembered(row[1])
         if verdict is RequestIdVerdict.REUSED:
             return reject(
                 Reason.REQUEST_ID_REUSED,
-                f"request_id {request_id!r} was already used for a different request",
-                request_id=request_id,
+                f"request_id {request.request_id!r} was already used for a different request",
+                request_id=request.request_id,
             )
         return None
 
-    def _remember(
-        self, db: sqlite3.Connection, workspace_id: str, request_id: str | None, fingerprint: bytes | None, response: Message
-    ) -> None:
-        if request_id:
+    def _remember(self, db: sqlite3.Connection, request: RequestKey | None, response: Message) -> None:
+        if request is not None:
             db.execute(
-                "INSERT INTO request_ids (workspace_id, request_id, fingerprint, response, created_at) VALUES (?, ?, ?, ?, ?)",
-                (workspace_id, request_id, fingerprint, response.SerializeToString(), self._clock.now_micros()),
+                "INSERT INTO request_ids (workspace_id, caller, method, request_id, fingerprint, response, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    request.workspace_id,
+                    request.caller,
+                    request.method,
+                    request.request_id,
+                    request.fingerprint,
+                    response.SerializeToString(),
+                    self._clock.now_micros(),
+                ),
             )
 
-    async def recall(self, workspace_id: str, request_id: str | None, fingerprint: bytes | None):
+    async def recall(self, request: RequestKey | None):
         """Reads what a request id stands for, without taking the write lock."""
-        return await self._reader.read(lambda db: self._recall(db, workspace_id, request_id, fingerprint))
+        return await self._reader.read(lambda db: self._recall(db, request))
 
-    async def remember(self, workspace_id: str, request_id: str | None, fingerprint: bytes | None, response: Message):
-        if request_id:
-            await self._write(lambda db, events: self._remember(db, workspace_id, request_id, fingerprint, response))
-
-    async def forget(self, workspace_id: str, request_id: str) -> None:
-        await self._write(
+    async def sweep_request_ids(self, created_before: int, limit: int) -> int:
+        return await self._write(
             lambda db, events: db.execute(
-                "DELETE FROM request_ids WHERE workspace_id = ? AND request_id = ?", (workspace_id, request_id)
-            )
+                "DELETE FROM request_ids WHERE rowid IN "
+                "(SELECT rowid FROM request_ids WHERE created_at < ? ORDER BY created_at LIMIT ?)",
+                (created_before, limit),
+            ).rowcount
         )
 
     # -- runs and leases ---------------------------------------------------
 
     async def claim(self, command: ClaimCommand):
         def body(db: sqlite3.Connection, events: list) -> object:
-            recalled = self._recall(db, command.workspace_id, command.request_id, command.fingerprint)
+            recalled = self._recall(db, command.request)
             if recalled is not None:
                 return recalled
             now = self._clock.now_micros()
@@ -227,12 +234,12 @@ class SqliteCompletionStore(TranscriptStorage):
                 "expires_at = excluded.expires_at",
                 (command.workspace_id, command.task_id, lease.run_id, lease.epoch, lease.expires_at),
             )
-            self._remember(db, command.workspace_id, command.request_id, command.fingerprint, command.render(run, lease))
+            self._remember(db, command.request, command.render(run, lease))
             return Claimed(run, lease)
 
         return await self._write(body)
 
-    async def withdraw_claim(self, workspace_id: str, run_id: str, request_id: str | None, reason: str) -> None:
+    async def withdraw_claim(self, workspace_id: str, run_id: str, request: RequestKey | None, reason: str) -> None:
         """Undoes a claim the lifecycle service refused: the run closes as cancelled,
         its lease is released, and its request id is forgotten so a retry claims anew."""
 
@@ -247,21 +254,24 @@ class SqliteCompletionStore(TranscriptStorage):
                 "UPDATE task_leases SET expires_at = MIN(expires_at, ?) WHERE workspace_id = ? AND run_id = ?",
                 (now, workspace_id, run_id),
             )
-            if request_id:
-                db.execute("DELETE FROM request_ids WHERE workspace_id = ? AND request_id = ?", (workspace_id, request_id))
+            if request is not None:
+                db.execute(
+                    "DELETE FROM request_ids WHERE workspace_id = ? AND caller = ? AND method = ? AND request_id = ?",
+                    (request.workspace_id, request.caller, request.method, request.request_id),
+                )
 
         await self._write(body)
 
-    async def renew(
-        self, workspace_id: str, run_id: str, epoch: int, ttl_micros: int, request_id, fingerprint, render
-    ):
+    async def renew(self, workspace_id: str, run_id: str, epoch: int, ttl_micros: int, holder, request, render):
         def body(db: sqlite3.Connection, events: list) -> object:
-            recalled = self._recall(db, workspace_id, request_id, fingerprint)
+            recalled = self._recall(db, request)
             if recalled is not None:
                 return recalled
             run = _load_run(db, workspace_id, run_id)
             if run is None:
                 return _run_not_found(run_id)
+            if holder is not None and run.agent_id != holder:
+                return _not_held(run)
             now = self._clock.now_micros()
             lease = _load_lease(db, workspace_id, run.task_id)
             problem = judge_renewal(run.open, run.run_id, epoch, lease, now)
@@ -287,7 +297,7 @@ class SqliteCompletionStore(TranscriptStorage):
                 "UPDATE agent_runs SET lease_expires_at = ? WHERE workspace_id = ? AND run_id = ?",
                 (renewed.expires_at, workspace_id, run_id),
             )
-            self._remember(db, workspace_id, request_id, fingerprint, render(renewed))
+            self._remember(db, request, render(renewed))
             return renewed
 
         return await self._write(body)
@@ -296,7 +306,7 @@ class SqliteCompletionStore(TranscriptStorage):
         """Closes an open run and writes its audit row, atomically."""
 
         def body(db: sqlite3.Connection, events: list) -> object:
-            recalled = self._recall(db, command.workspace_id, command.request_id, command.fingerprint)
+            recalled = self._recall(db, command.request)
             if recalled is not None:
                 return recalled
             run = _load_run(db, command.workspace_id, command.run_id)
@@ -340,11 +350,21 @@ class SqliteCompletionStore(TranscriptStorage):
                 "closed_by": command.closed_by,
             }
             db.execute(
-                "INSERT INTO audit_log (workspace_id, action, run_id, task_id, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (command.workspace_id, "task.completed", run.run_id, run.task_id, json.dumps(metadata, sort_keys=True), now),
+                "INSERT INTO audit_log (workspace_id, action, run_id, task_id, metadata, recorded_at, caller_subject, "
+                "caller_role) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    command.workspace_id,
+                    "task.completed",
+                    run.run_id,
+                    run.task_id,
+                    json.dumps(metadata, sort_keys=True),
+                    now,
+                    command.caller.subject,
+                    command.caller.role,
+                ),
             )
             if command.render is not None:
-                self._remember(db, command.workspace_id, command.request_id, command.fingerprint, command.render(closed))
+                self._remember(db, command.request, command.render(closed))
             return closed
 
         return await self._write(body)
@@ -380,11 +400,20 @@ class SqliteCompletionStore(TranscriptStorage):
 
     # -- evidence ----------------------------------------------------------
 
-    async def record_evidence(self, record: EvidenceRecord, request_id, fingerprint, render):
+    async def record_evidence(self, record: EvidenceRecord, holder, request, render):
         def body(db: sqlite3.Connection, events: list) -> object:
-            recalled = self._recall(db, record.workspace_id, request_id, fingerprint)
+            recalled = self._recall(db, request)
             if recalled is not None:
                 return recalled
+            if holder is not None:
+                # An agent vouches only for its own open run of this task.
+                run = _load_run(db, record.workspace_id, record.run_id) if record.run_id else None
+                if run is None or run.task_id != record.task_id or run.agent_id != holder or not run.open:
+                    return reject(
+                        Reason.RUN_NOT_HELD,
+                        "an agent records evidence only with an open run of the task that it holds (run_id)",
+                        run_id=record.run_id or "",
+                    )
             stored = dataclasses.replace(record, evidence_id=self._ids.new_id("evd"), recorded_at=self._clock.now_micros())
             db.execute(
                 f"INSERT INTO evidence ({_EVIDENCE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -401,7 +430,7 @@ class SqliteCompletionStore(TranscriptStorage):
                     stored.recorded_at,
                 ),
             )
-            self._remember(db, record.workspace_id, request_id, fingerprint, render(stored))
+            self._remember(db, request, render(stored))
             return stored
 
         return await self._write(body)
@@ -424,6 +453,8 @@ class SqliteCompletionStore(TranscriptStorage):
             run = _load_run(db, command.workspace_id, command.run_id)
             if run is None or run.task_id != command.task_id:
                 return _run_not_found(command.run_id)
+            if command.holder is not None and run.agent_id != command.holder:
+                return _not_held(run)
             return _load_snapshot(db, command, run, self._clock.now_micros())
 
         return await self._reader.read(read)
@@ -433,12 +464,14 @@ class SqliteCompletionStore(TranscriptStorage):
         snapshot is loaded, judged and committed against the same state."""
 
         def body(db: sqlite3.Connection, events: list) -> object:
-            recalled = self._recall(db, command.workspace_id, command.request_id, command.fingerprint)
+            recalled = self._recall(db, command.request)
             if recalled is not None:
                 return recalled
             run = _load_run(db, command.workspace_id, command.run_id)
             if run is None or run.task_id != command.task_id:
                 return _run_not_found(command.run_id)
+            if command.holder is not None and run.agent_id != command.holder:
+                return _not_held(run)
             now = self._clock.now_micros()
             snapshot = _load_snapshot(db, command, run, now)
             if command.external_basis is not None and snapshot_basis(snapshot) != command.external_basis:
@@ -544,7 +577,7 @@ class SqliteCompletionStore(TranscriptStorage):
 
     def _answer(self, db: sqlite3.Connection, command: AttemptCommand, outcome: AttemptOutcome) -> AttemptOutcome:
         if command.render is not None:
-            self._remember(db, command.workspace_id, command.request_id, command.fingerprint, command.render(outcome))
+            self._remember(db, command.request, command.render(outcome))
         return outcome
 
     async def record_settlement(self, completion: CompletionRecord, settlement: Settlement) -> CompletionRecord | None:
@@ -657,7 +690,10 @@ class SqliteCompletionStore(TranscriptStorage):
     async def list_audit(
         self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
     ) -> Page:
-        sql = "SELECT audit_id, workspace_id, action, run_id, task_id, metadata, recorded_at FROM audit_log WHERE workspace_id = ? AND audit_id > ?"
+        sql = (
+            "SELECT audit_id, workspace_id, action, run_id, task_id, metadata, recorded_at, caller_subject, caller_role "
+            "FROM audit_log WHERE workspace_id = ? AND audit_id > ?"
+        )
         params: list = [workspace_id, after_id]
         if task_id:
             sql += " AND task_id = ?"
@@ -670,7 +706,10 @@ class SqliteCompletionStore(TranscriptStorage):
 
         def read(db: sqlite3.Connection) -> list[AuditEntry]:
             return [
-                AuditEntry(r[1], r[2], r[3], r[4], tuple(sorted(json.loads(r[5]).items())), r[6], audit_id=r[0])
+                AuditEntry(
+                    r[1], r[2], r[3], r[4], tuple(sorted(json.loads(r[5]).items())), r[6], audit_id=r[0],
+                    caller=Caller(r[7], r[8]),
+                )
                 for r in db.execute(sql, params)
             ]
 
@@ -749,6 +788,13 @@ def _load_run(db: sqlite3.Connection, workspace_id: str, run_id: str) -> RunReco
 
 def _run_not_found(run_id: str) -> Rejection:
     return reject(Reason.RUN_NOT_FOUND, f"run {run_id!r} does not exist", run_id=run_id)
+
+
+def _not_held(run: RunRecord) -> Rejection:
+    return reject(
+        Reason.RUN_NOT_HELD, f"run {run.run_id} belongs to another agent; an agent acts only on its own runs",
+        run_id=run.run_id,
+    )
 
 
 def _already_finished(run: RunRecord) -> Rejection:

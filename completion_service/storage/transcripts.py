@@ -26,6 +26,7 @@ from completion_service.core.transcript import grammar_rejection
 from completion_service.errors import Reason
 from completion_service.storage.port import Appended, TranscriptPage
 from funnel.runtime.errors import Rejection, reject
+from funnel.runtime.idempotency import RequestKey
 
 _EVENT_COLUMNS = "sequence, generation, kind, ref, name, body, is_error, reason, synthetic, recorded_at"
 
@@ -46,14 +47,20 @@ class TranscriptStorage:
         events: Sequence[SessionEvent],
         generation: int,
         expected_state_version: int | None,
-        request_id: str | None,
-        fingerprint: bytes | None,
+        holder: str | None,
+        request: RequestKey | None,
         render: Callable[[Appended], Message],
     ):
         def body(db: sqlite3.Connection, published: list) -> object:
-            recalled = self._recall(db, workspace_id, request_id, fingerprint)
+            recalled = self._recall(db, request)
             if recalled is not None:
                 return recalled
+            if holder is not None and _live_holder(db, workspace_id, task_id, self._clock.now_micros()) != holder:
+                return reject(
+                    Reason.RUN_NOT_HELD,
+                    f"an agent appends only to a task whose live lease it holds; it holds none on {task_id!r}",
+                    task_id=task_id,
+                )
             tail, version = _load_tail(db, workspace_id, task_id)
             if expected_state_version is not None and expected_state_version != version:
                 return reject(
@@ -73,7 +80,7 @@ class TranscriptStorage:
             _insert_events(db, workspace_id, task_id, stamped)
             _save_tail(db, workspace_id, task_id, following, version + 1)
             appended = Appended(version + 1, tail.last_sequence + 1)
-            self._remember(db, workspace_id, request_id, fingerprint, render(appended))
+            self._remember(db, request, render(appended))
             return appended
 
         return await self._write(body)
@@ -109,7 +116,7 @@ class TranscriptStorage:
         if tail.open_turn is None:
             return False, False
         now = self._clock.now_micros()
-        if _live_lease_owner(db, workspace_id, task_id, now):
+        if _live_holder(db, workspace_id, task_id, now) is not None:
             return False, True
         last = db.execute(
             "SELECT generation FROM transcript_events WHERE workspace_id = ? AND task_id = ? ORDER BY sequence DESC LIMIT 1",
@@ -241,17 +248,19 @@ def _checkpoints(db: sqlite3.Connection, workspace_id: str, task_id: str, ids: s
     return found
 
 
-def _live_lease_owner(db: sqlite3.Connection, workspace_id: str, task_id: str, now: int) -> bool:
+def _live_holder(db: sqlite3.Connection, workspace_id: str, task_id: str, now: int) -> str | None:
+    """The agent of the open run holding the task's live lease, if any."""
     row = db.execute(
-        "SELECT l.run_id, l.epoch, l.expires_at, r.finished_at IS NULL, r.epoch FROM task_leases l "
+        "SELECT l.run_id, l.epoch, l.expires_at, r.finished_at IS NULL, r.epoch, r.agent_id FROM task_leases l "
         "JOIN agent_runs r ON r.workspace_id = l.workspace_id AND r.run_id = l.run_id "
         "WHERE l.workspace_id = ? AND l.task_id = ?",
         (workspace_id, task_id),
     ).fetchone()
     if row is None:
-        return False
-    run_id, epoch, expires_at, run_open, run_epoch = row
-    return judge_renewal(bool(run_open), run_id, run_epoch, Lease(task_id, run_id, epoch, expires_at), now) is None
+        return None
+    run_id, epoch, expires_at, run_open, run_epoch, agent_id = row
+    live = judge_renewal(bool(run_open), run_id, run_epoch, Lease(task_id, run_id, epoch, expires_at), now) is None
+    return agent_id if live else None
 
 
 def _event_values(e: SessionEvent) -> tuple:

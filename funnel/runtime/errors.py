@@ -17,6 +17,8 @@ class Code(enum.Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     NOT_FOUND = "NOT_FOUND"
     ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
     ABORTED = "ABORTED"
     FAILED_PRECONDITION = "FAILED_PRECONDITION"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
@@ -46,6 +48,8 @@ class Rejection:
     message: str
     metadata: Mapping[str, str] = field(default_factory=dict)
     violations: tuple[FieldViolation, ...] = ()
+    # Sent as google.rpc.RetryInfo: when the caller may try again.
+    retry_after_seconds: float | None = None
 
     @property
     def code(self) -> Code:

@@ -1,23 +1,17 @@
-"""Turns `Rejection`s into gRPC statuses with one `google.rpc.ErrorInfo`, and makes
-sure nothing else leaves a server: storage faults become `UNAVAILABLE`, anything
-unexpected becomes `INTERNAL` with a generic message (the stack stays in the log)."""
+"""`Rejection`s as gRPC statuses: exactly one `google.rpc.ErrorInfo`, a
+`google.rpc.BadRequest` for malformed input and a `google.rpc.RetryInfo` where
+the caller should wait; and the client-side readers of those details."""
 
 from __future__ import annotations
 
-import enum
-import logging
-from typing import Any, Callable
+from typing import Any
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from funnel.runtime.errors import Code, Rejection, ServiceError
-from funnel.runtime.faults import DroppedReply
-from funnel.runtime.storage_errors import StorageUnavailable
-
-log = logging.getLogger(__name__)
+from funnel.runtime.errors import Code, Rejection
 
 
 def grpc_code(code: Code) -> grpc.StatusCode:
@@ -61,6 +55,10 @@ def _status(rejection: Rejection, domain: str, max_violations: int | None, max_b
                 )
             )
         )
+    if rejection.retry_after_seconds is not None:
+        delay = duration_pb2.Duration()
+        delay.FromMicroseconds(max(1, int(rejection.retry_after_seconds * 1_000_000)))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     message = rejection.message if max_bytes is None else _truncate(rejection.message, max_bytes * 2)
     return status_pb2.Status(code=getattr(code_pb2, rejection.code.name), message=message, details=details)
 
@@ -110,106 +108,12 @@ def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:
     return found
 
 
-class ErrorTranslation(grpc.aio.ServerInterceptor):
-    """Applies the error model to every handler of the services under `method_prefix`."""
-
-    def __init__(self, domain: str, catalogue: type[enum.Enum], method_prefix: str) -> None:
-        self._domain = domain
-        self._internal = catalogue["INTERNAL_FAULT"]
-        self._storage = catalogue["STORAGE_UNAVAILABLE"]
-        self._catalogue = catalogue
-        self._prefix = method_prefix
-
-    async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
-        handler = await continuation(details)
-        if handler is None or not details.method.startswith(self._prefix):
-            return handler
-        method = details.method
-        deserializer = _tolerant(handler.request_deserializer)
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
-
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    if isinstance(request, _Undecodable):
-                        raise ServiceError(self._undecodable(request))
-                    return await inner(request, context)
-                except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                    await self._abort(context, method, exc)
-
-            return grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=deserializer, response_serializer=handler.response_serializer
-            )
-        if handler.unary_stream is not None:
-            inner_stream = handler.unary_stream
-
-            async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    if isinstance(request, _Undecodable):
-                        raise ServiceError(self._undecodable(request))
-                    async for item in inner_stream(request, context):
-                        yield item
-                except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                    await self._abort(context, method, exc)
-
-            return grpc.unary_stream_rpc_method_handler(
-                stream, request_deserializer=deserializer, response_serializer=handler.response_serializer
-            )
-        if handler.stream_unary is not None:
-            inner_upload = handler.stream_unary
-
-            async def upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-                async def checked() -> Any:
-                    async for request in request_iterator:
-                        if isinstance(request, _Undecodable):
-                            raise ServiceError(self._undecodable(request))
-                        yield request
-
-                try:
-                    return await inner_upload(checked(), context)
-                except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                    await self._abort(context, method, exc)
-
-            return grpc.stream_unary_rpc_method_handler(
-                upload, request_deserializer=deserializer, response_serializer=handler.response_serializer
-            )
-        return handler
-
-    def _undecodable(self, request: "_Undecodable") -> Rejection:
-        # Without this, grpc answers an unparsable request with UNKNOWN and the parser's text.
-        return Rejection(self._catalogue["FIELD_MALFORMED"], f"the request could not be decoded: {request.problem}")
-
-    async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
-        if isinstance(exc, grpc.aio.AbortError):
-            raise exc
-        if isinstance(exc, DroppedReply):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"reply dropped by fault injection at {exc}")
-        if isinstance(exc, ServiceError):
-            rejection = exc.rejection
-        elif isinstance(exc, StorageUnavailable):
-            log.warning("%s: storage unavailable: %s", method, exc)
-            rejection = Rejection(self._storage, "the database is unavailable; nothing was applied, retry with the same request_id")
-        else:
-            log.exception("%s: unexpected fault", method)
-            rejection = Rejection(self._internal, "internal fault; see the server log")
-        await context.abort_with_status(to_status(rejection, self._domain))
-
-
-class _Undecodable:
-    """Stands in for a request whose bytes are not a valid message."""
-
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-
-
-def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    if deserializer is None:
-        return None
-
-    def deserialize(data: bytes) -> Any:
-        try:
-            return deserializer(data)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller as INVALID_ARGUMENT
-            return _Undecodable(type(exc).__name__)
-
-    return deserialize
+def retry_delay(error: grpc.RpcError) -> float | None:
+    """Seconds the server's RetryInfo asks the caller to wait, if it sent one."""
+    status = rpc_status.from_call(error)
+    for detail in status.details if status else ():
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return info.retry_delay.ToMicroseconds() / 1_000_000
+    return None

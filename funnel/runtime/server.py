@@ -1,6 +1,7 @@
-"""Server bootstrap shared by both services: message limits, error translation,
-health (NOT_SERVING while the database is not writable), optional reflection, and
-graceful shutdown on SIGTERM/SIGINT."""
+"""Server bootstrap shared by both services: message limits, the boundary every
+RPC passes (funnel/runtime/boundary.py), TLS listeners, health (NOT_SERVING
+while the database is not writable), optional reflection, certificate reloads on
+SIGHUP, and graceful shutdown on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from funnel.runtime.grpc_errors import ErrorTranslation
+from funnel.runtime import security as security_settings
+from funnel.runtime.boundary import TRANSPORT_LIMIT_FACTOR, Boundary
+from funnel.runtime.security import PreparedSecurity, Reloader, SecurityRefused
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +63,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, env_prefix: str, defau
         help=f"seconds in-flight calls get on SIGTERM ({env_prefix}_SHUTDOWN_GRACE)",
     )
     parser.add_argument("--log-level", default=e("log_level", "INFO"), help=f"({env_prefix}_LOG_LEVEL)")
+    security_settings.add_arguments(parser, e)
 
 
 def new_server(
-    max_message_bytes: int, domain: str, catalogue: type[enum.Enum], method_prefix: str
+    security: PreparedSecurity, domain: str, catalogue: type[enum.Enum], method_prefix: str
 ) -> grpc.aio.Server:
+    limit = security.admission.max_message_bytes
     return grpc.aio.server(
-        interceptors=[ErrorTranslation(domain, catalogue, method_prefix)],
+        interceptors=[Boundary(domain, catalogue, method_prefix, security.admission)],
         options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
+            # Up to this, an oversize request reaches the boundary and is answered
+            # with ErrorInfo (MESSAGE_TOO_LARGE); beyond it gRPC refuses it alone.
+            ("grpc.max_receive_message_length", limit * TRANSPORT_LIMIT_FACTOR),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_concurrent_streams", security.settings.max_streams_per_connection),
             # A second process on the same port must fail, not silently share it.
             ("grpc.so_reuseport", 0),
         ],
@@ -83,16 +91,16 @@ class Health:
         self.servicer = health_async.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
         self._names = ["", *service_names]
-        self._task: asyncio.Task | None = None
 
     async def set(self, status: int) -> None:
         for name in self._names:
             await self.servicer.set(name, status)
 
-    def start(self, probe: Callable[[], Awaitable[None]], interval: float) -> None:
-        async def loop() -> None:
-            serving: bool | None = None
-            running: asyncio.Future | None = None
+    async def probe_forever(self, probe: Callable[[], Awaitable[None]], interval: float) -> None:
+        """Sets SERVING or NOT_SERVING from a periodic database probe (a background loop)."""
+        serving: bool | None = None
+        running: asyncio.Future | None = None
+        try:
             while True:
                 # A probe stuck behind a lock keeps running; it is waited for again
                 # rather than joined by more probes queueing on the database thread.
@@ -109,16 +117,11 @@ class Health:
                     await self.set(SERVING if healthy else NOT_SERVING)
                     serving = healthy
                 await asyncio.sleep(interval)
-
-        self._task = asyncio.create_task(loop(), name="health-probe")
+        finally:
+            if running is not None:
+                running.cancel()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
         await self.servicer.enter_graceful_shutdown()
 
 
@@ -130,12 +133,15 @@ class CannotListen(RuntimeError):
     pass
 
 
-def bind(server: grpc.aio.Server, listen: str) -> int:
-    """Binds the listening address; done before any database is opened, so a
-    busy port refuses the start without leaving connections (and their
-    threads) behind."""
+def bind(server: grpc.aio.Server, listen: str, security: PreparedSecurity) -> int:
+    """Binds the listening address (TLS unless the security settings allowed
+    plaintext on loopback); done before any database is opened, so a busy port
+    refuses the start without leaving connections (and their threads) behind."""
     try:
-        port = server.add_insecure_port(listen)
+        if security.tls is not None:
+            port = server.add_secure_port(listen, security.tls.credentials())
+        else:
+            port = server.add_insecure_port(listen)
     except RuntimeError as exc:
         raise CannotListen(f"cannot listen on {listen}: {exc}") from None
     if port == 0:
@@ -149,11 +155,14 @@ def announce(service: str, listen: str, port: int) -> None:
     print(f"{service} serving on {host}:{port}", flush=True)
 
 
-async def wait_for_stop_signal() -> None:
+async def wait_for_stop_signal(reload: Callable[[], None] | None = None) -> None:
+    """Returns on SIGTERM or SIGINT; SIGHUP calls `reload` (certificates, key sets)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, reload)
     await stop.wait()
 
 
@@ -199,15 +208,19 @@ def serve_process(
     async def serve() -> None:
         running = await start()
         announce(name, listen, running.port)
-        await wait_for_stop_signal()
+        await wait_for_stop_signal(running.reloader.trigger)
         log.info("stopping: letting in-flight calls finish for up to %.1fs", grace)
         await running.stop(grace)
 
     try:
         require_fast_protobuf()
         run(serve())
-    except (*refusals, SlowProtobuf, CannotListen) as exc:
+    except (*refusals, SlowProtobuf, CannotListen, SecurityRefused) as exc:
         raise SystemExit(f"{name} refuses to start: {exc}") from None
+
+
+def reloader(security: PreparedSecurity, *more: security_settings.Reloadable) -> Reloader:
+    return Reloader([*security.reloadables, *more], security.settings.reload_interval)
 
 
 def configure_logging(level: str) -> None:

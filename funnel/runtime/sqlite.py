@@ -19,6 +19,7 @@ from typing import Callable, TypeVar
 
 import aiosqlite
 
+from funnel.runtime import calls
 from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,9 @@ MEMORY = ":memory:"
 # only as pages are touched.
 CACHE_SIZE = -32768
 CHECKPOINT_INTERVAL = 1.0
+# How long a write without a caller deadline (background work, callers that set
+# none) waits for the database lock before it fails with StorageUnavailable.
+DEFAULT_LOCK_WAIT = 5.0
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -133,20 +137,36 @@ class Database:
         gets the exception. after_commit runs on the event loop after the commit,
         in commit order, before any later write is acknowledged. Once queued, a
         write commits and publishes even if its caller is cancelled (deadline,
-        disconnect), so nothing committed goes unpublished."""
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        disconnect), so nothing committed goes unpublished.
+
+        A write waits for the database lock (held by another process: a backup,
+        an operator's shell) at most DEFAULT_LOCK_WAIT, and no longer than the
+        RPC's deadline allows (see funnel.runtime.calls); then it fails with
+        StorageUnavailable and nothing of it is applied."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
         future.add_done_callback(_consume_exception)
-        self._pending.append(_Write(fn, after_commit, future))
+        deadline = min(calls.lock_deadline() or float("inf"), loop.time() + DEFAULT_LOCK_WAIT)
+        self._pending.append(_Write(fn, after_commit, future, deadline))
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_pending(), name=f"sqlite-writer:{self.path}")
         return await asyncio.shield(future)
 
     async def _write_pending(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._pending:
                 batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
+                batch = _live(batch, loop.time())
+                if not batch:
+                    continue
+                wait_ms = max(1, int((min(w.deadline for w in batch) - loop.time()) * 1000))
                 try:
-                    outcomes = await self.run(lambda db: _commit_group(db, [w.fn for w in batch]))
+                    outcomes = await self.run(lambda db: _commit_group(db, [w.fn for w in batch], wait_ms))
+                except _LockBusy:
+                    # Nothing was applied: writes with time left try again, in order.
+                    self._pending[:0] = _live(batch, loop.time())
+                    continue
                 except BaseException as exc:  # noqa: BLE001 - the commit itself failed: nothing of the group applied
                     for write in batch:
                         write.future.set_exception(exc if isinstance(exc, Exception) else StorageUnavailable(repr(exc)))
@@ -192,6 +212,25 @@ class _Write:
     fn: Callable[[sqlite3.Connection], object]
     after_commit: Callable[[object], None] | None
     future: asyncio.Future
+    # Event-loop time after which it no longer waits for the database lock.
+    deadline: float
+
+
+class _LockBusy(Exception):
+    """BEGIN IMMEDIATE did not get the write lock in time; nothing was applied."""
+
+
+def _live(writes: list[_Write], now: float) -> list[_Write]:
+    """The writes whose lock deadline has not passed; the others fail, unapplied."""
+    live = []
+    for write in writes:
+        if write.deadline > now:
+            live.append(write)
+        elif not write.future.done():
+            write.future.set_exception(
+                StorageUnavailable("the database stayed locked until the caller's deadline; nothing was applied")
+            )
+    return live
 
 
 def _consume_exception(future: asyncio.Future) -> None:
@@ -201,11 +240,20 @@ def _consume_exception(future: asyncio.Future) -> None:
         future.exception()
 
 
-def _commit_group(db: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], object]]) -> list[tuple[bool, object]]:
+def _commit_group(
+    db: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], object]], wait_ms: int
+) -> list[tuple[bool, object]]:
     """One BEGIN IMMEDIATE … COMMIT around several writes, each in a savepoint:
-    [(True, result) | (False, exception)] in order."""
+    [(True, result) | (False, exception)] in order. Waits at most `wait_ms` for
+    the write lock (raises _LockBusy)."""
     outcomes: list[tuple[bool, object]] = []
-    db.execute("BEGIN IMMEDIATE")
+    db.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise _LockBusy(str(exc)) from None
+        raise
     try:
         for fn in fns:
             db.execute("SAVEPOINT write")
@@ -280,9 +328,14 @@ def _prepare(db: sqlite3.Connection, path: str, migrations: list[Migration], bus
         log.info("applied migration %04d_%s to %s", migration.version, migration.name, path)
 
 
+# The health probe shares the writer's thread: it must not hold up writes long.
+PROBE_LOCK_WAIT_MS = 500
+
+
 def probe_writable(db: sqlite3.Connection) -> None:
     """Takes the write lock and dirties a page, then rolls back: raises
     sqlite3.OperationalError when the database is locked, read-only or failing."""
+    db.execute(f"PRAGMA busy_timeout={PROBE_LOCK_WAIT_MS}")
     db.execute("BEGIN IMMEDIATE")
     try:
         version = db.execute("PRAGMA user_version").fetchone()[0]

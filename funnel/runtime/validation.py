@@ -28,15 +28,22 @@ class Violation:
     limits: tuple[tuple[str, str], ...] = ()
 
 
+# Besides letters, marks and digits of any script: ASCII punctuation that is
+# safe in paths, URLs, headers and logs. No `/`, `\\`, quotes, spaces, control
+# or format characters, and no `..`.
+ID_PUNCTUATION = frozenset("-_.:@+=~")
+
+
 def id_problem(value: str) -> str | None:
     """Why `value` is not a valid id, or None. Ids are 1..128 code points in NFC,
-    without whitespace, control, format, private-use or unassigned characters."""
+    each a letter (L*), mark (M*), digit (N*) or one of `-_.:@+=~`, with no `..`."""
     if len(value) > MAX_ID_LENGTH:
         return f"longer than {MAX_ID_LENGTH} characters"
     for ch in value:
-        category = unicodedata.category(ch)
-        if category[0] in "CZ":
-            return f"contains a forbidden character U+{ord(ch):04X}"
+        if ch not in ID_PUNCTUATION and unicodedata.category(ch)[0] not in "LMN":
+            return f"contains U+{ord(ch):04X}; ids hold letters, marks, digits and -_.:@+=~ only"
+    if ".." in value:
+        return "contains '..'"
     if unicodedata.normalize("NFC", value) != value:
         return "is not in Unicode NFC form"
     return None

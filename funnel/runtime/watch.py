@@ -150,3 +150,39 @@ def overflow_error(catalogue: type[enum.Enum], capacity: int) -> Callable[[int],
         )
 
     return overflowed
+
+
+class WatchQuota:
+    """Caps on open watch streams per caller and per workspace, so that one caller
+    cannot hold the service's memory and file descriptors with watchers."""
+
+    def __init__(self, catalogue: type[enum.Enum], per_caller: int, per_workspace: int) -> None:
+        self._reason = catalogue["WATCHERS_EXHAUSTED"]
+        self.per_caller = per_caller
+        self.per_workspace = per_workspace
+        self._by_caller: collections.Counter[str] = collections.Counter()
+        self._by_workspace: collections.Counter[str] = collections.Counter()
+
+    @contextmanager
+    def admit(self, caller: str, workspace: str) -> Iterator[None]:
+        if self._by_caller[caller] >= self.per_caller:
+            raise self._exhausted(f"{caller!r} already has {self.per_caller} open watch streams", "per_caller", self.per_caller)
+        if self._by_workspace[workspace] >= self.per_workspace:
+            raise self._exhausted(
+                f"workspace {workspace!r} already has {self.per_workspace} open watch streams", "per_workspace",
+                self.per_workspace,
+            )
+        self._by_caller[caller] += 1
+        self._by_workspace[workspace] += 1
+        try:
+            yield
+        finally:
+            for counter, key in ((self._by_caller, caller), (self._by_workspace, workspace)):
+                counter[key] -= 1
+                if not counter[key]:
+                    del counter[key]
+
+    def _exhausted(self, message: str, scope: str, limit: int) -> ServiceError:
+        return ServiceError(
+            reject(self._reason, f"{message}; close one or resume later from its cursor", scope=scope, limit=limit)
+        )

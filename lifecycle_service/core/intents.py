@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from funnel.auth.principal import Caller
 from lifecycle_service.core.model import Cause, IntentKind, ParentLink, WorkStatus
 
 
@@ -17,6 +18,8 @@ class Intent:
     request_id: str | None = None
     expected_revision: int | None = None
     cause: Cause = Cause()
+    # Who submitted it, as authenticated; recorded on its event.
+    caller: Caller = Caller()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from funnel.auth.principal import Caller
+
 
 class GenerationState(enum.Enum):
     REGISTERED = 1
@@ -112,6 +114,7 @@ class LifecycleEvent:
     authoritative_at: int | None
     committed_at: int
     request_id: str | None
+    caller: Caller = Caller()
     sequence: int = 0
 
 

@@ -446,6 +446,7 @@ def _event(
         authoritative_at=authoritative_at,
         committed_at=now,
         request_id=intent.request_id,
+        caller=intent.caller,
     )
 
 

@@ -29,6 +29,8 @@ class Command:
     fingerprint: bytes | None = None
     # The pending propagation this command discharges (internal commands only).
     propagation_id: int | None = None
+    # The RPC, which with the caller and workspace scopes the intent's request_id.
+    method: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,10 @@ class LifecycleStore(Protocol):
     ) -> list[LifecycleEvent]: ...
 
     async def pending_propagations(self, limit: int) -> list[PendingPropagation]: ...
+
+    async def sweep_request_ids(self, created_before: int, limit: int) -> int:
+        """Forgets up to `limit` request ids remembered before `created_before`; returns how many."""
+        ...
 
     async def check_writable(self) -> None:
         """Raises StorageUnavailable when a write transaction cannot be taken."""

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from typing import Callable
 
+from funnel.auth.principal import Caller
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
@@ -52,7 +53,7 @@ _TASK_COLUMNS = (
 _EVENT_COLUMNS = (
     "sequence, workspace_id, task_id, generation, revision, intent, from_state, to_state, outcome, "
     "cancellation_requested_at, work_status, cause_source, cause_reason, cause_originating_ids, "
-    "completion_id, authoritative_at, committed_at, request_id"
+    "completion_id, authoritative_at, committed_at, request_id, caller_subject, caller_role"
 )
 
 
@@ -106,8 +107,9 @@ class SqliteLifecycleStore:
             db.execute("DELETE FROM pending_propagations WHERE id = ?", (command.propagation_id,))
         if intent.request_id:
             row = db.execute(
-                "SELECT fingerprint, response FROM request_ids WHERE workspace_id = ? AND request_id = ?",
-                (intent.workspace_id, intent.request_id),
+                "SELECT fingerprint, response FROM request_ids "
+                "WHERE workspace_id = ? AND caller = ? AND method = ? AND request_id = ?",
+                (intent.workspace_id, intent.caller.subject, command.method, intent.request_id),
             ).fetchone()
             verdict = judge_request_id(row[0] if row else None, command.fingerprint)
             if verdict is RequestIdVerdict.REPLAY:
@@ -216,14 +218,32 @@ class SqliteLifecycleStore:
 
         return await self._writer.run(read)
 
+    async def sweep_request_ids(self, created_before: int, limit: int) -> int:
+        return await self._writer.write(
+            lambda db: db.execute(
+                "DELETE FROM request_ids WHERE rowid IN "
+                "(SELECT rowid FROM request_ids WHERE created_at < ? ORDER BY created_at LIMIT ?)",
+                (created_before, limit),
+            ).rowcount
+        )
+
     async def check_writable(self) -> None:
         await self._writer.run(probe_writable)
 
 
 def _remember(db: sqlite3.Connection, intent: Intent, command: Command, response: Message, now: int) -> None:
     db.execute(
-        "INSERT INTO request_ids (workspace_id, request_id, fingerprint, response, created_at) VALUES (?, ?, ?, ?, ?)",
-        (intent.workspace_id, intent.request_id, command.fingerprint, response.SerializeToString(), now),
+        "INSERT INTO request_ids (workspace_id, caller, method, request_id, fingerprint, response, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            intent.workspace_id,
+            intent.caller.subject,
+            command.method,
+            intent.request_id,
+            command.fingerprint,
+            response.SerializeToString(),
+            now,
+        ),
     )
 
 
@@ -300,7 +320,8 @@ def _insert_event(db: sqlite3.Connection, event: LifecycleEvent) -> LifecycleEve
     cursor = db.execute(
         "INSERT INTO lifecycle_events (workspace_id, task_id, generation, revision, intent, from_state, to_state, "
         "outcome, cancellation_requested_at, work_status, cause_source, cause_reason, cause_originating_ids, "
-        "completion_id, authoritative_at, committed_at, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "completion_id, authoritative_at, committed_at, request_id, caller_subject, caller_role) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             event.workspace_id,
             event.task_id,
@@ -319,6 +340,8 @@ def _insert_event(db: sqlite3.Connection, event: LifecycleEvent) -> LifecycleEve
             event.authoritative_at,
             event.committed_at,
             event.request_id,
+            event.caller.subject,
+            event.caller.role,
         ),
     )
     return _with_sequence(event, cursor.lastrowid)
@@ -363,4 +386,5 @@ def _event_from_row(r: tuple) -> LifecycleEvent:
         authoritative_at=r[15],
         committed_at=r[16],
         request_id=r[17],
+        caller=Caller(r[18], r[19]),
     )

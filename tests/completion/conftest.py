@@ -14,6 +14,7 @@ from completion_service.server import CompletionConfig
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig
+from tests import credentials
 from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel
 
 
@@ -35,13 +36,20 @@ async def start_funnel(tmp_path, manual_clock):
                      lifecycle: dict | None = None, clock: ManualClock | None = None) -> Funnel:
         n = len(started)
         lifecycle_config = dataclasses.replace(
-            LifecycleConfig(listen="127.0.0.1:0", database=str(tmp_path / f"lifecycle-{n}.sqlite3"), health_interval=5.0),
+            LifecycleConfig(
+                listen="127.0.0.1:0",
+                database=str(tmp_path / f"lifecycle-{n}.sqlite3"),
+                security=credentials.server_security(),
+                health_interval=5.0,
+            ),
             **(lifecycle or {}),
         )
         completion_config = dataclasses.replace(
             CompletionConfig(
                 listen="127.0.0.1:0",
                 database=str(tmp_path / f"completion-{n}.sqlite3"),
+                security=credentials.server_security(),
+                outbound=credentials.outbound_security(),
                 lifecycle_timeout=1.0,
                 settle_interval=0.05,
                 health_interval=5.0,

@@ -25,6 +25,7 @@ from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.grpc_errors import error_info, field_violations
 from lifecycle_service.server import LifecycleConfig, RunningLifecycle
 from lifecycle_service.server import start as start_lifecycle
+from tests import credentials
 
 DOMAIN = "completion_service"
 WS = "ws-1"
@@ -110,6 +111,15 @@ class Funnel:
     _channels: list = dataclasses.field(default_factory=list)
     _stopped: list = dataclasses.field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # Unless a test chose its own, both servers run with the test credentials.
+        if self.lifecycle_config.security == LifecycleConfig().security:
+            self.lifecycle_config = dataclasses.replace(self.lifecycle_config, security=credentials.server_security())
+        if self.completion_config.security == CompletionConfig().security:
+            self.completion_config = dataclasses.replace(
+                self.completion_config, security=credentials.server_security(), outbound=credentials.outbound_security()
+            )
+
     # -- process control ---------------------------------------------------
 
     async def start(self) -> "Funnel":
@@ -118,7 +128,7 @@ class Funnel:
         self.completion = await start_completion(
             self.completion_config, clock=self.clock, ids=SequentialIds(), policies=parse_policy(self.policy)
         )
-        channel = grpc.aio.insecure_channel(self.completion.address)
+        channel = credentials.insecure_channel(self.completion.address)
         self._channels.append(channel)
         self.cs = completion_pb2_grpc.CompletionServiceStub(channel)
         return self
@@ -129,7 +139,7 @@ class Funnel:
         self.lifecycle = await start_lifecycle(self.lifecycle_config, clock=self.clock)
         # Pin the port so that a restart comes back where the completion service looks.
         self.lifecycle_config = dataclasses.replace(self.lifecycle_config, listen=self.lifecycle.address)
-        channel = grpc.aio.insecure_channel(self.lifecycle.address)
+        channel = credentials.insecure_channel(self.lifecycle.address)
         self._channels.append(channel)
         self.lc = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
         await self._until_reachable()

@@ -22,6 +22,7 @@ from lifecycle_service.server import LifecycleConfig
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.runtime.grpc_errors import error_info, field_violations
 from funnel.runtime.paging import encode_token
+from tests import credentials
 from tests.completion.e2e_support import CALL_TIMEOUT, CLOCK_START_MICROS, DOMAIN, OTHER_WS, WS, Code, Funnel, rejected, table_dump
 
 TOO_LONG_ID = "x" * 129
@@ -310,11 +311,20 @@ async def test_every_rpc_of_the_contract_has_bad_input_cases():
 
 async def test_every_violation_of_a_request_is_listed_and_the_first_is_named(world):
     error = await rejected(
+        world.f.cs.ClaimTask(cpb.ClaimTaskRequest(workspace_id=WS, agent_id="a b"), timeout=CALL_TIMEOUT),
+        INVALID, "FIELD_REQUIRED", field="task_id",
+    )
+    assert [name for name, _ in field_violations(error)] == ["task_id", "agent_id", "lease_ttl"]
+    assert all(description for _, description in field_violations(error))
+
+
+async def test_the_workspace_is_checked_first_and_alone(world):
+    # The boundary checks (and authorizes) the workspace before the request is read.
+    error = await rejected(
         world.f.cs.ClaimTask(cpb.ClaimTaskRequest(agent_id="a b"), timeout=CALL_TIMEOUT),
         INVALID, "FIELD_REQUIRED", field="workspace_id",
     )
-    assert [name for name, _ in field_violations(error)] == ["workspace_id", "task_id", "agent_id", "lease_ttl"]
-    assert all(description for _, description in field_violations(error))
+    assert [name for name, _ in field_violations(error)] == ["workspace_id"]
 
 
 async def test_another_workspace_sees_nothing(world):
@@ -373,7 +383,7 @@ async def _raw_call(channel, rpc: str, payload: bytes) -> grpc.aio.AioRpcError |
 @pytest.mark.parametrize("rpc", RPCS)
 async def test_undecodable_requests_are_invalid_argument_not_unknown(world, rpc):
     before = world.snapshot()
-    async with grpc.aio.insecure_channel(world.f.completion.address) as channel:
+    async with credentials.insecure_channel(world.f.completion.address) as channel:
         # A truncated length-delimited field: no protobuf parser accepts it.
         error = await _raw_call(channel, rpc, b"\x0a\x05ab")
     assert error is not None
@@ -385,7 +395,7 @@ async def test_undecodable_requests_are_invalid_argument_not_unknown(world, rpc)
 
 async def test_random_bytes_never_yield_unknown(world):
     rng = random.Random(20240601)
-    async with grpc.aio.insecure_channel(world.f.completion.address) as channel:
+    async with credentials.insecure_channel(world.f.completion.address) as channel:
         for rpc in RPCS:
             for _ in range(8):
                 payload = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))

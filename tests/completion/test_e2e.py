@@ -16,10 +16,11 @@ from google.protobuf.duration_pb2 import Duration
 
 from completion_service.convert import lease_to_proto, run_to_proto
 from completion_service.storage.port import ClaimCommand
+from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.grpc_errors import error_info
-from funnel.runtime.idempotency import fingerprint
+from funnel.runtime.idempotency import RequestKey, fingerprint
 from tests.completion.e2e_support import (
     CALL_TIMEOUT,
     OTHER_WS,
@@ -759,24 +760,35 @@ async def test_a_failed_close_sets_blocked(funnel):
     f = funnel
     claim = await f.registered_and_claimed("task-1")
     closed = await f.complete_run(claim, outcome=cpb.RUN_OUTCOME_FAILED, error="the build is broken")
-    assert closed.final_status == cpb.FINAL_STATUS_BLOCKED and closed.lifecycle_reason == ""
+    assert closed.final_status == cpb.FINAL_STATUS_BLOCKED
     task = (await f.task("task-1")).task
     assert (task.state, task.work_status) == (lpb.GENERATION_STATE_ACTIVE, lpb.WORK_STATUS_BLOCKED)
     run = await f.get_run(claim.run.run_id)
     assert (run.outcome, run.error, run.final_status) == (cpb.RUN_OUTCOME_FAILED, "the build is broken", cpb.FINAL_STATUS_BLOCKED)
     [entry] = await f.audit(task_id="task-1")
     assert dict(entry.metadata) == {"outcome": "FAILED", "final_status": "BLOCKED", "closed_by": "agent"}
+    assert (entry.caller.subject, entry.caller.role) == (COMPLETION_IDENTITY, "operator")
     assert not closed.HasField("decision") and not closed.HasField("completion")
 
 
-async def test_a_failed_close_under_a_cancellation_fence_closes_and_reports_the_refusal(funnel):
+async def test_a_failed_close_under_a_cancellation_fence_is_refused_and_leaves_the_run_open(funnel):
     f = funnel
     claim = await f.registered_and_claimed("task-1")
     await f.request_cancellation("task-1")
-    closed = await f.complete_run(claim, outcome=cpb.RUN_OUTCOME_FAILED)
-    assert closed.lifecycle_reason == "CANCELLATION_FENCED"
-    assert closed.final_status == cpb.FINAL_STATUS_IN_PROGRESS  # the real status: the fence refused BLOCKED
-    assert (await f.get_run(claim.run.run_id)).HasField("finish_time")
+    before = await f.get_run(claim.run.run_id)
+    error = await rejected(
+        f.complete_run(claim, outcome=cpb.RUN_OUTCOME_FAILED), Code.FAILED_PRECONDITION, "LIFECYCLE_REJECTED",
+        metadata={"lifecycle_reason", "run_id"},
+    )
+    assert error_info(error).metadata["lifecycle_reason"] == "CANCELLATION_FENCED"
+    assert "STALLED" in error.details()
+    # Nothing closed, nothing audited; the task is as it was.
+    assert await f.get_run(claim.run.run_id) == before
+    assert await f.audit(task_id="task-1") == []
+    assert (await f.task("task-1")).task.work_status == lpb.WORK_STATUS_IN_PROGRESS
+    # The way out the error names: a STALLED close leaves the task as it is.
+    closed = await f.complete_run(claim, outcome=cpb.RUN_OUTCOME_STALLED)
+    assert closed.final_status == cpb.FINAL_STATUS_IN_PROGRESS
 
 
 async def test_notes_of_exactly_the_request_limit_are_accepted_and_cut(funnel):
@@ -944,8 +956,9 @@ async def test_a_retried_claim_completes_a_confirmation_the_original_call_never_
                                    lease_ttl=Duration(seconds=60), request_id="claim-1")
     # What ClaimTask committed before the crash: the run, the lease, the remembered response.
     committed = await f.completion.store.claim(ClaimCommand(
-        WS, "task-1", "agent-1", 1, 60 * SECOND, "claim-1",
-        fingerprint("ClaimTask", request.SerializeToString(deterministic=True)),
+        WS, "task-1", "agent-1", 1, 60 * SECOND,
+        RequestKey(WS, COMPLETION_IDENTITY, "ClaimTask", "claim-1",
+                   fingerprint("ClaimTask", request.SerializeToString(deterministic=True))),
         lambda run, lease: cpb.ClaimTaskResponse(run=run_to_proto(run), lease=lease_to_proto(lease)),
     ))
     assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_REGISTERED

@@ -43,13 +43,19 @@ from completion_service.storage.sqlite import SqliteCompletionStore
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.errors import Rejection
-from funnel.runtime.idempotency import fingerprint
+from funnel.auth.principal import Caller
+from funnel.runtime.idempotency import RequestKey, fingerprint
 
 START = 1_700_000_000_000_000
 SECOND = 1_000_000
 WS = "ws-1"
 ACTIVE = LifecycleView(generation=1, state=LifecycleState.ACTIVE, outcome=None, cancellation_requested=False)
 POLICY = WorkspacePolicy()
+CALLER = "host-1"
+
+
+def key(method: str, request_id: str, digest: bytes, workspace: str = WS, caller: str = CALLER) -> RequestKey:
+    return RequestKey(workspace, caller, method, request_id, digest)
 
 
 def render_claim(run, lease):
@@ -112,8 +118,8 @@ class Env:
     # -- commands ------------------------------------------------------------
 
     async def claim(self, task_id: str = "t-1", *, ttl: int = 60 * SECOND, request_id=None, agent="agent-1"):
-        fp = fingerprint("ClaimTask", f"{task_id}/{agent}/{ttl}".encode()) if request_id else None
-        return await self.store.claim(ClaimCommand(WS, task_id, agent, 1, ttl, request_id, fp, render_claim))
+        request = key("ClaimTask", request_id, fingerprint("ClaimTask", f"{task_id}/{agent}/{ttl}".encode())) if request_id else None
+        return await self.store.claim(ClaimCommand(WS, task_id, agent, 1, ttl, request, render_claim))
 
     async def claimed(self, task_id: str = "t-1", **kw) -> Claimed:
         result = await self.claim(task_id, **kw)
@@ -141,6 +147,7 @@ class Env:
         command = CloseCommand(
             workspace_id=WS, run_id=run_id, outcome=RunOutcome.SUCCEEDED, tokens_input=10, tokens_output=5,
             tokens_total=15, notes="done", notes_truncated=False, error="", final_status=None, closed_by="agent",
+            caller=Caller("agent-1", "agent"),
         )
         return await self.store.close_run(dataclasses.replace(command, **changes))
 
@@ -479,25 +486,29 @@ async def test_a_claim_request_id_replays_the_original_response_and_refuses_anot
     replay = await env.claim(request_id="req-1")
     assert isinstance(replay, Remembered)
     assert pb.ClaimTaskResponse.FromString(replay.response) == render_claim(first.run, first.lease)
-    assert await env.store.recall(WS, "req-1", fingerprint("ClaimTask", f"t-1/agent-1/{60 * SECOND}".encode())) == replay
+    digest = fingerprint("ClaimTask", f"t-1/agent-1/{60 * SECOND}".encode())
+    assert await env.store.recall(key("ClaimTask", "req-1", digest)) == replay
     assert_rejected(await env.claim(request_id="req-1", agent="agent-2"), Reason.REQUEST_ID_REUSED, request_id="req-1")
-    assert_rejected(await env.store.recall(WS, "req-1", b"another request"), Reason.REQUEST_ID_REUSED)
+    assert_rejected(await env.store.recall(key("ClaimTask", "req-1", b"another request")), Reason.REQUEST_ID_REUSED)
     assert await env.dump() == before
     # Request ids are per workspace.
-    assert await env.store.recall("ws-other", "req-1", b"another request") is None
+    assert await env.store.recall(key("ClaimTask", "req-1", b"another request", workspace="ws-other")) is None
+    # The scope is (workspace, caller, RPC): another caller or another RPC owns the same id afresh.
+    assert await env.store.recall(key("ClaimTask", "req-1", digest, caller="host-2")) is None
+    assert await env.store.recall(key("RenewLease", "req-1", digest)) is None
 
 
 async def test_an_attempt_request_id_replays_the_original_decision(env):
     claimed = await env.claimed()
-    fp = fingerprint("AttemptCompletion", b"first")
-    first = await env.attempt(claimed, request_id="att-1", fingerprint=fp, render=render_attempt)
+    fp = key("AttemptCompletion", "att-1", fingerprint("AttemptCompletion", b"first"))
+    first = await env.attempt(claimed, request=fp, render=render_attempt)
     assert first.inserted
     before = await env.dump()
-    replay = await env.attempt(claimed, request_id="att-1", fingerprint=fp, render=render_attempt)
+    replay = await env.attempt(claimed, request=fp, render=render_attempt)
     assert isinstance(replay, Remembered)
     assert pb.AttemptCompletionResponse.FromString(replay.response) == render_attempt(first)
     reused = await env.attempt(
-        claimed, request_id="att-1", fingerprint=fingerprint("AttemptCompletion", b"other"), render=render_attempt
+        claimed, request=key("AttemptCompletion", "att-1", fingerprint("AttemptCompletion", b"other")), render=render_attempt
     )
     assert_rejected(reused, Reason.REQUEST_ID_REUSED)
     assert await env.dump() == before
@@ -505,23 +516,25 @@ async def test_an_attempt_request_id_replays_the_original_decision(env):
 
 async def test_a_close_request_id_replays_and_refuses_another_request(env):
     claimed = await env.claimed()
-    fp = fingerprint("CompleteRun", b"close")
-    closed = await env.close(claimed.run.run_id, request_id="close-1", fingerprint=fp, render=render_run)
+    fp = key("CompleteRun", "close-1", fingerprint("CompleteRun", b"close"))
+    closed = await env.close(claimed.run.run_id, request=fp, render=render_run)
     before = await env.dump()
-    replay = await env.close(claimed.run.run_id, request_id="close-1", fingerprint=fp, render=render_run)
+    replay = await env.close(claimed.run.run_id, request=fp, render=render_run)
     assert isinstance(replay, Remembered)
     assert pb.CompleteRunResponse.FromString(replay.response) == render_run(closed)
-    reused = await env.close(claimed.run.run_id, request_id="close-1", fingerprint=b"other", render=render_run)
+    reused = await env.close(claimed.run.run_id, request=key("CompleteRun", "close-1", b"other"), render=render_run)
     assert_rejected(reused, Reason.REQUEST_ID_REUSED)
     assert await env.dump() == before
 
 
 async def test_a_withdrawn_claim_releases_the_lease_and_forgets_its_request_id(env):
     claimed = await env.claimed(request_id="req-1")
-    await env.store.withdraw_claim(WS, claimed.run.run_id, "req-1", "CANCELLATION_FENCED")
+    await env.store.withdraw_claim(
+        WS, claimed.run.run_id, key("ClaimTask", "req-1", b"the claim's fingerprint"), "CANCELLATION_FENCED"
+    )
     run = await env.store.get_run(WS, claimed.run.run_id)
     assert (run.open, run.outcome) == (False, RunOutcome.CANCELLED)
-    assert await env.store.recall(WS, "req-1", b"anything") is None
+    assert await env.store.recall(key("ClaimTask", "req-1", b"anything")) is None
     retried = await env.claimed(request_id="req-1")  # a retry claims anew
     assert retried.lease.epoch == 2
 

@@ -21,6 +21,7 @@ from lifecycle_service.service import SERVICE_NAME
 from lifecycle_service.storage.port import Command
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
 
+from tests import credentials
 from tests.lifecycle.grpc_support import WS, Client, Code, micros, rejected, ts
 
 OTHER_WS = "ws-2"
@@ -409,11 +410,6 @@ async def _request_id_reused(c):
     return lambda: c.work("t1", pb.WORK_STATUS_READY, request_id="req-1")
 
 
-async def _request_id_reused_by_another_rpc(c):
-    await c.register("t1", request_id="req-1")
-    return lambda: c.activate("t1", request_id="req-1")
-
-
 FENCE_KEYS = {"cancellation_requested_at", "fenced_task_id"}
 REJECTIONS = {
     "TASK_NOT_FOUND": (_task_not_found, Code.NOT_FOUND, {"task_id"}),
@@ -450,7 +446,6 @@ REJECTIONS = {
     "NOT_ATTACHED_CHILD": (_not_attached_child, Code.FAILED_PRECONDITION, set()),
     "WORK_STATUS_RESERVED": (_work_status_reserved, Code.INVALID_ARGUMENT, {"field"}),
     "REQUEST_ID_REUSED": (_request_id_reused, Code.INVALID_ARGUMENT, {"request_id"}),
-    "REQUEST_ID_REUSED/another-rpc": (_request_id_reused_by_another_rpc, Code.INVALID_ARGUMENT, {"request_id"}),
 }
 
 
@@ -469,7 +464,7 @@ async def test_parent_generation_replacement_waits_for_attached_children(lifecyc
     await c.active("parent")
     await c.active("child", parent="parent")
     # Hold back propagation delivery, as if the process were slow to reach the child.
-    await running.authority.stop()
+    await running.background.stop()
     await c.fail("parent")
     assert (await c.task("child")).state == ACTIVE
     before = await workspace_state(c)
@@ -478,7 +473,7 @@ async def test_parent_generation_replacement_waits_for_attached_children(lifecyc
     await rejected(c.fail("child"), Code.FAILED_PRECONDITION, "PARENT_TERMINAL", metadata={"parent_task_id", "parent_outcome"})
     await rejected(c.complete("child", authoritative_at=1), Code.FAILED_PRECONDITION, "PARENT_TERMINAL")
     assert await workspace_state(c) == before
-    running.authority.start()  # delivery resumes with what is pending
+    assert await running.authority.deliver_pending() == 1  # delivery resumes with what is pending
     await c.eventually("child", cancelled)
     assert (await c.resume("parent", generation=2)).task.generation == 2
 
@@ -498,6 +493,15 @@ def test_every_reason_of_the_catalogue_is_covered_and_matches_the_contract():
         "VALUE_OUT_OF_RANGE",
         "STORAGE_UNAVAILABLE",
         "WATCH_OVERFLOW",
+        # tests/security: the authorization matrix and the resource limits.
+        "CREDENTIALS_MISSING",
+        "CREDENTIALS_INVALID",
+        "CREDENTIALS_EXPIRED",
+        "WORKSPACE_NOT_GRANTED",
+        "ROLE_NOT_PERMITTED",
+        "RATE_LIMITED",
+        "MESSAGE_TOO_LARGE",
+        "WATCHERS_EXHAUSTED",
     }
     # Not producible on purpose: the caller's deadline has normally expired on its own
     # side first, and an internal fault is a bug.
@@ -700,9 +704,16 @@ async def test_bad_input_is_refused_with_the_field_named_and_changes_nothing(wit
 
 
 async def test_every_problem_of_a_request_is_reported_at_once(c):
+    request = pb.SetWorkStatusRequest(workspace_id=WS, task_id="a b", generation=0, work_status=0, request_id="r/1")
+    error = await rejected(c.SetWorkStatus(request), Code.INVALID_ARGUMENT, "FIELD_MALFORMED", field="task_id")
+    assert [name for name, _ in field_violations(error)] == ["task_id", "generation", "request_id", "work_status"]
+
+
+async def test_a_malformed_workspace_is_reported_before_anything_else(c):
+    # The workspace is checked (and authorized) first, before the request is read.
     request = pb.SetWorkStatusRequest(workspace_id="", task_id="a b", generation=0, work_status=0)
     error = await rejected(c.SetWorkStatus(request), Code.INVALID_ARGUMENT, "FIELD_REQUIRED", field="workspace_id")
-    assert [name for name, _ in field_violations(error)] == ["workspace_id", "task_id", "generation", "work_status"]
+    assert [name for name, _ in field_violations(error)] == ["workspace_id"]
 
 
 @pytest.mark.parametrize("rpc", ON_EXISTING_TASK)
@@ -732,7 +743,7 @@ async def test_workspaces_are_separate(c):
 @pytest.mark.parametrize("rpc", MUTATING + READS)
 async def test_an_undecodable_request_is_invalid_not_unknown(lifecycle, rpc):
     running, _ = lifecycle
-    async with grpc.aio.insecure_channel(running.address) as channel:
+    async with credentials.insecure_channel(running.address) as channel:
         path = f"/{SERVICE_NAME}/{rpc}"
         garbage = b"\x0a\xff\xff\xff\xff\xff"  # a length prefix far beyond the payload
         if rpc == "WatchLifecycleEvents":
@@ -744,6 +755,13 @@ async def test_an_undecodable_request_is_invalid_not_unknown(lifecycle, rpc):
 
 # ---------------------------------------------------------------------------
 # Idempotency.
+
+
+async def test_a_request_id_is_scoped_to_its_rpc(c):
+    # The same id for another RPC is another request: both apply.
+    await c.register("t1", request_id="req-1")
+    activated = await c.activate("t1", request_id="req-1")
+    assert activated.task.state == pb.GENERATION_STATE_ACTIVE
 
 
 async def test_a_repeated_request_id_returns_the_original_response_even_after_the_task_moved_on(c, clock):
@@ -992,10 +1010,8 @@ async def _eventually_health(channel, status, timeout=8.0):
 async def test_health_reports_not_serving_while_the_database_is_not_writable(start_lifecycle, tmp_path):
     path = str(tmp_path / "health.sqlite3")
     running, stub = await start_lifecycle(database=path, health_interval=0.1)
-    # Make a blocked write fail fast instead of waiting out the default busy timeout.
-    await running.store._writer.run(lambda db: db.execute("PRAGMA busy_timeout=100"))
     c = Client(stub)
-    async with grpc.aio.insecure_channel(running.address) as channel:
+    async with credentials.insecure_channel(running.address) as channel:
         await _eventually_health(channel, health_pb2.HealthCheckResponse.SERVING)
         assert await _health(channel, SERVICE_NAME) == health_pb2.HealthCheckResponse.SERVING
         await c.active("t1")
@@ -1005,10 +1021,11 @@ async def test_health_reports_not_serving_while_the_database_is_not_writable(sta
         try:
             await _eventually_health(channel, health_pb2.HealthCheckResponse.NOT_SERVING)
             assert await _health(channel, SERVICE_NAME) == health_pb2.HealthCheckResponse.NOT_SERVING
-            # Writes fail closed and retryably; reads still work.
-            await rejected(
-                c.work("t1", request_id="req-1"), Code.UNAVAILABLE, "STORAGE_UNAVAILABLE", metadata=set()
+            # Writes fail closed and retryably, within the caller's deadline; reads still work.
+            request = pb.SetWorkStatusRequest(
+                workspace_id=WS, task_id="t1", generation=1, work_status=pb.WORK_STATUS_IN_PROGRESS, request_id="req-1"
             )
+            await rejected(stub.SetWorkStatus(request, timeout=0.5), Code.UNAVAILABLE, "STORAGE_UNAVAILABLE", metadata=set())
             assert (await c.task("t1")).revision == 2
         finally:
             blocker.execute("ROLLBACK")

@@ -13,6 +13,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
 
+from tests import credentials
 from tests.lifecycle.grpc_support import WS, Client, Code
 
 OTHER_WS = "ws-2"
@@ -213,7 +214,7 @@ async def test_a_watcher_that_does_not_read_overflows_and_resumes_without_a_gap(
     await c.active("t1")
     # A watcher that stops reading: a tiny HTTP/2 window stops the server from pushing
     # more than a few events into the connection, so the rest queue in its buffer.
-    slow_channel = grpc.aio.insecure_channel(
+    slow_channel = credentials.insecure_channel(
         running.address, options=[("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)]
     )
     try:

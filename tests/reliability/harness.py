@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
+import socket
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -19,7 +21,8 @@ import grpc
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
-from funnel_cli.supervisor import ServiceProcess, spawn
+from funnel_cli.supervisor import ServiceProcess, completion_tls_arguments, lifecycle_tls_arguments, spawn
+from tests import credentials
 
 CALL_TIMEOUT = 5.0
 # How long a call keeps retrying while a service does not answer.
@@ -35,6 +38,24 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 500),
 ]
 POLICY = '[defaults]\nrequired_evidence = ["tests"]\nbreaker_threshold = 3\n'
+
+
+# A crashed service restarts on its port, which must stay free meanwhile: ports
+# below the kernel's ephemeral range are never handed to another process's
+# outgoing connection or port-0 listener (both common in a parallel test run).
+_PORTS = range(20000, 32000)
+
+
+def unused_port() -> int:
+    for _ in range(100):
+        port = random.choice(_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class Exhausted(Exception):
@@ -58,6 +79,8 @@ class Service:
 
     def start(self) -> None:
         env = {"FUNNEL_FAULTS_FILE": str(self.control), "FUNNEL_FAULTS": ""}
+        if not self.port:
+            self.port = unused_port()
         self.process = spawn(self.name, self.module, self.args(), self.log_path, env)
         self.port = int(self.process.address.rsplit(":", 1)[1])
         self.starts += 1
@@ -111,8 +134,9 @@ class Pair:
             directory / "lifecycle.sqlite3",
             directory / "lifecycle.log",
             directory / "lifecycle.faults",
-            list(lifecycle_args),
+            [],
         )
+        self._lifecycle_args = list(lifecycle_args)
         self.completion = Service(
             "completion_service",
             "completion_service",
@@ -135,8 +159,10 @@ class Pair:
     async def start(self) -> "Pair":
         for service in (self.lifecycle, self.completion):
             service.disarm()
+        self.lifecycle.extra_args = [*lifecycle_tls_arguments(credentials.PKI), *self._lifecycle_args]
         self.lifecycle.start()
         self.completion.extra_args = [
+            *completion_tls_arguments(credentials.PKI),
             "--lifecycle-address",
             self.lifecycle.address,
             "--settle-interval",
@@ -155,8 +181,11 @@ class Pair:
         # Old channels are closed only at the end: a concurrent call may still be
         # on one, and closing it would cancel that call instead of failing it.
         self._retired += self._channels
-        lifecycle = grpc.aio.insecure_channel(self.lifecycle.address, options=CHANNEL_OPTIONS)
-        completion = grpc.aio.insecure_channel(self.completion.address, options=CHANNEL_OPTIONS)
+        # TLS with the test PKI. Towards the lifecycle service the test presents the
+        # completion service's certificate with the test token: every role, so
+        # that it can drive each intent a host or the completion service sends.
+        lifecycle = credentials.tls_channel(self.lifecycle.address, options=CHANNEL_OPTIONS)
+        completion = credentials.tls_channel(self.completion.address, identity=None, options=CHANNEL_OPTIONS)
         self._channels = [lifecycle, completion]
         self.lc = lifecycle_pb2_grpc.TaskLifecycleServiceStub(lifecycle)
         self.cs = completion_pb2_grpc.CompletionServiceStub(completion)

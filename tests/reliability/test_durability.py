@@ -20,7 +20,9 @@ from completion_service.storage.sqlite import MIGRATIONS_PACKAGE as COMPLETION_M
 from funnel.runtime import sqlite as runtime_sqlite
 from funnel.runtime.sqlite import Database, migrations_in
 from funnel.runtime.storage_errors import StorageRefused
+from funnel_cli.supervisor import completion_tls_arguments, lifecycle_tls_arguments
 from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE as LIFECYCLE_MIGRATIONS
+from tests import credentials
 from tests.reliability.harness import Pair
 from tests.reliability.workload import Workload, drain
 
@@ -55,7 +57,9 @@ def databases(tmp_path_factory) -> dict[str, Path]:
 def run_cli(service: str, database: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", service, "--listen", "127.0.0.1:0", "--database", str(database)]
     if service == "completion_service":
-        args += ["--lifecycle-address", "127.0.0.1:1"]
+        args += ["--lifecycle-address", "127.0.0.1:1", *completion_tls_arguments(credentials.PKI)]
+    else:
+        args += lifecycle_tls_arguments(credentials.PKI)
     return subprocess.run(args, capture_output=True, text=True, timeout=START_TIMEOUT, cwd=tmp_path)
 
 
@@ -190,7 +194,9 @@ def test_a_database_that_declines_wal_or_synchronous_full_refuses_to_start(servi
     script = DECLINING.format(pragma=pragma, answer=answer, service=service)
     args = [sys.executable, "-c", script, "--listen", "127.0.0.1:0", "--database", str(tmp_path / "db.sqlite3")]
     if service == "completion_service":
-        args += ["--lifecycle-address", "127.0.0.1:1"]
+        args += ["--lifecycle-address", "127.0.0.1:1", *completion_tls_arguments(credentials.PKI)]
+    else:
+        args += lifecycle_tls_arguments(credentials.PKI)
     result = subprocess.run(args, capture_output=True, text=True, timeout=START_TIMEOUT, cwd=Path.cwd())
     assert_refused(result, service, phrase)
 

@@ -21,8 +21,8 @@ individually: the content of every table of both SQLite files is the same before
 and after it. In the concurrent phase (the bulk of the requests, in parallel from
 a pool of workers) every row that changed must belong to a task, run or request
 id that an accepted request touched. A separate pair of servers with a small
-`max_message_bytes` shows that larger requests get RESOURCE_EXHAUSTED without
-reaching a handler.
+`max_message_bytes` shows that larger requests get RESOURCE_EXHAUSTED
+(`MESSAGE_TOO_LARGE`, with ErrorInfo) without reaching a handler.
 
 FUNNEL_HOSTILE_SEED and FUNNEL_HOSTILE_REQUESTS change the seed and the number of
 requests (for example 200000 for a long run)."""
@@ -58,9 +58,11 @@ from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import ManualClock
+from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.paging import encode_token
 from lifecycle_service.errors import Reason as LifecycleReason
 from lifecycle_service.server import LifecycleConfig
+from tests import credentials
 from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel
 from tests.completion.e2e_support import WS as E2E_WS
 
@@ -113,13 +115,13 @@ SEMANTIC_INVALID = {"REQUEST_ID_REUSED", "WORK_STATUS_RESERVED", "TRANSCRIPT_LIN
 
 
 def id_ok(value: str, required: bool = True) -> bool:
-    """Ids are 1 to 128 code points in NFC, without whitespace (Z*), control (Cc),
-    format (Cf), surrogate (Cs), private-use (Co) or unassigned (Cn) characters."""
+    """Ids are 1 to 128 code points in NFC, each a letter (L*), mark (M*), digit
+    (N*) or one of `-_.:@+=~`, without `..`."""
     if value == "":
         return not required
-    if len(value) > 128:
+    if len(value) > 128 or ".." in value:
         return False
-    if any(unicodedata.category(ch) in {"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"} for ch in value):
+    if any(ch not in "-_.:@+=~" and unicodedata.category(ch)[0] not in "LMN" for ch in value):
         return False
     return unicodedata.normalize("NFC", value) == value
 
@@ -130,11 +132,14 @@ HOSTILE_IDS = [
     "\u212b", "\u2126", "\ue000priv", "\U000f0000", "un\u0378assigned", "\uffff", "\U0010ffff", "nbsp\u00a0id",
     "ideo\u3000sp", "ls\u2028", "ps\u2029", "soft\u00adhyphen", "x" * 129, "\u00e9" * 129, "\U0001f600" * 129,
     "y" * 5000, "\u0644\u064e" * 70, "tag\U000e0041",
+    # Outside the safe set: path, quoting and shell characters, symbols.
+    "\U0001f600", "x';DROP/**/TABLE/**/tasks;--", "../../etc/passwd", "a..b", "..", "%s%n%x", "{}", "\\",
+    "a.b:c/d@e", "\U0001f44d\U0001f3fd", "a/b", "a\\b", "a\"b", "<tag>", "a,b", "a;b", "a*b", "a?b",
 ]
 ODD_VALID_IDS = [
-    "\U0001f600", "\U0001f600" * 128, "x" * 128, "\u00e9" * 128, "\ufb01", "\u03a9", "t\u00e2che-\u00e9t\u00e9",
-    "\u30bf\u30b9\u30af", "x';DROP/**/TABLE/**/tasks;--", "../../etc/passwd", "%s%n%x", "{}", "null", "\\", "NaN",
-    "-1", "0", "\u2460", "\u00c5", "\U0001f44d\U0001f3fd", "a.b:c/d@e", "\u05d0\u05d1", "\u0915\u093f",
+    "x" * 128, "\u00e9" * 128, "\ufb01", "\u03a9", "t\u00e2che-\u00e9t\u00e9",
+    "\u30bf\u30b9\u30af", "null", "NaN", "-1", "0", "\u2460", "\u00c5", "a.b:c@e", "\u05d0\u05d1", "\u0915\u093f",
+    "\u0644\u064e" * 64, ".", "a.b", "run_1+2=3~", "user@host:7", "-", "_",
 ]
 EDGE_INTS = [0, 1, 2, 3, -1, -2, 7, 100, MAX_SAFE, MAX_SAFE + 1, 2**62, INT64_MAX, INT64_MIN, -MAX_SAFE, 2**31 - 1,
              2**31, -(2**31)]
@@ -374,7 +379,7 @@ async def build_world(tmp: Path) -> World:
         {"workspaces": {OTHER_WS: {"required_evidence": ["tests"]}}},
     )
     await f.start()
-    channel = grpc.aio.insecure_channel(f.completion.address, options=[("grpc.max_receive_message_length", -1)])
+    channel = credentials.insecure_channel(f.completion.address, options=[("grpc.max_receive_message_length", -1)])
     f._channels.append(channel)
     ts = transcript_pb2_grpc.TranscriptServiceStub(channel)
     day = 24 * 3600
@@ -390,6 +395,8 @@ async def build_world(tmp: Path) -> World:
     completions: list[str] = []
 
     await f.register("t-reg", workspace=WS)
+    await f.register("t-reg2", workspace=WS)  # more registered tasks: activations succeed whatever the seed
+    await f.register("t-reg3", workspace=WS)
     await f.register("t-empty", workspace=WS)
     runs.append(await f.registered_and_claimed("t-act", workspace=WS, ttl_seconds=day))
     runs.append(await f.registered_and_claimed("t-short", workspace=WS, ttl_seconds=5))
@@ -452,7 +459,7 @@ async def build_world(tmp: Path) -> World:
     async for chunk in ts.ExportTranscript(tpb.ExportTranscriptRequest(workspace_id=WS, task_id="t-done"), timeout=10):
         jsonl += chunk.jsonl
     await f.lifecycle.authority.deliver_pending()
-    task_ids = ["t-reg", "t-empty", "t-act", "t-short", "t-done", "t-fence", "t-cancel", "t-fail", "t-susp", "t-parent",
+    task_ids = ["t-reg", "t-reg2", "t-reg3", "t-empty", "t-act", "t-short", "t-done", "t-fence", "t-cancel", "t-fail", "t-susp", "t-parent",
                 "t-child", "t-dchild", "t-grandchild", "t-psusp", "t-pchild", "t-tr", "t-gen2", "t-new-1", "t-new-2"]
     return World(
         f, ts, task_ids, [r.run.run_id for r in runs] + ["run_99999999"], [r.lease.epoch for r in runs],
@@ -908,8 +915,11 @@ def judge(call: Call, answer: Answer) -> str | None:
         return None
     if answer.code not in BUSINESS_CODES:
         return f"not a business code: {where}"
-    if call.oversize and answer.code == Code.RESOURCE_EXHAUSTED and not answer.infos:
-        return None  # the transport's message size limit
+    if call.oversize:
+        # Larger than the message limit: refused before any handler, with ErrorInfo.
+        if answer.code != Code.RESOURCE_EXHAUSTED or [i.reason for i in answer.infos] != ["MESSAGE_TOO_LARGE"]:
+            return f"an oversize request was not MESSAGE_TOO_LARGE: {where}"
+        return None
     if len(answer.infos) != 1:
         return f"{len(answer.infos)} ErrorInfo details: {where}"
     info = answer.info
@@ -1230,7 +1240,7 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
     )
     await f.start()
     try:
-        channel = grpc.aio.insecure_channel(f.completion.address)
+        channel = credentials.insecure_channel(f.completion.address)
         f._channels.append(channel)
         ts = transcript_pb2_grpc.TranscriptServiceStub(channel)
         claim = await f.registered_and_claimed("task-1")
@@ -1260,6 +1270,8 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await call()
             assert caught.value.code() == Code.RESOURCE_EXHAUSTED, (caught.value.code(), caught.value.details())
+            info = error_info(caught.value)
+            assert info.reason == "MESSAGE_TOO_LARGE" and info.metadata["max_bytes"] == str(limit), info
             if index == len(calls) - 2:
                 assert reached == {}, reached  # no unary handler saw an oversized request
         assert snapshot() == before
@@ -1332,7 +1344,7 @@ async def start_funnel_pair(tmp_path):
         {},
     )
     await f.start()
-    channel = grpc.aio.insecure_channel(f.completion.address)
+    channel = credentials.insecure_channel(f.completion.address)
     f._channels.append(channel)
     try:
         yield f, transcript_pb2_grpc.TranscriptServiceStub(channel)
@@ -1347,6 +1359,7 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
     answers OK, with a shorter page and a token, and yields every item once."""
     f, ts = start_funnel_pair
     emoji = "\U0001f600"
+    wide_letter = "\U00020000"  # four UTF-8 bytes, and allowed in ids (emoji are not)
     await f.register("t-big")
     for _ in range(6):
         await ts.AppendTranscript(tpb.AppendTranscriptRequest(
@@ -1354,7 +1367,7 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
         ), timeout=10)
     await f.register("t-noisy")  # 200 events of about 28 KB
     cause = lpb.Cause(source=emoji * 128, reason=emoji * 1024,
-                      originating_ids={f"{emoji * 120}{i:02d}": emoji * 256 for i in range(16)})
+                      originating_ids={f"{wide_letter * 120}{i:02d}": emoji * 256 for i in range(16)})
     for i in range(200):
         await f.lc.SetWorkStatus(lpb.SetWorkStatusRequest(
             workspace_id=E2E_WS, task_id="t-noisy", generation=1, work_status=1 + i % 3, cause=cause), timeout=10)

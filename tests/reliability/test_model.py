@@ -51,6 +51,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import ManualClock
 from funnel.runtime.grpc_errors import error_info
 from lifecycle_service.server import LifecycleConfig
+from tests import credentials
 from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel
 
 WS = "ws-m"
@@ -100,6 +101,7 @@ class MCompletion:
     identity: tuple
     checkpoint: str
     settlement: str  # SETTLED | REJECTED
+    error_reason: str = ""  # the lifecycle's refusal of a REJECTED one
 
 
 @dataclasses.dataclass
@@ -421,7 +423,7 @@ class FunnelMachine(RuleBasedStateMachine):
         self.calls = 0
 
     async def _channel(self):
-        channel = grpc.aio.insecure_channel(self.f.completion.address)
+        channel = credentials.insecure_channel(self.f.completion.address)
         self.f._channels.append(channel)
         return channel
 
@@ -797,7 +799,8 @@ class FunnelMachine(RuleBasedStateMachine):
         identity, intent, problem = plan
         assert completion.completion_id and completion.generation == run.generation
         t.completions[run.generation] = MCompletion(completion.completion_id, run.generation, outcome, identity,
-                                                    t.tail.checkpoint, "SETTLED" if problem == OK else "REJECTED")
+                                                    t.tail.checkpoint, "SETTLED" if problem == OK else "REJECTED",
+                                                    "" if problem == OK else problem)
         if problem == OK:
             self.model.apply(intent, t.task_id, run.generation, completion_id=completion.completion_id)
         else:
@@ -877,6 +880,8 @@ class FunnelMachine(RuleBasedStateMachine):
             request.final_status = cpb.FinalStatus.Value(f"FINAL_STATUS_{final}")
         target = final or {"SUCCEEDED": "DONE", "FAILED": "BLOCKED", "CANCELLED": "CANCELLED"}.get(outcome)
         plan = decision = None
+        # A lifecycle refusal of what the close needs is the answer: LIFECYCLE_REJECTED,
+        # and the run stays open (what the lifecycle applied before the refusal stays).
         lifecycle_reason = ""
         if not run.open:
             expected = "RUN_ALREADY_FINISHED"
@@ -890,6 +895,8 @@ class FunnelMachine(RuleBasedStateMachine):
                     decision = (verdict, decisive, settlement)
                     if isinstance(plan, str):
                         expected = plan
+                    elif settlement == "REJECTED":
+                        lifecycle_reason = plan[2] if isinstance(plan, tuple) else settled.error_reason
             elif target == "CANCELLED":
                 if not t.fenced:
                     lifecycle_reason = m.judge(REQUEST_CANCEL, t.task_id, run.generation)
@@ -907,12 +914,21 @@ class FunnelMachine(RuleBasedStateMachine):
                 if lifecycle_reason == OK:
                     m.apply(SET_STATUS, t.task_id, run.generation, work_status=target)
                     lifecycle_reason = ""
+            if lifecycle_reason:
+                expected = "LIFECYCLE_REJECTED"
         got, response = self.call(lambda: self.f.cs.CompleteRun(request, timeout=CALL_TIMEOUT))
         self.expect(f"CompleteRun {run.run_id} {outcome} {final}", expected, got, response)
+        if got == "LIFECYCLE_REJECTED":
+            self.expect("lifecycle_reason", lifecycle_reason, error_info(response).metadata["lifecycle_reason"])
+            if isinstance(plan, tuple):  # the completion committed and was rejected: the model records it
+                completion = self.run(lambda: self.f.cs.GetCompletion(cpb.GetCompletionRequest(
+                    workspace_id=WS, task_id=t.task_id, generation=run.generation), timeout=CALL_TIMEOUT)).completion
+                self.record_completion(t, run, COMPLETED, completion, plan)
+            self.settle_background()
+            return
         if got != OK:
             return
         run.open = False
-        self.expect("lifecycle_reason", lifecycle_reason, response.lifecycle_reason)
         if decision is not None:
             verdict, decisive, settlement = decision
             self.expect("close verdict", verdict, cpb.Verdict.Name(response.decision.verdict).removeprefix("VERDICT_"))

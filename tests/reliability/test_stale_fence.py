@@ -30,6 +30,7 @@ from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.timestamps import to_timestamp
 from lifecycle_service.server import LifecycleConfig
 from lifecycle_service.server import start as start_lifecycle
+from tests import credentials
 
 WS = "ws-fence"
 T = 10.0
@@ -77,7 +78,8 @@ class Services:
 @pytest.fixture
 async def services(tmp_path, clock):
     lifecycle = await start_lifecycle(
-        LifecycleConfig(listen="127.0.0.1:0", database=str(tmp_path / "lifecycle.sqlite3"), max_clock_offset_ms=500),
+        LifecycleConfig(listen="127.0.0.1:0", database=str(tmp_path / "lifecycle.sqlite3"), max_clock_offset_ms=500,
+                        security=credentials.server_security()),
         clock=clock,
     )
     completion = await start_completion(
@@ -86,13 +88,15 @@ async def services(tmp_path, clock):
             database=str(tmp_path / "completion.sqlite3"),
             lifecycle_address=lifecycle.address,
             settle_interval=0.05,
+            security=credentials.server_security(),
+            outbound=credentials.outbound_security(),
         ),
         clock=clock,
         ids=SequentialIds(),
         policies=parse_policy({"defaults": {"required_evidence": ["tests"]}}),
     )
-    lifecycle_channel = grpc.aio.insecure_channel(lifecycle.address)
-    completion_channel = grpc.aio.insecure_channel(completion.address)
+    lifecycle_channel = credentials.insecure_channel(lifecycle.address)
+    completion_channel = credentials.insecure_channel(completion.address)
     yield Services(
         clock,
         lifecycle,

@@ -12,6 +12,7 @@ import pytest
 from completion_service.server import CompletionConfig
 from funnel.completion.v1 import transcript_pb2_grpc
 from lifecycle_service.server import LifecycleConfig
+from tests import credentials
 from tests.completion.e2e_support import Funnel
 
 
@@ -30,18 +31,23 @@ class Both:
 @pytest.fixture
 async def both(tmp_path, clock) -> Both:
     lifecycle_config = LifecycleConfig(
-        listen="127.0.0.1:0", database=str(tmp_path / "lifecycle.sqlite3"), health_interval=5.0
+        listen="127.0.0.1:0",
+        database=str(tmp_path / "lifecycle.sqlite3"),
+        security=credentials.server_security(),
+        health_interval=5.0,
     )
     completion_config = CompletionConfig(
         listen="127.0.0.1:0",
         database=str(tmp_path / "completion.sqlite3"),
+        security=credentials.server_security(),
+        outbound=credentials.outbound_security(),
         lifecycle_timeout=2.0,
         settle_interval=0.05,
         health_interval=5.0,
     )
     funnel = Funnel(clock, tmp_path, lifecycle_config, completion_config, {})
     await funnel.start()
-    channel = grpc.aio.insecure_channel(funnel.completion.address)
+    channel = credentials.insecure_channel(funnel.completion.address)
     try:
         yield Both(funnel, transcript_pb2_grpc.TranscriptServiceStub(channel))
     finally:

@@ -23,12 +23,17 @@ from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.sqlite import CACHE_SIZE
+from funnel_cli.connection import Connection
 from funnel_cli.transcripts import export_transcript, import_transcript
+from tests import credentials
 from tests.completion.e2e_support import WS, Code, rejected, table_dump
 from tests.transcripts.support import P, a_full_turn, append, body, export_bytes, import_bytes, load, load_all
 
 SECOND = 1_000_000
 FUNNEL = str(Path(sys.executable).with_name("funnel"))
+
+# The CLI's transfers, as the semantic suites call: plaintext on loopback with the test token.
+CONNECTION = Connection(credentials.SUPERUSER, insecure=True)
 
 
 async def rich_transcript(both, task_id: str) -> bytes:
@@ -111,14 +116,14 @@ async def test_cli_functions_round_trip_through_files(both, tmp_path):
     exported = await rich_transcript(both, "src")
     first = tmp_path / "src.jsonl"
     with open(first, "wb") as out:
-        assert await export_transcript(both.address, WS, "src", out) == 22
+        assert await export_transcript(CONNECTION, both.address, WS, "src", out) == 22
     assert first.read_bytes() == exported
 
     await both.f.register("copy")
-    response = await import_transcript(both.address, WS, "copy", first)
+    response = await import_transcript(CONNECTION, both.address, WS, "copy", first)
     assert (response.imported_events, list(response.warnings)) == (22, [])
     again = io.BytesIO()
-    assert await export_transcript(both.address, WS, "copy", again) == 22
+    assert await export_transcript(CONNECTION, both.address, WS, "copy", again) == 22
     assert again.getvalue() == exported
 
 
@@ -129,7 +134,8 @@ async def test_the_funnel_command_exports_imports_and_reports_damage(both, tmp_p
 
     async def funnel(*argv: str) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(
-            FUNNEL, "transcript", *argv, "--workspace", WS, "--completion", both.address,
+            FUNNEL, "transcript", *argv, "--workspace", WS, "--completion", both.address, "--insecure",
+            "--token", credentials.SUPERUSER,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(process.communicate(), timeout=30)
@@ -185,7 +191,7 @@ async def test_cli_import_reports_the_torn_line_warning(both, tmp_path):
     await both.f.register("copy")
     path = tmp_path / "torn.jsonl"
     path.write_bytes(numbered(SIMPLE) + b'{"sequence":"10","gen\xc3')  # torn inside a UTF-8 sequence too
-    response = await import_transcript(both.address, WS, "copy", path)
+    response = await import_transcript(CONNECTION, both.address, WS, "copy", path)
     assert response.imported_events == 9
     assert len(response.warnings) == 1
     assert "line 10 is torn" in response.warnings[0]
@@ -229,7 +235,7 @@ async def test_damage_after_thousands_of_staged_events_still_imports_nothing(bot
     path = tmp_path / "damaged.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await import_transcript(both.address, WS, "copy", path)
+        await import_transcript(CONNECTION, both.address, WS, "copy", path)
     assert caught.value.code() == Code.INVALID_ARGUMENT
     assert line_of(caught.value) == "2501"
     await assert_empty(both, "copy")
@@ -261,7 +267,7 @@ async def test_an_empty_file_imports_zero_events(both, tmp_path):
     await both.f.register("copy")
     path = tmp_path / "empty.jsonl"
     path.write_bytes(b"")
-    response = await import_transcript(both.address, WS, "copy", path)
+    response = await import_transcript(CONNECTION, both.address, WS, "copy", path)
     assert (response.imported_events, list(response.warnings)) == (0, [])
     assert list((await load(both.ts, "copy")).events) == []
     # An empty import leaves the transcript empty: a real one can follow.
@@ -284,7 +290,7 @@ async def test_a_file_that_is_not_json_fails_at_line_1(both, tmp_path, content):
     path = tmp_path / "foreign.txt"
     path.write_bytes(content)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await import_transcript(both.address, WS, "copy", path)
+        await import_transcript(CONNECTION, both.address, WS, "copy", path)
     assert caught.value.code() == Code.INVALID_ARGUMENT
     assert line_of(caught.value) == "1"
     await assert_empty(both, "copy")
@@ -380,7 +386,7 @@ async def test_a_50_mb_file_is_streamed_in_bounded_memory(both, tmp_path, record
     reset = reset_peak_rss()
     baseline = current_rss_kib() if reset else peak_rss_kib()
     started = time.monotonic()
-    response = await import_transcript(both.address, WS, "big", path)
+    response = await import_transcript(CONNECTION, both.address, WS, "big", path)
     elapsed = time.monotonic() - started
     growth = (peak_rss_kib() - baseline) * 1024
 

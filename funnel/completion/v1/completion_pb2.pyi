@@ -115,6 +115,18 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSCRIPT_GRAMMAR_VIOLATION: _ClassVar[ErrorReason]
     TRANSCRIPT_NOT_EMPTY: _ClassVar[ErrorReason]
     TRANSCRIPT_LINE_INVALID: _ClassVar[ErrorReason]
+    CREDENTIALS_MISSING: _ClassVar[ErrorReason]
+    CREDENTIALS_INVALID: _ClassVar[ErrorReason]
+    CREDENTIALS_EXPIRED: _ClassVar[ErrorReason]
+    WORKSPACE_NOT_GRANTED: _ClassVar[ErrorReason]
+    ROLE_NOT_PERMITTED: _ClassVar[ErrorReason]
+    RATE_LIMITED: _ClassVar[ErrorReason]
+    MESSAGE_TOO_LARGE: _ClassVar[ErrorReason]
+    WATCHERS_EXHAUSTED: _ClassVar[ErrorReason]
+    RUN_NOT_HELD: _ClassVar[ErrorReason]
+    AGENT_ID_MISMATCH: _ClassVar[ErrorReason]
+    IMPORT_BUFFER_EXHAUSTED: _ClassVar[ErrorReason]
+    STREAM_IDLE: _ClassVar[ErrorReason]
 REQUESTED_OUTCOME_UNSPECIFIED: RequestedOutcome
 REQUESTED_OUTCOME_COMPLETED: RequestedOutcome
 REQUESTED_OUTCOME_FAILED: RequestedOutcome
@@ -190,6 +202,26 @@ STATE_VERSION_MISMATCH: ErrorReason
 TRANSCRIPT_GRAMMAR_VIOLATION: ErrorReason
 TRANSCRIPT_NOT_EMPTY: ErrorReason
 TRANSCRIPT_LINE_INVALID: ErrorReason
+CREDENTIALS_MISSING: ErrorReason
+CREDENTIALS_INVALID: ErrorReason
+CREDENTIALS_EXPIRED: ErrorReason
+WORKSPACE_NOT_GRANTED: ErrorReason
+ROLE_NOT_PERMITTED: ErrorReason
+RATE_LIMITED: ErrorReason
+MESSAGE_TOO_LARGE: ErrorReason
+WATCHERS_EXHAUSTED: ErrorReason
+RUN_NOT_HELD: ErrorReason
+AGENT_ID_MISMATCH: ErrorReason
+IMPORT_BUFFER_EXHAUSTED: ErrorReason
+STREAM_IDLE: ErrorReason
+
+class Caller(_message.Message):
+    __slots__ = ("subject", "role")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    role: str
+    def __init__(self, subject: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("task_id", "run_id", "epoch", "expire_time")
@@ -392,7 +424,7 @@ class CompletionEvent(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., kind: _Optional[_Union[CompletionEventKind, str]] = ..., run_id: _Optional[str] = ..., completion_id: _Optional[str] = ..., outcome: _Optional[_Union[RequestedOutcome, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., lifecycle_revision: _Optional[int] = ..., lifecycle_event_sequence: _Optional[int] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
-    __slots__ = ("audit_id", "workspace_id", "action", "run_id", "task_id", "metadata", "record_time")
+    __slots__ = ("audit_id", "workspace_id", "action", "run_id", "task_id", "metadata", "record_time", "caller")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -407,6 +439,7 @@ class AuditEntry(_message.Message):
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     RECORD_TIME_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     audit_id: int
     workspace_id: str
     action: str
@@ -414,7 +447,8 @@ class AuditEntry(_message.Message):
     task_id: str
     metadata: _containers.ScalarMap[str, str]
     record_time: _timestamp_pb2.Timestamp
-    def __init__(self, audit_id: _Optional[int] = ..., workspace_id: _Optional[str] = ..., action: _Optional[str] = ..., run_id: _Optional[str] = ..., task_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    caller: Caller
+    def __init__(self, audit_id: _Optional[int] = ..., workspace_id: _Optional[str] = ..., action: _Optional[str] = ..., run_id: _Optional[str] = ..., task_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
 
 class ClaimTaskRequest(_message.Message):
     __slots__ = ("workspace_id", "task_id", "agent_id", "lease_ttl", "request_id")
@@ -483,7 +517,7 @@ class CompleteRunRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., run_id: _Optional[str] = ..., outcome: _Optional[_Union[RunOutcome, str]] = ..., tokens_input: _Optional[int] = ..., tokens_output: _Optional[int] = ..., tokens_total: _Optional[int] = ..., notes: _Optional[str] = ..., error: _Optional[str] = ..., final_status: _Optional[_Union[FinalStatus, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class CompleteRunResponse(_message.Message):
-    __slots__ = ("run_id", "finish_time", "final_status", "tokens_total", "notes_truncated", "decision", "completion", "lifecycle_reason")
+    __slots__ = ("run_id", "finish_time", "final_status", "tokens_total", "notes_truncated", "decision", "completion")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     FINAL_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -491,7 +525,6 @@ class CompleteRunResponse(_message.Message):
     NOTES_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_FIELD_NUMBER: _ClassVar[int]
-    LIFECYCLE_REASON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     finish_time: _timestamp_pb2.Timestamp
     final_status: FinalStatus
@@ -499,8 +532,7 @@ class CompleteRunResponse(_message.Message):
     notes_truncated: bool
     decision: Decision
     completion: Completion
-    lifecycle_reason: str
-    def __init__(self, run_id: _Optional[str] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_status: _Optional[_Union[FinalStatus, str]] = ..., tokens_total: _Optional[int] = ..., notes_truncated: _Optional[bool] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., completion: _Optional[_Union[Completion, _Mapping]] = ..., lifecycle_reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_status: _Optional[_Union[FinalStatus, str]] = ..., tokens_total: _Optional[int] = ..., notes_truncated: _Optional[bool] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., completion: _Optional[_Union[Completion, _Mapping]] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("workspace_id", "run_id")

@@ -111,7 +111,8 @@ class CompletionServiceServicer:
         `VALUE_OUT_OF_RANGE` (`lease_ttl`), `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
         `GENERATION_TERMINAL`, `CANCELLATION_REQUESTED`, `LEASE_HELD` (another open
         run holds a live lease; metadata `holder_run_id`, `lease_expires_at`),
-        `LIFECYCLE_REJECTED` (metadata `lifecycle_reason`), `LIFECYCLE_UNAVAILABLE`.
+        `LIFECYCLE_REJECTED` (metadata `lifecycle_reason`), `LIFECYCLE_UNAVAILABLE`,
+        `AGENT_ID_MISMATCH` (an agent claiming for another `agent_id`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,7 +124,7 @@ class CompletionServiceServicer:
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE` (`epoch`, `lease_ttl`), `REQUEST_ID_REUSED`,
         `RUN_NOT_FOUND`, `RUN_ALREADY_FINISHED`, `LEASE_NOT_CURRENT` (a newer claim
-        superseded it; metadata `current_epoch`), `LEASE_EXPIRED`.
+        superseded it; metadata `current_epoch`), `LEASE_EXPIRED`, `RUN_NOT_HELD`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -140,14 +141,18 @@ class CompletionServiceServicer:
         transaction with the run's lease and the notes as result; if the gates deny
         it the run still closes and `decision` says why. `FAILED` -> `BLOCKED`;
         `CANCELLED` -> cancellation requested and settled; `STALLED` -> unchanged.
-        A lifecycle refusal of the status change does not fail the close
-        (`lifecycle_reason`).
+        If the lifecycle service refuses the status change (or the settlement of
+        the completion), the call fails with `LIFECYCLE_REJECTED` and the run stays
+        open: close it again with another outcome (`STALLED` leaves the task as it
+        is).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG` (`notes` above
         1048576 characters, `error`), `ENUM_UNSPECIFIED` (`outcome`, `final_status`),
         `VALUE_OUT_OF_RANGE` (negative tokens), `REQUEST_ID_REUSED`, `RUN_NOT_FOUND`,
-        `RUN_ALREADY_FINISHED`, `COMPLETION_CONFLICT`, `COMPLETION_CORRUPTED`,
-        `SNAPSHOT_CHANGED` (from the completion transaction), `LIFECYCLE_UNAVAILABLE`
-        (nothing was closed; retry with the same `request_id`).
+        `RUN_ALREADY_FINISHED`, `RUN_NOT_HELD`, `COMPLETION_CONFLICT`,
+        `COMPLETION_CORRUPTED`, `SNAPSHOT_CHANGED` (from the completion
+        transaction), `LIFECYCLE_REJECTED` (metadata `lifecycle_reason`; nothing was
+        closed), `LIFECYCLE_UNAVAILABLE` (nothing was closed; retry with the same
+        `request_id`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -174,10 +179,11 @@ class CompletionServiceServicer:
         """Records one evidence fact (for example a test run) for a task generation at a
         checkpoint. Evidence counts only for the checkpoint it names; for each kind
         the latest fact at that checkpoint counts. Append-only; the task and run are
-        not checked for existence.
+        not checked for existence, except that an agent must name a run of the
+        task that it holds (`run_id` required then).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `ENUM_UNSPECIFIED` (`verdict`), `VALUE_OUT_OF_RANGE` (`generation`),
-        `REQUEST_ID_REUSED`.
+        `REQUEST_ID_REUSED`, `RUN_NOT_HELD`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -197,7 +203,7 @@ class CompletionServiceServicer:
         `COMPLETION_CORRUPTED`, `SNAPSHOT_CHANGED` (ABORTED: the lease or state
         version moved while external gates were consulted; retry),
         `LIFECYCLE_UNAVAILABLE` (the lifecycle view could not be read; nothing was
-        committed).
+        committed), `RUN_NOT_HELD`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -237,8 +243,10 @@ class CompletionServiceServicer:
         watcher that falls behind its buffer ends with `RESOURCE_EXHAUSTED`
         (`WATCH_OVERFLOW`, metadata `resume_after_sequence`). Resume with the last
         `sequence` received. An unknown task filter is not an error.
+        Open streams are capped per caller and per workspace (64 and 1024 by
+        default): one more is `WATCHERS_EXHAUSTED`.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
-        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`.
+        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`, `WATCHERS_EXHAUSTED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

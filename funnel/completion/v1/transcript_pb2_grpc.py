@@ -74,8 +74,9 @@ class TranscriptServiceServicer:
         Errors: `TASK_NOT_FOUND`, `STATE_VERSION_MISMATCH` (ABORTED:
         `expected_state_version` is stale; metadata `expected`, `actual`),
         `TRANSCRIPT_GRAMMAR_VIOLATION`, `GENERATION_TERMINAL`, `LIFECYCLE_REJECTED`,
-        `LIFECYCLE_UNAVAILABLE`, field errors (`FIELD_REQUIRED`, `FIELD_MALFORMED`
-        with the event index in the field path, `FIELD_TOO_LONG`, `ENUM_UNSPECIFIED`).
+        `LIFECYCLE_UNAVAILABLE`, `RUN_NOT_HELD` (an agent without the task's live
+        lease), field errors (`FIELD_REQUIRED`, `FIELD_MALFORMED` with the event
+        index in the field path, `FIELD_TOO_LONG`, `ENUM_UNSPECIFIED`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -108,10 +109,12 @@ class TranscriptServiceServicer:
         order. A torn final line (no newline, not a complete event) is dropped with
         a warning; any other damage fails with its line number and imports
         nothing. Events keep their sequence (1..n), generation, synthetic flag and
-        record time, so an export imports back identically.
+        record time, so an export imports back identically. Imports in flight
+        share a bounded buffer (`IMPORT_BUFFER_EXHAUSTED` when it is taken), and a
+        stream that sends nothing for the idle timeout is ended (`STREAM_IDLE`).
         Errors: `TASK_NOT_FOUND`, `TRANSCRIPT_NOT_EMPTY`, `TRANSCRIPT_LINE_INVALID`
         (metadata `line`), `TRANSCRIPT_GRAMMAR_VIOLATION` (metadata `line`, `rule`),
-        `FIELD_REQUIRED`, `FIELD_MALFORMED`.
+        `FIELD_REQUIRED`, `FIELD_MALFORMED`, `IMPORT_BUFFER_EXHAUSTED`, `STREAM_IDLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -94,6 +94,14 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STORAGE_UNAVAILABLE: _ClassVar[ErrorReason]
     DEADLINE_EXPIRED: _ClassVar[ErrorReason]
     INTERNAL_FAULT: _ClassVar[ErrorReason]
+    CREDENTIALS_MISSING: _ClassVar[ErrorReason]
+    CREDENTIALS_INVALID: _ClassVar[ErrorReason]
+    CREDENTIALS_EXPIRED: _ClassVar[ErrorReason]
+    WORKSPACE_NOT_GRANTED: _ClassVar[ErrorReason]
+    ROLE_NOT_PERMITTED: _ClassVar[ErrorReason]
+    RATE_LIMITED: _ClassVar[ErrorReason]
+    MESSAGE_TOO_LARGE: _ClassVar[ErrorReason]
+    WATCHERS_EXHAUSTED: _ClassVar[ErrorReason]
 GENERATION_STATE_UNSPECIFIED: GenerationState
 GENERATION_STATE_REGISTERED: GenerationState
 GENERATION_STATE_ACTIVE: GenerationState
@@ -158,6 +166,22 @@ WATCH_OVERFLOW: ErrorReason
 STORAGE_UNAVAILABLE: ErrorReason
 DEADLINE_EXPIRED: ErrorReason
 INTERNAL_FAULT: ErrorReason
+CREDENTIALS_MISSING: ErrorReason
+CREDENTIALS_INVALID: ErrorReason
+CREDENTIALS_EXPIRED: ErrorReason
+WORKSPACE_NOT_GRANTED: ErrorReason
+ROLE_NOT_PERMITTED: ErrorReason
+RATE_LIMITED: ErrorReason
+MESSAGE_TOO_LARGE: ErrorReason
+WATCHERS_EXHAUSTED: ErrorReason
+
+class Caller(_message.Message):
+    __slots__ = ("subject", "role")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    role: str
+    def __init__(self, subject: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class Cause(_message.Message):
     __slots__ = ("source", "reason", "originating_ids")
@@ -217,7 +241,7 @@ class Task(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., parent: _Optional[_Union[ParentLink, _Mapping]] = ..., completion_id: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LifecycleEvent(_message.Message):
-    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "revision", "intent", "from_state", "to_state", "outcome", "cancellation", "cancellation_requested_at", "work_status", "cause", "completion_id", "authoritative_at", "commit_time", "request_id")
+    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "revision", "intent", "from_state", "to_state", "outcome", "cancellation", "cancellation_requested_at", "work_status", "cause", "completion_id", "authoritative_at", "commit_time", "request_id", "caller")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +259,7 @@ class LifecycleEvent(_message.Message):
     AUTHORITATIVE_AT_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     workspace_id: str
     task_id: str
@@ -252,7 +277,8 @@ class LifecycleEvent(_message.Message):
     authoritative_at: _timestamp_pb2.Timestamp
     commit_time: _timestamp_pb2.Timestamp
     request_id: str
-    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., intent: _Optional[_Union[Intent, str]] = ..., from_state: _Optional[_Union[GenerationState, str]] = ..., to_state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., completion_id: _Optional[str] = ..., authoritative_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    caller: Caller
+    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., intent: _Optional[_Union[Intent, str]] = ..., from_state: _Optional[_Union[GenerationState, str]] = ..., to_state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., completion_id: _Optional[str] = ..., authoritative_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
 
 class RegisterTaskRequest(_message.Message):
     __slots__ = ("workspace_id", "task_id", "request_id", "expected_revision", "cause", "parent")

@@ -322,8 +322,10 @@ class TaskLifecycleServiceServicer:
         A watcher that falls more than the server's buffer (1024 events by default)
         behind is ended with `RESOURCE_EXHAUSTED` (`WATCH_OVERFLOW`, metadata
         `resume_after_sequence`); commits are never slowed down by a watcher.
+        Open streams are capped per caller and per workspace (64 and 1024 by
+        default): one more is `WATCHERS_EXHAUSTED`.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
-        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`.
+        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`, `WATCHERS_EXHAUSTED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,190 @@
+"""The completion service's outbound channels: to the lifecycle service, as
+itself (its client certificate for mTLS, or its service token), and to external
+gates (TLS and its certificate, never its token: a gate is a third party that
+must not be able to replay the credential that settles completions).
+
+Certificates, CA bundles and the token file are re-read when they change (or on
+SIGHUP); a changed certificate opens a new channel, and the previous one is
+closed at the next reload, after its calls had time to finish."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+import grpc
+
+from funnel.auth.client import bearer_interceptors
+from funnel.auth.tls import ClientTlsFiles, TlsError, file_signature, is_loopback
+
+log = logging.getLogger(__name__)
+# gRPC's default reconnect backoff grows to 120 s: after a lifecycle outage the
+# settlement outbox and every claim would keep failing fast for up to two minutes
+# although the lifecycle service is back. Reconnect within a second or two instead.
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
+class OutboundRefused(Exception):
+    """Outbound security settings that would leak or could not work."""
+
+
+@dataclass(frozen=True)
+class OutboundSecurity:
+    # TLS to the lifecycle service (CA bundle, client certificate, server name);
+    # a None CA means the system's roots.
+    lifecycle_tls: ClientTlsFiles = field(default_factory=ClientTlsFiles)
+    # Plaintext to a loopback lifecycle service.
+    lifecycle_insecure: bool = False
+    # A file holding this service's bearer token for the lifecycle service.
+    identity_token_file: str | None = None
+    # TLS to external gates: CA bundle; the client certificate is lifecycle_tls's.
+    gate_ca: str | None = None
+    # Plaintext to loopback gates.
+    gates_insecure: bool = False
+
+
+def check(settings: OutboundSecurity, lifecycle_address: str) -> None:
+    """Raises OutboundRefused for settings that cannot be used safely."""
+    tls = settings.lifecycle_tls
+    if settings.lifecycle_insecure:
+        if tls.ca or tls.cert or tls.server_name:
+            raise OutboundRefused("--lifecycle-insecure and --lifecycle-ca/--identity-cert exclude each other")
+        if not is_loopback(lifecycle_address):
+            raise OutboundRefused(
+                f"--lifecycle-insecure sends this service's credentials in plaintext and is allowed only to a "
+                f"loopback address, not to {lifecycle_address}; pass --lifecycle-ca instead"
+            )
+    elif not (tls.cert or settings.identity_token_file):
+        raise OutboundRefused(
+            "no identity for the lifecycle service, which accepts settlements only from this service: pass "
+            "--identity-cert and --identity-key (a client certificate whose URI SAN is the completion identity) "
+            "or --identity-token-file"
+        )
+    if (tls.cert is None) != (tls.key is None):
+        raise OutboundRefused("--identity-cert and --identity-key go together")
+
+
+class TokenFile:
+    """A bearer token kept in a file (rotated by whoever issues it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.signature: tuple = ()
+        self.token = ""
+        self._read()
+
+    def _read(self) -> None:
+        try:
+            token = Path(self.path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise TlsError(f"cannot read token file {self.path!r}: {exc.strerror or exc}") from None
+        if not token:
+            raise TlsError(f"token file {self.path!r} is empty")
+        self.token = token
+        self.signature = file_signature([self.path])
+
+    def reload_if_changed(self) -> bool:
+        if file_signature([self.path]) == self.signature:
+            return False
+        try:
+            self._read()
+        except TlsError as exc:
+            log.error("service token not reloaded, the one in use stays: %s", exc)
+            return False
+        log.info("service token reloaded from %s", self.path)
+        return True
+
+
+class LifecycleChannel:
+    """The channel to the lifecycle service, re-opened when its TLS files change."""
+
+    def __init__(self, address: str, settings: OutboundSecurity) -> None:
+        self._address = address
+        self._settings = settings
+        self._token = TokenFile(settings.identity_token_file) if settings.identity_token_file else None
+        self._signature = file_signature(settings.lifecycle_tls.paths)
+        self.channel = self._open()
+        self._retired: list[grpc.aio.Channel] = []
+
+    def _open(self) -> grpc.aio.Channel:
+        token = self._token
+        interceptors = bearer_interceptors(lambda: token.token) if token else []
+        if self._settings.lifecycle_insecure:
+            return grpc.aio.insecure_channel(self._address, options=RECONNECT_OPTIONS, interceptors=interceptors)
+        tls = self._settings.lifecycle_tls
+        return grpc.aio.secure_channel(
+            self._address, tls.load(), options=RECONNECT_OPTIONS + tls.options(), interceptors=interceptors
+        )
+
+    async def reload_if_changed(self, force: bool = False) -> bool:
+        if self._token is not None:
+            self._token.reload_if_changed()
+        for old in self._retired:
+            await old.close()
+        self._retired.clear()
+        signature = file_signature(self._settings.lifecycle_tls.paths)
+        if self._settings.lifecycle_insecure or (not force and signature == self._signature):
+            return False
+        self._signature = signature
+        try:
+            fresh = self._open()
+        except TlsError as exc:
+            log.error("lifecycle channel not reloaded, the one in use stays: %s", exc)
+            return False
+        self._retired.append(self.channel)
+        self.channel = fresh
+        log.info("lifecycle channel re-opened with reloaded TLS files")
+        return True
+
+    async def close(self) -> None:
+        for channel in (*self._retired, self.channel):
+            await channel.close()
+
+
+class GateChannels:
+    """Channels to external gates by address, re-opened when the TLS files change."""
+
+    def __init__(self, settings: OutboundSecurity) -> None:
+        self._settings = settings
+        self._tls = ClientTlsFiles(settings.gate_ca, settings.lifecycle_tls.cert, settings.lifecycle_tls.key)
+        self._signature = file_signature(self._tls.paths)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._credentials = None if settings.gates_insecure else self._tls.load()
+
+    def check_address(self, address: str) -> None:
+        if self._settings.gates_insecure and not is_loopback(address):
+            raise OutboundRefused(
+                f"--gates-insecure allows plaintext only to loopback gates, not to {address}; pass --gate-ca instead"
+            )
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address)
+            else:
+                channel = grpc.aio.secure_channel(address, self._credentials)
+            self._channels[address] = channel
+        return channel
+
+    async def reload_if_changed(self, force: bool = False) -> bool:
+        signature = file_signature(self._tls.paths)
+        if self._settings.gates_insecure or (not force and signature == self._signature):
+            return False
+        self._signature = signature
+        try:
+            self._credentials = self._tls.load()
+        except TlsError as exc:
+            log.error("gate TLS files not reloaded, the ones in use stay: %s", exc)
+            return False
+        await self.close()  # new channels open on the next gate call
+        return True
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()

@@ -1,0 +1,248 @@
+"""Bearer tokens: JWTs verified against a JWKS file, and issued for local use.
+
+Verification is PyJWT's (signature, `exp`, `nbf`, `aud`, `iss`, with a small
+clock leeway); only EdDSA and ES256 are accepted. A verified token is cached by
+its text until it expires or the key set changes, so a client that reuses its
+token pays the signature check once, not on every call.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+from funnel.auth.principal import Principal, parse_permissions, with_completion_service
+
+ALGORITHMS = ("EdDSA", "ES256")
+LEEWAY_SECONDS = 30
+DEFAULT_ISSUER = "funnel"
+DEFAULT_AUDIENCE = "funnel"
+_CACHE_LIMIT = 10_000
+
+
+class Problem(enum.Enum):
+    """Why a credential was refused; the names are catalogue reasons."""
+
+    MISSING = "CREDENTIALS_MISSING"
+    INVALID = "CREDENTIALS_INVALID"
+    EXPIRED = "CREDENTIALS_EXPIRED"
+
+
+class Unauthenticated(Exception):
+    def __init__(self, problem: Problem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.message = message
+
+
+class KeySetError(Exception):
+    """The JWKS file cannot be used."""
+
+
+def load_key_set(path: str | Path) -> jwt.PyJWKSet:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        keys = jwt.PyJWKSet.from_dict(data)
+    except (OSError, ValueError, jwt.PyJWKSetError, jwt.PyJWKError) as exc:
+        raise KeySetError(f"cannot use JWKS file {str(path)!r}: {exc}") from None
+    unusable = [k.key_id or "(no kid)" for k in keys.keys if k.algorithm_name not in ALGORITHMS]
+    if unusable:
+        raise KeySetError(f"JWKS file {str(path)!r} has keys for other algorithms than {ALGORITHMS}: {unusable}")
+    return keys
+
+
+@dataclass(frozen=True)
+class _Verified:
+    principal: Principal
+    expires_at: float
+
+
+class TokenVerifier:
+    """Turns a bearer token into a `Principal`, or raises `Unauthenticated`."""
+
+    def __init__(
+        self,
+        keys: jwt.PyJWKSet,
+        issuer: str,
+        audience: str,
+        is_workspace_id: Callable[[str], bool],
+        service_subject: str | None = None,
+        service_by_token: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._keys = keys
+        self._issuer = issuer
+        self._audience = audience
+        self._is_workspace_id = is_workspace_id
+        # The completion service's identity. A token with this `sub` acts as the
+        # completion service where `service_by_token` (no client certificates are
+        # verified), or together with a client certificate proving it.
+        self._service_subject = service_subject
+        self._service_by_token = service_by_token
+        self._clock = clock
+        self._cache: dict[str, _Verified] = {}
+
+    def replace_keys(self, keys: jwt.PyJWKSet) -> None:
+        self._keys = keys
+        self._cache.clear()
+
+    def verify(self, token: str, certified: str | None = None) -> Principal:
+        """`certified`: the identity a verified client certificate proves, if any."""
+        principal = self._verified(token)
+        if certified is not None and principal.subject != certified:
+            raise Unauthenticated(
+                Problem.INVALID, f"the token's subject {principal.subject!r} is not the client certificate's identity"
+            )
+        is_service = principal.subject == self._service_subject
+        if is_service and (self._service_by_token or certified is not None):
+            return Principal(principal.subject, with_completion_service(principal.grants))
+        return principal
+
+    def _verified(self, token: str) -> Principal:
+        now = self._clock()
+        cached = self._cache.get(token)
+        if cached is not None:
+            if now < cached.expires_at + LEEWAY_SECONDS:
+                return cached.principal
+            del self._cache[token]
+            raise Unauthenticated(Problem.EXPIRED, "the token has expired")
+        claims = self._decode(token, now)
+        subject = claims["sub"]
+        if not isinstance(subject, str) or not subject:
+            raise Unauthenticated(Problem.INVALID, "the token's `sub` claim is empty")
+        permissions = claims.get("permissions", [])
+        if not isinstance(permissions, list):
+            raise Unauthenticated(Problem.INVALID, "the token's `permissions` claim is not a list")
+        principal = Principal(subject, parse_permissions(permissions, self._is_workspace_id))
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[token] = _Verified(principal, float(claims["exp"]))
+        return principal
+
+    def _decode(self, token: str, now: float) -> dict:
+        try:
+            header = jwt.get_unverified_header(token)
+            key = self._key_for(header.get("kid"))
+            return jwt.decode(
+                token,
+                key=key.key,
+                algorithms=[key.algorithm_name],
+                audience=self._audience,
+                issuer=self._issuer,
+                leeway=LEEWAY_SECONDS,
+                options={"require": ["exp", "sub", "iss", "aud"]},
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthenticated(Problem.EXPIRED, "the token has expired") from None
+        except jwt.ImmatureSignatureError:
+            raise Unauthenticated(Problem.INVALID, "the token is not valid yet (nbf)") from None
+        except jwt.InvalidAudienceError:
+            raise Unauthenticated(Problem.INVALID, f"the token is not for audience {self._audience!r}") from None
+        except jwt.InvalidIssuerError:
+            raise Unauthenticated(Problem.INVALID, f"the token was not issued by {self._issuer!r}") from None
+        except jwt.InvalidSignatureError:
+            raise Unauthenticated(Problem.INVALID, "the token's signature does not verify") from None
+        except jwt.MissingRequiredClaimError as exc:
+            raise Unauthenticated(Problem.INVALID, f"the token has no {exc.claim!r} claim") from None
+        except jwt.InvalidTokenError as exc:
+            raise Unauthenticated(Problem.INVALID, f"the token is malformed: {exc}") from None
+
+    def _key_for(self, kid: object) -> jwt.PyJWK:
+        keys = self._keys.keys
+        if kid is None:
+            if len(keys) == 1:
+                return keys[0]
+            raise Unauthenticated(Problem.INVALID, "the token names no key (`kid`) and the key set has several")
+        for key in keys:
+            if key.key_id == kid:
+                return key
+        raise Unauthenticated(Problem.INVALID, f"the token's key {kid!r} is not in the key set")
+
+
+def bearer_token(metadata: Iterable[tuple[str, str | bytes]]) -> str:
+    """The token of an `authorization: Bearer …` header, or raises Unauthenticated."""
+    for key, value in metadata:
+        if key == "authorization":
+            text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+            scheme, _, token = text.strip().partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated(Problem.INVALID, "the authorization header is not `Bearer <token>`")
+            return token.strip()
+    raise Unauthenticated(
+        Problem.MISSING, "no credential: send `authorization: Bearer <token>` (see `funnel token issue`)"
+    )
+
+
+# -- issuing ---------------------------------------------------------------
+
+
+class SigningKeyError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A private key that signs tokens, with the key id its JWKS entry carries."""
+
+    private_key: ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
+    key_id: str
+
+    @property
+    def algorithm(self) -> str:
+        return "EdDSA" if isinstance(self.private_key, ed25519.Ed25519PrivateKey) else "ES256"
+
+    @classmethod
+    def generate(cls) -> "SigningKey":
+        return cls(ed25519.Ed25519PrivateKey.generate(), uuid.uuid4().hex[:16])
+
+    @classmethod
+    def load(cls, path: str | Path, key_id: str) -> "SigningKey":
+        try:
+            key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        except (OSError, ValueError) as exc:
+            raise SigningKeyError(f"cannot read signing key {str(path)!r}: {exc}") from None
+        if not isinstance(key, (ed25519.Ed25519PrivateKey, ec.EllipticCurvePrivateKey)):
+            raise SigningKeyError(f"signing key {str(path)!r} is neither Ed25519 nor EC P-256")
+        return cls(key, key_id)
+
+    def private_pem(self) -> bytes:
+        return self.private_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    def jwks(self) -> dict:
+        """The public half as a JWKS document."""
+        algorithm = jwt.get_algorithm_by_name(self.algorithm)
+        jwk = json.loads(algorithm.to_jwk(self.private_key.public_key()))
+        jwk.update({"kid": self.key_id, "alg": self.algorithm, "use": "sig"})
+        return {"keys": [jwk]}
+
+    def issue(
+        self,
+        subject: str,
+        permissions: list[str],
+        ttl_seconds: float,
+        issuer: str = DEFAULT_ISSUER,
+        audience: str = DEFAULT_AUDIENCE,
+        now: float | None = None,
+    ) -> str:
+        issued = int(time.time() if now is None else now)
+        claims = {
+            "iss": issuer,
+            "aud": audience,
+            "sub": subject,
+            "iat": issued,
+            "nbf": issued,
+            "exp": issued + int(ttl_seconds),
+            "permissions": permissions,
+        }
+        return jwt.encode(claims, self.private_key, algorithm=self.algorithm, headers={"kid": self.key_id})

@@ -1,0 +1,290 @@
+"""The server boundary every RPC of both services passes, before and after its
+handler runs:
+
+1. a request that cannot be decoded, or is larger than the service's message
+   limit, is refused with `ErrorInfo` (gRPC itself would answer without one);
+2. the caller is authenticated: a client certificate naming the completion
+   service's identity, or a bearer JWT (`UNAUTHENTICATED` otherwise);
+3. the caller's request rate is limited (`RESOURCE_EXHAUSTED` with `RetryInfo`);
+4. the request's `workspace_id` and the RPC are checked against the caller's
+   grants and the authorization table (`PERMISSION_DENIED`), before anything
+   is read, so a foreign workspace's contents never leak;
+5. the handler runs with the admitted call in `funnel.runtime.calls`;
+6. whatever it raises leaves as a status with exactly one `ErrorInfo`: business
+   rejections as they are, storage faults as `UNAVAILABLE`, anything unexpected
+   as `INTERNAL` with a generic message (the stack stays in the log).
+
+Client streams (transcript imports) are admitted on their first message and
+ended when the client sends nothing for the idle timeout. Health and reflection
+are outside the boundary: they answer anyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+import grpc
+
+from funnel.auth.principal import Principal, Role, completion_service, unauthenticated_operator
+from funnel.auth.table import Denied, authorize
+from funnel.auth.tokens import TokenVerifier, Unauthenticated, bearer_token
+from funnel.runtime import calls
+from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.faults import DroppedReply
+from funnel.runtime.grpc_errors import to_status
+from funnel.runtime.ratelimit import RateLimiter
+from funnel.runtime.storage_errors import StorageUnavailable
+from funnel.runtime.validation import Checker
+
+log = logging.getLogger(__name__)
+# gRPC's own limit on incoming messages is this multiple of the service's limit:
+# up to it, an oversize message is answered with ErrorInfo (MESSAGE_TOO_LARGE);
+# beyond it gRPC refuses the message before the service sees it.
+TRANSPORT_LIMIT_FACTOR = 4
+# A write gives up waiting for the database lock this long before the caller's
+# deadline, so that the UNAVAILABLE answer still reaches the caller in time.
+_LOCK_MARGIN_MAX = 0.1
+_LOCK_MARGIN_SHARE = 0.1
+
+
+class Authenticator:
+    """Who is calling.
+
+    `verifier` None means authentication is off (loopback only): every caller
+    is the anonymous operator. With `trust_certificates` (the listener verifies
+    client certificates), a certificate whose URI SAN is `completion_identity`
+    identifies the completion service (with a token, only one of that subject,
+    whose permissions add to its role); otherwise the completion service sends a
+    token whose `sub` is that identity (see TokenVerifier)."""
+
+    def __init__(self, verifier: TokenVerifier | None, completion_identity: str | None, trust_certificates: bool) -> None:
+        self.verifier = verifier
+        self._identity = completion_identity.encode() if completion_identity else None
+        self._trust_certificates = trust_certificates
+
+    def principal(self, context: grpc.aio.ServicerContext) -> Principal:
+        if self.verifier is None:
+            return unauthenticated_operator()
+        metadata = context.invocation_metadata() or ()
+        if self._trust_certificates and self._identity is not None:
+            names = context.auth_context().get("x509_subject_alternative_name", ())
+            if self._identity in names:
+                identity = self._identity.decode()
+                if not any(key == "authorization" for key, _ in metadata):
+                    return completion_service(identity)
+                return self.verifier.verify(bearer_token(metadata), certified=identity)
+        return self.verifier.verify(bearer_token(metadata))
+
+
+@dataclass(frozen=True)
+class Admission:
+    authenticator: Authenticator
+    limiter: RateLimiter | None
+    max_message_bytes: int
+    # Seconds a client stream may stay silent before it is ended.
+    stream_idle_seconds: float = 30.0
+
+
+class Boundary(grpc.aio.ServerInterceptor):
+    """Applies admission and the error model to every handler under `method_prefix`."""
+
+    def __init__(self, domain: str, catalogue: type[enum.Enum], method_prefix: str, admission: Admission) -> None:
+        self._domain = domain
+        self._catalogue = catalogue
+        self._prefix = method_prefix
+        self._admission = admission
+
+    async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if handler is None or not details.method.startswith(self._prefix):
+            return handler
+        method = details.method
+        deserializer = _guarded(handler.request_deserializer, self._admission.max_message_bytes)
+        serializer = handler.response_serializer
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    self._admit(method, request, context)
+                    return await inner(request, context)
+                except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                    await self._abort(context, method, exc)
+
+            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=deserializer, response_serializer=serializer)
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    self._admit(method, request, context)
+                    async for item in inner_stream(request, context):
+                        yield item
+                except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                    await self._abort(context, method, exc)
+
+            return grpc.unary_stream_rpc_method_handler(stream, request_deserializer=deserializer, response_serializer=serializer)
+        if handler.stream_unary is not None:
+            inner_upload = handler.stream_unary
+
+            async def upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    principal = self._authenticate(method, context)
+                    messages = aiter(request_iterator)
+                    first = await self._next(messages)
+                    self._authorize(method, principal, None if first is None else self._decoded(first), context)
+                    return await inner_upload(self._rest(first, messages), context)
+                except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                    await self._abort(context, method, exc)
+
+            return grpc.stream_unary_rpc_method_handler(upload, request_deserializer=deserializer, response_serializer=serializer)
+        return handler
+
+    # -- admission ---------------------------------------------------------
+
+    def _admit(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        principal = self._authenticate(method, context)
+        self._authorize(method, principal, self._decoded(request), context)
+
+    def _authenticate(self, method: str, context: grpc.aio.ServicerContext) -> Principal:
+        try:
+            principal = self._admission.authenticator.principal(context)
+        except Unauthenticated as exc:
+            log.warning("denied %s to unauthenticated peer %s: %s (%s)", method, context.peer(), exc.problem.value, exc.message)
+            raise ServiceError(reject(self._catalogue[exc.problem.value], exc.message)) from None
+        limiter = self._admission.limiter
+        if limiter is not None and Role.COMPLETION_SERVICE not in principal.roles_in("*"):
+            wait = limiter.take(principal.subject)
+            if wait is not None:
+                log.warning("denied %s to %r: RATE_LIMITED", method, principal.subject)
+                raise ServiceError(
+                    Rejection(
+                        self._catalogue["RATE_LIMITED"],
+                        f"more than {limiter.rate:g} requests per second from {principal.subject!r}; retry after the delay",
+                        {"limit_per_second": f"{limiter.rate:g}", "burst": f"{limiter.burst:g}"},
+                        retry_after_seconds=wait,
+                    )
+                )
+        return principal
+
+    def _authorize(self, method: str, principal: Principal, request: Any, context: grpc.aio.ServicerContext) -> None:
+        workspace = _workspace_of(request)
+        checker = Checker()
+        checker.identifier(workspace[0], workspace[1])
+        checker.raise_for(self._catalogue)
+        decision = authorize(principal, method, workspace[1])
+        if isinstance(decision, Denied):
+            log.warning("denied %s to %r in workspace %r: %s (%s)", method, principal.subject, workspace[1], decision.reason, decision.message)
+            metadata = {"workspace_id": workspace[1]}
+            if decision.permitted_roles:
+                metadata["permitted_roles"] = ",".join(decision.permitted_roles)
+            raise ServiceError(Rejection(self._catalogue[decision.reason], decision.message, metadata))
+        calls.enter(
+            calls.Call(principal, decision.role, decision.holder_only, method.rsplit("/", 1)[1]),
+            _lock_deadline(context),
+        )
+
+    # -- client streams ----------------------------------------------------
+
+    async def _next(self, messages: AsyncIterator[Any]) -> Any:
+        idle = self._admission.stream_idle_seconds
+        try:
+            # asyncio.timeout, not wait_for: the read stays in the handler's own task,
+            # where gRPC's cancellation of a broken-off stream must arrive.
+            async with asyncio.timeout(idle):
+                return await anext(messages, None)
+        except TimeoutError:
+            raise ServiceError(
+                reject(
+                    self._catalogue["STREAM_IDLE"],
+                    f"the client stream sent nothing for {idle:g} seconds; it was ended and nothing was applied",
+                    idle_timeout_seconds=f"{idle:g}",
+                )
+            ) from None
+
+    async def _rest(self, first: Any, messages: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        message = first
+        while message is not None:
+            yield self._decoded(message)
+            message = await self._next(messages)
+
+    # -- errors ------------------------------------------------------------
+
+    def _decoded(self, request: Any) -> Any:
+        if isinstance(request, _Refused):
+            raise ServiceError(request.rejection(self._catalogue, self._admission.max_message_bytes))
+        return request
+
+    async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
+        if isinstance(exc, grpc.aio.AbortError):
+            raise exc
+        if isinstance(exc, DroppedReply):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"reply dropped by fault injection at {exc}")
+        if isinstance(exc, ServiceError):
+            rejection = exc.rejection
+        elif isinstance(exc, StorageUnavailable):
+            log.warning("%s: storage unavailable: %s", method, exc)
+            rejection = Rejection(
+                self._catalogue["STORAGE_UNAVAILABLE"],
+                f"the database is unavailable ({exc}); nothing was applied, retry with the same request_id",
+            )
+        else:
+            log.exception("%s: unexpected fault", method)
+            rejection = Rejection(self._catalogue["INTERNAL_FAULT"], "internal fault; see the server log")
+        await context.abort_with_status(to_status(rejection, self._domain))
+
+
+def _workspace_of(request: Any) -> tuple[str, str]:
+    """(field path, value) of the workspace a request names (None: a client
+    stream that ended before its first message)."""
+    if request is not None and hasattr(request, "workspace_id"):
+        return "workspace_id", request.workspace_id
+    if request is not None and request.HasField("target"):  # the first message of a transcript import
+        return "target.workspace_id", request.target.workspace_id
+    return "target", ""
+
+
+def _lock_deadline(context: grpc.aio.ServicerContext) -> float | None:
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    margin = min(_LOCK_MARGIN_MAX, max(remaining, 0) * _LOCK_MARGIN_SHARE)
+    return asyncio.get_running_loop().time() + remaining - margin
+
+
+class _Refused:
+    """Stands in for request bytes the service will not decode."""
+
+    def __init__(self, problem: str, size: int | None = None) -> None:
+        self.problem = problem
+        self.size = size
+
+    def rejection(self, catalogue: type[enum.Enum], limit: int) -> Rejection:
+        if self.size is not None:
+            return reject(
+                catalogue["MESSAGE_TOO_LARGE"],
+                f"the request is {self.size} bytes; this service accepts at most {limit}",
+                size_bytes=self.size,
+                max_bytes=limit,
+            )
+        # Without this, gRPC answers an unparsable request with UNKNOWN and the parser's text.
+        return Rejection(catalogue["FIELD_MALFORMED"], f"the request could not be decoded: {self.problem}")
+
+
+def _guarded(deserializer: Callable[[bytes], Any] | None, limit: int) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        if len(data) > limit:
+            return _Refused("too large", len(data))
+        try:
+            return deserializer(data)
+        except Exception as exc:  # noqa: BLE001 - reported to the principal as INVALID_ARGUMENT
+            return _Refused(type(exc).__name__)
+
+    return deserialize

@@ -1,0 +1,96 @@
+"""How the `funnel` CLI reaches the services: TLS material and the caller's
+token, from flags, environment variables, or the local trust material that
+`funnel up` keeps in its data directory.
+
+Precedence: explicit flags (`--ca`, `--cert`, `--key`, `--token`,
+`--token-file`), then environment (`FUNNEL_CA`, `FUNNEL_CERT`, `FUNNEL_KEY`,
+`FUNNEL_TOKEN`), then `<data-dir>/tls` (its CA and local client certificate, and
+a short-lived operator token signed with its key: local use only)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from funnel.auth.client import bearer_interceptors
+from funnel.auth.pki import LocalPki
+
+DEFAULT_DATA_DIR = "funnel-data"
+LOCAL_TOKEN_TTL = 3600.0
+
+
+class ConnectionSetupError(RuntimeError):
+    """The CLI cannot tell how to reach the services safely."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    token: str | None
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+    insecure: bool = False
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        token = self.token
+        interceptors = bearer_interceptors(lambda: token) if token else []
+        if self.insecure:
+            return grpc.aio.insecure_channel(address, interceptors=interceptors)
+        credentials = grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert)
+        return grpc.aio.secure_channel(address, credentials, interceptors=interceptors)
+
+    def with_token(self, token: str) -> "Connection":
+        return Connection(token, self.ca, self.cert, self.key, self.insecure)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection")
+    group.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                       help="where `funnel up` keeps its files; its tls/ folder is used when nothing else is given")
+    group.add_argument("--ca", default=os.environ.get("FUNNEL_CA"), help="PEM CA bundle of the services (FUNNEL_CA)")
+    group.add_argument("--cert", default=os.environ.get("FUNNEL_CERT"), help="PEM client certificate (FUNNEL_CERT)")
+    group.add_argument("--key", default=os.environ.get("FUNNEL_KEY"), help="PEM client key (FUNNEL_KEY)")
+    group.add_argument("--token", default=os.environ.get("FUNNEL_TOKEN"), help="bearer token (FUNNEL_TOKEN)")
+    group.add_argument("--token-file", help="file holding the bearer token")
+    group.add_argument("--insecure", action="store_true", help="plaintext (services started with --insecure)")
+
+
+def _read(path: str | Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConnectionSetupError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def local_token(data_dir: Path, subject: str, permissions: list[str], ttl: float = LOCAL_TOKEN_TTL) -> str:
+    pki = LocalPki(data_dir / "tls")
+    if not pki.signing_key.exists():
+        raise ConnectionSetupError(
+            f"no token given and no local signing key in {pki.directory} (start `funnel up` there, or pass --token)"
+        )
+    return pki.load_signing_key().issue(subject, permissions, ttl)
+
+
+def from_arguments(args: argparse.Namespace) -> Connection:
+    data_dir = Path(args.data_dir)
+    pki = LocalPki(data_dir / "tls")
+    local = pki.ca.exists()
+    token = args.token
+    if token is None and args.token_file:
+        token = _read(args.token_file).decode().strip()
+    if token is None and local:
+        token = local_token(data_dir, "local-operator", ["*:operator"])
+    if args.insecure:
+        return Connection(token, insecure=True)
+    ca = _read(args.ca) if args.ca else (_read(pki.ca) if local else None)
+    cert_path = args.cert or (str(pki.cert("client")) if local and not args.ca else None)
+    key_path = args.key or (str(pki.key("client")) if local and not args.ca else None)
+    if (cert_path is None) != (key_path is None):
+        raise ConnectionSetupError("--cert and --key go together")
+    return Connection(
+        token, ca, _read(cert_path) if cert_path else None, _read(key_path) if key_path else None
+    )
