@@ -64,7 +64,7 @@ def parse_permissions(entries: Iterable[object], is_workspace_id) -> dict[str, f
             continue
         workspace, _, role_name = entry.rpartition(":")
         role = GRANTABLE.get(role_name)
-        if role is None or not (workspace == ALL_WORKSPACES or is_workspace_id(workspace)):
+        if role is None or not workspace or not (workspace == ALL_WORKSPACES or is_workspace_id(workspace)):
             continue
         grants.setdefault(workspace, set()).add(role)
     return {workspace: frozenset(roles) for workspace, roles in grants.items()}

@@ -9,9 +9,11 @@ before they replace the ones in use; a bad replacement is refused and logged.
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +51,12 @@ def _check_pair(cert_pem: bytes, key_pem: bytes, cert_path: str, key_path: str) 
         certificate = x509.load_pem_x509_certificates(cert_pem)[0]
     except ValueError as exc:
         raise TlsError(f"{cert_path!r} is not a PEM certificate: {exc}") from None
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
+        raise TlsError(
+            f"the certificate {cert_path!r} is valid from {certificate.not_valid_before_utc:%Y-%m-%d %H:%M} to "
+            f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC, not now"
+        )
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError) as exc:
@@ -97,6 +105,8 @@ class ServerTls:
 
     def __init__(self, files: ServerTlsFiles) -> None:
         self.files = files
+        # gRPC calls _fetch on its own threads; the lock makes the hand-over atomic.
+        self._lock = threading.Lock()
         self._pending: grpc.ServerCertificateConfiguration | None = None
         self._initial = self._load()
         self.signature = file_signature(files.paths)
@@ -118,7 +128,8 @@ class ServerTls:
 
     def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
         # Called by gRPC on each handshake: hand over a reloaded configuration once.
-        pending, self._pending = self._pending, None
+        with self._lock:
+            pending, self._pending = self._pending, None
         return pending
 
     async def reload_if_changed(self, force: bool = False) -> bool:
@@ -127,10 +138,12 @@ class ServerTls:
             return False
         self.signature = signature
         try:
-            self._pending = self._load()
+            loaded = self._load()
         except TlsError as exc:
             log.error("TLS files not reloaded, the ones in use stay: %s", exc)
             return False
+        with self._lock:
+            self._pending = loaded
         log.info("TLS certificate reloaded from %s", self.files.cert)
         return True
 

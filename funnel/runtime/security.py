@@ -40,7 +40,9 @@ class ServerSecurity:
     completion_identity: str | None = None
     rate_limit: float = 1000.0
     rate_burst: float = 2000.0
-    max_streams_per_connection: int = 100
+    # The completion service multiplexes every caller's lifecycle calls on one
+    # connection: the cap must not throttle it under load.
+    max_streams_per_connection: int = 1000
     stream_idle_seconds: float = 30.0
     reload_interval: float = 2.0
 

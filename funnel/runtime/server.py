@@ -155,15 +155,17 @@ def announce(service: str, listen: str, port: int) -> None:
     print(f"{service} serving on {host}:{port}", flush=True)
 
 
-async def wait_for_stop_signal(reload: Callable[[], None] | None = None) -> None:
-    """Returns on SIGTERM or SIGINT; SIGHUP calls `reload` (certificates, key sets)."""
+def install_signal_handlers(reload: Callable[[], None] | None = None) -> asyncio.Event:
+    """SIGTERM and SIGINT set the returned event; SIGHUP calls `reload`
+    (certificates, key sets). Installed before the service announces itself, so
+    that a signal sent right after the announcement is never fatal."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if reload is not None:
         loop.add_signal_handler(signal.SIGHUP, reload)
-    await stop.wait()
+    return stop
 
 
 class SlowProtobuf(RuntimeError):
@@ -207,8 +209,9 @@ def serve_process(
 
     async def serve() -> None:
         running = await start()
+        stop = install_signal_handlers(running.reloader.trigger)
         announce(name, listen, running.port)
-        await wait_for_stop_signal(running.reloader.trigger)
+        await stop.wait()
         log.info("stopping: letting in-flight calls finish for up to %.1fs", grace)
         await running.stop(grace)
 

@@ -33,36 +33,11 @@ from tests.completion.e2e_support import (
     kinds,
     micros,
     rejected,
+    stop_lifecycle_during_next_settlement,
     table_dump,
 )
 
 SECOND = 1_000_000
-
-
-def stop_lifecycle_during_next_settlement(f: Funnel) -> None:
-    """Stops the real lifecycle server right after the completion row committed and
-    right before the completion service submits its settlement (step 5 -> 6), so
-    that the settlement meets a dead server. Whoever settles first (the attempt
-    itself or the outbox settler) stops the server; every settle call waits for
-    the stop to finish before it goes out. Applies once."""
-    client = f.completion.authority.lifecycle
-    names = ("settle_completion", "settle_failure")
-    originals = {name: getattr(client, name) for name in names}
-    stopping: list[asyncio.Future] = []
-
-    def stop_first(name: str):
-        async def stop_then_call(*args, **kwargs):
-            if not stopping:
-                stopping.append(asyncio.ensure_future(f.stop_lifecycle()))
-            await asyncio.shield(stopping[0])
-            for installed in names:  # back to the real methods
-                client.__dict__.pop(installed, None)
-            return await originals[name](*args, **kwargs)
-
-        return stop_then_call
-
-    for name in names:
-        setattr(client, name, stop_first(name))
 
 
 async def settled(f: Funnel, task_id: str, *, generation: int = 1, advance: int = SECOND, timeout: float = 10.0):

@@ -1,0 +1,110 @@
+"""Both services in-process for the security tests: plaintext on loopback with
+authentication on (tests/credentials.py), clients that authenticate as any
+credential, and whole-database snapshots to prove that a denial changed nothing."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from completion_service.server import CompletionConfig
+from funnel.auth.pki import COMPLETION_IDENTITY
+from funnel.auth.tokens import SigningKey
+from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime.clock import ManualClock
+from lifecycle_service.server import LifecycleConfig
+from tests import credentials
+from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel, table_dump
+
+WS = "ws-1"
+OTHER_WS = "ws-2"
+AGENT = "agent-1"
+# A key that is not in the services' JWKS but carries the same key id.
+FORGER = SigningKey(SigningKey.generate().private_key, credentials.KEY.key_id)
+
+
+def credential_tokens() -> dict[str, str | None]:
+    """The credentials of the authorization matrix, by name."""
+    now = time.time()
+    return {
+        "none": None,
+        "expired": credentials.KEY.issue("host-1", [f"{WS}:host"], 60, now=now - 3600),
+        "wrong-signature": FORGER.issue("host-1", [f"{WS}:host"], 3600),
+        "wrong-audience": credentials.KEY.issue("host-1", [f"{WS}:host"], 3600, audience="another-service"),
+        "viewer": credentials.token("viewer-1", [f"{WS}:viewer"]),
+        "agent": credentials.token(AGENT, [f"{WS}:agent"]),
+        "host": credentials.token("host-1", [f"{WS}:host"]),
+        "foreign-operator": credentials.token("operator-2", [f"{OTHER_WS}:operator"]),
+        "operator": credentials.token("operator-1", [f"{WS}:operator"]),
+        "completion-service": credentials.token(COMPLETION_IDENTITY, []),
+    }
+
+
+@dataclass
+class Clients:
+    """Stubs of the three services for one credential."""
+
+    lc: lifecycle_pb2_grpc.TaskLifecycleServiceStub
+    cs: completion_pb2_grpc.CompletionServiceStub
+    ts: transcript_pb2_grpc.TranscriptServiceStub
+
+
+class SecuredFunnel:
+    """Both services, and clients per credential (channels closed at the end)."""
+
+    def __init__(self, funnel: Funnel) -> None:
+        self.f = funnel
+        self._channels: list[grpc.aio.Channel] = []
+
+    def clients(self, bearer: str | None) -> Clients:
+        lifecycle = credentials.insecure_channel(self.f.lifecycle.address, bearer)
+        completion = credentials.insecure_channel(self.f.completion.address, bearer)
+        self._channels += [lifecycle, completion]
+        return Clients(
+            lifecycle_pb2_grpc.TaskLifecycleServiceStub(lifecycle),
+            completion_pb2_grpc.CompletionServiceStub(completion),
+            transcript_pb2_grpc.TranscriptServiceStub(completion),
+        )
+
+    def snapshot(self) -> tuple[dict, dict]:
+        return table_dump(self.f.lifecycle_config.database), table_dump(self.f.completion_db)
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+        await self.f.close()
+
+
+@pytest.fixture
+async def secured(tmp_path):
+    """Both services with authentication on and the default test security."""
+    started: list[SecuredFunnel] = []
+
+    async def start(*, lifecycle: dict | None = None, completion: dict | None = None, policy: dict | None = None):
+        lifecycle_fields = dict(
+            listen="127.0.0.1:0", database=str(tmp_path / f"lifecycle-{len(started)}.sqlite3"),
+            security=credentials.server_security(), health_interval=5.0,
+        )
+        completion_fields = dict(
+            listen="127.0.0.1:0", database=str(tmp_path / f"completion-{len(started)}.sqlite3"),
+            security=credentials.server_security(), outbound=credentials.outbound_security(),
+            lifecycle_timeout=2.0, settle_interval=0.05, health_interval=5.0,
+        )
+        lifecycle_fields.update(lifecycle or {})
+        completion_fields.update(completion or {})
+        funnel = Funnel(
+            ManualClock(CLOCK_START_MICROS), tmp_path, LifecycleConfig(**lifecycle_fields),
+            CompletionConfig(**completion_fields), policy or {},
+        )
+        await funnel.start()
+        secured = SecuredFunnel(funnel)
+        started.append(secured)
+        return secured
+
+    yield start
+    for secured in reversed(started):
+        await secured.close()

@@ -1,0 +1,235 @@
+"""The authorization matrix: every RPC of both services against every kind of
+credential (none, expired, wrongly signed, for another audience, and each role,
+including an operator of another workspace and the completion service), with the
+status and reason each cell must get, against real servers. A denied call changes
+nothing: both databases are compared, table by table, around every denial.
+
+The expected cells are written out here, independently of funnel/auth/table.py:
+the table is what the services enforce, this is what the issue asks for."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from funnel.auth.table import TABLE
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.grpc_errors import error_info
+from tests import credentials
+from tests.security.support import AGENT, OTHER_WS, WS, credential_tokens, secured  # noqa: F401 (fixture)
+
+Code = grpc.StatusCode
+TIMEOUT = 10.0
+ROLES = ("viewer", "agent", "host", "operator", "completion-service")
+# Who may call what. `agent` cells are for a run (lease) the agent holds.
+ALLOWED: dict[str, set[str]] = {
+    "RegisterTask": {"host", "operator"},
+    "ActivateGeneration": {"host", "operator", "completion-service"},
+    "SuspendGeneration": {"host", "operator"},
+    "ResumeWithGeneration": {"host", "operator", "completion-service"},
+    "RequestCancellation": {"host", "operator", "completion-service"},
+    "SettleCancellation": {"host", "operator", "completion-service"},
+    "SettleCompletion": {"completion-service"},
+    "SettleFailure": {"completion-service"},
+    "SettleTimeout": {"host", "operator"},
+    "PropagateParentTermination": {"operator"},
+    "SetWorkStatus": {"host", "operator", "completion-service"},
+    "GetTask": {"viewer", "agent", "host", "operator", "completion-service"},
+    "ListTasks": {"viewer", "host", "operator", "completion-service"},
+    "ListLifecycleEvents": {"viewer", "host", "operator", "completion-service"},
+    "WatchLifecycleEvents": {"viewer", "host", "operator", "completion-service"},
+    "ClaimTask": {"agent", "host", "operator"},
+    "RenewLease": {"agent", "host", "operator"},
+    "CompleteRun": {"agent", "host", "operator"},
+    "GetRun": {"viewer", "agent", "host", "operator"},
+    "ListRuns": {"viewer", "host", "operator"},
+    "RecordEvidence": {"agent", "host", "operator"},
+    "AttemptCompletion": {"agent", "host", "operator"},
+    "GetCompletion": {"viewer", "agent", "host", "operator"},
+    "ListCompletions": {"viewer", "host", "operator"},
+    "ListAuditLog": {"viewer", "host", "operator"},
+    "WatchCompletionEvents": {"viewer", "host", "operator"},
+    "AppendTranscript": {"agent", "host", "operator"},
+    "LoadTranscript": {"viewer", "agent", "host", "operator"},
+    "ExportTranscript": {"viewer", "host", "operator"},
+    "ImportTranscript": {"host", "operator"},
+    "ResolveResume": {"viewer", "agent", "host", "operator"},
+}
+UNAUTHENTICATED = {
+    "none": "CREDENTIALS_MISSING",
+    "expired": "CREDENTIALS_EXPIRED",
+    "wrong-signature": "CREDENTIALS_INVALID",
+    "wrong-audience": "CREDENTIALS_INVALID",
+}
+LIFECYCLE = "funnel.lifecycle.v1.TaskLifecycleService"
+SERVICE_OF = {rpc: ("lc" if f"/{LIFECYCLE}/{rpc}" in TABLE else "cs") for rpc in ALLOWED}
+
+
+def expected(rpc: str, credential: str) -> tuple[Code, str] | None:
+    """(code, reason) of a denial, or None where the call must pass the boundary."""
+    if credential in UNAUTHENTICATED:
+        return Code.UNAUTHENTICATED, UNAUTHENTICATED[credential]
+    if credential == "foreign-operator":
+        return Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED"
+    if credential in ALLOWED[rpc]:
+        return None
+    return Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED"
+
+
+def test_the_matrix_covers_every_rpc_of_both_services():
+    from funnel.completion.v1 import completion_pb2, transcript_pb2
+    from funnel.lifecycle.v1 import lifecycle_pb2
+
+    rpcs = {
+        method.name
+        for module in (lifecycle_pb2, completion_pb2, transcript_pb2)
+        for service in module.DESCRIPTOR.services_by_name.values()
+        if service.name != "CompletionGate"  # implemented by gates, not by these services
+        for method in service.methods
+    }
+    assert set(ALLOWED) == rpcs
+    assert {path.rsplit("/", 1)[1] for path in TABLE} == rpcs
+    # The enforced table grants exactly the cells written here.
+    for path, rule in TABLE.items():
+        assert {role.value for role in rule.roles} == ALLOWED[path.rsplit("/", 1)[1]], path
+
+
+class World:
+    """The state every cell's request refers to: in `ws-1`, task `t-1` claimed by
+    the agent (its run holds the lease), task `t-2` registered; `ws-2` has a
+    task `t-1` of its own."""
+
+    def __init__(self, secured, superuser) -> None:
+        self.secured = secured
+        self.su = superuser
+        self.serial = itertools.count(1)
+
+    async def build(self, agent) -> "World":
+        for task_id, workspace in (("t-1", WS), ("t-2", WS), ("t-1", OTHER_WS), ("p-1", WS)):
+            await self.su.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=TIMEOUT)
+        claim = await agent.cs.ClaimTask(cpb.ClaimTaskRequest(
+            workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=3600)), timeout=TIMEOUT)
+        self.run_id, self.epoch = claim.run.run_id, claim.lease.epoch
+        await self.su.lc.ActivateGeneration(lpb.ActivateGenerationRequest(workspace_id=WS, task_id="p-1", generation=1),
+                                            timeout=TIMEOUT)
+        await self.su.lc.RegisterTask(lpb.RegisterTaskRequest(
+            workspace_id=WS, task_id="c-1", parent=lpb.ParentLink(task_id="p-1", generation=1,
+                                                                   mode=lpb.PARENT_LINK_MODE_ATTACHED)),
+            timeout=TIMEOUT)
+        return self
+
+    def fresh(self, prefix: str) -> str:
+        return f"{prefix}-{next(self.serial)}"
+
+    def request(self, rpc: str, credential: str):
+        """A well-formed request of `rpc` in `ws-1` (the agent's own run where one is named)."""
+        now = Timestamp()
+        now.GetCurrentTime()
+        plain = {"workspace_id": WS, "task_id": "t-1", "generation": 1}
+        agent_id = AGENT if credential == "agent" else "agent-x"
+        return {
+            "RegisterTask": lambda: lpb.RegisterTaskRequest(workspace_id=WS, task_id=self.fresh("new")),
+            "ActivateGeneration": lambda: lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t-2", generation=1),
+            "SuspendGeneration": lambda: lpb.SuspendGenerationRequest(**plain),
+            "ResumeWithGeneration": lambda: lpb.ResumeWithGenerationRequest(**plain),
+            "RequestCancellation": lambda: lpb.RequestCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
+            "SettleCancellation": lambda: lpb.SettleCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
+            "SettleCompletion": lambda: lpb.SettleCompletionRequest(
+                **plain, completion_id=self.fresh("cmp"), authoritative_at=now),
+            "SettleFailure": lambda: lpb.SettleFailureRequest(**plain),
+            "SettleTimeout": lambda: lpb.SettleTimeoutRequest(**plain),
+            "PropagateParentTermination": lambda: lpb.PropagateParentTerminationRequest(
+                workspace_id=WS, task_id="c-1", generation=1),
+            "SetWorkStatus": lambda: lpb.SetWorkStatusRequest(**plain, work_status=lpb.WORK_STATUS_BLOCKED),
+            "GetTask": lambda: lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"),
+            "ListTasks": lambda: lpb.ListTasksRequest(workspace_id=WS),
+            "ListLifecycleEvents": lambda: lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"),
+            "WatchLifecycleEvents": lambda: lpb.WatchLifecycleEventsRequest(workspace_id=WS),
+            "ClaimTask": lambda: cpb.ClaimTaskRequest(
+                workspace_id=WS, task_id="t-2", agent_id=agent_id, lease_ttl=Duration(seconds=60)),
+            "RenewLease": lambda: cpb.RenewLeaseRequest(
+                workspace_id=WS, run_id=self.run_id, epoch=self.epoch, lease_ttl=Duration(seconds=3600)),
+            "CompleteRun": lambda: cpb.CompleteRunRequest(
+                workspace_id=WS, run_id=self.run_id, outcome=cpb.RUN_OUTCOME_STALLED),
+            "GetRun": lambda: cpb.GetRunRequest(workspace_id=WS, run_id=self.run_id),
+            "ListRuns": lambda: cpb.ListRunsRequest(workspace_id=WS),
+            "RecordEvidence": lambda: cpb.RecordEvidenceRequest(
+                workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                run_id=self.run_id),
+            "AttemptCompletion": lambda: cpb.AttemptCompletionRequest(
+                workspace_id=WS, task_id="t-1", run_id=self.run_id, epoch=self.epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"),
+            "GetCompletion": lambda: cpb.GetCompletionRequest(workspace_id=WS, task_id="t-1", generation=1),
+            "ListCompletions": lambda: cpb.ListCompletionsRequest(workspace_id=WS),
+            "ListAuditLog": lambda: cpb.ListAuditLogRequest(workspace_id=WS),
+            "WatchCompletionEvents": lambda: cpb.WatchCompletionEventsRequest(workspace_id=WS),
+            "AppendTranscript": lambda: tpb.AppendTranscriptRequest(
+                workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="hi"))]),
+            "LoadTranscript": lambda: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"),
+            "ExportTranscript": lambda: tpb.ExportTranscriptRequest(workspace_id=WS, task_id="t-1"),
+            "ImportTranscript": lambda: [
+                tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id="t-2")),
+                tpb.ImportTranscriptRequest(jsonl_chunk=b""),
+            ],
+            "ResolveResume": lambda: tpb.ResolveResumeRequest(workspace_id=WS, task_id="t-1"),
+        }[rpc]()
+
+
+async def invoke(clients, rpc: str, request) -> grpc.aio.AioRpcError | None:
+    """Calls `rpc`; None when it answered (for streams: opened and sent its first
+    message, or stayed open without error), else the error."""
+    stub = clients.lc if SERVICE_OF[rpc] == "lc" else (
+        clients.ts if rpc in {"AppendTranscript", "LoadTranscript", "ExportTranscript", "ImportTranscript", "ResolveResume"}
+        else clients.cs)
+    method = getattr(stub, rpc)
+    try:
+        if rpc in {"WatchLifecycleEvents", "WatchCompletionEvents", "ExportTranscript"}:
+            call = method(request, timeout=TIMEOUT)
+            try:
+                async with asyncio.timeout(1.0):
+                    await call.read()
+            except TimeoutError:
+                pass  # a watch with no backlog waits for events: it was admitted
+            finally:
+                call.cancel()
+        elif rpc == "ImportTranscript":
+            await method(iter(request), timeout=TIMEOUT)
+        else:
+            await method(request, timeout=TIMEOUT)
+    except grpc.aio.AioRpcError as error:
+        return error
+    return None
+
+
+@pytest.mark.parametrize("rpc", list(ALLOWED))
+async def test_every_credential_gets_its_cell(secured, rpc):  # noqa: F811 (fixture)
+    funnel = await secured()
+    tokens = credential_tokens()
+    superuser = funnel.clients(credentials.SUPERUSER)
+    world = await World(funnel, superuser).build(funnel.clients(tokens["agent"]))
+    domain = "lifecycle_service" if SERVICE_OF[rpc] == "lc" else "completion_service"
+    cells = []
+    for credential, token in tokens.items():
+        want = expected(rpc, credential)
+        before = funnel.snapshot() if want else None
+        error = await invoke(funnel.clients(token), rpc, world.request(rpc, credential))
+        if want is None:
+            # Admitted: an answer, or a business error past the boundary.
+            if error is not None:
+                assert error.code() not in (Code.UNAUTHENTICATED, Code.PERMISSION_DENIED), (rpc, credential, error)
+                assert error_info(error).reason not in ("RUN_NOT_HELD", "AGENT_ID_MISMATCH"), (rpc, credential)
+            cells.append((credential, "admitted"))
+            continue
+        assert error is not None, f"{rpc} by {credential} was admitted"
+        info = error_info(error)
+        assert (error.code(), info.reason, info.domain) == (*want, domain), (rpc, credential, error.details())
+        assert funnel.snapshot() == before, f"{rpc} by {credential} was denied but changed the database"
+        cells.append((credential, info.reason))
+    assert len(cells) == 10

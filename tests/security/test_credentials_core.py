@@ -1,0 +1,205 @@
+"""The pure and library-backed pieces of the trust boundary, without servers:
+token verification (signature, expiry, audience, issuer, key ids, algorithms),
+permission parsing, the authorization decision, the rate limiter, the id rule."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from funnel.auth.principal import Principal, Role, parse_permissions
+from funnel.auth.table import Denied, Granted, authorize
+from funnel.auth.tokens import (
+    KeySetError,
+    Problem,
+    SigningKey,
+    TokenVerifier,
+    Unauthenticated,
+    bearer_token,
+    load_key_set,
+)
+from funnel.runtime.ratelimit import RateLimiter
+from funnel.runtime.validation import id_problem
+
+SERVICE = "spiffe://funnel.local/funnel/completion-service"
+NOW = 1_800_000_000.0
+
+
+def verifier_for(*keys: SigningKey, service_by_token: bool = True, clock=lambda: NOW) -> TokenVerifier:
+    key_set = jwt.PyJWKSet.from_dict({"keys": [k for key in keys for k in key.jwks()["keys"]]})
+    return TokenVerifier(key_set, "funnel", "funnel", lambda w: id_problem(w) is None, SERVICE, service_by_token, clock)
+
+
+@pytest.fixture(params=["EdDSA", "ES256"])
+def key(request) -> SigningKey:
+    if request.param == "EdDSA":
+        return SigningKey.generate()
+    return SigningKey(ec.generate_private_key(ec.SECP256R1()), "ec-key")
+
+
+def problem_of(verifier: TokenVerifier, token: str, **kw) -> Problem:
+    with pytest.raises(Unauthenticated) as caught:
+        verifier.verify(token, **kw)
+    return caught.value.problem
+
+
+def test_a_valid_token_yields_its_subject_and_grants(key):
+    verifier = verifier_for(key)
+    principal = verifier.verify(key.issue("alice", ["acme:host", "*:viewer", "beta:agent"], 60, now=NOW))
+    assert principal.subject == "alice"
+    assert principal.roles_in("acme") == {Role.HOST, Role.VIEWER}
+    assert principal.roles_in("beta") == {Role.AGENT, Role.VIEWER}
+    assert principal.roles_in("gamma") == {Role.VIEWER}
+
+
+@pytest.mark.parametrize(
+    "issue, problem",
+    [
+        (lambda k: k.issue("a", [], 60, now=NOW - 3600), Problem.EXPIRED),
+        (lambda k: k.issue("a", [], 60, now=NOW - 60 - 29), None),  # within the 30 s leeway
+        (lambda k: k.issue("a", [], 60, now=NOW + 120), Problem.INVALID),  # nbf in the future
+        (lambda k: k.issue("a", [], 60, now=NOW, audience="other"), Problem.INVALID),
+        (lambda k: k.issue("a", [], 60, now=NOW, issuer="someone-else"), Problem.INVALID),
+        (lambda k: SigningKey.generate().issue("a", [], 60, now=NOW), Problem.INVALID),  # unknown key id
+        (lambda k: SigningKey(SigningKey.generate().private_key, k.key_id).issue("a", [], 60, now=NOW), Problem.INVALID),
+        (lambda k: k.issue("", [], 60, now=NOW), Problem.INVALID),  # empty subject
+        (lambda k: "not.a.token", Problem.INVALID),
+    ],
+)
+def test_bad_tokens_are_refused_with_their_problem(key, issue, problem):
+    verifier = verifier_for(key)
+    if problem is None:
+        assert verifier.verify(issue(key)).subject == "a"
+    else:
+        assert problem_of(verifier, issue(key)) is problem
+
+
+def test_a_token_signed_with_another_algorithm_is_refused(key):
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    claims = {"iss": "funnel", "aud": "funnel", "sub": "a", "exp": NOW + 60, "permissions": []}
+    forged = jwt.encode(claims, rsa_key, algorithm="RS256", headers={"kid": key.key_id})
+    assert problem_of(verifier_for(key), forged) is Problem.INVALID
+    unsigned = jwt.encode(claims, None, algorithm="none", headers={"kid": key.key_id})
+    assert problem_of(verifier_for(key), unsigned) is Problem.INVALID
+
+
+def test_a_cached_token_still_expires(key):
+    now = [NOW]
+    verifier = verifier_for(key, clock=lambda: now[0])
+    token = key.issue("a", [], 60, now=NOW)
+    assert verifier.verify(token).subject == "a"
+    now[0] = NOW + 60 + 31
+    assert problem_of(verifier, token) is Problem.EXPIRED
+
+
+def test_replacing_the_key_set_revokes_cached_tokens(key):
+    verifier = verifier_for(key)
+    token = key.issue("a", [], 60, now=NOW)
+    verifier.verify(token)
+    verifier.replace_keys(jwt.PyJWKSet.from_dict(SigningKey.generate().jwks()))
+    assert problem_of(verifier, token) is Problem.INVALID
+
+
+def test_the_completion_service_role_comes_from_identity_not_from_permissions(key):
+    by_token = verifier_for(key, service_by_token=True)
+    by_certificate = verifier_for(key, service_by_token=False)
+    service_token = key.issue(SERVICE, [], 60, now=NOW)
+    assert by_token.verify(service_token).roles_in("any") == {Role.COMPLETION_SERVICE}
+    # Where client certificates are verified, the token alone proves nothing...
+    assert by_certificate.verify(service_token).roles_in("any") == set()
+    # ...and with the certificate it does; a token of another subject is refused.
+    assert by_certificate.verify(service_token, certified=SERVICE).roles_in("any") == {Role.COMPLETION_SERVICE}
+    assert problem_of(by_certificate, key.issue("alice", ["*:operator"], 60, now=NOW), certified=SERVICE) is Problem.INVALID
+    # No permission entry grants the role.
+    assert by_token.verify(key.issue("mallory", ["*:completion-service"], 60, now=NOW)).roles_in("x") == set()
+
+
+def test_permissions_that_are_not_workspace_role_pairs_grant_nothing():
+    grants = parse_permissions(
+        ["acme:host", "acme", "a/b:host", ":host", "acme:root", 7, None, "x:y:viewer", "*:agent"],
+        lambda w: id_problem(w) is None,
+    )
+    assert grants == {"acme": {Role.HOST}, "x:y": {Role.VIEWER}, "*": {Role.AGENT}}
+
+
+@pytest.mark.parametrize("header, problem", [
+    ([], Problem.MISSING),
+    ([("authorization", "Basic dXNlcjpwYXNz")], Problem.INVALID),
+    ([("authorization", "Bearer ")], Problem.INVALID),
+    ([("authorization", "bearer abc")], None),
+])
+def test_the_bearer_header(header, problem):
+    if problem is None:
+        assert bearer_token(header) == "abc"
+        return
+    with pytest.raises(Unauthenticated) as caught:
+        bearer_token(header)
+    assert caught.value.problem is problem
+
+
+def test_a_key_set_with_other_algorithms_is_refused(tmp_path):
+    rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(rsa.generate_private_key(65537, 2048).public_key()))
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [{**rsa_jwk, "kid": "r", "alg": "RS256"}]}))
+    with pytest.raises(KeySetError, match="other algorithms"):
+        load_key_set(path)
+    path.write_text("{not json")
+    with pytest.raises(KeySetError):
+        load_key_set(path)
+
+
+# -- the authorization decision ------------------------------------------------------
+
+
+def principal(**grants: set[Role]) -> Principal:
+    return Principal("p", {workspace.replace("ALL", "*"): frozenset(roles) for workspace, roles in grants.items()})
+
+
+LIFECYCLE = "/funnel.lifecycle.v1.TaskLifecycleService"
+COMPLETION = "/funnel.completion.v1.CompletionService"
+
+
+@pytest.mark.parametrize("who, method, workspace, want", [
+    (principal(acme={Role.HOST}), f"{LIFECYCLE}/RegisterTask", "acme", Granted(Role.HOST, False)),
+    (principal(acme={Role.HOST}), f"{LIFECYCLE}/RegisterTask", "beta", Denied("WORKSPACE_NOT_GRANTED", "")),
+    (principal(ALL={Role.OPERATOR}), f"{LIFECYCLE}/SettleCompletion", "acme", Denied("ROLE_NOT_PERMITTED", "")),
+    (principal(acme={Role.AGENT}), f"{COMPLETION}/AttemptCompletion", "acme", Granted(Role.AGENT, True)),
+    (principal(acme={Role.AGENT, Role.HOST}), f"{COMPLETION}/AttemptCompletion", "acme", Granted(Role.HOST, False)),
+    (principal(acme={Role.VIEWER}, ALL={Role.AGENT}), f"{COMPLETION}/ListRuns", "acme", Granted(Role.VIEWER, False)),
+    (principal(ALL={Role.OPERATOR}), "/funnel.completion.v1.CompletionService/Unlisted", "acme",
+     Denied("ROLE_NOT_PERMITTED", "")),
+])
+def test_the_authorization_decision(who, method, workspace, want):
+    got = authorize(who, method, workspace)
+    if isinstance(want, Granted):
+        assert got == want
+    else:
+        assert isinstance(got, Denied) and got.reason == want.reason
+
+
+# -- rates and ids -----------------------------------------------------------------------
+
+
+def test_the_token_bucket_allows_a_burst_then_the_rate():
+    now = [0.0]
+    limiter = RateLimiter(rate=10, burst=3, clock=lambda: now[0])
+    assert [limiter.take("a") for _ in range(3)] == [None, None, None]
+    assert limiter.take("a") == pytest.approx(0.1)
+    assert limiter.take("b") is None  # per caller
+    now[0] = 0.1
+    assert limiter.take("a") is None
+    assert limiter.take("a") == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("value, ok", [
+    ("acme", True), ("run_0f3a", True), ("reopen:s1:2", True), ("a.b", True), ("user@host", True), ("a+b=c~d", True),
+    ("t\u00e2che", True), ("\u30bf\u30b9\u30af", True),
+    ("a/b", False), ("..", False), ("a..b", False), ("a\\b", False), ("a b", False), ("a\x00", False),
+    ("a\u200bb", False), ("\U0001f600", False), ("e\u0301", False), ("x" * 129, False), ("%2F", False),
+])
+def test_the_id_rule(value, ok):
+    assert (id_problem(value) is None) is ok

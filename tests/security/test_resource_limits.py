@@ -1,0 +1,268 @@
+"""Bounded everything: request rates, watchers per caller and per workspace,
+streams per connection, the buffer that transcript imports share, silent client
+streams. The two floods of the issue run against real service processes (TLS,
+tokens) and print the memory they cost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.completion.v1 import transcript_pb2_grpc
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime.grpc_errors import error_info, retry_delay
+from tests import credentials
+from tests.reliability.harness import Pair
+from tests.security.support import WS, secured  # noqa: F401 (fixture)
+
+Code = grpc.StatusCode
+T = 10.0
+HOST = credentials.token("host-1", [f"{WS}:host"])
+MB = 1024 * 1024
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def failure(call) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    return caught.value
+
+
+# -- rates ----------------------------------------------------------------------
+
+
+async def test_a_caller_above_its_rate_gets_resource_exhausted_with_retry_info(secured):
+    funnel = await secured(lifecycle={"security": credentials.server_security(rate_limit=5.0, rate_burst=5.0)})
+    host = funnel.clients(HOST)
+    other = funnel.clients(credentials.token("host-2", [f"{WS}:host"]))
+    request = lpb.ListTasksRequest(workspace_id=WS)
+    for _ in range(5):
+        await host.lc.ListTasks(request, timeout=T)
+    error = await failure(host.lc.ListTasks(request, timeout=T))
+    info = error_info(error)
+    assert (error.code(), info.reason) == (Code.RESOURCE_EXHAUSTED, "RATE_LIMITED")
+    assert dict(info.metadata) == {"limit_per_second": "5", "burst": "5"}
+    delay = retry_delay(error)
+    assert delay is not None and 0 < delay <= 0.25, delay
+    await other.lc.ListTasks(request, timeout=T)  # per caller: another caller is not held back
+    await asyncio.sleep(delay)
+    await host.lc.ListTasks(request, timeout=T)  # after the advertised delay it is served
+
+
+async def test_the_completion_service_is_not_rate_limited_by_the_lifecycle_service(secured):
+    funnel = await secured(lifecycle={"security": credentials.server_security(rate_limit=1.0, rate_burst=1.0)})
+    f = funnel.f  # the test's own client is the superuser; its calls to the lifecycle are limited
+    await f.register("t-1")
+    await asyncio.sleep(1.0)
+    # A claim and an attempt make several lifecycle calls in a burst, all as the completion service.
+    claim = await f.claim("t-1")
+    answer = await f.attempt(claim)
+    assert answer.completion.settlement != 0
+
+
+# -- watchers and streams --------------------------------------------------------------
+
+
+async def test_watchers_are_capped_per_caller_and_per_workspace(secured):
+    funnel = await secured(lifecycle={"max_watchers_per_caller": 2, "max_watchers_per_workspace": 3})
+    await funnel.f.register("t-1")
+    host, other = funnel.clients(HOST), funnel.clients(credentials.token("viewer-2", [f"{WS}:viewer"]))
+    opened = []
+
+    async def watch(clients):
+        call = clients.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30)
+        assert (await call.read()).event.task_id == "t-1"  # admitted: the backlog arrives
+        opened.append(call)
+        return call
+
+    first = await watch(host)
+    await watch(host)
+    error = await failure(host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read())
+    assert (error.code(), error_info(error).reason) == (Code.RESOURCE_EXHAUSTED, "WATCHERS_EXHAUSTED")
+    assert dict(error_info(error).metadata) == {"scope": "per_caller", "limit": "2"}
+    await watch(other)  # the workspace's third
+    error = await failure(other.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read())
+    assert dict(error_info(error).metadata) == {"scope": "per_workspace", "limit": "3"}
+    first.cancel()
+    await asyncio.sleep(0.2)  # the server sees the cancellation and frees the slot
+    await watch(host)
+    for call in opened:
+        call.cancel()
+
+
+async def test_a_connection_has_a_bounded_number_of_concurrent_streams(secured):
+    funnel = await secured(lifecycle={"security": credentials.server_security(max_streams_per_connection=3)})
+    await funnel.f.register("t-1")
+    host = funnel.clients(HOST)
+    calls = [host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30)
+             for _ in range(4)]
+    firsts = [asyncio.ensure_future(call.read()) for call in calls]
+    done, waiting = await asyncio.wait(firsts, timeout=1.0)
+    assert (len(done), len(waiting)) == (3, 1)  # the fourth stream waits for a slot on this connection
+    calls[[f for f in firsts].index(next(iter(done)))].cancel()
+    await asyncio.wait(waiting, timeout=5.0)
+    assert all(f.done() for f in firsts)
+    for call in calls:
+        call.cancel()
+
+
+# -- client streams ------------------------------------------------------------------------
+
+
+async def stalled_import(ts, task_id: str, stop: asyncio.Event, chunk: bytes = b'{"sequence":"1"'):
+    async def requests():
+        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=task_id))
+        yield tpb.ImportTranscriptRequest(jsonl_chunk=chunk)
+        await stop.wait()
+
+    return await ts.ImportTranscript(requests(), timeout=60)
+
+
+async def test_a_silent_client_stream_is_ended(secured):
+    funnel = await secured(completion={"security": credentials.server_security(stream_idle_seconds=0.5)})
+    await funnel.f.register("t-1")
+    host = funnel.clients(HOST)
+    started = time.monotonic()
+    error = await failure(stalled_import(host.ts, "t-1", asyncio.Event()))
+    assert 0.4 < time.monotonic() - started < 3.0
+    info = error_info(error)
+    assert (error.code(), info.reason, dict(info.metadata)) == (
+        Code.DEADLINE_EXCEEDED, "STREAM_IDLE", {"idle_timeout_seconds": "0.5"})
+    page = await host.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+    assert list(page.events) == []
+
+
+async def test_imports_in_flight_share_a_bounded_buffer(secured):
+    funnel = await secured(completion={"import_buffer_bytes": 2 * MB})
+    for task in ("t-1", "t-2", "t-3"):
+        await funnel.f.register(task)
+    host = funnel.clients(HOST)
+    stop = asyncio.Event()
+    held = [asyncio.ensure_future(stalled_import(host.ts, task, stop)) for task in ("t-1", "t-2")]
+    await asyncio.sleep(0.5)
+    error = await failure(stalled_import(host.ts, "t-3", stop))
+    info = error_info(error)
+    assert (error.code(), info.reason, dict(info.metadata)) == (
+        Code.RESOURCE_EXHAUSTED, "IMPORT_BUFFER_EXHAUSTED", {"limit_bytes": str(2 * MB)})
+    # An import whose own buffering outgrows what is left is refused the same way.
+    for call in held:
+        call.cancel()
+    await asyncio.sleep(0.3)
+    big_line = b'{"sequence":"1","generation":"1","user_message":{"text":"' + b"x" * (3 * MB)
+    error = await failure(stalled_import(host.ts, "t-3", stop, chunk=big_line))
+    assert error_info(error).reason == "IMPORT_BUFFER_EXHAUSTED"
+    stop.set()
+
+
+# -- floods against real processes -----------------------------------------------------------
+
+
+@pytest.fixture
+async def pair(tmp_path):
+    started: list[Pair] = []
+
+    async def start(**kwargs) -> Pair:
+        pair = await Pair(tmp_path / f"pair-{len(started)}", **kwargs).start()
+        started.append(pair)
+        return pair
+
+    yield start
+    for pair in started:
+        await pair.stop()
+
+
+async def test_stalled_imports_are_bounded_in_memory_and_ended(pair):
+    """300 client-streamed imports that never finish: at most the buffer's share is
+    admitted, the rest are refused at once, the admitted ones end after the idle
+    timeout, nothing is imported, and the process stays small."""
+    p = await pair(completion_args=["--stream-idle-seconds", "3", "--lifecycle-timeout", "10"])
+    pid = p.completion.process.process.pid
+    await p.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="stall"), timeout=T)
+    channels = [credentials.tls_channel(p.completion.address, HOST, identity=None) for _ in range(6)]
+    stubs = [transcript_pb2_grpc.TranscriptServiceStub(c) for c in channels]
+    stop = asyncio.Event()
+    chunk = b'{"sequence":"1","generation":"1","user_message":{"text":"' + b"y" * (60 * 1024)
+    baseline = rss_bytes(pid)
+    calls = [asyncio.ensure_future(stalled_import(stubs[i % 6], "stall", stop, chunk)) for i in range(300)]
+    await asyncio.sleep(2.0)
+    peak = rss_bytes(pid)
+    refused = [c for c in calls if c.done()]
+    reasons = {error_info(c.exception()).reason for c in refused}
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    after = rss_bytes(pid)
+    codes = [error_info(r).reason for r in results]
+    admitted = codes.count("STREAM_IDLE")
+    print(f"\nstalled imports: 300 opened, {len(refused)} refused at once, {admitted} ended idle; completion RSS "
+          f"{baseline / MB:.0f} MB before, {peak / MB:.0f} MB with all open (+{(peak - baseline) / MB:.0f} MB), "
+          f"{after / MB:.0f} MB after")
+    assert reasons == {"IMPORT_BUFFER_EXHAUSTED"}
+    assert codes.count("IMPORT_BUFFER_EXHAUSTED") + admitted == 300
+    assert admitted == 64  # the 64 MiB buffer holds 64 imports of at least 1 MiB
+    assert peak - baseline < 150 * MB
+    page = await p.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="stall"), timeout=T)
+    assert list(page.events) == []
+    for channel in channels:
+        await channel.close()
+
+
+async def test_a_watcher_flood_is_capped_with_a_clear_error(pair):
+    """One caller opening 300 watch streams gets its 64; many callers together
+    stop at the workspace's cap; the process stays small."""
+    p = await pair(lifecycle_args=["--max-watchers-per-workspace", "256"])
+    pid = p.lifecycle.process.process.pid
+    await p.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+    baseline = rss_bytes(pid)
+    channels = []
+
+    async def flood(subject: str, count: int) -> list:
+        token = credentials.token(subject, [f"{WS}:viewer"])
+        per_channel = []
+        for _ in range((count + 89) // 90):  # under the 100 streams a connection may carry
+            channel = credentials.tls_channel(p.lifecycle.address, token, identity="client")
+            channels.append(channel)
+            per_channel.append(lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel))
+        streams = [per_channel[i // 90].WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS),
+                                                             timeout=60) for i in range(count)]
+        return streams, await asyncio.gather(*(s.read() for s in streams), return_exceptions=True)
+
+    def tally(answers) -> tuple[int, dict]:
+        admitted = sum(1 for a in answers if not isinstance(a, Exception))
+        scopes: dict[str, int] = {}
+        for a in answers:
+            if isinstance(a, Exception):
+                info = error_info(a)
+                assert (a.code(), info.reason) == (Code.RESOURCE_EXHAUSTED, "WATCHERS_EXHAUSTED"), a
+                scopes[info.metadata["scope"]] = scopes.get(info.metadata["scope"], 0) + 1
+        return admitted, scopes
+
+    streams, answers = await flood("flooder", 300)
+    assert tally(answers) == (64, {"per_caller": 236})
+    all_streams = list(streams)
+    admitted_total = 64
+    for n in range(5):  # five more callers of 64 each: the workspace's cap of 256 ends it
+        more, answers = await flood(f"viewer-{n}", 64)
+        all_streams += more
+        admitted, scopes = tally(answers)
+        admitted_total += admitted
+    assert admitted_total == 256
+    peak = rss_bytes(pid)
+    print(f"\nwatcher flood: 620 streams asked, {admitted_total} admitted (64 per caller, 256 per workspace); "
+          f"lifecycle RSS {baseline / MB:.0f} MB before, {peak / MB:.0f} MB with the streams open "
+          f"(+{(peak - baseline) / MB:.0f} MB)")
+    assert peak - baseline < 100 * MB
+    for stream in all_streams:
+        stream.cancel()
+    for channel in channels:
+        await channel.close()
