@@ -18,6 +18,13 @@ Modes (config["mode"]):
              AttemptCompletion that must come back ALLOW + SETTLED
   story      each op is RegisterTask + ClaimTask + AttemptCompletion (ALLOW + SETTLED)
   baseline   each op is a fixed sequence of raw-bytes calls to the echo servers
+
+Every call goes over TLS with a bearer token, as a production caller's would
+(config["tls_dir"]: the local PKI of bench/common.py): RegisterTask (and the other
+lifecycle reads) as the host `bench-host` (`bench:host`), claims and attempts as the
+agent itself (subject == agent_id, `bench:agent`). Lifecycle calls present the local
+client certificate (the lifecycle listener requires one). The baseline sends the same
+tokens to the echo servers.
 """
 
 from __future__ import annotations
@@ -28,13 +35,14 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import grpc  # noqa: E402
 from google.protobuf.duration_pb2 import Duration  # noqa: E402
 
-from bench.common import WORKSPACE, percentile  # noqa: E402
+from bench.common import AGENT_ID, WORKSPACE, Credentials, percentile  # noqa: E402
 from bench.echo import METHOD as ECHO_METHOD  # noqa: E402
 from bench.echo import encode_request  # noqa: E402
 from funnel.completion.v1 import completion_pb2 as cpb  # noqa: E402
@@ -45,7 +53,6 @@ from funnel.lifecycle.v1 import lifecycle_pb2_grpc  # noqa: E402
 CALL_TIMEOUT = 60.0
 LEASE_TTL = Duration(seconds=6 * 3600)
 RESULT_TEXT = "Implemented the change; all tests pass."
-AGENT_ID = "bench-agent@localhost"
 
 
 def say(text: str) -> None:
@@ -64,11 +71,15 @@ class Exhausted(Exception):
 
 
 class Funnel:
-    def __init__(self, lifecycle_address: str, completion_address: str, request_ids: bool) -> None:
-        self.lifecycle_channel = grpc.aio.insecure_channel(lifecycle_address)
-        self.completion_channel = grpc.aio.insecure_channel(completion_address)
+    def __init__(self, lifecycle_address: str, completion_address: str, request_ids: bool, tls_dir: str) -> None:
+        credentials = Credentials(tls_dir)
+        self.lifecycle_channel = credentials.lifecycle_channel(lifecycle_address)
+        self.completion_channel = credentials.completion_channel(completion_address)
         self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self.lifecycle_channel)
         self.completion = completion_pb2_grpc.CompletionServiceStub(self.completion_channel)
+        # Per-call metadata (no interceptor): the host registers, the agent claims and attempts.
+        self.host = credentials.host_metadata()
+        self.agent = credentials.agent_metadata()
         self.request_ids = request_ids
         self.sizes: dict[str, tuple[int, int]] = {}
         self.requests: dict[str, bytes] = {}  # last request of each method (calibration)
@@ -106,21 +117,21 @@ class Funnel:
 
     async def register(self, task_id: str) -> lpb.RegisterTaskResponse:
         request = self.register_request(task_id)
-        response = await self.lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT)
+        response = await self.lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT, metadata=self.host)
         self.sizes["RegisterTask"] = (request.ByteSize(), response.ByteSize())
         self.requests["RegisterTask"] = request.SerializeToString()
         return response
 
     async def claim(self, task_id: str) -> cpb.ClaimTaskResponse:
         request = self.claim_request(task_id)
-        response = await self.completion.ClaimTask(request, timeout=CALL_TIMEOUT)
+        response = await self.completion.ClaimTask(request, timeout=CALL_TIMEOUT, metadata=self.agent)
         self.sizes["ClaimTask"] = (request.ByteSize(), response.ByteSize())
         self.requests["ClaimTask"] = request.SerializeToString()
         return response
 
     async def attempt(self, task_id: str, run_id: str, epoch: int) -> cpb.AttemptCompletionResponse:
         request = self.attempt_request(task_id, run_id, epoch)
-        response = await self.completion.AttemptCompletion(request, timeout=CALL_TIMEOUT)
+        response = await self.completion.AttemptCompletion(request, timeout=CALL_TIMEOUT, metadata=self.agent)
         check_settled(response)
         self.sizes["AttemptCompletion"] = (request.ByteSize(), response.ByteSize())
         self.requests["AttemptCompletion"] = request.SerializeToString()
@@ -136,7 +147,7 @@ class Funnel:
             notes=RESULT_TEXT,
             request_id=self._rid(task_id, "complete"),
         )
-        response = await self.completion.CompleteRun(request, timeout=CALL_TIMEOUT)
+        response = await self.completion.CompleteRun(request, timeout=CALL_TIMEOUT, metadata=self.agent)
         self.sizes["CompleteRun"] = (request.ByteSize(), response.ByteSize())
         self.requests["CompleteRun"] = request.SerializeToString()
         return response
@@ -219,7 +230,7 @@ async def wait_for_go() -> None:
 
 
 async def run_attempt(config: dict) -> dict:
-    funnel = Funnel(config["lifecycle"], config["completion"], config["request_ids"])
+    funnel = Funnel(config["lifecycle"], config["completion"], config["request_ids"], config["tls_dir"])
     prefix = config["task_prefix"]
     pool_size = int(config["pool"])
     pool: list[tuple[str, str, int]] = []
@@ -283,7 +294,7 @@ async def run_attempt(config: dict) -> dict:
 
 
 async def run_story(config: dict) -> dict:
-    funnel = Funnel(config["lifecycle"], config["completion"], config["request_ids"])
+    funnel = Funnel(config["lifecycle"], config["completion"], config["request_ids"], config["tls_dir"])
     prefix = config["task_prefix"]
     numbers = iter(range(10**9))
 
@@ -300,20 +311,26 @@ async def run_story(config: dict) -> dict:
 
 
 async def run_baseline(config: dict) -> dict:
-    """config["calls"]: [{"target": "front"|"back", "request": n, "response": n, "hops": [[req, resp], ...]}]"""
+    """config["calls"]: [{"target": "front"|"back", "as": "host"|"agent", "request": n, "response": n,
+    "hops": [[req, resp], ...]}]. The front stands in for the completion service (TLS,
+    CA-verified), the back for the lifecycle service (TLS, client certificate required);
+    every call carries the token the real call would carry ("as")."""
+    credentials = Credentials(config["tls_dir"])
     channels = {
-        "front": grpc.aio.insecure_channel(config["front"]),
-        "back": grpc.aio.insecure_channel(config["back"]),
+        "front": credentials.completion_channel(config["front"]),
+        "back": credentials.lifecycle_channel(config["back"]),
     }
+    tokens = {"host": credentials.host_metadata(), "agent": credentials.agent_metadata()}
     calls = []
     for call in config["calls"]:
         method = channels[call["target"]].unary_unary(ECHO_METHOD)
         request = encode_request(call["request"], call["response"], [tuple(h) for h in call.get("hops", ())])
-        calls.append((method, request, call["response"]))
+        role = call.get("as") or ("host" if call["target"] == "back" else "agent")
+        calls.append((method, request, call["response"], tokens[role]))
 
     async def op() -> None:
-        for method, request, response_size in calls:
-            response = await method(request, timeout=CALL_TIMEOUT)
+        for method, request, response_size, metadata in calls:
+            response = await method(request, timeout=CALL_TIMEOUT, metadata=metadata)
             if len(response) != response_size:
                 raise OpFailed(f"echo answered {len(response)} bytes instead of {response_size}")
 
@@ -332,10 +349,25 @@ async def run_baseline(config: dict) -> dict:
 
 class CountingProxy:
     """A raw-bytes unary proxy in front of the lifecycle service that records every
-    call the completion service makes: method, request size, response size."""
+    call the completion service makes: method, request size, response size.
 
-    def __init__(self, upstream: str) -> None:
-        self.channel = grpc.aio.insecure_channel(upstream)
+    Toward the completion service it serves TLS with the lifecycle service's
+    certificate and requires a client certificate, as the lifecycle listener does
+    (the completion service verifies it with --lifecycle-ca and the server name
+    `localhost`); upstream it presents the completion service's identity
+    certificate, so the lifecycle service still recognizes the completion service
+    (the proxy forwards the calls' metadata, and the completion service sends no
+    token where its certificate proves it)."""
+
+    def __init__(self, upstream: str, tls_dir: str) -> None:
+        from funnel.auth.pki import LocalPki
+
+        pki = LocalPki(Path(tls_dir))
+        ca = pki.ca.read_bytes()
+        upstream_credentials = grpc.ssl_channel_credentials(
+            ca, pki.key("completion-identity").read_bytes(), pki.cert("completion-identity").read_bytes()
+        )
+        self.channel = grpc.aio.secure_channel(upstream, upstream_credentials)
         self.calls: list[tuple[str, int, int]] = []
         self.raw: list[tuple[str, bytes]] = []  # (method, request bytes) of every call
         self.server = grpc.aio.server()
@@ -362,7 +394,12 @@ class CountingProxy:
                 return grpc.unary_unary_rpc_method_handler(call)
 
         self.server.add_generic_rpc_handlers((Handler(),))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        server_credentials = grpc.ssl_server_credentials(
+            [(pki.key("lifecycle").read_bytes(), pki.cert("lifecycle").read_bytes())],
+            root_certificates=ca,
+            require_client_auth=True,
+        )
+        self.port = self.server.add_secure_port("127.0.0.1:0", server_credentials)
 
     def drain(self) -> list[tuple[str, int, int]]:
         calls, self.calls = self.calls, []
@@ -374,12 +411,12 @@ class CountingProxy:
 
 
 async def run_calibrate(config: dict) -> dict:
-    proxy = CountingProxy(config["lifecycle"])
+    proxy = CountingProxy(config["lifecycle"], config["tls_dir"])
     await proxy.server.start()
     print(f"PROXY 127.0.0.1:{proxy.port}", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     completion_address = line.strip()
-    funnel = Funnel(config["lifecycle"], completion_address, config["request_ids"])
+    funnel = Funnel(config["lifecycle"], completion_address, config["request_ids"], config["tls_dir"])
     stories = []
     for i in range(int(config.get("stories", 3))):
         task_id = f"{config['task_prefix']}-{i:07d}"
@@ -423,22 +460,30 @@ async def run_calibrate(config: dict) -> dict:
 async def run_verify_preload(config: dict) -> dict:
     """Reads one preloaded clone back through the services and replays its requests:
     the answers must be the stored ones (not REQUEST_ID_REUSED, not a new completion)."""
-    funnel = Funnel(config["lifecycle"], config["completion"], config.get("request_ids", True))
+    funnel = Funnel(config["lifecycle"], config["completion"], config.get("request_ids", True), config["tls_dir"])
     task_id, run_id, completion_id = config["task_id"], config["run_id"], config["completion_id"]
     problems = []
-    task = (await funnel.lifecycle.GetTask(lpb.GetTaskRequest(workspace_id=WORKSPACE, task_id=task_id), timeout=CALL_TIMEOUT)).task
+    task = (
+        await funnel.lifecycle.GetTask(
+            lpb.GetTaskRequest(workspace_id=WORKSPACE, task_id=task_id), timeout=CALL_TIMEOUT, metadata=funnel.host
+        )
+    ).task
     if task.state != lpb.GENERATION_STATE_TERMINAL or task.outcome != lpb.TERMINAL_OUTCOME_COMPLETED:
         problems.append(f"GetTask: {lpb.GenerationState.Name(task.state)} {lpb.TerminalOutcome.Name(task.outcome)}")
     if task.completion_id != completion_id:
         problems.append(f"GetTask: completion id {task.completion_id!r}, expected {completion_id!r}")
     events = await funnel.lifecycle.ListLifecycleEvents(
-        lpb.ListLifecycleEventsRequest(workspace_id=WORKSPACE, task_id=task_id), timeout=CALL_TIMEOUT
+        lpb.ListLifecycleEventsRequest(workspace_id=WORKSPACE, task_id=task_id),
+        timeout=CALL_TIMEOUT,
+        metadata=funnel.host,
     )
     sequences = [e.sequence for e in events.events]
     if sequences != sorted(sequences) or [e.revision for e in events.events] != list(range(1, len(sequences) + 1)):
         problems.append(f"ListLifecycleEvents: sequences {sequences}")
     got = await funnel.completion.GetCompletion(
-        cpb.GetCompletionRequest(workspace_id=WORKSPACE, task_id=task_id, generation=1), timeout=CALL_TIMEOUT
+        cpb.GetCompletionRequest(workspace_id=WORKSPACE, task_id=task_id, generation=1),
+        timeout=CALL_TIMEOUT,
+        metadata=funnel.agent,
     )
     if got.completion.completion_id != completion_id or got.completion.settlement != cpb.SETTLEMENT_STATUS_SETTLED:
         problems.append(f"GetCompletion: {got.completion.completion_id} {cpb.SettlementStatus.Name(got.completion.settlement)}")
@@ -448,13 +493,18 @@ async def run_verify_preload(config: dict) -> dict:
         await funnel.close()
         return {"task_id": task_id, "problems": problems, "sequences": sequences}
     try:
-        replay = await funnel.completion.AttemptCompletion(funnel.attempt_request(task_id, run_id, 1), timeout=CALL_TIMEOUT)
+        # As the agent that made the template's attempt: request ids are scoped to the caller.
+        replay = await funnel.completion.AttemptCompletion(
+            funnel.attempt_request(task_id, run_id, 1), timeout=CALL_TIMEOUT, metadata=funnel.agent
+        )
         if replay.completion.completion_id != completion_id or replay.completion.identity != got.completion.identity:
             problems.append(f"AttemptCompletion replay answered completion {replay.completion.completion_id}")
     except grpc.aio.AioRpcError as exc:
         problems.append(f"AttemptCompletion replay: {exc.code().name} {exc.details()}")
     try:
-        replay = await funnel.lifecycle.RegisterTask(funnel.register_request(task_id), timeout=CALL_TIMEOUT)
+        replay = await funnel.lifecycle.RegisterTask(
+            funnel.register_request(task_id), timeout=CALL_TIMEOUT, metadata=funnel.host
+        )
         if replay.event.sequence != sequences[0]:
             problems.append(f"RegisterTask replay answered event {replay.event.sequence}, expected {sequences[0]}")
     except grpc.aio.AioRpcError as exc:

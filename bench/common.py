@@ -1,5 +1,7 @@
 """Helpers shared by the benchmark scripts: process accounting from /proc, machine
-facts, starting the two services as real processes, small statistics."""
+facts, the local PKI and tokens, starting the two services as real processes (TLS,
+client certificates toward the lifecycle service, bearer tokens: as in production),
+small statistics."""
 
 from __future__ import annotations
 
@@ -18,6 +20,13 @@ if str(ROOT) not in sys.path:
 
 WORKSPACE = "bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Who the benchmark clients are: a host registers tasks, an agent claims and attempts
+# them (an agent may claim only as itself: its token's subject is the agent_id).
+HOST_SUBJECT = "bench-host"
+AGENT_ID = "bench-agent@localhost"
+# Long enough for the longest run (a 1,000,000-task preload and every point after it).
+TOKEN_TTL_S = 48 * 3600.0
 
 # A policy without required evidence: every well-formed COMPLETED attempt is allowed.
 POLICY_TOML = """\
@@ -134,6 +143,89 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[max(0, min(len(sorted_values), rank) - 1)]
 
 
+# -- transport security and tokens ----------------------------------------------------
+
+
+def ensure_pki(data_dir: Path):
+    """The local CA, certificates and token signing key of `data_dir/tls` (created on
+    first use), as `funnel up` makes them: funnel.auth.pki.LocalPki."""
+    from funnel.auth.pki import ensure_local_pki
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return ensure_local_pki(Path(data_dir) / "tls")
+
+
+class Credentials:
+    """What a benchmark client process needs to call the services as production
+    callers do: the CA, the local client certificate (the lifecycle listener requires
+    one) and bearer tokens signed with the local key. Built from the PKI directory, so
+    it can be handed to child processes as a path."""
+
+    def __init__(self, tls_dir: str | Path) -> None:
+        from funnel.auth.pki import LocalPki
+
+        self.pki = LocalPki(Path(tls_dir))
+        self.ca = self.pki.ca.read_bytes()
+        self.client_cert = self.pki.cert("client").read_bytes()
+        self.client_key = self.pki.key("client").read_bytes()
+        self._signing = None
+
+    def token(self, subject: str, permissions: list[str], ttl: float = TOKEN_TTL_S) -> str:
+        if self._signing is None:
+            self._signing = self.pki.load_signing_key()
+        return self._signing.issue(subject, permissions, ttl)
+
+    def metadata(self, subject: str, permissions: list[str]) -> tuple[tuple[str, str], ...]:
+        """Call metadata carrying a bearer token (passed per call: no interceptor)."""
+        return (("authorization", f"Bearer {self.token(subject, permissions)}"),)
+
+    def host_metadata(self, workspace: str = WORKSPACE) -> tuple[tuple[str, str], ...]:
+        return self.metadata(HOST_SUBJECT, [f"{workspace}:host"])
+
+    def agent_metadata(self, workspace: str = WORKSPACE) -> tuple[tuple[str, str], ...]:
+        return self.metadata(AGENT_ID, [f"{workspace}:agent"])
+
+    def lifecycle_channel(self, address: str, options=None):
+        """TLS with the client certificate (the lifecycle listener requires one)."""
+        import grpc
+
+        credentials = grpc.ssl_channel_credentials(self.ca, self.client_key, self.client_cert)
+        return grpc.aio.secure_channel(address, credentials, options=options)
+
+    def completion_channel(self, address: str, options=None):
+        """TLS, server verified with the CA; callers prove themselves with tokens."""
+        import grpc
+
+        return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(self.ca), options=options)
+
+    def lifecycle_connection(self):
+        from funnel_cli.connection import Connection
+
+        return Connection(None, self.ca, self.client_cert, self.client_key)
+
+    def completion_connection(self):
+        from funnel_cli.connection import Connection
+
+        return Connection(None, self.ca)
+
+
+def lifecycle_arguments(pki) -> list[str]:
+    """The lifecycle service's production security flags (TLS, client certificates
+    required, tokens) plus no per-caller rate limit: the benchmark client is a single
+    caller sending far more than the default 1000 requests/s."""
+    from funnel_cli.supervisor import lifecycle_tls_arguments
+
+    return [*lifecycle_tls_arguments(pki), "--rate-limit", "0"]
+
+
+def completion_arguments(pki) -> list[str]:
+    """The completion service's production security flags (TLS, tokens, its client
+    certificate toward the lifecycle service) plus no per-caller rate limit."""
+    from funnel_cli.supervisor import completion_tls_arguments
+
+    return [*completion_tls_arguments(pki), "--rate-limit", "0"]
+
+
 # -- the services -------------------------------------------------------------------
 
 
@@ -143,6 +235,7 @@ class Services:
     completion: object
     lifecycle_startup_s: float
     completion_startup_s: float
+    tls_dir: str = ""  # the local PKI the services trust (bench.common.Credentials)
 
     @property
     def pids(self) -> dict[str, int]:
@@ -159,10 +252,14 @@ def write_policy(data_dir: Path) -> Path:
     return path
 
 
-def start_services(data_dir: Path, extra_lifecycle: list[str] = (), extra_completion: list[str] = ()) -> Services:
+def start_services(
+    data_dir: Path, extra_lifecycle: list[str] = (), extra_completion: list[str] = (), pki=None
+) -> Services:
     """Starts lifecycle_service and completion_service as processes on file SQLite
-    in data_dir (ports chosen by the OS) and measures each one's time from spawn to
-    SERVING on the standard health service."""
+    in data_dir (ports chosen by the OS), secured as in production with the local PKI
+    `pki` (default: data_dir/tls), and measures each one's time from spawn to SERVING
+    on the standard health service (over TLS, with the client certificate where the
+    listener requires one)."""
     from funnel_cli import supervisor
     from funnel_cli.supervisor import spawn, wait_serving
 
@@ -170,16 +267,24 @@ def start_services(data_dir: Path, extra_lifecycle: list[str] = (), extra_comple
     # print its `serving on` line; the benchmark reports the time instead of failing.
     supervisor.READY_TIMEOUT = 600.0
     data_dir.mkdir(parents=True, exist_ok=True)
+    if pki is None:
+        pki = ensure_pki(data_dir)
+    credentials = Credentials(pki.directory)
     policy = write_policy(data_dir)
     t0 = time.monotonic()
     lifecycle = spawn(
         "lifecycle_service",
         "lifecycle_service",
-        ["--listen", "127.0.0.1:0", "--database", str(data_dir / "lifecycle.sqlite3"), *extra_lifecycle],
+        [
+            "--listen", "127.0.0.1:0",
+            "--database", str(data_dir / "lifecycle.sqlite3"),
+            *lifecycle_arguments(pki),
+            *extra_lifecycle,
+        ],
         data_dir / "lifecycle.log",
     )
     try:
-        asyncio.run(wait_serving(lifecycle.address, timeout=600))
+        asyncio.run(wait_serving(credentials.lifecycle_connection(), lifecycle.address, timeout=600))
     except BaseException:
         lifecycle.stop()
         raise
@@ -198,13 +303,14 @@ def start_services(data_dir: Path, extra_lifecycle: list[str] = (), extra_comple
                 lifecycle.address,
                 "--policy-file",
                 str(policy),
+                *completion_arguments(pki),
                 *extra_completion,
             ],
             data_dir / "completion.log",
         )
-        asyncio.run(wait_serving(completion.address, timeout=600))
+        asyncio.run(wait_serving(credentials.completion_connection(), completion.address, timeout=600))
     except BaseException:
         lifecycle.stop()
         raise
     completion_startup = time.monotonic() - t1
-    return Services(lifecycle, completion, lifecycle_startup, completion_startup)
+    return Services(lifecycle, completion, lifecycle_startup, completion_startup, str(pki.directory))

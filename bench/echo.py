@@ -6,6 +6,14 @@
 
 Prints `echo serving on HOST:PORT` once it listens.
 
+Transport security, to match the services it stands in for (bench/run.py passes the
+local PKI's files): `--cert`/`--key` serve TLS, `--client-ca` also requires client
+certificates signed by that CA (mTLS, as the lifecycle service does); a front calls
+its back over TLS verified with `--ca`, presenting `--client-cert`/`--client-key`
+(as the completion service presents its identity certificate). Without `--cert` the
+server is plaintext. The servers do not verify the callers' bearer tokens; the
+client sends them anyway, so per-call metadata is the size the services receive.
+
 A request is a small header followed by padding up to the request size the client
 chose (so that it matches the serialized size of the real request):
 
@@ -59,9 +67,23 @@ def identity(data: bytes) -> bytes:
     return data
 
 
-async def serve(listen: str, back: str | None) -> None:
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def back_channel(back: str, ca: str | None, client_cert: str | None, client_key: str | None) -> grpc.aio.Channel:
+    if ca is None and client_cert is None:
+        return grpc.aio.insecure_channel(back)
+    credentials = grpc.ssl_channel_credentials(_read(ca), _read(client_key), _read(client_cert))
+    return grpc.aio.secure_channel(back, credentials)
+
+
+async def serve(listen: str, back: str | None, tls: argparse.Namespace) -> None:
     server = grpc.aio.server()
-    channel = grpc.aio.insecure_channel(back) if back else None
+    channel = back_channel(back, tls.ca, tls.client_cert, tls.client_key) if back else None
     call_back = (
         channel.unary_unary(METHOD, request_serializer=identity, response_deserializer=identity) if channel else None
     )
@@ -78,7 +100,15 @@ async def serve(listen: str, back: str | None) -> None:
         {"Call": grpc.unary_unary_rpc_method_handler(call, request_deserializer=None, response_serializer=None)},
     )
     server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port(listen)
+    if tls.cert:
+        credentials = grpc.ssl_server_credentials(
+            [(_read(tls.key), _read(tls.cert))],
+            root_certificates=_read(tls.client_ca),
+            require_client_auth=tls.client_ca is not None,
+        )
+        port = server.add_secure_port(listen, credentials)
+    else:
+        port = server.add_insecure_port(listen)
     await server.start()
     print(f"echo serving on {listen.rsplit(':', 1)[0]}:{port}", flush=True)
     stop = asyncio.Event()
@@ -95,8 +125,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--listen", default="127.0.0.1:0")
     parser.add_argument("--back", default=None, help="address of the back server (makes this a front server)")
+    parser.add_argument("--cert", default=None, help="PEM certificate of this server (serve TLS)")
+    parser.add_argument("--key", default=None, help="PEM key of --cert")
+    parser.add_argument("--client-ca", default=None, help="PEM CA: require client certificates it signed (mTLS)")
+    parser.add_argument("--ca", default=None, help="PEM CA that verifies the back server (front only)")
+    parser.add_argument("--client-cert", default=None, help="PEM client certificate presented to the back server")
+    parser.add_argument("--client-key", default=None, help="PEM key of --client-cert")
     args = parser.parse_args()
-    asyncio.run(serve(args.listen, args.back))
+    if (args.cert is None) != (args.key is None) or (args.client_cert is None) != (args.client_key is None):
+        parser.error("--cert/--key and --client-cert/--client-key go in pairs")
+    if args.client_ca and not args.cert:
+        parser.error("--client-ca needs --cert")
+    asyncio.run(serve(args.listen, args.back, args))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,15 @@ Consistency kept per clone:
     calls to the lifecycle service, captured by the calibration proxy). A replay of a
     preloaded request therefore gets the stored answer, as for a real one.
 Timestamps are the template's (all clones share them). Tables the template did not
-touch get no rows.
+touch get no rows. Columns that do not name the template (the request ids' scope
+`caller` and `method`, the events' and audit rows' `caller_subject`/`caller_role`)
+are copied as they are: the clones were made by the same callers as the template,
+so a replay by those callers (bench/client.py verify_preload) finds them.
+
+The schema is the services' own: before cloning, each database is opened with
+funnel.runtime.sqlite.Database.open and the service's migrations (a no-op on the
+databases calibration just made, an upgrade for an older one), and the columns the
+clone relies on are checked.
 
 It writes with journal_mode=MEMORY and synchronous=OFF (a scratch benchmark database;
 the services switch back to WAL + FULL when they open it) and puts WAL back at the end.
@@ -39,6 +47,7 @@ from multiprocessing import get_context
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import WORKSPACE  # noqa: E402
+from funnel.runtime.sqlite import Database, migrations_in  # noqa: E402
 from funnel.completion.v1 import completion_pb2 as cpb  # noqa: E402
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb  # noqa: E402
 from funnel.runtime.idempotency import fingerprint as service_fingerprint  # noqa: E402
@@ -46,6 +55,51 @@ from funnel.runtime.idempotency import fingerprint as service_fingerprint  # noq
 CLONE_TASK_PREFIX = "pre-"
 CHUNK = 20_000
 PB = {"lifecycle": lpb, "completion": cpb}
+MIGRATIONS = {
+    "lifecycle": "lifecycle_service.storage.migrations",
+    "completion": "completion_service.storage.migrations",
+}
+# Columns the clone reads by name (request_ids' shape since migration 0004 of both services).
+REQUIRED_COLUMNS = {
+    "lifecycle": {
+        "lifecycle_events": {"sequence", "workspace_id", "task_id", "caller_subject", "caller_role"},
+        "request_ids": {"workspace_id", "caller", "method", "request_id", "fingerprint", "response", "created_at"},
+    },
+    "completion": {
+        "task_completions": {"completion_id", "payload"},
+        "audit_log": {"caller_subject", "caller_role"},
+        "request_ids": {"workspace_id", "caller", "method", "request_id", "fingerprint", "response", "created_at"},
+    },
+}
+
+
+def migrate(path: str, which: str) -> int:
+    """Brings the database to the current schema with the service's own migrations
+    and checks the columns the clone relies on; returns the schema version."""
+    import asyncio
+
+    migrations = migrations_in(MIGRATIONS[which])
+
+    async def open_and_close() -> None:
+        database = await Database.open(path, migrations, check_integrity=False)
+        await database.close()
+
+    asyncio.run(open_and_close())
+    db = sqlite3.connect(path)
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        for table, wanted in REQUIRED_COLUMNS[which].items():
+            present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if not wanted <= present:
+                raise RuntimeError(
+                    f"{which} database {path}: table {table} lacks {sorted(wanted - present)}; "
+                    "bench/preload.py does not know this schema"
+                )
+    finally:
+        db.close()
+    if version != len(migrations):
+        raise RuntimeError(f"{which} database {path} is at schema version {version}, expected {len(migrations)}")
+    return version
 
 
 def same_length_id(template: str, index: int, tag: str = "b0") -> str:
@@ -350,6 +404,8 @@ def preload(data_dir: str, story: dict, count: int) -> dict:
     )
     clone_task_id(template.task_id, max(count - 1, 0))  # fails early if the ids cannot hold count
     lifecycle_path = os.path.join(data_dir, "lifecycle.sqlite3")
+    completion_path = os.path.join(data_dir, "completion.sqlite3")
+    versions = {"lifecycle": migrate(lifecycle_path, "lifecycle"), "completion": migrate(completion_path, "completion")}
     db = sqlite3.connect(lifecycle_path)
     base = (db.execute("SELECT COALESCE(MAX(sequence), 0) FROM lifecycle_events").fetchone()[0] or 0) + 1
     sequences = [
@@ -363,7 +419,7 @@ def preload(data_dir: str, story: dict, count: int) -> dict:
     t0 = time.monotonic()
     jobs = [
         (lifecycle_path, "lifecycle", template, count, base, sequences),
-        (os.path.join(data_dir, "completion.sqlite3"), "completion", template, count, base, sequences),
+        (completion_path, "completion", template, count, base, sequences),
     ]
     with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
         results = list(pool.map(_clone_one, jobs))
@@ -378,6 +434,7 @@ def preload(data_dir: str, story: dict, count: int) -> dict:
     last = count - 1
     return {
         "tasks": count,
+        "schema_versions": versions,
         "seconds": elapsed,
         "databases": results,
         "size_mb": sizes,

@@ -23,9 +23,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import (  # noqa: E402
     ROOT,
+    Credentials,
     Services,
+    completion_arguments,
     cpu_snapshot,
+    ensure_pki,
     hwm_mb,
+    lifecycle_arguments,
     load_average,
     machine_facts,
     print_facts,
@@ -118,31 +122,45 @@ def measure(config: dict, server_pids: dict[str, int]) -> dict:
 # -- calibration ----------------------------------------------------------------
 
 
-def calibrate(data_dir: Path, request_ids: bool) -> dict:
+def calibrate(data_dir: Path, request_ids: bool, pki) -> dict:
     """Starts the services on fresh databases, with a counting proxy between the
     completion and the lifecycle service, and walks a few tasks through the story:
     gives the message sizes, the lifecycle calls per client call, and the template
-    task for --tasks-preload. Also reports the start-up times on empty databases."""
+    task for --tasks-preload. Also reports the start-up times on empty databases.
+    Secured as in bench.common.start_services; the proxy serves TLS with the
+    lifecycle certificate and forwards with the completion service's identity
+    certificate (see bench/client.py)."""
     from funnel_cli import supervisor
     from funnel_cli.supervisor import spawn, wait_serving
     import asyncio
 
     supervisor.READY_TIMEOUT = 600.0
+    credentials = Credentials(pki.directory)
     policy = write_policy(data_dir)
     t0 = time.monotonic()
     lifecycle = spawn(
         "lifecycle_service",
         "lifecycle_service",
-        ["--listen", "127.0.0.1:0", "--database", str(data_dir / "lifecycle.sqlite3")],
+        [
+            "--listen", "127.0.0.1:0",
+            "--database", str(data_dir / "lifecycle.sqlite3"),
+            *lifecycle_arguments(pki),
+        ],
         data_dir / "lifecycle.log",
     )
     completion = None
     calibrator = None
     try:
-        asyncio.run(wait_serving(lifecycle.address))
+        asyncio.run(wait_serving(credentials.lifecycle_connection(), lifecycle.address))
         lifecycle_startup = time.monotonic() - t0
         calibrator = client(
-            {"mode": "calibrate", "lifecycle": lifecycle.address, "request_ids": request_ids, "task_prefix": "cal"}
+            {
+                "mode": "calibrate",
+                "lifecycle": lifecycle.address,
+                "request_ids": request_ids,
+                "task_prefix": "cal",
+                "tls_dir": str(pki.directory),
+            }
         )
         proxy = calibrator.expect("PROXY ").split()[1]
         t1 = time.monotonic()
@@ -154,10 +172,11 @@ def calibrate(data_dir: Path, request_ids: bool) -> dict:
                 "--database", str(data_dir / "completion.sqlite3"),
                 "--lifecycle-address", proxy,
                 "--policy-file", str(policy),
+                *completion_arguments(pki),
             ],
             data_dir / "completion.log",
         )
-        asyncio.run(wait_serving(completion.address))
+        asyncio.run(wait_serving(credentials.completion_connection(), completion.address))
         completion_startup = time.monotonic() - t1
         calibrator.send(completion.address)
         result = json.loads(calibrator.expect("RESULT ")[len("RESULT ") :])
@@ -184,16 +203,19 @@ def baseline_variants(calibration: dict, workloads: list[str]) -> dict[str, list
     settle = [h for (m, *_), h in zip(calls["AttemptCompletion"], attempt_hops) if m == "SettleCompletion"]
     one_hop = settle[-1:] or attempt_hops[-1:]
     req, resp = sizes["AttemptCompletion"]
-    variants = {"chain-1": [{"target": "front", "request": req, "response": resp, "hops": one_hop}]}
+    # "as": whose token the call carries, as the real call would (see bench/client.py).
+    variants = {"chain-1": [{"target": "front", "as": "agent", "request": req, "response": resp, "hops": one_hop}]}
     if "attempt" in workloads and len(attempt_hops) != 1:
-        variants["chain-attempt"] = [{"target": "front", "request": req, "response": resp, "hops": attempt_hops}]
+        variants["chain-attempt"] = [
+            {"target": "front", "as": "agent", "request": req, "response": resp, "hops": attempt_hops}
+        ]
     if "story" in workloads:
         register, claim = sizes["RegisterTask"], sizes["ClaimTask"]
         variants["chain-story"] = [
             # RegisterTask goes from the client straight to the lifecycle service: the back server here.
-            {"target": "back", "request": register[0], "response": register[1], "hops": []},
-            {"target": "front", "request": claim[0], "response": claim[1], "hops": hops("ClaimTask")},
-            {"target": "front", "request": req, "response": resp, "hops": attempt_hops},
+            {"target": "back", "as": "host", "request": register[0], "response": register[1], "hops": []},
+            {"target": "front", "as": "agent", "request": claim[0], "response": claim[1], "hops": hops("ClaimTask")},
+            {"target": "front", "as": "agent", "request": req, "response": resp, "hops": attempt_hops},
         ]
     return variants
 
@@ -201,18 +223,30 @@ def baseline_variants(calibration: dict, workloads: list[str]) -> dict[str, list
 # -- the baseline -----------------------------------------------------------------
 
 
-def start_echo(back: str | None = None) -> tuple[Child, str]:
+def start_echo(pki, back: str | None = None) -> tuple[Child, str]:
+    """The back server stands in for the lifecycle service: TLS with its certificate,
+    client certificates required. The front stands in for the completion service: TLS
+    with its certificate, and toward the back the completion service's identity
+    certificate, the CA verifying the back."""
     argv = [PYTHON, str(BENCH / "echo.py"), "--listen", "127.0.0.1:0"]
     if back:
-        argv += ["--back", back]
+        argv += [
+            "--back", back,
+            "--cert", str(pki.cert("completion")), "--key", str(pki.key("completion")),
+            "--ca", str(pki.ca),
+            "--client-cert", str(pki.cert("completion-identity")),
+            "--client-key", str(pki.key("completion-identity")),
+        ]
+    else:
+        argv += ["--cert", str(pki.cert("lifecycle")), "--key", str(pki.key("lifecycle")), "--client-ca", str(pki.ca)]
     child = Child(argv)
     address = child.expect("echo serving on ").rsplit(" ", 1)[1]
     return child, address
 
 
-def run_baseline(variants: dict, concurrencies: list[int], seconds: float) -> tuple[dict, dict]:
-    back, back_address = start_echo()
-    front, front_address = start_echo(back_address)
+def run_baseline(variants: dict, concurrencies: list[int], seconds: float, pki) -> tuple[dict, dict]:
+    back, back_address = start_echo(pki)
+    front, front_address = start_echo(pki, back_address)
     results: dict[str, dict[int, dict]] = {}
     try:
         for name, calls in variants.items():
@@ -223,6 +257,7 @@ def run_baseline(variants: dict, concurrencies: list[int], seconds: float) -> tu
                         "mode": "baseline",
                         "front": front_address,
                         "back": back_address,
+                        "tls_dir": str(pki.directory),
                         "calls": calls,
                         "concurrency": concurrency,
                         "seconds": seconds,
@@ -249,9 +284,10 @@ def run_funnel(
     attempt_pool: int | None,
     prep_max_s: float,
     verify: dict | None,
+    pki,
 ) -> dict:
     log(f"starting the services on {data_dir} ...")
-    services: Services = start_services(data_dir)
+    services: Services = start_services(data_dir, pki=pki)
     phase: dict = {
         "startup_s": {"lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s},
         "results": {},
@@ -260,7 +296,11 @@ def run_funnel(
         f"  SERVING after {services.lifecycle_startup_s:.2f}s (lifecycle), "
         f"{services.completion_startup_s:.2f}s (completion)"
     )
-    addresses = {"lifecycle": services.lifecycle.address, "completion": services.completion.address}
+    addresses = {
+        "lifecycle": services.lifecycle.address,
+        "completion": services.completion.address,
+        "tls_dir": services.tls_dir,
+    }
     try:
         if verify is not None:
             child = client({"mode": "verify_preload", **addresses, **verify, "request_ids": request_ids})
@@ -383,7 +423,8 @@ def print_report(report: dict) -> None:
         f"{'cpu ms/op:':>10} {'client':>7} {'{a}':>10} {'{b}':>10} {'total':>7} {'cores':>6}"
     )
     if baseline:
-        print("\nbaseline: bare asyncio gRPC echo chain, raw bytes, client -> front -> back, same sizes")
+        print("\nbaseline: bare asyncio gRPC echo chain, raw bytes, client -> front -> back, same sizes,")
+        print("  same transport security: TLS on both hops, client certificates at the back, bearer tokens from the client")
         print("  chain-1: one back call per op (the issue's two-hop chain); chain-attempt: the back calls")
         print("  AttemptCompletion makes; chain-story: RegisterTask to back + ClaimTask and AttemptCompletion via front")
         print(header.format(a="front", b="back"))
@@ -395,7 +436,10 @@ def print_report(report: dict) -> None:
             print(f"  echo RSS after the run: front {m['front']:.0f} MiB, back {m['back']:.0f} MiB")
 
     for phase_name, phase in report.get("phases", {}).items():
-        print(f"\nfunnel ({phase_name} databases): client -> completion_service -> lifecycle_service, file SQLite")
+        print(
+            f"\nfunnel ({phase_name} databases): client -> completion_service -> lifecycle_service, file SQLite, "
+            "TLS (mTLS to lifecycle), JWT auth"
+        )
         startup = phase["startup_s"]
         print(
             f"  time to SERVING: lifecycle {startup['lifecycle']:.2f}s, completion {startup['completion']:.2f}s "
@@ -529,10 +573,12 @@ def main(argv: list[str] | None = None) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     log(f"data directory: {data_dir}")
     try:
+        # One local CA, certificates and token key for every process of the run.
+        pki = ensure_pki(data_dir)
         log("calibrating: message sizes and lifecycle calls per client call ...")
         main_dir = data_dir / "db"
         main_dir.mkdir(exist_ok=True)
-        calibration = calibrate(main_dir, request_ids)
+        calibration = calibrate(main_dir, request_ids, pki)
         report["calibration"] = calibration
         phases: list[tuple[str, Path, dict | None]] = []
         if args.tasks_preload and args.compare_empty:
@@ -552,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_baseline:
             variants = baseline_variants(calibration, workloads)
             report["baseline_shapes"] = variants
-            baseline, memory = run_baseline(variants, concurrencies, args.seconds)
+            baseline, memory = run_baseline(variants, concurrencies, args.seconds, pki)
             report["baseline"] = baseline
             report["baseline_memory_mb"] = memory
         if not args.baseline_only:
@@ -562,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     report["phases"][name] = run_funnel(
                         directory, workloads, concurrencies, args.seconds, request_ids, baseline,
-                        args.attempt_pool, prep_max_s, verify,
+                        args.attempt_pool, prep_max_s, verify, pki,
                     )
                 except Interrupted as stop:
                     report["phases"][name] = stop.phase

@@ -16,6 +16,14 @@ gaps, no duplicates, nothing foreign (a stream that ends with an error, e.g.
 WATCH_OVERFLOW, is resumed from its last sequence, as the contract says, and counted);
 measures the delivery lag (receive time minus the event's commit_time: same machine,
 same clock) and the services' resident memory and CPU.
+
+The services run secured as in production (bench/common.py: TLS, client certificates
+at the lifecycle listener, JWT auth, no per-caller rate limit); the watchers and the
+driver call over TLS with the local client certificate and bearer tokens: each
+watcher process as its own viewer (`bench-watcher-<n>`, `bench-watch:viewer`), the
+driver as the host (`bench-host`, `bench-watch:host`). The lifecycle service's
+watch-stream caps (--max-watchers-per-caller, --max-watchers-per-workspace) are
+raised to the number of streams opened (plus room for resumed ones).
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import grpc  # noqa: E402
 
 from bench.common import (  # noqa: E402
+    HOST_SUBJECT,
+    Credentials,
     cpu_snapshot,
     hwm_mb,
     load_average,
@@ -67,8 +77,10 @@ async def watcher_main(config: dict) -> None:
     """Runs in its own process: opens the streams, says READY, records every event
     with its receive time, and when told which events were committed, waits for them
     (up to a timeout) and reports."""
-    channel = grpc.aio.insecure_channel(config["lifecycle"])
+    credentials = Credentials(config["tls_dir"])
+    channel = credentials.lifecycle_channel(config["lifecycle"])
     stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+    metadata = credentials.metadata(config["subject"], [f"{WORKSPACE}:viewer"])
     cursor0 = config["after_sequence"]
     streams: list[dict] = [{"task": t, "received": [], "lags": [], "errors": []} for t in config["tasks"]]
     streams += [{"task": None, "received": [], "lags": [], "errors": []} for _ in range(config["unfiltered"])]
@@ -78,7 +90,7 @@ async def watcher_main(config: dict) -> None:
         cursor = cursor0
         while not stopping:
             request = lpb.WatchLifecycleEventsRequest(workspace_id=WORKSPACE, after_sequence=cursor, task_id=stream["task"] or "")
-            call = stub.WatchLifecycleEvents(request)
+            call = stub.WatchLifecycleEvents(request, metadata=metadata)
             try:
                 async for response in call:
                     now = time.time_ns()
@@ -153,7 +165,7 @@ async def watcher_main(config: dict) -> None:
 # -- the driver ------------------------------------------------------------------------
 
 
-async def register_tasks(stub, count: int) -> int:
+async def register_tasks(stub, count: int, metadata) -> int:
     """Registers the watched tasks; returns the last sequence (the watchers' cursor)."""
     last = 0
     numbers = iter(range(count))
@@ -164,6 +176,7 @@ async def register_tasks(stub, count: int) -> int:
             response = await stub.RegisterTask(
                 lpb.RegisterTaskRequest(workspace_id=WORKSPACE, task_id=task_name(i), request_id=f"{task_name(i)}:register"),
                 timeout=CALL_TIMEOUT,
+                metadata=metadata,
             )
             last = max(last, response.event.sequence)
 
@@ -171,7 +184,7 @@ async def register_tasks(stub, count: int) -> int:
     return last
 
 
-async def drive(stub, tasks: int, rate: float, seconds: float) -> dict:
+async def drive(stub, tasks: int, rate: float, seconds: float, metadata) -> dict:
     """Open loop: transition k is issued at t0 + k / rate, whatever the answers do."""
     committed: list[tuple[int, str]] = []
     latencies: list[float] = []
@@ -197,7 +210,7 @@ async def drive(stub, tasks: int, rate: float, seconds: float) -> dict:
             call = stub.SetWorkStatus
         t = time.perf_counter()
         try:
-            response = await call(request, timeout=CALL_TIMEOUT)
+            response = await call(request, timeout=CALL_TIMEOUT, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             key = f"{exc.code().name}: {exc.details()}"
             failures[key] = failures.get(key, 0) + 1
@@ -255,7 +268,15 @@ def main() -> int:
     facts = machine_facts()
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="funnel-watch-"))
     log(f"data directory: {data_dir}")
-    services = start_services(data_dir)
+    # Every stream is admitted: the caps at least the streams opened, with room for resumes.
+    streams = args.tasks + args.unfiltered
+    watch_caps = [
+        "--max-watchers-per-caller", str(max(64, 2 * streams)),
+        "--max-watchers-per-workspace", str(max(1024, 2 * streams)),
+    ]
+    services = start_services(data_dir, extra_lifecycle=watch_caps)
+    credentials = Credentials(services.tls_dir)
+    host = credentials.metadata(HOST_SUBJECT, [f"{WORKSPACE}:host"])
     watchers: list[subprocess.Popen] = []
     report: dict = {"facts": facts, "config": vars(args), "startup_s": {
         "lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s}}
@@ -264,8 +285,8 @@ def main() -> int:
         report["rss_mb_idle"] = {n: rss_mb(p) for n, p in pids.items()}
 
         async def setup() -> int:
-            async with grpc.aio.insecure_channel(services.lifecycle.address) as channel:
-                return await register_tasks(lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel), args.tasks)
+            async with credentials.lifecycle_channel(services.lifecycle.address) as channel:
+                return await register_tasks(lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel), args.tasks, host)
 
         t = time.monotonic()
         cursor = asyncio.run(setup())
@@ -275,6 +296,8 @@ def main() -> int:
         for p in range(args.processes):
             config = {
                 "lifecycle": services.lifecycle.address,
+                "tls_dir": services.tls_dir,
+                "subject": f"bench-watcher-{p}",
                 "after_sequence": cursor,
                 "tasks": names[p :: args.processes],
                 "unfiltered": args.unfiltered // args.processes + (1 if p < args.unfiltered % args.processes else 0),
@@ -298,8 +321,10 @@ def main() -> int:
         before = cpu_snapshot(all_pids)
 
         async def run_driver() -> dict:
-            async with grpc.aio.insecure_channel(services.lifecycle.address) as channel:
-                return await drive(lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel), args.tasks, args.rate, args.seconds)
+            async with credentials.lifecycle_channel(services.lifecycle.address) as channel:
+                return await drive(
+                    lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel), args.tasks, args.rate, args.seconds, host
+                )
 
         driver = asyncio.run(run_driver())
         after = cpu_snapshot(all_pids)

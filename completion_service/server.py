@@ -47,9 +47,9 @@ class CompletionConfig:
     stall_after: float | None = None
     max_message_bytes: int = 4 * 1024 * 1024
     reflection: bool = False
-    watch_buffer: int = 1024
-    max_watchers_per_caller: int = 64
-    max_watchers_per_workspace: int = 1024
+    watch_buffer: int = runtime.WATCH_BUFFER
+    max_watchers_per_caller: int = runtime.MAX_WATCHERS_PER_CALLER
+    max_watchers_per_workspace: int = runtime.MAX_WATCHERS_PER_WORKSPACE
     import_buffer_bytes: int = 64 * 1024 * 1024
     request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
@@ -129,12 +129,8 @@ async def start(
     background.add("settlement-outbox", authority.settle_forever)
     if config.stall_after is not None:
         background.add("stall-sweeper", authority.sweep_forever)
-    retention = config.request_id_retention_seconds
     background.add(
-        "request-id-sweeper",
-        lambda: idempotency.sweep_forever(
-            store.sweep_request_ids, clock, retention, idempotency.sweep_interval(retention)
-        ),
+        "request-id-sweeper", idempotency.sweeper(store.sweep_request_ids, clock, config.request_id_retention_seconds)
     )
     background.add("reload", reloader.run_forever)
     await server.start()
@@ -160,19 +156,8 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
     parser.add_argument("--stall-after", type=float, default=float(e("stall_after", 0)) or None,
                         help="close runs whose lease expired this many seconds ago as STALLED; off when 0 "
                         f"({ENV_PREFIX}_STALL_AFTER)")
-    parser.add_argument("--watch-buffer", type=int, default=int(e("watch_buffer", d.watch_buffer)),
-                        help=f"events a watch stream may fall behind before it is ended ({ENV_PREFIX}_WATCH_BUFFER)")
-    parser.add_argument("--max-watchers-per-caller", type=int,
-                        default=int(e("max_watchers_per_caller", d.max_watchers_per_caller)),
-                        help=f"open watch streams one caller may hold ({ENV_PREFIX}_MAX_WATCHERS_PER_CALLER)")
-    parser.add_argument("--max-watchers-per-workspace", type=int,
-                        default=int(e("max_watchers_per_workspace", d.max_watchers_per_workspace)),
-                        help=f"open watch streams on one workspace ({ENV_PREFIX}_MAX_WATCHERS_PER_WORKSPACE)")
     parser.add_argument("--import-buffer-bytes", type=int, default=int(e("import_buffer_bytes", d.import_buffer_bytes)),
                         help=f"bytes all transcript imports in flight may buffer together ({ENV_PREFIX}_IMPORT_BUFFER_BYTES)")
-    parser.add_argument("--request-id-retention", type=float,
-                        default=float(e("request_id_retention", d.request_id_retention_seconds)),
-                        help=f"seconds a request id is remembered ({ENV_PREFIX}_REQUEST_ID_RETENTION)")
     outbound = parser.add_argument_group("outbound security (docs/security.md)")
     outbound.add_argument("--lifecycle-ca", default=e("lifecycle_ca", "") or None,
                           help="PEM CA bundle that signed the lifecycle service's certificate (default: system roots)")

@@ -36,9 +36,9 @@ class LifecycleConfig:
     max_clock_offset_ms: int = 500
     max_message_bytes: int = 4 * 1024 * 1024
     reflection: bool = False
-    watch_buffer: int = 1024
-    max_watchers_per_caller: int = 64
-    max_watchers_per_workspace: int = 1024
+    watch_buffer: int = runtime.WATCH_BUFFER
+    max_watchers_per_caller: int = runtime.MAX_WATCHERS_PER_CALLER
+    max_watchers_per_workspace: int = runtime.MAX_WATCHERS_PER_WORKSPACE
     request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
     shutdown_grace: float = 5.0
@@ -86,12 +86,8 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     background = Background("lifecycle_service")
     background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
     background.add("propagations", authority.deliver_forever)
-    retention = config.request_id_retention_seconds
     background.add(
-        "request-id-sweeper",
-        lambda: idempotency.sweep_forever(
-            store.sweep_request_ids, clock, retention, idempotency.sweep_interval(retention)
-        ),
+        "request-id-sweeper", idempotency.sweeper(store.sweep_request_ids, clock, config.request_id_retention_seconds)
     )
     background.add("reload", reloader.run_forever)
     await server.start()
@@ -117,21 +113,6 @@ def parse_args(argv: list[str] | None = None) -> LifecycleConfig:
         help="a completion passes a cancellation fence only if it predates it by more than this "
         f"({ENV_PREFIX}_MAX_CLOCK_OFFSET_MS)",
     )
-    parser.add_argument(
-        "--watch-buffer",
-        type=int,
-        default=int(e("watch_buffer", defaults.watch_buffer)),
-        help=f"events a watch stream may fall behind before it is ended ({ENV_PREFIX}_WATCH_BUFFER)",
-    )
-    parser.add_argument("--max-watchers-per-caller", type=int,
-                        default=int(e("max_watchers_per_caller", defaults.max_watchers_per_caller)),
-                        help=f"open watch streams one caller may hold ({ENV_PREFIX}_MAX_WATCHERS_PER_CALLER)")
-    parser.add_argument("--max-watchers-per-workspace", type=int,
-                        default=int(e("max_watchers_per_workspace", defaults.max_watchers_per_workspace)),
-                        help=f"open watch streams on one workspace ({ENV_PREFIX}_MAX_WATCHERS_PER_WORKSPACE)")
-    parser.add_argument("--request-id-retention", type=float,
-                        default=float(e("request_id_retention", defaults.request_id_retention_seconds)),
-                        help=f"seconds a request id is remembered ({ENV_PREFIX}_REQUEST_ID_RETENTION)")
     args = parser.parse_args(argv)
     runtime.configure_logging(args.log_level)
     if args.max_clock_offset_ms < 0:

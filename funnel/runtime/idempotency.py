@@ -65,6 +65,8 @@ async def sweep_forever(
         await asyncio.sleep(interval)
 
 
-def sweep_interval(retention_seconds: float) -> float:
-    """Sweeps often enough that ids outlive the retention by at most a tenth of it."""
-    return max(1.0, min(retention_seconds / 10, 600.0))
+def sweeper(sweep: Callable[[int, int], Awaitable[int]], clock: Clock, retention_seconds: float):
+    """The background loop that forgets request ids after the retention; it runs
+    often enough that ids outlive the retention by at most a tenth of it."""
+    interval = max(1.0, min(retention_seconds / 10, 600.0))
+    return lambda: sweep_forever(sweep, clock, retention_seconds, interval)

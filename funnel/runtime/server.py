@@ -21,12 +21,18 @@ from grpc_reflection.v1alpha import reflection
 
 from funnel.runtime import security as security_settings
 from funnel.runtime.boundary import TRANSPORT_LIMIT_FACTOR, Boundary
+from funnel.runtime.idempotency import DEFAULT_RETENTION_SECONDS
 from funnel.runtime.security import PreparedSecurity, Reloader, SecurityRefused
 
 log = logging.getLogger(__name__)
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+WATCH_BUFFER = 1024
+MAX_WATCHERS_PER_CALLER = 64
+MAX_WATCHERS_PER_WORKSPACE = 1024
 
 
 def env_or(prefix: str, name: str, default: str) -> str:
@@ -63,6 +69,17 @@ def add_common_arguments(parser: argparse.ArgumentParser, env_prefix: str, defau
         help=f"seconds in-flight calls get on SIGTERM ({env_prefix}_SHUTDOWN_GRACE)",
     )
     parser.add_argument("--log-level", default=e("log_level", "INFO"), help=f"({env_prefix}_LOG_LEVEL)")
+    parser.add_argument("--watch-buffer", type=int, default=int(e("watch_buffer", str(WATCH_BUFFER))),
+                        help=f"events a watch stream may fall behind before it is ended ({env_prefix}_WATCH_BUFFER)")
+    parser.add_argument("--max-watchers-per-caller", type=int,
+                        default=int(e("max_watchers_per_caller", str(MAX_WATCHERS_PER_CALLER))),
+                        help=f"open watch streams one caller may hold ({env_prefix}_MAX_WATCHERS_PER_CALLER)")
+    parser.add_argument("--max-watchers-per-workspace", type=int,
+                        default=int(e("max_watchers_per_workspace", str(MAX_WATCHERS_PER_WORKSPACE))),
+                        help=f"open watch streams on one workspace ({env_prefix}_MAX_WATCHERS_PER_WORKSPACE)")
+    parser.add_argument("--request-id-retention", type=float,
+                        default=float(e("request_id_retention", str(DEFAULT_RETENTION_SECONDS))),
+                        help=f"seconds a request id is remembered ({env_prefix}_REQUEST_ID_RETENTION)")
     security_settings.add_arguments(parser, e)
 
 
