@@ -35,7 +35,8 @@ class OutboundRefused(Exception):
 @dataclass(frozen=True)
 class OutboundSecurity:
     # TLS to the lifecycle service (CA bundle, client certificate, server name);
-    # a None CA means the system's roots.
+    # a None CA means the system's roots. The client certificate is also what
+    # the service presents to external gates.
     lifecycle_tls: ClientTlsFiles = field(default_factory=ClientTlsFiles)
     # Plaintext to a loopback lifecycle service.
     lifecycle_insecure: bool = False
@@ -47,12 +48,12 @@ class OutboundSecurity:
     gates_insecure: bool = False
 
 
-def check(settings: OutboundSecurity, lifecycle_address: str) -> None:
+def check(settings: OutboundSecurity, lifecycle_address: str, gate_addresses: list[str]) -> None:
     """Raises OutboundRefused for settings that cannot be used safely."""
     tls = settings.lifecycle_tls
     if settings.lifecycle_insecure:
-        if tls.ca or tls.cert or tls.server_name:
-            raise OutboundRefused("--lifecycle-insecure and --lifecycle-ca/--identity-cert exclude each other")
+        if tls.ca or tls.server_name:
+            raise OutboundRefused("--lifecycle-insecure and --lifecycle-ca/--lifecycle-server-name exclude each other")
         if not is_loopback(lifecycle_address):
             raise OutboundRefused(
                 f"--lifecycle-insecure sends this service's credentials in plaintext and is allowed only to a "
@@ -66,6 +67,11 @@ def check(settings: OutboundSecurity, lifecycle_address: str) -> None:
         )
     if (tls.cert is None) != (tls.key is None):
         raise OutboundRefused("--identity-cert and --identity-key go together")
+    for address in gate_addresses:
+        if settings.gates_insecure and not is_loopback(address):
+            raise OutboundRefused(
+                f"--gates-insecure allows plaintext only to loopback gates, not to {address}; pass --gate-ca instead"
+            )
 
 
 class TokenFile:
@@ -154,12 +160,6 @@ class GateChannels:
         self._signature = file_signature(self._tls.paths)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._credentials = None if settings.gates_insecure else self._tls.load()
-
-    def check_address(self, address: str) -> None:
-        if self._settings.gates_insecure and not is_loopback(address):
-            raise OutboundRefused(
-                f"--gates-insecure allows plaintext only to loopback gates, not to {address}; pass --gate-ca instead"
-            )
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)

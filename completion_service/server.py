@@ -91,20 +91,20 @@ async def start(
     ids = ids or RandomIds()
     policies = policies if policies is not None else load_policy(config.policy_file)
     security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
-    check(config.outbound, config.lifecycle_address)
+    check(config.outbound, config.lifecycle_address, [gate.address for gate in policies.external_gates()])
     try:
-        lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
-        gate_channels = GateChannels(config.outbound)
+        gate_channels = GateChannels(config.outbound)  # opens channels only when a gate is called
+        if not config.outbound.lifecycle_insecure:
+            config.outbound.lifecycle_tls.load()  # unusable TLS files refuse the start here
     except TlsError as exc:
         raise OutboundRefused(str(exc)) from None
-    for gate in policies.external_gates():
-        gate_channels.check_address(gate.address)
     server = runtime.new_server(security, DOMAIN, Reason, "/funnel.completion.v1.")
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
     store = await SqliteCompletionStore.open(config.database, clock, ids, publisher(broker), faults)
     await store.discard_all_imports()
+    lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
     authority = CompletionAuthority(
         store,
         LifecycleClient(lifecycle_channel, timeout=config.lifecycle_timeout),

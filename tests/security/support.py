@@ -100,7 +100,11 @@ async def secured(tmp_path):
             ManualClock(CLOCK_START_MICROS), tmp_path, LifecycleConfig(**lifecycle_fields),
             CompletionConfig(**completion_fields), policy or {},
         )
-        await funnel.start()
+        try:
+            await funnel.start()
+        except BaseException:
+            await funnel.close()  # what did start (the lifecycle server) stops
+            raise
         secured = SecuredFunnel(funnel)
         started.append(secured)
         return secured
