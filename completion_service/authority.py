@@ -43,7 +43,7 @@ from completion_service.storage.port import (
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock
-from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.errors import Rejection, ServiceError, instant, reject
 from funnel.runtime.faults import NO_FAULTS, DroppedReply, Faults
 from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.storage_errors import StorageUnavailable
@@ -388,7 +388,7 @@ class CompletionAuthority:
                     Reason.RUN_ALREADY_FINISHED,
                     f"run {run_id} was already closed",
                     run_id=run_id,
-                    finished_at=run.finished_at,
+                    finish_time=instant(run.finished_at),
                 )
             )
         capped_notes, truncated = cap_notes(notes)

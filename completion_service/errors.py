@@ -7,7 +7,9 @@ import enum
 
 from funnel.runtime.errors import Code, ReasonSpec
 
-DOMAIN = "completion_service"
+# ErrorInfo.domain (AIP-193): the name of the API whose ErrorReason catalogue the
+# reason belongs to (CompletionService and TranscriptService share it).
+DOMAIN = "funnel.completion.v1"
 
 
 class Reason(enum.Enum):

@@ -151,7 +151,7 @@ class LifecycleClient:
                 generation=generation,
                 request_id=settle_request_id(completion_id),
                 completion_id=completion_id,
-                authoritative_at=to_timestamp(authoritative_at),
+                authoritative_time=to_timestamp(authoritative_at),
                 cause=self._cause("completion committed", completion_id=completion_id, run_id=run_id),
             ),
         )

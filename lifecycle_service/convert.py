@@ -24,7 +24,7 @@ def task_to_proto(task: TaskRecord) -> pb.Task:
         state=task.state.value,
         outcome=task.outcome.value if task.outcome else 0,
         cancellation=pb.CANCELLATION_STATE_REQUESTED if task.fenced else pb.CANCELLATION_STATE_NONE,
-        cancellation_requested_at=to_timestamp(task.cancellation_requested_at),
+        cancellation_request_time=to_timestamp(task.cancellation_requested_at),
         work_status=task.work_status.value,
         completion_id=task.completion_id or "",
         create_time=to_timestamp(task.created_at),
@@ -51,13 +51,13 @@ def event_to_proto(event: LifecycleEvent) -> pb.LifecycleEvent:
         cancellation=(
             pb.CANCELLATION_STATE_REQUESTED if event.cancellation_requested_at is not None else pb.CANCELLATION_STATE_NONE
         ),
-        cancellation_requested_at=to_timestamp(event.cancellation_requested_at),
+        cancellation_request_time=to_timestamp(event.cancellation_requested_at),
         work_status=event.work_status.value,
         cause=pb.Cause(
             source=event.cause.source, reason=event.cause.reason, originating_ids=dict(event.cause.originating_ids)
         ),
         completion_id=event.completion_id or "",
-        authoritative_at=to_timestamp(event.authoritative_at),
+        authoritative_time=to_timestamp(event.authoritative_at),
         commit_time=to_timestamp(event.committed_at),
         request_id=event.request_id or "",
         caller=pb.Caller(subject=event.caller.subject, role=event.caller.role),

@@ -7,7 +7,9 @@ import enum
 
 from funnel.runtime.errors import Code, ReasonSpec
 
-DOMAIN = "lifecycle_service"
+# ErrorInfo.domain (AIP-193): the name of the API whose ErrorReason catalogue the
+# reason belongs to.
+DOMAIN = "funnel.lifecycle.v1"
 
 
 class Reason(enum.Enum):

@@ -99,16 +99,16 @@ def settle_completion(request: pb.SettleCompletionRequest) -> i.SettleCompletion
     checker = Checker()
     _check_header(checker, request)
     checker.identifier("completion_id", request.completion_id)
-    checker.require("authoritative_at", request.HasField("authoritative_at"))
-    if request.HasField("authoritative_at"):
-        problem = timestamp_problem(request.authoritative_at)
+    checker.require("authoritative_time", request.HasField("authoritative_time"))
+    if request.HasField("authoritative_time"):
+        problem = timestamp_problem(request.authoritative_time)
         if problem:
-            checker.malformed("authoritative_at", f"authoritative_at has {problem}")
+            checker.malformed("authoritative_time", f"authoritative_time has {problem}")
     raise_if_invalid(checker)
     return i.SettleCompletion(
         generation=request.generation,
         completion_id=request.completion_id,
-        authoritative_at=to_micros(request.authoritative_at),
+        authoritative_at=to_micros(request.authoritative_time),
         **_header(request),
     )
 

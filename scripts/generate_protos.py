@@ -16,6 +16,8 @@ from grpc_tools import protoc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
+# google/rpc, imported by the contract; Python takes its stubs from googleapis-common-protos.
+THIRD_PARTY = ROOT / "third_party" / "googleapis"
 
 
 def proto_files() -> list[pathlib.Path]:
@@ -33,6 +35,7 @@ def generate(out_dir: pathlib.Path) -> list[pathlib.Path]:
             [
                 "grpc_tools.protoc",
                 f"-I{PROTO_ROOT}",
+                f"-I{THIRD_PARTY}",
                 f"-I{well_known}",
                 f"--python_out={out_dir}",
                 f"--pyi_out={out_dir}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-LIFECYCLE_DOMAIN = "lifecycle_service"
+LIFECYCLE_DOMAIN = "funnel.lifecycle.v1"
 
 # Codes that mean "the lifecycle looked at the fact and said no": never retried.
 _FINAL_CODES = frozenset({"FAILED_PRECONDITION", "NOT_FOUND", "INVALID_ARGUMENT", "ALREADY_EXISTS", "OUT_OF_RANGE"})

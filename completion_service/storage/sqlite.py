@@ -51,7 +51,7 @@ from completion_service.storage.port import (
 )
 from funnel.auth.principal import Caller
 from funnel.runtime.clock import Clock, IdSource
-from funnel.runtime.errors import Rejection, reject
+from funnel.runtime.errors import Rejection, instant, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import RequestIdVerdict, RequestKey, judge_request_id
 from funnel.runtime.sqlite import Database, migrations_in, probe_writable
@@ -209,7 +209,7 @@ class SqliteCompletionStore(TranscriptStorage):
                     Reason.LEASE_HELD,
                     f"run {verdict.holder.run_id} holds a live lease on task {command.task_id!r}",
                     holder_run_id=verdict.holder.run_id,
-                    lease_expires_at=verdict.holder.expires_at,
+                    lease_expire_time=instant(verdict.holder.expires_at),
                 )
             run = RunRecord(
                 workspace_id=command.workspace_id,
@@ -286,7 +286,8 @@ class SqliteCompletionStore(TranscriptStorage):
                 )
             if problem is RenewalProblem.EXPIRED:
                 return reject(
-                    Reason.LEASE_EXPIRED, "the lease expired; claim the task again", lease_expires_at=lease.expires_at
+                    Reason.LEASE_EXPIRED, "the lease expired; claim the task again",
+                    lease_expire_time=instant(lease.expires_at),
                 )
             renewed = dataclasses.replace(lease, expires_at=now + ttl_micros)
             db.execute(
@@ -802,7 +803,7 @@ def _already_finished(run: RunRecord) -> Rejection:
         Reason.RUN_ALREADY_FINISHED,
         f"run {run.run_id} was already closed",
         run_id=run.run_id,
-        finished_at=run.finished_at,
+        finish_time=instant(run.finished_at),
     )
 
 

@@ -6,6 +6,7 @@ A member's name is the wire `ErrorInfo.reason`; its `code` is the canonical code
 
 from __future__ import annotations
 
+import datetime
 import enum
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -66,3 +67,10 @@ class ServiceError(Exception):
 
 def reject(reason: enum.Enum, message: str, **metadata: object) -> Rejection:
     return Rejection(reason, message, {k: str(v) for k, v in metadata.items() if v is not None})
+
+
+def instant(micros: int) -> str:
+    """A point in time as ErrorInfo metadata: RFC 3339 in UTC with microseconds,
+    like the JSON form of google.protobuf.Timestamp (`2026-11-30T08:15:00.123456Z`)."""
+    moment = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from funnel.runtime.errors import Rejection, reject
+from funnel.runtime.errors import Rejection, instant, reject
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import (
     SETTABLE_WORK_STATUSES,
@@ -218,7 +218,7 @@ def _fence_rejection(task: TaskRecord, intent: i.Intent, fenced_task: TaskRecord
     return reject(
         Reason.CANCELLATION_FENCED,
         f"{intent.kind.name} is refused after {whose} cancellation request",
-        cancellation_requested_at=fenced_task.cancellation_requested_at,
+        cancellation_request_time=instant(fenced_task.cancellation_requested_at),
         fenced_task_id=fenced_task.task_id,
         max_clock_offset_ms=None if offset is None else offset // 1000,
     )
@@ -293,7 +293,7 @@ def _request_cancellation(intent: i.RequestCancellation, s: Situation, policy: P
         return reject(
             Reason.CANCELLATION_ALREADY_REQUESTED,
             f"generation {task.generation} already has a cancellation request",
-            cancellation_requested_at=task.cancellation_requested_at,
+            cancellation_request_time=instant(task.cancellation_requested_at),
         )
     return _move(intent, s, cancellation_requested_at=s.now, propagate=IntentKind.REQUEST_CANCELLATION)
 

@@ -27,7 +27,7 @@ from lifecycle_service.server import LifecycleConfig, RunningLifecycle
 from lifecycle_service.server import start as start_lifecycle
 from tests import credentials
 
-DOMAIN = "completion_service"
+DOMAIN = "funnel.completion.v1"
 WS = "ws-1"
 OTHER_WS = "ws-2"
 Code = grpc.StatusCode

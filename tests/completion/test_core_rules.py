@@ -239,7 +239,7 @@ def test_is_stalled(run_open, expires_at, stalled):
         # A rejection-looking code from someone else (a proxy, another service) may
         # not be the lifecycle's verdict: retry.
         ("FAILED_PRECONDITION", None, SettleAnswer.RETRY),
-        ("FAILED_PRECONDITION", "completion_service", SettleAnswer.RETRY),
+        ("FAILED_PRECONDITION", "funnel.completion.v1", SettleAnswer.RETRY),
         ("NOT_FOUND", "envoy", SettleAnswer.RETRY),
         ("INVALID_ARGUMENT", "", SettleAnswer.RETRY),
     ],

@@ -95,7 +95,7 @@ async def test_the_full_story(strict_funnel):
     assert (event.intent, event.outcome, event.completion_id, event.generation) == (
         lpb.INTENT_SETTLE_COMPLETION, lpb.TERMINAL_OUTCOME_COMPLETED, completion.completion_id, 1)
     assert (event.revision, event.sequence) == (completion.lifecycle_revision, completion.lifecycle_event_sequence)
-    assert event.authoritative_at == completion.commit_time
+    assert event.authoritative_time == completion.commit_time
     task = (await f.task("task-1")).task
     assert (task.state, task.outcome, task.work_status, task.completion_id) == (
         lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, lpb.WORK_STATUS_DONE, completion.completion_id)
@@ -145,7 +145,7 @@ async def test_lease_held_renew_and_expiry(funnel):
     holder = await f.registered_and_claimed("task-1", ttl_seconds=10)
     await rejected(
         f.claim("task-1", agent="agent-2"), Code.FAILED_PRECONDITION, "LEASE_HELD",
-        metadata={"holder_run_id", "lease_expires_at"},
+        metadata={"holder_run_id", "lease_expire_time"},
     )
     error = await rejected(f.claim("task-1", agent="agent-2"), Code.FAILED_PRECONDITION, "LEASE_HELD")
     assert error_info(error).metadata["holder_run_id"] == holder.run.run_id
@@ -236,7 +236,7 @@ async def commit_while_lifecycle_is_down(f: Funnel, task_id: str = "task-1"):
 
 
 async def test_completion_committed_then_cancellation_requested_then_settled_completes_with_proof(start_funnel):
-    # Proof of order: authoritative_at + 1 ms < cancellation_requested_at.
+    # Proof of order: authoritative_time + 1 ms < cancellation_request_time.
     f = await start_funnel(lifecycle={"max_clock_offset_ms": 1})
     _, answer = await commit_while_lifecycle_is_down(f)
     committed_at = micros(answer.completion.commit_time)
@@ -246,7 +246,7 @@ async def test_completion_committed_then_cancellation_requested_then_settled_com
     # clock): the cancellation request commits first, 5 ms after the completion.
     f.clock.advance(5_000)
     cancelled = await f.request_cancellation("task-1")
-    requested_at = micros(cancelled.task.cancellation_requested_at)
+    requested_at = micros(cancelled.task.cancellation_request_time)
     assert requested_at == committed_at + 5_000
 
     completion = await settled(f, "task-1")
@@ -256,7 +256,7 @@ async def test_completion_committed_then_cancellation_requested_then_settled_com
     assert (task.state, task.outcome, task.work_status, task.completion_id) == (
         lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, lpb.WORK_STATUS_DONE, completion.completion_id)
     [settlement] = [e for e in await f.lifecycle_events("task-1") if e.intent == lpb.INTENT_SETTLE_COMPLETION]
-    assert micros(settlement.authoritative_at) == committed_at
+    assert micros(settlement.authoritative_time) == committed_at
     assert settlement.sequence == completion.lifecycle_event_sequence
     assert kinds(await f.completion_events(task_id="task-1")) == ["COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
 
@@ -682,7 +682,7 @@ async def test_acceptance_double_close_errors_with_run_already_finished(funnel):
     before = (await f.visible_state(), await f.lifecycle_events("task-1"))
     for outcome in (cpb.RUN_OUTCOME_FAILED, cpb.RUN_OUTCOME_SUCCEEDED):
         error = await rejected(f.complete_run(claim, outcome=outcome), Code.FAILED_PRECONDITION, "RUN_ALREADY_FINISHED",
-                               metadata={"run_id", "finished_at"})
+                               metadata={"run_id", "finish_time"})
         assert error_info(error).metadata["run_id"] == claim.run.run_id
     assert (await f.visible_state(), await f.lifecycle_events("task-1")) == before
     assert (await f.get_run(claim.run.run_id)).finish_time == first.finish_time

@@ -42,7 +42,7 @@ from completion_service.storage.port import CompletionCorrupted
 from completion_service.storage.sqlite import SqliteCompletionStore
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.runtime.clock import ManualClock, SequentialIds
-from funnel.runtime.errors import Rejection
+from funnel.runtime.errors import Rejection, instant
 from funnel.auth.principal import Caller
 from funnel.runtime.idempotency import RequestKey, fingerprint
 
@@ -199,7 +199,7 @@ async def test_claim_while_another_open_run_holds_a_live_lease_is_lease_held_and
     env.clock.advance(9 * SECOND)
     before = await env.dump()
     result = await env.claim(agent="agent-2")
-    assert_rejected(result, Reason.LEASE_HELD, holder_run_id=holder.run.run_id, lease_expires_at=holder.lease.expires_at)
+    assert_rejected(result, Reason.LEASE_HELD, holder_run_id=holder.run.run_id, lease_expire_time=instant(holder.lease.expires_at))
     assert await env.dump() == before
 
 
@@ -219,7 +219,7 @@ async def test_renew_refusals_change_nothing(env):
     assert_rejected(
         await env.store.renew(WS, old.run.run_id, 1, 30 * SECOND, None, None, lease_to_proto),
         Reason.LEASE_EXPIRED,
-        lease_expires_at=START + 10 * SECOND,
+        lease_expire_time=instant(START + 10 * SECOND),
     )
     assert_rejected(
         await env.store.renew(WS, "run-unknown", 1, 30 * SECOND, None, None, lease_to_proto), Reason.RUN_NOT_FOUND

@@ -19,6 +19,7 @@ def descriptor_set(tmp_path_factory) -> descriptor_pb2.FileDescriptorSet:
         [
             "protoc",
             f"-I{ROOT / 'protos'}",
+            f"-I{ROOT / 'third_party' / 'googleapis'}",
             f"-I{well_known}",
             f"--descriptor_set_out={out}",
             "--include_source_info",

@@ -8,8 +8,8 @@ from funnel.lifecycle.v1 import lifecycle_pb2
 from lifecycle_service import errors as lifecycle_errors
 
 CATALOGUES = [
-    pytest.param(lifecycle_errors, lifecycle_pb2, "lifecycle_service", id="lifecycle"),
-    pytest.param(completion_errors, completion_pb2, "completion_service", id="completion"),
+    pytest.param(lifecycle_errors, lifecycle_pb2, "funnel.lifecycle.v1", id="lifecycle"),
+    pytest.param(completion_errors, completion_pb2, "funnel.completion.v1", id="completion"),
 ]
 
 

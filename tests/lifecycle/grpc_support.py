@@ -12,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.grpc_errors import error_info, field_violations
 
-DOMAIN = "lifecycle_service"
+DOMAIN = "funnel.lifecycle.v1"
 WS = "ws-1"
 Code = grpc.StatusCode
 
@@ -95,7 +95,7 @@ class Client:
             workspace_id=self.ws, task_id=task_id, generation=generation, completion_id=completion_id, **kw
         )
         if authoritative_at is not None:
-            request.authoritative_at.CopyFrom(ts(authoritative_at))
+            request.authoritative_time.CopyFrom(ts(authoritative_at))
         return await self.stub.SettleCompletion(request)
 
     async def fail(self, task_id, generation=1, **kw):

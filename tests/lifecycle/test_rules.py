@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from funnel.runtime.errors import Rejection
+from funnel.runtime.errors import Rejection, instant
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import (
     Cause,
@@ -165,7 +165,7 @@ def test_every_intent_in_every_non_terminal_state(kind, state, fenced, expected)
 def test_fenced_rejection_names_the_fence():
     task = record(ACTIVE, fenced_at=FENCE_AT)
     decision = decide(make_intent(K.SET_WORK_STATUS), situation(task), POLICY)
-    expect_rejection(decision, R.CANCELLATION_FENCED, cancellation_requested_at=str(FENCE_AT), fenced_task_id="task")
+    expect_rejection(decision, R.CANCELLATION_FENCED, cancellation_request_time=instant(FENCE_AT), fenced_task_id="task")
 
 
 def test_request_cancellation_keeps_state_and_work_status():
@@ -724,7 +724,7 @@ def test_completion_after_the_tasks_own_fence_needs_proof(state, authoritative_a
         expect_rejection(
             decision,
             R.CANCELLATION_FENCED,
-            cancellation_requested_at=str(FENCE_AT),
+            cancellation_request_time=instant(FENCE_AT),
             fenced_task_id="task",
             max_clock_offset_ms=str(OFFSET // 1000),
         )
@@ -742,7 +742,7 @@ def test_completion_after_the_attached_parents_fence_needs_proof(authoritative_a
         expect_rejection(
             decision,
             R.CANCELLATION_FENCED,
-            cancellation_requested_at=str(FENCE_AT),
+            cancellation_request_time=instant(FENCE_AT),
             fenced_task_id="parent",
             max_clock_offset_ms=str(OFFSET // 1000),
         )

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note_outcome
 from hypothesis import strategies as st
 
-from funnel.runtime.errors import Rejection
+from funnel.runtime.errors import Rejection, instant
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import (
     ChildRef,
@@ -233,7 +233,7 @@ def test_a_completion_after_a_cancellation_request_wins_only_with_proof(case, po
     else:
         assert isinstance(decision, Rejection)
         assert decision.reason is Reason.CANCELLATION_FENCED
-        assert decision.metadata["cancellation_requested_at"] == str(fence)
+        assert decision.metadata["cancellation_request_time"] == instant(fence)
 
 
 @FAST

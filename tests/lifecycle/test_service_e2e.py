@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.grpc_errors import error_info, field_violations
+from funnel.runtime.errors import instant
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import LinkMode, ParentLink, Policy
 from lifecycle_service.core.rules import decide
@@ -61,7 +62,7 @@ async def test_register_creates_generation_one_at_revision_one(c, clock):
         pb.CANCELLATION_STATE_NONE,
         pb.WORK_STATUS_READY,
     )
-    assert not task.HasField("parent") and not task.HasField("cancellation_requested_at")
+    assert not task.HasField("parent") and not task.HasField("cancellation_request_time")
     assert task.completion_id == ""
     assert micros(task.create_time) == micros(task.update_time) == now
     assert event.sequence >= 1
@@ -110,8 +111,8 @@ async def test_a_generation_walks_through_its_states(c, clock):
         assert micros(task.update_time) == micros(event.commit_time)
     requested, settled = steps[-2].task, steps[-1].task
     assert requested.cancellation == pb.CANCELLATION_STATE_REQUESTED
-    assert micros(requested.cancellation_requested_at) == fence
-    assert (settled.outcome, settled.cancellation, micros(settled.cancellation_requested_at)) == (
+    assert micros(requested.cancellation_request_time) == fence
+    assert (settled.outcome, settled.cancellation, micros(settled.cancellation_request_time)) == (
         pb.TERMINAL_OUTCOME_CANCELLED,
         pb.CANCELLATION_STATE_REQUESTED,
         fence,
@@ -135,7 +136,7 @@ async def test_completion_settles_the_generation_and_a_repeat_returns_the_origin
         pb.WORK_STATUS_DONE,
         "cmp-1",
     )
-    assert (done.event.intent, done.event.completion_id, micros(done.event.authoritative_at)) == (
+    assert (done.event.intent, done.event.completion_id, micros(done.event.authoritative_time)) == (
         pb.INTENT_SETTLE_COMPLETION,
         "cmp-1",
         at,
@@ -410,7 +411,7 @@ async def _request_id_reused(c):
     return lambda: c.work("t1", pb.WORK_STATUS_READY, request_id="req-1")
 
 
-FENCE_KEYS = {"cancellation_requested_at", "fenced_task_id"}
+FENCE_KEYS = {"cancellation_request_time", "fenced_task_id"}
 REJECTIONS = {
     "TASK_NOT_FOUND": (_task_not_found, Code.NOT_FOUND, {"task_id"}),
     "PARENT_NOT_FOUND": (_parent_not_found, Code.NOT_FOUND, {"parent_task_id"}),
@@ -431,7 +432,7 @@ REJECTIONS = {
     "CANCELLATION_ALREADY_REQUESTED": (
         _cancellation_already_requested,
         Code.FAILED_PRECONDITION,
-        {"cancellation_requested_at"},
+        {"cancellation_request_time"},
     ),
     "ACTIVE_ATTACHED_CHILD": (_active_attached_child, Code.FAILED_PRECONDITION, {"child_task_ids"}),
     "PARENT_GENERATION_MISMATCH": (
@@ -547,7 +548,7 @@ def base_request(rpc: str, workspace: str = WS, task_id: str = "t1"):
     request = request_type(workspace_id=workspace, task_id=task_id, generation=1)
     if rpc == "SettleCompletion":
         request.completion_id = "cmp-1"
-        request.authoritative_at.CopyFrom(NOW_TS)
+        request.authoritative_time.CopyFrom(NOW_TS)
     if rpc == "SetWorkStatus":
         request.work_status = pb.WORK_STATUS_IN_PROGRESS
     return request
@@ -594,7 +595,7 @@ def parent_link(**fields):
 
 
 def nanos(value):
-    return lambda request: setattr(request.authoritative_at, "nanos", value)
+    return lambda request: setattr(request.authoritative_time, "nanos", value)
 
 
 BAD_INPUT = [
@@ -649,14 +650,14 @@ BAD_INPUT = [
     ("parent-is-itself", ["RegisterTask"], parent_link(task_id="new-task"), "FIELD_MALFORMED", "parent.task_id"),
     ("completion-id-empty", ["SettleCompletion"], setter("completion_id", ""), "FIELD_REQUIRED", "completion_id"),
     ("completion-id-malformed", ["SettleCompletion"], setter("completion_id", "a b"), "FIELD_MALFORMED", "completion_id"),
-    ("authoritative-at-missing", ["SettleCompletion"], clearer("authoritative_at"), "FIELD_REQUIRED", "authoritative_at"),
-    ("authoritative-at-bad-nanos", ["SettleCompletion"], nanos(-1), "FIELD_MALFORMED", "authoritative_at"),
+    ("authoritative-time-missing", ["SettleCompletion"], clearer("authoritative_time"), "FIELD_REQUIRED", "authoritative_time"),
+    ("authoritative-time-bad-nanos", ["SettleCompletion"], nanos(-1), "FIELD_MALFORMED", "authoritative_time"),
     (
         "authoritative-at-year-10000",
         ["SettleCompletion"],
-        setter("authoritative_at.seconds", 253402300800),
+        setter("authoritative_time.seconds", 253402300800),
         "FIELD_MALFORMED",
-        "authoritative_at",
+        "authoritative_time",
     ),
     ("page-size-negative", ["ListTasks", "ListLifecycleEvents"], setter("page_size", -1), "VALUE_OUT_OF_RANGE", "page_size"),
     ("page-size-too-big", ["ListTasks", "ListLifecycleEvents"], setter("page_size", 1001), "VALUE_OUT_OF_RANGE", "page_size"),
@@ -821,22 +822,22 @@ async def test_a_completion_passes_the_fence_only_with_proof(start_lifecycle, cl
     clock.advance(3_000_000)
     done = await c.complete("proven", authoritative_at=fence - offset - 1)
     assert done.task.outcome == pb.TERMINAL_OUTCOME_COMPLETED
-    assert micros(done.event.authoritative_at) == fence - offset - 1
+    assert micros(done.event.authoritative_time) == fence - offset - 1
     for task_id, at in (("equal", fence - offset), ("later", fence + 1)):
         error = await rejected(
             c.complete(task_id, authoritative_at=at),
             Code.FAILED_PRECONDITION,
             "CANCELLATION_FENCED",
-            metadata={"cancellation_requested_at", "fenced_task_id", "max_clock_offset_ms"},
+            metadata={"cancellation_request_time", "fenced_task_id", "max_clock_offset_ms"},
         )
         assert dict(error_info(error).metadata) == {
-            "cancellation_requested_at": str(fence),
+            "cancellation_request_time": instant(fence),
             "fenced_task_id": task_id,
             "max_clock_offset_ms": str(offset_ms),
         }
     # Missing proof is not proof.
     request = pb.SettleCompletionRequest(workspace_id=WS, task_id="equal", generation=1, completion_id="cmp-1")
-    await rejected(c.SettleCompletion(request), Code.INVALID_ARGUMENT, "FIELD_REQUIRED", field="authoritative_at")
+    await rejected(c.SettleCompletion(request), Code.INVALID_ARGUMENT, "FIELD_REQUIRED", field="authoritative_time")
     assert (await c.task("equal")).state == ACTIVE
     # Failure cannot pass a fence at all; the cancellation can still be settled.
     await rejected(c.fail("later"), Code.FAILED_PRECONDITION, "CANCELLATION_FENCED")

@@ -234,7 +234,7 @@ async def test_a_watcher_that_does_not_read_overflows_and_resumes_without_a_gap(
         error = caught.value
         assert error.code() == Code.RESOURCE_EXHAUSTED
         info = error_info(error)
-        assert (info.reason, info.domain) == ("WATCH_OVERFLOW", "lifecycle_service")
+        assert (info.reason, info.domain) == ("WATCH_OVERFLOW", "funnel.lifecycle.v1")
         assert set(info.metadata) == {"resume_after_sequence"}
         cursor = int(info.metadata["resume_after_sequence"])
         assert cursor == received[-1].sequence

@@ -604,7 +604,7 @@ class Generator:
     def _SettleCompletion(self):
         picks = self._header()
         picks["completion_id"] = self.p.any_id(self.w.completion_ids + ["cmp-client-1"])
-        picks["authoritative_at"] = self.p.timestamp()
+        picks["authoritative_time"] = self.p.timestamp()
         fields, valid = self._collect(**picks)
         return lpb.SettleCompletionRequest(**fields), valid
 
@@ -924,7 +924,7 @@ def judge(call: Call, answer: Answer) -> str | None:
         return f"{len(answer.infos)} ErrorInfo details: {where}"
     info = answer.info
     domain, catalogue = (
-        ("lifecycle_service", LifecycleReason) if call.service == "lc" else ("completion_service", CompletionReason)
+        ("funnel.lifecycle.v1", LifecycleReason) if call.service == "lc" else ("funnel.completion.v1", CompletionReason)
     )
     if info.domain != domain:
         return f"ErrorInfo domain {info.domain!r}: {where}"

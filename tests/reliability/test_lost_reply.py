@@ -65,7 +65,7 @@ def lifecycle_steps(cid: str) -> list[tuple[str, str, object]]:
         ("t1", "SettleCancellation", lpb.SettleCancellationRequest(task_id="t1", generation=1, **key)),
         ("t1", "ResumeWithGeneration", lpb.ResumeWithGenerationRequest(task_id="t1", generation=2, **key)),
         ("t1", "SettleCompletion", lpb.SettleCompletionRequest(
-            task_id="t1", generation=2, completion_id=cid, authoritative_at=now, **key)),
+            task_id="t1", generation=2, completion_id=cid, authoritative_time=now, **key)),
         ("t2", "RegisterTask", lpb.RegisterTaskRequest(task_id="t2", **key)),
         ("t2", "SettleFailure", lpb.SettleFailureRequest(task_id="t2", generation=1, **key)),
         ("t3", "RegisterTask", lpb.RegisterTaskRequest(task_id="t3", **key)),

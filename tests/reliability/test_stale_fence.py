@@ -320,7 +320,7 @@ async def test_a_settlement_for_generation_1_delayed_until_just_after_the_resume
         ("RequestCancellation", {}),
         ("SettleFailure", {}),
         ("SettleTimeout", {}),
-        ("SettleCompletion", {"completion_id": "cmp_late", "authoritative_at": to_timestamp(1)}),
+        ("SettleCompletion", {"completion_id": "cmp_late", "authoritative_time": to_timestamp(1)}),
     ],
 )
 async def test_any_intent_for_a_replaced_generation_is_stale_and_changes_nothing(services, method, extra):
@@ -367,7 +367,7 @@ async def test_a_write_expecting_revision_r_just_after_another_write_changes_not
     assert (await task(s, "t")).work_status == lpb.WORK_STATUS_IN_PROGRESS
 
 
-# -- cancellation fence (rule 4: authoritative_at + max clock offset) ----------------
+# -- cancellation fence (rule 4: authoritative_time + max clock offset) ----------------
 
 
 @pytest.mark.parametrize("margin_micros, commits", [(1, True), (0, False)])
@@ -377,12 +377,12 @@ async def test_a_completion_just_before_the_cancellation_fence_passes_it_just_af
     await s.lc.ActivateGeneration(lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T)
     fence = (await s.lc.RequestCancellation(
         lpb.RequestCancellationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
-    )).task.cancellation_requested_at
+    )).task.cancellation_request_time
     fence_micros = fence.seconds * SECOND + fence.nanos // 1000
-    # Proven earlier only if authoritative_at + 500 ms < the fence.
+    # Proven earlier only if authoritative_time + 500 ms < the fence.
     authoritative = fence_micros - 500_000 - margin_micros
     request = lpb.SettleCompletionRequest(
-        workspace_id=WS, task_id="t", generation=1, completion_id="cmp_x", authoritative_at=to_timestamp(authoritative),
+        workspace_id=WS, task_id="t", generation=1, completion_id="cmp_x", authoritative_time=to_timestamp(authoritative),
         cause=cause(),
     )
     if commits:

@@ -52,7 +52,7 @@ async def story(funnel, task_id: str = "t-1"):
 
 def settle_request(task_id: str, authoritative_at: Timestamp) -> lpb.SettleCompletionRequest:
     return lpb.SettleCompletionRequest(workspace_id=WS, task_id=task_id, generation=1, completion_id="cmp_forged",
-                                       authoritative_at=authoritative_at)
+                                       authoritative_time=authoritative_at)
 
 
 # -- forged settlements -------------------------------------------------------

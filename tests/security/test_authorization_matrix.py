@@ -142,7 +142,7 @@ class World:
             "RequestCancellation": lambda: lpb.RequestCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
             "SettleCancellation": lambda: lpb.SettleCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
             "SettleCompletion": lambda: lpb.SettleCompletionRequest(
-                **plain, completion_id=self.fresh("cmp"), authoritative_at=now),
+                **plain, completion_id=self.fresh("cmp"), authoritative_time=now),
             "SettleFailure": lambda: lpb.SettleFailureRequest(**plain),
             "SettleTimeout": lambda: lpb.SettleTimeoutRequest(**plain),
             "PropagateParentTermination": lambda: lpb.PropagateParentTerminationRequest(
@@ -214,7 +214,7 @@ async def test_every_credential_gets_its_cell(secured, rpc):  # noqa: F811 (fixt
     tokens = credential_tokens()
     superuser = funnel.clients(credentials.SUPERUSER)
     world = await World(funnel, superuser).build(funnel.clients(tokens["agent"]))
-    domain = "lifecycle_service" if SERVICE_OF[rpc] == "lc" else "completion_service"
+    domain = "funnel.lifecycle.v1" if SERVICE_OF[rpc] == "lc" else "funnel.completion.v1"
     cells = []
     for credential, token in tokens.items():
         want = expected(rpc, credential)

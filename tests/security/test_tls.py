@@ -110,7 +110,7 @@ def settle_request() -> pb.SettleCompletionRequest:
         task_id="no-such-task",
         generation=1,
         completion_id="cmp-1",
-        authoritative_at=Timestamp(seconds=1_700_000_000),
+        authoritative_time=Timestamp(seconds=1_700_000_000),
     )
 
 

@@ -291,7 +291,7 @@ async def test_feedback_after_completion_resumes_into_generation_2_and_fences_ge
     authoritative_at.FromMicroseconds(f.clock.now_micros())
     late_completion = f.lc.SettleCompletion(lpb.SettleCompletionRequest(
         workspace_id=WS, task_id="task-1", generation=1, completion_id=completion.completion_id,
-        authoritative_at=authoritative_at, request_id="late-settle"), timeout=CALL_TIMEOUT)
+        authoritative_time=authoritative_at, request_id="late-settle"), timeout=CALL_TIMEOUT)
     late_failure = f.lc.SettleFailure(lpb.SettleFailureRequest(
         workspace_id=WS, task_id="task-1", generation=1, request_id="late-failure",
         cause=lpb.Cause(source="test", reason="an old callback")), timeout=CALL_TIMEOUT)
@@ -300,7 +300,7 @@ async def test_feedback_after_completion_resumes_into_generation_2_and_fences_ge
             await call
         assert caught.value.code() == Code.FAILED_PRECONDITION
         assert (error_info(caught.value).reason, error_info(caught.value).domain) == (
-            "STALE_GENERATION", "lifecycle_service")
+            "STALE_GENERATION", "funnel.lifecycle.v1")
     task = (await f.task("task-1")).task
     assert (task.generation, task.state) == (2, lpb.GENERATION_STATE_ACTIVE)
     # The old run cannot complete the new generation either.

@@ -2,6 +2,8 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import error_details_pb2 as _error_details_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -214,6 +216,18 @@ RUN_NOT_HELD: ErrorReason
 AGENT_ID_MISMATCH: ErrorReason
 IMPORT_BUFFER_EXHAUSTED: ErrorReason
 STREAM_IDLE: ErrorReason
+
+class ErrorDetails(_message.Message):
+    __slots__ = ("status", "error_info", "bad_request", "retry_info")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_INFO_FIELD_NUMBER: _ClassVar[int]
+    BAD_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    RETRY_INFO_FIELD_NUMBER: _ClassVar[int]
+    status: _status_pb2.Status
+    error_info: _error_details_pb2.ErrorInfo
+    bad_request: _error_details_pb2.BadRequest
+    retry_info: _error_details_pb2.RetryInfo
+    def __init__(self, status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., error_info: _Optional[_Union[_error_details_pb2.ErrorInfo, _Mapping]] = ..., bad_request: _Optional[_Union[_error_details_pb2.BadRequest, _Mapping]] = ..., retry_info: _Optional[_Union[_error_details_pb2.RetryInfo, _Mapping]] = ...) -> None: ...
 
 class Caller(_message.Message):
     __slots__ = ("subject", "role")

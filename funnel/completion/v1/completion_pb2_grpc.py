@@ -110,7 +110,7 @@ class CompletionServiceServicer:
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE` (`lease_ttl`), `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
         `GENERATION_TERMINAL`, `CANCELLATION_REQUESTED`, `LEASE_HELD` (another open
-        run holds a live lease; metadata `holder_run_id`, `lease_expires_at`),
+        run holds a live lease; metadata `holder_run_id`, `lease_expire_time`),
         `LIFECYCLE_REJECTED` (metadata `lifecycle_reason`), `LIFECYCLE_UNAVAILABLE`,
         `AGENT_ID_MISMATCH` (an agent claiming for another `agent_id`).
         """

@@ -1,6 +1,8 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import error_details_pb2 as _error_details_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -175,6 +177,18 @@ RATE_LIMITED: ErrorReason
 MESSAGE_TOO_LARGE: ErrorReason
 WATCHERS_EXHAUSTED: ErrorReason
 
+class ErrorDetails(_message.Message):
+    __slots__ = ("status", "error_info", "bad_request", "retry_info")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_INFO_FIELD_NUMBER: _ClassVar[int]
+    BAD_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    RETRY_INFO_FIELD_NUMBER: _ClassVar[int]
+    status: _status_pb2.Status
+    error_info: _error_details_pb2.ErrorInfo
+    bad_request: _error_details_pb2.BadRequest
+    retry_info: _error_details_pb2.RetryInfo
+    def __init__(self, status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., error_info: _Optional[_Union[_error_details_pb2.ErrorInfo, _Mapping]] = ..., bad_request: _Optional[_Union[_error_details_pb2.BadRequest, _Mapping]] = ..., retry_info: _Optional[_Union[_error_details_pb2.RetryInfo, _Mapping]] = ...) -> None: ...
+
 class Caller(_message.Message):
     __slots__ = ("subject", "role")
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
@@ -211,7 +225,7 @@ class ParentLink(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., generation: _Optional[int] = ..., mode: _Optional[_Union[ParentLinkMode, str]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("workspace_id", "task_id", "generation", "revision", "state", "outcome", "cancellation", "cancellation_requested_at", "work_status", "parent", "completion_id", "create_time", "update_time")
+    __slots__ = ("workspace_id", "task_id", "generation", "revision", "state", "outcome", "cancellation", "cancellation_request_time", "work_status", "parent", "completion_id", "create_time", "update_time")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -219,7 +233,7 @@ class Task(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     CANCELLATION_FIELD_NUMBER: _ClassVar[int]
-    CANCELLATION_REQUESTED_AT_FIELD_NUMBER: _ClassVar[int]
+    CANCELLATION_REQUEST_TIME_FIELD_NUMBER: _ClassVar[int]
     WORK_STATUS_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -232,16 +246,16 @@ class Task(_message.Message):
     state: GenerationState
     outcome: TerminalOutcome
     cancellation: CancellationState
-    cancellation_requested_at: _timestamp_pb2.Timestamp
+    cancellation_request_time: _timestamp_pb2.Timestamp
     work_status: WorkStatus
     parent: ParentLink
     completion_id: str
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., parent: _Optional[_Union[ParentLink, _Mapping]] = ..., completion_id: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., parent: _Optional[_Union[ParentLink, _Mapping]] = ..., completion_id: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LifecycleEvent(_message.Message):
-    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "revision", "intent", "from_state", "to_state", "outcome", "cancellation", "cancellation_requested_at", "work_status", "cause", "completion_id", "authoritative_at", "commit_time", "request_id", "caller")
+    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "revision", "intent", "from_state", "to_state", "outcome", "cancellation", "cancellation_request_time", "work_status", "cause", "completion_id", "authoritative_time", "commit_time", "request_id", "caller")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -252,11 +266,11 @@ class LifecycleEvent(_message.Message):
     TO_STATE_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     CANCELLATION_FIELD_NUMBER: _ClassVar[int]
-    CANCELLATION_REQUESTED_AT_FIELD_NUMBER: _ClassVar[int]
+    CANCELLATION_REQUEST_TIME_FIELD_NUMBER: _ClassVar[int]
     WORK_STATUS_FIELD_NUMBER: _ClassVar[int]
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_ID_FIELD_NUMBER: _ClassVar[int]
-    AUTHORITATIVE_AT_FIELD_NUMBER: _ClassVar[int]
+    AUTHORITATIVE_TIME_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
@@ -270,15 +284,15 @@ class LifecycleEvent(_message.Message):
     to_state: GenerationState
     outcome: TerminalOutcome
     cancellation: CancellationState
-    cancellation_requested_at: _timestamp_pb2.Timestamp
+    cancellation_request_time: _timestamp_pb2.Timestamp
     work_status: WorkStatus
     cause: Cause
     completion_id: str
-    authoritative_at: _timestamp_pb2.Timestamp
+    authoritative_time: _timestamp_pb2.Timestamp
     commit_time: _timestamp_pb2.Timestamp
     request_id: str
     caller: Caller
-    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., intent: _Optional[_Union[Intent, str]] = ..., from_state: _Optional[_Union[GenerationState, str]] = ..., to_state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., completion_id: _Optional[str] = ..., authoritative_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., intent: _Optional[_Union[Intent, str]] = ..., from_state: _Optional[_Union[GenerationState, str]] = ..., to_state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., completion_id: _Optional[str] = ..., authoritative_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
 
 class RegisterTaskRequest(_message.Message):
     __slots__ = ("workspace_id", "task_id", "request_id", "expected_revision", "cause", "parent")
@@ -427,7 +441,7 @@ class SettleCancellationResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., event: _Optional[_Union[LifecycleEvent, _Mapping]] = ...) -> None: ...
 
 class SettleCompletionRequest(_message.Message):
-    __slots__ = ("workspace_id", "task_id", "generation", "request_id", "expected_revision", "cause", "completion_id", "authoritative_at")
+    __slots__ = ("workspace_id", "task_id", "generation", "request_id", "expected_revision", "cause", "completion_id", "authoritative_time")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -435,7 +449,7 @@ class SettleCompletionRequest(_message.Message):
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_ID_FIELD_NUMBER: _ClassVar[int]
-    AUTHORITATIVE_AT_FIELD_NUMBER: _ClassVar[int]
+    AUTHORITATIVE_TIME_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     task_id: str
     generation: int
@@ -443,8 +457,8 @@ class SettleCompletionRequest(_message.Message):
     expected_revision: int
     cause: Cause
     completion_id: str
-    authoritative_at: _timestamp_pb2.Timestamp
-    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., request_id: _Optional[str] = ..., expected_revision: _Optional[int] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., completion_id: _Optional[str] = ..., authoritative_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    authoritative_time: _timestamp_pb2.Timestamp
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., request_id: _Optional[str] = ..., expected_revision: _Optional[int] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., completion_id: _Optional[str] = ..., authoritative_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SettleCompletionResponse(_message.Message):
     __slots__ = ("task", "event")

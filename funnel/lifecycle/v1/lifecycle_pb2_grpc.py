@@ -217,7 +217,7 @@ class TaskLifecycleServiceServicer:
         `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
         `GENERATION_TERMINAL` (terminal otherwise), `CANCELLATION_FENCED` (after the
         task's or an attached parent's fence without proof of earlier
-        `authoritative_at`), `ACTIVE_ATTACHED_CHILD`, `PARENT_TERMINAL` (attached
+        `authoritative_time`), `ACTIVE_ATTACHED_CHILD`, `PARENT_TERMINAL` (attached
         parent generation already terminal).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
