@@ -17,14 +17,15 @@ from completion_service.core import gates
 from completion_service.core.gates import snapshot_basis
 from completion_service.core.model import (
     CompletionRecord,
+    Decision,
     FinalStatus,
     RequestedOutcome,
     RunOutcome,
     RunRecord,
     SettlementStatus,
 )
-from completion_service.core.runs import CloseStep, cap_notes, close_plan, is_stalled, tokens_total
-from completion_service.core.settlement import retry_delay_seconds
+from completion_service.core.runs import CloseStep, TaskEffect, cap_notes, close_effect, close_plan, is_stalled, tokens_total
+from completion_service.core.settlement import binding_decision, retry_delay_seconds
 from completion_service.errors import Reason
 from completion_service.external_gates import ExternalGates
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, view_of
@@ -94,11 +95,27 @@ def _close_refused(exc: LifecycleRejected, run: RunRecord) -> ServiceError:
     )
 
 
+def _settlement_refused(decision: Decision, completion: CompletionRecord, run: RunRecord) -> ServiceError:
+    return ServiceError(
+        reject(
+            Reason.LIFECYCLE_REJECTED,
+            f"closing run {run.run_id} committed completion {completion.completion_id}, and the lifecycle service "
+            f"refused to settle it; the run stays open. {decision.instruction}",
+            lifecycle_reason=completion.error_reason or "",
+            next_action=decision.next_action.name,
+            run_id=run.run_id,
+            completion_id=completion.completion_id,
+        )
+    )
+
+
 @dataclass(frozen=True)
 class RunClosed:
     run: RunRecord
-    decision: object = None
+    decision: Decision | None = None
     completion: CompletionRecord | None = None
+    effect: TaskEffect | None = None
+    effect_reason: str = ""
 
 
 class CompletionAuthority:
@@ -413,7 +430,7 @@ class CompletionAuthority:
                     )
                     decision, completion = attempted.decision, attempted.completion
                     if completion is not None and completion.settlement is SettlementStatus.REJECTED:
-                        raise LifecycleRejected(completion.error_reason or "", completion.error_message or "")
+                        raise _settlement_refused(binding_decision(decision, completion), completion, run)
                 else:
                     completion = settled
             elif plan.step is CloseStep.SET_STATUS:
@@ -435,8 +452,10 @@ class CompletionAuthority:
             raise _close_refused(exc, run) from None
         tokens_input, tokens_output, reported_total = tokens
 
+        effect, effect_reason = close_effect(plan, decision, completion)
+
         def render_closed(closed: RunRecord) -> Message:
-            return render(RunClosed(closed, decision, completion))
+            return render(RunClosed(closed, decision, completion, effect, effect_reason))
 
         closed = await self.store.close_run(
             CloseCommand(
@@ -459,7 +478,7 @@ class CompletionAuthority:
         _raise_if_rejected(closed)
         if isinstance(closed, Remembered):
             return closed
-        return RunClosed(closed, decision, completion)
+        return RunClosed(closed, decision, completion, effect, effect_reason)
 
     async def _cancel(self, workspace_id: str, run: RunRecord, task: lpb.Task) -> None:
         if task.cancellation != lpb.CANCELLATION_STATE_REQUESTED:

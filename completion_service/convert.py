@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from completion_service.core.model import (
     AuditEntry,
+    BlockDetails,
     CompletionEvent,
     CompletionRecord,
     Decision,
@@ -58,6 +59,25 @@ def decision_to_proto(decision: Decision) -> pb.Decision:
         decision_schema=decision.decision_schema,
         state_version=decision.state_version,
         checkpoint=decision.checkpoint,
+        details=details_to_proto(decision.details) if decision.details else None,
+    )
+
+
+def details_to_proto(d: BlockDetails) -> pb.BlockDetails:
+    return pb.BlockDetails(
+        decisive_gate=d.decisive_gate,
+        missing_evidence_kinds=d.missing_evidence_kinds,
+        failing_evidence_kinds=d.failing_evidence_kinds,
+        evidence_checkpoint=d.evidence_checkpoint,
+        open_tool_call_ids=d.open_tool_call_ids,
+        open_step_id=d.open_step_id,
+        open_turn_id=d.open_turn_id,
+        open_child_task_ids=d.open_child_task_ids,
+        current_lease=lease_to_proto(d.current_lease) if d.current_lease else None,
+        current_state_version=d.current_state_version,
+        current_generation=d.current_generation,
+        lifecycle_reason=d.lifecycle_reason,
+        gate_feedback=d.gate_feedback,
     )
 
 

@@ -129,9 +129,11 @@ def listing(request, *optional_id_fields: str) -> None:
     checker.raise_for(Reason)
 
 
-def watch(request: pb.WatchCompletionEventsRequest) -> None:
+def watch(request: pb.WatchCompletionEventsRequest | pb.ListCompletionEventsRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id, required=False)
     checker.integer("after_sequence", request.after_sequence, minimum=0, maximum=2**63 - 1)
+    if isinstance(request, pb.ListCompletionEventsRequest):
+        checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
     checker.raise_for(Reason)

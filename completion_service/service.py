@@ -15,6 +15,7 @@ from completion_service.convert import (
     lease_to_proto,
     run_to_proto,
 )
+from completion_service.core.settlement import binding_decision
 from completion_service.core.model import (
     CompletionEvent,
     EvidenceRecord,
@@ -166,8 +167,10 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 final_status=run.final_status.value if run.final_status else 0,
                 tokens_total=run.tokens_total or 0,
                 notes_truncated=run.notes_truncated,
-                decision=decision_to_proto(closed.decision) if closed.decision else None,
+                decision=decision_to_proto(binding_decision(closed.decision, closed.completion)) if closed.decision else None,
                 completion=completion_to_proto(closed.completion) if closed.completion else None,
+                task_effect=closed.effect.value,
+                task_effect_reason=closed.effect_reason,
             )
 
         def optional(field: str) -> int | None:
@@ -260,13 +263,15 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         return _render_attempt(outcome)
 
     async def _replayed_attempt(self, remembered: Remembered) -> pb.AttemptCompletionResponse:
-        """The original decision, with the completion's current settlement."""
+        """The original decision, with the completion's current settlement and what
+        that settlement means for the agent (see binding_decision)."""
         response = pb.AttemptCompletionResponse.FromString(remembered.response)
         if response.HasField("completion"):
             stored = response.completion
             current = await self._store.get_completion(stored.workspace_id, stored.task_id, stored.generation)
-            if current is not None:
+            if current is not None and current.completion_id == stored.completion_id:
                 response.completion.CopyFrom(completion_to_proto(current))
+                response.decision.CopyFrom(decision_to_proto(binding_decision(current.decision, current)))
         return response
 
     async def GetCompletion(self, request, context):
@@ -310,6 +315,16 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             next_page_token=encode_token(listing, items[-1].audit_id) if more else "",
         )
 
+    async def ListCompletionEvents(self, request, context):
+        requests.watch(request)
+        size = page_size(request.page_size)
+        events = await self._store.events_after(
+            request.workspace_id, request.after_sequence, request.task_id or None, size + 1
+        )
+        protos = [event_to_proto(event) for event in events[:size]]
+        fit = fitting(protos, self._page_bytes)
+        return pb.ListCompletionEventsResponse(events=protos[:fit], has_more=len(events) > size or fit < len(protos))
+
     async def WatchCompletionEvents(self, request, context) -> AsyncIterator[pb.WatchCompletionEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
@@ -329,7 +344,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
 
 def _render_attempt(outcome: AttemptOutcome) -> pb.AttemptCompletionResponse:
     return pb.AttemptCompletionResponse(
-        decision=decision_to_proto(outcome.decision),
+        decision=decision_to_proto(binding_decision(outcome.decision, outcome.completion)),
         completion=completion_to_proto(outcome.completion) if outcome.completion else None,
         existing_completion=outcome.existing,
     )

@@ -102,6 +102,13 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
     async def _task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
         return await self._authority.lifecycle_task(workspace_id, task_id)
 
+    async def _require_task(self, workspace_id: str, task_id: str) -> None:
+        """TASK_NOT_FOUND for a task the lifecycle service does not know; a task
+        with a transcript is known without asking."""
+        tail, _ = await self._store.transcript_tail(workspace_id, task_id)
+        if not tail.last_sequence:
+            await self._task(workspace_id, task_id)
+
     async def AppendTranscript(self, request, context):
         checker = Checker()
         checker.identifier("workspace_id", request.workspace_id)
@@ -214,6 +221,8 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             after = decode_token(request.page_token, listing, int)
             if after is None:
                 raise malformed_page_token(Reason)
+        else:
+            await self._require_task(request.workspace_id, request.task_id)
         page = await self._store.load_transcript(
             request.workspace_id,
             request.task_id,
@@ -237,6 +246,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         checker.identifier("workspace_id", request.workspace_id)
         checker.identifier("task_id", request.task_id)
         checker.raise_for(Reason)
+        await self._require_task(request.workspace_id, request.task_id)
         after = 0
         while True:
             events = await self._store.transcript_events_after(request.workspace_id, request.task_id, after, _EXPORT_PAGE)

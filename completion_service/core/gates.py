@@ -11,12 +11,14 @@ timeout) fails closed.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from completion_service.core.model import (
     AgentAction,
+    BlockDetails,
     Decision,
     GateStatus,
     GateTrace,
@@ -37,19 +39,21 @@ class GateState(enum.Enum):
 
 @dataclass(frozen=True)
 class GateCheck:
-    """What one gate found: passed, or failed with a reason; `applicable=False` skips it."""
+    """What one gate found: passed, or failed with a reason and the structured
+    details the reason is written from; `applicable=False` skips it."""
 
     passed: bool
     reason: str
     applicable: bool = True
+    details: BlockDetails = BlockDetails()
 
 
 def passed(reason: str) -> GateCheck:
     return GateCheck(True, reason)
 
 
-def failed(reason: str) -> GateCheck:
-    return GateCheck(False, reason)
+def failed(reason: str, **details: object) -> GateCheck:
+    return GateCheck(False, reason, details=BlockDetails(**details))
 
 
 def not_applicable(reason: str) -> GateCheck:
@@ -97,18 +101,21 @@ def _lease_live(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
         return failed(f"run {run.run_id} is closed")
     if lease is None or lease.run_id != run.run_id or lease.epoch != s.claimed_epoch or run.epoch != s.claimed_epoch:
         holder = f"run {lease.run_id} epoch {lease.epoch}" if lease else "nobody"
-        return failed(f"the lease of epoch {s.claimed_epoch} was superseded (now held by {holder})")
+        return failed(f"the lease of epoch {s.claimed_epoch} was superseded (now held by {holder})", current_lease=lease)
     if lease.expires_at <= s.now:
-        return failed(f"the lease of epoch {lease.epoch} expired")
+        return failed(f"the lease of epoch {lease.epoch} expired", current_lease=lease)
     return passed(f"run {run.run_id} holds the live lease of epoch {lease.epoch}")
 
 
 def _generation_current(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
     view = s.lifecycle
     if s.run.generation != view.generation:
-        return failed(f"the run works on generation {s.run.generation}; the task is at generation {view.generation}")
+        return failed(
+            f"the run works on generation {s.run.generation}; the task is at generation {view.generation}",
+            current_generation=view.generation,
+        )
     if view.state is LifecycleState.TERMINAL:
-        return failed(f"generation {view.generation} is already terminal ({view.outcome})")
+        return failed(f"generation {view.generation} is already terminal ({view.outcome})", current_generation=view.generation)
     return passed(f"generation {view.generation} is current and {view.state.name}")
 
 
@@ -136,27 +143,36 @@ def _circuit_breaker(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
 def _state_version_current(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
     current = s.transcript.state_version
     if s.evaluated_state_version != current:
-        return failed(f"evaluated state version {s.evaluated_state_version}, the transcript is at {current}")
+        return failed(
+            f"evaluated state version {s.evaluated_state_version}, the transcript is at {current}",
+            current_state_version=current,
+        )
     return passed(f"state version {current} is current")
 
 
 def _no_open_work(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
     tail = s.transcript
+    open_work = dict(
+        open_tool_call_ids=tail.open_calls, open_step_id=tail.open_step or "", open_turn_id=tail.open_turn or ""
+    )
     if tail.open_calls:
-        return failed(f"{len(tail.open_calls)} tool call(s) have no result: {', '.join(tail.open_calls[:5])}")
+        return failed(f"{len(tail.open_calls)} tool call(s) have no result: {', '.join(tail.open_calls[:5])}", **open_work)
     if tail.open_step is not None:
-        return failed(f"step {tail.open_step!r} is still open")
+        return failed(f"step {tail.open_step!r} is still open", **open_work)
     # A generation's transcript is closed when it becomes terminal: nothing can be
     # appended to it afterwards, so a turn left open would end as INTERRUPTED.
     if tail.open_turn is not None:
-        return failed(f"turn {tail.open_turn!r} is still open")
+        return failed(f"turn {tail.open_turn!r} is still open", **open_work)
     return passed("no open tool calls, steps or turn")
 
 
 def _no_active_children(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
     children = s.lifecycle.open_attached_children
     if children:
-        return failed(f"{len(children)} attached child task(s) are not terminal: {', '.join(children[:5])}")
+        return failed(
+            f"{len(children)} attached child task(s) are not terminal: {', '.join(children[:5])}",
+            open_child_task_ids=children,
+        )
     return passed("no attached child task is open")
 
 
@@ -178,7 +194,12 @@ def _required_evidence(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
             parts.append(f"no {', '.join(missing)} evidence")
         if failing:
             parts.append(f"failing {', '.join(failing)} evidence")
-        return failed(f"{' and '.join(parts)} at checkpoint {checkpoint!r}")
+        return failed(
+            f"{' and '.join(parts)} at checkpoint {checkpoint!r}",
+            missing_evidence_kinds=tuple(missing),
+            failing_evidence_kinds=tuple(failing),
+            evidence_checkpoint=checkpoint,
+        )
     return passed(f"{', '.join(policy.required_evidence)} passed at checkpoint {checkpoint!r}")
 
 
@@ -212,6 +233,7 @@ class Finding:
     reason: str
     hard: bool = False
     action: AgentAction | None = None
+    details: BlockDetails = BlockDetails()
 
 
 @dataclass(frozen=True)
@@ -241,7 +263,9 @@ def evaluate_builtins(
             status = GateStatus.SKIPPED
         else:
             status = GateStatus.PASSED if verdict.passed else GateStatus.FAILED
-        findings.append(Finding(gate.gate_id, gate.version, status, verdict.reason, gate.hard, gate.action))
+        findings.append(
+            Finding(gate.gate_id, gate.version, status, verdict.reason, gate.hard, gate.action, verdict.details)
+        )
     return Evaluation(tuple(findings))
 
 
@@ -264,13 +288,15 @@ def decide(
         if answer is None or answer.passed is None:
             reason = answer.reason if answer else "no answer"
             findings.append(
-                Finding(gate.gate_id, 1, GateStatus.FAILED, f"external gate unavailable: {reason}", False, AgentAction.RETRY_LATER)
+                Finding(gate.gate_id, 1, GateStatus.FAILED, f"external gate unavailable: {reason}", False,
+                        AgentAction.RETRY_LATER, BlockDetails(gate_feedback=reason))
             )
         elif answer.passed:
             findings.append(Finding(gate.gate_id, 1, GateStatus.PASSED, answer.reason or "passed"))
         else:
             findings.append(
-                Finding(gate.gate_id, 1, GateStatus.FAILED, answer.reason or "failed", False, AgentAction.ADDRESS_GATE_FEEDBACK)
+                Finding(gate.gate_id, 1, GateStatus.FAILED, answer.reason or "failed", False,
+                        AgentAction.ADDRESS_GATE_FEEDBACK, BlockDetails(gate_feedback=answer.reason or "failed"))
             )
     return _bind(snapshot, findings)
 
@@ -294,32 +320,50 @@ def _bind(snapshot: Snapshot, findings: list[Finding]) -> Decision:
             instruction=f"Completion allowed ({snapshot.outcome.name}); report it and end the session.",
             **common,
         )
+    details = dataclasses.replace(decisive.details, decisive_gate=decisive.gate_id)
     if decisive.hard:
         return Decision(
             verdict=Verdict.HARD_BLOCK,
             next_action=AgentAction.STOP_AND_REPORT,
             forbidden_actions=(AgentAction.REPORT_COMPLETE, AgentAction.ATTEMPT_COMPLETION, AgentAction.CONTINUE_WORK),
             instruction=f"Stop: {decisive.reason} ({decisive.gate_id}); report this and do not retry.",
+            details=details,
             **common,
         )
     return Decision(
         verdict=Verdict.SOFT_BLOCK,
         next_action=decisive.action,
         forbidden_actions=(AgentAction.REPORT_COMPLETE,),
-        instruction=f"Not complete: {decisive.reason} ({decisive.gate_id}); {_ADVICE[decisive.action]}, then retry.",
+        instruction=f"Not complete: {decisive.reason} ({decisive.gate_id}); {advice(decisive.action, details)}, then retry.",
+        details=details,
         **common,
     )
 
 
-_ADVICE = {
-    AgentAction.RESOLVE_OPEN_TOOL_CALLS: "answer the open tool calls and close the open step and turn",
-    AgentAction.REFRESH_STATE: "reload the transcript and re-evaluate",
-    AgentAction.RECORD_EVIDENCE: "record passing evidence at the current checkpoint",
-    AgentAction.WAIT_FOR_CHILDREN: "wait for the attached child tasks to finish",
-    AgentAction.PROVIDE_RESULT: "state the result",
-    AgentAction.RETRY_LATER: "wait a moment",
-    AgentAction.ADDRESS_GATE_FEEDBACK: "address the gate's feedback",
-}
+def advice(action: AgentAction, d: BlockDetails) -> str:
+    """What to do about a soft block, written from its details."""
+    if action is AgentAction.RESOLVE_OPEN_TOOL_CALLS:
+        steps = [f"answer the open tool calls ({_listed(d.open_tool_call_ids)})"] if d.open_tool_call_ids else []
+        steps += [f"close the open step {d.open_step_id!r}"] if d.open_step_id else []
+        steps += [f"close the open turn {d.open_turn_id!r}"] if d.open_turn_id else []
+        return " and ".join(steps) or "answer the open tool calls and close the open step and turn"
+    if action is AgentAction.REFRESH_STATE:
+        return f"reload the transcript (now at state version {d.current_state_version}) and re-evaluate"
+    if action is AgentAction.RECORD_EVIDENCE:
+        kinds = _listed((*d.missing_evidence_kinds, *d.failing_evidence_kinds))
+        return f"record passing evidence ({kinds}) at checkpoint {d.evidence_checkpoint!r}"
+    if action is AgentAction.WAIT_FOR_CHILDREN:
+        return f"wait for the attached child tasks ({_listed(d.open_child_task_ids)}) to finish"
+    if action is AgentAction.PROVIDE_RESULT:
+        return "state the result"
+    if action is AgentAction.RETRY_LATER:
+        return "wait a moment"
+    return "address the gate's feedback"
+
+
+def _listed(ids: tuple[str, ...], shown: int = 5) -> str:
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
 
 
 def snapshot_basis(snapshot: Snapshot) -> tuple:

@@ -154,6 +154,30 @@ class GateTrace:
 
 
 @dataclass(frozen=True)
+class BlockDetails:
+    """What a block is about, in structured form, so that a host acts on it
+    without parsing the instruction (which is written from these values)."""
+
+    decisive_gate: str = ""
+    missing_evidence_kinds: tuple[str, ...] = ()
+    failing_evidence_kinds: tuple[str, ...] = ()
+    # The checkpoint evidence must name (set for evidence blocks).
+    evidence_checkpoint: str | None = None
+    open_tool_call_ids: tuple[str, ...] = ()
+    open_step_id: str = ""
+    open_turn_id: str = ""
+    open_child_task_ids: tuple[str, ...] = ()
+    # The lease that superseded the attempt's (None: no lease at all, or not a lease block).
+    current_lease: Lease | None = None
+    current_state_version: int | None = None
+    current_generation: int | None = None
+    # The lifecycle service's refusal of the completion's settlement.
+    lifecycle_reason: str = ""
+    # An external gate's answer (its failure reason, or why it could not answer).
+    gate_feedback: str = ""
+
+
+@dataclass(frozen=True)
 class Decision:
     verdict: Verdict
     next_action: AgentAction
@@ -163,6 +187,8 @@ class Decision:
     decision_schema: str
     state_version: int
     checkpoint: str
+    # Set on every block; None when allowed.
+    details: BlockDetails | None = None
 
     @property
     def allowed(self) -> bool:
@@ -286,9 +312,48 @@ def decision_to_json(decision: Decision) -> str:
             "decision_schema": decision.decision_schema,
             "state_version": decision.state_version,
             "checkpoint": decision.checkpoint,
+            **({"details": _details_to_json(decision.details)} if decision.details else {}),
         },
         ensure_ascii=False,
         sort_keys=True,
+    )
+
+
+def _details_to_json(d: BlockDetails) -> dict:
+    lease = d.current_lease
+    return {
+        "decisive_gate": d.decisive_gate,
+        "missing_evidence_kinds": list(d.missing_evidence_kinds),
+        "failing_evidence_kinds": list(d.failing_evidence_kinds),
+        "evidence_checkpoint": d.evidence_checkpoint,
+        "open_tool_call_ids": list(d.open_tool_call_ids),
+        "open_step_id": d.open_step_id,
+        "open_turn_id": d.open_turn_id,
+        "open_child_task_ids": list(d.open_child_task_ids),
+        "current_lease": [lease.task_id, lease.run_id, lease.epoch, lease.expires_at] if lease else None,
+        "current_state_version": d.current_state_version,
+        "current_generation": d.current_generation,
+        "lifecycle_reason": d.lifecycle_reason,
+        "gate_feedback": d.gate_feedback,
+    }
+
+
+def _details_from_json(raw: dict) -> BlockDetails:
+    lease = raw["current_lease"]
+    return BlockDetails(
+        decisive_gate=raw["decisive_gate"],
+        missing_evidence_kinds=tuple(raw["missing_evidence_kinds"]),
+        failing_evidence_kinds=tuple(raw["failing_evidence_kinds"]),
+        evidence_checkpoint=raw["evidence_checkpoint"],
+        open_tool_call_ids=tuple(raw["open_tool_call_ids"]),
+        open_step_id=raw["open_step_id"],
+        open_turn_id=raw["open_turn_id"],
+        open_child_task_ids=tuple(raw["open_child_task_ids"]),
+        current_lease=Lease(*lease) if lease else None,
+        current_state_version=raw["current_state_version"],
+        current_generation=raw["current_generation"],
+        lifecycle_reason=raw["lifecycle_reason"],
+        gate_feedback=raw["gate_feedback"],
     )
 
 
@@ -305,4 +370,6 @@ def decision_from_json(text: str) -> Decision:
         decision_schema=raw["decision_schema"],
         state_version=raw["state_version"],
         checkpoint=raw["checkpoint"],
+        # Decisions stored before blocks carried details have none.
+        details=_details_from_json(raw["details"]) if "details" in raw else None,
     )

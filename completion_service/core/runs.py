@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from completion_service.core.model import FinalStatus, Lease, RunOutcome
+from completion_service.core.model import CompletionRecord, Decision, FinalStatus, Lease, RunOutcome, SettlementStatus
 
 NOTES_LIMIT = 2000
 
@@ -55,6 +55,37 @@ def close_plan(outcome: RunOutcome, final_status: FinalStatus | None) -> ClosePl
     if target is FinalStatus.CANCELLED:
         return ClosePlan(CloseStep.CANCEL, FinalStatus.CANCELLED)
     return ClosePlan(CloseStep.SET_STATUS, target)
+
+
+class TaskEffect(enum.Enum):
+    """What closing a run did to its task (values equal the contract's)."""
+
+    DONE = 1
+    SETTLING = 2
+    BLOCKED = 3
+    STATUS_SET = 4
+    CANCELLED = 5
+    UNCHANGED = 6
+
+
+def close_effect(
+    plan: ClosePlan, decision: Decision | None, completion: CompletionRecord | None
+) -> tuple[TaskEffect, str]:
+    """Whether a close ended the task or left it open, and why (one line). A
+    refused settlement never gets here: it fails the close."""
+    if plan.step is CloseStep.ATTEMPT_COMPLETION:
+        if completion is not None and completion.settlement is SettlementStatus.SETTLED:
+            return TaskEffect.DONE, f"completion {completion.completion_id} is settled: the task is DONE"
+        if completion is not None:
+            return TaskEffect.SETTLING, (
+                f"completion {completion.completion_id} is committed; the lifecycle service has not settled it yet"
+            )
+        return TaskEffect.BLOCKED, decision.instruction if decision else "the completion was blocked"
+    if plan.step is CloseStep.SET_STATUS:
+        return TaskEffect.STATUS_SET, f"work status set to {plan.status.name}; the task stays open"
+    if plan.step is CloseStep.CANCEL:
+        return TaskEffect.CANCELLED, "cancellation requested and settled: the generation ended CANCELLED"
+    return TaskEffect.UNCHANGED, "a STALLED close leaves the task as it is"
 
 
 @dataclass(frozen=True)

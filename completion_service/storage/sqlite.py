@@ -36,6 +36,7 @@ from completion_service.core.model import (
     decision_to_json,
 )
 from completion_service.core.runs import LeaseHeld, RenewalProblem, judge_claim, judge_renewal
+from completion_service.core.settlement import refusal_decision, supersedable
 from completion_service.errors import Reason
 from completion_service.storage.transcripts import TranscriptStorage
 from completion_service.storage.port import (
@@ -525,6 +526,9 @@ class SqliteCompletionStore(TranscriptStorage):
             )
             key = CompletionKey(completion_identity(identity_input), identity_payload(identity_input), command.outcome.name)
             stored = _load_completion(db, command.workspace_id, command.task_id, run.generation)
+            superseded = stored is not None and supersedable(stored)
+            if superseded:  # refused for a reason that has passed: this attempt replaces it
+                stored = None
             verdict = judge_duplicate(
                 CompletionKey(stored.identity, stored.payload, stored.outcome.name) if stored else None, key
             )
@@ -555,6 +559,11 @@ class SqliteCompletionStore(TranscriptStorage):
                 committed_at=now,
                 settlement=SettlementStatus.PENDING,
             )
+            if superseded:
+                db.execute(
+                    "DELETE FROM task_completions WHERE workspace_id = ? AND task_id = ? AND generation = ?",
+                    (record.workspace_id, record.task_id, record.generation),
+                )
             _insert_completion(db, record)
             events.append(
                 _insert_event(
@@ -622,6 +631,9 @@ class SqliteCompletionStore(TranscriptStorage):
                         lifecycle_event_sequence=settlement.lifecycle_event_sequence,
                         error_reason=settlement.error_reason,
                         error_message=settlement.error_message,
+                        decision=refusal_decision(
+                            completion.decision, settlement.error_reason or "", settlement.error_message or ""
+                        ) if settlement.rejected else None,
                     ),
                 )
             )

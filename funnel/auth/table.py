@@ -64,6 +64,7 @@ TABLE: dict[str, Rule] = {
     f"/{COMPLETION}/GetCompletion": _rule(V, A, H, O),
     f"/{COMPLETION}/ListCompletions": _rule(V, H, O),
     f"/{COMPLETION}/ListAuditLog": _rule(V, H, O),
+    f"/{COMPLETION}/ListCompletionEvents": _rule(V, H, O),
     f"/{COMPLETION}/WatchCompletionEvents": _rule(V, H, O),
     # Transcripts.
     f"/{TRANSCRIPT}/AppendTranscript": _rule(A, H, O, holder_only=True),

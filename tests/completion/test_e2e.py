@@ -969,12 +969,18 @@ async def test_a_replayed_attempt_reports_the_current_settlement(funnel):
     stop_lifecycle_during_next_settlement(f)
     pending = await f.attempt(claim, request_id="attempt-1")
     assert pending.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+    # Committed but not settled: not to be reported yet; the replay will tell.
+    assert (pending.decision.verdict, pending.decision.next_action) == (cpb.VERDICT_ALLOW, cpb.AGENT_ACTION_RETRY_LATER)
+    assert cpb.AGENT_ACTION_REPORT_COMPLETE in pending.decision.forbidden_actions
     await f.start_lifecycle()
     await settled(f, "task-1")
     replay = await f.attempt(claim, request_id="attempt-1")
-    assert replay.decision == pending.decision
     assert replay.completion.completion_id == pending.completion.completion_id
     assert replay.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    # Now settled: the gates' decision, to report completion.
+    assert replay.decision == replay.completion.decision
+    assert (replay.decision.verdict, replay.decision.next_action) == (cpb.VERDICT_ALLOW, cpb.AGENT_ACTION_REPORT_COMPLETE)
+    assert replay.decision.trace == pending.decision.trace
 
 
 async def test_complete_run_request_id_replays_instead_of_double_closing(funnel):

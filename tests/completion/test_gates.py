@@ -26,6 +26,7 @@ from completion_service.core.gates import (
 )
 from completion_service.core.model import (
     AgentAction,
+    BlockDetails,
     EvidenceFact,
     GateStatus,
     Lease,
@@ -37,6 +38,8 @@ from completion_service.core.model import (
     Snapshot,
     TranscriptTail,
     Verdict,
+    decision_from_json,
+    decision_to_json,
 )
 
 NOW = 1_700_000_000_000_000
@@ -198,6 +201,46 @@ def test_gate_failure_mode(changes, gate_id, reason):
     assert entry.reason in decision.instruction and gate_id in decision.instruction
 
 
+BLOCK_DETAILS = [
+    ("lease taken", dict(lease={"run_id": "run-2", "epoch": 3}), dict(current_lease=Lease("task-1", "run-2", 3, NOW + 60 * SECOND))),
+    ("lease missing", dict(lease=None), dict(current_lease=None)),
+    ("newer generation", dict(lifecycle={"generation": 2}), dict(current_generation=2)),
+    ("state version stale", dict(evaluated_state_version=11), dict(current_state_version=12)),
+    ("open work", dict(transcript={"open_calls": ("call-1", "call-2"), "open_step": "s-1", "open_turn": "t-1"}),
+     dict(open_tool_call_ids=("call-1", "call-2"), open_step_id="s-1", open_turn_id="t-1")),
+    ("children", dict(lifecycle={"open_attached_children": tuple(f"c-{i}" for i in range(7))}),
+     dict(open_child_task_ids=tuple(f"c-{i}" for i in range(7)))),
+    ("evidence", dict(evidence_facts=(evidence(kind="lint", passed=False),)),
+     dict(missing_evidence_kinds=("tests",), failing_evidence_kinds=("lint",), evidence_checkpoint=CHECKPOINT)),
+]
+
+
+@pytest.mark.parametrize("changes, fields", [d[1:] for d in BLOCK_DETAILS], ids=[d[0] for d in BLOCK_DETAILS])
+def test_every_block_carries_structured_details_of_its_decisive_gate(changes, fields):
+    policy = WorkspacePolicy(required_evidence=("tests", "lint"))
+    decision = decide(snap(**changes), policy)
+    assert not decision.allowed and decision.details is not None
+    [gate_id] = decisive_ids(decision)
+    assert decision.details == BlockDetails(decisive_gate=gate_id, **fields)
+    # The details survive storage in the completion row and events.
+    assert decision_from_json(decision_to_json(decision)) == decision
+
+
+def test_an_allowed_decision_has_no_details():
+    decision = decide(snap(), POLICY)
+    assert decision.allowed and decision.details is None
+    assert decision_from_json(decision_to_json(decision)).details is None
+
+
+def test_external_gate_feedback_is_in_the_details():
+    gate = ExternalGate("acme.review", "127.0.0.1:1")
+    policy = WorkspacePolicy(external_gates=(gate,))
+    refused = decide(snap(), policy, {"acme.review": ExternalAnswer(False, "add a changelog entry")})
+    assert refused.details == BlockDetails(decisive_gate="acme.review", gate_feedback="add a changelog entry")
+    silent = decide(snap(), policy, {})
+    assert (silent.next_action, silent.details.gate_feedback) == (AgentAction.RETRY_LATER, "no answer")
+
+
 def test_every_built_in_gate_has_a_failure_case():
     assert {f[2] for f in FAILURES} == set(GATE_IDS)
 
@@ -262,12 +305,16 @@ def test_allow_tells_the_agent_to_report_and_stop_working():
 
 
 SOFT_ACTIONS = [
-    (dict(evaluated_state_version=11), "transcript.state_version_current", AgentAction.REFRESH_STATE, "reload the transcript"),
-    (dict(transcript={"open_calls": ("call-1",)}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "answer the open tool calls"),
-    (dict(transcript={"open_step": "s"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "answer the open tool calls"),
-    (dict(transcript={"open_turn": "turn-3"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "close the open step and turn"),
-    (dict(lifecycle={"open_attached_children": ("c",)}), "lifecycle.no_active_children", AgentAction.WAIT_FOR_CHILDREN, "wait for the attached child"),
-    (dict(evidence_facts=()), "evidence.required", AgentAction.RECORD_EVIDENCE, "record passing evidence"),
+    (dict(evaluated_state_version=11), "transcript.state_version_current", AgentAction.REFRESH_STATE,
+     "reload the transcript (now at state version 12)"),
+    (dict(transcript={"open_calls": ("call-1",)}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS,
+     "answer the open tool calls (call-1)"),
+    (dict(transcript={"open_step": "s"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "close the open step 's'"),
+    (dict(transcript={"open_turn": "turn-3"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS,
+     "close the open turn 'turn-3'"),
+    (dict(lifecycle={"open_attached_children": ("c",)}), "lifecycle.no_active_children", AgentAction.WAIT_FOR_CHILDREN,
+     "wait for the attached child tasks (c)"),
+    (dict(evidence_facts=()), "evidence.required", AgentAction.RECORD_EVIDENCE, "record passing evidence (tests) at checkpoint 'cp-7'"),
     (dict(result=""), "result.non_empty", AgentAction.PROVIDE_RESULT, "state the result"),
 ]
 

@@ -89,3 +89,16 @@ def test_every_rpc_comment_names_its_errors_or_says_it_has_none(descriptor_set):
                 if "Errors:" not in text:
                     missing.append(f"{service.name}.{method.name}")
     assert not missing, missing
+
+
+def test_every_request_id_documents_its_scope_and_retention(descriptor_set):
+    undocumented = []
+    for file in _project_files(descriptor_set):
+        comments = _comments(file)
+        for message, path in _walk_messages(file.message_type, (MESSAGE,)):
+            for f, field in enumerate(message.field):
+                if field.name == "request_id" and message.name.endswith("Request"):
+                    text = comments.get(path + (FIELD, f), "")
+                    if "scoped to the caller" not in text or "retention" not in text:
+                        undocumented.append(f"{message.name}.request_id")
+    assert not undocumented, undocumented

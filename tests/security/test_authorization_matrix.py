@@ -55,6 +55,7 @@ ALLOWED: dict[str, set[str]] = {
     "GetCompletion": {"viewer", "agent", "host", "operator"},
     "ListCompletions": {"viewer", "host", "operator"},
     "ListAuditLog": {"viewer", "host", "operator"},
+    "ListCompletionEvents": {"viewer", "host", "operator"},
     "WatchCompletionEvents": {"viewer", "host", "operator"},
     "AppendTranscript": {"agent", "host", "operator"},
     "LoadTranscript": {"viewer", "agent", "host", "operator"},
@@ -169,6 +170,7 @@ class World:
             "GetCompletion": lambda: cpb.GetCompletionRequest(workspace_id=WS, task_id="t-1", generation=1),
             "ListCompletions": lambda: cpb.ListCompletionsRequest(workspace_id=WS),
             "ListAuditLog": lambda: cpb.ListAuditLogRequest(workspace_id=WS),
+            "ListCompletionEvents": lambda: cpb.ListCompletionEventsRequest(workspace_id=WS),
             "WatchCompletionEvents": lambda: cpb.WatchCompletionEventsRequest(workspace_id=WS),
             "AppendTranscript": lambda: tpb.AppendTranscriptRequest(
                 workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="hi"))]),

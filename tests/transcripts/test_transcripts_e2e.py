@@ -536,5 +536,15 @@ async def test_unknown_tasks_are_not_found(both):
     await rejected(both.ts.ImportTranscript(_import_stream(tpb.ImportTranscriptRequest(
         target=tpb.ImportTarget(workspace_id=WS, task_id="ghost"))), timeout=CALL_TIMEOUT),
         Code.NOT_FOUND, "TASK_NOT_FOUND")
-    page = await load(both.ts, "ghost")
-    assert (list(page.events), page.state_version) == ([], 0)
+    await rejected(load(both.ts, "ghost"), Code.NOT_FOUND, "TASK_NOT_FOUND")
+
+
+@pytest.mark.parametrize("task_id", ["never-registered", "only-in-another-workspace"])
+async def test_loading_or_exporting_an_unknown_task_is_not_found(both, task_id):
+    await both.f.register("only-in-another-workspace", workspace="ws-2")
+    await rejected(load(both.ts, task_id), Code.NOT_FOUND, "TASK_NOT_FOUND")
+    await rejected(export_bytes(both.ts, task_id), Code.NOT_FOUND, "TASK_NOT_FOUND")
+    # A registered task without a transcript is an empty transcript, not an error.
+    await both.f.register(f"{task_id}-here")
+    assert list((await load(both.ts, f"{task_id}-here")).events) == []
+    assert await export_bytes(both.ts, f"{task_id}-here") == b""

@@ -86,6 +86,16 @@ class CompletionEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPLETION_EVENT_KIND_COMPLETION_SETTLED: _ClassVar[CompletionEventKind]
     COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR: _ClassVar[CompletionEventKind]
 
+class TaskEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_EFFECT_UNSPECIFIED: _ClassVar[TaskEffect]
+    TASK_EFFECT_DONE: _ClassVar[TaskEffect]
+    TASK_EFFECT_SETTLING: _ClassVar[TaskEffect]
+    TASK_EFFECT_BLOCKED: _ClassVar[TaskEffect]
+    TASK_EFFECT_STATUS_SET: _ClassVar[TaskEffect]
+    TASK_EFFECT_CANCELLED: _ClassVar[TaskEffect]
+    TASK_EFFECT_UNCHANGED: _ClassVar[TaskEffect]
+
 class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
@@ -175,6 +185,13 @@ COMPLETION_EVENT_KIND_DECISION_BLOCKED: CompletionEventKind
 COMPLETION_EVENT_KIND_COMPLETION_COMMITTED: CompletionEventKind
 COMPLETION_EVENT_KIND_COMPLETION_SETTLED: CompletionEventKind
 COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR: CompletionEventKind
+TASK_EFFECT_UNSPECIFIED: TaskEffect
+TASK_EFFECT_DONE: TaskEffect
+TASK_EFFECT_SETTLING: TaskEffect
+TASK_EFFECT_BLOCKED: TaskEffect
+TASK_EFFECT_STATUS_SET: TaskEffect
+TASK_EFFECT_CANCELLED: TaskEffect
+TASK_EFFECT_UNCHANGED: TaskEffect
 ERROR_REASON_UNSPECIFIED: ErrorReason
 FIELD_REQUIRED: ErrorReason
 FIELD_MALFORMED: ErrorReason
@@ -302,7 +319,7 @@ class GateResult(_message.Message):
     def __init__(self, gate_id: _Optional[str] = ..., gate_version: _Optional[int] = ..., status: _Optional[_Union[GateStatus, str]] = ..., reason: _Optional[str] = ..., decisive: _Optional[bool] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("verdict", "next_action", "forbidden_actions", "instruction", "trace", "decision_schema", "state_version", "checkpoint")
+    __slots__ = ("verdict", "next_action", "forbidden_actions", "instruction", "trace", "decision_schema", "state_version", "checkpoint", "details")
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     NEXT_ACTION_FIELD_NUMBER: _ClassVar[int]
     FORBIDDEN_ACTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +328,7 @@ class Decision(_message.Message):
     DECISION_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
     verdict: Verdict
     next_action: AgentAction
     forbidden_actions: _containers.RepeatedScalarFieldContainer[AgentAction]
@@ -319,7 +337,38 @@ class Decision(_message.Message):
     decision_schema: str
     state_version: int
     checkpoint: str
-    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., next_action: _Optional[_Union[AgentAction, str]] = ..., forbidden_actions: _Optional[_Iterable[_Union[AgentAction, str]]] = ..., instruction: _Optional[str] = ..., trace: _Optional[_Iterable[_Union[GateResult, _Mapping]]] = ..., decision_schema: _Optional[str] = ..., state_version: _Optional[int] = ..., checkpoint: _Optional[str] = ...) -> None: ...
+    details: BlockDetails
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., next_action: _Optional[_Union[AgentAction, str]] = ..., forbidden_actions: _Optional[_Iterable[_Union[AgentAction, str]]] = ..., instruction: _Optional[str] = ..., trace: _Optional[_Iterable[_Union[GateResult, _Mapping]]] = ..., decision_schema: _Optional[str] = ..., state_version: _Optional[int] = ..., checkpoint: _Optional[str] = ..., details: _Optional[_Union[BlockDetails, _Mapping]] = ...) -> None: ...
+
+class BlockDetails(_message.Message):
+    __slots__ = ("decisive_gate", "missing_evidence_kinds", "failing_evidence_kinds", "evidence_checkpoint", "open_tool_call_ids", "open_step_id", "open_turn_id", "open_child_task_ids", "current_lease", "current_state_version", "current_generation", "lifecycle_reason", "gate_feedback")
+    DECISIVE_GATE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_EVIDENCE_KINDS_FIELD_NUMBER: _ClassVar[int]
+    FAILING_EVIDENCE_KINDS_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    OPEN_TOOL_CALL_IDS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    OPEN_TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    OPEN_CHILD_TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_LEASE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    GATE_FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    decisive_gate: str
+    missing_evidence_kinds: _containers.RepeatedScalarFieldContainer[str]
+    failing_evidence_kinds: _containers.RepeatedScalarFieldContainer[str]
+    evidence_checkpoint: str
+    open_tool_call_ids: _containers.RepeatedScalarFieldContainer[str]
+    open_step_id: str
+    open_turn_id: str
+    open_child_task_ids: _containers.RepeatedScalarFieldContainer[str]
+    current_lease: Lease
+    current_state_version: int
+    current_generation: int
+    lifecycle_reason: str
+    gate_feedback: str
+    def __init__(self, decisive_gate: _Optional[str] = ..., missing_evidence_kinds: _Optional[_Iterable[str]] = ..., failing_evidence_kinds: _Optional[_Iterable[str]] = ..., evidence_checkpoint: _Optional[str] = ..., open_tool_call_ids: _Optional[_Iterable[str]] = ..., open_step_id: _Optional[str] = ..., open_turn_id: _Optional[str] = ..., open_child_task_ids: _Optional[_Iterable[str]] = ..., current_lease: _Optional[_Union[Lease, _Mapping]] = ..., current_state_version: _Optional[int] = ..., current_generation: _Optional[int] = ..., lifecycle_reason: _Optional[str] = ..., gate_feedback: _Optional[str] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("workspace_id", "task_id", "generation", "completion_id", "identity", "outcome", "result", "run_id", "state_version", "checkpoint", "commit_time", "settlement", "lifecycle_revision", "lifecycle_event_sequence", "settle_time", "terminalization_error_reason", "terminalization_error_message", "decision")
@@ -531,7 +580,7 @@ class CompleteRunRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., run_id: _Optional[str] = ..., outcome: _Optional[_Union[RunOutcome, str]] = ..., tokens_input: _Optional[int] = ..., tokens_output: _Optional[int] = ..., tokens_total: _Optional[int] = ..., notes: _Optional[str] = ..., error: _Optional[str] = ..., final_status: _Optional[_Union[FinalStatus, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class CompleteRunResponse(_message.Message):
-    __slots__ = ("run_id", "finish_time", "final_status", "tokens_total", "notes_truncated", "decision", "completion")
+    __slots__ = ("run_id", "finish_time", "final_status", "tokens_total", "notes_truncated", "decision", "completion", "task_effect", "task_effect_reason")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     FINAL_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -539,6 +588,8 @@ class CompleteRunResponse(_message.Message):
     NOTES_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    TASK_EFFECT_FIELD_NUMBER: _ClassVar[int]
+    TASK_EFFECT_REASON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     finish_time: _timestamp_pb2.Timestamp
     final_status: FinalStatus
@@ -546,7 +597,9 @@ class CompleteRunResponse(_message.Message):
     notes_truncated: bool
     decision: Decision
     completion: Completion
-    def __init__(self, run_id: _Optional[str] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_status: _Optional[_Union[FinalStatus, str]] = ..., tokens_total: _Optional[int] = ..., notes_truncated: _Optional[bool] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., completion: _Optional[_Union[Completion, _Mapping]] = ...) -> None: ...
+    task_effect: TaskEffect
+    task_effect_reason: str
+    def __init__(self, run_id: _Optional[str] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_status: _Optional[_Union[FinalStatus, str]] = ..., tokens_total: _Optional[int] = ..., notes_truncated: _Optional[bool] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., completion: _Optional[_Union[Completion, _Mapping]] = ..., task_effect: _Optional[_Union[TaskEffect, str]] = ..., task_effect_reason: _Optional[str] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("workspace_id", "run_id")
@@ -707,6 +760,26 @@ class WatchCompletionEventsRequest(_message.Message):
     after_sequence: int
     task_id: str
     def __init__(self, workspace_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class ListCompletionEventsRequest(_message.Message):
+    __slots__ = ("workspace_id", "after_sequence", "task_id", "page_size")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    after_sequence: int
+    task_id: str
+    page_size: int
+    def __init__(self, workspace_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., task_id: _Optional[str] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class ListCompletionEventsResponse(_message.Message):
+    __slots__ = ("events", "has_more")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[CompletionEvent]
+    has_more: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[CompletionEvent, _Mapping]]] = ..., has_more: _Optional[bool] = ...) -> None: ...
 
 class WatchCompletionEventsResponse(_message.Message):
     __slots__ = ("event",)

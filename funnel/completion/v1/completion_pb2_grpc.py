@@ -86,6 +86,11 @@ class CompletionServiceStub:
                 request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogRequest.SerializeToString,
                 response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogResponse.FromString,
                 _registered_method=True)
+        self.ListCompletionEvents = channel.unary_unary(
+                '/funnel.completion.v1.CompletionService/ListCompletionEvents',
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsResponse.FromString,
+                _registered_method=True)
         self.WatchCompletionEvents = channel.unary_stream(
                 '/funnel.completion.v1.CompletionService/WatchCompletionEvents',
                 request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.WatchCompletionEventsRequest.SerializeToString,
@@ -142,9 +147,10 @@ class CompletionServiceServicer:
         it the run still closes and `decision` says why. `FAILED` -> `BLOCKED`;
         `CANCELLED` -> cancellation requested and settled; `STALLED` -> unchanged.
         If the lifecycle service refuses the status change (or the settlement of
-        the completion), the call fails with `LIFECYCLE_REJECTED` and the run stays
-        open: close it again with another outcome (`STALLED` leaves the task as it
-        is).
+        the completion), the call fails with `LIFECYCLE_REJECTED` (metadata
+        `lifecycle_reason`, `next_action`) and the run stays open: close it again
+        with another outcome (`STALLED` leaves the task as it is). `task_effect`
+        says whether the close ended the task or left it open, and why.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG` (`notes` above
         1048576 characters, `error`), `ENUM_UNSPECIFIED` (`outcome`, `final_status`),
         `VALUE_OUT_OF_RANGE` (negative tokens), `REQUEST_ID_REUSED`, `RUN_NOT_FOUND`,
@@ -237,6 +243,18 @@ class CompletionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCompletionEvents(self, request, context):
+        """Lists committed completion events with `sequence > after_sequence` in
+        ascending order, optionally only one task's: the cursor of
+        `WatchCompletionEvents`, so a client can read the backlog in pages and then
+        watch from the last `sequence` it read, with no gap and no duplicate.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
+        `VALUE_OUT_OF_RANGE` (`after_sequence`, `page_size`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchCompletionEvents(self, request, context):
         """Streams completion events with `sequence > after_sequence` like
         `WatchLifecycleEvents`: backlog, then live; no gaps, no duplicates; a
@@ -304,6 +322,11 @@ def add_CompletionServiceServicer_to_server(servicer, server):
                     servicer.ListAuditLog,
                     request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogRequest.FromString,
                     response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogResponse.SerializeToString,
+            ),
+            'ListCompletionEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCompletionEvents,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsResponse.SerializeToString,
             ),
             'WatchCompletionEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchCompletionEvents,
@@ -583,6 +606,33 @@ class CompletionService:
             '/funnel.completion.v1.CompletionService/ListAuditLog',
             funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogRequest.SerializeToString,
             funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCompletionEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/funnel.completion.v1.CompletionService/ListCompletionEvents',
+            funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

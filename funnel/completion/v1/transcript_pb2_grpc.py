@@ -86,8 +86,10 @@ class TranscriptServiceServicer:
         """Reads a page of the transcript in order. The first page first repairs an
         interrupted final turn when no live lease owns the task (committed once,
         however many loads race); a turn owned by a live lease is returned as is.
+        A task the lifecycle service does not know (in this workspace) is
+        `TASK_NOT_FOUND`, checked on the first page.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, page token),
-        `VALUE_OUT_OF_RANGE` (page size).
+        `VALUE_OUT_OF_RANGE` (page size), `TASK_NOT_FOUND`, `LIFECYCLE_UNAVAILABLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -97,7 +99,8 @@ class TranscriptServiceServicer:
         """Streams the transcript as JSONL: one event per line in the protobuf JSON
         mapping of `SessionEvent` (field names as in the proto), chunked on line
         boundaries (a line longer than the message size limit is split across
-        consecutive chunks). Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`.
+        consecutive chunks). An unknown task is `TASK_NOT_FOUND`.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `TASK_NOT_FOUND`, `LIFECYCLE_UNAVAILABLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
