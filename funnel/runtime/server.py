@@ -17,7 +17,7 @@ from typing import Awaitable, Callable, Sequence
 import grpc
 from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from funnel.runtime import security as security_settings
 from funnel.runtime.boundary import TRANSPORT_LIMIT_FACTOR, Boundary
@@ -142,8 +142,28 @@ class Health:
         await self.servicer.enter_graceful_shutdown()
 
 
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+
+
 def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> None:
-    reflection.enable_server_reflection([*service_names, reflection.SERVICE_NAME, "grpc.health.v1.Health"], server)
+    """Serves gRPC reflection as `grpc.reflection.v1` (what current tools ask for)
+    and `grpc.reflection.v1alpha`. grpcio-reflection implements only v1alpha; the
+    v1 protocol has the same messages under another package name, so the same
+    servicer answers both (the bytes on the wire are identical)."""
+    names = [*service_names, REFLECTION_V1, reflection.SERVICE_NAME, "grpc.health.v1.Health"]
+    servicer = reflection.aio.ReflectionServicer(names)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    v1 = grpc.method_handlers_generic_handler(
+        REFLECTION_V1,
+        {
+            "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                servicer.ServerReflectionInfo,
+                request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+                response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+            )
+        },
+    )
+    server.add_generic_rpc_handlers((v1,))
 
 
 class CannotListen(RuntimeError):
