@@ -170,6 +170,8 @@ def _loopback_names() -> list[x509.GeneralName]:
 _LEAVES = {
     "lifecycle": ("lifecycle_service", _loopback_names, True, False),
     "completion": ("completion_service", _loopback_names, True, False),
+    # For a local external gate (examples/review_gate.py).
+    "gate": ("completion gate", _loopback_names, True, False),
     "completion-identity": (
         "completion_service", lambda: [x509.UniformResourceIdentifier(COMPLETION_IDENTITY)], False, True
     ),
