@@ -39,16 +39,16 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import grpc  # noqa: E402
-from google.protobuf.duration_pb2 import Duration  # noqa: E402
+import grpc
+from google.protobuf.duration_pb2 import Duration
 
-from bench.common import AGENT_ID, WORKSPACE, Credentials, percentile  # noqa: E402
-from bench.echo import METHOD as ECHO_METHOD  # noqa: E402
-from bench.echo import encode_request  # noqa: E402
-from funnel.completion.v1 import completion_pb2 as cpb  # noqa: E402
-from funnel.completion.v1 import completion_pb2_grpc  # noqa: E402
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb  # noqa: E402
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc  # noqa: E402
+from bench.common import AGENT_ID, WORKSPACE, Credentials, percentile
+from bench.echo import METHOD as ECHO_METHOD
+from bench.echo import encode_request
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_pb2_grpc
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 
 CALL_TIMEOUT = 60.0
 LEASE_TTL = Duration(seconds=6 * 3600)
@@ -447,7 +447,10 @@ async def run_calibrate(config: dict) -> dict:
                     "CompleteRun": complete_calls,
                 },
                 # Every request of the story, for the preload's request-id fingerprints.
-                "requests": [["completion" if m != "RegisterTask" else "lifecycle", m, r.hex()] for m, r in funnel.requests.items()]
+                "requests": [
+                    ["completion" if m != "RegisterTask" else "lifecycle", m, r.hex()]
+                    for m, r in funnel.requests.items()
+                ]
                 + [["lifecycle", m, r.hex()] for m, r in proxy.drain_raw()],
             }
         )
@@ -486,9 +489,13 @@ async def run_verify_preload(config: dict) -> dict:
         metadata=funnel.agent,
     )
     if got.completion.completion_id != completion_id or got.completion.settlement != cpb.SETTLEMENT_STATUS_SETTLED:
-        problems.append(f"GetCompletion: {got.completion.completion_id} {cpb.SettlementStatus.Name(got.completion.settlement)}")
+        problems.append(
+            f"GetCompletion: {got.completion.completion_id} {cpb.SettlementStatus.Name(got.completion.settlement)}"
+        )
     if got.completion.lifecycle_event_sequence not in sequences:
-        problems.append(f"GetCompletion: lifecycle_event_sequence {got.completion.lifecycle_event_sequence} not in {sequences}")
+        problems.append(
+            f"GetCompletion: lifecycle_event_sequence {got.completion.lifecycle_event_sequence} not in {sequences}"
+        )
     if not funnel.request_ids:
         await funnel.close()
         return {"task_id": task_id, "problems": problems, "sequences": sequences}
@@ -513,7 +520,13 @@ async def run_verify_preload(config: dict) -> dict:
     return {"task_id": task_id, "problems": problems, "sequences": sequences}
 
 
-MODES = {"attempt": run_attempt, "story": run_story, "baseline": run_baseline, "calibrate": run_calibrate, "verify_preload": run_verify_preload}
+MODES = {
+    "attempt": run_attempt,
+    "story": run_story,
+    "baseline": run_baseline,
+    "calibrate": run_calibrate,
+    "verify_preload": run_verify_preload,
+}
 
 
 def main() -> None:

@@ -96,7 +96,7 @@ def machine_facts() -> dict:
     except OSError:
         pass
     try:
-        import uvloop  # noqa: F401
+        import uvloop
 
         uv = uvloop.__version__
     except ImportError:

@@ -46,11 +46,11 @@ from multiprocessing import get_context
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import WORKSPACE  # noqa: E402
-from funnel.runtime.sqlite import Database, migrations_in  # noqa: E402
-from funnel.completion.v1 import completion_pb2 as cpb  # noqa: E402
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb  # noqa: E402
-from funnel.runtime.idempotency import fingerprint as service_fingerprint  # noqa: E402
+from bench.common import WORKSPACE
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.idempotency import fingerprint as service_fingerprint
+from funnel.runtime.sqlite import Database, migrations_in
 
 CLONE_TASK_PREFIX = "pre-"
 CHUNK = 20_000
@@ -182,7 +182,13 @@ def _match_fingerprint(stored: bytes, template: Template, service: str) -> Finge
 
 
 def clone_database(
-    path: str, which: str, template: Template, count: int, sequence_base: int, lifecycle_sequences: list[int], warnings: list
+    path: str,
+    which: str,
+    template: Template,
+    count: int,
+    sequence_base: int,
+    lifecycle_sequences: list[int],
+    warnings: list,
 ) -> dict:
     """Clones the template task's rows of one database `count` times. Clone i's
     lifecycle events get sequences sequence_base + i * len(lifecycle_sequences) + j,
@@ -214,7 +220,9 @@ def clone_database(
     db.execute("PRAGMA cache_size=-262144")  # 256 MiB
     statements = {}
     for table, columns, _ in plans:
-        statements[(table, columns)] = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        statements[(table, columns)] = (
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        )
     # Per template row: the constant values once, and the (position, maker) pairs
     # that differ per clone.
     shapes = []
@@ -249,9 +257,11 @@ class _Const:
 
 
 class _Clone:
-    __slots__ = ("index", "text_pairs", "byte_pairs", "sequence_base", "_identity", "_payload", "_template_identity")
+    __slots__ = ("_identity", "_payload", "_template_identity", "byte_pairs", "index", "sequence_base", "text_pairs")
 
-    def __init__(self, template: Template, index: int, sequence_base: int, per_clone_events: int, payload: bytes | None) -> None:
+    def __init__(
+        self, template: Template, index: int, sequence_base: int, per_clone_events: int, payload: bytes | None
+    ) -> None:
         self.index = index
         self.text_pairs = template.clone_ids(index)
         self.byte_pairs = [(a.encode(), b.encode()) for a, b in self.text_pairs]
@@ -294,7 +304,7 @@ def _row_plan(table, columns, row, rowid_pk, autoincrement, template, which, seq
     """Per column, a function clone -> value."""
     makers = []
     kept_columns = []
-    values = dict(zip(columns, row))
+    values = dict(zip(columns, row, strict=True))
     fingerprint_plan = None
     if table == "request_ids":
         fingerprint_plan = _match_fingerprint(values["fingerprint"], template, which)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     ROOT,
     Credentials,
     Services,
@@ -130,9 +130,10 @@ def calibrate(data_dir: Path, request_ids: bool, pki) -> dict:
     Secured as in bench.common.start_services; the proxy serves TLS with the
     lifecycle certificate and forwards with the completion service's identity
     certificate (see bench/client.py)."""
+    import asyncio
+
     from funnel_cli import supervisor
     from funnel_cli.supervisor import spawn, wait_serving
-    import asyncio
 
     supervisor.READY_TIMEOUT = 600.0
     credentials = Credentials(pki.directory)
@@ -200,7 +201,9 @@ def baseline_variants(calibration: dict, workloads: list[str]) -> dict[str, list
         return [[req, max(resp, 0)] for _, req, resp in calls[method]]
 
     attempt_hops = hops("AttemptCompletion")
-    settle = [h for (m, *_), h in zip(calls["AttemptCompletion"], attempt_hops) if m == "SettleCompletion"]
+    settle = [
+        h for (m, *_), h in zip(calls["AttemptCompletion"], attempt_hops, strict=False) if m == "SettleCompletion"
+    ]
     one_hop = settle[-1:] or attempt_hops[-1:]
     req, resp = sizes["AttemptCompletion"]
     # "as": whose token the call carries, as the real call would (see bench/client.py).
@@ -309,7 +312,7 @@ def run_funnel(
             finally:
                 child.stop()
             problems = phase["preload_check"]["problems"]
-            log(f"  preloaded clone {verify['task_id']}: {'consistent' if not problems else problems}")
+            log(f"  preloaded clone {verify['task_id']}: {problems if problems else 'consistent'}")
         tag = f"{os.getpid() % 100000:05d}{int(time.time()) % 1000:03d}"
         for workload in workloads:
             previous_cpu = None
@@ -366,7 +369,7 @@ def pool_size(seconds: float, concurrency: int, baseline: dict, previous_cpu_ms:
     estimate = max(rates) if rates else 2000.0
     if previous_cpu_ms:
         estimate = min(estimate, 1.5 * 1000 * (os.cpu_count() or 1) / previous_cpu_ms)
-    return int(math.ceil(seconds * estimate * 1.3)) + 4 * concurrency + 50
+    return math.ceil(seconds * estimate * 1.3) + 4 * concurrency + 50
 
 
 def database_sizes(data_dir: Path) -> dict:
@@ -401,7 +404,8 @@ def print_report(report: dict) -> None:
     story = calibration["stories"][-1]
     fresh = calibration["startup_s"]
     print(
-        f"\ntime to SERVING on fresh databases: lifecycle {fresh['lifecycle']:.2f}s, completion {fresh['completion']:.2f}s"
+        f"\ntime to SERVING on fresh databases: lifecycle {fresh['lifecycle']:.2f}s, completion "
+        f"{fresh['completion']:.2f}s"
     )
     print("\nmessage sizes (serialized bytes, request/response) and lifecycle calls per client call")
     for method, (req, resp) in story["sizes"].items():
@@ -411,7 +415,8 @@ def print_report(report: dict) -> None:
         pre = report["preload"]
         print(
             f"\npreload: {pre['tasks']:,} registered+completed tasks cloned in {pre['seconds']:.1f}s; "
-            f"databases {pre['size_mb']['lifecycle']:.0f} MiB (lifecycle), {pre['size_mb']['completion']:.0f} MiB (completion)"
+            f"databases {pre['size_mb']['lifecycle']:.0f} MiB (lifecycle), {pre['size_mb']['completion']:.0f} MiB "
+            "(completion)"
         )
         for db in pre["databases"]:
             for warning in db["warnings"]:
@@ -424,9 +429,14 @@ def print_report(report: dict) -> None:
     )
     if baseline:
         print("\nbaseline: bare asyncio gRPC echo chain, raw bytes, client -> front -> back, same sizes,")
-        print("  same transport security: TLS on both hops, client certificates at the back, bearer tokens from the client")
+        print(
+            "  same transport security: TLS on both hops, client certificates at the back, bearer tokens from the "
+            "client"
+        )
         print("  chain-1: one back call per op (the issue's two-hop chain); chain-attempt: the back calls")
-        print("  AttemptCompletion makes; chain-story: RegisterTask to back + ClaimTask and AttemptCompletion via front")
+        print(
+            "  AttemptCompletion makes; chain-story: RegisterTask to back + ClaimTask and AttemptCompletion via front"
+        )
         print(header.format(a="front", b="back"))
         for name, by_c in baseline.items():
             for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):
@@ -452,7 +462,9 @@ def print_report(report: dict) -> None:
                 for variant in _comparisons(workload):
                     b = baseline.get(variant, {}).get(c) or baseline.get(variant, {}).get(str(c))
                     if b and b["ops_per_s"] and b["p99_ms"]:
-                        ratios.append(f"{variant} {r['ops_per_s'] / b['ops_per_s']:.2f}x {r['p99_ms'] / b['p99_ms']:.2f}x")
+                        ratios.append(
+                            f"{variant} {r['ops_per_s'] / b['ops_per_s']:.2f}x {r['p99_ms'] / b['p99_ms']:.2f}x"
+                        )
                 note = "  " + "; ".join(ratios)
                 if r.get("pool_exhausted"):
                     note += f"  [pool ran out after {r['elapsed_s']:.1f}s]"
@@ -496,10 +508,31 @@ def print_targets(report: dict) -> None:
         if r and b:
             ratio = r["ops_per_s"] / b["ops_per_s"]
             p99 = r["p99_ms"] / b["p99_ms"]
-            lines.append(_verdict(f"{phase_name}: attempt throughput at {TARGET_CONCURRENCY} in flight vs chain-1", ratio, f">= {TARGET_THROUGHPUT_RATIO}", ratio >= TARGET_THROUGHPUT_RATIO))
-            lines.append(_verdict(f"{phase_name}: attempt p99 at {TARGET_CONCURRENCY} in flight vs chain-1", p99, f"<= {TARGET_P99_RATIO}", p99 <= TARGET_P99_RATIO))
+            lines.append(
+                _verdict(
+                    f"{phase_name}: attempt throughput at {TARGET_CONCURRENCY} in flight vs chain-1",
+                    ratio,
+                    f">= {TARGET_THROUGHPUT_RATIO}",
+                    ratio >= TARGET_THROUGHPUT_RATIO,
+                )
+            )
+            lines.append(
+                _verdict(
+                    f"{phase_name}: attempt p99 at {TARGET_CONCURRENCY} in flight vs chain-1",
+                    p99,
+                    f"<= {TARGET_P99_RATIO}",
+                    p99 <= TARGET_P99_RATIO,
+                )
+            )
         for service, seconds in phase["startup_s"].items():
-            lines.append(_verdict(f"{phase_name}: {service} start-up to SERVING (s)", seconds, f"<= {TARGET_STARTUP_S:g}", seconds <= TARGET_STARTUP_S))
+            lines.append(
+                _verdict(
+                    f"{phase_name}: {service} start-up to SERVING (s)",
+                    seconds,
+                    f"<= {TARGET_STARTUP_S:g}",
+                    seconds <= TARGET_STARTUP_S,
+                )
+            )
     phases = report.get("phases", {})
     if "empty" in phases and "preloaded" in phases:
         for workload, by_c in phases["preloaded"]["results"].items():
@@ -507,7 +540,14 @@ def print_targets(report: dict) -> None:
                 e = phases["empty"]["results"].get(workload, {}).get(c)
                 if e and e["ops_per_s"]:
                     ratio = r["ops_per_s"] / e["ops_per_s"]
-                    lines.append(_verdict(f"preloaded vs empty: {workload} at {c} in flight", ratio, f">= {TARGET_PRELOAD_RATIO}", ratio >= TARGET_PRELOAD_RATIO))
+                    lines.append(
+                        _verdict(
+                            f"preloaded vs empty: {workload} at {c} in flight",
+                            ratio,
+                            f">= {TARGET_PRELOAD_RATIO}",
+                            ratio >= TARGET_PRELOAD_RATIO,
+                        )
+                    )
     if lines:
         print("\ntargets (issue 6; benchmark figures on a shared machine, not timed tests)")
         for line in lines:
@@ -528,14 +568,19 @@ def parse_list(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement length of each point (default 10)")
-    parser.add_argument("--concurrency", default="1,16,64", help="requests in flight, comma separated (default 1,16,64)")
+    parser.add_argument(
+        "--concurrency", default="1,16,64", help="requests in flight, comma separated (default 1,16,64)"
+    )
     parser.add_argument("--workload", default="attempt,story", help="attempt, story or both (default both)")
     parser.add_argument("--baseline-only", action="store_true", help="measure only the echo chain")
     parser.add_argument("--no-baseline", action="store_true", help="skip the echo chain (no ratios)")
     parser.add_argument("--tasks-preload", type=int, default=0, metavar="N",
                         help="clone N registered+completed tasks into both databases before the services start")
-    parser.add_argument("--compare-empty", action="store_true",
-                        help="with --tasks-preload: also measure on empty databases in the same run and print the ratio")
+    parser.add_argument(
+        "--compare-empty",
+        action="store_true",
+        help="with --tasks-preload: also measure on empty databases in the same run and print the ratio",
+    )
     parser.add_argument("--attempt-pool", type=int, default=None, metavar="N",
                         help="pre-claimed tasks per attempt point (default: estimated from the baseline)")
     parser.add_argument("--prep-max-seconds", type=float, default=None, metavar="S",
@@ -543,7 +588,9 @@ def main(argv: list[str] | None = None) -> int:
                         "a point whose pool was cut short ends when the pool runs out")
     parser.add_argument("--no-request-ids", action="store_true",
                         help="send client calls without request_id (default: every mutating call has one)")
-    parser.add_argument("--data-dir", default=None, help="where the databases and service logs go (default: a temp dir)")
+    parser.add_argument(
+        "--data-dir", default=None, help="where the databases and service logs go (default: a temp dir)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
     args = parser.parse_args(argv)

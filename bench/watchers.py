@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -41,9 +42,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import grpc  # noqa: E402
+import grpc
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     HOST_SUBJECT,
     Credentials,
     cpu_snapshot,
@@ -55,8 +56,8 @@ from bench.common import (  # noqa: E402
     rss_mb,
     start_services,
 )
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb  # noqa: E402
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc  # noqa: E402
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 
 WORKSPACE = "bench-watch"
 CALL_TIMEOUT = 30.0
@@ -89,7 +90,9 @@ async def watcher_main(config: dict) -> None:
     async def follow(stream: dict) -> None:
         cursor = cursor0
         while not stopping:
-            request = lpb.WatchLifecycleEventsRequest(workspace_id=WORKSPACE, after_sequence=cursor, task_id=stream["task"] or "")
+            request = lpb.WatchLifecycleEventsRequest(
+                workspace_id=WORKSPACE, after_sequence=cursor, task_id=stream["task"] or ""
+            )
             call = stub.WatchLifecycleEvents(request, metadata=metadata)
             try:
                 async for response in call:
@@ -141,8 +144,10 @@ async def watcher_main(config: dict) -> None:
         wanted_set = set(wanted)
         missing = len(wanted_set - set(got))
         duplicates = len(got) - len(set(got))
-        foreign = sum(1 for s, t in stream["received"] if s not in wanted_set or (stream["task"] and t != stream["task"]))
-        out_of_order = sum(1 for a, b in zip(got, got[1:]) if b <= a)
+        foreign = sum(
+            1 for s, t in stream["received"] if s not in wanted_set or (stream["task"] and t != stream["task"])
+        )
+        out_of_order = sum(1 for a, b in itertools.pairwise(got) if b <= a)
         report["missing"] += missing
         report["duplicates"] += duplicates
         report["foreign"] += foreign
@@ -174,7 +179,9 @@ async def register_tasks(stub, count: int, metadata) -> int:
         nonlocal last
         for i in numbers:
             response = await stub.RegisterTask(
-                lpb.RegisterTaskRequest(workspace_id=WORKSPACE, task_id=task_name(i), request_id=f"{task_name(i)}:register"),
+                lpb.RegisterTaskRequest(
+                    workspace_id=WORKSPACE, task_id=task_name(i), request_id=f"{task_name(i)}:register"
+                ),
                 timeout=CALL_TIMEOUT,
                 metadata=metadata,
             )
@@ -202,7 +209,11 @@ async def drive(stub, tasks: int, rate: float, seconds: float, metadata) -> dict
             call = stub.RegisterTask
         else:
             name = task_name(k % tasks)
-            new = lpb.WORK_STATUS_BLOCKED if status.get(name, lpb.WORK_STATUS_READY) == lpb.WORK_STATUS_READY else lpb.WORK_STATUS_READY
+            new = (
+                lpb.WORK_STATUS_BLOCKED
+                if status.get(name, lpb.WORK_STATUS_READY) == lpb.WORK_STATUS_READY
+                else lpb.WORK_STATUS_READY
+            )
             status[name] = new
             request = lpb.SetWorkStatusRequest(
                 workspace_id=WORKSPACE, task_id=name, generation=1, work_status=new, request_id=f"{name}:ws:{k}"
@@ -353,7 +364,10 @@ def main() -> int:
     filtered = sorted(lag for r in results for lag in r["lags_filtered"])
     unfiltered = sorted(lag for r in results for lag in r["lags_unfiltered"])
     every = sorted(filtered + unfiltered)
-    totals = {k: sum(r[k] for r in results) for k in ("streams", "complete", "missing", "duplicates", "foreign", "out_of_order", "errors")}
+    totals = {
+        k: sum(r[k] for r in results)
+        for k in ("streams", "complete", "missing", "duplicates", "foreign", "out_of_order", "errors")
+    }
     committed = len(driver["committed"])
     expected_deliveries = committed * args.unfiltered + sum(1 for s, t in driver["committed"] if t.startswith("w-"))
     report.update(
@@ -366,8 +380,16 @@ def main() -> int:
         incomplete_samples=[e for r in results for e in r["incomplete_samples"]][:5],
         lag_ms={
             "all": {"p50": percentile(every, 50), "p99": percentile(every, 99), "max": every[-1] if every else 0},
-            "filtered": {"p50": percentile(filtered, 50), "p99": percentile(filtered, 99), "max": filtered[-1] if filtered else 0},
-            "unfiltered": {"p50": percentile(unfiltered, 50), "p99": percentile(unfiltered, 99), "max": unfiltered[-1] if unfiltered else 0},
+            "filtered": {
+                "p50": percentile(filtered, 50),
+                "p99": percentile(filtered, 99),
+                "max": filtered[-1] if filtered else 0,
+            },
+            "unfiltered": {
+                "p50": percentile(unfiltered, 50),
+                "p99": percentile(unfiltered, 99),
+                "max": unfiltered[-1] if unfiltered else 0,
+            },
         },
     )
     report["facts"]["load_average_at_end"] = load_average()
@@ -383,18 +405,27 @@ def main() -> int:
     for message, count in d["failures"].items():
         print(f"    {count} x {message}")
     ok = totals["complete"] == totals["streams"] and len(every) == expected_deliveries
-    print(f"delivery: {len(every)} of {expected_deliveries} expected deliveries; {totals['complete']}/{totals['streams']} "
-          f"streams exact; missing {totals['missing']}, duplicates {totals['duplicates']}, foreign {totals['foreign']}, "
-          f"out of order {totals['out_of_order']}, stream errors (resumed) {totals['errors']}"
-          f"  -> {'NO LOSS' if ok else 'LOSS OR EXTRA EVENTS'}")
+    print(
+        f"delivery: {len(every)} of {expected_deliveries} expected deliveries; "
+        f"{totals['complete']}/{totals['streams']} "
+        f"streams exact; missing {totals['missing']}, duplicates {totals['duplicates']}, foreign {totals['foreign']}, "
+        f"out of order {totals['out_of_order']}, stream errors (resumed) {totals['errors']}"
+        f"  -> {'NO LOSS' if ok else 'LOSS OR EXTRA EVENTS'}"
+    )
     for sample in report["error_samples"]:
         print(f"    stream error: {sample}")
     for sample in report["incomplete_samples"]:
         print(f"    incomplete stream: {sample}")
     lag = report["lag_ms"]
     for key in ("all", "filtered", "unfiltered"):
-        print(f"lag {key:<10} p50 {lag[key]['p50']:7.1f} ms  p99 {lag[key]['p99']:7.1f} ms  max {lag[key]['max']:7.1f} ms"
-              + ("   (target p99 <= 100 ms: " + ("met" if lag[key]["p99"] <= 100 else "NOT MET") + ")" if key == "all" else ""))
+        print(
+            f"lag {key:<10} p50 {lag[key]['p50']:7.1f} ms  p99 {lag[key]['p99']:7.1f} ms  max {lag[key]['max']:7.1f} ms"
+            + (
+                "   (target p99 <= 100 ms: " + ("met" if lag[key]["p99"] <= 100 else "NOT MET") + ")"
+                if key == "all"
+                else ""
+            )
+        )
     print("time to SERVING: " + ", ".join(f"{n} {s:.2f}s" for n, s in report["startup_s"].items()))
     print("RSS idle: " + ", ".join(f"{n} {m:.0f} MiB" for n, m in report["rss_mb_idle"].items())
           + "; streams open: " + ", ".join(f"{n} {m:.0f} MiB" for n, m in report["rss_mb_streams_open"].items()))

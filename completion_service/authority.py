@@ -6,15 +6,16 @@ through the store, commits, settles and publishes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from google.protobuf.message import Message
 
 from completion_service.core import gates
-from completion_service.core.gates import snapshot_basis
+from completion_service.core.gates import WorkspacePolicy, snapshot_basis
 from completion_service.core.model import (
     CompletionRecord,
     Decision,
@@ -24,20 +25,28 @@ from completion_service.core.model import (
     RunRecord,
     SettlementStatus,
 )
-from completion_service.core.runs import CloseStep, TaskEffect, cap_notes, close_effect, close_plan, is_stalled, tokens_total
+from completion_service.core.runs import (
+    CloseStep,
+    TaskEffect,
+    cap_notes,
+    close_effect,
+    close_plan,
+    is_stalled,
+    tokens_total,
+)
 from completion_service.core.settlement import binding_decision, retry_delay_seconds
 from completion_service.errors import Reason
 from completion_service.external_gates import ExternalGates
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, view_of
 from completion_service.policy import PolicyBook
 from completion_service.storage.port import (
-    CompletionCorrupted,
-    CompletionStore,
     AttemptCommand,
     AttemptOutcome,
     ClaimCommand,
     Claimed,
     CloseCommand,
+    CompletionCorrupted,
+    CompletionStore,
     Remembered,
     Settlement,
 )
@@ -62,11 +71,6 @@ class Metrics:
         self.settlements = 0
         self.terminalization_errors = 0
         self.settle_retries = 0
-
-
-def _raise_if_rejected(result: object) -> None:
-    if isinstance(result, Rejection):
-        raise ServiceError(result)
 
 
 def _lifecycle_unavailable(exc: LifecycleUnavailable) -> ServiceError:
@@ -165,7 +169,8 @@ class CompletionAuthority:
         parse: Callable[[bytes], Message],
     ) -> Message:
         remembered = await self.store.recall(request)
-        _raise_if_rejected(remembered)
+        if isinstance(remembered, Rejection):
+            raise ServiceError(remembered)
         if isinstance(remembered, Remembered):
             response = parse(remembered.response)
             await self._confirm_replayed_claim(workspace_id, response)
@@ -186,7 +191,8 @@ class CompletionAuthority:
         result = await self.store.claim(
             ClaimCommand(workspace_id, task_id, agent_id, task.generation, ttl_micros, request, render)
         )
-        _raise_if_rejected(result)
+        if isinstance(result, Rejection):
+            raise ServiceError(result)
         if isinstance(result, Remembered):
             response = parse(result.response)
             await self._confirm_replayed_claim(workspace_id, response)
@@ -262,7 +268,8 @@ class CompletionAuthority:
 
     async def renew(self, workspace_id, run_id, epoch, ttl_micros, holder, request, render):
         result = await self.store.renew(workspace_id, run_id, epoch, ttl_micros, holder, request, render)
-        _raise_if_rejected(result)
+        if isinstance(result, Rejection):
+            raise ServiceError(result)
         return result
 
     # -- the completion transaction ----------------------------------------
@@ -276,7 +283,7 @@ class CompletionAuthority:
         policy = self.policies.for_workspace(command.workspace_id)
         command = _with(command, policy=policy)
         if policy.external_gates:
-            command = await self._consult_external_gates(command)
+            command = await self._consult_external_gates(command, policy)
         try:
             outcome = await self.store.attempt(command)
         except CompletionCorrupted as exc:
@@ -290,7 +297,8 @@ class CompletionAuthority:
             raise ServiceError(
                 reject(Reason.COMPLETION_CORRUPTED, str(exc), completion_id=exc.completion_id)
             ) from None
-        _raise_if_rejected(outcome)
+        if isinstance(outcome, Rejection):
+            raise ServiceError(outcome)
         if isinstance(outcome, Remembered):
             return outcome
         completion = outcome.completion
@@ -301,19 +309,22 @@ class CompletionAuthority:
             outcome = AttemptOutcome(outcome.decision, completion, outcome.existing, outcome.inserted)
         return outcome
 
-    async def _consult_external_gates(self, command: AttemptCommand) -> AttemptCommand:
+    async def _consult_external_gates(self, command: AttemptCommand, policy: WorkspacePolicy) -> AttemptCommand:
         snapshot = await self.store.snapshot(command)
-        _raise_if_rejected(snapshot)
-        if not gates.evaluate_builtins(snapshot, command.policy).builtins_passed:
+        if isinstance(snapshot, Rejection):
+            raise ServiceError(snapshot)
+        if not gates.evaluate_builtins(snapshot, policy).builtins_passed:
             return command
         evidence = await self.store.list_evidence(command.workspace_id, command.task_id, snapshot.run.generation)
-        answers = await self.external.ask_all(command.policy.external_gates, snapshot, evidence)
+        answers = await self.external.ask_all(policy.external_gates, snapshot, evidence)
         return _with(command, external_answers=answers, external_basis=snapshot_basis(snapshot))
 
-    async def settle(self, completion: CompletionRecord) -> CompletionRecord:
+    async def settle(self, completion: CompletionRecord) -> CompletionRecord | None:
         """Submits the committed completion to the lifecycle service (step 6) and
         records its answer (step 7). Without an answer the row stays PENDING and
-        the outbox settler retries with the same request id."""
+        the outbox settler retries with the same request id. Returns the row as
+        it is stored afterwards."""
+        response: lpb.SettleCompletionResponse | lpb.SettleFailureResponse
         try:
             if completion.outcome is RequestedOutcome.COMPLETED:
                 response = await self.lifecycle.settle_completion(
@@ -332,7 +343,9 @@ class CompletionAuthority:
                     completion.completion_id,
                     completion.run_id,
                 )
-            settlement = Settlement(lifecycle_revision=response.event.revision, lifecycle_event_sequence=response.event.sequence)
+            settlement = Settlement(
+                lifecycle_revision=response.event.revision, lifecycle_event_sequence=response.event.sequence
+            )
         except LifecycleRejected as exc:
             settlement = Settlement(error_reason=exc.reason, error_message=exc.message)
         except LifecycleUnavailable as exc:
@@ -364,7 +377,7 @@ class CompletionAuthority:
                 await self.settle(completion)
             except (StorageUnavailable, DroppedReply):
                 raise
-            except Exception:  # noqa: BLE001 - one bad row must not hold back the rows behind it
+            except Exception:  # one bad row must not hold back the rows behind it
                 log.exception("settling %s failed; it stays pending", completion.completion_id)
         return len(due)
 
@@ -389,7 +402,8 @@ class CompletionAuthority:
         refusal is the answer (LIFECYCLE_REJECTED), so that an agent is never told
         its run closed while the task was left in another state than asked."""
         remembered = await self.store.recall(request)
-        _raise_if_rejected(remembered)
+        if isinstance(remembered, Rejection):
+            raise ServiceError(remembered)
         if isinstance(remembered, Remembered):
             return remembered
         run = await self.store.get_run(workspace_id, run_id)
@@ -399,7 +413,7 @@ class CompletionAuthority:
             raise ServiceError(
                 reject(Reason.RUN_NOT_HELD, f"run {run_id} belongs to another agent", run_id=run_id)
             )
-        if not run.open:
+        if run.finished_at is not None:
             raise ServiceError(
                 reject(
                     Reason.RUN_ALREADY_FINISHED,
@@ -428,12 +442,15 @@ class CompletionAuthority:
                             lifecycle=view_of(current.task, list(current.open_attached_child_task_ids)),
                         )
                     )
+                    # Without a request id there is nothing to remember: never Remembered.
+                    assert isinstance(attempted, AttemptOutcome)
                     decision, completion = attempted.decision, attempted.completion
                     if completion is not None and completion.settlement is SettlementStatus.REJECTED:
                         raise _settlement_refused(binding_decision(decision, completion), completion, run)
                 else:
                     completion = settled
             elif plan.step is CloseStep.SET_STATUS:
+                assert plan.status is not None, "a SET_STATUS plan names its status"
                 await self.lifecycle.set_work_status(
                     workspace_id,
                     run.task_id,
@@ -475,7 +492,8 @@ class CompletionAuthority:
                 render=render_closed,
             )
         )
-        _raise_if_rejected(closed)
+        if isinstance(closed, Rejection):
+            raise ServiceError(closed)
         if isinstance(closed, Remembered):
             return closed
         return RunClosed(closed, decision, completion, effect, effect_reason)
@@ -525,21 +543,21 @@ class CompletionAuthority:
                 await self.settle_due()
             except StorageUnavailable as exc:
                 log.warning("outbox settler postponed: %s", exc)
-            except Exception:  # noqa: BLE001 - the settler must survive any single failure
+            except Exception:  # the settler must survive any single failure
                 log.exception("outbox settler pass failed")
             self._settle_wakeup.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._settle_wakeup.wait(), timeout=self._settle_interval)
-            except asyncio.TimeoutError:
-                pass
 
     async def sweep_forever(self) -> None:
         """The stall sweeper (a background loop; only when `stall_after` is set)."""
+        if self._stall_after is None:
+            return
         interval = max(0.05, min(self._stall_after / 2, 30.0))
         while True:
             try:
                 await self.sweep_stalled()
-            except Exception:  # noqa: BLE001 - the sweeper must survive any single failure
+            except Exception:  # the sweeper must survive any single failure
                 log.exception("stall sweep failed")
             await asyncio.sleep(interval)
 

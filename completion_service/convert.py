@@ -15,11 +15,14 @@ from completion_service.core.model import (
 from completion_service.core.transcript import EventKind, SessionEvent, TurnEndReason
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.timestamps import to_micros, to_timestamp
 
 
 def lease_to_proto(lease: Lease) -> pb.Lease:
-    return pb.Lease(task_id=lease.task_id, run_id=lease.run_id, epoch=lease.epoch, expire_time=to_timestamp(lease.expires_at))
+    return pb.Lease(
+        task_id=lease.task_id, run_id=lease.run_id, epoch=lease.epoch, expire_time=to_timestamp(lease.expires_at)
+    )
 
 
 def run_to_proto(run: RunRecord) -> pb.Run:
@@ -33,26 +36,30 @@ def run_to_proto(run: RunRecord) -> pb.Run:
         claim_time=to_timestamp(run.claimed_at),
         lease_expire_time=to_timestamp(run.lease_expires_at),
         finish_time=to_timestamp(run.finished_at),
-        outcome=run.outcome.value if run.outcome else 0,
+        outcome=proto_enum(pb.RunOutcome, run.outcome.value if run.outcome else 0),
         tokens_input=run.tokens_input or 0,
         tokens_output=run.tokens_output or 0,
         tokens_total=run.tokens_total or 0,
         notes=run.notes,
         notes_truncated=run.notes_truncated,
         error=run.error,
-        final_status=run.final_status.value if run.final_status else 0,
+        final_status=proto_enum(pb.FinalStatus, run.final_status.value if run.final_status else 0),
     )
 
 
 def decision_to_proto(decision: Decision) -> pb.Decision:
     return pb.Decision(
-        verdict=decision.verdict.value,
-        next_action=decision.next_action.value,
-        forbidden_actions=[a.value for a in decision.forbidden_actions],
+        verdict=proto_enum(pb.Verdict, decision.verdict.value),
+        next_action=proto_enum(pb.AgentAction, decision.next_action.value),
+        forbidden_actions=[proto_enum(pb.AgentAction, a.value) for a in decision.forbidden_actions],
         instruction=decision.instruction,
         trace=[
             pb.GateResult(
-                gate_id=t.gate_id, gate_version=t.version, status=t.status.value, reason=t.reason, decisive=t.decisive
+                gate_id=t.gate_id,
+                gate_version=t.version,
+                status=proto_enum(pb.GateStatus, t.status.value),
+                reason=t.reason,
+                decisive=t.decisive,
             )
             for t in decision.trace
         ],
@@ -88,13 +95,13 @@ def completion_to_proto(c: CompletionRecord) -> pb.Completion:
         generation=c.generation,
         completion_id=c.completion_id,
         identity=c.identity,
-        outcome=c.outcome.value,
+        outcome=proto_enum(pb.RequestedOutcome, c.outcome.value),
         result=c.result,
         run_id=c.run_id,
         state_version=c.state_version,
         checkpoint=c.checkpoint,
         commit_time=to_timestamp(c.committed_at),
-        settlement=c.settlement.value,
+        settlement=proto_enum(pb.SettlementStatus, c.settlement.value),
         lifecycle_revision=c.lifecycle_revision or 0,
         lifecycle_event_sequence=c.lifecycle_event_sequence or 0,
         settle_time=to_timestamp(c.settled_at),
@@ -125,10 +132,10 @@ def event_to_proto(e: CompletionEvent) -> pb.CompletionEvent:
         workspace_id=e.workspace_id,
         task_id=e.task_id,
         generation=e.generation,
-        kind=e.kind.value,
+        kind=proto_enum(pb.CompletionEventKind, e.kind.value),
         run_id=e.run_id,
         completion_id=e.completion_id or "",
-        outcome=e.outcome.value if e.outcome else 0,
+        outcome=proto_enum(pb.RequestedOutcome, e.outcome.value if e.outcome else 0),
         decision=decision_to_proto(e.decision) if e.decision else None,
         lifecycle_revision=e.lifecycle_revision or 0,
         lifecycle_event_sequence=e.lifecycle_event_sequence or 0,
@@ -223,5 +230,6 @@ def session_event_to_proto(event: SessionEvent) -> tpb.SessionEvent:
     if body_name == "tool_result":
         body.is_error = event.is_error
     if body_name == "turn_end":
+        assert event.reason is not None, "a turn_end event has its reason"
         body.reason = event.reason.value
     return message

@@ -14,6 +14,7 @@ from completion_service.core.model import EvidenceRecord, Snapshot
 from completion_service.outbound import GateChannels
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc
+from funnel.runtime.proto_enums import proto_enum
 
 
 class ExternalGates:
@@ -27,7 +28,7 @@ class ExternalGates:
         self, gates: tuple[ExternalGate, ...], snapshot: Snapshot, evidence: list[EvidenceRecord]
     ) -> dict[str, ExternalAnswer]:
         answers = await asyncio.gather(*(self._ask(gate, snapshot, evidence) for gate in gates))
-        return {gate.gate_id: answer for gate, answer in zip(gates, answers)}
+        return {gate.gate_id: answer for gate, answer in zip(gates, answers, strict=True)}
 
     async def _ask(self, gate: ExternalGate, snapshot: Snapshot, evidence: list[EvidenceRecord]) -> ExternalAnswer:
         request = pb.EvaluateGateRequest(
@@ -36,7 +37,7 @@ class ExternalGates:
             task_id=snapshot.task_id,
             generation=snapshot.run.generation,
             run_id=snapshot.run.run_id,
-            outcome=snapshot.outcome.value,
+            outcome=proto_enum(pb.RequestedOutcome, snapshot.outcome.value),
             result=snapshot.result,
             state_version=snapshot.evaluated_state_version,
             checkpoint=snapshot.transcript.checkpoint,

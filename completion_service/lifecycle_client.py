@@ -18,6 +18,7 @@ from completion_service.outbound import LifecycleChannel
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
+from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.timestamps import to_timestamp
 
 SOURCE = "completion_service"
@@ -57,10 +58,11 @@ class LifecycleClient:
 
     @property
     def _stub(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
-        channel = self._channel.channel
-        if channel is not self._stub_channel:
-            self._stub_channel, self._stub_cache = channel, lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
-        return self._stub_cache
+        channel, stub = self._channel.channel, self._stub_cache
+        if channel is not self._stub_channel or stub is None:
+            stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+            self._stub_channel, self._stub_cache = channel, stub
+        return stub
 
     async def _call(self, method, request):
         try:
@@ -77,7 +79,7 @@ class LifecycleClient:
                 )
             info = error_info(error)
             answer = classify_failure(error.code().name, info.domain if info else None)
-            if answer is SettleAnswer.REJECTED:
+            if answer is SettleAnswer.REJECTED and info is not None:  # REJECTED needs the lifecycle's domain
                 raise LifecycleRejected(info.reason, error.details() or "") from None
             raise LifecycleUnavailable(f"{error.code().name}: {error.details()}") from None
 
@@ -88,7 +90,9 @@ class LifecycleClient:
     def _cause(reason: str, **ids: str) -> lpb.Cause:
         return lpb.Cause(source=SOURCE, reason=reason, originating_ids={k: v for k, v in ids.items() if v})
 
-    async def activate(self, workspace_id: str, task_id: str, generation: int, run_id: str) -> lpb.ActivateGenerationResponse:
+    async def activate(
+        self, workspace_id: str, task_id: str, generation: int, run_id: str
+    ) -> lpb.ActivateGenerationResponse:
         return await self._call(
             self._stub.ActivateGeneration,
             lpb.ActivateGenerationRequest(
@@ -110,7 +114,7 @@ class LifecycleClient:
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
-                work_status=status,
+                work_status=proto_enum(lpb.WorkStatus, status),
                 request_id=request_id,
                 cause=self._cause(reason, run_id=run_id),
             ),
@@ -170,7 +174,9 @@ class LifecycleClient:
             ),
         )
 
-    async def resume_with_generation(self, workspace_id: str, task_id: str, generation: int, request_id: str, reason: str):
+    async def resume_with_generation(
+        self, workspace_id: str, task_id: str, generation: int, request_id: str, reason: str
+    ):
         return await self._call(
             self._stub.ResumeWithGeneration,
             lpb.ResumeWithGenerationRequest(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+
 import grpc
 
 from funnel.auth.client import bearer_interceptors

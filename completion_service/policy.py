@@ -86,7 +86,9 @@ def _workspace_policy(section: dict, base: WorkspacePolicy, where: str) -> Works
     if disabled - known_gates:
         raise PolicyError(f"{where}: unknown gates {sorted(disabled - known_gates)}")
     if disabled & MANDATORY_GATES:
-        raise PolicyError(f"{where}: gates {sorted(disabled & MANDATORY_GATES)} guard safety rules and cannot be disabled")
+        raise PolicyError(
+            f"{where}: gates {sorted(disabled & MANDATORY_GATES)} guard safety rules and cannot be disabled"
+        )
     evidence = tuple(section.get("required_evidence", base.required_evidence))
     for kind in evidence:
         if not isinstance(kind, str) or not kind or id_problem(kind):

@@ -156,8 +156,12 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
     parser.add_argument("--stall-after", type=float, default=float(e("stall_after", 0)) or None,
                         help="close runs whose lease expired this many seconds ago as STALLED; off when 0 "
                         f"({ENV_PREFIX}_STALL_AFTER)")
-    parser.add_argument("--import-buffer-bytes", type=int, default=int(e("import_buffer_bytes", d.import_buffer_bytes)),
-                        help=f"bytes all transcript imports in flight may buffer together ({ENV_PREFIX}_IMPORT_BUFFER_BYTES)")
+    parser.add_argument(
+        "--import-buffer-bytes",
+        type=int,
+        default=int(e("import_buffer_bytes", d.import_buffer_bytes)),
+        help=f"bytes all transcript imports in flight may buffer together ({ENV_PREFIX}_IMPORT_BUFFER_BYTES)",
+    )
     outbound = parser.add_argument_group("outbound security (docs/security.md)")
     outbound.add_argument("--lifecycle-ca", default=e("lifecycle_ca", "") or None,
                           help="PEM CA bundle that signed the lifecycle service's certificate (default: system roots)")
@@ -173,8 +177,12 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
                           help="file with this service's bearer token for the lifecycle service (never sent to gates)")
     outbound.add_argument("--gate-ca", default=e("gate_ca", "") or None,
                           help="PEM CA bundle of external gates (default: system roots)")
-    outbound.add_argument("--gates-insecure", action="store_true", default=e("gates_insecure", "") in ("1", "true", "yes"),
-                          help="plaintext to external gates; refused unless each gate address is loopback")
+    outbound.add_argument(
+        "--gates-insecure",
+        action="store_true",
+        default=e("gates_insecure", "") in ("1", "true", "yes"),
+        help="plaintext to external gates; refused unless each gate address is loopback",
+    )
     args = parser.parse_args(argv)
     runtime.configure_logging(args.log_level)
     return CompletionConfig(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+import functools
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
 
 from completion_service import requests
 from completion_service.authority import CompletionAuthority, RunClosed
@@ -15,7 +17,6 @@ from completion_service.convert import (
     lease_to_proto,
     run_to_proto,
 )
-from completion_service.core.settlement import binding_decision
 from completion_service.core.model import (
     CompletionEvent,
     EvidenceRecord,
@@ -23,6 +24,7 @@ from completion_service.core.model import (
     RequestedOutcome,
     RunOutcome,
 )
+from completion_service.core.settlement import binding_decision
 from completion_service.errors import Reason
 from completion_service.storage.port import AttemptCommand, AttemptOutcome, Remembered
 from funnel.completion.v1 import completion_pb2 as pb
@@ -38,10 +40,12 @@ from funnel.runtime.paging import (
     page_size,
     response_budget,
 )
+from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.validation import malformed_page_token
 from funnel.runtime.watch import EventBroker, WatchQuota, follow, overflow_error
 
 SERVICE_NAME = "funnel.completion.v1.CompletionService"
+C = TypeVar("C")
 
 
 def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]):
@@ -49,13 +53,13 @@ def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]):
 
     def publish(events: list[CompletionEvent]) -> None:
         for event in events:
-            broker.publish(
-                event.workspace_id,
-                event.task_id,
-                lambda event=event: pb.WatchCompletionEventsResponse(event=event_to_proto(event)),
-            )
+            broker.publish(event.workspace_id, event.task_id, functools.partial(_watch_response, event))
 
     return publish
+
+
+def _watch_response(event: CompletionEvent) -> pb.WatchCompletionEventsResponse:
+    return pb.WatchCompletionEventsResponse(event=event_to_proto(event))
 
 
 def request_key(method: str, request, workspace_id: str | None = None) -> RequestKey | None:
@@ -64,7 +68,7 @@ def request_key(method: str, request, workspace_id: str | None = None) -> Reques
         return None
     return RequestKey(
         workspace_id or request.workspace_id,
-        calls.current().principal.subject,
+        calls.served().principal.subject,
         method,
         request.request_id,
         fingerprint(method, request.SerializeToString(deterministic=True)),
@@ -74,7 +78,7 @@ def request_key(method: str, request, workspace_id: str | None = None) -> Reques
 def holder() -> str | None:
     """The agent that must hold the runs the call names: the caller's subject when
     it acts as an agent (see funnel/auth/table.py), else None."""
-    call = calls.current()
+    call = calls.served()
     return call.principal.subject if call.holder_only else None
 
 
@@ -84,7 +88,7 @@ def _check_deadline(context) -> None:
         raise ServiceError(reject(Reason.DEADLINE_EXPIRED, "the deadline expired before the request was applied"))
 
 
-def _token(request, listing: list, cursor_type: type):
+def _token(request: Any, listing: list[str], cursor_type: type[C]) -> C | None:
     if not request.page_token:
         return None
     cursor = decode_token(request.page_token, listing, cursor_type)
@@ -93,8 +97,8 @@ def _token(request, listing: list, cursor_type: type):
     return cursor
 
 
-def _is_time_id_pair(cursor: list) -> bool:
-    return len(cursor) == 2 and type(cursor[0]) is int and isinstance(cursor[1], str)
+def _is_time_id_pair(cursor: object) -> bool:
+    return isinstance(cursor, list) and len(cursor) == 2 and type(cursor[0]) is int and isinstance(cursor[1], str)
 
 
 class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
@@ -164,12 +168,14 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             return pb.CompleteRunResponse(
                 run_id=run.run_id,
                 finish_time=run_to_proto(run).finish_time,
-                final_status=run.final_status.value if run.final_status else 0,
+                final_status=proto_enum(pb.FinalStatus, run.final_status.value if run.final_status else 0),
                 tokens_total=run.tokens_total or 0,
                 notes_truncated=run.notes_truncated,
-                decision=decision_to_proto(binding_decision(closed.decision, closed.completion)) if closed.decision else None,
+                decision=decision_to_proto(binding_decision(closed.decision, closed.completion))
+                if closed.decision
+                else None,
                 completion=completion_to_proto(closed.completion) if closed.completion else None,
-                task_effect=closed.effect.value,
+                task_effect=proto_enum(pb.TaskEffect, closed.effect.value if closed.effect else 0),
                 task_effect_reason=closed.effect_reason,
             )
 
@@ -184,7 +190,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             request.notes,
             request.error,
             FinalStatus(request.final_status) if request.final_status else None,
-            calls.current().caller,
+            calls.served().caller,
             holder(),
             request_key("CompleteRun", request),
             render,
@@ -197,7 +203,9 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         requests.run_key(request)
         run = await self._store.get_run(request.workspace_id, request.run_id)
         if run is None:
-            raise ServiceError(reject(Reason.RUN_NOT_FOUND, f"run {request.run_id!r} does not exist", run_id=request.run_id))
+            raise ServiceError(
+                reject(Reason.RUN_NOT_FOUND, f"run {request.run_id!r} does not exist", run_id=request.run_id)
+            )
         return pb.GetRunResponse(run=run_to_proto(run))
 
     async def ListRuns(self, request, context):
@@ -205,13 +213,15 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         listing = ["runs", request.workspace_id, request.task_id]
         cursor = _token(request, listing, list)
         page = await self._store.list_runs(
-            request.workspace_id, request.task_id or None, tuple(cursor) if cursor else None, page_size(request.page_size)
+            request.workspace_id,
+            request.task_id or None,
+            tuple(cursor) if cursor else None,
+            page_size(request.page_size),
         )
         items, protos, more = self._fit(page, run_to_proto)
-        last = items[-1] if items else None
         return pb.ListRunsResponse(
             runs=protos,
-            next_page_token=encode_token(listing, [last.claimed_at, last.run_id]) if more else "",
+            next_page_token=encode_token(listing, [items[-1].claimed_at, items[-1].run_id]) if more else "",
         )
 
     async def RecordEvidence(self, request, context):
@@ -293,13 +303,15 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         listing = ["completions", request.workspace_id, request.task_id]
         cursor = _token(request, listing, list)
         page = await self._store.list_completions(
-            request.workspace_id, request.task_id or None, tuple(cursor) if cursor else None, page_size(request.page_size)
+            request.workspace_id,
+            request.task_id or None,
+            tuple(cursor) if cursor else None,
+            page_size(request.page_size),
         )
         items, protos, more = self._fit(page, completion_to_proto)
-        last = items[-1] if items else None
         return pb.ListCompletionsResponse(
             completions=protos,
-            next_page_token=encode_token(listing, [last.committed_at, last.completion_id]) if more else "",
+            next_page_token=encode_token(listing, [items[-1].committed_at, items[-1].completion_id]) if more else "",
         )
 
     async def ListAuditLog(self, request, context):
@@ -328,7 +340,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
     async def WatchCompletionEvents(self, request, context) -> AsyncIterator[pb.WatchCompletionEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
-        with self._watch_quota.admit(calls.current().principal.subject, workspace):
+        with self._watch_quota.admit(calls.served().principal.subject, workspace):
             async for item in follow(
                 lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
                 self._broker,

@@ -4,7 +4,7 @@ loads (with interrupted-turn repair), JSONL export and import, and resume advice
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from completion_service.authority import CompletionAuthority
 from completion_service.convert import session_event_from_proto, session_event_to_proto
@@ -14,8 +14,7 @@ from completion_service.errors import Reason
 from completion_service.jsonl import LineDamaged, LineSplitter, is_torn, parse_line, to_line
 from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.service import holder, request_key
-from completion_service.storage.port import Remembered
-from completion_service.storage.port import Appended
+from completion_service.storage.port import Appended, Remembered
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -31,6 +30,7 @@ from funnel.runtime.paging import (
     page_size,
     response_budget,
 )
+from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.validation import Checker, malformed_page_token
 
 SERVICE_NAME = "funnel.completion.v1.TranscriptService"
@@ -202,11 +202,16 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             )
         except LifecycleRejected as exc:
             raise ServiceError(
-                reject(Reason.LIFECYCLE_REJECTED, f"the lifecycle service refused to resume: {exc.message}",
-                       lifecycle_reason=exc.reason)
+                reject(
+                    Reason.LIFECYCLE_REJECTED,
+                    f"the lifecycle service refused to resume: {exc.message}",
+                    lifecycle_reason=exc.reason,
+                )
             ) from None
         except LifecycleUnavailable as exc:
-            raise ServiceError(reject(Reason.LIFECYCLE_UNAVAILABLE, f"the lifecycle service did not answer: {exc}")) from None
+            raise ServiceError(
+                reject(Reason.LIFECYCLE_UNAVAILABLE, f"the lifecycle service did not answer: {exc}")
+            ) from None
         return following
 
     async def LoadTranscript(self, request, context):
@@ -218,9 +223,10 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         listing = ["transcript", request.workspace_id, request.task_id]
         after = 0
         if request.page_token:
-            after = decode_token(request.page_token, listing, int)
-            if after is None:
+            cursor = decode_token(request.page_token, listing, int)
+            if cursor is None:
                 raise malformed_page_token(Reason)
+            after = cursor
         else:
             await self._require_task(request.workspace_id, request.task_id)
         page = await self._store.load_transcript(
@@ -249,7 +255,9 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         await self._require_task(request.workspace_id, request.task_id)
         after = 0
         while True:
-            events = await self._store.transcript_events_after(request.workspace_id, request.task_id, after, _EXPORT_PAGE)
+            events = await self._store.transcript_events_after(
+                request.workspace_id, request.task_id, after, _EXPORT_PAGE
+            )
             if not events:
                 return
             chunk = b""
@@ -273,18 +281,28 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         if first is None or first.WhichOneof("part") != "target":
             checker.require("target", False)
             checker.raise_for(Reason)
+        assert first is not None  # raise_for raised otherwise
         target = first.target
         checker.identifier("target.workspace_id", target.workspace_id)
         checker.identifier("target.task_id", target.task_id)
         checker.raise_for(Reason)
         workspace, task_id = target.workspace_id, target.task_id
-        await self._task(workspace, task_id)
-        tail, _ = await self._store.transcript_tail(workspace, task_id)
-        if tail.last_sequence:
-            raise ServiceError(reject(Reason.TRANSCRIPT_NOT_EMPTY, f"task {task_id!r} already has a transcript", task_id=task_id))
+        # The budget first: a flood of imports is refused here, before each of
+        # them would ask the lifecycle service about its task.
         reservation = self._import_budget.reserve(IMPORT_BASE_RESERVATION)
         if reservation is None:
             raise self._budget_exhausted()
+        try:
+            await self._task(workspace, task_id)
+            tail, _ = await self._store.transcript_tail(workspace, task_id)
+        except BaseException:
+            reservation.release()
+            raise
+        if tail.last_sequence:
+            reservation.release()
+            raise ServiceError(
+                reject(Reason.TRANSCRIPT_NOT_EMPTY, f"task {task_id!r} already has a transcript", task_id=task_id)
+            )
         importer = _Import(self._store, self._ids.new_id("import"))
         try:
             async for message in request_iterator:
@@ -298,7 +316,9 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
                     await importer.accept(number, raw)
             warnings = await importer.finish()
             await _stream_really_ended(context)
-            version = await self._store.commit_import(importer.import_id, workspace, task_id, importer.tail, importer.checkpoints)
+            version = await self._store.commit_import(
+                importer.import_id, workspace, task_id, importer.tail, importer.checkpoints
+            )
         except LineDamaged as damage:
             await self._store.discard_import(importer.import_id)
             raise _line_error(damage.line, damage.problem) from None
@@ -334,9 +354,9 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_") if terminal else None
         advice = grammar.resolve_resume(terminal, outcome, task.generation)
         return tpb.ResolveResumeResponse(
-            ask=advice.ask.value,
-            primary=advice.primary.value,
-            secondary=advice.secondary.value if advice.secondary else 0,
+            ask=proto_enum(tpb.ResumeAsk, advice.ask.value),
+            primary=proto_enum(tpb.HostAction, advice.primary.value),
+            secondary=proto_enum(tpb.HostAction, advice.secondary.value if advice.secondary else 0),
             reason=advice.reason,
             generation=task.generation,
             completion_id=task.completion_id,

@@ -26,13 +26,19 @@ async def main() -> None:
         (tls_dir / "client.key").read_bytes(),  # the lifecycle service wants a client certificate
         (tls_dir / "client.pem").read_bytes(),
     )
-    async with grpc.aio.secure_channel(address, credentials, interceptors=bearer_interceptors(lambda: token)) as channel:
+    async with grpc.aio.secure_channel(
+        address, credentials, interceptors=bearer_interceptors(lambda: token)
+    ) as channel:
         lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
         registered = await lifecycle.RegisterTask(
-            lifecycle_pb2.RegisterTaskRequest(workspace_id="acme", task_id="fix-login", request_id="register-fix-login"),
+            lifecycle_pb2.RegisterTaskRequest(
+                workspace_id="acme", task_id="fix-login", request_id="register-fix-login"
+            ),
             timeout=5,
         )
-        task = await lifecycle.GetTask(lifecycle_pb2.GetTaskRequest(workspace_id="acme", task_id="fix-login"), timeout=5)
+        task = await lifecycle.GetTask(
+            lifecycle_pb2.GetTaskRequest(workspace_id="acme", task_id="fix-login"), timeout=5
+        )
         print(f"registered {registered.task.task_id} (revision {registered.task.revision}): generation "
               f"{task.task.generation}, {lifecycle_pb2.GenerationState.Name(task.task.state)}")
 

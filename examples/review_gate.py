@@ -31,11 +31,15 @@ UNFINISHED = re.compile(r"\b(TODO|WIP)\b")
 def review(request: pb.EvaluateGateRequest) -> pb.EvaluateGateResponse:
     """A pure verdict on the snapshot: the gate may be called more than once per attempt."""
     if UNFINISHED.search(request.result):
-        return pb.EvaluateGateResponse(status=pb.GATE_STATUS_FAILED, reason="the result still says TODO or WIP; finish it")
+        return pb.EvaluateGateResponse(
+            status=pb.GATE_STATUS_FAILED, reason="the result still says TODO or WIP; finish it"
+        )
     failing = sorted({e.kind for e in request.evidence if e.verdict == pb.EVIDENCE_VERDICT_FAILED})
     if failing:
         return pb.EvaluateGateResponse(status=pb.GATE_STATUS_FAILED, reason=f"failing evidence: {', '.join(failing)}")
-    return pb.EvaluateGateResponse(status=pb.GATE_STATUS_PASSED, reason=f"reviewed {len(request.evidence)} evidence facts")
+    return pb.EvaluateGateResponse(
+        status=pb.GATE_STATUS_PASSED, reason=f"reviewed {len(request.evidence)} evidence facts"
+    )
 
 
 class ReviewGate(completion_pb2_grpc.CompletionGateServicer):

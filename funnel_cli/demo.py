@@ -5,8 +5,8 @@ settlement, the lifecycle event, and `complete_task` -> DONE."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -62,8 +62,11 @@ async def run_demo(
             ),
             timeout=timeout,
         )
-        say(f"1. register   task {task_id} in workspace {WORKSPACE!r}: generation {registered.task.generation}, "
-            f"{_name(lpb.GenerationState, registered.task.state, 'GENERATION_STATE_')}, revision {registered.task.revision}")
+        say(
+            f"1. register   task {task_id} in workspace {WORKSPACE!r}: generation {registered.task.generation}, "
+            f"{_name(lpb.GenerationState, registered.task.state, 'GENERATION_STATE_')}, revision "
+            f"{registered.task.revision}"
+        )
 
         claim = await completion.ClaimTask(
             cpb.ClaimTaskRequest(
@@ -89,7 +92,10 @@ async def run_demo(
         verdict = _name(cpb.Verdict, blocked.decision.verdict, "VERDICT_")
         action = _name(cpb.AgentAction, blocked.decision.next_action, "AGENT_ACTION_")
         say(f"3. attempt    {verdict}: next action {action}\n               {blocked.decision.instruction}")
-        if blocked.decision.verdict != cpb.VERDICT_SOFT_BLOCK or blocked.decision.next_action != cpb.AGENT_ACTION_RECORD_EVIDENCE:
+        if (
+            blocked.decision.verdict != cpb.VERDICT_SOFT_BLOCK
+            or blocked.decision.next_action != cpb.AGENT_ACTION_RECORD_EVIDENCE
+        ):
             raise DemoFailed(f"expected a soft block asking for evidence, got {verdict} / {action}")
 
         evidence = await host.RecordEvidence(
@@ -109,8 +115,11 @@ async def run_demo(
 
         allowed = await completion.AttemptCompletion(attempt(), timeout=timeout)
         done = allowed.completion
-        say(f"5. attempt    {_name(cpb.Verdict, allowed.decision.verdict, 'VERDICT_')}: completion {done.completion_id}\n"
-            f"               identity {done.identity}")
+        say(
+            f"5. attempt    {_name(cpb.Verdict, allowed.decision.verdict, 'VERDICT_')}: completion "
+            f"{done.completion_id}\n"
+            f"               identity {done.identity}"
+        )
         if allowed.decision.verdict != cpb.VERDICT_ALLOW:
             raise DemoFailed(f"expected the second attempt to be allowed: {allowed.decision.instruction}")
         say(f"6. settlement {_name(cpb.SettlementStatus, done.settlement, 'SETTLEMENT_STATUS_')} "

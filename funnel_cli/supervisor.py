@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,37 +34,58 @@ class ServiceProcess:
     extra: dict = field(default_factory=dict)
 
     def stop(self, timeout: float = 10.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
+        try:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    return self.process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+            return self.process.wait()
+        finally:
+            self._close_pipe()
+
+    def kill(self) -> int:
+        """Ends the process at once (SIGKILL), as a crash would."""
+        try:
+            if self.process.poll() is None:
                 self.process.kill()
-        return self.process.wait()
+            return self.process.wait()
+        finally:
+            self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        # The read end of the service's stdout: left open, it is reported as unclosed.
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 def spawn(name: str, module: str, args: list[str], log_path: Path, env: dict | None = None) -> ServiceProcess:
     """Starts `python -m module args`; stdout carries the one `serving on` line,
     stderr goes to log_path."""
-    log = open(log_path, "ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        env={**os.environ, **(env or {})},
-        # Its own session: a terminal's Ctrl-C reaches only the supervisor, which
-        # then stops each service once, gracefully, with SIGTERM.
-        start_new_session=True,
-    )
-    log.close()
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env={**os.environ, **(env or {})},
+            # Its own session: a terminal's Ctrl-C reaches only the supervisor, which
+            # then stops each service once, gracefully, with SIGTERM.
+            start_new_session=True,
+        )
     service = ServiceProcess(name, process, log_path=log_path)
-    service.address = _read_address(service)
+    try:
+        service.address = _read_address(service)
+    except BaseException:
+        service.stop()
+        raise
     return service
 
 
 def _read_address(service: ServiceProcess) -> str:
     deadline = time.monotonic() + READY_TIMEOUT
     stdout = service.process.stdout
+    assert stdout is not None, "spawn() pipes the service's stdout"
     while time.monotonic() < deadline:
         line = stdout.readline().decode(errors="replace").strip()
         if line:
@@ -84,7 +106,9 @@ async def wait_serving(connection: Connection, address: str, timeout: float = RE
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             try:
-                response = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                # types-grpcio-health-checking declares HealthStub without its methods.
+                check = stub.Check  # type: ignore[attr-defined]
+                response = await check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
             except grpc.aio.AioRpcError:
@@ -126,8 +150,8 @@ def start_pair(
     lifecycle_listen: str,
     completion_listen: str,
     policy_file: str,
-    extra_lifecycle: list[str] = (),
-    extra_completion: list[str] = (),
+    extra_lifecycle: Sequence[str] = (),
+    extra_completion: Sequence[str] = (),
     env: dict | None = None,
 ) -> tuple[ServiceProcess, ServiceProcess]:
     """Both services over SQLite files in `data_dir`, with TLS between them and

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from google.protobuf.message import Message
 
@@ -31,7 +31,9 @@ _PROPAGATED_INTENTS = {
 
 
 class LifecycleAuthority:
-    def __init__(self, store: LifecycleStore, policy: Policy, retry_delay: float = 0.5, faults: Faults = NO_FAULTS) -> None:
+    def __init__(
+        self, store: LifecycleStore, policy: Policy, retry_delay: float = 0.5, faults: Faults = NO_FAULTS
+    ) -> None:
         self.store = store
         self.faults = faults
         self.policy = policy
@@ -48,7 +50,9 @@ class LifecycleAuthority:
         fingerprint: bytes | None = None,
     ) -> ApplyResult:
         result = await self.store.apply(
-            Command(intent, lambda situation: decide(intent, situation, self.policy), render, fingerprint, method=method)
+            Command(
+                intent, lambda situation: decide(intent, situation, self.policy), render, fingerprint, method=method
+            )
         )
         if isinstance(result, Committed) and result.propagations:
             self._pending.set()
@@ -77,7 +81,7 @@ class LifecycleAuthority:
                 log.warning("propagation delivery postponed: %s", exc)
                 await asyncio.sleep(self._retry_delay)
                 self._pending.set()
-            except Exception:  # noqa: BLE001 - the worker must survive any single failure
+            except Exception:  # the worker must survive any single failure
                 # Without this, one unexpected error would end the worker silently and
                 # leave every later propagation undelivered until the next restart.
                 log.exception("propagation delivery failed; retrying")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
+from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.timestamps import to_timestamp
-from lifecycle_service.core.model import Cause, LifecycleEvent, ParentLink, TaskRecord, LinkMode
+from lifecycle_service.core.model import Cause, LifecycleEvent, LinkMode, ParentLink, TaskRecord
 
 
 def cause_from_proto(cause: pb.Cause) -> Cause:
@@ -21,18 +22,22 @@ def task_to_proto(task: TaskRecord) -> pb.Task:
         task_id=task.task_id,
         generation=task.generation,
         revision=task.revision,
-        state=task.state.value,
-        outcome=task.outcome.value if task.outcome else 0,
+        state=proto_enum(pb.GenerationState, task.state.value),
+        outcome=proto_enum(pb.TerminalOutcome, task.outcome.value if task.outcome else 0),
         cancellation=pb.CANCELLATION_STATE_REQUESTED if task.fenced else pb.CANCELLATION_STATE_NONE,
         cancellation_request_time=to_timestamp(task.cancellation_requested_at),
-        work_status=task.work_status.value,
+        work_status=proto_enum(pb.WorkStatus, task.work_status.value),
         completion_id=task.completion_id or "",
         create_time=to_timestamp(task.created_at),
         update_time=to_timestamp(task.updated_at),
     )
     if task.parent:
         message.parent.CopyFrom(
-            pb.ParentLink(task_id=task.parent.task_id, generation=task.parent.generation, mode=task.parent.mode.value)
+            pb.ParentLink(
+                task_id=task.parent.task_id,
+                generation=task.parent.generation,
+                mode=proto_enum(pb.ParentLinkMode, task.parent.mode.value),
+            )
         )
     return message
 
@@ -44,15 +49,17 @@ def event_to_proto(event: LifecycleEvent) -> pb.LifecycleEvent:
         task_id=event.task_id,
         generation=event.generation,
         revision=event.revision,
-        intent=event.intent.value,
-        from_state=event.from_state.value if event.from_state else 0,
-        to_state=event.to_state.value,
-        outcome=event.outcome.value if event.outcome else 0,
+        intent=proto_enum(pb.Intent, event.intent.value),
+        from_state=proto_enum(pb.GenerationState, event.from_state.value if event.from_state else 0),
+        to_state=proto_enum(pb.GenerationState, event.to_state.value),
+        outcome=proto_enum(pb.TerminalOutcome, event.outcome.value if event.outcome else 0),
         cancellation=(
-            pb.CANCELLATION_STATE_REQUESTED if event.cancellation_requested_at is not None else pb.CANCELLATION_STATE_NONE
+            pb.CANCELLATION_STATE_REQUESTED
+            if event.cancellation_requested_at is not None
+            else pb.CANCELLATION_STATE_NONE
         ),
         cancellation_request_time=to_timestamp(event.cancellation_requested_at),
-        work_status=event.work_status.value,
+        work_status=proto_enum(pb.WorkStatus, event.work_status.value),
         cause=pb.Cause(
             source=event.cause.source, reason=event.cause.reason, originating_ids=dict(event.cause.originating_ids)
         ),

@@ -43,10 +43,18 @@ class Reason(enum.Enum):
     DEADLINE_EXPIRED = ReasonSpec(Code.DEADLINE_EXCEEDED, "the caller's deadline expired before applying")
     INTERNAL_FAULT = ReasonSpec(Code.INTERNAL, "an unexpected fault")
     CREDENTIALS_MISSING = ReasonSpec(Code.UNAUTHENTICATED, "no bearer token (and no client certificate identity)")
-    CREDENTIALS_INVALID = ReasonSpec(Code.UNAUTHENTICATED, "the token is malformed, badly signed, or not for this issuer and audience")
+    CREDENTIALS_INVALID = ReasonSpec(
+        Code.UNAUTHENTICATED, "the token is malformed, badly signed, or not for this issuer and audience"
+    )
     CREDENTIALS_EXPIRED = ReasonSpec(Code.UNAUTHENTICATED, "the token has expired")
-    WORKSPACE_NOT_GRANTED = ReasonSpec(Code.PERMISSION_DENIED, "the credential grants no role in the request's workspace")
-    ROLE_NOT_PERMITTED = ReasonSpec(Code.PERMISSION_DENIED, "the caller's roles in the workspace do not permit this RPC")
-    RATE_LIMITED = ReasonSpec(Code.RESOURCE_EXHAUSTED, "the caller exceeded its request rate; retry after RetryInfo's delay")
+    WORKSPACE_NOT_GRANTED = ReasonSpec(
+        Code.PERMISSION_DENIED, "the credential grants no role in the request's workspace"
+    )
+    ROLE_NOT_PERMITTED = ReasonSpec(
+        Code.PERMISSION_DENIED, "the caller's roles in the workspace do not permit this RPC"
+    )
+    RATE_LIMITED = ReasonSpec(
+        Code.RESOURCE_EXHAUSTED, "the caller exceeded its request rate; retry after RetryInfo's delay"
+    )
     MESSAGE_TOO_LARGE = ReasonSpec(Code.RESOURCE_EXHAUSTED, "the request is larger than the service accepts")
     WATCHERS_EXHAUSTED = ReasonSpec(Code.RESOURCE_EXHAUSTED, "too many open watch streams for the caller or workspace")

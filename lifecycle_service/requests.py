@@ -57,7 +57,9 @@ def _header(request) -> dict:
 
 def _settable_status(checker: Checker, field: str, value: int, *, required: bool) -> None:
     if value in (WorkStatus.DONE.value, WorkStatus.CANCELLED.value):
-        checker.add("WORK_STATUS_RESERVED", field, f"{field} {WorkStatus(value).name} is reached only through a settlement")
+        checker.add(
+            "WORK_STATUS_RESERVED", field, f"{field} {WorkStatus(value).name} is reached only through a settlement"
+        )
     else:
         checker.enum(field, value, _SETTABLE, required=required)
 
@@ -92,7 +94,9 @@ def set_work_status(request: pb.SetWorkStatusRequest) -> i.SetWorkStatus:
     _check_header(checker, request)
     _settable_status(checker, "work_status", request.work_status, required=True)
     raise_if_invalid(checker)
-    return i.SetWorkStatus(generation=request.generation, work_status=WorkStatus(request.work_status), **_header(request))
+    return i.SetWorkStatus(
+        generation=request.generation, work_status=WorkStatus(request.work_status), **_header(request)
+    )
 
 
 def settle_completion(request: pb.SettleCompletionRequest) -> i.SettleCompletion:

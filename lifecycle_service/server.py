@@ -75,7 +75,9 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
     store = await SqliteLifecycleStore.open(config.database, clock, publisher(broker), faults)
-    authority = LifecycleAuthority(store, Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000), faults=faults)
+    authority = LifecycleAuthority(
+        store, Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000), faults=faults
+    )
     quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
     service = LifecycleService(authority, broker, quota, config.max_message_bytes)
     lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server(service, server)

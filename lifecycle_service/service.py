@@ -4,7 +4,7 @@ shapes responses, and streams committed events."""
 from __future__ import annotations
 
 import dataclasses
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -67,7 +67,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         def render(task: TaskRecord, event: LifecycleEvent):
             return response_type(task=task_to_proto(task), event=event_to_proto(event))
 
-        intent = dataclasses.replace(intent, caller=calls.current().caller)
+        intent = dataclasses.replace(intent, caller=calls.served().caller)
         digest = fingerprint(method, request.SerializeToString(deterministic=True)) if intent.request_id else None
         result = await self._authority.apply(intent, method, render, digest)
         if isinstance(result, Committed):
@@ -81,7 +81,9 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         raise ServiceError(result)
 
     async def RegisterTask(self, request, context):
-        return await self._mutate("RegisterTask", request, context, pb.RegisterTaskResponse, requests.register_task(request))
+        return await self._mutate(
+            "RegisterTask", request, context, pb.RegisterTaskResponse, requests.register_task(request)
+        )
 
     async def ActivateGeneration(self, request, context):
         intent = requests.activate_generation(request)
@@ -140,9 +142,10 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         listing = ["tasks", request.workspace_id, request.parent_task_id]
         after = ""
         if request.page_token:
-            after = decode_token(request.page_token, listing, str)
-            if after is None:
+            cursor = decode_token(request.page_token, listing, str)
+            if cursor is None:
                 raise malformed_page_token(Reason)
+            after = cursor
         size = page_size(request.page_size)
         tasks = await self._store.list_tasks(request.workspace_id, after, size + 1, request.parent_task_id or None)
         more = len(tasks) > size
@@ -159,9 +162,10 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         listing = ["events", request.workspace_id, request.task_id]
         after = 0
         if request.page_token:
-            after = decode_token(request.page_token, listing, int)
-            if after is None:
+            cursor = decode_token(request.page_token, listing, int)
+            if cursor is None:
                 raise malformed_page_token(Reason)
+            after = cursor
         elif await self._store.get_task(request.workspace_id, request.task_id) is None:
             raise _task_not_found(request.task_id)
         size = page_size(request.page_size)
@@ -178,7 +182,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
     async def WatchLifecycleEvents(self, request, context) -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
-        with self._watch_quota.admit(calls.current().principal.subject, workspace):
+        with self._watch_quota.admit(calls.served().principal.subject, workspace):
             async for item in follow(
                 lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
                 self._broker,

@@ -51,7 +51,9 @@ def server_security(**overrides: Any) -> ServerSecurity:
 
 def outbound_security(**overrides: Any) -> OutboundSecurity:
     """The in-process completion service calls its loopback lifecycle service with its token."""
-    settings: dict[str, Any] = dict(lifecycle_insecure=True, identity_token_file=str(SERVICE_TOKEN_FILE), gates_insecure=True)
+    settings: dict[str, Any] = dict(
+        lifecycle_insecure=True, identity_token_file=str(SERVICE_TOKEN_FILE), gates_insecure=True
+    )
     settings.update(overrides)
     return OutboundSecurity(**settings)
 
@@ -74,7 +76,9 @@ def tls_channel(
     return grpc.aio.secure_channel(address, credentials, interceptors=sends, options=options, **kwargs)
 
 
-def insecure_channel(address: str, bearer: str | None = SUPERUSER, *, interceptors=(), **kwargs: Any) -> grpc.aio.Channel:
+def insecure_channel(
+    address: str, bearer: str | None = SUPERUSER, *, interceptors=(), **kwargs: Any
+) -> grpc.aio.Channel:
     """A plaintext channel that authenticates as `bearer` (None: sends no token)."""
     sends = bearer_interceptors(lambda: bearer) if bearer is not None else []
     return grpc.aio.insecure_channel(address, interceptors=[*sends, *interceptors], **kwargs)

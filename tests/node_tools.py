@@ -26,7 +26,9 @@ def require_node() -> tuple[str, str]:
     node, npm = shutil.which("node"), shutil.which("npm")
     if not node or not npm:
         raise NodeMissing("these tests need Node.js 20+ and npm on PATH (.ci/run's machines have them)")
-    major = int(subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()[1:].split(".")[0])
+    major = int(
+        subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()[1:].split(".")[0]
+    )
     if major < 20:
         raise NodeMissing(f"these tests need Node.js 20+, found {major}")
     return node, npm

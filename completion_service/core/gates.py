@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from completion_service.core.model import (
     AgentAction,
@@ -52,8 +53,8 @@ def passed(reason: str) -> GateCheck:
     return GateCheck(True, reason)
 
 
-def failed(reason: str, **details: object) -> GateCheck:
-    return GateCheck(False, reason, details=BlockDetails(**details))
+def failed(reason: str, details: BlockDetails = BlockDetails()) -> GateCheck:
+    return GateCheck(False, reason, details=details)
 
 
 def not_applicable(reason: str) -> GateCheck:
@@ -101,9 +102,12 @@ def _lease_live(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
         return failed(f"run {run.run_id} is closed")
     if lease is None or lease.run_id != run.run_id or lease.epoch != s.claimed_epoch or run.epoch != s.claimed_epoch:
         holder = f"run {lease.run_id} epoch {lease.epoch}" if lease else "nobody"
-        return failed(f"the lease of epoch {s.claimed_epoch} was superseded (now held by {holder})", current_lease=lease)
+        return failed(
+            f"the lease of epoch {s.claimed_epoch} was superseded (now held by {holder})",
+            BlockDetails(current_lease=lease),
+        )
     if lease.expires_at <= s.now:
-        return failed(f"the lease of epoch {lease.epoch} expired", current_lease=lease)
+        return failed(f"the lease of epoch {lease.epoch} expired", BlockDetails(current_lease=lease))
     return passed(f"run {run.run_id} holds the live lease of epoch {lease.epoch}")
 
 
@@ -112,10 +116,13 @@ def _generation_current(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
     if s.run.generation != view.generation:
         return failed(
             f"the run works on generation {s.run.generation}; the task is at generation {view.generation}",
-            current_generation=view.generation,
+            BlockDetails(current_generation=view.generation),
         )
     if view.state is LifecycleState.TERMINAL:
-        return failed(f"generation {view.generation} is already terminal ({view.outcome})", current_generation=view.generation)
+        return failed(
+            f"generation {view.generation} is already terminal ({view.outcome})",
+            BlockDetails(current_generation=view.generation),
+        )
     return passed(f"generation {view.generation} is current and {view.state.name}")
 
 
@@ -145,24 +152,26 @@ def _state_version_current(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
     if s.evaluated_state_version != current:
         return failed(
             f"evaluated state version {s.evaluated_state_version}, the transcript is at {current}",
-            current_state_version=current,
+            BlockDetails(current_state_version=current),
         )
     return passed(f"state version {current} is current")
 
 
 def _no_open_work(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
     tail = s.transcript
-    open_work = dict(
+    open_work = BlockDetails(
         open_tool_call_ids=tail.open_calls, open_step_id=tail.open_step or "", open_turn_id=tail.open_turn or ""
     )
     if tail.open_calls:
-        return failed(f"{len(tail.open_calls)} tool call(s) have no result: {', '.join(tail.open_calls[:5])}", **open_work)
+        return failed(
+            f"{len(tail.open_calls)} tool call(s) have no result: {', '.join(tail.open_calls[:5])}", open_work
+        )
     if tail.open_step is not None:
-        return failed(f"step {tail.open_step!r} is still open", **open_work)
+        return failed(f"step {tail.open_step!r} is still open", open_work)
     # A generation's transcript is closed when it becomes terminal: nothing can be
     # appended to it afterwards, so a turn left open would end as INTERRUPTED.
     if tail.open_turn is not None:
-        return failed(f"turn {tail.open_turn!r} is still open", **open_work)
+        return failed(f"turn {tail.open_turn!r} is still open", open_work)
     return passed("no open tool calls, steps or turn")
 
 
@@ -171,7 +180,7 @@ def _no_active_children(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
     if children:
         return failed(
             f"{len(children)} attached child task(s) are not terminal: {', '.join(children[:5])}",
-            open_child_task_ids=children,
+            BlockDetails(open_child_task_ids=children),
         )
     return passed("no attached child task is open")
 
@@ -196,9 +205,11 @@ def _required_evidence(s: Snapshot, policy: WorkspacePolicy) -> GateCheck:
             parts.append(f"failing {', '.join(failing)} evidence")
         return failed(
             f"{' and '.join(parts)} at checkpoint {checkpoint!r}",
-            missing_evidence_kinds=tuple(missing),
-            failing_evidence_kinds=tuple(failing),
-            evidence_checkpoint=checkpoint,
+            BlockDetails(
+                missing_evidence_kinds=tuple(missing),
+                failing_evidence_kinds=tuple(failing),
+                evidence_checkpoint=checkpoint,
+            ),
         )
     return passed(f"{', '.join(policy.required_evidence)} passed at checkpoint {checkpoint!r}")
 
@@ -306,37 +317,37 @@ def _bind(snapshot: Snapshot, findings: list[Finding]) -> Decision:
     trace = tuple(
         GateTrace(f.gate_id, f.version, f.status, f.reason, decisive=f is decisive) for f in findings
     )
-    common = dict(
+    bound = functools.partial(
+        Decision,
         trace=trace,
         decision_schema=DECISION_SCHEMA,
         state_version=snapshot.evaluated_state_version,
         checkpoint=snapshot.transcript.checkpoint,
     )
     if decisive is None:
-        return Decision(
+        return bound(
             verdict=Verdict.ALLOW,
             next_action=AgentAction.REPORT_COMPLETE,
             forbidden_actions=(AgentAction.CONTINUE_WORK, AgentAction.ATTEMPT_COMPLETION),
             instruction=f"Completion allowed ({snapshot.outcome.name}); report it and end the session.",
-            **common,
         )
     details = dataclasses.replace(decisive.details, decisive_gate=decisive.gate_id)
     if decisive.hard:
-        return Decision(
+        return bound(
             verdict=Verdict.HARD_BLOCK,
             next_action=AgentAction.STOP_AND_REPORT,
             forbidden_actions=(AgentAction.REPORT_COMPLETE, AgentAction.ATTEMPT_COMPLETION, AgentAction.CONTINUE_WORK),
             instruction=f"Stop: {decisive.reason} ({decisive.gate_id}); report this and do not retry.",
             details=details,
-            **common,
         )
-    return Decision(
+    action = decisive.action
+    assert action is not None, f"failed gate {decisive.gate_id} names no action"
+    return bound(
         verdict=Verdict.SOFT_BLOCK,
-        next_action=decisive.action,
+        next_action=action,
         forbidden_actions=(AgentAction.REPORT_COMPLETE,),
-        instruction=f"Not complete: {decisive.reason} ({decisive.gate_id}); {advice(decisive.action, details)}, then retry.",
+        instruction=f"Not complete: {decisive.reason} ({decisive.gate_id}); {advice(action, details)}, then retry.",
         details=details,
-        **common,
     )
 
 
@@ -366,7 +377,11 @@ def _listed(ids: tuple[str, ...], shown: int = 5) -> str:
     return ", ".join(ids[:shown]) + more
 
 
-def snapshot_basis(snapshot: Snapshot) -> tuple:
+# (the lease's run and epoch, the transcript's state version, its checkpoint)
+SnapshotBasis = tuple[tuple[str, int] | None, int, str]
+
+
+def snapshot_basis(snapshot: Snapshot) -> SnapshotBasis:
     """What external gates' answers depend on and must not move before the commit."""
     lease = snapshot.lease
     return (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from funnel.auth.principal import Caller
 
@@ -306,7 +307,13 @@ def decision_to_json(decision: Decision) -> str:
             "forbidden_actions": [a.name for a in decision.forbidden_actions],
             "instruction": decision.instruction,
             "trace": [
-                {"gate_id": t.gate_id, "version": t.version, "status": t.status.name, "reason": t.reason, "decisive": t.decisive}
+                {
+                    "gate_id": t.gate_id,
+                    "version": t.version,
+                    "status": t.status.name,
+                    "reason": t.reason,
+                    "decisive": t.decisive,
+                }
                 for t in decision.trace
             ],
             "decision_schema": decision.decision_schema,
@@ -319,7 +326,7 @@ def decision_to_json(decision: Decision) -> str:
     )
 
 
-def _details_to_json(d: BlockDetails) -> dict:
+def _details_to_json(d: BlockDetails) -> dict[str, Any]:
     lease = d.current_lease
     return {
         "decisive_gate": d.decisive_gate,
@@ -338,7 +345,7 @@ def _details_to_json(d: BlockDetails) -> dict:
     }
 
 
-def _details_from_json(raw: dict) -> BlockDetails:
+def _details_from_json(raw: dict[str, Any]) -> BlockDetails:
     lease = raw["current_lease"]
     return BlockDetails(
         decisive_gate=raw["decisive_gate"],
@@ -365,7 +372,8 @@ def decision_from_json(text: str) -> Decision:
         forbidden_actions=tuple(AgentAction[a] for a in raw["forbidden_actions"]),
         instruction=raw["instruction"],
         trace=tuple(
-            GateTrace(t["gate_id"], t["version"], GateStatus[t["status"]], t["reason"], t["decisive"]) for t in raw["trace"]
+            GateTrace(t["gate_id"], t["version"], GateStatus[t["status"]], t["reason"], t["decisive"])
+            for t in raw["trace"]
         ),
         decision_schema=raw["decision_schema"],
         state_version=raw["state_version"],

@@ -82,6 +82,7 @@ def close_effect(
             )
         return TaskEffect.BLOCKED, decision.instruction if decision else "the completion was blocked"
     if plan.step is CloseStep.SET_STATUS:
+        assert plan.status is not None, "a SET_STATUS plan names its status"
         return TaskEffect.STATUS_SET, f"work status set to {plan.status.name}; the task stays open"
     if plan.step is CloseStep.CANCEL:
         return TaskEffect.CANCELLED, "cancellation requested and settled: the generation ended CANCELLED"

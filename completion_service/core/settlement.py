@@ -49,7 +49,7 @@ def classify_failure(code: str, error_domain: str | None) -> SettleAnswer:
 
 def retry_delay_seconds(attempts: int, base: float = 0.2, cap: float = 10.0) -> float:
     """Exponential backoff for the outbox settler."""
-    return min(cap, base * (2 ** min(attempts, 16)))
+    return min(cap, base * (2.0 ** min(attempts, 16)))
 
 
 def supersedable(completion: CompletionRecord) -> bool:
@@ -78,8 +78,13 @@ def binding_decision(decision: Decision, completion: CompletionRecord | None) ->
 def refusal_decision(decision: Decision, reason: str, message: str) -> Decision:
     """The block a lifecycle refusal of the settlement amounts to."""
     trace = tuple(dataclasses.replace(t, decisive=False) for t in decision.trace) + (
-        GateTrace(SETTLEMENT_GATE, 1, GateStatus.FAILED, f"the lifecycle service refused the settlement: {reason}: {message}",
-                  decisive=True),
+        GateTrace(
+            SETTLEMENT_GATE,
+            1,
+            GateStatus.FAILED,
+            f"the lifecycle service refused the settlement: {reason}: {message}",
+            decisive=True,
+        ),
     )
     details = BlockDetails(decisive_gate=SETTLEMENT_GATE, lifecycle_reason=reason)
     if reason in TRANSIENT_REFUSALS:

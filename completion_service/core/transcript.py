@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from completion_service.errors import Reason
 from funnel.runtime.errors import Rejection
@@ -184,14 +184,25 @@ def repair(tail: Tail, generation: int) -> list[SessionEvent]:
     if tail.open_turn is None:
         return []
     events = [
-        SessionEvent(EventKind.TOOL_RESULT, ref=call, text=INTERRUPTED_RESULT, is_error=True, synthetic=True, generation=generation)
+        SessionEvent(
+            EventKind.TOOL_RESULT,
+            ref=call,
+            text=INTERRUPTED_RESULT,
+            is_error=True,
+            synthetic=True,
+            generation=generation,
+        )
         for call in tail.open_calls
     ]
     if tail.open_step is not None:
         events.append(SessionEvent(EventKind.STEP_END, ref=tail.open_step, synthetic=True, generation=generation))
     events.append(
         SessionEvent(
-            EventKind.TURN_END, ref=tail.open_turn, reason=TurnEndReason.INTERRUPTED, synthetic=True, generation=generation
+            EventKind.TURN_END,
+            ref=tail.open_turn,
+            reason=TurnEndReason.INTERRUPTED,
+            synthetic=True,
+            generation=generation,
         )
     )
     return events
@@ -219,8 +230,14 @@ def reopening(
             return Reopening(index, event.kind, "the prompt was resent")
         if event.kind is EventKind.CHECKPOINT_RESTORE:
             created = checkpoint_sequences.get(event.ref)
-            if created is not None and completion_checkpoint_sequence is not None and created < completion_checkpoint_sequence:
-                return Reopening(index, event.kind, f"restore to checkpoint {event.ref!r}, which predates the completion")
+            if (
+                created is not None
+                and completion_checkpoint_sequence is not None
+                and created < completion_checkpoint_sequence
+            ):
+                return Reopening(
+                    index, event.kind, f"restore to checkpoint {event.ref!r}, which predates the completion"
+                )
     return None
 
 
@@ -265,7 +282,9 @@ class ResumeAdvice:
 def resolve_resume(terminal: bool, outcome: str | None, generation: int) -> ResumeAdvice:
     """What a host should offer for a task (seed 000 resume controls)."""
     if not terminal:
-        return ResumeAdvice(ResumeAsk.RESUME_TASK, HostAction.RESUME_TASK, None, f"generation {generation} is still open")
+        return ResumeAdvice(
+            ResumeAsk.RESUME_TASK, HostAction.RESUME_TASK, None, f"generation {generation} is still open"
+        )
     if outcome == "COMPLETED":
         return ResumeAdvice(
             ResumeAsk.RESUME_COMPLETED_TASK,
@@ -286,4 +305,6 @@ def grammar_rejection(violation: Violation, line: int | None = None) -> Rejectio
     where = f"line {line}" if line is not None else f"event {violation.index}"
     metadata = {"rule": violation.rule}
     metadata.update({"line": str(line)} if line is not None else {"index": str(violation.index)})
-    return Rejection(Reason.TRANSCRIPT_GRAMMAR_VIOLATION, f"{where} breaks {violation.rule}: {violation.message}", metadata)
+    return Rejection(
+        Reason.TRANSCRIPT_GRAMMAR_VIOLATION, f"{where} breaks {violation.rule}: {violation.message}", metadata
+    )

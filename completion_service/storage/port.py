@@ -4,22 +4,18 @@ conformance tests (tests/completion/test_storage.py, tests/transcripts)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from google.protobuf.message import Message
 
-from funnel.auth.principal import Caller
-from funnel.runtime.errors import Rejection
-from funnel.runtime.idempotency import RequestKey
-
-from completion_service.core.gates import ExternalAnswer, WorkspacePolicy
-from completion_service.core.transcript import SessionEvent, Tail
+from completion_service.core.gates import ExternalAnswer, SnapshotBasis, WorkspacePolicy
 from completion_service.core.model import (
     CompletionEvent,
     CompletionRecord,
-    EvidenceRecord,
     Decision,
+    EvidenceRecord,
     FinalStatus,
     Lease,
     LifecycleView,
@@ -28,6 +24,10 @@ from completion_service.core.model import (
     RunRecord,
     Snapshot,
 )
+from completion_service.core.transcript import SessionEvent, Tail
+from funnel.auth.principal import Caller
+from funnel.runtime.errors import Rejection
+from funnel.runtime.idempotency import RequestKey
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ class AttemptCommand:
     # Answers of the policy's external gates, gathered on a snapshot with
     # `external_basis`; the commit fails with SNAPSHOT_CHANGED if that moved.
     external_answers: Mapping[str, ExternalAnswer] | None = None
-    external_basis: tuple | None = None
-    render: Callable[["AttemptOutcome"], Message] | None = None
+    external_basis: SnapshotBasis | None = None
+    render: Callable[[AttemptOutcome], Message] | None = None
 
 
 @dataclass(frozen=True)
@@ -158,27 +158,49 @@ class CompletionStore(Protocol):
     async def recall(self, request: RequestKey | None) -> Remembered | Rejection | None: ...
     async def claim(self, command: ClaimCommand) -> Claimed | Remembered | Rejection: ...
     async def withdraw_claim(self, workspace_id: str, run_id: str, request: RequestKey | None, reason: str) -> None: ...
-    async def renew(self, workspace_id: str, run_id: str, epoch: int, ttl_micros: int, holder: str | None,
-                    request: RequestKey | None, render: Callable[[Lease], Message]) -> Lease | Remembered | Rejection: ...
+    async def renew(
+        self,
+        workspace_id: str,
+        run_id: str,
+        epoch: int,
+        ttl_micros: int,
+        holder: str | None,
+        request: RequestKey | None,
+        render: Callable[[Lease], Message],
+    ) -> Lease | Remembered | Rejection: ...
     async def close_run(self, command: CloseCommand) -> RunRecord | Remembered | Rejection: ...
     async def get_run(self, workspace_id: str, run_id: str) -> RunRecord | None: ...
     async def list_runs(self, workspace_id: str, task_id: str | None, before: tuple | None, limit: int) -> Page: ...
     async def stalled_runs(self, now: int, stall_after_micros: int, limit: int) -> list[RunRecord]: ...
-    async def record_evidence(self, record: EvidenceRecord, holder: str | None, request: RequestKey | None,
-                              render: Callable[[EvidenceRecord], Message]) -> EvidenceRecord | Remembered | Rejection: ...
+    async def record_evidence(
+        self,
+        record: EvidenceRecord,
+        holder: str | None,
+        request: RequestKey | None,
+        render: Callable[[EvidenceRecord], Message],
+    ) -> EvidenceRecord | Remembered | Rejection: ...
     async def list_evidence(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]: ...
     async def snapshot(self, command: AttemptCommand) -> Snapshot | Rejection: ...
     async def attempt(self, command: AttemptCommand) -> AttemptOutcome | Remembered | Rejection:
         """Steps 1-5 of the completion transaction; raises CompletionCorrupted."""
         ...
-    async def record_settlement(self, completion: CompletionRecord, settlement: Settlement) -> CompletionRecord | None: ...
+
+    async def record_settlement(
+        self, completion: CompletionRecord, settlement: Settlement
+    ) -> CompletionRecord | None: ...
     async def postpone_settlement(self, completion: CompletionRecord, next_attempt_at: int) -> None: ...
     async def due_settlements(self, now: int, limit: int) -> list[CompletionRecord]: ...
     async def get_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None: ...
     async def settled_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None: ...
-    async def list_completions(self, workspace_id: str, task_id: str | None, after: tuple | None, limit: int) -> Page: ...
-    async def events_after(self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int) -> list[CompletionEvent]: ...
-    async def list_audit(self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int) -> Page: ...
+    async def list_completions(
+        self, workspace_id: str, task_id: str | None, after: tuple | None, limit: int
+    ) -> Page: ...
+    async def events_after(
+        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
+    ) -> list[CompletionEvent]: ...
+    async def list_audit(
+        self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
+    ) -> Page: ...
     async def transcript_tail(self, workspace_id: str, task_id: str) -> tuple[Tail, int]: ...
     async def checkpoint_sequences(self, workspace_id: str, task_id: str, ids: set[str]) -> dict[str, int]: ...
     async def append_transcript(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent], generation: int,
@@ -186,7 +208,9 @@ class CompletionStore(Protocol):
                                 render: Callable[[Appended], Message]) -> Appended | Remembered | Rejection: ...
     async def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int, *,
                               repair_first: bool) -> TranscriptPage: ...
-    async def transcript_events_after(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]: ...
+    async def transcript_events_after(
+        self, workspace_id: str, task_id: str, after_sequence: int, limit: int
+    ) -> list[SessionEvent]: ...
     async def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None: ...
     async def discard_import(self, import_id: str) -> None: ...
     async def discard_all_imports(self) -> None: ...

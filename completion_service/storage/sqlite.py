@@ -8,13 +8,13 @@ import hashlib
 import json
 import logging
 import sqlite3
-from typing import Callable
+from collections.abc import Callable
 
 from google.protobuf.message import Message
 
 from completion_service.core import gates
-from completion_service.core.gates import snapshot_basis
 from completion_service.core.duplicates import CompletionKey, DuplicateVerdict, judge_duplicate
+from completion_service.core.gates import snapshot_basis
 from completion_service.core.identity import IdentityInput, completion_identity, identity_payload
 from completion_service.core.model import (
     AuditEntry,
@@ -38,18 +38,18 @@ from completion_service.core.model import (
 from completion_service.core.runs import LeaseHeld, RenewalProblem, judge_claim, judge_renewal
 from completion_service.core.settlement import refusal_decision, supersedable
 from completion_service.errors import Reason
-from completion_service.storage.transcripts import TranscriptStorage
 from completion_service.storage.port import (
-    CompletionCorrupted,
     AttemptCommand,
     AttemptOutcome,
     ClaimCommand,
     Claimed,
     CloseCommand,
+    CompletionCorrupted,
     Page,
     Remembered,
     Settlement,
 )
+from completion_service.storage.transcripts import TranscriptStorage
 from funnel.auth.principal import Caller
 from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, instant, reject
@@ -109,7 +109,7 @@ class SqliteCompletionStore(TranscriptStorage):
         ids: IdSource,
         on_commit: Callable[[list[CompletionEvent]], None] = lambda events: None,
         faults: Faults = NO_FAULTS,
-    ) -> "SqliteCompletionStore":
+    ) -> SqliteCompletionStore:
         writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE))
         reader = await Database.open_reader(writer)
         return cls(writer, reader, clock, ids, on_commit, faults)
@@ -247,7 +247,8 @@ class SqliteCompletionStore(TranscriptStorage):
         def body(db: sqlite3.Connection, events: list) -> None:
             now = self._clock.now_micros()
             db.execute(
-                "UPDATE agent_runs SET finished_at = ?, outcome = 'CANCELLED', error = ?, lease_expires_at = MIN(lease_expires_at, ?) "
+                "UPDATE agent_runs SET finished_at = ?, outcome = 'CANCELLED', error = ?, lease_expires_at = "
+                "MIN(lease_expires_at, ?) "
                 "WHERE workspace_id = ? AND run_id = ? AND finished_at IS NULL",
                 (now, f"claim withdrawn: {reason}", now, workspace_id, run_id),
             )
@@ -278,7 +279,7 @@ class SqliteCompletionStore(TranscriptStorage):
             problem = judge_renewal(run.open, run.run_id, epoch, lease, now)
             if problem is RenewalProblem.RUN_CLOSED:
                 return _already_finished(run)
-            if problem is RenewalProblem.NOT_CURRENT:
+            if problem is RenewalProblem.NOT_CURRENT or lease is None:  # no lease is never current
                 return reject(
                     Reason.LEASE_NOT_CURRENT,
                     f"the lease of epoch {epoch} was superseded",
@@ -330,7 +331,8 @@ class SqliteCompletionStore(TranscriptStorage):
                 final_status=command.final_status,
             )
             db.execute(
-                "UPDATE agent_runs SET finished_at = ?, outcome = ?, tokens_input = ?, tokens_output = ?, tokens_total = ?, "
+                "UPDATE agent_runs SET finished_at = ?, outcome = ?, tokens_input = ?, tokens_output = ?, tokens_total "
+                "= ?, "
                 "notes = ?, notes_truncated = ?, error = ?, final_status = ? WHERE workspace_id = ? AND run_id = ?",
                 (
                     now,
@@ -416,7 +418,9 @@ class SqliteCompletionStore(TranscriptStorage):
                         "an agent records evidence only with an open run of the task that it holds (run_id)",
                         run_id=record.run_id or "",
                     )
-            stored = dataclasses.replace(record, evidence_id=self._ids.new_id("evd"), recorded_at=self._clock.now_micros())
+            stored = dataclasses.replace(
+                record, evidence_id=self._ids.new_id("evd"), recorded_at=self._clock.now_micros()
+            )
             db.execute(
                 f"INSERT INTO evidence ({_EVIDENCE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -482,9 +486,11 @@ class SqliteCompletionStore(TranscriptStorage):
                     "the lease or the state version changed while external gates were consulted; retry",
                     what="lease_or_state_version",
                 )
+            assert command.policy is not None, "the authority fills in the workspace's policy"
             decision = gates.decide(snapshot, command.policy, command.external_answers)
             db.execute(
-                "INSERT INTO completion_attempts (workspace_id, task_id, generation, run_id, checkpoint, result_digest, "
+                "INSERT INTO completion_attempts (workspace_id, task_id, generation, run_id, checkpoint, "
+                "result_digest, "
                 "verdict, state_version, attempted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     command.workspace_id,
@@ -524,7 +530,9 @@ class SqliteCompletionStore(TranscriptStorage):
                 outcome=command.outcome.name,
                 decision_schema=decision.decision_schema,
             )
-            key = CompletionKey(completion_identity(identity_input), identity_payload(identity_input), command.outcome.name)
+            key = CompletionKey(
+                completion_identity(identity_input), identity_payload(identity_input), command.outcome.name
+            )
             stored = _load_completion(db, command.workspace_id, command.task_id, run.generation)
             superseded = stored is not None and supersedable(stored)
             if superseded:  # refused for a reason that has passed: this attempt replaces it
@@ -532,16 +540,17 @@ class SqliteCompletionStore(TranscriptStorage):
             verdict = judge_duplicate(
                 CompletionKey(stored.identity, stored.payload, stored.outcome.name) if stored else None, key
             )
-            if verdict is DuplicateVerdict.CORRUPTED:
-                raise CompletionCorrupted(stored.completion_id)
-            if verdict is DuplicateVerdict.CONFLICT:
-                return reject(
-                    Reason.COMPLETION_CONFLICT,
-                    f"generation {run.generation} already has a {stored.outcome.name} completion",
-                    completion_id=stored.completion_id,
-                    outcome=stored.outcome.name,
-                )
             if verdict is not DuplicateVerdict.INSERT:
+                assert stored is not None, "only a stored completion is anything but INSERT"
+                if verdict is DuplicateVerdict.CORRUPTED:
+                    raise CompletionCorrupted(stored.completion_id)
+                if verdict is DuplicateVerdict.CONFLICT:
+                    return reject(
+                        Reason.COMPLETION_CONFLICT,
+                        f"generation {run.generation} already has a {stored.outcome.name} completion",
+                        completion_id=stored.completion_id,
+                        outcome=stored.outcome.name,
+                    )
                 return self._answer(db, command, AttemptOutcome(decision, stored, existing=True))
             record = CompletionRecord(
                 workspace_id=command.workspace_id,
@@ -622,7 +631,9 @@ class SqliteCompletionStore(TranscriptStorage):
                         completion.workspace_id,
                         completion.task_id,
                         completion.generation,
-                        CompletionEventKind.TERMINALIZATION_ERROR if settlement.rejected else CompletionEventKind.COMPLETION_SETTLED,
+                        CompletionEventKind.TERMINALIZATION_ERROR
+                        if settlement.rejected
+                        else CompletionEventKind.COMPLETION_SETTLED,
                         completion.run_id,
                         now,
                         completion_id=completion.completion_id,
@@ -633,7 +644,9 @@ class SqliteCompletionStore(TranscriptStorage):
                         error_message=settlement.error_message,
                         decision=refusal_decision(
                             completion.decision, settlement.error_reason or "", settlement.error_message or ""
-                        ) if settlement.rejected else None,
+                        )
+                        if settlement.rejected
+                        else None,
                     ),
                 )
             )
@@ -690,11 +703,16 @@ class SqliteCompletionStore(TranscriptStorage):
 
     # -- events and audit --------------------------------------------------
 
-    async def events_after(self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int) -> list[CompletionEvent]:
+    async def events_after(
+        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
+    ) -> list[CompletionEvent]:
         sql = f"SELECT {_EVENT_COLUMNS} FROM completion_events WHERE workspace_id = ? AND sequence > ?"
         params: list = [workspace_id, after_sequence]
         if task_id:
-            sql = f"SELECT {_EVENT_COLUMNS} FROM completion_events WHERE workspace_id = ? AND task_id = ? AND sequence > ?"
+            sql = (
+                f"SELECT {_EVENT_COLUMNS} FROM completion_events "
+                "WHERE workspace_id = ? AND task_id = ? AND sequence > ?"
+            )
             params = [workspace_id, task_id, after_sequence]
         sql += " ORDER BY sequence LIMIT ?"
         params.append(limit)
@@ -704,7 +722,8 @@ class SqliteCompletionStore(TranscriptStorage):
         self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
     ) -> Page:
         sql = (
-            "SELECT audit_id, workspace_id, action, run_id, task_id, metadata, recorded_at, caller_subject, caller_role "
+            "SELECT audit_id, workspace_id, action, run_id, task_id, metadata, recorded_at, caller_subject, "
+            "caller_role "
             "FROM audit_log WHERE workspace_id = ? AND audit_id > ?"
         )
         params: list = [workspace_id, after_id]
@@ -731,6 +750,7 @@ class SqliteCompletionStore(TranscriptStorage):
 
 
 def _load_snapshot(db: sqlite3.Connection, command: AttemptCommand, run: RunRecord, now: int) -> Snapshot:
+    assert command.lifecycle is not None, "the authority fills in the lifecycle view"
     tail = _load_tail(db, command.workspace_id, command.task_id)
     evidence = tuple(
         EvidenceFact(r[0], bool(r[1]), r[2], r[3], r[4])
@@ -811,6 +831,7 @@ def _not_held(run: RunRecord) -> Rejection:
 
 
 def _already_finished(run: RunRecord) -> Rejection:
+    assert run.finished_at is not None, "only a closed run is already finished"
     return reject(
         Reason.RUN_ALREADY_FINISHED,
         f"run {run.run_id} was already closed",
@@ -896,7 +917,9 @@ def _insert_completion(db: sqlite3.Connection, c: CompletionRecord) -> None:
     )
 
 
-def _load_completion(db: sqlite3.Connection, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None:
+def _load_completion(
+    db: sqlite3.Connection, workspace_id: str, task_id: str, generation: int
+) -> CompletionRecord | None:
     row = db.execute(
         f"SELECT {_COMPLETION_COLUMNS} FROM task_completions WHERE workspace_id = ? AND task_id = ? AND generation = ?",
         (workspace_id, task_id, generation),
@@ -931,7 +954,8 @@ def _completion_from_row(r: tuple) -> CompletionRecord:
 
 def _insert_event(db: sqlite3.Connection, e: CompletionEvent) -> CompletionEvent:
     cursor = db.execute(
-        "INSERT INTO completion_events (workspace_id, task_id, generation, kind, run_id, completion_id, outcome, decision, "
+        "INSERT INTO completion_events (workspace_id, task_id, generation, kind, run_id, completion_id, outcome, "
+        "decision, "
         "lifecycle_revision, lifecycle_event_sequence, error_reason, error_message, committed_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
@@ -950,6 +974,7 @@ def _insert_event(db: sqlite3.Connection, e: CompletionEvent) -> CompletionEvent
             e.committed_at,
         ),
     )
+    assert cursor.lastrowid is not None, "an INSERT sets lastrowid"
     return dataclasses.replace(e, sequence=cursor.lastrowid)
 
 

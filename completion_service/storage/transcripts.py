@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
-from completion_service.core.model import Lease
+from completion_service.core.model import CompletionEvent, Lease
 from completion_service.core.runs import judge_renewal
 from completion_service.core.transcript import (
     EventKind,
@@ -19,20 +19,33 @@ from completion_service.core.transcript import (
     TurnEndReason,
     Violation,
     checkpoints_referenced,
+    grammar_rejection,
     repair,
     validate,
 )
-from completion_service.core.transcript import grammar_rejection
 from completion_service.errors import Reason
-from completion_service.storage.port import Appended, TranscriptPage
+from completion_service.storage.port import Appended, Remembered, TranscriptPage
+from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, reject
+from funnel.runtime.faults import Faults
 from funnel.runtime.idempotency import RequestKey
+from funnel.runtime.sqlite import Database
 
 _EVENT_COLUMNS = "sequence, generation, kind, ref, name, body, is_error, reason, synthetic, recorded_at"
 
 
 class TranscriptStorage:
     """Requires the host class to provide _write, _recall, _remember, _reader, _clock and _faults."""
+
+    _reader: Database
+    _clock: Clock
+    _faults: Faults
+
+    if TYPE_CHECKING:
+        # Implemented by the host class (SqliteCompletionStore).
+        async def _write(self, body: Callable[[sqlite3.Connection, list[CompletionEvent]], object]) -> Any: ...
+        def _recall(self, db: sqlite3.Connection, request: RequestKey | None) -> Remembered | Rejection | None: ...
+        def _remember(self, db: sqlite3.Connection, request: RequestKey | None, response: Message) -> None: ...
 
     async def transcript_tail(self, workspace_id: str, task_id: str) -> tuple[Tail, int]:
         return await self._reader.read(lambda db: _load_tail(db, workspace_id, task_id))
@@ -100,7 +113,8 @@ class TranscriptStorage:
         def read(db: sqlite3.Connection) -> TranscriptPage:
             _, version = _load_tail(db, workspace_id, task_id)
             rows = db.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND sequence > ? "
+                f"SELECT {_EVENT_COLUMNS} FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND sequence > "
+                "? "
                 "ORDER BY sequence LIMIT ?",
                 (workspace_id, task_id, after_sequence, limit + 1),
             ).fetchall()
@@ -119,7 +133,8 @@ class TranscriptStorage:
         if _live_holder(db, workspace_id, task_id, now) is not None:
             return False, True
         last = db.execute(
-            "SELECT generation FROM transcript_events WHERE workspace_id = ? AND task_id = ? ORDER BY sequence DESC LIMIT 1",
+            "SELECT generation FROM transcript_events WHERE workspace_id = ? AND task_id = ? ORDER BY sequence DESC "
+            "LIMIT 1",
             (workspace_id, task_id),
         ).fetchone()
         closers = repair(tail, last[0])
@@ -131,7 +146,9 @@ class TranscriptStorage:
         self._faults.hit("completion.transcript_repair")
         return True, False
 
-    async def transcript_events_after(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
+    async def transcript_events_after(
+        self, workspace_id: str, task_id: str, after_sequence: int, limit: int
+    ) -> list[SessionEvent]:
         sql = (
             f"SELECT {_EVENT_COLUMNS} FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND sequence > ? "
             "ORDER BY sequence LIMIT ?"
@@ -145,7 +162,8 @@ class TranscriptStorage:
     async def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None:
         def body(db: sqlite3.Connection, published: list) -> None:
             db.executemany(
-                f"INSERT INTO transcript_staging (import_id, {_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO transcript_staging (import_id, {_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?)",
                 [(import_id, *_event_values(e)) for e in events],
             )
 
@@ -178,7 +196,8 @@ class TranscriptStorage:
             )
             db.execute("DELETE FROM transcript_staging WHERE import_id = ?", (import_id,))
             db.executemany(
-                "INSERT INTO transcript_checkpoints (workspace_id, task_id, checkpoint_id, sequence) VALUES (?, ?, ?, ?)",
+                "INSERT INTO transcript_checkpoints (workspace_id, task_id, checkpoint_id, sequence) VALUES (?, ?, ?, "
+                "?)",
                 [(workspace_id, task_id, checkpoint, sequence) for checkpoint, sequence in checkpoints.items()],
             )
             _save_tail(db, workspace_id, task_id, final_tail, version + 1)
@@ -219,7 +238,8 @@ def _load_tail(db: sqlite3.Connection, workspace_id: str, task_id: str) -> tuple
 
 def _save_tail(db: sqlite3.Connection, workspace_id: str, task_id: str, tail: Tail, state_version: int) -> None:
     db.execute(
-        "INSERT INTO transcript_tails (workspace_id, task_id, state_version, open_turn, open_step, open_calls, checkpoint, "
+        "INSERT INTO transcript_tails (workspace_id, task_id, state_version, open_turn, open_step, open_calls, "
+        "checkpoint, "
         "last_sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workspace_id, task_id) DO UPDATE SET "
         "state_version = excluded.state_version, open_turn = excluded.open_turn, open_step = excluded.open_step, "
         "open_calls = excluded.open_calls, checkpoint = excluded.checkpoint, last_sequence = excluded.last_sequence",
@@ -280,11 +300,13 @@ def _event_values(e: SessionEvent) -> tuple:
 
 def _insert_events(db: sqlite3.Connection, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
     db.executemany(
-        f"INSERT INTO transcript_events (workspace_id, task_id, {_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO transcript_events (workspace_id, task_id, {_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?)",
         [(workspace_id, task_id, *_event_values(e)) for e in events],
     )
     db.executemany(
-        "INSERT OR IGNORE INTO transcript_checkpoints (workspace_id, task_id, checkpoint_id, sequence) VALUES (?, ?, ?, ?)",
+        "INSERT OR IGNORE INTO transcript_checkpoints (workspace_id, task_id, checkpoint_id, sequence) VALUES (?, ?, "
+        "?, ?)",
         [(workspace_id, task_id, e.ref, e.sequence) for e in events if e.kind is EventKind.CHECKPOINT],
     )
 

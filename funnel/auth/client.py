@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -17,7 +18,10 @@ def bearer_interceptors(token: Callable[[], str]) -> list[Any]:
         present = list(details.metadata or ())
         if any(key == "authorization" for key, _ in present):
             return details
-        return details._replace(metadata=present + [("authorization", f"Bearer {token()}")])
+        # ClientCallDetails is a namedtuple at run time; types-grpcio leaves out its _replace.
+        return details._replace(  # type: ignore[attr-defined]
+            metadata=present + [("authorization", f"Bearer {token()}")]
+        )
 
     class UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
         async def intercept_unary_unary(self, continuation, details, request):

@@ -12,6 +12,7 @@ import datetime
 import ipaddress
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +64,7 @@ class LocalPki:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
@@ -75,7 +76,9 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _cert_pem(cert: x509.Certificate) -> bytes:
@@ -93,6 +96,8 @@ def _needs_renewal(path: Path) -> bool:
 def _ca(pki: LocalPki) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     if pki.ca.exists() and pki.key("ca").exists() and not _needs_renewal(pki.ca):
         key = serialization.load_pem_private_key(pki.key("ca").read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{pki.key('ca')} is not an EC private key (this local CA makes only those)")
         return key, x509.load_pem_x509_certificate(pki.ca.read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "funnel local CA")])
@@ -137,7 +142,9 @@ def issue_leaf(
     days: int = LEAF_DAYS,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
-    usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+    usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
+        [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+    )
     now = _now()
     cert = (
         x509.CertificateBuilder()
@@ -151,7 +158,7 @@ def issue_leaf(
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
         .sign(ca_key, hashes.SHA256())
     )
@@ -167,7 +174,7 @@ def _loopback_names() -> list[x509.GeneralName]:
 
 
 # name -> (common name, SANs, server use, client use)
-_LEAVES = {
+_LEAVES: dict[str, tuple[str, Callable[[], list[x509.GeneralName]], bool, bool]] = {
     "lifecycle": ("lifecycle_service", _loopback_names, True, False),
     "completion": ("completion_service", _loopback_names, True, False),
     # For a local external gate (examples/review_gate.py).

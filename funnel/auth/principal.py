@@ -5,8 +5,8 @@ shape: `"<workspace>:<role>"`, `"*"` for every workspace)."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 ALL_WORKSPACES = "*"
 

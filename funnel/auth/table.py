@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from funnel.auth.principal import PRECEDENCE, Principal, Role
 
-V, A, H, O, C = Role.VIEWER, Role.AGENT, Role.HOST, Role.OPERATOR, Role.COMPLETION_SERVICE
+# One letter per role, for the table below (O is OPERATOR, never zero).
+V, A, H, O, C = Role.VIEWER, Role.AGENT, Role.HOST, Role.OPERATOR, Role.COMPLETION_SERVICE  # noqa: E741
 
 LIFECYCLE = "funnel.lifecycle.v1.TaskLifecycleService"
 COMPLETION = "funnel.completion.v1.CompletionService"

@@ -12,9 +12,9 @@ import enum
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -207,11 +207,11 @@ class SigningKey:
         return "EdDSA" if isinstance(self.private_key, ed25519.Ed25519PrivateKey) else "ES256"
 
     @classmethod
-    def generate(cls) -> "SigningKey":
+    def generate(cls) -> SigningKey:
         return cls(ed25519.Ed25519PrivateKey.generate(), uuid.uuid4().hex[:16])
 
     @classmethod
-    def load(cls, path: str | Path, key_id: str) -> "SigningKey":
+    def load(cls, path: str | Path, key_id: str) -> SigningKey:
         try:
             key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
         except (OSError, ValueError) as exc:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -15,10 +16,10 @@ log = logging.getLogger(__name__)
 class Background:
     def __init__(self, name: str) -> None:
         self._name = name
-        self._loops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        self._loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = []
         self._owner: asyncio.Task | None = None
 
-    def add(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+    def add(self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Registers a loop; loops catch their own failures and run until cancelled."""
         if self._owner is not None:
             raise RuntimeError("loops are added before the owner starts")

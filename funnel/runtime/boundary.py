@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
@@ -61,7 +62,9 @@ class Authenticator:
     whose permissions add to its role); otherwise the completion service sends a
     token whose `sub` is that identity (see TokenVerifier)."""
 
-    def __init__(self, verifier: TokenVerifier | None, completion_identity: str | None, trust_certificates: bool) -> None:
+    def __init__(
+        self, verifier: TokenVerifier | None, completion_identity: str | None, trust_certificates: bool
+    ) -> None:
         self.verifier = verifier
         self._identity = completion_identity.encode() if completion_identity else None
         self._trust_certificates = trust_certificates
@@ -115,7 +118,9 @@ class Boundary(grpc.aio.ServerInterceptor):
                 except Exception as exc:  # noqa: BLE001 - translated, never leaked
                     await self._abort(context, method, exc)
 
-            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=deserializer, response_serializer=serializer)
+            return grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=deserializer, response_serializer=serializer
+            )
         if handler.unary_stream is not None:
             inner_stream = handler.unary_stream
 
@@ -127,7 +132,9 @@ class Boundary(grpc.aio.ServerInterceptor):
                 except Exception as exc:  # noqa: BLE001 - translated, never leaked
                     await self._abort(context, method, exc)
 
-            return grpc.unary_stream_rpc_method_handler(stream, request_deserializer=deserializer, response_serializer=serializer)
+            return grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=deserializer, response_serializer=serializer
+            )
         if handler.stream_unary is not None:
             inner_upload = handler.stream_unary
 
@@ -141,7 +148,9 @@ class Boundary(grpc.aio.ServerInterceptor):
                 except Exception as exc:  # noqa: BLE001 - translated, never leaked
                     await self._abort(context, method, exc)
 
-            return grpc.stream_unary_rpc_method_handler(upload, request_deserializer=deserializer, response_serializer=serializer)
+            return grpc.stream_unary_rpc_method_handler(
+                upload, request_deserializer=deserializer, response_serializer=serializer
+            )
         return handler
 
     # -- admission ---------------------------------------------------------
@@ -154,7 +163,9 @@ class Boundary(grpc.aio.ServerInterceptor):
         try:
             principal = self._admission.authenticator.principal(context)
         except Unauthenticated as exc:
-            log.warning("denied %s to unauthenticated peer %s: %s (%s)", method, context.peer(), exc.problem.value, exc.message)
+            log.warning(
+                "denied %s to unauthenticated peer %s: %s (%s)", method, context.peer(), exc.problem.value, exc.message
+            )
             raise ServiceError(reject(self._catalogue[exc.problem.value], exc.message)) from None
         limiter = self._admission.limiter
         if limiter is not None and Role.COMPLETION_SERVICE not in principal.roles_in("*"):
@@ -164,7 +175,8 @@ class Boundary(grpc.aio.ServerInterceptor):
                 raise ServiceError(
                     Rejection(
                         self._catalogue["RATE_LIMITED"],
-                        f"more than {limiter.rate:g} requests per second from {principal.subject!r}; retry after the delay",
+                        f"more than {limiter.rate:g} requests per second from {principal.subject!r}; retry after the "
+                        "delay",
                         {"limit_per_second": f"{limiter.rate:g}", "burst": f"{limiter.burst:g}"},
                         retry_after_seconds=wait,
                     )
@@ -178,7 +190,14 @@ class Boundary(grpc.aio.ServerInterceptor):
         checker.raise_for(self._catalogue)
         decision = authorize(principal, method, workspace[1])
         if isinstance(decision, Denied):
-            log.warning("denied %s to %r in workspace %r: %s (%s)", method, principal.subject, workspace[1], decision.reason, decision.message)
+            log.warning(
+                "denied %s to %r in workspace %r: %s (%s)",
+                method,
+                principal.subject,
+                workspace[1],
+                decision.reason,
+                decision.message,
+            )
             metadata = {"workspace_id": workspace[1]}
             if decision.permitted_roles:
                 metadata["permitted_roles"] = ",".join(decision.permitted_roles)

@@ -10,7 +10,7 @@ class ByteBudget:
         self.limit = limit
         self.used = 0
 
-    def reserve(self, size: int) -> "Reservation | None":
+    def reserve(self, size: int) -> Reservation | None:
         if self.used + size > self.limit:
             return None
         self.used += size

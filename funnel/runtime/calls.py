@@ -37,6 +37,15 @@ def current() -> Call | None:
     return _call.get()
 
 
+def served() -> Call:
+    """The call being served, for the services' RPC handlers (which run only
+    behind the boundary, so there always is one)."""
+    call = _call.get()
+    if call is None:
+        raise RuntimeError("no call is being served: only the server boundary starts RPC handlers")
+    return call
+
+
 def enter(call: Call, lock_deadline: float | None) -> None:
     _call.set(call)
     _lock_deadline.set(lock_deadline)

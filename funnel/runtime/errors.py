@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 
 class Code(enum.Enum):
@@ -72,5 +72,6 @@ def reject(reason: enum.Enum, message: str, **metadata: object) -> Rejection:
 def instant(micros: int) -> str:
     """A point in time as ErrorInfo metadata: RFC 3339 in UTC with microseconds,
     like the JSON form of google.protobuf.Timestamp (`2026-11-30T08:15:00.123456Z`)."""
-    moment = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(microseconds=micros)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    moment = datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=micros)
+    # isoformat, not strftime: %Y does not pad years below 1000 to four digits.
+    return moment.isoformat(timespec="microseconds") + "Z"

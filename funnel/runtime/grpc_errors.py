@@ -84,36 +84,40 @@ def _pack(message: Any) -> any_pb2.Any:
     return packed
 
 
+def _status_of(error: grpc.RpcError) -> status_pb2.Status | None:
+    # The errors gRPC raises for a failed call (_InactiveRpcError, aio's
+    # AioRpcError) carry its code, details and trailing metadata, which is all
+    # from_call reads; the stubs type grpc.RpcError as no grpc.Call, though.
+    return rpc_status.from_call(error)  # type: ignore[arg-type]
+
+
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """The ErrorInfo of a failed call, if it carries one (client side)."""
-    status = rpc_status.from_call(error)
+    status = _status_of(error)
     if status is None:
         return None
     for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):  # False: a detail of another type
             return info
     return None
 
 
 def field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:
-    status = rpc_status.from_call(error)
+    status = _status_of(error)
     found: list[tuple[str, str]] = []
     for detail in status.details if status else ():
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            request = error_details_pb2.BadRequest()
-            detail.Unpack(request)
+        request = error_details_pb2.BadRequest()
+        if detail.Unpack(request):
             found += [(v.field, v.description) for v in request.field_violations]
     return found
 
 
 def retry_delay(error: grpc.RpcError) -> float | None:
     """Seconds the server's RetryInfo asks the caller to wait, if it sent one."""
-    status = rpc_status.from_call(error)
+    status = _status_of(error)
     for detail in status.details if status else ():
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            info = error_details_pb2.RetryInfo()
-            detail.Unpack(info)
-            return info.retry_delay.ToMicroseconds() / 1_000_000
+        retry = error_details_pb2.RetryInfo()
+        if detail.Unpack(retry):
+            return retry.retry_delay.ToMicroseconds() / 1_000_000
     return None

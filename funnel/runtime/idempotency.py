@@ -7,8 +7,8 @@ import asyncio
 import enum
 import hashlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 from funnel.runtime.clock import Clock
 
@@ -60,7 +60,7 @@ async def sweep_forever(
                 swept += batch
             if swept:
                 log.info("forgot %d request ids older than %.0f s", swept, retention_seconds)
-        except Exception:  # noqa: BLE001 - the sweeper must survive any single failure
+        except Exception:  # the sweeper must survive any single failure
             log.exception("request id sweep failed; retrying later")
         await asyncio.sleep(interval)
 

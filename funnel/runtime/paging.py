@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any, TypeVar
+
+# A page token's cursor: a str or int key, or a list of them.
+C = TypeVar("C")
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -11,12 +15,12 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
-def encode_token(listing: list[str], cursor: str | int) -> str:
+def encode_token(listing: list[str], cursor: str | int | list[Any]) -> str:
     raw = json.dumps([listing, cursor], separators=(",", ":"), ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_token(token: str, listing: list[str], cursor_type: type) -> str | int | None:
+def decode_token(token: str, listing: list[str], cursor_type: type[C]) -> C | None:
     """The cursor in `token`, or None when the token is malformed or was issued for another listing."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 # Buckets of callers that went quiet are dropped once this many exist; a full
 # bucket carries no state worth keeping.

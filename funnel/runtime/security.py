@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from funnel.auth import tokens
 from funnel.auth.tls import ServerTls, ServerTlsFiles, TlsError, file_signature, is_loopback
@@ -64,7 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser, env: Callable[[str, str], str
     group.add_argument("--jwks-file", default=env("jwks_file", "") or None,
                        help="JWKS (EdDSA or ES256 keys) that verifies callers' bearer tokens; reloaded on change")
     group.add_argument("--token-issuer", default=env("token_issuer", d.token_issuer), help="required `iss` of tokens")
-    group.add_argument("--token-audience", default=env("token_audience", d.token_audience), help="required `aud` of tokens")
+    group.add_argument(
+        "--token-audience", default=env("token_audience", d.token_audience), help="required `aud` of tokens"
+    )
     group.add_argument(
         "--no-auth", action="store_true", default=env("no_auth", "") in ("1", "true", "yes"),
         help="accept calls without credentials as an anonymous operator; refused unless --listen is loopback",
@@ -194,7 +198,9 @@ def prepare(settings: ServerSecurity, listen: str, max_message_bytes: int) -> Pr
             "bearer tokens (or --no-auth on a loopback address to accept anyone as an operator)"
         )
     authenticator = Authenticator(
-        verifier, settings.completion_identity, trust_certificates=tls is not None and settings.tls_client_ca is not None
+        verifier,
+        settings.completion_identity,
+        trust_certificates=tls is not None and settings.tls_client_ca is not None,
     )
     limiter = RateLimiter(settings.rate_limit, settings.rate_burst) if settings.rate_limit > 0 else None
     admission = Admission(authenticator, limiter, max_message_bytes, settings.stream_idle_seconds)
@@ -215,14 +221,12 @@ class Reloader:
 
     async def run_forever(self) -> None:
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._forced.wait(), timeout=self._interval)
-            except asyncio.TimeoutError:
-                pass
             forced = self._forced.is_set()
             self._forced.clear()
             for reloadable in self._reloadables:
                 try:
                     await reloadable.reload_if_changed(force=forced)
-                except Exception:  # noqa: BLE001 - a reload failure keeps the material in use
+                except Exception:  # a reload failure keeps the material in use
                     log.exception("reload failed; the material in use stays")

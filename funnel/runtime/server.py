@@ -12,7 +12,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 import grpc
 from grpc_health.v1 import _async as health_async
@@ -39,7 +40,9 @@ def env_or(prefix: str, name: str, default: str) -> str:
     return os.environ.get(f"{prefix}_{name.upper()}", default)
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, env_prefix: str, default_listen: str, default_db: str) -> None:
+def add_common_arguments(
+    parser: argparse.ArgumentParser, env_prefix: str, default_listen: str, default_db: str
+) -> None:
     """Flags every service takes; each defaults to an environment variable `<PREFIX>_<NAME>`."""
     e = lambda name, default: env_or(env_prefix, name, default)  # noqa: E731
     parser.add_argument("--listen", default=e("listen", default_listen), help=f"host:port ({env_prefix}_LISTEN)")
@@ -224,7 +227,7 @@ def require_fast_protobuf() -> str:
     return backend
 
 
-def run(main: Awaitable[None]) -> None:
+def run(main: Coroutine[Any, Any, None]) -> None:
     """Runs a service's main coroutine on uvloop when it is installed."""
     try:
         import uvloop
@@ -252,10 +255,11 @@ def serve_process(
         log.info("stopping: letting in-flight calls finish for up to %.1fs", grace)
         await running.stop(grace)
 
+    refused: tuple[type[Exception], ...] = (*refusals, SlowProtobuf, CannotListen, SecurityRefused)
     try:
         require_fast_protobuf()
         run(serve())
-    except (*refusals, SlowProtobuf, CannotListen, SecurityRefused) as exc:
+    except refused as exc:
         raise SystemExit(f"{name} refuses to start: {exc}") from None
 
 

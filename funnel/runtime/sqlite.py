@@ -10,12 +10,15 @@ hop per statement, which dominates the cost of a small transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import importlib.resources
 import logging
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Generic, TypeVar
 
 import aiosqlite
 
@@ -63,7 +66,7 @@ class Database:
     def __init__(self, connection: aiosqlite.Connection, path: str) -> None:
         self._connection = connection
         self.path = path
-        self._pending: list[_Write] = []
+        self._pending: list[_Write[Any]] = []
         self._writer: asyncio.Task | None = None
         self._checkpointer: asyncio.Task | None = None
 
@@ -75,7 +78,7 @@ class Database:
         *,
         busy_timeout_ms: int = 5000,
         check_integrity: bool = True,
-    ) -> "Database":
+    ) -> Database:
         """Opens (creating if needed) and prepares the database, or raises StorageRefused."""
         try:
             connection = await aiosqlite.connect(path, isolation_level=None)
@@ -90,7 +93,7 @@ class Database:
         return database
 
     @classmethod
-    async def open_reader(cls, writer: "Database", *, busy_timeout_ms: int = 5000) -> "Database":
+    async def open_reader(cls, writer: Database, *, busy_timeout_ms: int = 5000) -> Database:
         """A second, read-only connection for reads that must not queue behind writes.
         An in-memory database has no second connection: the writer serves reads."""
         if writer.path == MEMORY:
@@ -107,7 +110,9 @@ class Database:
         # Checkpoints move off the commit path: the writer never runs one, the
         # reader's thread copies the WAL back into the database in the background.
         await writer.run(lambda db: db.execute("PRAGMA wal_autocheckpoint=0"))
-        reader._checkpointer = asyncio.create_task(reader._checkpoint_forever(), name=f"sqlite-checkpoint:{writer.path}")
+        reader._checkpointer = asyncio.create_task(
+            reader._checkpoint_forever(), name=f"sqlite-checkpoint:{writer.path}"
+        )
         return reader
 
     async def _checkpoint_forever(self, interval: float = CHECKPOINT_INTERVAL) -> None:
@@ -144,7 +149,7 @@ class Database:
         RPC's deadline allows (see funnel.runtime.calls); then it fails with
         StorageUnavailable and nothing of it is applied."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
         future.add_done_callback(_consume_exception)
         deadline = min(calls.lock_deadline() or float("inf"), loop.time() + DEFAULT_LOCK_WAIT)
         self._pending.append(_Write(fn, after_commit, future, deadline))
@@ -162,7 +167,9 @@ class Database:
                     continue
                 wait_ms = max(1, int((min(w.deadline for w in batch) - loop.time()) * 1000))
                 try:
-                    outcomes = await self.run(lambda db: _commit_group(db, [w.fn for w in batch], wait_ms))
+                    outcomes = await self.run(
+                        functools.partial(_commit_group, fns=[w.fn for w in batch], wait_ms=wait_ms)
+                    )
                 except _LockBusy:
                     # Nothing was applied: writes with time left try again, in order.
                     self._pending[:0] = _live(batch, loop.time())
@@ -171,16 +178,16 @@ class Database:
                     for write in batch:
                         write.future.set_exception(exc if isinstance(exc, Exception) else StorageUnavailable(repr(exc)))
                     continue
-                for write, (applied, value) in zip(batch, outcomes):
-                    if not applied:
+                for write, (value, error) in zip(batch, outcomes, strict=True):
+                    if error is not None:
                         write.future.set_exception(
-                            StorageUnavailable(str(value)) if isinstance(value, sqlite3.OperationalError) else value
+                            StorageUnavailable(str(error)) if isinstance(error, sqlite3.OperationalError) else error
                         )
                         continue
                     if write.after_commit is not None:
                         try:
                             write.after_commit(value)
-                        except Exception:  # noqa: BLE001 - publishing must not undo an acknowledged commit
+                        except Exception:  # publishing must not undo an acknowledged commit
                             log.exception("after-commit hook failed")
                     write.future.set_result(value)
         finally:
@@ -195,10 +202,8 @@ class Database:
             await self._writer
         if self._checkpointer is not None:
             self._checkpointer.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._checkpointer
-            except asyncio.CancelledError:
-                pass
         await self._connection.close()
 
 
@@ -208,10 +213,10 @@ MAX_GROUP = 64
 
 
 @dataclass
-class _Write:
-    fn: Callable[[sqlite3.Connection], object]
-    after_commit: Callable[[object], None] | None
-    future: asyncio.Future
+class _Write(Generic[T]):
+    fn: Callable[[sqlite3.Connection], T]
+    after_commit: Callable[[T], None] | None
+    future: asyncio.Future[T]
     # Event-loop time after which it no longer waits for the database lock.
     deadline: float
 
@@ -220,7 +225,7 @@ class _LockBusy(Exception):
     """BEGIN IMMEDIATE did not get the write lock in time; nothing was applied."""
 
 
-def _live(writes: list[_Write], now: float) -> list[_Write]:
+def _live(writes: list[_Write[Any]], now: float) -> list[_Write[Any]]:
     """The writes whose lock deadline has not passed; the others fail, unapplied."""
     live = []
     for write in writes:
@@ -233,7 +238,7 @@ def _live(writes: list[_Write], now: float) -> list[_Write]:
     return live
 
 
-def _consume_exception(future: asyncio.Future) -> None:
+def _consume_exception(future: asyncio.Future[Any]) -> None:
     # A cancelled caller never awaits its write; its outcome is still logged by
     # the service, so do not let asyncio report it as "never retrieved".
     if not future.cancelled():
@@ -242,11 +247,11 @@ def _consume_exception(future: asyncio.Future) -> None:
 
 def _commit_group(
     db: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], object]], wait_ms: int
-) -> list[tuple[bool, object]]:
+) -> list[tuple[object, Exception | None]]:
     """One BEGIN IMMEDIATE … COMMIT around several writes, each in a savepoint:
-    [(True, result) | (False, exception)] in order. Waits at most `wait_ms` for
+    [(result, None) | (None, exception)] in order. Waits at most `wait_ms` for
     the write lock (raises _LockBusy)."""
-    outcomes: list[tuple[bool, object]] = []
+    outcomes: list[tuple[object, Exception | None]] = []
     db.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
     try:
         db.execute("BEGIN IMMEDIATE")
@@ -258,10 +263,10 @@ def _commit_group(
         for fn in fns:
             db.execute("SAVEPOINT write")
             try:
-                outcomes.append((True, fn(db)))
+                outcomes.append((fn(db), None))
             except Exception as exc:  # noqa: BLE001 - this write alone is undone and reported to its caller
                 db.execute("ROLLBACK TO write")
-                outcomes.append((False, exc))
+                outcomes.append((None, exc))
             db.execute("RELEASE write")
         db.execute("COMMIT")
     except BaseException:
@@ -290,7 +295,9 @@ def _summary(problems: list[str], shown: int = 3) -> str:
     return "; ".join(lines[:shown]) + more + "; restore the file from a backup"
 
 
-def _prepare(db: sqlite3.Connection, path: str, migrations: list[Migration], busy_timeout_ms: int, check_integrity: bool) -> None:
+def _prepare(
+    db: sqlite3.Connection, path: str, migrations: list[Migration], busy_timeout_ms: int, check_integrity: bool
+) -> None:
     try:
         db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         db.execute(f"PRAGMA cache_size={CACHE_SIZE}")

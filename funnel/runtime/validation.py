@@ -7,10 +7,10 @@ Violations are named by the generic input reasons that every catalogue defines
 
 from __future__ import annotations
 
-import enum
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from enum import Enum
 
 from funnel.runtime.errors import FieldViolation, Rejection, ServiceError
 
@@ -66,7 +66,9 @@ class Checker:
                 self.add("FIELD_REQUIRED", field, f"{field} is required")
             return
         if len(value) > MAX_ID_LENGTH:
-            self.add("FIELD_TOO_LONG", field, f"{field} is longer than {MAX_ID_LENGTH} characters", max_length=MAX_ID_LENGTH)
+            self.add(
+                "FIELD_TOO_LONG", field, f"{field} is longer than {MAX_ID_LENGTH} characters", max_length=MAX_ID_LENGTH
+            )
             return
         problem = id_problem(value)
         if problem:
@@ -103,7 +105,7 @@ class Checker:
     def malformed(self, field: str, description: str) -> None:
         self.add("FIELD_MALFORMED", field, description)
 
-    def raise_for(self, catalogue: type[enum.Enum]) -> None:
+    def raise_for(self, catalogue: type[Enum]) -> None:
         """Raises one error for every violation so far (ErrorInfo names the first;
         BadRequest lists all), using the service's catalogue."""
         if not self.violations:
@@ -120,7 +122,7 @@ class Checker:
         )
 
 
-def malformed_page_token(catalogue: type[enum.Enum]) -> ServiceError:
+def malformed_page_token(catalogue: type[Enum]) -> ServiceError:
     return ServiceError(
         Rejection(
             catalogue["FIELD_MALFORMED"],

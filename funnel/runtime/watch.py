@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import AsyncIterator, Awaitable, Callable, Generic, Hashable, Iterator, TypeVar
+from typing import Generic, TypeVar
 
 from funnel.runtime.errors import ServiceError, reject
 
@@ -166,7 +167,9 @@ class WatchQuota:
     @contextmanager
     def admit(self, caller: str, workspace: str) -> Iterator[None]:
         if self._by_caller[caller] >= self.per_caller:
-            raise self._exhausted(f"{caller!r} already has {self.per_caller} open watch streams", "per_caller", self.per_caller)
+            raise self._exhausted(
+                f"{caller!r} already has {self.per_caller} open watch streams", "per_caller", self.per_caller
+            )
         if self._by_workspace[workspace] >= self.per_workspace:
             raise self._exhausted(
                 f"workspace {workspace!r} already has {self.per_workspace} open watch streams", "per_workspace",

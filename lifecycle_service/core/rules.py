@@ -8,7 +8,9 @@ answer with the generation's original terminal event), or a `Rejection`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypedDict, Unpack
 
 from funnel.runtime.errors import Rejection, instant, reject
 from lifecycle_service.core import intents as i
@@ -16,8 +18,8 @@ from lifecycle_service.core.model import (
     SETTABLE_WORK_STATUSES,
     GenerationState,
     IntentKind,
-    LinkMode,
     LifecycleEvent,
+    LinkMode,
     Outcome,
     Policy,
     Propagation,
@@ -68,7 +70,7 @@ def decide(intent: i.Intent, situation: Situation, policy: Policy) -> Decision:
     if task is None:
         return reject(Reason.TASK_NOT_FOUND, f"task {intent.task_id!r} does not exist", task_id=intent.task_id)
     if isinstance(intent, i.ResumeWithGeneration) and task.terminal and intent.generation == task.generation + 1:
-        return _check_revision(intent, task) or _start_next_generation(intent, situation)
+        return _check_revision(intent, task) or _start_next_generation(intent, task, situation)
     if intent.generation < task.generation:
         return reject(
             Reason.STALE_GENERATION,
@@ -88,11 +90,23 @@ def decide(intent: i.Intent, situation: Situation, policy: Policy) -> Decision:
             return AlreadySettled(task)
         return reject(
             Reason.GENERATION_TERMINAL,
-            f"generation {task.generation} is terminal ({task.outcome.name}) and immutable",
+            f"generation {task.generation} is terminal ({_outcome_name(task)}) and immutable",
             generation=task.generation,
-            outcome=task.outcome.name,
+            outcome=_outcome_name(task),
         )
-    return _check_revision(intent, task) or _HANDLERS[intent.kind](intent, situation, policy)
+    return _check_revision(intent, task) or _HANDLERS[intent.kind](intent, task, situation, policy)
+
+
+def _outcome_name(task: TaskRecord) -> str:
+    """The outcome of a terminal generation: a terminal record always has one."""
+    assert task.outcome is not None, f"terminal task {task.task_id!r} without an outcome"
+    return task.outcome.name
+
+
+def _fence_time(task: TaskRecord) -> int:
+    """When a fenced generation's cancellation was requested."""
+    assert task.cancellation_requested_at is not None, f"task {task.task_id!r} is not fenced"
+    return task.cancellation_requested_at
 
 
 def _repeats_settlement(intent: i.Intent, task: TaskRecord) -> bool:
@@ -117,9 +131,10 @@ def _check_revision(intent: i.Intent, task: TaskRecord) -> Rejection | None:
 
 def _register(intent: i.RegisterTask, s: Situation) -> Decision:
     if s.task is not None:
-        if intent.expected_revision not in (None, 0, s.task.revision):
-            return _check_revision(intent, s.task)
-        return reject(Reason.TASK_ALREADY_EXISTS, f"task {intent.task_id!r} already exists", task_id=intent.task_id)
+        mismatch = _check_revision(intent, s.task) if intent.expected_revision not in (None, 0) else None
+        return mismatch or reject(
+            Reason.TASK_ALREADY_EXISTS, f"task {intent.task_id!r} already exists", task_id=intent.task_id
+        )
     if intent.expected_revision not in (None, 0):
         return reject(
             Reason.REVISION_MISMATCH,
@@ -130,7 +145,9 @@ def _register(intent: i.RegisterTask, s: Situation) -> Decision:
     link = intent.parent
     if link is not None:
         if s.parent is None:
-            return reject(Reason.PARENT_NOT_FOUND, f"parent task {link.task_id!r} does not exist", parent_task_id=link.task_id)
+            return reject(
+                Reason.PARENT_NOT_FOUND, f"parent task {link.task_id!r} does not exist", parent_task_id=link.task_id
+            )
         problem = (
             _parent_admits_new_work(link.generation, s.parent)
             if link.mode is LinkMode.ATTACHED
@@ -180,7 +197,7 @@ def _parent_admits_new_work(generation: int, parent: TaskRecord) -> Rejection | 
             Reason.PARENT_TERMINAL,
             f"parent {parent.task_id!r} generation {generation} is terminal",
             parent_task_id=parent.task_id,
-            parent_outcome=parent.outcome.name,
+            parent_outcome=_outcome_name(parent),
         )
     if parent.fenced:
         return reject(
@@ -203,7 +220,9 @@ def _attached_parent_problem(task: TaskRecord, s: Situation) -> Rejection | None
     if link is None:
         return None
     if s.parent is None:
-        return reject(Reason.PARENT_NOT_FOUND, f"parent task {link.task_id!r} does not exist", parent_task_id=link.task_id)
+        return reject(
+            Reason.PARENT_NOT_FOUND, f"parent task {link.task_id!r} does not exist", parent_task_id=link.task_id
+        )
     return _parent_admits_new_work(link.generation, s.parent)
 
 
@@ -213,12 +232,14 @@ def _fenced(task: TaskRecord, intent: i.Intent) -> Rejection | None:
     return _fence_rejection(task, intent, fenced_task=task)
 
 
-def _fence_rejection(task: TaskRecord, intent: i.Intent, fenced_task: TaskRecord, offset: int | None = None) -> Rejection:
+def _fence_rejection(
+    task: TaskRecord, intent: i.Intent, fenced_task: TaskRecord, offset: int | None = None
+) -> Rejection:
     whose = "its" if fenced_task is task else f"its attached parent {fenced_task.task_id!r}'s"
     return reject(
         Reason.CANCELLATION_FENCED,
         f"{intent.kind.name} is refused after {whose} cancellation request",
-        cancellation_request_time=instant(fenced_task.cancellation_requested_at),
+        cancellation_request_time=instant(_fence_time(fenced_task)),
         fenced_task_id=fenced_task.task_id,
         max_clock_offset_ms=None if offset is None else offset // 1000,
     )
@@ -244,32 +265,28 @@ def _children_block(task: TaskRecord, s: Situation) -> Rejection | None:
     )
 
 
-def _activate(intent: i.ActivateGeneration, s: Situation, policy: Policy) -> Decision:
-    task = s.task
+def _activate(intent: i.ActivateGeneration, task: TaskRecord, s: Situation, policy: Policy) -> Decision:
     problem = _fenced(task, intent) or (None if task.state is REGISTERED else _invalid_transition(task, intent))
     problem = problem or _attached_parent_problem(task, s)
     if problem:
         return problem
     if intent.work_status is not None and intent.work_status not in SETTABLE_WORK_STATUSES:
         return _reserved_status(intent.work_status)
-    return _move(intent, s, state=ACTIVE, work_status=intent.work_status or task.work_status)
+    return _move(intent, task, s, state=ACTIVE, work_status=intent.work_status or task.work_status)
 
 
-def _suspend(intent: i.SuspendGeneration, s: Situation, policy: Policy) -> Decision:
-    task = s.task
+def _suspend(intent: i.SuspendGeneration, task: TaskRecord, s: Situation, policy: Policy) -> Decision:
     problem = _fenced(task, intent) or (None if task.state is ACTIVE else _invalid_transition(task, intent))
-    return problem or _move(intent, s, state=SUSPENDED)
+    return problem or _move(intent, task, s, state=SUSPENDED)
 
 
-def _resume_same_generation(intent: i.ResumeWithGeneration, s: Situation, policy: Policy) -> Decision:
-    task = s.task
+def _resume_same_generation(intent: i.ResumeWithGeneration, task: TaskRecord, s: Situation, policy: Policy) -> Decision:
     problem = _fenced(task, intent) or (None if task.state is SUSPENDED else _invalid_transition(task, intent))
     problem = problem or _attached_parent_problem(task, s)
-    return problem or _move(intent, s, state=ACTIVE)
+    return problem or _move(intent, task, s, state=ACTIVE)
 
 
-def _start_next_generation(intent: i.ResumeWithGeneration, s: Situation) -> Decision:
-    task = s.task
+def _start_next_generation(intent: i.ResumeWithGeneration, task: TaskRecord, s: Situation) -> Decision:
     problem = _children_block(task, s) or _attached_parent_problem(task, s)
     if problem:
         return problem
@@ -287,25 +304,25 @@ def _start_next_generation(intent: i.ResumeWithGeneration, s: Situation) -> Deci
     return Transition(following, _event(intent, task.state, following, s.now))
 
 
-def _request_cancellation(intent: i.RequestCancellation, s: Situation, policy: Policy) -> Decision:
-    task = s.task
+def _request_cancellation(intent: i.RequestCancellation, task: TaskRecord, s: Situation, policy: Policy) -> Decision:
     if task.fenced:
         return reject(
             Reason.CANCELLATION_ALREADY_REQUESTED,
             f"generation {task.generation} already has a cancellation request",
-            cancellation_request_time=instant(task.cancellation_requested_at),
+            cancellation_request_time=instant(_fence_time(task)),
         )
-    return _move(intent, s, cancellation_requested_at=s.now, propagate=IntentKind.REQUEST_CANCELLATION)
+    return _move(intent, task, s, cancellation_requested_at=s.now, propagate=IntentKind.REQUEST_CANCELLATION)
 
 
-def _settle_cancellation(intent: i.SettleCancellation, s: Situation, policy: Policy) -> Decision:
-    if not s.task.fenced:
-        return reject(Reason.CANCELLATION_NOT_REQUESTED, "settling a cancellation requires a recorded cancellation request")
-    return _settle(intent, s, propagate=IntentKind.SETTLE_CANCELLATION)
+def _settle_cancellation(intent: i.SettleCancellation, task: TaskRecord, s: Situation, policy: Policy) -> Decision:
+    if not task.fenced:
+        return reject(
+            Reason.CANCELLATION_NOT_REQUESTED, "settling a cancellation requires a recorded cancellation request"
+        )
+    return _settle(intent, task, s, propagate=IntentKind.SETTLE_CANCELLATION)
 
 
-def _settle_completion(intent: i.SettleCompletion, s: Situation, policy: Policy) -> Decision:
-    task = s.task
+def _settle_completion(intent: i.SettleCompletion, task: TaskRecord, s: Situation, policy: Policy) -> Decision:
     offset = policy.max_clock_offset_micros
 
     def proven_before(fence: TaskRecord) -> bool:
@@ -313,7 +330,7 @@ def _settle_completion(intent: i.SettleCompletion, s: Situation, policy: Policy)
         # allowed clock offset proves the completion came first; no time proves nothing.
         if intent.authoritative_at is None:
             return False
-        return intent.authoritative_at + offset < fence.cancellation_requested_at
+        return intent.authoritative_at + offset < _fence_time(fence)
 
     if task.fenced and not proven_before(task):
         return _fence_rejection(task, intent, task, offset)
@@ -321,7 +338,9 @@ def _settle_completion(intent: i.SettleCompletion, s: Situation, policy: Policy)
     if link is not None:
         parent = s.parent
         if parent is None:
-            return reject(Reason.PARENT_NOT_FOUND, f"parent task {link.task_id!r} does not exist", parent_task_id=link.task_id)
+            return reject(
+                Reason.PARENT_NOT_FOUND, f"parent task {link.task_id!r} does not exist", parent_task_id=link.task_id
+            )
         if parent.generation != link.generation:
             return _parent_generation_mismatch(link.generation, parent)
         if parent.terminal:
@@ -329,15 +348,16 @@ def _settle_completion(intent: i.SettleCompletion, s: Situation, policy: Policy)
                 Reason.PARENT_TERMINAL,
                 f"parent {parent.task_id!r} generation {parent.generation} is terminal",
                 parent_task_id=parent.task_id,
-                parent_outcome=parent.outcome.name,
+                parent_outcome=_outcome_name(parent),
             )
         if parent.fenced and not proven_before(parent):
             return _fence_rejection(task, intent, parent, offset)
-    return _children_block(task, s) or _settle(intent, s, completion_id=intent.completion_id, authoritative_at=intent.authoritative_at)
+    return _children_block(task, s) or _settle(
+        intent, task, s, completion_id=intent.completion_id, authoritative_at=intent.authoritative_at
+    )
 
 
-def _settle_failure(intent: i.Intent, s: Situation, policy: Policy) -> Decision:
-    task = s.task
+def _settle_failure(intent: i.Intent, task: TaskRecord, s: Situation, policy: Policy) -> Decision:
     problem = _fenced(task, intent)
     link, parent = task.attached_parent, s.parent
     if problem is None and link is not None and parent is not None and parent.generation == link.generation:
@@ -349,19 +369,22 @@ def _settle_failure(intent: i.Intent, s: Situation, policy: Policy) -> Decision:
                 Reason.PARENT_TERMINAL,
                 f"parent {parent.task_id!r} generation {parent.generation} is terminal",
                 parent_task_id=parent.task_id,
-                parent_outcome=parent.outcome.name,
+                parent_outcome=_outcome_name(parent),
             )
-    return problem or _settle(intent, s, propagate=IntentKind.PROPAGATE_PARENT_TERMINATION)
+    return problem or _settle(intent, task, s, propagate=IntentKind.PROPAGATE_PARENT_TERMINATION)
 
 
-def _propagate_parent_termination(intent: i.PropagateParentTermination, s: Situation, policy: Policy) -> Decision:
-    task = s.task
+def _propagate_parent_termination(
+    intent: i.PropagateParentTermination, task: TaskRecord, s: Situation, policy: Policy
+) -> Decision:
     link = task.attached_parent
     if link is None:
         return reject(Reason.NOT_ATTACHED_CHILD, f"task {task.task_id!r} has no attached parent")
     parent = s.parent
     if parent is None:
-        return reject(Reason.PARENT_NOT_FOUND, f"parent task {link.task_id!r} does not exist", parent_task_id=link.task_id)
+        return reject(
+            Reason.PARENT_NOT_FOUND, f"parent task {link.task_id!r} does not exist", parent_task_id=link.task_id
+        )
     # A later parent generation exists only after the linked one ended.
     if parent.generation == link.generation and not parent.terminal:
         return reject(
@@ -369,22 +392,22 @@ def _propagate_parent_termination(intent: i.PropagateParentTermination, s: Situa
             f"parent {parent.task_id!r} generation {link.generation} is {parent.state.name}",
             parent_task_id=parent.task_id,
         )
-    return _settle(intent, s, propagate=IntentKind.PROPAGATE_PARENT_TERMINATION)
+    return _settle(intent, task, s, propagate=IntentKind.PROPAGATE_PARENT_TERMINATION)
 
 
-def _set_work_status(intent: i.SetWorkStatus, s: Situation, policy: Policy) -> Decision:
+def _set_work_status(intent: i.SetWorkStatus, task: TaskRecord, s: Situation, policy: Policy) -> Decision:
     if intent.work_status not in SETTABLE_WORK_STATUSES:
         return _reserved_status(intent.work_status)
-    problem = _fenced(s.task, intent)
+    problem = _fenced(task, intent)
     if problem is None and intent.work_status is not WorkStatus.BLOCKED:
-        problem = _parent_fence_forbids_new_work(s)
-    return problem or _move(intent, s, work_status=intent.work_status)
+        problem = _parent_fence_forbids_new_work(task, s)
+    return problem or _move(intent, task, s, work_status=intent.work_status)
 
 
-def _parent_fence_forbids_new_work(s: Situation) -> Rejection | None:
+def _parent_fence_forbids_new_work(task: TaskRecord, s: Situation) -> Rejection | None:
     """An attached child's own fence arrives by propagation, after its parent's
     commit; until then the parent's fence already forbids starting new work."""
-    link, parent = s.task.attached_parent, s.parent
+    link, parent = task.attached_parent, s.parent
     if link is None or parent is None or parent.generation != link.generation or not parent.fenced:
         return None
     return reject(
@@ -402,20 +425,41 @@ def _reserved_status(status: WorkStatus) -> Rejection:
     )
 
 
-def _settle(intent: i.Intent, s: Situation, *, propagate: IntentKind | None = None, **changes: object) -> Transition:
-    outcome, work_status = _SETTLEMENT_RESULT[intent.kind]
-    return _move(intent, s, state=TERMINAL, outcome=outcome, work_status=work_status, propagate=propagate, **changes)
+class _Changes(TypedDict, total=False):
+    """The fields of a task record that a transition may change besides its revision."""
+
+    state: GenerationState
+    outcome: Outcome | None
+    cancellation_requested_at: int | None
+    work_status: WorkStatus
+    completion_id: str | None
 
 
-def _move(
+def _settle(
     intent: i.Intent,
+    task: TaskRecord,
     s: Situation,
     *,
     propagate: IntentKind | None = None,
     authoritative_at: int | None = None,
-    **changes: object,
+    completion_id: str | None = None,
 ) -> Transition:
-    task = s.task
+    outcome, work_status = _SETTLEMENT_RESULT[intent.kind]
+    changes: _Changes = {"state": TERMINAL, "outcome": outcome, "work_status": work_status}
+    if completion_id is not None:
+        changes["completion_id"] = completion_id
+    return _move(intent, task, s, propagate=propagate, authoritative_at=authoritative_at, **changes)
+
+
+def _move(
+    intent: i.Intent,
+    task: TaskRecord,
+    s: Situation,
+    *,
+    propagate: IntentKind | None = None,
+    authoritative_at: int | None = None,
+    **changes: Unpack[_Changes],
+) -> Transition:
     following = dataclasses.replace(task, revision=task.revision + 1, updated_at=s.now, **changes)
     propagations = (
         tuple(Propagation(child, propagate) for child in s.open_attached_children) if propagate else ()
@@ -450,7 +494,10 @@ def _event(
     )
 
 
-_HANDLERS = {
+# Each handler takes the intent class of its kind (intents.BY_KIND), which a
+# mapping's type cannot say: the intent is typed Any here.
+_Handler = Callable[[Any, TaskRecord, Situation, Policy], Decision]
+_HANDLERS: dict[IntentKind, _Handler] = {
     IntentKind.ACTIVATE_GENERATION: _activate,
     IntentKind.SUSPEND_GENERATION: _suspend,
     IntentKind.RESUME_WITH_GENERATION: _resume_same_generation,

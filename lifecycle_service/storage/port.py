@@ -3,8 +3,9 @@ PostgreSQL adapter must pass the same conformance tests (tests/lifecycle/test_st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from google.protobuf.message import Message
 
@@ -93,7 +94,9 @@ class LifecycleStore(Protocol):
         self, workspace_id: str, after_task_id: str, limit: int, parent_task_id: str | None
     ) -> list[TaskRecord]: ...
 
-    async def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]: ...
+    async def list_events(
+        self, workspace_id: str, task_id: str, after_revision: int, limit: int
+    ) -> list[LifecycleEvent]: ...
 
     async def events_after(
         self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int

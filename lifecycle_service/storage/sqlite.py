@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from typing import Callable
+from collections.abc import Callable
+
+from google.protobuf.message import Message
 
 from funnel.auth.principal import Caller
 from funnel.runtime.clock import Clock
@@ -13,8 +15,6 @@ from funnel.runtime.errors import Rejection, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import RequestIdVerdict, judge_request_id
 from funnel.runtime.sqlite import Database, migrations_in, probe_writable
-from google.protobuf.message import Message
-
 from lifecycle_service.core.intents import Intent, RegisterTask
 from lifecycle_service.core.model import (
     Cause,
@@ -79,7 +79,7 @@ class SqliteLifecycleStore:
         clock: Clock,
         on_commit: Callable[[LifecycleEvent], None] = lambda event: None,
         faults: Faults = NO_FAULTS,
-    ) -> "SqliteLifecycleStore":
+    ) -> SqliteLifecycleStore:
         writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE))
         reader = await Database.open_reader(writer)
         return cls(writer, reader, clock, on_commit, faults)
@@ -102,10 +102,14 @@ class SqliteLifecycleStore:
     def _apply(self, db: sqlite3.Connection, command: Command) -> ApplyResult:
         intent = command.intent
         if command.propagation_id is not None:
-            if db.execute("SELECT 1 FROM pending_propagations WHERE id = ?", (command.propagation_id,)).fetchone() is None:
+            if (
+                db.execute("SELECT 1 FROM pending_propagations WHERE id = ?", (command.propagation_id,)).fetchone()
+                is None
+            ):
                 return Discharged()
             db.execute("DELETE FROM pending_propagations WHERE id = ?", (command.propagation_id,))
         if intent.request_id:
+            assert command.fingerprint is not None, "a request id comes with the request's fingerprint"
             row = db.execute(
                 "SELECT fingerprint, response FROM request_ids "
                 "WHERE workspace_id = ? AND caller = ? AND method = ? AND request_id = ?",
@@ -131,6 +135,7 @@ class SqliteLifecycleStore:
         if isinstance(decision, AlreadySettled):
             original = _terminal_event(db, decision.task)
             if intent.request_id:
+                assert command.render is not None, "a request id comes with the rendering of its response"
                 _remember(db, intent, command, command.render(decision.task, original), now)
             return Resettled(decision.task, original)
         assert isinstance(decision, Transition)
@@ -153,6 +158,7 @@ class SqliteLifecycleStore:
             )
         response = command.render(decision.task, event) if command.render else None
         if intent.request_id:
+            assert response is not None, "a request id comes with the rendering of its response"
             _remember(db, intent, command, response, now)
         self._faults.hit("lifecycle.before_commit")
         return Committed(decision.task, event, response, len(decision.propagations))
@@ -178,7 +184,9 @@ class SqliteLifecycleStore:
         params.append(limit)
         return await self._reader.read(lambda db: [_task_from_row(r) for r in db.execute(sql, params)])
 
-    async def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
+    async def list_events(
+        self, workspace_id: str, task_id: str, after_revision: int, limit: int
+    ) -> list[LifecycleEvent]:
         sql = (
             f"SELECT {_EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? AND revision > ? "
             "ORDER BY revision LIMIT ?"
@@ -192,7 +200,8 @@ class SqliteLifecycleStore:
     ) -> list[LifecycleEvent]:
         if task_id:
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? AND sequence > ? "
+                f"SELECT {_EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? AND sequence > "
+                "? "
                 "ORDER BY sequence LIMIT ?"
             )
             params: tuple = (workspace_id, task_id, after_sequence, limit)
@@ -301,7 +310,8 @@ def _write_task(db: sqlite3.Connection, task: TaskRecord, *, insert: bool) -> No
     if insert:
         db.execute(
             "INSERT INTO tasks (generation, revision, state, outcome, cancellation_requested_at, work_status, "
-            "parent_task_id, parent_generation, parent_mode, completion_id, created_at, updated_at, workspace_id, task_id) "
+            "parent_task_id, parent_generation, parent_mode, completion_id, created_at, updated_at, workspace_id, "
+            "task_id) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             values,
         )
@@ -344,6 +354,7 @@ def _insert_event(db: sqlite3.Connection, event: LifecycleEvent) -> LifecycleEve
             event.caller.role,
         ),
     )
+    assert cursor.lastrowid is not None, "an INSERT sets lastrowid"
     return _with_sequence(event, cursor.lastrowid)
 
 

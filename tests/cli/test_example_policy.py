@@ -20,11 +20,12 @@ T = 10.0
 
 
 def start_gate(port: int, log: Path) -> subprocess.Popen:
-    gate = subprocess.Popen(
-        [sys.executable, str(ROOT / "examples" / "review_gate.py"), "--listen", f"127.0.0.1:{port}",
-         "--tls-cert", str(credentials.PKI.cert("gate")), "--tls-key", str(credentials.PKI.key("gate"))],
-        stdout=subprocess.PIPE, stderr=open(log, "wb"), cwd=ROOT,
-    )
+    with open(log, "wb") as stderr:  # the child keeps its own copy of the descriptor
+        gate = subprocess.Popen(
+            [sys.executable, str(ROOT / "examples" / "review_gate.py"), "--listen", f"127.0.0.1:{port}",
+             "--tls-cert", str(credentials.PKI.cert("gate")), "--tls-key", str(credentials.PKI.key("gate"))],
+            stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT,
+        )
     line = gate.stdout.readline().decode()
     assert "review_gate serving on" in line, log.read_text()
     return gate
@@ -33,7 +34,9 @@ def start_gate(port: int, log: Path) -> subprocess.Popen:
 async def test_the_example_policy_reaches_allow_for_acme(tmp_path):
     gate_port = unused_port()
     policy = tmp_path / "policy.toml"
-    policy.write_text((ROOT / "deploy" / "policy.example.toml").read_text().replace("127.0.0.1:7000", f"127.0.0.1:{gate_port}"))
+    policy.write_text(
+        (ROOT / "deploy" / "policy.example.toml").read_text().replace("127.0.0.1:7000", f"127.0.0.1:{gate_port}")
+    )
     gate = start_gate(gate_port, tmp_path / "gate.log")
     pair = await Pair(tmp_path / "pair", completion_args=["--policy-file", str(policy)]).start()
     try:
@@ -53,7 +56,10 @@ async def test_the_example_policy_reaches_allow_for_acme(tmp_path):
                 workspace_id="acme", task_id="t-1", generation=1, kind=kind, verdict=cpb.EVIDENCE_VERDICT_PASSED,
                 run_id=claim.run.run_id), timeout=T)
         refused = await attempt("Fixed the login bug. TODO: the logout bug.")
-        assert (refused.next_action, refused.details.decisive_gate) == (cpb.AGENT_ACTION_ADDRESS_GATE_FEEDBACK, "acme.review")
+        assert (refused.next_action, refused.details.decisive_gate) == (
+            cpb.AGENT_ACTION_ADDRESS_GATE_FEEDBACK,
+            "acme.review",
+        )
         assert "TODO" in refused.details.gate_feedback
         allowed = await attempt("Fixed the login bug.")
         assert (allowed.verdict, allowed.next_action) == (cpb.VERDICT_ALLOW, cpb.AGENT_ACTION_REPORT_COMPLETE)
@@ -62,6 +68,7 @@ async def test_the_example_policy_reaches_allow_for_acme(tmp_path):
         await pair.stop()
         gate.terminate()
         gate.wait(10)
+        gate.stdout.close()
 
 
 def test_the_example_gate_refuses_to_serve_without_tls_or_insecure():

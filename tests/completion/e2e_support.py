@@ -7,8 +7,8 @@ import asyncio
 import dataclasses
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import grpc
 import pytest
@@ -122,7 +122,7 @@ class Funnel:
 
     # -- process control ---------------------------------------------------
 
-    async def start(self) -> "Funnel":
+    async def start(self) -> Funnel:
         await self.start_lifecycle()
         self.completion_config = dataclasses.replace(self.completion_config, lifecycle_address=self.lifecycle.address)
         self.completion = await start_completion(
@@ -151,10 +151,14 @@ class Funnel:
         reconnects with backoff. The probes read only (an unknown task)."""
         probes = [lambda: self.lc.ListTasks(lpb.ListTasksRequest(workspace_id="probe"), timeout=1.0)]
         if self.cs is not None:
-            probes.append(lambda: self.cs.ClaimTask(
-                cpb.ClaimTaskRequest(workspace_id="probe", task_id="probe", agent_id="probe", lease_ttl=Duration(seconds=60)),
-                timeout=2.0,
-            ))
+            probes.append(
+                lambda: self.cs.ClaimTask(
+                    cpb.ClaimTaskRequest(
+                        workspace_id="probe", task_id="probe", agent_id="probe", lease_ttl=Duration(seconds=60)
+                    ),
+                    timeout=2.0,
+                )
+            )
         deadline = time.monotonic() + timeout
         for probe in probes:
             while True:
@@ -257,7 +261,9 @@ class Funnel:
         )
 
     async def get_run(self, run_id: str, workspace: str = WS) -> cpb.Run:
-        return (await self.cs.GetRun(cpb.GetRunRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT)).run
+        return (
+            await self.cs.GetRun(cpb.GetRunRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT)
+        ).run
 
     async def completion_of(self, task_id: str, generation: int = 1, workspace: str = WS) -> cpb.Completion:
         response = await self.cs.GetCompletion(
@@ -283,7 +289,7 @@ class Funnel:
                 events.append(item.event)
             try:
                 extra = await asyncio.wait_for(call.read(), timeout=quiet)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return events
             # An event committed since the store was read; anything else is a bug.
             assert extra is not grpc.aio.EOF and extra.event.sequence > (events[-1].sequence if events else after)
@@ -292,13 +298,17 @@ class Funnel:
             call.cancel()
 
     async def audit(self, workspace: str = WS, **kw) -> list[cpb.AuditEntry]:
-        response = await self.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=workspace, **kw), timeout=CALL_TIMEOUT)
+        response = await self.cs.ListAuditLog(
+            cpb.ListAuditLogRequest(workspace_id=workspace, **kw), timeout=CALL_TIMEOUT
+        )
         return list(response.entries)
 
     async def visible_state(self, workspace: str = WS) -> tuple:
         """What a client can read of one workspace: runs, completions, audit rows."""
         runs = await self.cs.ListRuns(cpb.ListRunsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
-        completions = await self.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
+        completions = await self.cs.ListCompletions(
+            cpb.ListCompletionsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT
+        )
         return (
             [r.SerializeToString(deterministic=True) for r in runs.runs],
             [c.SerializeToString(deterministic=True) for c in completions.completions],

@@ -7,8 +7,8 @@ are NOT_FOUND. No request, not even undecodable bytes, yields UNKNOWN."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import grpc
 import pytest
@@ -16,14 +16,23 @@ import pytest_asyncio
 from google.protobuf.duration_pb2 import Duration
 
 from completion_service.server import CompletionConfig
-from funnel.runtime.clock import ManualClock
-from lifecycle_service.server import LifecycleConfig
-
 from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.runtime.clock import ManualClock
 from funnel.runtime.grpc_errors import error_info, field_violations
 from funnel.runtime.paging import encode_token
+from lifecycle_service.server import LifecycleConfig
 from tests import credentials
-from tests.completion.e2e_support import CALL_TIMEOUT, CLOCK_START_MICROS, DOMAIN, OTHER_WS, WS, Code, Funnel, rejected, table_dump
+from tests.completion.e2e_support import (
+    CALL_TIMEOUT,
+    CLOCK_START_MICROS,
+    DOMAIN,
+    OTHER_WS,
+    WS,
+    Code,
+    Funnel,
+    rejected,
+    table_dump,
+)
 
 TOO_LONG_ID = "x" * 129
 MIB = 1024 * 1024
@@ -132,6 +141,10 @@ def watch(w: World, **kw) -> cpb.WatchCompletionEventsRequest:
     return cpb.WatchCompletionEventsRequest(**{"workspace_id": WS, **kw})
 
 
+def list_events(w: World, **kw) -> cpb.ListCompletionEventsRequest:
+    return cpb.ListCompletionEventsRequest(**{"workspace_id": WS, **kw})
+
+
 INVALID = Code.INVALID_ARGUMENT
 NOT_FOUND = Code.NOT_FOUND
 
@@ -170,7 +183,7 @@ CASES = [
     ("RenewLease", lambda w: renew(w, epoch=-1), INVALID, "VALUE_OUT_OF_RANGE", "epoch"),
     ("RenewLease", lambda w: renew(w, lease_ttl=None), INVALID, "FIELD_REQUIRED", "lease_ttl"),
     ("RenewLease", lambda w: renew(w, lease_ttl=ttl(0, 500_000_000)), INVALID, "VALUE_OUT_OF_RANGE", "lease_ttl"),
-    ("RenewLease", lambda w: renew(w, lease_ttl=ttl(10 ** 6)), INVALID, "VALUE_OUT_OF_RANGE", "lease_ttl"),
+    ("RenewLease", lambda w: renew(w, lease_ttl=ttl(10**6)), INVALID, "VALUE_OUT_OF_RANGE", "lease_ttl"),
     ("RenewLease", lambda w: renew(w, run_id=w.foreign_run.run_id), NOT_FOUND, "RUN_NOT_FOUND", None),
     ("RenewLease", lambda w: renew(w, run_id="run_unknown"), NOT_FOUND, "RUN_NOT_FOUND", None),
     ("RenewLease", lambda w: renew(w, workspace_id=OTHER_WS), NOT_FOUND, "RUN_NOT_FOUND", None),
@@ -183,7 +196,7 @@ CASES = [
     ("CompleteRun", lambda w: complete(w, tokens_input=-1), INVALID, "VALUE_OUT_OF_RANGE", "tokens_input"),
     ("CompleteRun", lambda w: complete(w, tokens_output=-5), INVALID, "VALUE_OUT_OF_RANGE", "tokens_output"),
     ("CompleteRun", lambda w: complete(w, tokens_total=-1), INVALID, "VALUE_OUT_OF_RANGE", "tokens_total"),
-    ("CompleteRun", lambda w: complete(w, tokens_total=2 ** 53), INVALID, "VALUE_OUT_OF_RANGE", "tokens_total"),
+    ("CompleteRun", lambda w: complete(w, tokens_total=2**53), INVALID, "VALUE_OUT_OF_RANGE", "tokens_total"),
     ("CompleteRun", lambda w: complete(w, notes="n" * (MIB + 1)), INVALID, "FIELD_TOO_LONG", "notes"),
     ("CompleteRun", lambda w: complete(w, error="e" * 8193), INVALID, "FIELD_TOO_LONG", "error"),
     ("CompleteRun", lambda w: complete(w, final_status=99), INVALID, "ENUM_UNSPECIFIED", "final_status"),
@@ -202,13 +215,42 @@ CASES = [
     ("ListRuns", lambda w: list_runs(w, page_token="not a token!"), INVALID, "FIELD_MALFORMED", "page_token"),
     ("ListRuns", lambda w: list_runs(w, page_token=w.runs_token[:-3]), INVALID, "FIELD_MALFORMED", "page_token"),
     # A token is bound to its listing: another workspace, another filter.
-    ("ListRuns", lambda w: list_runs(w, workspace_id=OTHER_WS, page_token=w.runs_token), INVALID, "FIELD_MALFORMED", "page_token"),
-    ("ListRuns", lambda w: list_runs(w, task_id="task-1", page_token=w.runs_token), INVALID, "FIELD_MALFORMED", "page_token"),
-    ("ListRuns", lambda w: list_runs(w, page_token=encode_token(["runs", WS, ""], [1, 2])), INVALID, "FIELD_MALFORMED", "page_token"),
-    ("ListRuns", lambda w: list_runs(w, page_token=encode_token(["runs", WS, ""], 5)), INVALID, "FIELD_MALFORMED", "page_token"),
+    (
+        "ListRuns",
+        lambda w: list_runs(w, workspace_id=OTHER_WS, page_token=w.runs_token),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
+    (
+        "ListRuns",
+        lambda w: list_runs(w, task_id="task-1", page_token=w.runs_token),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
+    (
+        "ListRuns",
+        lambda w: list_runs(w, page_token=encode_token(["runs", WS, ""], [1, 2])),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
+    (
+        "ListRuns",
+        lambda w: list_runs(w, page_token=encode_token(["runs", WS, ""], 5)),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
     # Forged cursors with integers no database column can hold are malformed, not a fault.
-    ("ListRuns", lambda w: list_runs(w, page_token=encode_token(["runs", WS, ""], [10 ** 30, "run"])),
-     INVALID, "FIELD_MALFORMED", "page_token"),
+    (
+        "ListRuns",
+        lambda w: list_runs(w, page_token=encode_token(["runs", WS, ""], [10**30, "run"])),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
     # RecordEvidence
     *id_cases("RecordEvidence", evidence, "workspace_id"),
     *id_cases("RecordEvidence", evidence, "task_id"),
@@ -218,7 +260,13 @@ CASES = [
     *id_cases("RecordEvidence", evidence, "request_id", required=False),
     ("RecordEvidence", lambda w: evidence(w, generation=0), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
     ("RecordEvidence", lambda w: evidence(w, generation=-2), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
-    ("RecordEvidence", lambda w: evidence(w, verdict=cpb.EVIDENCE_VERDICT_UNSPECIFIED), INVALID, "ENUM_UNSPECIFIED", "verdict"),
+    (
+        "RecordEvidence",
+        lambda w: evidence(w, verdict=cpb.EVIDENCE_VERDICT_UNSPECIFIED),
+        INVALID,
+        "ENUM_UNSPECIFIED",
+        "verdict",
+    ),
     ("RecordEvidence", lambda w: evidence(w, verdict=42), INVALID, "ENUM_UNSPECIFIED", "verdict"),
     ("RecordEvidence", lambda w: evidence(w, details="d" * 8193), INVALID, "FIELD_TOO_LONG", "details"),
     # AttemptCompletion
@@ -228,12 +276,24 @@ CASES = [
     *id_cases("AttemptCompletion", attempt, "request_id", required=False),
     ("AttemptCompletion", lambda w: attempt(w, epoch=0), INVALID, "VALUE_OUT_OF_RANGE", "epoch"),
     ("AttemptCompletion", lambda w: attempt(w, epoch=-7), INVALID, "VALUE_OUT_OF_RANGE", "epoch"),
-    ("AttemptCompletion", lambda w: attempt(w, outcome=cpb.REQUESTED_OUTCOME_UNSPECIFIED), INVALID, "ENUM_UNSPECIFIED", "outcome"),
+    (
+        "AttemptCompletion",
+        lambda w: attempt(w, outcome=cpb.REQUESTED_OUTCOME_UNSPECIFIED),
+        INVALID,
+        "ENUM_UNSPECIFIED",
+        "outcome",
+    ),
     ("AttemptCompletion", lambda w: attempt(w, outcome=3), INVALID, "ENUM_UNSPECIFIED", "outcome"),
     ("AttemptCompletion", lambda w: attempt(w, result="r" * 16385), INVALID, "FIELD_TOO_LONG", "result"),
     ("AttemptCompletion", lambda w: attempt(w, state_version=-1), INVALID, "VALUE_OUT_OF_RANGE", "state_version"),
     ("AttemptCompletion", lambda w: attempt(w, task_id="no-such-task"), NOT_FOUND, "TASK_NOT_FOUND", None),
-    ("AttemptCompletion", lambda w: attempt(w, task_id="task-x", run_id=w.foreign_run.run_id), NOT_FOUND, "TASK_NOT_FOUND", None),
+    (
+        "AttemptCompletion",
+        lambda w: attempt(w, task_id="task-x", run_id=w.foreign_run.run_id),
+        NOT_FOUND,
+        "TASK_NOT_FOUND",
+        None,
+    ),
     ("AttemptCompletion", lambda w: attempt(w, run_id=w.foreign_run.run_id), NOT_FOUND, "RUN_NOT_FOUND", None),
     ("AttemptCompletion", lambda w: attempt(w, run_id="run_unknown"), NOT_FOUND, "RUN_NOT_FOUND", None),
     # A run of another task of the same workspace is not this task's run.
@@ -243,19 +303,35 @@ CASES = [
     *id_cases("GetCompletion", get_completion, "task_id"),
     ("GetCompletion", lambda w: get_completion(w, generation=0), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
     ("GetCompletion", lambda w: get_completion(w, generation=-1), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
-    ("GetCompletion", lambda w: get_completion(w, generation=2 ** 53), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
+    ("GetCompletion", lambda w: get_completion(w, generation=2**53), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
     ("GetCompletion", lambda w: get_completion(w, task_id="task-x"), NOT_FOUND, "COMPLETION_NOT_FOUND", None),
-    ("GetCompletion", lambda w: get_completion(w, task_id="task-x", generation=2, workspace_id=OTHER_WS),
-     NOT_FOUND, "COMPLETION_NOT_FOUND", None),
+    (
+        "GetCompletion",
+        lambda w: get_completion(w, task_id="task-x", generation=2, workspace_id=OTHER_WS),
+        NOT_FOUND,
+        "COMPLETION_NOT_FOUND",
+        None,
+    ),
     # ListCompletions
     *id_cases("ListCompletions", list_completions, "workspace_id"),
     *id_cases("ListCompletions", list_completions, "task_id", required=False),
     ("ListCompletions", lambda w: list_completions(w, page_size=-3), INVALID, "VALUE_OUT_OF_RANGE", "page_size"),
     ("ListCompletions", lambda w: list_completions(w, page_size=5000), INVALID, "VALUE_OUT_OF_RANGE", "page_size"),
     ("ListCompletions", lambda w: list_completions(w, page_token="%%%"), INVALID, "FIELD_MALFORMED", "page_token"),
-    ("ListCompletions", lambda w: list_completions(w, page_token=w.runs_token), INVALID, "FIELD_MALFORMED", "page_token"),
-    ("ListCompletions", lambda w: list_completions(w, page_token=encode_token(["completions", WS, ""], [-(10 ** 30), "c"])),
-     INVALID, "FIELD_MALFORMED", "page_token"),
+    (
+        "ListCompletions",
+        lambda w: list_completions(w, page_token=w.runs_token),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
+    (
+        "ListCompletions",
+        lambda w: list_completions(w, page_token=encode_token(["completions", WS, ""], [-(10**30), "c"])),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
     # ListAuditLog
     *id_cases("ListAuditLog", list_audit, "workspace_id"),
     *id_cases("ListAuditLog", list_audit, "task_id", required=False),
@@ -264,10 +340,32 @@ CASES = [
     ("ListAuditLog", lambda w: list_audit(w, page_size=1001), INVALID, "VALUE_OUT_OF_RANGE", "page_size"),
     ("ListAuditLog", lambda w: list_audit(w, page_token="garbage"), INVALID, "FIELD_MALFORMED", "page_token"),
     ("ListAuditLog", lambda w: list_audit(w, page_token=w.runs_token), INVALID, "FIELD_MALFORMED", "page_token"),
-    ("ListAuditLog", lambda w: list_audit(w, page_token=encode_token(["audit", WS, "", ""], "7")),
-     INVALID, "FIELD_MALFORMED", "page_token"),
-    ("ListAuditLog", lambda w: list_audit(w, page_token=encode_token(["audit", WS, "", ""], 2 ** 64)),
-     INVALID, "FIELD_MALFORMED", "page_token"),
+    (
+        "ListAuditLog",
+        lambda w: list_audit(w, page_token=encode_token(["audit", WS, "", ""], "7")),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
+    (
+        "ListAuditLog",
+        lambda w: list_audit(w, page_token=encode_token(["audit", WS, "", ""], 2**64)),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
+    # ListCompletionEvents
+    *id_cases("ListCompletionEvents", list_events, "workspace_id"),
+    *id_cases("ListCompletionEvents", list_events, "task_id", required=False),
+    (
+        "ListCompletionEvents",
+        lambda w: list_events(w, after_sequence=-1),
+        INVALID,
+        "VALUE_OUT_OF_RANGE",
+        "after_sequence",
+    ),
+    ("ListCompletionEvents", lambda w: list_events(w, page_size=-1), INVALID, "VALUE_OUT_OF_RANGE", "page_size"),
+    ("ListCompletionEvents", lambda w: list_events(w, page_size=1001), INVALID, "VALUE_OUT_OF_RANGE", "page_size"),
     # WatchCompletionEvents
     *id_cases("WatchCompletionEvents", watch, "workspace_id"),
     *id_cases("WatchCompletionEvents", watch, "task_id", required=False),
@@ -300,7 +398,7 @@ async def test_bad_input_is_rejected_with_its_reason_and_changes_nothing(world, 
 
 
 RPCS = ["ClaimTask", "RenewLease", "CompleteRun", "GetRun", "ListRuns", "RecordEvidence", "AttemptCompletion",
-        "GetCompletion", "ListCompletions", "ListAuditLog", "WatchCompletionEvents"]
+        "GetCompletion", "ListCompletions", "ListAuditLog", "ListCompletionEvents", "WatchCompletionEvents"]
 
 
 async def test_every_rpc_of_the_contract_has_bad_input_cases():

@@ -28,8 +28,8 @@ from completion_service.core.runs import (
     LeaseGranted,
     LeaseHeld,
     RenewalProblem,
-    close_plan,
     cap_notes,
+    close_plan,
     is_stalled,
     judge_claim,
     judge_renewal,
@@ -52,9 +52,19 @@ STORED = CompletionKey("sha256:aaa", b'{"outcome":"COMPLETED"}', "COMPLETED")
         (STORED, CompletionKey("sha256:aaa", b'{"outcome":"COMPLETED"}', "COMPLETED"), DuplicateVerdict.SAME),
         (STORED, CompletionKey("sha256:bbb", b'{"state_version":9}', "COMPLETED"), DuplicateVerdict.KEEP_EXISTING),
         (STORED, CompletionKey("sha256:ccc", b'{"outcome":"FAILED"}', "FAILED"), DuplicateVerdict.CONFLICT),
-        (STORED, CompletionKey("sha256:aaa", b'{"outcome":"COMPLETED","x":1}', "COMPLETED"), DuplicateVerdict.CORRUPTED),
+        (
+            STORED,
+            CompletionKey("sha256:aaa", b'{"outcome":"COMPLETED","x":1}', "COMPLETED"),
+            DuplicateVerdict.CORRUPTED,
+        ),
     ],
-    ids=["no row: insert", "same identity and payload", "other identity, same outcome", "other outcome", "same identity, other payload"],
+    ids=[
+        "no row: insert",
+        "same identity and payload",
+        "other identity, same outcome",
+        "other outcome",
+        "same identity, other payload",
+    ],
 )
 def test_duplicate_policy(stored, attempt, verdict):
     assert judge_duplicate(stored, attempt) is verdict
@@ -200,7 +210,17 @@ def test_the_epoch_grows_on_every_claim():
         (True, "run-1", 4, lease(expires_at=NOW), RenewalProblem.EXPIRED),
         (True, "run-1", 3, lease(expires_at=NOW - 1), RenewalProblem.NOT_CURRENT),
     ],
-    ids=["live", "live by 1us", "run closed", "closed, no lease", "no lease", "other run", "older epoch", "expired", "stale and expired"],
+    ids=[
+        "live",
+        "live by 1us",
+        "run closed",
+        "closed, no lease",
+        "no lease",
+        "other run",
+        "older epoch",
+        "expired",
+        "stale and expired",
+    ],
 )
 def test_judge_renewal(run_open, run_id, epoch, current, problem):
     assert judge_renewal(run_open, run_id, epoch, current, NOW) is problem

@@ -7,6 +7,7 @@ external gates, the circuit breaker, failure outcomes, the event stream,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 
@@ -214,7 +215,9 @@ async def test_cancellation_requested_before_the_attempt_hard_blocks_and_commits
     assert decisive_gate(failed.decision).gate_id == "lifecycle.no_cancellation"
 
     await rejected(f.completion_of("task-1"), Code.NOT_FOUND, "COMPLETION_NOT_FOUND")
-    assert (await f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)).completions == []
+    assert (
+        await f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)
+    ).completions == []
     assert await f.lifecycle_events("task-1") == lifecycle_before
     task = (await f.task("task-1")).task
     assert (task.state, task.cancellation) == (lpb.GENERATION_STATE_ACTIVE, lpb.CANCELLATION_STATE_REQUESTED)
@@ -302,7 +305,9 @@ async def test_lifecycle_down_after_the_commit_settles_exactly_once_after_restar
     # nothing terminal is published.
     retries = f.completion.authority.metrics.settle_retries
     await eventually(
-        lambda: _true(f.completion.authority.metrics.settle_retries >= retries + 2), clock=f.clock, advance_micros=SECOND
+        lambda: _true(f.completion.authority.metrics.settle_retries >= retries + 2),
+        clock=f.clock,
+        advance_micros=SECOND,
     )
     assert kinds(await f.completion_events(task_id="task-1")) == ["COMPLETION_COMMITTED"]
     assert (await f.completion_of("task-1")).settlement == cpb.SETTLEMENT_STATUS_PENDING
@@ -363,7 +368,9 @@ async def test_a_corrupted_completion_fails_closed_with_an_alarm(funnel, caplog)
         error = await rejected(f.attempt(claim), Code.DATA_LOSS, "COMPLETION_CORRUPTED", metadata={"completion_id"})
     assert error_info(error).metadata["completion_id"] == answer.completion.completion_id
     assert f.completion.authority.metrics.completion_corruptions == 1
-    assert [r for r in caplog.records if r.levelno == logging.ERROR and answer.completion.completion_id in r.getMessage()]
+    assert [
+        r for r in caplog.records if r.levelno == logging.ERROR and answer.completion.completion_id in r.getMessage()
+    ]
     assert table_dump(f.completion_db) == before
     assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_ACTIVE
 
@@ -374,7 +381,9 @@ async def test_an_attempt_while_the_lifecycle_is_unreachable_commits_nothing(fun
     await f.stop_lifecycle()
     await rejected(f.attempt(claim), Code.UNAVAILABLE, "LIFECYCLE_UNAVAILABLE")
     await rejected(f.claim("task-1", agent="agent-2"), Code.UNAVAILABLE, "LIFECYCLE_UNAVAILABLE")
-    assert (await f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)).completions == []
+    assert (
+        await f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)
+    ).completions == []
     assert len((await f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)).runs) == 1
     assert await f.completion_events(quiet=0.1) == []
 
@@ -468,7 +477,10 @@ async def test_an_external_gate_that_passes_allows_and_sees_the_snapshot(start_f
     [request] = calls
     assert (request.gate_id, request.workspace_id, request.task_id, request.generation, request.run_id) == (
         "acme.review", WS, "task-1", 1, claim.run.run_id)
-    assert (request.outcome, request.result) == (cpb.REQUESTED_OUTCOME_COMPLETED, "Implemented the change; all tests pass.")
+    assert (request.outcome, request.result) == (
+        cpb.REQUESTED_OUTCOME_COMPLETED,
+        "Implemented the change; all tests pass.",
+    )
     assert [(e.kind, e.verdict) for e in request.evidence] == [("tests", cpb.EVIDENCE_VERDICT_PASSED)]
 
 
@@ -566,10 +578,8 @@ class Follower:
     async def close(self) -> None:
         self.call.cancel()
         self._reader.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
             await self._reader
-        except (asyncio.CancelledError, grpc.aio.AioRpcError):
-            pass
 
 
 def follow(f: Funnel, **request) -> Follower:
@@ -603,8 +613,13 @@ async def test_watch_streams_backlog_then_live_and_resumes_from_a_cursor(strict_
         # The terminal event names the lifecycle event that made the generation
         # terminal, which was committed before it.
         terminal = live[1]
-        [lifecycle_event] = [e for e in await f.lifecycle_events("task-1") if e.sequence == terminal.lifecycle_event_sequence]
-        assert (lifecycle_event.intent, lifecycle_event.revision) == (lpb.INTENT_SETTLE_COMPLETION, terminal.lifecycle_revision)
+        [lifecycle_event] = [
+            e for e in await f.lifecycle_events("task-1") if e.sequence == terminal.lifecycle_event_sequence
+        ]
+        assert (lifecycle_event.intent, lifecycle_event.revision) == (
+            lpb.INTENT_SETTLE_COMPLETION,
+            terminal.lifecycle_revision,
+        )
         assert micros(lifecycle_event.commit_time) <= micros(terminal.commit_time)
 
         second = await f.registered_and_claimed("task-2")
@@ -664,11 +679,20 @@ async def test_acceptance_a_successful_close_updates_finished_at_outcome_tokens_
 
     run = await f.get_run(claim.run.run_id)
     assert run.finish_time == closed.finish_time
-    assert (run.outcome, run.tokens_input, run.tokens_output, run.tokens_total) == (cpb.RUN_OUTCOME_SUCCEEDED, 1200, 300, 1500)
+    assert (run.outcome, run.tokens_input, run.tokens_output, run.tokens_total) == (
+        cpb.RUN_OUTCOME_SUCCEEDED,
+        1200,
+        300,
+        1500,
+    )
     assert (run.notes, run.final_status) == ("Implemented the change.", cpb.FINAL_STATUS_DONE)
     task = (await f.task("task-1")).task
     assert (task.state, task.outcome, task.work_status, task.completion_id) == (
-        lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, lpb.WORK_STATUS_DONE, closed.completion.completion_id)
+        lpb.GENERATION_STATE_TERMINAL,
+        lpb.TERMINAL_OUTCOME_COMPLETED,
+        lpb.WORK_STATUS_DONE,
+        closed.completion.completion_id,
+    )
     [entry] = await f.audit(run_id=run.run_id)
     assert (entry.action, entry.task_id, dict(entry.metadata)) == (
         "task.completed", "task-1", {"outcome": "SUCCEEDED", "final_status": "DONE", "closed_by": "agent"})
@@ -739,7 +763,11 @@ async def test_a_failed_close_sets_blocked(funnel):
     task = (await f.task("task-1")).task
     assert (task.state, task.work_status) == (lpb.GENERATION_STATE_ACTIVE, lpb.WORK_STATUS_BLOCKED)
     run = await f.get_run(claim.run.run_id)
-    assert (run.outcome, run.error, run.final_status) == (cpb.RUN_OUTCOME_FAILED, "the build is broken", cpb.FINAL_STATUS_BLOCKED)
+    assert (run.outcome, run.error, run.final_status) == (
+        cpb.RUN_OUTCOME_FAILED,
+        "the build is broken",
+        cpb.FINAL_STATUS_BLOCKED,
+    )
     [entry] = await f.audit(task_id="task-1")
     assert dict(entry.metadata) == {"outcome": "FAILED", "final_status": "BLOCKED", "closed_by": "agent"}
     assert (entry.caller.subject, entry.caller.role) == (COMPLETION_IDENTITY, "operator")
@@ -979,7 +1007,10 @@ async def test_a_replayed_attempt_reports_the_current_settlement(funnel):
     assert replay.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
     # Now settled: the gates' decision, to report completion.
     assert replay.decision == replay.completion.decision
-    assert (replay.decision.verdict, replay.decision.next_action) == (cpb.VERDICT_ALLOW, cpb.AGENT_ACTION_REPORT_COMPLETE)
+    assert (replay.decision.verdict, replay.decision.next_action) == (
+        cpb.VERDICT_ALLOW,
+        cpb.AGENT_ACTION_REPORT_COMPLETE,
+    )
     assert replay.decision.trace == pending.decision.trace
 
 

@@ -66,7 +66,7 @@ def blocked(times: int, checkpoint=CHECKPOINT, result=RESULT) -> tuple[PriorAtte
 def snap(
     *,
     run: dict | None = None,
-    lease: dict | None | bool = True,
+    lease: dict | bool | None = True,
     claimed_epoch: int = 2,
     transcript: dict | None = None,
     evaluated_state_version: int = 12,
@@ -129,9 +129,17 @@ def test_the_base_snapshot_passes_every_gate_and_is_allowed():
     [
         (dict(), "lease.live", "run run-1 holds the live lease of epoch 2"),
         (dict(lease={"expires_at": NOW + 1}), "lease.live", "live lease of epoch 2"),
-        (dict(lifecycle={"state": LifecycleState.REGISTERED}), "lifecycle.generation_current", "generation 1 is current and REGISTERED"),
+        (
+            dict(lifecycle={"state": LifecycleState.REGISTERED}),
+            "lifecycle.generation_current",
+            "generation 1 is current and REGISTERED",
+        ),
         (dict(), "lifecycle.no_cancellation", "no cancellation requested"),
-        (dict(attempts=blocked(DEFAULT_BREAKER_THRESHOLD - 1)), "completion.circuit_breaker", "2 earlier blocked attempt(s)"),
+        (
+            dict(attempts=blocked(DEFAULT_BREAKER_THRESHOLD - 1)),
+            "completion.circuit_breaker",
+            "2 earlier blocked attempt(s)",
+        ),
         (dict(), "transcript.state_version_current", "state version 12 is current"),
         (dict(), "transcript.no_open_work", "no open tool calls, steps or turn"),
         (dict(), "lifecycle.no_active_children", "no attached child task is open"),
@@ -154,34 +162,114 @@ FAILURES = [
     # lease.live
     ("run closed", dict(run={"open": False}), "lease.live", "run run-1 is closed"),
     ("lease missing", dict(lease=None), "lease.live", "superseded (now held by nobody)"),
-    ("lease taken by another run", dict(lease={"run_id": "run-2", "epoch": 3}), "lease.live", "now held by run run-2 epoch 3"),
-    ("lease re-claimed (newer epoch)", dict(lease={"epoch": 3}, run={"epoch": 3}), "lease.live", "the lease of epoch 2 was superseded"),
+    (
+        "lease taken by another run",
+        dict(lease={"run_id": "run-2", "epoch": 3}),
+        "lease.live",
+        "now held by run run-2 epoch 3",
+    ),
+    (
+        "lease re-claimed (newer epoch)",
+        dict(lease={"epoch": 3}, run={"epoch": 3}),
+        "lease.live",
+        "the lease of epoch 2 was superseded",
+    ),
     ("run epoch is not the claimed epoch", dict(run={"epoch": 1}), "lease.live", "superseded"),
     ("lease expired exactly now", dict(lease={"expires_at": NOW}), "lease.live", "the lease of epoch 2 expired"),
     ("lease expired long ago", dict(lease={"expires_at": NOW - 3600 * SECOND}), "lease.live", "expired"),
     # lifecycle.generation_current
-    ("newer generation", dict(lifecycle={"generation": 2}), "lifecycle.generation_current", "the run works on generation 1; the task is at generation 2"),
-    ("generation terminal", dict(lifecycle={"state": LifecycleState.TERMINAL, "outcome": "COMPLETED"}), "lifecycle.generation_current", "generation 1 is already terminal (COMPLETED)"),
+    (
+        "newer generation",
+        dict(lifecycle={"generation": 2}),
+        "lifecycle.generation_current",
+        "the run works on generation 1; the task is at generation 2",
+    ),
+    (
+        "generation terminal",
+        dict(lifecycle={"state": LifecycleState.TERMINAL, "outcome": "COMPLETED"}),
+        "lifecycle.generation_current",
+        "generation 1 is already terminal (COMPLETED)",
+    ),
     # lifecycle.no_cancellation
-    ("cancellation requested", dict(lifecycle={"cancellation_requested": True}), "lifecycle.no_cancellation", "generation 1 has a cancellation request"),
+    (
+        "cancellation requested",
+        dict(lifecycle={"cancellation_requested": True}),
+        "lifecycle.no_cancellation",
+        "generation 1 has a cancellation request",
+    ),
     # completion.circuit_breaker
-    ("breaker tripped", dict(attempts=blocked(DEFAULT_BREAKER_THRESHOLD)), "completion.circuit_breaker", "3 blocked attempts with this result at checkpoint 'cp-7'"),
+    (
+        "breaker tripped",
+        dict(attempts=blocked(DEFAULT_BREAKER_THRESHOLD)),
+        "completion.circuit_breaker",
+        "3 blocked attempts with this result at checkpoint 'cp-7'",
+    ),
     # transcript.state_version_current
-    ("state version stale", dict(evaluated_state_version=11), "transcript.state_version_current", "evaluated state version 11, the transcript is at 12"),
-    ("state version ahead", dict(evaluated_state_version=13), "transcript.state_version_current", "evaluated state version 13, the transcript is at 12"),
+    (
+        "state version stale",
+        dict(evaluated_state_version=11),
+        "transcript.state_version_current",
+        "evaluated state version 11, the transcript is at 12",
+    ),
+    (
+        "state version ahead",
+        dict(evaluated_state_version=13),
+        "transcript.state_version_current",
+        "evaluated state version 13, the transcript is at 12",
+    ),
     # transcript.no_open_work
-    ("open tool calls", dict(transcript={"open_calls": ("call-1", "call-2")}), "transcript.no_open_work", "2 tool call(s) have no result: call-1, call-2"),
+    (
+        "open tool calls",
+        dict(transcript={"open_calls": ("call-1", "call-2")}),
+        "transcript.no_open_work",
+        "2 tool call(s) have no result: call-1, call-2",
+    ),
     ("open step", dict(transcript={"open_step": "step-4"}), "transcript.no_open_work", "step 'step-4' is still open"),
     # lifecycle.no_active_children
-    ("open attached children", dict(lifecycle={"open_attached_children": ("child-1", "child-2")}), "lifecycle.no_active_children", "2 attached child task(s) are not terminal: child-1, child-2"),
+    (
+        "open attached children",
+        dict(lifecycle={"open_attached_children": ("child-1", "child-2")}),
+        "lifecycle.no_active_children",
+        "2 attached child task(s) are not terminal: child-1, child-2",
+    ),
     # evidence.required
     ("evidence missing", dict(evidence_facts=()), "evidence.required", "no tests evidence at checkpoint 'cp-7'"),
-    ("evidence failing", dict(evidence_facts=(evidence(passed=False),)), "evidence.required", "failing tests evidence at checkpoint 'cp-7'"),
-    ("evidence at another checkpoint", dict(evidence_facts=(evidence(checkpoint="cp-6"),)), "evidence.required", "no tests evidence at checkpoint 'cp-7'"),
-    ("evidence for another generation", dict(evidence_facts=(evidence(generation=2),)), "evidence.required", "no tests evidence"),
-    ("evidence of another kind", dict(evidence_facts=(evidence(kind="lint"),)), "evidence.required", "no tests evidence"),
-    ("latest evidence fails", dict(evidence_facts=(evidence(order=1), evidence(passed=False, order=2))), "evidence.required", "failing tests evidence"),
-    ("latest by order, not by position", dict(evidence_facts=(evidence(passed=False, order=9), evidence(order=3))), "evidence.required", "failing tests evidence"),
+    (
+        "evidence failing",
+        dict(evidence_facts=(evidence(passed=False),)),
+        "evidence.required",
+        "failing tests evidence at checkpoint 'cp-7'",
+    ),
+    (
+        "evidence at another checkpoint",
+        dict(evidence_facts=(evidence(checkpoint="cp-6"),)),
+        "evidence.required",
+        "no tests evidence at checkpoint 'cp-7'",
+    ),
+    (
+        "evidence for another generation",
+        dict(evidence_facts=(evidence(generation=2),)),
+        "evidence.required",
+        "no tests evidence",
+    ),
+    (
+        "evidence of another kind",
+        dict(evidence_facts=(evidence(kind="lint"),)),
+        "evidence.required",
+        "no tests evidence",
+    ),
+    (
+        "latest evidence fails",
+        dict(evidence_facts=(evidence(order=1), evidence(passed=False, order=2))),
+        "evidence.required",
+        "failing tests evidence",
+    ),
+    (
+        "latest by order, not by position",
+        dict(evidence_facts=(evidence(passed=False, order=9), evidence(order=3))),
+        "evidence.required",
+        "failing tests evidence",
+    ),
     # result.non_empty
     ("empty result", dict(result=""), "result.non_empty", "the result is empty"),
     ("whitespace result", dict(result=" \n\t "), "result.non_empty", "the result is empty"),
@@ -202,16 +290,29 @@ def test_gate_failure_mode(changes, gate_id, reason):
 
 
 BLOCK_DETAILS = [
-    ("lease taken", dict(lease={"run_id": "run-2", "epoch": 3}), dict(current_lease=Lease("task-1", "run-2", 3, NOW + 60 * SECOND))),
+    (
+        "lease taken",
+        dict(lease={"run_id": "run-2", "epoch": 3}),
+        dict(current_lease=Lease("task-1", "run-2", 3, NOW + 60 * SECOND)),
+    ),
     ("lease missing", dict(lease=None), dict(current_lease=None)),
     ("newer generation", dict(lifecycle={"generation": 2}), dict(current_generation=2)),
     ("state version stale", dict(evaluated_state_version=11), dict(current_state_version=12)),
-    ("open work", dict(transcript={"open_calls": ("call-1", "call-2"), "open_step": "s-1", "open_turn": "t-1"}),
-     dict(open_tool_call_ids=("call-1", "call-2"), open_step_id="s-1", open_turn_id="t-1")),
-    ("children", dict(lifecycle={"open_attached_children": tuple(f"c-{i}" for i in range(7))}),
-     dict(open_child_task_ids=tuple(f"c-{i}" for i in range(7)))),
-    ("evidence", dict(evidence_facts=(evidence(kind="lint", passed=False),)),
-     dict(missing_evidence_kinds=("tests",), failing_evidence_kinds=("lint",), evidence_checkpoint=CHECKPOINT)),
+    (
+        "open work",
+        dict(transcript={"open_calls": ("call-1", "call-2"), "open_step": "s-1", "open_turn": "t-1"}),
+        dict(open_tool_call_ids=("call-1", "call-2"), open_step_id="s-1", open_turn_id="t-1"),
+    ),
+    (
+        "children",
+        dict(lifecycle={"open_attached_children": tuple(f"c-{i}" for i in range(7))}),
+        dict(open_child_task_ids=tuple(f"c-{i}" for i in range(7))),
+    ),
+    (
+        "evidence",
+        dict(evidence_facts=(evidence(kind="lint", passed=False),)),
+        dict(missing_evidence_kinds=("tests",), failing_evidence_kinds=("lint",), evidence_checkpoint=CHECKPOINT),
+    ),
 ]
 
 
@@ -259,7 +360,10 @@ def test_evidence_at_other_checkpoints_does_not_override_the_current_one():
 def test_several_required_kinds_report_missing_and_failing_together():
     policy = WorkspacePolicy(required_evidence=("tests", "lint", "review"))
     decision = decide(snap(evidence_facts=(evidence(), evidence(kind="lint", passed=False, order=2))), policy)
-    assert trace_of(decision, "evidence.required").reason == "no review evidence and failing lint evidence at checkpoint 'cp-7'"
+    assert (
+        trace_of(decision, "evidence.required").reason
+        == "no review evidence and failing lint evidence at checkpoint 'cp-7'"
+    )
     assert decision.next_action is AgentAction.RECORD_EVIDENCE
 
 
@@ -305,21 +409,49 @@ def test_allow_tells_the_agent_to_report_and_stop_working():
 
 
 SOFT_ACTIONS = [
-    (dict(evaluated_state_version=11), "transcript.state_version_current", AgentAction.REFRESH_STATE,
-     "reload the transcript (now at state version 12)"),
-    (dict(transcript={"open_calls": ("call-1",)}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS,
-     "answer the open tool calls (call-1)"),
-    (dict(transcript={"open_step": "s"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS, "close the open step 's'"),
-    (dict(transcript={"open_turn": "turn-3"}), "transcript.no_open_work", AgentAction.RESOLVE_OPEN_TOOL_CALLS,
-     "close the open turn 'turn-3'"),
-    (dict(lifecycle={"open_attached_children": ("c",)}), "lifecycle.no_active_children", AgentAction.WAIT_FOR_CHILDREN,
-     "wait for the attached child tasks (c)"),
-    (dict(evidence_facts=()), "evidence.required", AgentAction.RECORD_EVIDENCE, "record passing evidence (tests) at checkpoint 'cp-7'"),
+    (
+        dict(evaluated_state_version=11),
+        "transcript.state_version_current",
+        AgentAction.REFRESH_STATE,
+        "reload the transcript (now at state version 12)",
+    ),
+    (
+        dict(transcript={"open_calls": ("call-1",)}),
+        "transcript.no_open_work",
+        AgentAction.RESOLVE_OPEN_TOOL_CALLS,
+        "answer the open tool calls (call-1)",
+    ),
+    (
+        dict(transcript={"open_step": "s"}),
+        "transcript.no_open_work",
+        AgentAction.RESOLVE_OPEN_TOOL_CALLS,
+        "close the open step 's'",
+    ),
+    (
+        dict(transcript={"open_turn": "turn-3"}),
+        "transcript.no_open_work",
+        AgentAction.RESOLVE_OPEN_TOOL_CALLS,
+        "close the open turn 'turn-3'",
+    ),
+    (
+        dict(lifecycle={"open_attached_children": ("c",)}),
+        "lifecycle.no_active_children",
+        AgentAction.WAIT_FOR_CHILDREN,
+        "wait for the attached child tasks (c)",
+    ),
+    (
+        dict(evidence_facts=()),
+        "evidence.required",
+        AgentAction.RECORD_EVIDENCE,
+        "record passing evidence (tests) at checkpoint 'cp-7'",
+    ),
     (dict(result=""), "result.non_empty", AgentAction.PROVIDE_RESULT, "state the result"),
 ]
 
 
-@pytest.mark.parametrize("changes, gate_id, action, advice", SOFT_ACTIONS, ids=[f"{a[1]}-{i}" for i, a in enumerate(SOFT_ACTIONS)])
+@pytest.mark.parametrize(
+    "changes, gate_id, action, advice", SOFT_ACTIONS, ids=[f"{a[1]}-{i}" for i, a in enumerate(SOFT_ACTIONS)]
+)
 def test_soft_block_names_the_gates_action_and_forbids_reporting(changes, gate_id, action, advice):
     decision = decide(snap(**changes), POLICY)
     assert decision.verdict is Verdict.SOFT_BLOCK
@@ -336,12 +468,21 @@ def test_hard_block_means_stop_and_report(gate_id):
     decision = decide(snap(**changes), POLICY)
     assert decision.verdict is Verdict.HARD_BLOCK
     assert decision.next_action is AgentAction.STOP_AND_REPORT
-    assert set(decision.forbidden_actions) == {AgentAction.REPORT_COMPLETE, AgentAction.ATTEMPT_COMPLETION, AgentAction.CONTINUE_WORK}
+    assert set(decision.forbidden_actions) == {
+        AgentAction.REPORT_COMPLETE,
+        AgentAction.ATTEMPT_COMPLETION,
+        AgentAction.CONTINUE_WORK,
+    }
     assert decision.instruction.startswith("Stop: ") and "do not retry" in decision.instruction
 
 
 def test_hard_gates_are_the_safety_gates_and_the_breaker():
-    assert HARD_GATES == {"lease.live", "lifecycle.generation_current", "lifecycle.no_cancellation", "completion.circuit_breaker"}
+    assert {
+        "lease.live",
+        "lifecycle.generation_current",
+        "lifecycle.no_cancellation",
+        "completion.circuit_breaker",
+    } == HARD_GATES
 
 
 def test_the_first_failing_gate_in_registry_order_is_the_only_decisive_one():
@@ -356,7 +497,11 @@ def test_the_first_failing_gate_in_registry_order_is_the_only_decisive_one():
 
 def test_a_hard_gate_earlier_in_the_order_outranks_soft_failures():
     decision = decide(
-        snap(evaluated_state_version=3, lifecycle={"cancellation_requested": True, "open_attached_children": ("c",)}, lease=None),
+        snap(
+            evaluated_state_version=3,
+            lifecycle={"cancellation_requested": True, "open_attached_children": ("c",)},
+            lease=None,
+        ),
         POLICY,
     )
     assert failed_ids(decision) == [
@@ -377,7 +522,10 @@ def test_the_trace_lists_every_gate_even_after_the_decisive_one():
 
 
 def test_a_retired_gate_is_skipped():
-    registry = tuple(dataclasses.replace(g, state=GateState.RETIRED) if g.gate_id == "result.non_empty" else g for g in BUILT_IN_GATES)
+    registry = tuple(
+        dataclasses.replace(g, state=GateState.RETIRED) if g.gate_id == "result.non_empty" else g
+        for g in BUILT_IN_GATES
+    )
     decision = decide(snap(result=""), POLICY, registry=registry)
     entry = trace_of(decision, "result.non_empty")
     assert (entry.status, entry.reason, entry.decisive) == (GateStatus.SKIPPED, "retired", False)
@@ -386,7 +534,9 @@ def test_a_retired_gate_is_skipped():
 
 def test_a_retired_mandatory_gate_is_skipped_too():
     # Retirement is a registry decision (a new gate version replaces it), not a workspace's.
-    registry = tuple(dataclasses.replace(g, state=GateState.RETIRED) if g.gate_id == "lease.live" else g for g in BUILT_IN_GATES)
+    registry = tuple(
+        dataclasses.replace(g, state=GateState.RETIRED) if g.gate_id == "lease.live" else g for g in BUILT_IN_GATES
+    )
     assert trace_of(decide(snap(lease=None), POLICY, registry=registry), "lease.live").status is GateStatus.SKIPPED
 
 
@@ -432,7 +582,10 @@ BOTH_PASS = {"acme.review": ExternalAnswer(True, "reviewed"), "acme.style": Exte
 def test_external_gates_run_after_the_built_ins_and_can_allow():
     decision = decide(snap(), WITH_EXTERNAL, BOTH_PASS)
     assert [t.gate_id for t in decision.trace] == GATE_IDS + ["acme.review", "acme.style"]
-    assert [(t.status, t.reason) for t in decision.trace[-2:]] == [(GateStatus.PASSED, "reviewed"), (GateStatus.PASSED, "passed")]
+    assert [(t.status, t.reason) for t in decision.trace[-2:]] == [
+        (GateStatus.PASSED, "reviewed"),
+        (GateStatus.PASSED, "passed"),
+    ]
     assert decision.verdict is Verdict.ALLOW
 
 
@@ -450,7 +603,13 @@ def test_external_gates_are_skipped_when_a_built_in_blocks():
         (None, "external gate unavailable: no answer"),
         ({}, "external gate unavailable: no answer"),
         ({"acme.style": ExternalAnswer(True, "")}, "external gate unavailable: no answer"),
-        ({"acme.review": ExternalAnswer(None, "deadline exceeded after 500 ms"), "acme.style": ExternalAnswer(True, "")}, "external gate unavailable: deadline exceeded after 500 ms"),
+        (
+            {
+                "acme.review": ExternalAnswer(None, "deadline exceeded after 500 ms"),
+                "acme.style": ExternalAnswer(True, ""),
+            },
+            "external gate unavailable: deadline exceeded after 500 ms",
+        ),
     ],
     ids=["no answers", "empty answers", "this gate unanswered", "errored"],
 )
@@ -532,7 +691,16 @@ def test_repeated_blocked_attempts_trip_the_breaker_until_the_checkpoint_changes
         (tuple(PriorAttempt(CHECKPOINT, digest(RESULT), blocked=False) for _ in range(5)), False),
         (blocked(2) + (PriorAttempt(CHECKPOINT, digest(RESULT), blocked=False),) + blocked(1), True),
     ],
-    ids=["3 repeats", "7 repeats", "2 repeats", "other checkpoint", "other result", "mixed", "allowed attempts", "interleaved"],
+    ids=[
+        "3 repeats",
+        "7 repeats",
+        "2 repeats",
+        "other checkpoint",
+        "other result",
+        "mixed",
+        "allowed attempts",
+        "interleaved",
+    ],
 )
 def test_breaker_counts_blocked_repeats_of_this_result_at_this_checkpoint(attempts, tripped):
     entry = trace_of(decide(snap(attempts=attempts), POLICY), "completion.circuit_breaker")
@@ -590,14 +758,17 @@ def situations(draw):
         transcript={
             "state_version": rarely(12, st.integers(11, 13)),
             "checkpoint": checkpoint,
-            "open_calls": rarely((), st.lists(st.sampled_from(["c1", "c2"]), min_size=1, max_size=2, unique=True).map(tuple)),
+            "open_calls": rarely(
+                (), st.lists(st.sampled_from(["c1", "c2"]), min_size=1, max_size=2, unique=True).map(tuple)
+            ),
             "open_step": rarely(None, st.none() | st.just("s1")),
         },
         evaluated_state_version=rarely(12, st.integers(11, 13)),
         evidence_facts=rarely(
             (evidence(),),
             st.lists(
-                st.tuples(st.sampled_from(KINDS), st.booleans(), st.sampled_from(CHECKPOINTS), st.integers(1, 2)), max_size=4
+                st.tuples(st.sampled_from(KINDS), st.booleans(), st.sampled_from(CHECKPOINTS), st.integers(1, 2)),
+                max_size=4,
             ).map(lambda facts: tuple(EvidenceFact(k, p, c, g, o) for o, (k, p, c, g) in enumerate(facts))),
         ),
         lifecycle={
@@ -623,7 +794,10 @@ def situations(draw):
         external_gates=tuple(externals),
     )
     answers = {
-        g.gate_id: rarely(ExternalAnswer(True, "ok"), st.builds(ExternalAnswer, st.none() | st.booleans(), st.sampled_from(["", "why"])))
+        g.gate_id: rarely(
+            ExternalAnswer(True, "ok"),
+            st.builds(ExternalAnswer, st.none() | st.booleans(), st.sampled_from(["", "why"])),
+        )
         for g in externals
         if rarely(True, st.booleans())
     }

@@ -28,7 +28,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 VECTORS_PATH = ROOT / "protos" / "funnel" / "completion" / "v1" / "identity_vectors.json"
 VECTORS_FILE = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))
 VECTORS = VECTORS_FILE["vectors"]
-INPUT_KEYS = {"schema", "workspace_id", "task_id", "generation", "state_version", "checkpoint", "outcome", "decision_schema"}
+INPUT_KEYS = {
+    "schema",
+    "workspace_id",
+    "task_id",
+    "generation",
+    "state_version",
+    "checkpoint",
+    "outcome",
+    "decision_schema",
+}
 MAX_SAFE = 2**53 - 1
 
 
@@ -91,7 +100,9 @@ def test_vector_file_covers_what_other_languages_need():
 
 
 def test_vector_file_is_what_the_generator_writes():
-    spec = importlib.util.spec_from_file_location("generate_identity_vectors", ROOT / "scripts" / "generate_identity_vectors.py")
+    spec = importlib.util.spec_from_file_location(
+        "generate_identity_vectors", ROOT / "scripts" / "generate_identity_vectors.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert VECTORS_PATH.read_text(encoding="utf-8") == module.render()
@@ -118,7 +129,9 @@ def test_every_field_changes_the_identity():
     assert len(identities) == len(variants)
     assert completion_identity(base) not in identities
     # Same input, same identity, however often it is computed.
-    assert completion_identity(base) == completion_identity(IdentityInput(*[getattr(base, f) for f in base.__dataclass_fields__]))
+    assert completion_identity(base) == completion_identity(
+        IdentityInput(*[getattr(base, f) for f in base.__dataclass_fields__])
+    )
 
 
 # --- RFC 8785 on random documents -------------------------------------------------
@@ -139,7 +152,14 @@ def test_canonical_json_equals_rfc8785_on_random_documents(document):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, alphabet=st.characters(min_codepoint=0xD000, exclude_categories=("Cs",))), st.integers(0, 9), min_size=2, max_size=8))
+@given(
+    st.dictionaries(
+        st.text(min_size=1, alphabet=st.characters(min_codepoint=0xD000, exclude_categories=("Cs",))),
+        st.integers(0, 9),
+        min_size=2,
+        max_size=8,
+    )
+)
 def test_member_order_follows_utf16_code_units_for_high_characters(document):
     assert canonical_json(document) == rfc8785.dumps(document)
 

@@ -52,7 +52,11 @@ def test_a_workspace_section_overrides_only_the_keys_it_names():
 def test_a_workspace_can_clear_inherited_lists():
     book = parse_policy(
         {
-            "defaults": {"required_evidence": ["tests"], "disabled_gates": ["result.non_empty"], "external_gates": [REVIEW]},
+            "defaults": {
+                "required_evidence": ["tests"],
+                "disabled_gates": ["result.non_empty"],
+                "external_gates": [REVIEW],
+            },
             "workspaces": {"acme": {"required_evidence": [], "disabled_gates": [], "external_gates": []}},
         }
     )
@@ -98,7 +102,14 @@ def test_mandatory_gates_cannot_be_disabled(gate_id):
 
 @pytest.mark.parametrize(
     "gate_id",
-    ["completion.circuit_breaker", "transcript.state_version_current", "transcript.no_open_work", "lifecycle.no_active_children", "evidence.required", "result.non_empty"],
+    [
+        "completion.circuit_breaker",
+        "transcript.state_version_current",
+        "transcript.no_open_work",
+        "lifecycle.no_active_children",
+        "evidence.required",
+        "result.non_empty",
+    ],
 )
 def test_other_built_in_gates_can_be_disabled(gate_id):
     assert parse_policy({"defaults": {"disabled_gates": [gate_id]}}).defaults.disabled_gates == frozenset({gate_id})
@@ -106,11 +117,13 @@ def test_other_built_in_gates_can_be_disabled(gate_id):
 
 @pytest.mark.parametrize("kind", ["", "unit tests", "tests\n", 5, "cafe\u0301"])
 def test_invalid_evidence_kinds_are_refused(kind):
-    with pytest.raises(PolicyError, match="evidence kind .* is not a valid id"):
+    with pytest.raises(PolicyError, match=r"evidence kind .* is not a valid id"):
         parse_policy({"defaults": {"required_evidence": [kind]}})
 
 
-@pytest.mark.parametrize("key, value", [("required_evidence", "tests"), ("disabled_gates", "result.non_empty"), ("external_gates", REVIEW)])
+@pytest.mark.parametrize(
+    "key, value", [("required_evidence", "tests"), ("disabled_gates", "result.non_empty"), ("external_gates", REVIEW)]
+)
 def test_lists_must_be_lists(key, value):
     # A bare string is not a list of one: "tests" must not become kinds t, e, s.
     with pytest.raises(PolicyError, match=f"{key} must be"):

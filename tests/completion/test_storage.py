@@ -35,15 +35,15 @@ from completion_service.storage.port import (
     ClaimCommand,
     Claimed,
     CloseCommand,
+    CompletionCorrupted,
     Remembered,
     Settlement,
 )
-from completion_service.storage.port import CompletionCorrupted
 from completion_service.storage.sqlite import SqliteCompletionStore
+from funnel.auth.principal import Caller
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.errors import Rejection, instant
-from funnel.auth.principal import Caller
 from funnel.runtime.idempotency import RequestKey, fingerprint
 
 START = 1_700_000_000_000_000
@@ -118,7 +118,11 @@ class Env:
     # -- commands ------------------------------------------------------------
 
     async def claim(self, task_id: str = "t-1", *, ttl: int = 60 * SECOND, request_id=None, agent="agent-1"):
-        request = key("ClaimTask", request_id, fingerprint("ClaimTask", f"{task_id}/{agent}/{ttl}".encode())) if request_id else None
+        request = (
+            key("ClaimTask", request_id, fingerprint("ClaimTask", f"{task_id}/{agent}/{ttl}".encode()))
+            if request_id
+            else None
+        )
         return await self.store.claim(ClaimCommand(WS, task_id, agent, 1, ttl, request, render_claim))
 
     async def claimed(self, task_id: str = "t-1", **kw) -> Claimed:
@@ -199,7 +203,9 @@ async def test_claim_while_another_open_run_holds_a_live_lease_is_lease_held_and
     env.clock.advance(9 * SECOND)
     before = await env.dump()
     result = await env.claim(agent="agent-2")
-    assert_rejected(result, Reason.LEASE_HELD, holder_run_id=holder.run.run_id, lease_expire_time=instant(holder.lease.expires_at))
+    assert_rejected(
+        result, Reason.LEASE_HELD, holder_run_id=holder.run.run_id, lease_expire_time=instant(holder.lease.expires_at)
+    )
     assert await env.dump() == before
 
 
@@ -261,8 +267,14 @@ async def test_close_run_closes_the_run_and_writes_its_audit_row(env):
     assert closed.finished_at == START + 3 * SECOND and not closed.open
     stored = await env.store.get_run(WS, claimed.run.run_id)
     assert stored == closed
-    assert (stored.outcome, stored.tokens_input, stored.tokens_output, stored.tokens_total, stored.notes, stored.error) == (
-        RunOutcome.FAILED, 100, 50, 1000, "n", "e")
+    assert (
+        stored.outcome,
+        stored.tokens_input,
+        stored.tokens_output,
+        stored.tokens_total,
+        stored.notes,
+        stored.error,
+    ) == (RunOutcome.FAILED, 100, 50, 1000, "n", "e")
     audit = (await env.store.list_audit(WS, None, None, 0, 10)).items
     assert [(a.action, a.run_id, a.task_id, dict(a.metadata), a.recorded_at) for a in audit] == [
         ("task.completed", claimed.run.run_id, "t-1",
@@ -304,7 +316,9 @@ async def test_an_allowed_attempt_commits_one_pending_completion_and_a_committed
     )
     assert await env.store.get_completion(WS, "t-1", 1) == completion
     events = await env.events()
-    assert [(e.kind, e.completion_id) for e in events] == [(CompletionEventKind.COMPLETION_COMMITTED, completion.completion_id)]
+    assert [(e.kind, e.completion_id) for e in events] == [
+        (CompletionEventKind.COMPLETION_COMMITTED, completion.completion_id)
+    ]
     assert env.published == events
     assert await env.store.due_settlements(START, 10) == [completion]
 
@@ -438,18 +452,29 @@ async def test_settlement_is_recorded_exactly_once_with_one_terminal_event(env):
     claimed = await env.claimed()
     completion = (await env.attempt(claimed)).completion
     env.clock.advance(SECOND)
-    settled = await env.store.record_settlement(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))
+    settled = await env.store.record_settlement(
+        completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7)
+    )
     assert settled.settlement is SettlementStatus.SETTLED
     assert (settled.lifecycle_revision, settled.lifecycle_event_sequence, settled.settled_at) == (3, 7, START + SECOND)
     assert await env.store.settled_completion(WS, "t-1", 1) == settled
     assert await env.store.due_settlements(START + 100 * SECOND, 10) == []
 
     before = await env.dump()
-    assert await env.store.record_settlement(completion, Settlement(lifecycle_revision=4, lifecycle_event_sequence=8)) is None
-    assert await env.store.record_settlement(completion, Settlement(error_reason="CANCELLATION_FENCED", error_message="x")) is None
+    assert (
+        await env.store.record_settlement(completion, Settlement(lifecycle_revision=4, lifecycle_event_sequence=8))
+        is None
+    )
+    assert (
+        await env.store.record_settlement(completion, Settlement(error_reason="CANCELLATION_FENCED", error_message="x"))
+        is None
+    )
     assert await env.dump() == before
     events = await env.events()
-    assert [e.kind for e in events] == [CompletionEventKind.COMPLETION_COMMITTED, CompletionEventKind.COMPLETION_SETTLED]
+    assert [e.kind for e in events] == [
+        CompletionEventKind.COMPLETION_COMMITTED,
+        CompletionEventKind.COMPLETION_SETTLED,
+    ]
     assert (events[1].lifecycle_revision, events[1].lifecycle_event_sequence) == (3, 7)
     assert env.published == events
 
@@ -463,7 +488,10 @@ async def test_a_rejected_settlement_records_a_terminalization_error_and_never_a
     assert rejected.settlement is SettlementStatus.REJECTED
     assert (rejected.error_reason, rejected.error_message) == ("CANCELLATION_FENCED", "fenced at t")
     assert await env.store.settled_completion(WS, "t-1", 1) is None
-    assert await env.store.record_settlement(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7)) is None
+    assert (
+        await env.store.record_settlement(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))
+        is None
+    )
     assert [e.kind for e in await env.events()] == [
         CompletionEventKind.COMPLETION_COMMITTED, CompletionEventKind.TERMINALIZATION_ERROR]
 
@@ -474,7 +502,11 @@ async def test_a_postponed_settlement_is_due_again_only_at_its_time(env):
     await env.store.postpone_settlement(completion, START + 5 * SECOND)
     assert await env.store.due_settlements(START + 4 * SECOND, 10) == []
     [due] = await env.store.due_settlements(START + 5 * SECOND, 10)
-    assert (due.completion_id, due.settle_attempts, due.settlement) == (completion.completion_id, 1, SettlementStatus.PENDING)
+    assert (due.completion_id, due.settle_attempts, due.settlement) == (
+        completion.completion_id,
+        1,
+        SettlementStatus.PENDING,
+    )
 
 
 # -- request ids ------------------------------------------------------------------
@@ -508,7 +540,9 @@ async def test_an_attempt_request_id_replays_the_original_decision(env):
     assert isinstance(replay, Remembered)
     assert pb.AttemptCompletionResponse.FromString(replay.response) == render_attempt(first)
     reused = await env.attempt(
-        claimed, request=key("AttemptCompletion", "att-1", fingerprint("AttemptCompletion", b"other")), render=render_attempt
+        claimed,
+        request=key("AttemptCompletion", "att-1", fingerprint("AttemptCompletion", b"other")),
+        render=render_attempt,
     )
     assert_rejected(reused, Reason.REQUEST_ID_REUSED)
     assert await env.dump() == before

@@ -205,7 +205,9 @@ def test_an_unprefixed_enum_in_an_excepted_file_is_still_found(buf, tmp_path):
 
 PROBE = "protos/funnel/lifecycle/v1/probe.proto"
 PROBES = {
-    "ENUM_VALUE_PREFIX": "// A probe.\nenum ProbeReason {\n  PROBE_REASON_UNSPECIFIED = 0;\n  SOMETHING_WRONG = 1;\n}\n",
+    "ENUM_VALUE_PREFIX": (
+        "// A probe.\nenum ProbeReason {\n  PROBE_REASON_UNSPECIFIED = 0;\n  SOMETHING_WRONG = 1;\n}\n"
+    ),
     "SERVICE_SUFFIX": (
         "// A probe.\nservice Probe {\n  // Pings.\n  rpc Ping(PingRequest) returns (PingResponse);\n}\n"
         "// A ping.\nmessage PingRequest {}\n// A pong.\nmessage PingResponse {}\n"

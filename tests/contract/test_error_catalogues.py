@@ -17,7 +17,7 @@ CATALOGUES = [
 def test_catalogue_equals_the_contract_enum(module, contract, domain):
     contract_reasons = [v.name for v in contract.ErrorReason.DESCRIPTOR.values if v.number != 0]
     assert [reason.name for reason in module.Reason] == contract_reasons
-    assert module.DOMAIN == domain
+    assert domain == module.DOMAIN
 
 
 @pytest.mark.parametrize("module, contract, domain", CATALOGUES)

@@ -2,8 +2,6 @@
 
 import re
 
-import pytest
-
 # Paths inside FileDescriptorProto source info (descriptor.proto field numbers).
 MESSAGE, ENUM, SERVICE = 4, 5, 6
 FIELD, NESTED_MESSAGE, NESTED_ENUM = 2, 3, 4

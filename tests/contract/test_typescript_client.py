@@ -86,7 +86,9 @@ async def node_test(files: list[Path], env: dict[str, str]) -> str:
     output = stdout.decode(errors="replace")
     print(output)  # shown with -s, or by pytest when a later check fails
     assert process.returncode == 0, f"node --test exited with {process.returncode}:\n{output}"
-    assert "# SKIP" not in output and re.search(r"^# pass [1-9]", output, re.M), f"node ran nothing or skipped:\n{output}"
+    assert "# SKIP" not in output and re.search(r"^# pass [1-9]", output, re.M), (
+        f"node ran nothing or skipped:\n{output}"
+    )
     return output
 
 

@@ -52,7 +52,9 @@ def record(
     )
 
 
-def make_intent(kind: IntentKind, *, generation: int = 1, task_id: str = "task", workspace_id: str = WORKSPACE, **fields) -> i.Intent:
+def make_intent(
+    kind: IntentKind, *, generation: int = 1, task_id: str = "task", workspace_id: str = WORKSPACE, **fields
+) -> i.Intent:
     """An intent of `kind` with sensible defaults for its own fields."""
     if kind is IntentKind.SETTLE_COMPLETION:
         fields.setdefault("completion_id", "cmp-1")

@@ -26,7 +26,9 @@ def micros(timestamp) -> int:
     return timestamp.seconds * 1_000_000 + timestamp.nanos // 1000
 
 
-async def rejected(awaitable, code: grpc.StatusCode, reason: str, *, metadata: set[str] | None = None, field: str | None = None):
+async def rejected(
+    awaitable, code: grpc.StatusCode, reason: str, *, metadata: set[str] | None = None, field: str | None = None
+):
     """Awaits a call that must fail with `code` and one ErrorInfo of this service with
     `reason` (and exactly the `metadata` keys, when given). With `field`, the error
     names that field in ErrorInfo and in a BadRequest violation."""
@@ -115,7 +117,9 @@ class Client:
 
     async def work(self, task_id, status=pb.WORK_STATUS_IN_PROGRESS, generation=1, **kw):
         return await self.stub.SetWorkStatus(
-            pb.SetWorkStatusRequest(workspace_id=self.ws, task_id=task_id, generation=generation, work_status=status, **kw)
+            pb.SetWorkStatusRequest(
+                workspace_id=self.ws, task_id=task_id, generation=generation, work_status=status, **kw
+            )
         )
 
     async def get(self, task_id) -> pb.GetTaskResponse:

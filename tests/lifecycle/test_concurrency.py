@@ -12,7 +12,6 @@ import pytest
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.grpc_errors import error_info
-
 from tests.lifecycle.grpc_support import DOMAIN, Client, Code
 
 N = 50
@@ -154,7 +153,7 @@ async def test_children_settling_while_their_parent_fails_end_exactly_once(c):
         return lambda: c.request_cancellation(child)
 
     calls = [lambda: c.fail("parent")] + [child_call(k) for k in range(N - 1)]
-    successes, errors = await race(calls)
+    _successes, errors = await race(calls)
     assert {code for code, _ in reasons(errors)} <= {Code.FAILED_PRECONDITION}
     for child in children:
         task = await c.eventually(child, lambda t: t.state == pb.GENERATION_STATE_TERMINAL)

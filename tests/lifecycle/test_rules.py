@@ -24,7 +24,6 @@ from lifecycle_service.core.model import (
 )
 from lifecycle_service.core.rules import AlreadySettled, Transition, decide
 from lifecycle_service.errors import Reason
-
 from tests.lifecycle.core_builders import (
     CREATED,
     NOW,
@@ -144,7 +143,9 @@ FENCED = {
 }
 
 NON_TERMINAL_CASES = [
-    pytest.param(kind, state, fenced, table[kind][state], id=f"{kind.name}-{state.name}-{'fenced' if fenced else 'open'}")
+    pytest.param(
+        kind, state, fenced, table[kind][state], id=f"{kind.name}-{state.name}-{'fenced' if fenced else 'open'}"
+    )
     for fenced, table in ((False, UNFENCED), (True, FENCED))
     for kind in IntentKind
     for state in NON_TERMINAL
@@ -165,7 +166,9 @@ def test_every_intent_in_every_non_terminal_state(kind, state, fenced, expected)
 def test_fenced_rejection_names_the_fence():
     task = record(ACTIVE, fenced_at=FENCE_AT)
     decision = decide(make_intent(K.SET_WORK_STATUS), situation(task), POLICY)
-    expect_rejection(decision, R.CANCELLATION_FENCED, cancellation_request_time=instant(FENCE_AT), fenced_task_id="task")
+    expect_rejection(
+        decision, R.CANCELLATION_FENCED, cancellation_request_time=instant(FENCE_AT), fenced_task_id="task"
+    )
 
 
 def test_request_cancellation_keeps_state_and_work_status():
@@ -362,7 +365,9 @@ def test_registration_expecting_an_existing_revision_of_a_missing_task_conflicts
     expect_rejection(decision, R.REVISION_MISMATCH, expected_revision="3", actual_revision="0")
 
 
-@pytest.mark.parametrize("expected_revision, reason", [(None, R.TASK_ALREADY_EXISTS), (0, R.TASK_ALREADY_EXISTS), (7, R.REVISION_MISMATCH)])
+@pytest.mark.parametrize(
+    "expected_revision, reason", [(None, R.TASK_ALREADY_EXISTS), (0, R.TASK_ALREADY_EXISTS), (7, R.REVISION_MISMATCH)]
+)
 def test_registration_of_an_existing_task(expected_revision, reason):
     task = record(ACTIVE, revision=5)
     decision = decide(make_intent(K.REGISTER_TASK, expected_revision=expected_revision), situation(task), POLICY)
@@ -415,8 +420,11 @@ def test_attached_child_registers_only_under_the_exact_active_unfenced_parent_ge
 
 
 def test_parent_rejections_carry_their_metadata():
-    def register(parent, link=attached()):
-        return decide(make_intent(K.REGISTER_TASK, task_id="child", parent=link), situation(None, parent=parent), POLICY)
+    def register(parent, link=None):
+        link = attached() if link is None else link
+        return decide(
+            make_intent(K.REGISTER_TASK, task_id="child", parent=link), situation(None, parent=parent), POLICY
+        )
 
     expect_rejection(register(None), R.PARENT_NOT_FOUND, parent_task_id="parent")
     expect_rejection(
@@ -426,8 +434,12 @@ def test_parent_rejections_carry_their_metadata():
         parent_generation="1",
         current_parent_generation="2",
     )
-    expect_rejection(register(parent_record(SUSPENDED)), R.PARENT_NOT_ACTIVE, parent_task_id="parent", parent_state="SUSPENDED")
-    expect_rejection(register(parent_record(ACTIVE, fenced_at=FENCE_AT)), R.PARENT_CANCELLATION_FENCED, parent_task_id="parent")
+    expect_rejection(
+        register(parent_record(SUSPENDED)), R.PARENT_NOT_ACTIVE, parent_task_id="parent", parent_state="SUSPENDED"
+    )
+    expect_rejection(
+        register(parent_record(ACTIVE, fenced_at=FENCE_AT)), R.PARENT_CANCELLATION_FENCED, parent_task_id="parent"
+    )
     expect_rejection(
         register(parent_record(TERMINAL, outcome=Outcome.TIMED_OUT)),
         R.PARENT_TERMINAL,
@@ -459,7 +471,9 @@ def test_attached_child_names_exactly_the_current_parent_generation(link_generat
     ],
 )
 def test_detached_child_registration_needs_only_an_existing_parent_generation(parent, reason):
-    decision = decide(make_intent(K.REGISTER_TASK, task_id="child", parent=detached()), situation(None, parent=parent), POLICY)
+    decision = decide(
+        make_intent(K.REGISTER_TASK, task_id="child", parent=detached()), situation(None, parent=parent), POLICY
+    )
     if reason is None:
         assert isinstance(decision, Transition)
         assert decision.task.parent == detached()
@@ -493,7 +507,9 @@ def test_attached_child_activates_only_under_an_active_unfenced_parent(name):
         (WorkStatus.IN_PROGRESS, False, None),
     ],
 )
-def test_an_attached_child_starts_no_new_work_under_its_parents_fence_before_it_propagates(status, parent_fenced, reason):
+def test_an_attached_child_starts_no_new_work_under_its_parents_fence_before_it_propagates(
+    status, parent_fenced, reason
+):
     parent = parent_record(ACTIVE, fenced_at=FENCE_AT if parent_fenced else None)
     task = child_record(ACTIVE, work_status=WorkStatus.READY)
     intent = make_intent(K.SET_WORK_STATUS, task_id="child", work_status=status)
@@ -520,7 +536,9 @@ def test_attached_child_resumes_only_under_an_active_unfenced_parent(name):
 def test_attached_child_starts_a_new_generation_only_under_an_active_unfenced_parent(name):
     parent, reason = PARENTS[name]
     task = child_record(TERMINAL, outcome=Outcome.FAILED)
-    decision = decide(make_intent(K.RESUME_WITH_GENERATION, task_id="child", generation=2), situation(task, parent=parent), POLICY)
+    decision = decide(
+        make_intent(K.RESUME_WITH_GENERATION, task_id="child", generation=2), situation(task, parent=parent), POLICY
+    )
     if reason is None:
         assert isinstance(decision, Transition) and decision.task.generation == 2
     else:
@@ -581,7 +599,9 @@ def test_attached_child_failure_under_each_parent_condition(name, kind, result):
 @pytest.mark.parametrize("kind", [K.SETTLE_COMPLETION, K.SETTLE_FAILURE, K.SETTLE_TIMEOUT])
 def test_detached_child_settles_despite_its_parents_fence(kind):
     task = child_record(ACTIVE, link=detached())
-    decision = decide(make_intent(kind, task_id="child"), situation(task, parent=parent_record(ACTIVE, fenced_at=FENCE_AT)), POLICY)
+    decision = decide(
+        make_intent(kind, task_id="child"), situation(task, parent=parent_record(ACTIVE, fenced_at=FENCE_AT)), POLICY
+    )
     assert isinstance(decision, Transition) and decision.task.state is TERMINAL
 
 
@@ -604,7 +624,9 @@ def test_detached_child_settles_despite_its_parents_fence(kind):
 )
 @pytest.mark.parametrize("child_state", [REGISTERED, ACTIVE, SUSPENDED])
 @pytest.mark.parametrize("child_fenced", [False, True])
-def test_parent_termination_cancels_an_attached_child_once_the_parent_generation_ended(parent, reason, child_state, child_fenced):
+def test_parent_termination_cancels_an_attached_child_once_the_parent_generation_ended(
+    parent, reason, child_state, child_fenced
+):
     task = child_record(child_state, fenced_at=FENCE_AT if child_fenced else None)
     intent = make_intent(K.PROPAGATE_PARENT_TERMINATION, task_id="child")
     decision = decide(intent, situation(task, parent=parent), POLICY)
@@ -670,7 +692,9 @@ def test_parent_termination_propagates_further_down():
 def test_other_transitions_owe_children_nothing(kind, state, changes):
     task = record(state)
     intent = make_intent(kind)
-    expect_transition(decide(intent, situation(task, children=CHILDREN), POLICY), task, intent, propagations=(), **changes)
+    expect_transition(
+        decide(intent, situation(task, children=CHILDREN), POLICY), task, intent, propagations=(), **changes
+    )
 
 
 def test_no_children_no_propagations():
@@ -753,8 +777,19 @@ def test_completion_must_predate_both_its_own_and_its_parents_fence():
     task = child_record(ACTIVE, fenced_at=FENCE_AT + 10_000_000)
     before_parent = FENCE_AT - OFFSET - 1
     between = FENCE_AT + 1_000_000  # before the child's own fence, after the parent's
-    assert isinstance(decide(make_intent(K.SETTLE_COMPLETION, task_id="child", authoritative_at=before_parent), situation(task, parent=parent), POLICY), Transition)
-    decision = decide(make_intent(K.SETTLE_COMPLETION, task_id="child", authoritative_at=between), situation(task, parent=parent), POLICY)
+    assert isinstance(
+        decide(
+            make_intent(K.SETTLE_COMPLETION, task_id="child", authoritative_at=before_parent),
+            situation(task, parent=parent),
+            POLICY,
+        ),
+        Transition,
+    )
+    decision = decide(
+        make_intent(K.SETTLE_COMPLETION, task_id="child", authoritative_at=between),
+        situation(task, parent=parent),
+        POLICY,
+    )
     expect_rejection(decision, R.CANCELLATION_FENCED, fenced_task_id="parent")
 
 
@@ -773,7 +808,9 @@ def test_the_clock_offset_is_configurable(offset_micros):
     at_offset = make_intent(K.SETTLE_COMPLETION, authoritative_at=FENCE_AT - offset_micros)
     assert isinstance(decide(inside, situation(task), policy), Transition)
     expect_rejection(
-        decide(at_offset, situation(task), policy), R.CANCELLATION_FENCED, max_clock_offset_ms=str(offset_micros // 1000)
+        decide(at_offset, situation(task), policy),
+        R.CANCELLATION_FENCED,
+        max_clock_offset_ms=str(offset_micros // 1000),
     )
 
 

@@ -22,7 +22,6 @@ from lifecycle_service.core.model import (
 )
 from lifecycle_service.core.rules import AlreadySettled, Transition, decide
 from lifecycle_service.errors import Reason
-
 from tests.lifecycle.core_builders import NOW, SETTLED_WORK_STATUS, make_intent, record
 
 TERMINAL = GenerationState.TERMINAL
@@ -54,7 +53,9 @@ def records(draw, task_id="task", state=None, fenced=None, parent_link=True) -> 
         work_status = draw(st.sampled_from([WorkStatus.READY, WorkStatus.IN_PROGRESS, WorkStatus.BLOCKED]))
     parent = None
     if parent_link and draw(st.booleans()):
-        parent = ParentLink("parent", draw(st.integers(min_value=1, max_value=4)), draw(st.sampled_from(list(LinkMode))))
+        parent = ParentLink(
+            "parent", draw(st.integers(min_value=1, max_value=4)), draw(st.sampled_from(list(LinkMode)))
+        )
     return record(
         state,
         generation=generation,
@@ -73,13 +74,16 @@ def intents_for(draw, task: TaskRecord | None, kinds=tuple(IntentKind), generati
     kind = draw(st.sampled_from(list(kinds)))
     current = task.generation if task else 1
     # Mostly the current generation (where most intents can apply), often the next one.
-    default = st.sampled_from([current, current, current, current + 1]) | st.integers(min_value=1, max_value=current + 1)
+    default = st.sampled_from([current, current, current, current + 1]) | st.integers(
+        min_value=1, max_value=current + 1
+    )
     generation = draw(generations if generations is not None else default)
     revision = task.revision if task else 0
     fields: dict = {
         "request_id": draw(st.none() | st.just("req-1")),
         "expected_revision": draw(
-            st.sampled_from([None, None, revision]) | st.integers(min_value=max(0, revision - 2), max_value=revision + 2)
+            st.sampled_from([None, None, revision])
+            | st.integers(min_value=max(0, revision - 2), max_value=revision + 2)
         ),
     }
     if kind is IntentKind.SETTLE_COMPLETION:
@@ -90,7 +94,9 @@ def intents_for(draw, task: TaskRecord | None, kinds=tuple(IntentKind), generati
     elif kind is IntentKind.ACTIVATE_GENERATION:
         fields["work_status"] = draw(st.none() | st.sampled_from(list(WorkStatus)))
     elif kind is IntentKind.REGISTER_TASK and draw(st.booleans()):
-        fields["parent"] = ParentLink("parent", draw(st.integers(min_value=1, max_value=4)), draw(st.sampled_from(list(LinkMode))))
+        fields["parent"] = ParentLink(
+            "parent", draw(st.integers(min_value=1, max_value=4)), draw(st.sampled_from(list(LinkMode)))
+        )
     return make_intent(kind, generation=generation, **fields)
 
 
@@ -139,7 +145,9 @@ def test_an_accepted_intent_raises_the_revision_by_exactly_one(case, policy):
     assert new.revision == (old.revision + 1 if old else 1)
     assert event.revision == new.revision
     assert event.generation == new.generation
-    assert (event.workspace_id, event.task_id) == (new.workspace_id, new.task_id) == (intent.workspace_id, intent.task_id)
+    assert (
+        (event.workspace_id, event.task_id) == (new.workspace_id, new.task_id) == (intent.workspace_id, intent.task_id)
+    )
     assert event.intent is intent.kind
     assert event.to_state is new.state and event.outcome is new.outcome
     assert event.from_state is (old.state if old else None)
@@ -194,7 +202,10 @@ def test_an_intent_for_an_older_generation_is_always_stale(case, policy):
     note_outcome(type(decision).__name__)
     assert isinstance(decision, Rejection)
     assert decision.reason is Reason.STALE_GENERATION
-    assert decision.metadata == {"generation": str(intent.generation), "current_generation": str(situation.task.generation)}
+    assert decision.metadata == {
+        "generation": str(intent.generation),
+        "current_generation": str(situation.task.generation),
+    }
 
 
 @st.composite
@@ -214,7 +225,10 @@ def completions_after_a_fence(draw):
         fence = task.cancellation_requested_at
     authoritative_at = draw(st.none() | st.integers(min_value=fence - 3_000_000, max_value=fence + 1_000_000))
     intent = make_intent(
-        IntentKind.SETTLE_COMPLETION, generation=task.generation, completion_id="cmp-a", authoritative_at=authoritative_at
+        IntentKind.SETTLE_COMPLETION,
+        generation=task.generation,
+        completion_id="cmp-a",
+        authoritative_at=authoritative_at,
     )
     return intent, Situation(now=NOW, task=task, parent=parent), fence
 
@@ -237,7 +251,19 @@ def test_a_completion_after_a_cancellation_request_wins_only_with_proof(case, po
 
 
 @FAST
-@given(cases(task_strategy=records(state=TERMINAL), kinds=[IntentKind.SETTLE_FAILURE, IntentKind.SETTLE_TIMEOUT, IntentKind.SETTLE_CANCELLATION, IntentKind.SETTLE_COMPLETION, IntentKind.PROPAGATE_PARENT_TERMINATION]), policies)
+@given(
+    cases(
+        task_strategy=records(state=TERMINAL),
+        kinds=[
+            IntentKind.SETTLE_FAILURE,
+            IntentKind.SETTLE_TIMEOUT,
+            IntentKind.SETTLE_CANCELLATION,
+            IntentKind.SETTLE_COMPLETION,
+            IntentKind.PROPAGATE_PARENT_TERMINATION,
+        ],
+    ),
+    policies,
+)
 def test_a_repeated_settlement_is_answered_only_when_it_matches(case, policy):
     intent, situation = case
     task = situation.task

@@ -12,8 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
-from funnel.runtime.grpc_errors import error_info, field_violations
 from funnel.runtime.errors import instant
+from funnel.runtime.grpc_errors import error_info, field_violations
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import LinkMode, ParentLink, Policy
 from lifecycle_service.core.rules import decide
@@ -21,7 +21,6 @@ from lifecycle_service.errors import Reason
 from lifecycle_service.service import SERVICE_NAME
 from lifecycle_service.storage.port import Command
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
-
 from tests import credentials
 from tests.lifecycle.grpc_support import WS, Client, Code, micros, rejected, ts
 
@@ -103,9 +102,16 @@ async def test_a_generation_walks_through_its_states(c, clock):
         (pb.INTENT_REQUEST_CANCELLATION, ACTIVE, ACTIVE, pb.WORK_STATUS_BLOCKED),
         (pb.INTENT_SETTLE_CANCELLATION, ACTIVE, TERMINAL, pb.WORK_STATUS_CANCELLED),
     ]
-    for revision, (response, (intent, from_state, to_state, status)) in enumerate(zip(steps, expected), start=2):
+    for revision, (response, (intent, from_state, to_state, status)) in enumerate(
+        zip(steps, expected, strict=True), start=2
+    ):
         event, task = response.event, response.task
-        assert (event.intent, event.from_state, event.to_state, event.work_status) == (intent, from_state, to_state, status)
+        assert (event.intent, event.from_state, event.to_state, event.work_status) == (
+            intent,
+            from_state,
+            to_state,
+            status,
+        )
         assert event.revision == task.revision == revision
         assert (task.state, task.work_status) == (to_state, status)
         assert micros(task.update_time) == micros(event.commit_time)
@@ -160,7 +166,11 @@ async def test_completion_settles_the_generation_and_a_repeat_returns_the_origin
 async def test_failure_and_timeout_settle_the_generation(c, settle, outcome):
     await c.active("t1")
     settled = await getattr(c, settle)("t1")
-    assert (settled.task.state, settled.task.outcome, settled.task.work_status) == (TERMINAL, outcome, pb.WORK_STATUS_BLOCKED)
+    assert (settled.task.state, settled.task.outcome, settled.task.work_status) == (
+        TERMINAL,
+        outcome,
+        pb.WORK_STATUS_BLOCKED,
+    )
     assert settled.event.outcome == outcome
     assert await getattr(c, settle)("t1") == settled
     other = "time_out" if settle == "fail" else "fail"
@@ -269,7 +279,9 @@ async def test_a_page_token_from_another_listing_is_malformed(c, listing, foreig
         await c.active(task_id)
         await Client(c.stub, OTHER_WS).register(task_id)
     tokens = {
-        "events": (await c.ListLifecycleEvents(pb.ListLifecycleEventsRequest(workspace_id=WS, task_id="a", page_size=1))).next_page_token,
+        "events": (
+            await c.ListLifecycleEvents(pb.ListLifecycleEventsRequest(workspace_id=WS, task_id="a", page_size=1))
+        ).next_page_token,
         "events-of-another-task": (
             await c.ListLifecycleEvents(pb.ListLifecycleEventsRequest(workspace_id=WS, task_id="b", page_size=1))
         ).next_page_token,
@@ -469,9 +481,13 @@ async def test_parent_generation_replacement_waits_for_attached_children(lifecyc
     await c.fail("parent")
     assert (await c.task("child")).state == ACTIVE
     before = await workspace_state(c)
-    await rejected(c.resume("parent", generation=2), Code.FAILED_PRECONDITION, "ACTIVE_ATTACHED_CHILD", metadata={"child_task_ids"})
+    await rejected(
+        c.resume("parent", generation=2), Code.FAILED_PRECONDITION, "ACTIVE_ATTACHED_CHILD", metadata={"child_task_ids"}
+    )
     # The parent's termination decides the child's fate: its own failure is refused.
-    await rejected(c.fail("child"), Code.FAILED_PRECONDITION, "PARENT_TERMINAL", metadata={"parent_task_id", "parent_outcome"})
+    await rejected(
+        c.fail("child"), Code.FAILED_PRECONDITION, "PARENT_TERMINAL", metadata={"parent_task_id", "parent_outcome"}
+    )
     await rejected(c.complete("child", authoritative_at=1), Code.FAILED_PRECONDITION, "PARENT_TERMINAL")
     assert await workspace_state(c) == before
     assert await running.authority.deliver_pending() == 1  # delivery resumes with what is pending
@@ -480,7 +496,8 @@ async def test_parent_generation_replacement_waits_for_attached_children(lifecyc
 
 
 def test_every_reason_of_the_catalogue_is_covered_and_matches_the_contract():
-    contract = {name for name in pb.ErrorReason.keys() if name != "ERROR_REASON_UNSPECIFIED"}
+    # An EnumTypeWrapper is not iterable: keys() it is.
+    contract = {name for name in pb.ErrorReason.keys() if name != "ERROR_REASON_UNSPECIFIED"}  # noqa: SIM118
     assert {reason.name for reason in Reason} == contract
     for reason in Reason:
         assert pb.ErrorReason.Value(reason.name) >= 1
@@ -559,7 +576,7 @@ async def call(stub, rpc: str, request):
         stream = stub.WatchLifecycleEvents(request)
         try:
             return await asyncio.wait_for(stream.read(), timeout=0.5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None  # a valid watch with nothing to deliver yet
         finally:
             stream.cancel()
@@ -615,7 +632,13 @@ BAD_INPUT = [
     ("generation-beyond-2^53", WITH_GENERATION, setter("generation", 2**53), "VALUE_OUT_OF_RANGE", "generation"),
     ("request-id-malformed", MUTATING, setter("request_id", "a b"), "FIELD_MALFORMED", "request_id"),
     ("request-id-too-long", MUTATING, setter("request_id", "r" * 129), "FIELD_TOO_LONG", "request_id"),
-    ("expected-revision-negative", MUTATING, setter("expected_revision", -1), "VALUE_OUT_OF_RANGE", "expected_revision"),
+    (
+        "expected-revision-negative",
+        MUTATING,
+        setter("expected_revision", -1),
+        "VALUE_OUT_OF_RANGE",
+        "expected_revision",
+    ),
     ("cause-reason-too-long", MUTATING, setter("cause.reason", "x" * 1025), "FIELD_TOO_LONG", "cause.reason"),
     ("cause-source-too-long", MUTATING, setter("cause.source", "s" * 129), "FIELD_TOO_LONG", "cause.source"),
     (
@@ -625,7 +648,13 @@ BAD_INPUT = [
         "VALUE_OUT_OF_RANGE",
         "cause.originating_ids",
     ),
-    ("cause-id-key-malformed", MUTATING, originating_ids({"a b": "v"}), "FIELD_MALFORMED", "cause.originating_ids['a b']"),
+    (
+        "cause-id-key-malformed",
+        MUTATING,
+        originating_ids({"a b": "v"}),
+        "FIELD_MALFORMED",
+        "cause.originating_ids['a b']",
+    ),
     (
         "cause-id-value-too-long",
         MUTATING,
@@ -634,8 +663,20 @@ BAD_INPUT = [
         "cause.originating_ids['run_id']",
     ),
     ("work-status-unspecified", ["SetWorkStatus"], setter("work_status", 0), "ENUM_UNSPECIFIED", "work_status"),
-    ("work-status-unknown", ["SetWorkStatus", "ActivateGeneration"], setter("work_status", 99), "ENUM_UNSPECIFIED", "work_status"),
-    ("work-status-done", ["SetWorkStatus", "ActivateGeneration"], setter("work_status", pb.WORK_STATUS_DONE), "WORK_STATUS_RESERVED", "work_status"),
+    (
+        "work-status-unknown",
+        ["SetWorkStatus", "ActivateGeneration"],
+        setter("work_status", 99),
+        "ENUM_UNSPECIFIED",
+        "work_status",
+    ),
+    (
+        "work-status-done",
+        ["SetWorkStatus", "ActivateGeneration"],
+        setter("work_status", pb.WORK_STATUS_DONE),
+        "WORK_STATUS_RESERVED",
+        "work_status",
+    ),
     (
         "work-status-cancelled",
         ["SetWorkStatus", "ActivateGeneration"],
@@ -649,8 +690,20 @@ BAD_INPUT = [
     ("parent-task-malformed", ["RegisterTask"], parent_link(task_id="a b"), "FIELD_MALFORMED", "parent.task_id"),
     ("parent-is-itself", ["RegisterTask"], parent_link(task_id="new-task"), "FIELD_MALFORMED", "parent.task_id"),
     ("completion-id-empty", ["SettleCompletion"], setter("completion_id", ""), "FIELD_REQUIRED", "completion_id"),
-    ("completion-id-malformed", ["SettleCompletion"], setter("completion_id", "a b"), "FIELD_MALFORMED", "completion_id"),
-    ("authoritative-time-missing", ["SettleCompletion"], clearer("authoritative_time"), "FIELD_REQUIRED", "authoritative_time"),
+    (
+        "completion-id-malformed",
+        ["SettleCompletion"],
+        setter("completion_id", "a b"),
+        "FIELD_MALFORMED",
+        "completion_id",
+    ),
+    (
+        "authoritative-time-missing",
+        ["SettleCompletion"],
+        clearer("authoritative_time"),
+        "FIELD_REQUIRED",
+        "authoritative_time",
+    ),
     ("authoritative-time-bad-nanos", ["SettleCompletion"], nanos(-1), "FIELD_MALFORMED", "authoritative_time"),
     (
         "authoritative-at-year-10000",
@@ -659,11 +712,35 @@ BAD_INPUT = [
         "FIELD_MALFORMED",
         "authoritative_time",
     ),
-    ("page-size-negative", ["ListTasks", "ListLifecycleEvents"], setter("page_size", -1), "VALUE_OUT_OF_RANGE", "page_size"),
-    ("page-size-too-big", ["ListTasks", "ListLifecycleEvents"], setter("page_size", 1001), "VALUE_OUT_OF_RANGE", "page_size"),
-    ("page-token-garbage", ["ListTasks", "ListLifecycleEvents"], setter("page_token", "%%%"), "FIELD_MALFORMED", "page_token"),
+    (
+        "page-size-negative",
+        ["ListTasks", "ListLifecycleEvents"],
+        setter("page_size", -1),
+        "VALUE_OUT_OF_RANGE",
+        "page_size",
+    ),
+    (
+        "page-size-too-big",
+        ["ListTasks", "ListLifecycleEvents"],
+        setter("page_size", 1001),
+        "VALUE_OUT_OF_RANGE",
+        "page_size",
+    ),
+    (
+        "page-token-garbage",
+        ["ListTasks", "ListLifecycleEvents"],
+        setter("page_token", "%%%"),
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
     ("parent-filter-malformed", ["ListTasks"], setter("parent_task_id", "a b"), "FIELD_MALFORMED", "parent_task_id"),
-    ("after-sequence-negative", ["WatchLifecycleEvents"], setter("after_sequence", -1), "VALUE_OUT_OF_RANGE", "after_sequence"),
+    (
+        "after-sequence-negative",
+        ["WatchLifecycleEvents"],
+        setter("after_sequence", -1),
+        "VALUE_OUT_OF_RANGE",
+        "after_sequence",
+    ),
 ]
 BAD_INPUT_CASES = [
     pytest.param(rpc, mutation, reason, field, id=f"{rpc}-{name}")
@@ -869,7 +946,9 @@ async def test_parent_cancellation_propagates_to_attached_children_only(c):
     # A fenced child can start no new work, nor complete without proof.
     await rejected(c.work("child"), Code.FAILED_PRECONDITION, "CANCELLATION_FENCED")
     await rejected(c.activate("waiting-child"), Code.FAILED_PRECONDITION, "CANCELLATION_FENCED")
-    await rejected(c.complete("child", authoritative_at=2_000_000_000_000_000), Code.FAILED_PRECONDITION, "CANCELLATION_FENCED")
+    await rejected(
+        c.complete("child", authoritative_at=2_000_000_000_000_000), Code.FAILED_PRECONDITION, "CANCELLATION_FENCED"
+    )
     await rejected(c.register("late-child", parent="parent"), Code.FAILED_PRECONDITION, "PARENT_CANCELLATION_FENCED")
 
     await c.settle_cancellation("parent")
@@ -911,7 +990,10 @@ async def test_parent_completion_waits_for_attached_children_but_not_detached_on
     await c.active("child", parent="parent")
     await c.active("detached", parent="parent", mode=pb.PARENT_LINK_MODE_DETACHED)
     error = await rejected(
-        c.complete("parent", authoritative_at=1), Code.FAILED_PRECONDITION, "ACTIVE_ATTACHED_CHILD", metadata={"child_task_ids"}
+        c.complete("parent", authoritative_at=1),
+        Code.FAILED_PRECONDITION,
+        "ACTIVE_ATTACHED_CHILD",
+        metadata={"child_task_ids"},
     )
     assert error_info(error).metadata["child_task_ids"] == "child"
     await c.complete("child", authoritative_at=1)
@@ -938,7 +1020,9 @@ async def test_attached_children_register_only_under_the_current_active_generati
     await c.register("parent")
     await rejected(c.register("child", parent="parent"), Code.FAILED_PRECONDITION, "PARENT_NOT_ACTIVE")
     await c.activate("parent")
-    await rejected(c.register("child", parent="parent", generation=2), Code.FAILED_PRECONDITION, "PARENT_GENERATION_MISMATCH")
+    await rejected(
+        c.register("child", parent="parent", generation=2), Code.FAILED_PRECONDITION, "PARENT_GENERATION_MISMATCH"
+    )
     await c.register("child", parent="parent")
     await c.suspend("parent")
     await rejected(c.activate("child"), Code.FAILED_PRECONDITION, "PARENT_NOT_ACTIVE")
@@ -984,7 +1068,10 @@ async def test_a_message_larger_than_the_limit_is_resource_exhausted(start_lifec
     await rejected(c.get("t1"), Code.NOT_FOUND, "TASK_NOT_FOUND")
     # Just under the limit the request is read and judged on its content.
     await rejected(
-        c.register("t1", cause=pb.Cause(reason="x" * 30_000)), Code.INVALID_ARGUMENT, "FIELD_TOO_LONG", field="cause.reason"
+        c.register("t1", cause=pb.Cause(reason="x" * 30_000)),
+        Code.INVALID_ARGUMENT,
+        "FIELD_TOO_LONG",
+        field="cause.reason",
     )
 
 
@@ -1026,7 +1113,9 @@ async def test_health_reports_not_serving_while_the_database_is_not_writable(sta
             request = pb.SetWorkStatusRequest(
                 workspace_id=WS, task_id="t1", generation=1, work_status=pb.WORK_STATUS_IN_PROGRESS, request_id="req-1"
             )
-            await rejected(stub.SetWorkStatus(request, timeout=0.5), Code.UNAVAILABLE, "STORAGE_UNAVAILABLE", metadata=set())
+            await rejected(
+                stub.SetWorkStatus(request, timeout=0.5), Code.UNAVAILABLE, "STORAGE_UNAVAILABLE", metadata=set()
+            )
             assert (await c.task("t1")).revision == 2
         finally:
             blocker.execute("ROLLBACK")

@@ -12,6 +12,7 @@ import pytest
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.errors import Rejection
+from funnel.runtime.sqlite import migrations_in
 from funnel.runtime.storage_errors import StorageRefused
 from lifecycle_service.authority import PROPAGATION_SOURCE, LifecycleAuthority
 from lifecycle_service.convert import event_to_proto, task_to_proto
@@ -29,9 +30,7 @@ from lifecycle_service.core.model import (
 from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
 from lifecycle_service.storage.port import Command, Committed, Discharged, Replayed, Resettled
-from lifecycle_service.storage.sqlite import SqliteLifecycleStore
-from funnel.runtime.sqlite import migrations_in
-from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE
+from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE, SqliteLifecycleStore
 
 SCHEMA_VERSION = len(migrations_in(MIGRATIONS_PACKAGE))
 
@@ -278,7 +277,9 @@ async def test_no_record_change_without_its_event(harness):
     def duplicate_revision(situation):
         transition = decide(intent, situation, POLICY)
         # An event whose revision already exists: the insert violates UNIQUE(task, revision).
-        return dataclasses.replace(transition, event=dataclasses.replace(transition.event, revision=situation.task.revision))
+        return dataclasses.replace(
+            transition, event=dataclasses.replace(transition.event, revision=situation.task.revision)
+        )
 
     with pytest.raises(sqlite3.IntegrityError):
         await harness.apply(intent, decide_with=duplicate_revision)
@@ -345,7 +346,9 @@ async def test_events_are_gapless_per_task_ordered_globally_and_published_in_com
     sequences = [e.sequence for e in everything]
     assert sequences == sorted(set(sequences))
     assert {e.workspace_id for e in everything} == {WS}
-    assert sorted(everything, key=lambda e: (e.task_id, e.revision)) == sorted(events_a + events_b, key=lambda e: (e.task_id, e.revision))
+    assert sorted(everything, key=lambda e: (e.task_id, e.revision)) == sorted(
+        events_a + events_b, key=lambda e: (e.task_id, e.revision)
+    )
     # The last event describes the record.
     last_a = events_a[-1]
     assert (last_a.generation, last_a.revision, last_a.to_state, last_a.work_status) == (

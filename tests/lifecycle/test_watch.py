@@ -5,6 +5,7 @@ watcher that does not read."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import grpc
 import pytest
@@ -12,7 +13,6 @@ import pytest
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
-
 from tests import credentials
 from tests.lifecycle.grpc_support import WS, Client, Code
 
@@ -63,10 +63,8 @@ class Watcher:
     async def close(self) -> None:
         self.call.cancel()
         self._pump.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await self._pump
-        except asyncio.CancelledError:
-            pass
 
 
 def watch(c: Client, after: int = 0, task_id: str = "", workspace: str = WS) -> Watcher:

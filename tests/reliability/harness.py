@@ -81,6 +81,8 @@ class Service:
         env = {"FUNNEL_FAULTS_FILE": str(self.control), "FUNNEL_FAULTS": ""}
         if not self.port:
             self.port = unused_port()
+        if self.process is not None:  # a restart: reap the one that died, close its pipe
+            self.process.kill()
         self.process = spawn(self.name, self.module, self.args(), self.log_path, env)
         self.port = int(self.process.address.rsplit(":", 1)[1])
         self.starts += 1
@@ -112,8 +114,7 @@ class Service:
 
     def kill(self) -> None:
         if self.process is not None and self.alive():
-            self.process.process.kill()
-            self.process.process.wait()
+            self.process.kill()
 
     def stop(self) -> None:
         if self.process is not None:
@@ -156,7 +157,7 @@ class Pair:
     def service(self, point: str) -> Service:
         return self.lifecycle if point.startswith("lifecycle.") else self.completion
 
-    async def start(self) -> "Pair":
+    async def start(self) -> Pair:
         for service in (self.lifecycle, self.completion):
             service.disarm()
         self.lifecycle.extra_args = [*lifecycle_tls_arguments(credentials.PKI), *self._lifecycle_args]
@@ -261,7 +262,7 @@ class Totals:
     duplicated: int = 0
     violations: list[str] = field(default_factory=list)
 
-    def add(self, other: "Totals") -> None:
+    def add(self, other: Totals) -> None:
         self.runs += other.runs
         self.faults += other.faults
         self.crashes += other.crashes

@@ -80,7 +80,7 @@ async def test_crash_point(point, tmp_path, record_property):
             workload = Workload(pair, seed, workspace, parent_endings=PLANS[point][2])
             try:
                 ledger = await asyncio.wait_for(workload.run(), RUN_TIMEOUT)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 violations.append(f"{point} seed {seed}: the run did not finish within {RUN_TIMEOUT:.0f}s")
                 for watcher in workload.watchers:
                     await watcher.stop()

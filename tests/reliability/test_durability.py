@@ -46,7 +46,10 @@ def databases(tmp_path_factory) -> dict[str, Path]:
             await pair.stop()
 
     asyncio.run(fill())
-    files = {"lifecycle_service": directory / "lifecycle.sqlite3", "completion_service": directory / "completion.sqlite3"}
+    files = {
+        "lifecycle_service": directory / "lifecycle.sqlite3",
+        "completion_service": directory / "completion.sqlite3",
+    }
     for path in files.values():
         db = sqlite3.connect(path)
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -83,7 +86,9 @@ def table_pages_in_the_middle(path: Path) -> list[int]:
     """Pages (1-based) in the middle of the file that hold table or index b-tree data."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        pages = [row[0] for row in db.execute("SELECT pageno FROM dbstat WHERE name NOT LIKE 'sqlite_%' ORDER BY pageno")]
+        pages = [
+            row[0] for row in db.execute("SELECT pageno FROM dbstat WHERE name NOT LIKE 'sqlite_%' ORDER BY pageno")
+        ]
     finally:
         db.close()
     assert len(pages) >= 4, pages
@@ -202,7 +207,9 @@ def test_a_database_that_declines_wal_or_synchronous_full_refuses_to_start(servi
 
 
 def test_the_refusal_summarises_a_long_integrity_report():
-    problems = ["*** in database main ***\n" + "\n".join(f"On tree page {n} cell 1: invalid page number" for n in range(50))]
+    problems = [
+        "*** in database main ***\n" + "\n".join(f"On tree page {n} cell 1: invalid page number" for n in range(50))
+    ]
     summary = runtime_sqlite._summary(problems)
     assert summary.startswith("On tree page 0 cell 1")
     assert "(and 47 more)" in summary and len(summary) < 300

@@ -40,8 +40,9 @@ import sqlite3
 import string
 import time
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -165,7 +166,7 @@ class Pick:
     """Hostile and ordinary values, each with its validity: True (the documented
     rules accept it), False (they reject it), None (either is acceptable)."""
 
-    def __init__(self, rng: random.Random, world: "World") -> None:
+    def __init__(self, rng: random.Random, world: World) -> None:
         self.rng = rng
         self.w = world
         # Benign requests use known ids and valid values only: they reach the
@@ -412,8 +413,12 @@ async def build_world(tmp: Path) -> World:
     completions.append((await f.attempt(runs[-1], outcome=cpb.REQUESTED_OUTCOME_FAILED)).completion.completion_id)
     await f.complete_run(runs[-1], workspace=WS, outcome=cpb.RUN_OUTCOME_STALLED)
     await f.register("t-susp", workspace=WS)
-    await f.lc.ActivateGeneration(lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t-susp", generation=1), timeout=10)
-    await f.lc.SuspendGeneration(lpb.SuspendGenerationRequest(workspace_id=WS, task_id="t-susp", generation=1), timeout=10)
+    await f.lc.ActivateGeneration(
+        lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t-susp", generation=1), timeout=10
+    )
+    await f.lc.SuspendGeneration(
+        lpb.SuspendGenerationRequest(workspace_id=WS, task_id="t-susp", generation=1), timeout=10
+    )
     runs.append(await f.registered_and_claimed("t-parent", workspace=WS, ttl_seconds=day))
     await f.register("t-child", workspace=WS, parent="t-parent")
     await f.register("t-dchild", workspace=WS, parent="t-parent", mode=lpb.PARENT_LINK_MODE_DETACHED)
@@ -422,11 +427,18 @@ async def build_world(tmp: Path) -> World:
     # A parent suspended under a registered attached child: claiming the child is refused by the lifecycle.
     await f.registered_and_claimed("t-psusp", workspace=WS, ttl_seconds=day)
     await f.register("t-pchild", workspace=WS, parent="t-psusp")
-    await f.lc.SuspendGeneration(lpb.SuspendGenerationRequest(workspace_id=WS, task_id="t-psusp", generation=1), timeout=10)
+    await f.lc.SuspendGeneration(
+        lpb.SuspendGenerationRequest(workspace_id=WS, task_id="t-psusp", generation=1), timeout=10
+    )
     runs.append(await f.registered_and_claimed("t-tr", workspace=WS, ttl_seconds=day))
-    await append("t-tr", ev(user_message=tpb.UserMessage(text="fix it")), ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-a")),
-                 ev(turn_start=tpb.TurnStart(turn_id="turn-a")), ev(step_start=tpb.StepStart(step_id="step-a")),
-                 ev(tool_call=tpb.ToolCall(call_id="call-a", tool_name="bash", arguments="ls")))
+    await append(
+        "t-tr",
+        ev(user_message=tpb.UserMessage(text="fix it")),
+        ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-a")),
+        ev(turn_start=tpb.TurnStart(turn_id="turn-a")),
+        ev(step_start=tpb.StepStart(step_id="step-a")),
+        ev(tool_call=tpb.ToolCall(call_id="call-a", tool_name="bash", arguments="ls")),
+    )
     runs.append(await f.registered_and_claimed("t-gen2", workspace=WS, ttl_seconds=day))
     await append("t-gen2", ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-1")), *closed_turn)
     completions.append((await f.attempt(runs[-1])).completion.completion_id)
@@ -459,8 +471,29 @@ async def build_world(tmp: Path) -> World:
     async for chunk in ts.ExportTranscript(tpb.ExportTranscriptRequest(workspace_id=WS, task_id="t-done"), timeout=10):
         jsonl += chunk.jsonl
     await f.lifecycle.authority.deliver_pending()
-    task_ids = ["t-reg", "t-reg2", "t-reg3", "t-empty", "t-act", "t-short", "t-done", "t-fence", "t-cancel", "t-fail", "t-susp", "t-parent",
-                "t-child", "t-dchild", "t-grandchild", "t-psusp", "t-pchild", "t-tr", "t-gen2", "t-new-1", "t-new-2"]
+    task_ids = [
+        "t-reg",
+        "t-reg2",
+        "t-reg3",
+        "t-empty",
+        "t-act",
+        "t-short",
+        "t-done",
+        "t-fence",
+        "t-cancel",
+        "t-fail",
+        "t-susp",
+        "t-parent",
+        "t-child",
+        "t-dchild",
+        "t-grandchild",
+        "t-psusp",
+        "t-pchild",
+        "t-tr",
+        "t-gen2",
+        "t-new-1",
+        "t-new-2",
+    ]
     return World(
         f, ts, task_ids, [r.run.run_id for r in runs] + ["run_99999999"], [r.lease.epoch for r in runs],
         completions + ["cmp_99999999"], ["cp-1", "cp-2", "cp-a", "cp-zz"], tokens, jsonl,
@@ -632,7 +665,9 @@ class Generator:
 
     def _WatchLifecycleEvents(self):
         after = self.p.int64(lambda v: v >= 0, [0, 0, 1, 5, 10**6])
-        fields, valid = self._collect(workspace_id=self.p.ws(), task_id=self.p.task(required=False), after_sequence=after)
+        fields, valid = self._collect(
+            workspace_id=self.p.ws(), task_id=self.p.task(required=False), after_sequence=after
+        )
         return lpb.WatchLifecycleEventsRequest(**fields), valid
 
     # completion
@@ -710,7 +745,9 @@ class Generator:
 
     def _WatchCompletionEvents(self):
         after = self.p.int64(lambda v: v >= 0, [0, 0, 1, 5, 10**6])
-        fields, valid = self._collect(workspace_id=self.p.ws(), task_id=self.p.task(required=False), after_sequence=after)
+        fields, valid = self._collect(
+            workspace_id=self.p.ws(), task_id=self.p.task(required=False), after_sequence=after
+        )
         return cpb.WatchCompletionEventsRequest(**fields), valid
 
     # transcripts
@@ -807,7 +844,7 @@ class Generator:
             messages.append(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=ws[0], task_id=task[0])))
         body = self._jsonl()
         cut = sorted(self.rng.randrange(len(body) + 1) for _ in range(self.rng.randrange(0, 4)))
-        for start, end in zip([0, *cut], [*cut, len(body)]):
+        for start, end in zip([0, *cut], [*cut, len(body)], strict=True):
             messages.append(tpb.ImportTranscriptRequest(jsonl_chunk=body[start:end]))
         if shape > 0.97 and messages:
             messages.append(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id="t-empty")))
@@ -892,7 +929,7 @@ async def send(world: World, call: Call, watch_wait: float = WATCH_WAIT) -> Answ
                 wait = INVALID_WATCH_WAIT if call.valid is False else watch_wait
                 item = await asyncio.wait_for(stream.read(), timeout=wait)
                 return Answer(Code.OK, item)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return Answer(Code.OK, None)  # a live stream with nothing to say yet
             finally:
                 stream.cancel()
@@ -1030,7 +1067,7 @@ def attribute(
             new = collections.Counter(after[service].get(table, []))
             for row in list((new - old).elements()) + list((old - new).elements()):
                 changed += 1
-                values = dict(zip(names[table], row))
+                values = dict(zip(names[table], row, strict=True))
                 workspace = values.get("workspace_id")
                 if table == "request_ids":
                     if (workspace, values["request_id"]) in touched.request_ids or _derived_request_id(
@@ -1070,7 +1107,7 @@ def _tasks_of_runs(touched: Touched, completion_dump: dict, completion_columns: 
     """A request naming a run touches the run's task (its lease, completion, lifecycle state)."""
     names = completion_columns["agent_runs"]
     for row in completion_dump["agent_runs"]:
-        values = dict(zip(names, row))
+        values = dict(zip(names, row, strict=True))
         if (values["workspace_id"], values["run_id"]) in touched.runs:
             touched.tasks.add((values["workspace_id"], values["task_id"]))
             run_tasks[values["run_id"]] = values["task_id"]
@@ -1079,7 +1116,7 @@ def _tasks_of_runs(touched: Touched, completion_dump: dict, completion_columns: 
 def _expand_touched(touched: Touched, lifecycle_dump: dict, lifecycle_columns: dict) -> None:
     """Children (any depth) of touched tasks may change through propagation."""
     names = lifecycle_columns["tasks"]
-    rows = [dict(zip(names, r)) for r in lifecycle_dump["tasks"]]
+    rows = [dict(zip(names, r, strict=True)) for r in lifecycle_dump["tasks"]]
     grew = True
     while grew:
         grew = False
@@ -1251,20 +1288,44 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
         reached.clear()
         big = "x" * (limit + 1)
         calls = [
-            lambda: f.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=E2E_WS, task_id="task-2",
-                                                      cause=lpb.Cause(reason=big)), timeout=10),
+            lambda: f.lc.RegisterTask(
+                lpb.RegisterTaskRequest(workspace_id=E2E_WS, task_id="task-2", cause=lpb.Cause(reason=big)), timeout=10
+            ),
             lambda: f.lc.GetTask(lpb.GetTaskRequest(workspace_id=E2E_WS, task_id=big), timeout=10),
-            lambda: f.cs.CompleteRun(cpb.CompleteRunRequest(workspace_id=E2E_WS, run_id=claim.run.run_id,
-                                                    outcome=cpb.RUN_OUTCOME_SUCCEEDED, notes=big), timeout=10),
-            lambda: f.cs.RecordEvidence(cpb.RecordEvidenceRequest(workspace_id=E2E_WS, task_id="task-1", generation=1, kind="tests",
-                                                          verdict=cpb.EVIDENCE_VERDICT_PASSED, details=big), timeout=10),
-            lambda: ts.AppendTranscript(tpb.AppendTranscriptRequest(
-                workspace_id=E2E_WS, task_id="task-1",
-                events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="y" * 1000))] * 100), timeout=10),
-            lambda: ts.ImportTranscript(iter([
-                tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=E2E_WS, task_id="task-1")),
-                tpb.ImportTranscriptRequest(jsonl_chunk=b"z" * (limit + 1)),
-            ]), timeout=10),
+            lambda: f.cs.CompleteRun(
+                cpb.CompleteRunRequest(
+                    workspace_id=E2E_WS, run_id=claim.run.run_id, outcome=cpb.RUN_OUTCOME_SUCCEEDED, notes=big
+                ),
+                timeout=10,
+            ),
+            lambda: f.cs.RecordEvidence(
+                cpb.RecordEvidenceRequest(
+                    workspace_id=E2E_WS,
+                    task_id="task-1",
+                    generation=1,
+                    kind="tests",
+                    verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                    details=big,
+                ),
+                timeout=10,
+            ),
+            lambda: ts.AppendTranscript(
+                tpb.AppendTranscriptRequest(
+                    workspace_id=E2E_WS,
+                    task_id="task-1",
+                    events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="y" * 1000))] * 100,
+                ),
+                timeout=10,
+            ),
+            lambda: ts.ImportTranscript(
+                iter(
+                    [
+                        tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=E2E_WS, task_id="task-1")),
+                        tpb.ImportTranscriptRequest(jsonl_chunk=b"z" * (limit + 1)),
+                    ]
+                ),
+                timeout=10,
+            ),
         ]
         for index, call in enumerate(calls):
             with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -1281,7 +1342,8 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
         assert set(reached) <= {"ImportTranscript", "GetTask"}, reached
         # A request just under the limit is served normally.
         response = await f.lc.RegisterTask(
-            lpb.RegisterTaskRequest(workspace_id=E2E_WS, task_id="task-2", cause=lpb.Cause(reason="r" * 1000)), timeout=10
+            lpb.RegisterTaskRequest(workspace_id=E2E_WS, task_id="task-2", cause=lpb.Cause(reason="r" * 1000)),
+            timeout=10,
         )
         assert response.task.revision == 1 and reached["RegisterTask"] == 1
     finally:
@@ -1362,9 +1424,14 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
     wide_letter = "\U00020000"  # four UTF-8 bytes, and allowed in ids (emoji are not)
     await f.register("t-big")
     for _ in range(6):
-        await ts.AppendTranscript(tpb.AppendTranscriptRequest(
-            workspace_id=E2E_WS, task_id="t-big", events=[ev(user_message=tpb.UserMessage(text="b" * (1024 * 1024 - 64)))]
-        ), timeout=10)
+        await ts.AppendTranscript(
+            tpb.AppendTranscriptRequest(
+                workspace_id=E2E_WS,
+                task_id="t-big",
+                events=[ev(user_message=tpb.UserMessage(text="b" * (1024 * 1024 - 64)))],
+            ),
+            timeout=10,
+        )
     await f.register("t-noisy")  # 200 events of about 28 KB
     cause = lpb.Cause(source=emoji * 128, reason=emoji * 1024,
                       originating_ids={f"{wide_letter * 120}{i:02d}": emoji * 256 for i in range(16)})
@@ -1392,10 +1459,22 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
                 return len(seen)
 
     for size in (0, 1000):
-        assert await drain(f.lc.ListLifecycleEvents, lpb.ListLifecycleEventsRequest(workspace_id=E2E_WS, task_id="t-noisy"),
-                           "events", size) == 201
-        assert await drain(f.cs.ListRuns, cpb.ListRunsRequest(workspace_id=E2E_WS, task_id="t-runs"), "runs", size) == 110
-        assert await drain(f.cs.ListCompletions, cpb.ListCompletionsRequest(workspace_id=E2E_WS), "completions", size) == 70
+        assert (
+            await drain(
+                f.lc.ListLifecycleEvents,
+                lpb.ListLifecycleEventsRequest(workspace_id=E2E_WS, task_id="t-noisy"),
+                "events",
+                size,
+            )
+            == 201
+        )
+        assert (
+            await drain(f.cs.ListRuns, cpb.ListRunsRequest(workspace_id=E2E_WS, task_id="t-runs"), "runs", size) == 110
+        )
+        assert (
+            await drain(f.cs.ListCompletions, cpb.ListCompletionsRequest(workspace_id=E2E_WS), "completions", size)
+            == 70
+        )
         assert await drain(ts.LoadTranscript, tpb.LoadTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"),
                            "events", size) == 6
     chunks = [c.jsonl async for c in ts.ExportTranscript(

@@ -7,6 +7,7 @@ reply is lost after its commit is retried into the same completion, settled once
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import grpc
 import pytest
@@ -58,14 +59,21 @@ def lifecycle_steps(cid: str) -> list[tuple[str, str, object]]:
     return [
         ("t1", "RegisterTask", lpb.RegisterTaskRequest(task_id="t1", **key)),
         ("t1", "ActivateGeneration", lpb.ActivateGenerationRequest(task_id="t1", generation=1, **key)),
-        ("t1", "SetWorkStatus", lpb.SetWorkStatusRequest(task_id="t1", generation=1, work_status=lpb.WORK_STATUS_BLOCKED, **key)),
+        (
+            "t1",
+            "SetWorkStatus",
+            lpb.SetWorkStatusRequest(task_id="t1", generation=1, work_status=lpb.WORK_STATUS_BLOCKED, **key),
+        ),
         ("t1", "SuspendGeneration", lpb.SuspendGenerationRequest(task_id="t1", generation=1, **key)),
         ("t1", "ResumeWithGeneration", lpb.ResumeWithGenerationRequest(task_id="t1", generation=1, **key)),
         ("t1", "RequestCancellation", lpb.RequestCancellationRequest(task_id="t1", generation=1, **key)),
         ("t1", "SettleCancellation", lpb.SettleCancellationRequest(task_id="t1", generation=1, **key)),
         ("t1", "ResumeWithGeneration", lpb.ResumeWithGenerationRequest(task_id="t1", generation=2, **key)),
-        ("t1", "SettleCompletion", lpb.SettleCompletionRequest(
-            task_id="t1", generation=2, completion_id=cid, authoritative_time=now, **key)),
+        (
+            "t1",
+            "SettleCompletion",
+            lpb.SettleCompletionRequest(task_id="t1", generation=2, completion_id=cid, authoritative_time=now, **key),
+        ),
         ("t2", "RegisterTask", lpb.RegisterTaskRequest(task_id="t2", **key)),
         ("t2", "SettleFailure", lpb.SettleFailureRequest(task_id="t2", generation=1, **key)),
         ("t3", "RegisterTask", lpb.RegisterTaskRequest(task_id="t3", **key)),
@@ -76,7 +84,7 @@ def lifecycle_steps(cid: str) -> list[tuple[str, str, object]]:
 async def test_every_lifecycle_intent_survives_a_lost_reply(pair):
     for index, (task_id, method, request) in enumerate(lifecycle_steps("cmp_lost_reply")):
         request.request_id = f"req-{index}"
-        call = lambda: getattr(pair.lc, method)(request, timeout=T)  # noqa: E731
+        call = functools.partial(getattr(pair.lc, method), request, timeout=T)
         before = await events(pair, task_id) if method != "RegisterTask" else []
         pair.lifecycle.arm("lifecycle.after_commit_before_reply:drop:1")
         await dropped(call())
@@ -151,7 +159,9 @@ def attempt_request(task_id: str, claim: cpb.ClaimTaskResponse) -> cpb.AttemptCo
 async def settled(pair: Pair, task_id: str) -> cpb.Completion:
     for _ in range(500):
         completion = (
-            await pair.cs.GetCompletion(cpb.GetCompletionRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T)
+            await pair.cs.GetCompletion(
+                cpb.GetCompletionRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
+            )
         ).completion
         if completion.settlement != cpb.SETTLEMENT_STATUS_PENDING:
             return completion
@@ -165,7 +175,9 @@ def settled_once(pair: Pair, task_id: str, completion: cpb.Completion) -> None:
     assert completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
     L, C = read_only(pair.lifecycle.database), read_only(pair.completion.database)
     try:
-        rows = C.execute("SELECT completion_id FROM task_completions WHERE workspace_id = ? AND task_id = ?", (WS, task_id)).fetchall()
+        rows = C.execute(
+            "SELECT completion_id FROM task_completions WHERE workspace_id = ? AND task_id = ?", (WS, task_id)
+        ).fetchall()
         assert rows == [(completion.completion_id,)]
         settlements = L.execute(
             "SELECT sequence, revision, completion_id FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? "
@@ -176,11 +188,14 @@ def settled_once(pair: Pair, task_id: str, completion: cpb.Completion) -> None:
             (completion.lifecycle_event_sequence, completion.lifecycle_revision, completion.completion_id)
         ]
         kinds = C.execute(
-            "SELECT kind, lifecycle_event_sequence FROM completion_events WHERE workspace_id = ? AND task_id = ? ORDER BY sequence",
+            "SELECT kind, lifecycle_event_sequence FROM completion_events WHERE workspace_id = ? AND task_id = ? ORDER "
+            "BY sequence",
             (WS, task_id),
         ).fetchall()
         assert kinds == [("COMPLETION_COMMITTED", None), ("COMPLETION_SETTLED", completion.lifecycle_event_sequence)]
-        task = L.execute("SELECT state, outcome, completion_id FROM tasks WHERE workspace_id = ? AND task_id = ?", (WS, task_id)).fetchone()
+        task = L.execute(
+            "SELECT state, outcome, completion_id FROM tasks WHERE workspace_id = ? AND task_id = ?", (WS, task_id)
+        ).fetchone()
         assert task == ("TERMINAL", "COMPLETED", completion.completion_id)
     finally:
         L.close()

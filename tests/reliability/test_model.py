@@ -30,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
 import os
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -65,14 +65,21 @@ REGISTERED, ACTIVE, SUSPENDED, TERMINAL = "REGISTERED", "ACTIVE", "SUSPENDED", "
 COMPLETED, CANCELLED, FAILED, TIMED_OUT = "COMPLETED", "CANCELLED", "FAILED", "TIMED_OUT"
 # Intents, named as the lifecycle service names them.
 ACTIVATE, SUSPEND, RESUME, REQUEST_CANCEL, SETTLE_CANCEL = (
-    "ACTIVATE_GENERATION", "SUSPEND_GENERATION", "RESUME_WITH_GENERATION", "REQUEST_CANCELLATION", "SETTLE_CANCELLATION",
+    "ACTIVATE_GENERATION",
+    "SUSPEND_GENERATION",
+    "RESUME_WITH_GENERATION",
+    "REQUEST_CANCELLATION",
+    "SETTLE_CANCELLATION",
 )
 SETTLE_COMPLETION, SETTLE_FAILURE, SETTLE_TIMEOUT, PROPAGATE, SET_STATUS = (
     "SETTLE_COMPLETION", "SETTLE_FAILURE", "SETTLE_TIMEOUT", "PROPAGATE_PARENT_TERMINATION", "SET_WORK_STATUS",
 )
 SETTLEMENT_OUTCOME = {
-    SETTLE_CANCEL: (CANCELLED, "CANCELLED"), SETTLE_COMPLETION: (COMPLETED, "DONE"), SETTLE_FAILURE: (FAILED, "BLOCKED"),
-    SETTLE_TIMEOUT: (TIMED_OUT, "BLOCKED"), PROPAGATE: (CANCELLED, "CANCELLED"),
+    SETTLE_CANCEL: (CANCELLED, "CANCELLED"),
+    SETTLE_COMPLETION: (COMPLETED, "DONE"),
+    SETTLE_FAILURE: (FAILED, "BLOCKED"),
+    SETTLE_TIMEOUT: (TIMED_OUT, "BLOCKED"),
+    PROPAGATE: (CANCELLED, "CANCELLED"),
 }
 OK = "OK"
 # What the runs exercised, (call, answer) -> count; printed at the end.
@@ -494,7 +501,7 @@ class FunnelMachine(RuleBasedStateMachine):
     @initialize()
     def two_tasks(self):
         for task_id in TASKS[:2]:
-            got, response = self.call(lambda: self.f.lc.RegisterTask(
+            got, response = self.call(lambda task_id=task_id: self.f.lc.RegisterTask(
                 lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT))
             self.expect("RegisterTask", OK, got, response)
             self.model.tasks[task_id] = MTask(task_id, None)
@@ -533,10 +540,27 @@ class FunnelMachine(RuleBasedStateMachine):
         if got == OK:
             m.tasks[task_id] = MTask(task_id, link)
 
-    @rule(index=st.integers(0, 11), intent=st.sampled_from(
-        [REQUEST_CANCEL, REQUEST_CANCEL, SETTLE_CANCEL, SETTLE_CANCEL, SETTLE_FAILURE, SETTLE_TIMEOUT, SUSPEND, ACTIVATE,
-         RESUME, RESUME, PROPAGATE, SET_STATUS]),
-        offset=st.sampled_from([0, 0, 0, 0, -1, 1]), status=st.sampled_from(["READY", "IN_PROGRESS", "BLOCKED"]))
+    @rule(
+        index=st.integers(0, 11),
+        intent=st.sampled_from(
+            [
+                REQUEST_CANCEL,
+                REQUEST_CANCEL,
+                SETTLE_CANCEL,
+                SETTLE_CANCEL,
+                SETTLE_FAILURE,
+                SETTLE_TIMEOUT,
+                SUSPEND,
+                ACTIVATE,
+                RESUME,
+                RESUME,
+                PROPAGATE,
+                SET_STATUS,
+            ]
+        ),
+        offset=st.sampled_from([0, 0, 0, 0, -1, 1]),
+        status=st.sampled_from(["READY", "IN_PROGRESS", "BLOCKED"]),
+    )
     def lifecycle_intent(self, index, intent, offset, status):
         m = self.model
         task_id, t = self.task_of(index)
@@ -559,7 +583,9 @@ class FunnelMachine(RuleBasedStateMachine):
         expected = m.judge(intent, task_id, generation)
         before = t.revision if t else None
         got, response = self.call(lambda: method(request(**common), timeout=CALL_TIMEOUT))
-        self.expect(f"{intent} {task_id} generation {generation}", OK if expected == "ALREADY" else expected, got, response)
+        self.expect(
+            f"{intent} {task_id} generation {generation}", OK if expected == "ALREADY" else expected, got, response
+        )
         if expected == OK:
             m.apply(intent, task_id, generation, work_status=status if intent in (ACTIVATE, SET_STATUS) else None)
             assert response.event.revision == before + 1 and response.task.revision == before + 1
@@ -606,8 +632,15 @@ class FunnelMachine(RuleBasedStateMachine):
             else:
                 self.expect("withdrawn claim's lifecycle reason", m.judge(ACTIVATE, task_id, t.generation),
                             error_info(response).metadata["lifecycle_reason"])
-                withdrawn = [r for r in self.run(lambda: self.f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=task_id),
-                                                                    timeout=CALL_TIMEOUT)).runs if r.epoch == t.epoch]
+                withdrawn = [
+                    r
+                    for r in self.run(
+                        lambda: self.f.cs.ListRuns(
+                            cpb.ListRunsRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
+                        )
+                    ).runs
+                    if r.epoch == t.epoch
+                ]
                 assert len(withdrawn) == 1 and withdrawn[0].outcome == cpb.RUN_OUTCOME_CANCELLED, withdrawn
                 m.runs[withdrawn[0].run_id] = MRun(withdrawn[0].run_id, task_id, t.generation, t.epoch, open=False)
                 t.lease = (withdrawn[0].run_id, t.epoch, m.now)
@@ -649,20 +682,31 @@ class FunnelMachine(RuleBasedStateMachine):
         m = self.model
         task_id, t = self.task_of(index)
         tail = t.tail if t else MTail()
-        turn, step_ = tail.open_turn or f"turn-{n}", tail.open_step or f"step-{n}"
-        close = [("tool_result", c) for c in tail.open_calls] + ([("step_end", tail.open_step)] if tail.open_step else [])
+        close = [("tool_result", c) for c in tail.open_calls] + (
+            [("step_end", tail.open_step)] if tail.open_step else []
+        )
         close += [("turn_end", tail.open_turn)] if tail.open_turn else []
         events = {
             "open": [("turn_start", f"turn-{n}"), ("assistant_message", "")],
-            "work": [("step_start", f"step-{n}"), ("tool_call", f"call-{n}")] + ([("tool_result", f"call-{n}")] if n else []),
+            "work": [("step_start", f"step-{n}"), ("tool_call", f"call-{n}")]
+            + ([("tool_result", f"call-{n}")] if n else []),
             "close": close,
-            "full": close + [("turn_start", f"turn-x{n}"), ("step_start", "s"), ("tool_call", "c"), ("tool_result", "c"),
-                             ("step_end", "s"), ("checkpoint", f"cp-{n}"), ("turn_end", f"turn-x{n}")],
+            "full": close
+            + [
+                ("turn_start", f"turn-x{n}"),
+                ("step_start", "s"),
+                ("tool_call", "c"),
+                ("tool_result", "c"),
+                ("step_end", "s"),
+                ("checkpoint", f"cp-{n}"),
+                ("turn_end", f"turn-x{n}"),
+            ],
             "checkpoint": [("checkpoint", f"cp-{n}")],
             "feedback": [("user_feedback", "")] + ([("turn_start", f"turn-f{n}")] if n else []),
             "resend": [("prompt_resend", "")],
-            "restore": [("checkpoint_restore", sorted(t.checkpoints)[n % len(t.checkpoints)] if t and t.checkpoints
-                         else "cp-0")],
+            "restore": [
+                ("checkpoint_restore", sorted(t.checkpoints)[n % len(t.checkpoints)] if t and t.checkpoints else "cp-0")
+            ],
             "restore_unknown": [("checkpoint_restore", "cp-never")],
             "bad": [("tool_result", "call-unknown")],
             "message": [("user_message", "")],
@@ -704,7 +748,11 @@ class FunnelMachine(RuleBasedStateMachine):
                 t.checkpoints.setdefault(ref, t.tail.last_sequence + 1 + offset)
         t.tail = following
         t.state_version += 1
-        assert (response.state_version, response.generation, response.resumed) == (t.state_version, t.generation, resume)
+        assert (response.state_version, response.generation, response.resumed) == (
+            t.state_version,
+            t.generation,
+            resume,
+        )
         STATS[("resumed by " + events[0][0], OK)] += resume
 
     @rule(index=st.integers(0, 11))
@@ -714,6 +762,9 @@ class FunnelMachine(RuleBasedStateMachine):
         expected_repair = bool(t and t.tail.open_turn is not None and not m.live_lease(t))
         got, response = self.call(lambda: self.ts.LoadTranscript(
             tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=CALL_TIMEOUT))
+        if t is None:  # never registered, so it has no transcript either
+            self.expect(f"LoadTranscript {task_id}", "TASK_NOT_FOUND", got, response)
+            return
         self.expect(f"LoadTranscript {task_id}", OK, got, response)
         assert response.repaired == expected_repair, (task_id, response.repaired, expected_repair)
         if expected_repair:
@@ -749,14 +800,29 @@ class FunnelMachine(RuleBasedStateMachine):
         evaluated = t.state_version if state_version is None else state_version
         lease = t.lease
         checks = [
-            ("lease.live", True, run.open and lease is not None and lease[0] == run.run_id and lease[1] == epoch
-             and run.epoch == epoch and lease[2] > m.now),
+            (
+                "lease.live",
+                True,
+                run.open
+                and lease is not None
+                and lease[0] == run.run_id
+                and lease[1] == epoch
+                and run.epoch == epoch
+                and lease[2] > m.now,
+            ),
             ("lifecycle.generation_current", True, run.generation == t.generation and not t.terminal),
             ("lifecycle.no_cancellation", True, not t.fenced),
-            ("completion.circuit_breaker", True,
-             t.blocked.count((run.generation, tail.checkpoint, result)) < BREAKER_THRESHOLD),
+            (
+                "completion.circuit_breaker",
+                True,
+                t.blocked.count((run.generation, tail.checkpoint, result)) < BREAKER_THRESHOLD,
+            ),
             ("transcript.state_version_current", False, evaluated == t.state_version),
-            ("transcript.no_open_work", False, not tail.open_calls and tail.open_step is None and tail.open_turn is None),
+            (
+                "transcript.no_open_work",
+                False,
+                not tail.open_calls and tail.open_step is None and tail.open_turn is None,
+            ),
             ("lifecycle.no_active_children", False, not m.children(t)),
             ("evidence.required", False, outcome == FAILED or self._evidence_passed(t, run.generation)),
             ("result.non_empty", False, bool(result.strip())),
@@ -865,17 +931,26 @@ class FunnelMachine(RuleBasedStateMachine):
         if feedback:
             self.append(index, "feedback", 1)
 
-    @rule(pick=st.integers(0, 100), outcome=st.sampled_from(["SUCCEEDED", "SUCCEEDED", "FAILED", "CANCELLED", "STALLED"]),
-          final=st.sampled_from([None, None, None, "READY", "BLOCKED", "DONE", "CANCELLED"]))
+    @rule(
+        pick=st.integers(0, 100),
+        outcome=st.sampled_from(["SUCCEEDED", "SUCCEEDED", "FAILED", "CANCELLED", "STALLED"]),
+        final=st.sampled_from([None, None, None, "READY", "BLOCKED", "DONE", "CANCELLED"]),
+    )
     def complete_run(self, pick, outcome, final):
         m = self.model
         run = self.pick_run(pick)
         if run is None:
             return
         t = m.tasks[run.task_id]
-        request = cpb.CompleteRunRequest(workspace_id=WS, run_id=run.run_id, request_id=self.rid(),
-                                         outcome=cpb.RunOutcome.Value(f"RUN_OUTCOME_{outcome}"), notes="Done: tests pass.",
-                                         tokens_input=10, tokens_output=5)
+        request = cpb.CompleteRunRequest(
+            workspace_id=WS,
+            run_id=run.run_id,
+            request_id=self.rid(),
+            outcome=cpb.RunOutcome.Value(f"RUN_OUTCOME_{outcome}"),
+            notes="Done: tests pass.",
+            tokens_input=10,
+            tokens_output=5,
+        )
         if final:
             request.final_status = cpb.FinalStatus.Value(f"FINAL_STATUS_{final}")
         target = final or {"SUCCEEDED": "DONE", "FAILED": "BLOCKED", "CANCELLED": "CANCELLED"}.get(outcome)
@@ -937,7 +1012,9 @@ class FunnelMachine(RuleBasedStateMachine):
                             cpb.SettlementStatus.Name(response.completion.settlement).removeprefix("SETTLEMENT_STATUS_"))
                 if isinstance(plan, tuple):
                     self.record_completion(t, run, COMPLETED, response.completion, plan)
-        self.expect("final status", t.work_status, cpb.FinalStatus.Name(response.final_status).removeprefix("FINAL_STATUS_"))
+        self.expect(
+            "final status", t.work_status, cpb.FinalStatus.Name(response.final_status).removeprefix("FINAL_STATUS_")
+        )
         self.settle_background()
 
     # invariants
@@ -957,7 +1034,7 @@ class FunnelMachine(RuleBasedStateMachine):
             assert by_id[completion_id].settlement == cpb.SETTLEMENT_STATUS_SETTLED, by_id[completion_id]
         assert {c for c, row in by_id.items() if row.settlement == cpb.SETTLEMENT_STATUS_SETTLED} == set(settled_events)
         for task_id, t in m.tasks.items():
-            view = self.run(lambda: self.f.task(task_id, workspace=WS)).task
+            view = self.run(lambda task_id=task_id: self.f.task(task_id, workspace=WS)).task
             state = lpb.GenerationState.Name(view.state).removeprefix("GENERATION_STATE_")
             outcome = lpb.TerminalOutcome.Name(view.outcome).removeprefix("TERMINAL_OUTCOME_")
             actual = (view.generation, view.revision, state, outcome if view.outcome else None,
@@ -965,11 +1042,11 @@ class FunnelMachine(RuleBasedStateMachine):
                       lpb.WorkStatus.Name(view.work_status).removeprefix("WORK_STATUS_"), view.completion_id or None)
             expected = (t.generation, t.revision, t.state, t.outcome, t.fenced, t.work_status, t.completion_id)
             assert actual == expected, f"task {task_id}: service {actual}, model {expected}"
-            events = self.run(lambda: self.f.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
+            events = self.run(lambda task_id=task_id: self.f.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
                 workspace_id=WS, task_id=task_id, page_size=1000), timeout=CALL_TIMEOUT)).events
             # Revisions gapless and increasing; events equal committed transitions.
             assert [e.revision for e in events] == list(range(1, t.revision + 1)), [e.revision for e in events]
-            assert all(a.sequence < b.sequence for a, b in zip(events, events[1:]))
+            assert all(a.sequence < b.sequence for a, b in itertools.pairwise(events))
             # One terminal outcome per generation, never changed once set.
             terminal = {}
             for e in events:
@@ -992,13 +1069,13 @@ class FunnelMachine(RuleBasedStateMachine):
                     else:
                         assert event.intent == lpb.INTENT_SETTLE_FAILURE and t.outcomes[generation] == FAILED
             # Transcript tail and state version.
-            tail, version = self.run(lambda: self.f.completion.store.transcript_tail(WS, task_id))
+            tail, version = self.run(lambda task_id=task_id: self.f.completion.store.transcript_tail(WS, task_id))
             actual_tail = (tail.open_turn, tail.open_step, tuple(tail.open_calls), tail.checkpoint, tail.last_sequence)
             mt = t.tail
             assert actual_tail == (mt.open_turn, mt.open_step, mt.open_calls, mt.checkpoint, mt.last_sequence), (
                 task_id, actual_tail, mt)
             assert version == t.state_version, (task_id, version, t.state_version)
-            lease = self.run(lambda: self.f.completion.store.get_lease(WS, task_id))
+            lease = self.run(lambda task_id=task_id: self.f.completion.store.get_lease(WS, task_id))
             assert (lease.run_id, lease.epoch, lease.expires_at) == t.lease if t.lease else lease is None
         runs = self.run(lambda: self.f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_size=1000),
                                            timeout=CALL_TIMEOUT)).runs

@@ -142,7 +142,9 @@ async def refused(call, code: grpc.StatusCode, reason: str) -> None:
 
 async def claim(s: Services, task_id: str, agent: str) -> cpb.ClaimTaskResponse:
     return await s.cs.ClaimTask(
-        cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id=agent, lease_ttl=Duration(seconds=LEASE_SECONDS)),
+        cpb.ClaimTaskRequest(
+            workspace_id=WS, task_id=task_id, agent_id=agent, lease_ttl=Duration(seconds=LEASE_SECONDS)
+        ),
         timeout=T,
     )
 
@@ -258,7 +260,9 @@ async def test_an_attempt_with_epoch_1_delayed_until_just_after_the_reclaim_chan
 
 async def end_and_resume(s: Services, task_id: str) -> None:
     """The generation fence moves: the host times generation 1 out and resumes into 2."""
-    await s.lc.SettleTimeout(lpb.SettleTimeoutRequest(workspace_id=WS, task_id=task_id, generation=1, cause=cause()), timeout=T)
+    await s.lc.SettleTimeout(
+        lpb.SettleTimeoutRequest(workspace_id=WS, task_id=task_id, generation=1, cause=cause()), timeout=T
+    )
     await s.lc.ResumeWithGeneration(
         lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id=task_id, generation=2, cause=cause()), timeout=T
     )
@@ -277,7 +281,9 @@ async def test_a_settlement_for_generation_1_delayed_until_just_before_the_resum
     assert completion.completion_id == answer.completion.completion_id
     # Generation 1 is completed: the host's timeout for it is refused, the resume works.
     await refused(
-        s.lc.SettleTimeout(lpb.SettleTimeoutRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T),
+        s.lc.SettleTimeout(
+            lpb.SettleTimeoutRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
+        ),
         grpc.StatusCode.FAILED_PRECONDITION,
         "GENERATION_TERMINAL",
     )
@@ -339,7 +345,12 @@ async def test_any_intent_for_a_replaced_generation_is_stale_and_changes_nothing
 async def set_status(s: Services, status: int, expected_revision: int):
     return await s.lc.SetWorkStatus(
         lpb.SetWorkStatusRequest(
-            workspace_id=WS, task_id="t", generation=1, work_status=status, expected_revision=expected_revision, cause=cause()
+            workspace_id=WS,
+            task_id="t",
+            generation=1,
+            work_status=status,
+            expected_revision=expected_revision,
+            cause=cause(),
         ),
         timeout=T,
     )
@@ -371,10 +382,14 @@ async def test_a_write_expecting_revision_r_just_after_another_write_changes_not
 
 
 @pytest.mark.parametrize("margin_micros, commits", [(1, True), (0, False)])
-async def test_a_completion_just_before_the_cancellation_fence_passes_it_just_after_does_not(services, margin_micros, commits):
+async def test_a_completion_just_before_the_cancellation_fence_passes_it_just_after_does_not(
+    services, margin_micros, commits
+):
     s = services
     await s.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T)
-    await s.lc.ActivateGeneration(lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T)
+    await s.lc.ActivateGeneration(
+        lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
+    )
     fence = (await s.lc.RequestCancellation(
         lpb.RequestCancellationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
     )).task.cancellation_request_time
@@ -382,13 +397,22 @@ async def test_a_completion_just_before_the_cancellation_fence_passes_it_just_af
     # Proven earlier only if authoritative_time + 500 ms < the fence.
     authoritative = fence_micros - 500_000 - margin_micros
     request = lpb.SettleCompletionRequest(
-        workspace_id=WS, task_id="t", generation=1, completion_id="cmp_x", authoritative_time=to_timestamp(authoritative),
+        workspace_id=WS,
+        task_id="t",
+        generation=1,
+        completion_id="cmp_x",
+        authoritative_time=to_timestamp(authoritative),
         cause=cause(),
     )
     if commits:
         answer = await s.lc.SettleCompletion(request, timeout=T)
-        assert (answer.task.state, answer.task.outcome) == (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED)
+        assert (answer.task.state, answer.task.outcome) == (
+            lpb.GENERATION_STATE_TERMINAL,
+            lpb.TERMINAL_OUTCOME_COMPLETED,
+        )
     else:
         before = s.state()
-        await refused(s.lc.SettleCompletion(request, timeout=T), grpc.StatusCode.FAILED_PRECONDITION, "CANCELLATION_FENCED")
+        await refused(
+            s.lc.SettleCompletion(request, timeout=T), grpc.StatusCode.FAILED_PRECONDITION, "CANCELLATION_FENCED"
+        )
         assert s.state() == before

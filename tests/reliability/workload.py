@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -68,7 +69,13 @@ class Ledger:
 BAD_CODES = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INVALID_ARGUMENT}
 # Each operation of the workload is issued once (and retried with its request_id):
 # these answers can only mean that a retry was applied a second time.
-REPEATED = {"TASK_ALREADY_EXISTS", "RUN_ALREADY_FINISHED", "LEASE_HELD", "REQUEST_ID_REUSED", "CANCELLATION_ALREADY_REQUESTED"}
+REPEATED = {
+    "TASK_ALREADY_EXISTS",
+    "RUN_ALREADY_FINISHED",
+    "LEASE_HELD",
+    "REQUEST_ID_REUSED",
+    "CANCELLATION_ALREADY_REQUESTED",
+}
 
 
 # -- watchers --------------------------------------------------------------------
@@ -103,7 +110,9 @@ class Watcher:
                     stream = self.pair.lc.WatchLifecycleEvents(request)
                     async for item in stream:
                         e = item.event
-                        self.seen.append((e.sequence, e.task_id, e.revision, lpb.Intent.Name(e.intent).removeprefix("INTENT_")))
+                        self.seen.append(
+                            (e.sequence, e.task_id, e.revision, lpb.Intent.Name(e.intent).removeprefix("INTENT_"))
+                        )
                 else:
                     request = cpb.WatchCompletionEventsRequest(workspace_id=self.workspace, after_sequence=self.cursor)
                     stream = self.pair.cs.WatchCompletionEvents(request)
@@ -125,10 +134,8 @@ class Watcher:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
 
 # -- the workload ----------------------------------------------------------------
@@ -349,7 +356,7 @@ class Workload:
 
     def _appends(self, task: Task, events: list[tpb.SessionEvent]) -> list[Step]:
         cuts = sorted(self.rng.sample(range(1, len(events)), self.rng.randint(0, 2)))
-        batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)])]
+        batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
         return [lambda batch=batch: self.append(task, batch) for batch in batches]
 
     def worker_script(self, task: Task) -> list[Step]:
@@ -358,7 +365,11 @@ class Workload:
         ending = self.rng.choice(["attempt", "attempt", "fail", "run_succeeded", "run_cancelled", "blocked_first"])
         success = cpb.REQUESTED_OUTCOME_COMPLETED
         if ending == "blocked_first":
-            steps += [lambda: self.attempt(task, success), lambda: self.evidence(task), lambda: self.attempt(task, success)]
+            steps += [
+                lambda: self.attempt(task, success),
+                lambda: self.evidence(task),
+                lambda: self.attempt(task, success),
+            ]
         elif ending == "attempt":
             steps += [lambda: self.evidence(task), lambda: self.attempt(task, success)]
         elif ending == "fail":
@@ -454,7 +465,10 @@ class Workload:
         steps += self._appends(parent, self._turn(parent, 1))
         steps.append(lambda: self.evidence(parent))
         if ending == "cancel":
-            steps += [(lambda: race("RequestCancellation"), racer_ready), lambda: self.host_intent(parent, "SettleCancellation")]
+            steps += [
+                (lambda: race("RequestCancellation"), racer_ready),
+                lambda: self.host_intent(parent, "SettleCancellation"),
+            ]
         elif ending == "fail":
             steps.append((lambda: race("SettleFailure"), racer_ready))
         elif ending == "timeout":
@@ -484,7 +498,9 @@ class Workload:
         self.scripts[parent.task_id] = collections.deque(self.parent_script(parent, children, lazy, racer, detached))
         for i in range(rng.randint(1, 2)):
             task = self.task(f"solo-{i}", "solo")
-            self.scripts[task.task_id] = collections.deque([lambda task=task: self.register(task), *self.worker_script(task)])
+            self.scripts[task.task_id] = collections.deque(
+                [lambda task=task: self.register(task), *self.worker_script(task)]
+            )
         broken = self.task("interrupted", "interrupted")
         self.scripts[broken.task_id] = collections.deque(
             [lambda: self.register(broken), *self.interrupted_script(broken)]
@@ -518,7 +534,7 @@ class Workload:
                 picked.append(self.rng.choice(others))
             steps = [self.next_step(name) for name in picked]
             results = await asyncio.gather(*(step() for step in steps))
-            for name, ok in zip(picked, results):
+            for name, ok in zip(picked, results, strict=True):
                 if not ok:
                     self.scripts[name].clear()
         return self.ledger
@@ -581,13 +597,22 @@ async def check_watchers(pair: Pair, watchers: list[Watcher], found: Findings) -
     C = read_only(pair.completion.database)
     try:
         committed = {
-            "lifecycle": [tuple(r) for r in L.execute(
-                "SELECT sequence, task_id, revision, intent FROM lifecycle_events WHERE workspace_id = ? ORDER BY sequence", (ws,)
-            )],
-            "completion": [tuple(r) for r in C.execute(
-                "SELECT sequence, task_id, kind, completion_id FROM completion_events WHERE workspace_id = ? ORDER BY sequence",
-                (ws,),
-            )],
+            "lifecycle": [
+                tuple(r)
+                for r in L.execute(
+                    "SELECT sequence, task_id, revision, intent FROM lifecycle_events WHERE workspace_id = ? ORDER BY "
+                    "sequence",
+                    (ws,),
+                )
+            ],
+            "completion": [
+                tuple(r)
+                for r in C.execute(
+                    "SELECT sequence, task_id, kind, completion_id FROM completion_events WHERE workspace_id = ? ORDER "
+                    "BY sequence",
+                    (ws,),
+                )
+            ],
         }
     finally:
         L.close()
@@ -632,14 +657,20 @@ def check(pair: Pair, ledger: Ledger) -> Findings:
 
 
 def _check_lifecycle(L, ws: str, found: Findings) -> None:
-    tasks = {r[0]: r for r in L.execute("SELECT task_id, revision, state, outcome, completion_id FROM tasks WHERE workspace_id = ?", (ws,))}
+    tasks = {
+        r[0]: r
+        for r in L.execute(
+            "SELECT task_id, revision, state, outcome, completion_id FROM tasks WHERE workspace_id = ?", (ws,)
+        )
+    }
     events = collections.defaultdict(list)
     for task_id, revision, sequence, generation in L.execute(
-        "SELECT task_id, revision, sequence, generation FROM lifecycle_events WHERE workspace_id = ? ORDER BY task_id, revision",
+        "SELECT task_id, revision, sequence, generation FROM lifecycle_events WHERE workspace_id = ? ORDER BY task_id, "
+        "revision",
         (ws,),
     ):
         events[task_id].append((revision, sequence, generation))
-    for task_id, (_, revision, state, outcome, completion_id) in tasks.items():
+    for task_id, (_, revision, state, outcome, _completion_id) in tasks.items():
         history = events.get(task_id, [])
         revisions = [r for r, _, _ in history]
         if revisions != list(range(1, len(revisions) + 1)):
@@ -694,7 +725,9 @@ def _check_completions(L, C, ws: str, found: Findings) -> None:
             found.fail("lost", f"{cid} ({task_id}) is still PENDING after the drain")
         elif settlement == "SETTLED":
             if len(settles) != 1:
-                found.fail("duplicated" if len(settles) > 1 else "lost", f"{cid}: {len(settles)} lifecycle settle events")
+                found.fail(
+                    "duplicated" if len(settles) > 1 else "lost", f"{cid}: {len(settles)} lifecycle settle events"
+                )
             if seen["COMPLETION_SETTLED"] != 1 or seen["TERMINALIZATION_ERROR"]:
                 found.fail("duplicated" if seen["COMPLETION_SETTLED"] > 1 else "lost",
                            f"{cid}: settled, events {dict(seen)}")
@@ -726,7 +759,8 @@ def _check_completions(L, C, ws: str, found: Findings) -> None:
     # No terminal completion event without its lifecycle commit, and no lifecycle
     # settlement of a completion this service does not record as SETTLED.
     for cid, event_sequence in C.execute(
-        "SELECT completion_id, lifecycle_event_sequence FROM completion_events WHERE workspace_id = ? AND kind = 'COMPLETION_SETTLED'",
+        "SELECT completion_id, lifecycle_event_sequence FROM completion_events WHERE workspace_id = ? AND kind = "
+        "'COMPLETION_SETTLED'",
         (ws,),
     ):
         row = L.execute(
@@ -739,7 +773,9 @@ def _check_completions(L, C, ws: str, found: Findings) -> None:
         "SELECT request_id FROM lifecycle_events WHERE workspace_id = ? AND request_id LIKE 'settle:%'", (ws,)
     ):
         if request_id.removeprefix("settle:") not in settled:
-            found.fail("phantom", f"lifecycle settled {request_id} which the completion service does not hold as SETTLED")
+            found.fail(
+                "phantom", f"lifecycle settled {request_id} which the completion service does not hold as SETTLED"
+            )
     for task_id, completion_id in L.execute(
         "SELECT task_id, completion_id FROM tasks WHERE workspace_id = ? AND outcome = 'COMPLETED'", (ws,)
     ):
@@ -783,14 +819,16 @@ def _check_children(L, ws: str, found: Findings) -> None:
             (ws,),
         )
     }
-    for task_id, generation, state, outcome, fence, parent_id, parent_generation, mode in tasks.values():
+    for task_id, _generation, state, _outcome, fence, parent_id, parent_generation, mode in tasks.values():
         if mode != "ATTACHED":
             continue
         parent = tasks.get(parent_id)
         if parent is None:
             found.fail("state", f"{task_id}: attached to unknown parent {parent_id}")
             continue
-        ended = parent[1] > parent_generation or (parent[2] == "TERMINAL" and parent[3] in FINAL_OUTCOMES_THAT_END_CHILDREN)
+        ended = parent[1] > parent_generation or (
+            parent[2] == "TERMINAL" and parent[3] in FINAL_OUTCOMES_THAT_END_CHILDREN
+        )
         if ended and state != "TERMINAL":
             found.fail("lost", f"attached child {task_id} is {state} although parent {parent_id} ended {parent[3]}")
         if parent[1] == parent_generation and parent[4] is not None and state != "TERMINAL" and fence is None:
@@ -804,12 +842,15 @@ def _check_acknowledged(L, C, ledger: Ledger, found: Findings) -> None:
     ws = ledger.workspace
     for task_id, sequence, revision, intent in ledger.lifecycle_events:
         row = L.execute(
-            "SELECT task_id, revision, intent FROM lifecycle_events WHERE workspace_id = ? AND sequence = ?", (ws, sequence)
+            "SELECT task_id, revision, intent FROM lifecycle_events WHERE workspace_id = ? AND sequence = ?",
+            (ws, sequence),
         ).fetchone()
         if row is None or (row[0], row[1], lpb.Intent.Value(f"INTENT_{row[2]}")) != (task_id, revision, intent):
             found.fail("lost", f"acknowledged lifecycle event #{sequence} ({task_id} r{revision}) is {row}")
     for task_id, run_id, epoch in ledger.claims:
-        row = C.execute("SELECT task_id, epoch FROM agent_runs WHERE workspace_id = ? AND run_id = ?", (ws, run_id)).fetchone()
+        row = C.execute(
+            "SELECT task_id, epoch FROM agent_runs WHERE workspace_id = ? AND run_id = ?", (ws, run_id)
+        ).fetchone()
         if row is None or tuple(row) != (task_id, epoch):
             found.fail("lost", f"acknowledged claim {run_id} of {task_id} is {row}")
     for evidence_id in ledger.evidence:
@@ -820,12 +861,15 @@ def _check_acknowledged(L, C, ledger: Ledger, found: Findings) -> None:
         found.fail("duplicated", f"{stored} evidence rows for {len(ledger.evidence)} acknowledged records")
     for task_id, generation, completion_id in ledger.completions:
         row = C.execute(
-            "SELECT task_id, generation FROM task_completions WHERE workspace_id = ? AND completion_id = ?", (ws, completion_id)
+            "SELECT task_id, generation FROM task_completions WHERE workspace_id = ? AND completion_id = ?",
+            (ws, completion_id),
         ).fetchone()
         if row is None or tuple(row) != (task_id, generation):
             found.fail("lost", f"acknowledged completion {completion_id} of {task_id} is {row}")
     for run_id in ledger.closed_runs:
-        row = C.execute("SELECT finished_at FROM agent_runs WHERE workspace_id = ? AND run_id = ?", (ws, run_id)).fetchone()
+        row = C.execute(
+            "SELECT finished_at FROM agent_runs WHERE workspace_id = ? AND run_id = ?", (ws, run_id)
+        ).fetchone()
         if row is None or row[0] is None:
             found.fail("lost", f"acknowledged close of run {run_id} is missing")
     for run_id, count in C.execute(
@@ -845,7 +889,7 @@ def _check_acknowledged(L, C, ledger: Ledger, found: Findings) -> None:
 def _check_transcripts(C, ledger: Ledger, found: Findings) -> None:
     ws = ledger.workspace
     acknowledged = collections.Counter()
-    for task_id, first, count, version in ledger.appends:
+    for task_id, first, count, _version in ledger.appends:
         acknowledged[task_id] += count
         rows = C.execute(
             "SELECT sequence, synthetic FROM transcript_events WHERE workspace_id = ? AND task_id = ? "
@@ -856,19 +900,25 @@ def _check_transcripts(C, ledger: Ledger, found: Findings) -> None:
             found.fail("lost", f"acknowledged append of {count} events at {first} to {task_id}: {rows}")
     tasks = {r[0] for r in C.execute("SELECT DISTINCT task_id FROM transcript_events WHERE workspace_id = ?", (ws,))}
     for task_id in tasks | set(acknowledged):
-        sequences = [r[0] for r in C.execute(
-            "SELECT sequence FROM transcript_events WHERE workspace_id = ? AND task_id = ? ORDER BY sequence", (ws, task_id)
-        )]
+        sequences = [
+            r[0]
+            for r in C.execute(
+                "SELECT sequence FROM transcript_events WHERE workspace_id = ? AND task_id = ? ORDER BY sequence",
+                (ws, task_id),
+            )
+        ]
         if sequences != list(range(1, len(sequences) + 1)):
             found.fail("gap", f"transcript of {task_id}: sequences {sequences}")
         real = C.execute(
-            "SELECT count(*) FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND synthetic = 0", (ws, task_id)
+            "SELECT count(*) FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND synthetic = 0",
+            (ws, task_id),
         ).fetchone()[0]
         if not acknowledged[task_id] <= real <= acknowledged[task_id] + ledger.unknown_appends[task_id]:
             found.fail("duplicated" if real > acknowledged[task_id] else "lost",
                        f"transcript of {task_id}: {real} events, {acknowledged[task_id]} acknowledged")
         closers = C.execute(
-            "SELECT kind, ref, count(*) FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND synthetic = 1 "
+            "SELECT kind, ref, count(*) FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND synthetic = "
+            "1 "
             "GROUP BY kind, ref",
             (ws, task_id),
         ).fetchall()
@@ -877,13 +927,15 @@ def _check_transcripts(C, ledger: Ledger, found: Findings) -> None:
                 found.fail("duplicated", f"{task_id}: {count} synthetic {kind} for {ref}")
     for task_id, turn in ledger.interrupted.items():
         opened = C.execute(
-            "SELECT count(*) FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND kind = 'TURN_START' AND ref = ?",
+            "SELECT count(*) FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND kind = 'TURN_START' AND "
+            "ref = ?",
             (ws, task_id, turn),
         ).fetchone()[0]
         if not opened:
             continue  # the turn never started (its append was refused)
         ends = C.execute(
-            "SELECT synthetic, reason FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND kind = 'TURN_END' AND ref = ?",
+            "SELECT synthetic, reason FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND kind = "
+            "'TURN_END' AND ref = ?",
             (ws, task_id, turn),
         ).fetchall()
         if ends != [(1, "INTERRUPTED")]:

@@ -8,17 +8,13 @@ import time
 from dataclasses import dataclass
 
 import grpc
-import pytest
 
-from completion_service.server import CompletionConfig
 from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.auth.tokens import SigningKey
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
-from funnel.runtime.clock import ManualClock
-from lifecycle_service.server import LifecycleConfig
 from tests import credentials
-from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel, table_dump
+from tests.completion.e2e_support import Funnel, table_dump
 
 WS = "ws-1"
 OTHER_WS = "ws-2"
@@ -77,38 +73,3 @@ class SecuredFunnel:
         for channel in self._channels:
             await channel.close()
         await self.f.close()
-
-
-@pytest.fixture
-async def secured(tmp_path):
-    """Both services with authentication on and the default test security."""
-    started: list[SecuredFunnel] = []
-
-    async def start(*, lifecycle: dict | None = None, completion: dict | None = None, policy: dict | None = None):
-        lifecycle_fields = dict(
-            listen="127.0.0.1:0", database=str(tmp_path / f"lifecycle-{len(started)}.sqlite3"),
-            security=credentials.server_security(), health_interval=5.0,
-        )
-        completion_fields = dict(
-            listen="127.0.0.1:0", database=str(tmp_path / f"completion-{len(started)}.sqlite3"),
-            security=credentials.server_security(), outbound=credentials.outbound_security(),
-            lifecycle_timeout=2.0, settle_interval=0.05, health_interval=5.0,
-        )
-        lifecycle_fields.update(lifecycle or {})
-        completion_fields.update(completion or {})
-        funnel = Funnel(
-            ManualClock(CLOCK_START_MICROS), tmp_path, LifecycleConfig(**lifecycle_fields),
-            CompletionConfig(**completion_fields), policy or {},
-        )
-        try:
-            await funnel.start()
-        except BaseException:
-            await funnel.close()  # what did start (the lifecycle server) stops
-            raise
-        secured = SecuredFunnel(funnel)
-        started.append(secured)
-        return secured
-
-    yield start
-    for secured in reversed(started):
-        await secured.close()

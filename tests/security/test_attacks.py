@@ -22,7 +22,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.grpc_errors import error_info
 from tests import credentials
 from tests.completion.e2e_support import stop_lifecycle_during_next_settlement
-from tests.security.support import AGENT, OTHER_WS, WS, secured  # noqa: F401 (fixture)
+from tests.security.support import AGENT, OTHER_WS, WS
 
 Code = grpc.StatusCode
 T = 10.0
@@ -207,9 +207,16 @@ async def test_the_cancel_request_id_cannot_be_squatted(secured):
     host, agent, claim = await story(funnel)
     run_id = claim.run.run_id
     for method, request in (
-        ("RegisterTask", lpb.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id=f"{run_id}:cancel-request")),
-        ("RequestCancellation", lpb.RequestCancellationRequest(
-            workspace_id=WS, task_id="junk", generation=1, request_id=f"{run_id}:cancel-request")),
+        (
+            "RegisterTask",
+            lpb.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id=f"{run_id}:cancel-request"),
+        ),
+        (
+            "RequestCancellation",
+            lpb.RequestCancellationRequest(
+                workspace_id=WS, task_id="junk", generation=1, request_id=f"{run_id}:cancel-request"
+            ),
+        ),
     ):
         await getattr(host.lc, method)(request, timeout=T)
     closed = await agent.cs.CompleteRun(cpb.CompleteRunRequest(
@@ -250,7 +257,9 @@ async def test_the_settle_id_of_a_pending_completion_cannot_be_squatted(secured)
 async def test_request_ids_are_scoped_to_the_caller(secured):
     funnel = await secured()
     host, other_host = funnel.clients(HOST), funnel.clients(credentials.token("host-9", [f"{WS}:host"]))
-    first = await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"), timeout=T)
+    first = await host.lc.RegisterTask(
+        lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"), timeout=T
+    )
     # Another caller's identical id is its own: a new request, not a replay of the first.
     second = await other_host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="b", request_id="r-1"),
                                               timeout=T)
@@ -308,7 +317,7 @@ async def test_events_and_audit_rows_record_the_authenticated_caller(secured):
 @pytest.mark.parametrize("service", ["lifecycle", "completion"])
 async def test_a_held_database_lock_answers_unavailable_within_the_callers_deadline(secured, service):
     funnel = await secured()
-    host, agent, claim = await story(funnel)
+    host, _agent, _claim = await story(funnel)
     path = funnel.f.lifecycle_config.database if service == "lifecycle" else funnel.f.completion_db
     if service == "lifecycle":
         call = lambda: host.lc.SetWorkStatus(lpb.SetWorkStatusRequest(  # noqa: E731

@@ -23,7 +23,7 @@ from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.grpc_errors import error_info
 from tests import credentials
-from tests.security.support import AGENT, OTHER_WS, WS, credential_tokens, secured  # noqa: F401 (fixture)
+from tests.security.support import AGENT, OTHER_WS, WS, credential_tokens
 
 Code = grpc.StatusCode
 TIMEOUT = 10.0
@@ -112,9 +112,11 @@ class World:
         self.su = superuser
         self.serial = itertools.count(1)
 
-    async def build(self, agent) -> "World":
+    async def build(self, agent) -> World:
         for task_id, workspace in (("t-1", WS), ("t-2", WS), ("t-1", OTHER_WS), ("p-1", WS)):
-            await self.su.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=TIMEOUT)
+            await self.su.lc.RegisterTask(
+                lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=TIMEOUT
+            )
         claim = await agent.cs.ClaimTask(cpb.ClaimTaskRequest(
             workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=3600)), timeout=TIMEOUT)
         self.run_id, self.epoch = claim.run.run_id, claim.lease.epoch
@@ -187,9 +189,15 @@ class World:
 async def invoke(clients, rpc: str, request) -> grpc.aio.AioRpcError | None:
     """Calls `rpc`; None when it answered (for streams: opened and sent its first
     message, or stayed open without error), else the error."""
-    stub = clients.lc if SERVICE_OF[rpc] == "lc" else (
-        clients.ts if rpc in {"AppendTranscript", "LoadTranscript", "ExportTranscript", "ImportTranscript", "ResolveResume"}
-        else clients.cs)
+    stub = (
+        clients.lc
+        if SERVICE_OF[rpc] == "lc"
+        else (
+            clients.ts
+            if rpc in {"AppendTranscript", "LoadTranscript", "ExportTranscript", "ImportTranscript", "ResolveResume"}
+            else clients.cs
+        )
+    )
     method = getattr(stub, rpc)
     try:
         if rpc in {"WatchLifecycleEvents", "WatchCompletionEvents", "ExportTranscript"}:
@@ -211,7 +219,7 @@ async def invoke(clients, rpc: str, request) -> grpc.aio.AioRpcError | None:
 
 
 @pytest.mark.parametrize("rpc", list(ALLOWED))
-async def test_every_credential_gets_its_cell(secured, rpc):  # noqa: F811 (fixture)
+async def test_every_credential_gets_its_cell(secured, rpc):
     funnel = await secured()
     tokens = credential_tokens()
     superuser = funnel.clients(credentials.SUPERUSER)

@@ -5,7 +5,6 @@ permission parsing, the authorization decision, the rate limiter, the id rule.""
 from __future__ import annotations
 
 import json
-import time
 
 import jwt
 import pytest
@@ -65,7 +64,10 @@ def test_a_valid_token_yields_its_subject_and_grants(key):
         (lambda k: k.issue("a", [], 60, now=NOW, audience="other"), Problem.INVALID),
         (lambda k: k.issue("a", [], 60, now=NOW, issuer="someone-else"), Problem.INVALID),
         (lambda k: SigningKey.generate().issue("a", [], 60, now=NOW), Problem.INVALID),  # unknown key id
-        (lambda k: SigningKey(SigningKey.generate().private_key, k.key_id).issue("a", [], 60, now=NOW), Problem.INVALID),
+        (
+            lambda k: SigningKey(SigningKey.generate().private_key, k.key_id).issue("a", [], 60, now=NOW),
+            Problem.INVALID,
+        ),
         (lambda k: k.issue("", [], 60, now=NOW), Problem.INVALID),  # empty subject
         (lambda k: "not.a.token", Problem.INVALID),
     ],
@@ -113,7 +115,10 @@ def test_the_completion_service_role_comes_from_identity_not_from_permissions(ke
     assert by_certificate.verify(service_token).roles_in("any") == set()
     # ...and with the certificate it does; a token of another subject is refused.
     assert by_certificate.verify(service_token, certified=SERVICE).roles_in("any") == {Role.COMPLETION_SERVICE}
-    assert problem_of(by_certificate, key.issue("alice", ["*:operator"], 60, now=NOW), certified=SERVICE) is Problem.INVALID
+    assert (
+        problem_of(by_certificate, key.issue("alice", ["*:operator"], 60, now=NOW), certified=SERVICE)
+        is Problem.INVALID
+    )
     # No permission entry grants the role.
     assert by_token.verify(key.issue("mallory", ["*:completion-service"], 60, now=NOW)).roles_in("x") == set()
 

@@ -14,7 +14,7 @@ from funnel.auth.pki import COMPLETION_IDENTITY, ensure_local_pki
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc
 from tests import credentials
-from tests.security.support import WS, secured  # noqa: F401 (fixture)
+from tests.security.support import WS
 
 
 class Gate(completion_pb2_grpc.CompletionGateServicer):

@@ -19,7 +19,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info, retry_delay
 from tests import credentials
 from tests.reliability.harness import Pair
-from tests.security.support import WS, secured  # noqa: F401 (fixture)
+from tests.security.support import WS
 
 Code = grpc.StatusCode
 T = 10.0
@@ -89,11 +89,15 @@ async def test_watchers_are_capped_per_caller_and_per_workspace(secured):
 
     first = await watch(host)
     await watch(host)
-    error = await failure(host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read())
+    error = await failure(
+        host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read()
+    )
     assert (error.code(), error_info(error).reason) == (Code.RESOURCE_EXHAUSTED, "WATCHERS_EXHAUSTED")
     assert dict(error_info(error).metadata) == {"scope": "per_caller", "limit": "2"}
     await watch(other)  # the workspace's third
-    error = await failure(other.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read())
+    error = await failure(
+        other.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read()
+    )
     assert dict(error_info(error).metadata) == {"scope": "per_workspace", "limit": "3"}
     first.cancel()
     await asyncio.sleep(0.2)  # the server sees the cancellation and frees the slot
@@ -254,7 +258,7 @@ async def test_a_watcher_flood_is_capped_with_a_clear_error(pair):
     for n in range(5):  # five more callers of 64 each: the workspace's cap of 256 ends it
         more, answers = await flood(f"viewer-{n}", 64)
         all_streams += more
-        admitted, scopes = tally(answers)
+        admitted, _scopes = tally(answers)
         admitted_total += admitted
     assert admitted_total == 256
     peak = rss_bytes(pid)

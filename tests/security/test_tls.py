@@ -20,8 +20,8 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import jwt
@@ -128,9 +128,11 @@ def served_certificate(port: int) -> x509.Certificate:
     context.load_verify_locations(cafile=str(PKI.ca))
     context.load_cert_chain(str(PKI.cert("client")), str(PKI.key("client")))
     context.set_alpn_protocols(["h2"])
-    with socket.create_connection(("127.0.0.1", port), timeout=CALL_TIMEOUT) as raw:
-        with context.wrap_socket(raw, server_hostname="localhost") as tls:
-            der = tls.getpeercert(binary_form=True)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=CALL_TIMEOUT) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
     assert der, "no certificate served"
     return x509.load_der_x509_certificate(der)
 
@@ -296,7 +298,14 @@ async def test_completion_identity_certificate_may_settle_and_an_operator_may_no
 
 
 def _lifecycle_tls_only() -> list[str]:
-    return ["--tls-cert", str(PKI.cert("lifecycle")), "--tls-key", str(PKI.key("lifecycle")), "--tls-client-ca", str(PKI.ca)]
+    return [
+        "--tls-cert",
+        str(PKI.cert("lifecycle")),
+        "--tls-key",
+        str(PKI.key("lifecycle")),
+        "--tls-client-ca",
+        str(PKI.ca),
+    ]
 
 
 REFUSALS = {

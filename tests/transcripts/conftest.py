@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import grpc
 import pytest
 
 from completion_service.server import CompletionConfig

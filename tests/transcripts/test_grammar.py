@@ -237,7 +237,9 @@ def test_feedback_a_resend_and_a_restore_to_an_earlier_checkpoint_reopen(events,
         ([], 10),
     ],
 )
-def test_other_events_and_restores_to_the_completions_or_a_later_checkpoint_do_not_reopen(events, completion_checkpoint):
+def test_other_events_and_restores_to_the_completions_or_a_later_checkpoint_do_not_reopen(
+    events, completion_checkpoint
+):
     assert reopening(events, completion_checkpoint, CHECKPOINTS) is None
 
 

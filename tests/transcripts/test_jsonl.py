@@ -43,7 +43,8 @@ async def rich_transcript(both, task_id: str) -> bytes:
     f, ts = both.f, both.ts
     await f.register(task_id)
     await f.claim(task_id, agent="agent-1", ttl_seconds=1)
-    await append(ts, task_id, [P.user_message('fix "the bug" – ünïcödé ✓\n\ttabs'), P.checkpoint("k1")])
+    # Non-ASCII text on purpose (the en dash included): it must round-trip unchanged.
+    await append(ts, task_id, [P.user_message('fix "the bug" – ünïcödé ✓\n\ttabs'), P.checkpoint("k1")])  # noqa: RUF001
     await append(ts, task_id, a_full_turn("t1") + [P.checkpoint("k2")])
     await append(ts, task_id, [P.turn_start("t2"), P.step_start("s1"), P.tool_call("c1"), P.tool_call("c2"),
                                P.tool_result("c2", "boom", is_error=True)])
@@ -403,7 +404,9 @@ async def test_a_50_mb_file_is_streamed_in_bounded_memory(both, tmp_path, record
 
     db = sqlite3.connect(both.f.completion_db)
     try:
-        count, last = db.execute("SELECT count(*), max(sequence) FROM transcript_events WHERE task_id = 'big'").fetchone()
+        count, last = db.execute(
+            "SELECT count(*), max(sequence) FROM transcript_events WHERE task_id = 'big'"
+        ).fetchone()
         staged = db.execute("SELECT count(*) FROM transcript_staging").fetchone()[0]
     finally:
         db.close()

@@ -523,7 +523,7 @@ async def test_bad_input_to_the_other_transcript_rpcs_is_an_invalid_argument_nam
         "resolve": lambda: both.ts.ResolveResume(request_, timeout=CALL_TIMEOUT),
     }
     error = await rejected(calls[rpc](), Code.INVALID_ARGUMENT, reason, field=field)
-    assert [name for name, _ in field_violations(error)][0] == field
+    assert next(name for name, _ in field_violations(error)) == field
     assert await export_bytes(both.ts, "task-1") == before  # the bad load did not repair
     assert await export_bytes(both.ts, "task-2") == b""
     page = await load(both.ts, "task-1")
