@@ -40,10 +40,12 @@ class Connection:
         interceptors = bearer_interceptors(lambda: token) if token else []
         if self.insecure:
             return grpc.aio.insecure_channel(address, interceptors=interceptors)
-        credentials = grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
         return grpc.aio.secure_channel(address, credentials, interceptors=interceptors)
 
-    def with_token(self, token: str) -> "Connection":
+    def with_token(self, token: str | None) -> Connection:
         return Connection(token, self.ca, self.cert, self.key, self.insecure)
 
 
@@ -75,14 +77,16 @@ def local_token(data_dir: Path, subject: str, permissions: list[str], ttl: float
     return pki.load_signing_key().issue(subject, permissions, ttl)
 
 
-def from_arguments(args: argparse.Namespace) -> Connection:
+def from_arguments(args: argparse.Namespace, *, local_operator: bool = True) -> Connection:
+    """With `local_operator` False no token is made up from the local signing key:
+    a command that acts for someone else (`funnel mcp`) must be given its token."""
     data_dir = Path(args.data_dir)
     pki = LocalPki(data_dir / "tls")
     local = pki.ca.exists()
     token = args.token
     if token is None and args.token_file:
         token = _read(args.token_file).decode().strip()
-    if token is None and local:
+    if token is None and local and local_operator:
         token = local_token(data_dir, "local-operator", ["*:operator"])
     if args.insecure:
         return Connection(token, insecure=True)

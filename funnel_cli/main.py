@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import signal
 import sys
@@ -23,6 +24,7 @@ import jwt
 
 from funnel.auth.pki import ensure_local_pki
 from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE
+from funnel.auth.tls import is_loopback
 from funnel.auth.tokens import SigningKeyError
 from funnel.runtime.validation import id_problem
 from funnel_cli import connection as conn
@@ -38,7 +40,7 @@ def _default_policy() -> str:
 def demo_callers(args: argparse.Namespace, connection: conn.Connection) -> DemoCallers:
     """A given token plays both roles of the story; otherwise a host and an agent
     of workspace `demo` get tokens signed by the local key of `funnel up`."""
-    if args.token or args.token_file:
+    if (args.token or args.token_file) and connection.token is not None:
         subject = jwt.decode(connection.token, options={"verify_signature": False}).get("sub", "demo-agent")
         return DemoCallers(connection, connection, subject)
     data_dir = Path(args.data_dir)
@@ -70,7 +72,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         connection = conn.from_arguments(args)
         asyncio.run(_wait_both(connection, lifecycle.address, completion.address))
-        print(f"lifecycle_service   {lifecycle.address}   (SQLite {data_dir / 'lifecycle.sqlite3'}; TLS, client certificates)")
+        print(
+            f"lifecycle_service   {lifecycle.address}   (SQLite {data_dir / 'lifecycle.sqlite3'}; TLS, client "
+            "certificates)"
+        )
         print(f"completion_service  {completion.address}   (SQLite {data_dir / 'completion.sqlite3'}; TLS)")
         print(f"CA, certificates and the token signing key in {data_dir / 'tls'}; `funnel token issue` makes tokens.")
         print(f"logs in {data_dir}/*.log; both SERVING. Ctrl-C stops both.", flush=True)
@@ -175,6 +180,55 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    # Imported here: the MCP SDK is needed by this command only.
+    from funnel_mcp import server as mcp_server
+
+    def refuse(message: str) -> int:
+        # Never on stdout: over stdio that is the protocol channel.
+        print(f"funnel mcp: {message}", file=sys.stderr)
+        return 2
+
+    if not args.workspace:
+        return refuse("--workspace (or FUNNEL_WORKSPACE) is required")
+    if id_problem(args.workspace):
+        return refuse(f"workspace {args.workspace!r} {id_problem(args.workspace)}")
+    try:
+        connection = conn.from_arguments(args, local_operator=False)
+    except conn.ConnectionSetupError as exc:
+        return refuse(str(exc))
+    if args.token_file:
+        connection = connection.with_token(None)  # read again on every call: rotation needs no restart
+    has_token = bool(connection.token or args.token_file)
+    settings = mcp_server.Settings(
+        workspace=args.workspace,
+        lifecycle_address=args.lifecycle,
+        completion_address=args.completion,
+        connection=connection,
+        token_file=args.token_file,
+        agent_id=args.agent_id,
+        lease_ttl=float(args.lease_ttl),
+        http=bool(args.http),
+    )
+    if not args.http:
+        if not has_token:
+            return refuse("the agent's token is required: --token, FUNNEL_TOKEN or --token-file")
+        mcp_server.serve_stdio(settings)
+        return 0
+    host, _, port = args.http.rpartition(":")
+    if not host or not port.isdigit():
+        return refuse(f"--http wants HOST:PORT, not {args.http!r}")
+    host = host.strip("[]")
+    if has_token and not is_loopback(args.http):
+        # Whoever reaches the port would act with the configured token.
+        return refuse(
+            "a configured token is served on loopback only; remote callers send their own "
+            "`Authorization: Bearer` header (start without --token)"
+        )
+    mcp_server.serve_http(settings, host, int(port))
+    return 0
+
+
 def _roles(text: str) -> str:
     roles = text.split(",")
     unknown = [role for role in roles if role not in GRANTABLE]
@@ -214,14 +268,55 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--completion", default="127.0.0.1:50052")
     conn.add_arguments(load)
     load.set_defaults(run=cmd_transcript_import)
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the agent's MCP tools (stdio, or Streamable HTTP with --http)",
+        description="An MCP server whose tools (claim_task, complete_task, record_evidence, attempt_completion, "
+        "get_task) call the services with the agent's token. Over stdio it serves the host that spawned it.",
+    )
+    mcp.add_argument(
+        "--workspace",
+        default=os.environ.get("FUNNEL_WORKSPACE"),
+        help="the workspace the tools act in (FUNNEL_WORKSPACE)",
+    )
+    mcp.add_argument(
+        "--agent-id",
+        default=os.environ.get("FUNNEL_AGENT_ID"),
+        help="the agent_id of claims (FUNNEL_AGENT_ID; default: the token's subject)",
+    )
+    mcp.add_argument(
+        "--lifecycle",
+        default=os.environ.get("FUNNEL_LIFECYCLE", "127.0.0.1:50051"),
+        help="lifecycle_service address (FUNNEL_LIFECYCLE)",
+    )
+    mcp.add_argument(
+        "--completion",
+        default=os.environ.get("FUNNEL_COMPLETION", "127.0.0.1:50052"),
+        help="completion_service address (FUNNEL_COMPLETION)",
+    )
+    mcp.add_argument(
+        "--lease-ttl",
+        type=duration_seconds,
+        default=duration_seconds("2m"),
+        help="lease lifetime of claims, renewed by the server at a third of it: 90s, 5m",
+    )
+    mcp.add_argument(
+        "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    conn.add_arguments(mcp)
+    mcp.set_defaults(run=cmd_mcp)
     token = commands.add_parser("token", help="bearer tokens for local use")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     issue = token_commands.add_parser(
         "issue", help="print a token signed with the local key of `funnel up` (--data-dir)"
     )
     issue.add_argument("--workspace", required=True, help="the workspace it grants, or * for every workspace")
-    issue.add_argument("--role", required=True, type=_roles, help=f"one or more of {', '.join(GRANTABLE)}, comma separated")
-    issue.add_argument("--ttl", type=duration_seconds, default=duration_seconds("12h"), help="lifetime: 90s, 15m, 12h, 7d")
+    issue.add_argument(
+        "--role", required=True, type=_roles, help=f"one or more of {', '.join(GRANTABLE)}, comma separated"
+    )
+    issue.add_argument(
+        "--ttl", type=duration_seconds, default=duration_seconds("12h"), help="lifetime: 90s, 15m, 12h, 7d"
+    )
     issue.add_argument("--subject", help="the token's `sub` (default: <role>@<workspace>); an agent's agent_id")
     issue.add_argument("--issuer", default="funnel", help="`iss` (the services' --token-issuer)")
     issue.add_argument("--audience", default="funnel", help="`aud` (the services' --token-audience)")

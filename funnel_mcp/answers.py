@@ -1,0 +1,234 @@
+"""What the tools answer: pure maps from the services' protobuf responses to the
+tools' JSON shapes (camelCase, lower-case enum words, RFC 3339 instants), and
+from the tools' words back to the protobuf enums. No I/O here."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from pydantic import BaseModel, Field
+
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime import errors
+
+# --- the tools' vocabularies --------------------------------------------------
+
+RunOutcomeWord = Literal["succeeded", "failed", "cancelled", "stalled"]
+FinalStatusWord = Literal["done", "blocked", "ready", "in_progress", "cancelled"]
+EvidenceVerdictWord = Literal["passed", "failed"]
+RequestedOutcomeWord = Literal["completed", "failed"]
+
+RUN_OUTCOMES = {
+    "succeeded": cpb.RUN_OUTCOME_SUCCEEDED,
+    "failed": cpb.RUN_OUTCOME_FAILED,
+    "cancelled": cpb.RUN_OUTCOME_CANCELLED,
+    "stalled": cpb.RUN_OUTCOME_STALLED,
+}
+FINAL_STATUSES = {
+    "done": cpb.FINAL_STATUS_DONE,
+    "blocked": cpb.FINAL_STATUS_BLOCKED,
+    "ready": cpb.FINAL_STATUS_READY,
+    "in_progress": cpb.FINAL_STATUS_IN_PROGRESS,
+    "cancelled": cpb.FINAL_STATUS_CANCELLED,
+}
+EVIDENCE_VERDICTS = {"passed": cpb.EVIDENCE_VERDICT_PASSED, "failed": cpb.EVIDENCE_VERDICT_FAILED}
+REQUESTED_OUTCOMES = {"completed": cpb.REQUESTED_OUTCOME_COMPLETED, "failed": cpb.REQUESTED_OUTCOME_FAILED}
+
+
+def word(enum_name: str, prefix: str) -> str:
+    """`FINAL_STATUS_IN_PROGRESS` -> `in_progress`; the unspecified value -> ``."""
+    rest = enum_name.removeprefix(prefix)
+    return "" if rest == "UNSPECIFIED" else rest.lower()
+
+
+def instant(timestamp: Timestamp) -> str:
+    """RFC 3339 in UTC with microseconds, e.g. `2026-11-30T09:15:00.123456Z`: the
+    form of the services' error metadata."""
+    return errors.instant(timestamp.seconds * 1_000_000 + timestamp.nanos // 1000)
+
+
+# --- claim_task ---------------------------------------------------------------
+
+
+class ClaimedRun(BaseModel):
+    runId: str = Field(description="The run this agent now holds; pass it to every other tool.")
+    taskId: str
+    generation: int = Field(description="The task generation the run works on.")
+    leaseEpoch: int = Field(description="The lease's fencing epoch; a newer claim of the task supersedes it.")
+    leaseExpiresAt: str = Field(
+        description="When the lease lapses unless renewed (this server renews it while the run is open)."
+    )
+
+
+def claimed_run(response: cpb.ClaimTaskResponse) -> ClaimedRun:
+    return ClaimedRun(
+        runId=response.run.run_id,
+        taskId=response.run.task_id,
+        generation=response.run.generation,
+        leaseEpoch=response.lease.epoch,
+        leaseExpiresAt=instant(response.lease.expire_time),
+    )
+
+
+# --- complete_task ------------------------------------------------------------
+
+
+class Missing(BaseModel):
+    """What a block is about, in structured form (empty lists when not relevant)."""
+
+    decisiveGate: str = Field(description="The gate that decided, e.g. `evidence.required` or `lifecycle.settlement`.")
+    missingEvidenceKinds: list[str] = Field(description="Required evidence kinds with no fact at `evidenceCheckpoint`.")
+    failingEvidenceKinds: list[str] = Field(description="Required kinds whose latest fact failed.")
+    evidenceCheckpoint: str | None = Field(description="The checkpoint evidence must name (null: name none).")
+    openToolCallIds: list[str] = Field(description="Tool calls in the transcript that have no result yet.")
+    openChildTaskIds: list[str] = Field(description="Attached child tasks that are not finished.")
+    currentLeaseRunId: str | None = Field(
+        description="The run that holds the task's lease now, when it is not this one."
+    )
+    currentStateVersion: int | None = Field(
+        description="The transcript's state version, when this attempt's was stale."
+    )
+    lifecycleReason: str | None = Field(description="Why the lifecycle service refused the settlement, if it did.")
+    gateFeedback: str | None = Field(description="An external gate's feedback, if one decided.")
+
+
+class DecisionAnswer(BaseModel):
+    verdict: Literal["allow", "soft_block", "hard_block"]
+    nextAction: str = Field(description="The single action to take now, e.g. `record_evidence` or `report_complete`.")
+    instruction: str = Field(description="One line saying what to do.")
+    forbiddenActions: list[str] = Field(description="Actions not to take now.")
+    missing: Missing | None = Field(description="Set on every block: what it is about.")
+
+
+def decision_answer(decision: cpb.Decision) -> DecisionAnswer:
+    details = decision.details if decision.HasField("details") else None
+    missing = None
+    if details is not None:
+        missing = Missing(
+            decisiveGate=details.decisive_gate,
+            missingEvidenceKinds=list(details.missing_evidence_kinds),
+            failingEvidenceKinds=list(details.failing_evidence_kinds),
+            evidenceCheckpoint=details.evidence_checkpoint if details.HasField("evidence_checkpoint") else None,
+            openToolCallIds=list(details.open_tool_call_ids),
+            openChildTaskIds=list(details.open_child_task_ids),
+            currentLeaseRunId=details.current_lease.run_id if details.HasField("current_lease") else None,
+            currentStateVersion=details.current_state_version if details.HasField("current_state_version") else None,
+            lifecycleReason=details.lifecycle_reason or None,
+            gateFeedback=details.gate_feedback or None,
+        )
+    return DecisionAnswer(
+        verdict=word(cpb.Verdict.Name(decision.verdict), "VERDICT_"),  # type: ignore[arg-type]
+        nextAction=word(cpb.AgentAction.Name(decision.next_action), "AGENT_ACTION_"),
+        instruction=decision.instruction,
+        forbiddenActions=[word(cpb.AgentAction.Name(a), "AGENT_ACTION_") for a in decision.forbidden_actions],
+        missing=missing,
+    )
+
+
+class ClosedRun(BaseModel):
+    runId: str
+    finishedAt: str = Field(description="When the run closed (RFC 3339).")
+    finalStatus: str = Field(description="The task's real backlog status after the close.")
+    tokensTotal: int = Field(description="The recorded total: the reported total, else input + output.")
+    notesTruncated: bool = Field(description="True when the notes were cut at 2000 characters.")
+    taskEffect: str = Field(
+        description="What the close did to the task: done, settling, blocked, status_set, cancelled or unchanged."
+    )
+    taskEffectReason: str = Field(description="One line saying why.")
+    decision: DecisionAnswer | None = Field(
+        description="Set when the close ran the completion gates (a succeeded close)."
+    )
+
+
+def closed_run(response: cpb.CompleteRunResponse) -> ClosedRun:
+    return ClosedRun(
+        runId=response.run_id,
+        finishedAt=instant(response.finish_time),
+        finalStatus=word(cpb.FinalStatus.Name(response.final_status), "FINAL_STATUS_"),
+        tokensTotal=response.tokens_total,
+        notesTruncated=response.notes_truncated,
+        taskEffect=word(cpb.TaskEffect.Name(response.task_effect), "TASK_EFFECT_"),
+        taskEffectReason=response.task_effect_reason,
+        decision=decision_answer(response.decision) if response.HasField("decision") else None,
+    )
+
+
+# --- record_evidence ----------------------------------------------------------
+
+
+class RecordedEvidence(BaseModel):
+    evidenceId: str
+    taskId: str
+    generation: int
+    kind: str
+    verdict: EvidenceVerdictWord
+    checkpoint: str = Field(description="The checkpoint the evidence counts for (empty: none).")
+    recordedAt: str
+
+
+def recorded_evidence(response: cpb.RecordEvidenceResponse) -> RecordedEvidence:
+    evidence = response.evidence
+    return RecordedEvidence(
+        evidenceId=evidence.evidence_id,
+        taskId=evidence.task_id,
+        generation=evidence.generation,
+        kind=evidence.kind,
+        verdict=word(cpb.EvidenceVerdict.Name(evidence.verdict), "EVIDENCE_VERDICT_"),  # type: ignore[arg-type]
+        checkpoint=evidence.checkpoint,
+        recordedAt=instant(evidence.record_time),
+    )
+
+
+# --- attempt_completion -------------------------------------------------------
+
+
+class AttemptAnswer(DecisionAnswer):
+    completionId: str | None = Field(description="The committed completion, when the attempt was allowed.")
+    settlement: str | None = Field(description="pending, settled or rejected: whether the task is finished yet.")
+
+
+def attempt_answer(response: cpb.AttemptCompletionResponse) -> AttemptAnswer:
+    decision = decision_answer(response.decision)
+    completion = response.completion if response.HasField("completion") else None
+    return AttemptAnswer(
+        **decision.model_dump(),
+        completionId=completion.completion_id if completion else None,
+        settlement=word(cpb.SettlementStatus.Name(completion.settlement), "SETTLEMENT_STATUS_") if completion else None,
+    )
+
+
+# --- get_task -----------------------------------------------------------------
+
+
+class TaskTruth(BaseModel):
+    taskId: str
+    generation: int
+    revision: int
+    state: str = Field(description="registered, active, suspended or terminal.")
+    terminalOutcome: str | None = Field(description="completed, failed, cancelled or timed_out once terminal.")
+    cancellationRequested: bool = Field(
+        description="True once cancellation of this generation is requested: stop work."
+    )
+    workStatus: str = Field(description="The backlog status: ready, in_progress, blocked, done or cancelled.")
+    completionId: str | None = Field(description="The settled completion, when the outcome is completed.")
+    openChildTaskIds: list[str] = Field(
+        description="Attached children that are not terminal; the task cannot complete before them."
+    )
+
+
+def task_truth(response: lpb.GetTaskResponse) -> TaskTruth:
+    task = response.task
+    terminal = task.state == lpb.GENERATION_STATE_TERMINAL
+    return TaskTruth(
+        taskId=task.task_id,
+        generation=task.generation,
+        revision=task.revision,
+        state=word(lpb.GenerationState.Name(task.state), "GENERATION_STATE_"),
+        terminalOutcome=word(lpb.TerminalOutcome.Name(task.outcome), "TERMINAL_OUTCOME_") if terminal else None,
+        cancellationRequested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        workStatus=word(lpb.WorkStatus.Name(task.work_status), "WORK_STATUS_"),
+        completionId=task.completion_id or None,
+        openChildTaskIds=list(response.open_attached_child_task_ids),
+    )

@@ -1,0 +1,112 @@
+"""Both services as real processes (tests/reliability's Pair, TLS and tokens) and
+`funnel mcp` as a real subprocess driven by the official MCP SDK client, over
+stdio or Streamable HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
+
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from tests import credentials
+from tests.reliability.harness import Pair, unused_port
+
+FUNNEL = Path(sys.executable).parent / "funnel"
+WS = "acme"
+AGENT = "agent-7"
+CALL_TIMEOUT = 10
+
+
+def agent_token(subject: str = AGENT, workspace: str = WS, role: str = "agent") -> str:
+    return credentials.token(subject, [f"{workspace}:{role}"])
+
+
+def mcp_arguments(pair: Pair, *extra: str, workspace: str = WS) -> list[str]:
+    pki = credentials.PKI
+    return [
+        "mcp", "--workspace", workspace,
+        "--lifecycle", pair.lifecycle.address, "--completion", pair.completion.address,
+        "--ca", str(pki.ca), "--cert", str(pki.cert("client")), "--key", str(pki.key("client")),
+        *extra,
+    ]
+
+
+@contextlib.asynccontextmanager
+async def stdio_client(pair: Pair, token: str | None, *extra: str, workspace: str = WS) -> AsyncIterator[Client]:
+    env = {"FUNNEL_TOKEN": token} if token else {}
+    parameters = StdioServerParameters(command=str(FUNNEL), args=mcp_arguments(pair, *extra, workspace=workspace),
+                                       env=env)
+    async with Client(parameters, read_timeout_seconds=30) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def http_server(pair: Pair, log: Path, *extra: str) -> Any:
+    """`funnel mcp --http` without a configured token: each caller sends its own."""
+    port = unused_port()
+    env = {key: value for key, value in os.environ.items() if key != "FUNNEL_TOKEN"}
+    with log.open("wb") as output:
+        process = subprocess.Popen([str(FUNNEL), *mcp_arguments(pair, "--http", f"127.0.0.1:{port}", *extra)],
+                                   stdout=output, stderr=subprocess.STDOUT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, log.read_text()
+            try:
+                httpx2.get(url, timeout=1)
+                break
+            except httpx2.TransportError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.asynccontextmanager
+async def http_client(url: str, token: str | None) -> AsyncIterator[Client]:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30) as client,
+    ):
+        yield client
+
+
+async def fresh_task(pair: Pair, workspace: str = WS) -> str:
+    """A newly registered task (the services are shared by the tests of a module)."""
+    task_id = f"task-{uuid.uuid4().hex[:12]}"
+    await pair.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
+    return task_id
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    """The structured answer of a call that must succeed."""
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def error_text(result: CallToolResult) -> str:
+    """The text of a call that must be a tool error (not a protocol error)."""
+    assert result.is_error, result.structured_content
+    return " ".join(block.text for block in result.content if block.type == "text")
