@@ -1,0 +1,234 @@
+"""PostgreSQL as the scale-out backend: the same unit-of-work shape as
+`funnel.runtime.sqlite` (a transaction is one plain synchronous function run in
+one hop on a connection's thread), over a pool of connections so that several
+transactions, and several replicas of a service, run at once.
+
+Concurrency is the database's: READ COMMITTED transactions in which the storage
+adapters lock what they are about to change (`SELECT … FOR UPDATE`) and insert
+under unique keys. A transaction that loses a race (a unique key taken by a
+concurrent commit, a deadlock, a serialization failure) is rolled back and its
+function runs again from the start on fresh data, so a unit of work must have
+no effect besides its transaction: that is what makes two replicas receiving
+the same request id give one effect and one answer.
+
+Each service keeps its tables in its own schema (`funnel_lifecycle`,
+`funnel_completion`), so both may share one database. Migrations are versioned
+files per engine, applied at start under an advisory lock: replicas that start
+together apply each migration once, the others wait and find it done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from funnel.runtime import calls
+from funnel.runtime.sqlite import Migration
+from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# How long a write waits for a lock held by another transaction when its caller
+# set no deadline (background work): then it fails with StorageUnavailable.
+DEFAULT_LOCK_WAIT = 5.0
+# A unit of work that keeps losing races gives up after this many runs.
+MAX_ATTEMPTS = 20
+# Conflicts that undo the whole transaction and leave nothing applied: the unit
+# of work runs again and decides on the state that won.
+RETRYABLE = (
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.ExclusionViolation,
+)
+POOL_TIMEOUT = 10.0
+
+
+def is_postgres_url(database: str) -> bool:
+    return database.startswith(("postgresql://", "postgres://"))
+
+
+class PostgresDatabase:
+    """A pool of connections to one schema of a PostgreSQL database."""
+
+    def __init__(self, pool: ConnectionPool, executor: concurrent.futures.ThreadPoolExecutor, url: str,
+                 schema: str) -> None:
+        self._pool = pool
+        self._executor = executor
+        self.url = url
+        self.schema = schema
+
+    @classmethod
+    async def open(cls, url: str, schema: str, migrations: list[Migration], *, pool_size: int = 8,
+                   connect_timeout: float = POOL_TIMEOUT) -> PostgresDatabase:
+        """Connects, creates the schema and applies its migrations, or raises StorageRefused."""
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix=f"pg-{schema}")
+        pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "options": f"-c search_path={schema}"},
+            open=False,
+            name=schema,
+            check=ConnectionPool.check_connection,
+        )
+        database = cls(pool, executor, url, schema)
+        try:
+            await database._in_thread(lambda: pool.open(wait=True, timeout=connect_timeout))
+            await database._in_thread(lambda: database._prepare(migrations))
+        except PoolTimeout as exc:
+            await database.close()
+            raise StorageRefused(f"cannot connect to {redacted(url)}: {exc}") from exc
+        except psycopg.Error as exc:
+            await database.close()
+            raise StorageRefused(f"cannot prepare schema {schema!r} on {redacted(url)}: {exc}") from exc
+        except BaseException:
+            await database.close()
+            raise
+        return database
+
+    def _prepare(self, migrations: list[Migration]) -> None:
+        with self._pool.connection() as conn:
+            lock = zlib.crc32(f"funnel-migrations:{self.schema}".encode())
+            conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
+            try:
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                    "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+                current = row[0] if row else 0
+                if current > len(migrations):
+                    raise StorageRefused(
+                        f"schema {self.schema!r} has version {current}, newer than this code knows "
+                        f"({len(migrations)}); run a newer release"
+                    )
+                for migration in migrations[current:]:
+                    with conn.transaction():
+                        conn.execute(migration.sql.encode())  # trusted SQL files of this package
+                        conn.execute(
+                            "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                            (migration.version, migration.name),
+                        )
+                    log.info("applied migration %04d_%s to schema %s", migration.version, migration.name, self.schema)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def write(self, fn: Callable[[psycopg.Connection[Any]], T],
+                    after_commit: Callable[[T], None] | None = None) -> T:
+        """Runs fn in a write transaction on a pooled connection's thread and returns
+        its result once committed; after_commit then runs on the event loop. A
+        conflict reruns fn (see the module docstring). Locks are waited for at most
+        until the RPC's deadline (funnel.runtime.calls), and DEFAULT_LOCK_WAIT
+        without one; then StorageUnavailable, nothing applied. Once started, a
+        write completes even if its caller is cancelled."""
+        loop = asyncio.get_running_loop()
+        deadline = min(calls.lock_deadline() or float("inf"), loop.time() + DEFAULT_LOCK_WAIT)
+        wait_ms = max(1, int((deadline - loop.time()) * 1000))
+        future = loop.run_in_executor(self._executor, self._write_sync, fn, wait_ms)
+        value = await asyncio.shield(future)
+        if after_commit is not None:
+            try:
+                after_commit(value)
+            except Exception:  # publishing must not undo an acknowledged commit
+                log.exception("after-commit hook failed")
+        return value
+
+    def _write_sync(self, fn: Callable[[psycopg.Connection[Any]], T], wait_ms: int) -> T:
+        delay = 0.001
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                with self._pool.connection(timeout=POOL_TIMEOUT) as conn, conn.transaction():
+                    conn.execute(f"SET LOCAL lock_timeout = {int(wait_ms)}")
+                    return fn(conn)
+            except RETRYABLE as exc:
+                if attempt == MAX_ATTEMPTS:
+                    raise StorageUnavailable(f"gave up after {attempt} conflicting attempts: {exc}") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            except psycopg.errors.LockNotAvailable as exc:
+                raise StorageUnavailable(
+                    "a lock stayed held until the caller's deadline; nothing was applied"
+                ) from exc
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                raise StorageUnavailable(str(exc)) from exc
+        raise AssertionError("unreachable")
+
+    async def read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Runs fn in a read-only REPEATABLE READ transaction: one snapshot across its statements."""
+
+        def run() -> T:
+            try:
+                with self._pool.connection(timeout=POOL_TIMEOUT) as conn, conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    return fn(conn)
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                raise StorageUnavailable(str(exc)) from exc
+
+        return await self._in_thread(run)
+
+    async def check_writable(self) -> None:
+        def probe() -> None:
+            try:
+                with self._pool.connection(timeout=POOL_TIMEOUT) as conn, conn.transaction():
+                    conn.execute("SET LOCAL lock_timeout = 500")
+                    if conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,):
+                        raise StorageUnavailable("the database is a read-only standby")
+                    conn.execute("LOCK TABLE schema_migrations IN ROW EXCLUSIVE MODE")
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                raise StorageUnavailable(str(exc)) from exc
+
+        await self._in_thread(probe)
+
+    async def notifications(self, channel: str, poll: float = 1.0) -> AsyncIterator[None]:
+        """Yields once per wake-up: after each NOTIFY on `channel` (sent by any
+        replica's committed transaction), and at least every `poll` seconds as a
+        safety net. A lost connection is reopened; the caller reads the table by
+        its cursor after each wake-up, so a missed notification costs latency only."""
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            except psycopg.OperationalError as exc:
+                log.warning("LISTEN %s: cannot connect (%s); polling", channel, exc)
+                await asyncio.sleep(poll)
+                yield
+                continue
+            try:
+                await conn.execute(f'LISTEN "{channel}"')
+                yield  # whatever committed before LISTEN
+                while True:
+                    async for _ in conn.notifies(timeout=poll, stop_after=1):
+                        pass
+                    yield
+            except psycopg.OperationalError as exc:
+                log.warning("LISTEN %s lost its connection (%s); reconnecting", channel, exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._pool.close)
+        self._executor.shutdown(wait=True)
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    if "password" in info:
+        info["password"] = "***"
+    return psycopg.conninfo.make_conninfo("", **info)

@@ -1,0 +1,150 @@
+"""The PostgreSQL engine under the storage adapters, against a real server
+(tests/postgres.py): migrations applied once by replicas starting together,
+units of work rerun after a lost race, lock waits bounded, wake-ups across
+connections, and errors named without the driver's types."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from funnel.runtime import postgres
+from funnel.runtime.postgres import PostgresDatabase, is_postgres_url, redacted
+from funnel.runtime.sqlite import Migration
+from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
+from tests.postgres import fresh_database
+
+MIGRATIONS = [
+    Migration(1, "items", "CREATE TABLE items (key text PRIMARY KEY, value integer NOT NULL);"),
+    Migration(2, "counter", "CREATE TABLE counter (id integer PRIMARY KEY, value bigint NOT NULL);"
+                            "INSERT INTO counter VALUES (1, 0);"),
+]
+
+
+@pytest.fixture
+async def url():
+    return await asyncio.to_thread(fresh_database)
+
+
+async def test_replicas_starting_together_apply_each_migration_once(url):
+    databases = await asyncio.gather(*(PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=2) for _ in range(4)))
+    try:
+        rows = await databases[0].read(lambda c: c.execute("SELECT version, name FROM schema_migrations").fetchall())
+        assert rows == [(1, "items"), (2, "counter")]
+    finally:
+        for database in databases:
+            await database.close()
+
+
+async def test_a_schema_newer_than_the_code_is_refused(url):
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
+    await database.close()
+    with pytest.raises(StorageRefused, match="newer than this code"):
+        await PostgresDatabase.open(url, "svc", MIGRATIONS[:1])
+
+
+async def test_two_services_share_a_database_in_their_own_schemas(url):
+    first = await PostgresDatabase.open(url, "one", MIGRATIONS[:1])
+    second = await PostgresDatabase.open(url, "two", MIGRATIONS[:1])
+    try:
+        await first.write(lambda c: c.execute("INSERT INTO items VALUES ('a', 1)"))
+        assert await second.read(lambda c: c.execute("SELECT count(*) FROM items").fetchone()) == (0,)
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_lost_race_reruns_the_unit_of_work_on_the_winning_state(url):
+    """Two writers insert-if-absent the same key at once: one inserts, the other
+    reruns, finds the row and reports it: one effect, two consistent answers."""
+    a = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=4)
+    b = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=4)
+    runs = []
+
+    def insert_once(value: int):
+        def unit(conn: psycopg.Connection) -> tuple[str, int]:
+            runs.append(value)
+            row = conn.execute("SELECT value FROM items WHERE key = 'k'").fetchone()
+            if row is not None:
+                return ("found", row[0])
+            conn.execute("SELECT pg_sleep(0.05)")  # widen the race
+            conn.execute("INSERT INTO items VALUES ('k', %s)", (value,))
+            return ("inserted", value)
+        return unit
+
+    try:
+        results = await asyncio.gather(*(db.write(insert_once(n)) for n, db in enumerate([a, b, a, b])))
+        assert sorted(kind for kind, _ in results) == ["found", "found", "found", "inserted"]
+        assert len({value for _, value in results}) == 1
+        assert len(runs) > 4  # the losers ran again
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_the_counter_row_orders_concurrent_commits(url):
+    """Sequence numbers taken from one locked row become visible in commit order."""
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=8)
+
+    def take(conn: psycopg.Connection) -> int:
+        (value,) = conn.execute("UPDATE counter SET value = value + 1 WHERE id = 1 RETURNING value").fetchone()
+        conn.execute("INSERT INTO items VALUES (%s, %s)", (f"seq-{value}", value))
+        return value
+
+    try:
+        values = await asyncio.gather(*(database.write(take) for _ in range(50)))
+        assert sorted(values) == list(range(1, 51))
+    finally:
+        await database.close()
+
+
+async def test_a_held_lock_fails_the_write_when_its_wait_is_over(url, monkeypatch):
+    """(The wait is the RPC's deadline when there is one, funnel.runtime.calls.)"""
+    monkeypatch.setattr(postgres, "DEFAULT_LOCK_WAIT", 0.3)
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=2)
+    holder = await psycopg.AsyncConnection.connect(url, autocommit=False, options="-c search_path=svc")
+    try:
+        await holder.execute("SELECT * FROM counter WHERE id = 1 FOR UPDATE")
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(StorageUnavailable, match="lock"):
+            await database.write(lambda c: c.execute("UPDATE counter SET value = 7 WHERE id = 1"))
+        assert asyncio.get_running_loop().time() - started < 2
+        await holder.rollback()
+        assert await database.read(lambda c: c.execute("SELECT value FROM counter").fetchone()) == (0,)
+    finally:
+        await holder.close()
+        await database.close()
+
+
+async def test_notifications_wake_a_listener_on_another_connection(url):
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
+    woken = asyncio.Event()
+
+    async def listen() -> None:
+        count = 0
+        async for _ in database.notifications("svc_events", poll=30):
+            count += 1
+            if count == 2:  # the first wake-up is the one after LISTEN
+                woken.set()
+                return
+
+    listener = asyncio.create_task(listen())
+    try:
+        await asyncio.sleep(0.3)
+        await database.write(lambda c: c.execute("SELECT pg_notify('svc_events', '1')"))
+        await asyncio.wait_for(woken.wait(), 5)
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        await database.close()
+
+
+async def test_an_unreachable_server_is_refused_with_a_redacted_url():
+    url = "postgresql://funnel:secret@127.0.0.1:1/nowhere?connect_timeout=1"
+    assert is_postgres_url(url) and not is_postgres_url("/var/lib/funnel/lifecycle.sqlite3")
+    assert "secret" not in redacted(url)
+    with pytest.raises(StorageRefused) as refused:
+        await PostgresDatabase.open(url, "svc", MIGRATIONS, connect_timeout=1)
+    assert "secret" not in str(refused.value)
