@@ -22,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -232,3 +233,43 @@ def redacted(url: str) -> str:
     if "password" in info:
         info["password"] = "***"
     return psycopg.conninfo.make_conninfo("", **info)
+
+
+class SqliteStyle:
+    """A psycopg connection that takes SQLite's `?` placeholders, so that the row
+    mapping a storage adapter writes once runs on both engines; what differs
+    (row locks, sequence numbers) is all the PostgreSQL adapter overrides."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        return self.conn.execute(translate(sql), params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
+        cursor = self.conn.cursor()
+        cursor.executemany(translate(sql), rows)
+        return cursor
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str) -> bytes:
+    """`?` placeholders to psycopg's `%s` (and a literal `%` to `%%`), outside
+    quoted strings and identifiers."""
+    out: list[str] = []
+    quote: str | None = None
+    for ch in sql:
+        if quote is not None:
+            if ch == quote:
+                quote = None
+            out.append("%%" if ch == "%" else ch)
+        elif ch in "'\"":
+            quote = ch
+            out.append(ch)
+        elif ch == "?":
+            out.append("%s")
+        elif ch == "%":
+            out.append("%%")
+        else:
+            out.append(ch)
+    return "".join(out).encode()

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from funnel.runtime import postgres
-from funnel.runtime.postgres import PostgresDatabase, is_postgres_url, redacted
+from funnel.runtime.postgres import PostgresDatabase, SqliteStyle, is_postgres_url, redacted, translate
 from funnel.runtime.sqlite import Migration
 from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
 from tests.postgres import fresh_database
@@ -148,3 +148,24 @@ async def test_an_unreachable_server_is_refused_with_a_redacted_url():
     with pytest.raises(StorageRefused) as refused:
         await PostgresDatabase.open(url, "svc", MIGRATIONS, connect_timeout=1)
     assert "secret" not in str(refused.value)
+
+
+def test_sqlite_placeholders_translate_outside_quotes():
+    assert translate("SELECT a FROM t WHERE b = ? AND c LIKE 'x%?' AND \"q?\" = ?") == (
+        b"SELECT a FROM t WHERE b = %s AND c LIKE 'x%%?' AND \"q?\" = %s"
+    )
+
+
+async def test_sqlite_style_statements_run_on_postgres(url):
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
+    try:
+        def unit(conn: psycopg.Connection) -> list[tuple]:
+            db = SqliteStyle(conn)
+            db.executemany("INSERT INTO items (key, value) VALUES (?, ?)", [("a", 1), ("b%", 2)])
+            db.execute("INSERT INTO items VALUES (?, ?) ON CONFLICT (key) DO NOTHING", ("a", 9))
+            return db.execute("SELECT key, value FROM items WHERE key LIKE 'b%' OR value = ? ORDER BY key",
+                              (1,)).fetchall()
+
+        assert await database.write(unit) == [("a", 1), ("b%", 2)]
+    finally:
+        await database.close()
