@@ -1,22 +1,25 @@
-"""The imperative shell around the lifecycle core: applies intents through the
-store, and delivers the propagations parents owe their attached children."""
+"""The imperative shell around the lifecycle units of work: applies intents through
+the store, publishes what committed, and delivers the propagations parents owe their
+attached children (a background loop under the service's structured owner)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 
-from google.protobuf.message import Message
-
 from funnel.auth.principal import Caller
+from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection
 from funnel.runtime.faults import NO_FAULTS, Faults
+from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.storage_errors import StorageUnavailable
 from lifecycle_service.core import intents as i
-from lifecycle_service.core.model import Cause, IntentKind, LifecycleEvent, Policy, TaskRecord
-from lifecycle_service.core.rules import decide
-from lifecycle_service.storage.port import ApplyResult, Command, Committed, LifecycleStore, PendingPropagation
+from lifecycle_service.core.model import Cause, IntentKind, LifecycleEvent, Policy, Situation, TaskRecord
+from lifecycle_service.core.rules import Decision, decide
+from lifecycle_service.storage.port import LifecycleStore, LifecycleTx, PendingPropagation
+from lifecycle_service.units import ApplyResult, Command, Committed, apply_intent
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +31,30 @@ _PROPAGATED_INTENTS = {
     IntentKind.SETTLE_CANCELLATION: i.SettleCancellation,
     IntentKind.PROPAGATE_PARENT_TERMINATION: i.PropagateParentTermination,
 }
+PROPAGATION_BATCH = 100
+# How long a claimed propagation stays with its deliverer before another may take it.
+PROPAGATION_LEASE_MICROS = 60_000_000
 
 
 class LifecycleAuthority:
     def __init__(
-        self, store: LifecycleStore, policy: Policy, retry_delay: float = 0.5, faults: Faults = NO_FAULTS
+        self,
+        store: LifecycleStore,
+        policy: Policy,
+        clock: Clock,
+        *,
+        publish: Callable[[LifecycleEvent], None] = lambda event: None,
+        retry_delay: float = 0.5,
+        faults: Faults = NO_FAULTS,
+        owner: str | None = None,
     ) -> None:
         self.store = store
         self.faults = faults
         self.policy = policy
+        self._clock = clock
+        self._publish = publish
         self._retry_delay = retry_delay
+        self._owner = owner or f"lifecycle-{os.getpid()}-{id(self):x}"
         # Set at start, so that propagations a crash left behind are delivered first.
         self._pending = asyncio.Event()
         self._pending.set()
@@ -46,29 +63,52 @@ class LifecycleAuthority:
         self,
         intent: i.Intent,
         method: str,
-        render: Callable[[TaskRecord, LifecycleEvent], Message],
+        render: Callable[[TaskRecord, LifecycleEvent], bytes],
         fingerprint: bytes | None = None,
     ) -> ApplyResult:
-        result = await self.store.apply(
-            Command(
-                intent, lambda situation: decide(intent, situation, self.policy), render, fingerprint, method=method
-            )
-        )
-        if isinstance(result, Committed) and result.propagations:
-            self._pending.set()
-        return result
+        """Applies a caller's intent; `render` serializes the response a repeat of its
+        request id gets (with the request's `fingerprint`, set exactly when the intent
+        has a request id)."""
+        request = None
+        if intent.request_id:
+            assert fingerprint is not None, "a request id comes with the request's fingerprint"
+            request = RequestKey(intent.workspace_id, intent.caller.subject, method, intent.request_id, fingerprint)
+        return await self._apply(Command(intent, self._decider(intent), render, request))
+
+    async def _apply(self, command: Command) -> ApplyResult:
+        now = self._clock.now_micros()
+
+        def unit(tx: LifecycleTx) -> ApplyResult:
+            result = apply_intent(tx, command, now)
+            if isinstance(result, Committed):
+                self.faults.hit("lifecycle.before_commit")
+            return result
+
+        return await self.store.write(unit, after_commit=self._committed)
+
+    def _committed(self, result: ApplyResult) -> None:
+        if isinstance(result, Committed):
+            self._publish(result.event)
+            if result.propagations:
+                self._pending.set()
+
+    def _decider(self, intent: i.Intent) -> Callable[[Situation], Decision]:
+        return lambda situation: decide(intent, situation, self.policy)
 
     async def deliver_pending(self) -> int:
         """Applies every pending propagation once; returns how many were handled."""
         handled = 0
         while True:
-            batch = await self.store.pending_propagations(limit=100)
+            batch = await self.store.write(self._claimer(self._clock.now_micros()))
             if not batch:
                 return handled
             for pending in batch:
                 self.faults.hit("lifecycle.between_parent_and_propagation")
                 await self._deliver(pending)
                 handled += 1
+
+    def _claimer(self, now: int) -> Callable[[LifecycleTx], list[PendingPropagation]]:
+        return lambda tx: tx.claim_propagations(now, self._owner, PROPAGATION_LEASE_MICROS, PROPAGATION_BATCH)
 
     async def deliver_forever(self) -> None:
         """Delivers pending propagations whenever a commit owes some (a background loop)."""
@@ -101,12 +141,10 @@ class LifecycleAuthority:
             ),
             caller=SELF,
         )
-        result = await self.store.apply(
-            Command(intent, lambda situation: decide(intent, situation, self.policy), propagation_id=pending.id)
-        )
+        result = await self._apply(Command(intent, self._decider(intent), propagation_id=pending.id))
         if isinstance(result, Rejection):
-            log.info(
-                "propagation %s to %s dropped: %s", pending.intent.name, pending.child.task_id, result.reason.name
-            )
-        elif isinstance(result, Committed) and result.propagations:
-            self._pending.set()
+            log.info("propagation %s to %s dropped: %s", pending.intent.name, pending.child.task_id, result.reason.name)
+
+    async def sweep_request_ids(self, created_before: int, limit: int) -> int:
+        """Forgets up to `limit` request ids remembered before `created_before` (for the sweeper)."""
+        return await self.store.write(lambda tx: tx.forget_requests(created_before, limit))

@@ -23,6 +23,7 @@ from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.core.model import Policy
 from lifecycle_service.errors import DOMAIN, Reason
 from lifecycle_service.service import SERVICE_NAME, LifecycleService, publisher
+from lifecycle_service.storage.port import LifecycleStore
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
 
 ENV_PREFIX = "FUNNEL_LIFECYCLE"
@@ -49,7 +50,7 @@ class RunningLifecycle:
     server: grpc.aio.Server
     port: int
     authority: LifecycleAuthority
-    store: SqliteLifecycleStore
+    store: LifecycleStore
     health: runtime.Health
     broker: EventBroker
     background: Background
@@ -74,9 +75,13 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
-    store = await SqliteLifecycleStore.open(config.database, clock, publisher(broker), faults)
+    store = await SqliteLifecycleStore.open(config.database)
     authority = LifecycleAuthority(
-        store, Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000), faults=faults
+        store,
+        Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000),
+        clock,
+        publish=publisher(broker),
+        faults=faults,
     )
     quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
     service = LifecycleService(authority, broker, quota, config.max_message_bytes)
@@ -89,7 +94,8 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
     background.add("propagations", authority.deliver_forever)
     background.add(
-        "request-id-sweeper", idempotency.sweeper(store.sweep_request_ids, clock, config.request_id_retention_seconds)
+        "request-id-sweeper",
+        idempotency.sweeper(authority.sweep_request_ids, clock, config.request_id_retention_seconds),
     )
     background.add("reload", reloader.run_forever)
     await server.start()

@@ -29,7 +29,8 @@ from lifecycle_service.convert import event_to_proto, task_to_proto
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import LifecycleEvent, TaskRecord
 from lifecycle_service.errors import Reason
-from lifecycle_service.storage.port import Committed, Replayed, Resettled
+from lifecycle_service.storage.port import LifecycleReadTx
+from lifecycle_service.units import Committed, Replayed, Resettled, task_view
 
 SERVICE_NAME = "funnel.lifecycle.v1.TaskLifecycleService"
 
@@ -64,19 +65,26 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         if remaining is not None and remaining <= 0:
             raise ServiceError(reject(Reason.DEADLINE_EXPIRED, "the deadline expired before the intent was applied"))
 
-        def render(task: TaskRecord, event: LifecycleEvent):
+        def reply(task: TaskRecord, event: LifecycleEvent):
             return response_type(task=task_to_proto(task), event=event_to_proto(event))
+
+        def render(task: TaskRecord, event: LifecycleEvent) -> bytes:
+            return reply(task, event).SerializeToString(deterministic=True)
 
         intent = dataclasses.replace(intent, caller=calls.served().caller)
         digest = fingerprint(method, request.SerializeToString(deterministic=True)) if intent.request_id else None
         result = await self._authority.apply(intent, method, render, digest)
         if isinstance(result, Committed):
             self._authority.faults.hit("lifecycle.after_commit_before_reply")
-            return result.response
+        if isinstance(result, Committed | Resettled):
+            # What was remembered is what a repeat gets: answer with exactly that.
+            return (
+                reply(result.task, result.event)
+                if result.response is None
+                else response_type.FromString(result.response)
+            )
         if isinstance(result, Replayed):
             return response_type.FromString(result.response)
-        if isinstance(result, Resettled):
-            return render(result.task, result.event)
         assert isinstance(result, Rejection), result
         raise ServiceError(result)
 
@@ -129,7 +137,8 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
 
     async def GetTask(self, request, context):
         requests.task_key(request)
-        view = await self._store.get_task(request.workspace_id, request.task_id)
+        workspace_id, task_id = request.workspace_id, request.task_id
+        view = await self._store.read(lambda tx: task_view(tx, workspace_id, task_id))
         if view is None:
             raise _task_not_found(request.task_id)
         return pb.GetTaskResponse(
@@ -147,7 +156,8 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
                 raise malformed_page_token(Reason)
             after = cursor
         size = page_size(request.page_size)
-        tasks = await self._store.list_tasks(request.workspace_id, after, size + 1, request.parent_task_id or None)
+        workspace_id, parent_task_id = request.workspace_id, request.parent_task_id or None
+        tasks = await self._store.read(lambda tx: tx.list_tasks(workspace_id, after, size + 1, parent_task_id))
         more = len(tasks) > size
         protos = [task_to_proto(t) for t in tasks[:size]]
         fit = fitting(protos, self._page_bytes)
@@ -166,10 +176,17 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             if cursor is None:
                 raise malformed_page_token(Reason)
             after = cursor
-        elif await self._store.get_task(request.workspace_id, request.task_id) is None:
-            raise _task_not_found(request.task_id)
         size = page_size(request.page_size)
-        events = await self._store.list_events(request.workspace_id, request.task_id, after, size + 1)
+        workspace_id, task_id, must_exist = request.workspace_id, request.task_id, not request.page_token
+
+        def listing_of(tx: LifecycleReadTx) -> list[LifecycleEvent] | None:
+            if must_exist and tx.load_task(workspace_id, task_id) is None:
+                return None
+            return tx.list_events(workspace_id, task_id, after, size + 1)
+
+        events = await self._store.read(listing_of)
+        if events is None:
+            raise _task_not_found(task_id)
         more = len(events) > size
         protos = [event_to_proto(e) for e in events[:size]]
         fit = fitting(protos, self._page_bytes)
@@ -184,7 +201,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         workspace, task = request.workspace_id, request.task_id or None
         with self._watch_quota.admit(calls.served().principal.subject, workspace):
             async for item in follow(
-                lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
+                lambda cursor, limit: self._store.read(lambda tx: tx.events_after(workspace, cursor, task, limit)),
                 self._broker,
                 workspace,
                 task,

@@ -1,5 +1,16 @@
-"""The request-id rule of brief §2: a pure decision, and the sweep that forgets
-ids after their retention."""
+"""The request-id rule of brief §2, once for both services: a pure decision, the
+unit-of-work helpers over a tiny storage protocol, and the sweep that forgets ids
+after their retention.
+
+Use inside a write transaction (any adapter's Tx implements `RequestMemory`):
+
+    seen = recall(tx, key)          # None (new), Replay(response) or Reused(request_id)
+    ...decide and write...
+    remember(tx, key, response_bytes, now)
+
+`Reused` is turned into the service's own REQUEST_ID_REUSED rejection with
+`seen.rejection(Reason.REQUEST_ID_REUSED)`. Responses are stored as bytes only.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +20,10 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from funnel.runtime.clock import Clock
+from funnel.runtime.errors import Rejection, reject
 
 log = logging.getLogger(__name__)
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
@@ -44,6 +57,63 @@ def judge_request_id(stored_fingerprint: bytes | None, fingerprint: bytes) -> Re
     if stored_fingerprint is None:
         return RequestIdVerdict.NEW
     return RequestIdVerdict.REPLAY if stored_fingerprint == fingerprint else RequestIdVerdict.REUSED
+
+
+class RequestMemory(Protocol):
+    """What a transaction offers the rule: remembered request ids, scoped by
+    (workspace, caller, method, request id)."""
+
+    def recall_request(
+        self, workspace_id: str, caller: str, method: str, request_id: str
+    ) -> tuple[bytes, bytes] | None:
+        """The remembered (fingerprint, response), or None."""
+        ...
+
+    def remember_request(self, key: RequestKey, response: bytes, created_at: int) -> None:
+        """Remembers `key` (with its fingerprint) and the response a repeat must get."""
+        ...
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The id was seen with an identical request: return its original response."""
+
+    response: bytes
+
+
+@dataclass(frozen=True)
+class Reused:
+    """The id was seen with a different request."""
+
+    request_id: str
+
+    def rejection(self, reason: enum.Enum) -> Rejection:
+        """The refusal, with the service's own REQUEST_ID_REUSED catalogue member."""
+        return reject(
+            reason,
+            f"request_id {self.request_id!r} was already used for a different request",
+            request_id=self.request_id,
+        )
+
+
+def recall(memory: RequestMemory, key: RequestKey | None) -> Replay | Reused | None:
+    """Judges `key` against what `memory` remembers: None for a new request (or no key)."""
+    if key is None:
+        return None
+    stored = memory.recall_request(key.workspace_id, key.caller, key.method, key.request_id)
+    verdict = judge_request_id(stored[0] if stored else None, key.fingerprint)
+    if verdict is RequestIdVerdict.REPLAY:
+        assert stored is not None
+        return Replay(bytes(stored[1]))
+    if verdict is RequestIdVerdict.REUSED:
+        return Reused(key.request_id)
+    return None
+
+
+def remember(memory: RequestMemory, key: RequestKey | None, response: bytes, created_at: int) -> None:
+    """Remembers the response of a new request (a no-op without a key)."""
+    if key is not None:
+        memory.remember_request(key, response, created_at)
 
 
 async def sweep_forever(

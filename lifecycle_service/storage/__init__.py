@@ -1,1 +1,2 @@
-"""Storage port of the lifecycle service and its SQLite adapter."""
+"""Storage of the lifecycle service: the port (`port`), the SQLite adapter (`sqlite`)
+and an in-memory fake (`memory`)."""

@@ -1,72 +1,33 @@
-"""What the lifecycle service needs from storage. SQLite is the first adapter; a
-PostgreSQL adapter must pass the same conformance tests (tests/lifecycle/test_storage.py)."""
+"""What the lifecycle service needs from storage: a narrow, synchronous transaction
+API (`LifecycleTx`, read-only subset `LifecycleReadTx`) and the store that runs a
+unit of work in one transaction (`LifecycleStore`). Plain values only: no protobuf,
+no driver types. The units of work live in `lifecycle_service.units`.
+
+Adapters: `storage.sqlite` (SQLite), `storage.memory` (an in-memory fake); each
+passes the conformance suite tests/lifecycle/test_storage.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from google.protobuf.message import Message
+from funnel.runtime.idempotency import RequestMemory
+from lifecycle_service.core.model import ChildRef, IntentKind, LifecycleEvent, Propagation, TaskRecord
 
-from funnel.runtime.errors import Rejection
-from lifecycle_service.core.intents import Intent
-from lifecycle_service.core.model import ChildRef, IntentKind, LifecycleEvent, Situation, TaskRecord
-from lifecycle_service.core.rules import Decision
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Command:
-    """One intent to apply atomically.
-
-    `decide` is the pure core bound to the intent and policy; `render` builds the
-    response that a repeat of `request_id` must return."""
-
-    intent: Intent
-    decide: Callable[[Situation], Decision]
-    # Internal commands (propagations) have no caller and no response.
-    render: Callable[[TaskRecord, LifecycleEvent], Message] | None = None
-    # sha256 over the RPC name and the request; set exactly when intent.request_id is.
-    fingerprint: bytes | None = None
-    # The pending propagation this command discharges (internal commands only).
-    propagation_id: int | None = None
-    # The RPC, which with the caller and workspace scopes the intent's request_id.
-    method: str = ""
-
-
-@dataclass(frozen=True)
-class Committed:
-    task: TaskRecord
-    event: LifecycleEvent
-    response: Message | None
-    propagations: int
-
-
-@dataclass(frozen=True)
-class Replayed:
-    """The request id was seen with an identical request: its original response."""
-
-    response: bytes
-
-
-@dataclass(frozen=True)
-class Resettled:
-    """The settlement repeated the one recorded: the current record and the original terminal event."""
-
-    task: TaskRecord
-    event: LifecycleEvent
-
-
-@dataclass(frozen=True)
-class Discharged:
-    """The propagation was already applied or dropped by someone else."""
-
-
-ApplyResult = Committed | Replayed | Resettled | Rejection | Discharged
+class InvariantViolated(Exception):
+    """A write would break, or a read found broken, an invariant the store keeps
+    (a record changed under its write lock, a terminal task without its terminal
+    event). Violated key or check constraints raise the adapter's own error."""
 
 
 @dataclass(frozen=True)
 class PendingPropagation:
+    """An intent a parent's committed transition owes one attached child."""
+
     id: int
     workspace_id: str
     parent_task_id: str
@@ -76,36 +37,89 @@ class PendingPropagation:
     intent: IntentKind
 
 
-@dataclass(frozen=True)
-class TaskView:
-    task: TaskRecord
-    open_attached_children: tuple[ChildRef, ...]
+class LifecycleReadTx(Protocol):
+    """Reads inside one transaction: a consistent snapshot across calls."""
+
+    def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None: ...
+
+    def open_attached_children(self, task: TaskRecord, limit: int | None = None) -> tuple[ChildRef, ...]:
+        """Attached children of the task's current generation that are not terminal, by task id."""
+        ...
+
+    def terminal_event(self, task: TaskRecord) -> LifecycleEvent:
+        """The event that made the task's current generation terminal (InvariantViolated if none)."""
+        ...
+
+    def list_tasks(
+        self, workspace_id: str, after_task_id: str, limit: int, parent_task_id: str | None
+    ) -> list[TaskRecord]:
+        """Tasks by task id, after `after_task_id`; only the children of `parent_task_id` if given."""
+        ...
+
+    def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
+        """One task's events by revision."""
+        ...
+
+    def events_after(
+        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
+    ) -> list[LifecycleEvent]:
+        """A workspace's events (one task's if given) by sequence, after `after_sequence`."""
+        ...
+
+
+class LifecycleTx(LifecycleReadTx, RequestMemory, Protocol):
+    """One write transaction. Everything written commits together when the unit of
+    work returns (whatever it returns), or nothing does when it raises."""
+
+    def insert_task(self, task: TaskRecord) -> None:
+        """A new record (revision 1 of a new task id)."""
+        ...
+
+    def update_task(self, task: TaskRecord) -> None:
+        """Replaces the record whose revision is `task.revision - 1` (InvariantViolated otherwise)."""
+        ...
+
+    def append_event(self, event: LifecycleEvent) -> LifecycleEvent:
+        """Stores the event; returns it with the sequence the store assigned: global and
+        strictly increasing in commit order. (workspace, task, revision) is unique."""
+        ...
+
+    def insert_propagations(
+        self, parent_event: LifecycleEvent, propagations: Sequence[Propagation], created_at: int
+    ) -> None:
+        """Records what the committed `parent_event` owes each attached child."""
+        ...
+
+    def discharge_propagation(self, propagation_id: int) -> bool:
+        """Removes a pending propagation; False when it was already discharged."""
+        ...
+
+    def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
+        """Up to `limit` pending propagations for `owner` to deliver, oldest first.
+
+        Rows another owner claimed less than `lease_micros` ago are skipped; rows this
+        owner claimed are returned again. Single-process adapters (SQLite, memory) keep
+        no claim and return the oldest pending rows. Delivery is idempotent either way:
+        applying a propagation discharges it in the child's transaction."""
+        ...
+
+    def forget_requests(self, created_before: int, limit: int) -> int:
+        """Forgets up to `limit` request ids remembered before `created_before`; returns how many."""
+        ...
 
 
 class LifecycleStore(Protocol):
-    async def apply(self, command: Command) -> ApplyResult:
-        """In one write transaction: request-id check, load, decide, write record +
-        event + propagations + remembered response, commit, then publish."""
+    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
+        """Runs `fn` in one write transaction, in one hop on the database's own
+        connection, and returns its result once committed. `fn` must touch nothing but
+        `tx` (an engine may run it again after a conflict). `after_commit` runs on the
+        event loop after the commit, in commit order, before later writes are
+        acknowledged, even if the caller was cancelled meanwhile. Raises
+        StorageUnavailable when nothing could be applied."""
         ...
 
-    async def get_task(self, workspace_id: str, task_id: str) -> TaskView | None: ...
-
-    async def list_tasks(
-        self, workspace_id: str, after_task_id: str, limit: int, parent_task_id: str | None
-    ) -> list[TaskRecord]: ...
-
-    async def list_events(
-        self, workspace_id: str, task_id: str, after_revision: int, limit: int
-    ) -> list[LifecycleEvent]: ...
-
-    async def events_after(
-        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
-    ) -> list[LifecycleEvent]: ...
-
-    async def pending_propagations(self, limit: int) -> list[PendingPropagation]: ...
-
-    async def sweep_request_ids(self, created_before: int, limit: int) -> int:
-        """Forgets up to `limit` request ids remembered before `created_before`; returns how many."""
+    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
+        """Runs `fn` in a read transaction (a consistent snapshot), without waiting for writes."""
         ...
 
     async def check_writable(self) -> None:

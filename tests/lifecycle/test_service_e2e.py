@@ -19,8 +19,8 @@ from lifecycle_service.core.model import LinkMode, ParentLink, Policy
 from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
 from lifecycle_service.service import SERVICE_NAME
-from lifecycle_service.storage.port import Command
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
+from lifecycle_service.units import Command, apply_intent
 from tests import credentials
 from tests.lifecycle.grpc_support import WS, Client, Code, micros, rejected, ts
 
@@ -1036,17 +1036,19 @@ async def test_attached_children_register_only_under_the_current_active_generati
 
 async def test_propagations_left_by_a_crash_are_replayed_at_start(start_lifecycle, tmp_path, clock):
     path = str(tmp_path / "crashed.sqlite3")
-    store = await SqliteLifecycleStore.open(path, clock)
+    store = await SqliteLifecycleStore.open(path)
     policy = Policy()
 
     async def apply(intent):
-        await store.apply(Command(intent, lambda s: decide(intent, s, policy)))
+        command = Command(intent, lambda s: decide(intent, s, policy))
+        await store.write(lambda tx: apply_intent(tx, command, clock.now_micros()))
 
     await apply(i.RegisterTask(workspace_id=WS, task_id="parent"))
     await apply(i.ActivateGeneration(workspace_id=WS, task_id="parent", generation=1))
     await apply(i.RegisterTask(workspace_id=WS, task_id="child", parent=ParentLink("parent", 1, LinkMode.ATTACHED)))
     await apply(i.SettleFailure(workspace_id=WS, task_id="parent", generation=1))
-    assert len(await store.pending_propagations(10)) == 1
+    assert len(await store.read(lambda tx: tx.events_after(WS, 0, "child", 10))) == 1
+    assert len(await store.write(lambda tx: tx.claim_propagations(clock.now_micros(), "test", 1, 10))) == 1
     await store.close()  # the process died before delivering
 
     _, stub = await start_lifecycle(database=path)

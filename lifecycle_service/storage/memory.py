@@ -1,0 +1,265 @@
+"""The in-memory fake of the lifecycle store: dicts and tuples with the port's
+transaction semantics. A write works on a copy of the state that replaces the
+state only when the unit of work returns, so a unit that raises leaves nothing
+behind; after_commit hooks run in commit order. It keeps the invariants the SQLite
+schema enforces (unique keys, the record's checks), raising InvariantViolated.
+
+For the application-layer unit tests and the conformance suite; not durable."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from funnel.runtime.idempotency import RequestKey
+from lifecycle_service.core.model import (
+    ChildRef,
+    GenerationState,
+    LifecycleEvent,
+    LinkMode,
+    Outcome,
+    Propagation,
+    TaskRecord,
+)
+from lifecycle_service.storage.port import (
+    InvariantViolated,
+    LifecycleReadTx,
+    LifecycleStore,
+    LifecycleTx,
+    PendingPropagation,
+)
+
+T = TypeVar("T")
+_TaskKey = tuple[str, str]
+_RequestScope = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    fingerprint: bytes
+    response: bytes
+    created_at: int
+
+
+@dataclass
+class _State:
+    """Containers hold immutable values only: a shallow copy is a snapshot."""
+
+    tasks: dict[_TaskKey, TaskRecord] = field(default_factory=dict)
+    # Per task, its events in revision order; `events` is every event in sequence order.
+    history: dict[_TaskKey, tuple[LifecycleEvent, ...]] = field(default_factory=dict)
+    events: list[LifecycleEvent] = field(default_factory=list)
+    last_sequence: int = 0
+    propagations: dict[int, PendingPropagation] = field(default_factory=dict)
+    last_propagation_id: int = 0
+    requests: dict[_RequestScope, _Remembered] = field(default_factory=dict)
+
+    def copy(self) -> _State:
+        return _State(
+            dict(self.tasks),
+            dict(self.history),
+            list(self.events),
+            self.last_sequence,
+            dict(self.propagations),
+            self.last_propagation_id,
+            dict(self.requests),
+        )
+
+
+class MemoryLifecycleStore:
+    def __init__(self) -> None:
+        self._state = _State()
+        self._closed = False
+
+    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
+        self._check_open()
+        draft = self._state.copy()
+        result = fn(MemoryLifecycleTx(draft, writable=True))
+        self._state = draft
+        if after_commit is not None:
+            after_commit(result)
+        return result
+
+    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
+        self._check_open()
+        return fn(MemoryLifecycleTx(self._state, writable=False))
+
+    async def check_writable(self) -> None:
+        self._check_open()
+
+    async def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the store is closed")
+
+
+class MemoryLifecycleTx:
+    def __init__(self, state: _State, *, writable: bool) -> None:
+        self._s = state
+        self._writable = writable
+
+    # -- reads -------------------------------------------------------------
+
+    def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+        return self._s.tasks.get((workspace_id, task_id))
+
+    def open_attached_children(self, task: TaskRecord, limit: int | None = None) -> tuple[ChildRef, ...]:
+        children = sorted(
+            (
+                ChildRef(child.task_id, child.generation)
+                for child in self._s.tasks.values()
+                if child.workspace_id == task.workspace_id
+                and child.parent is not None
+                and (child.parent.task_id, child.parent.generation, child.parent.mode)
+                == (task.task_id, task.generation, LinkMode.ATTACHED)
+                and child.state is not GenerationState.TERMINAL
+            ),
+            key=lambda child: child.task_id,
+        )
+        return tuple(children[:limit] if limit is not None else children)
+
+    def terminal_event(self, task: TaskRecord) -> LifecycleEvent:
+        for event in self._s.history.get((task.workspace_id, task.task_id), ()):
+            if event.generation == task.generation and event.to_state is GenerationState.TERMINAL:
+                return event
+        raise InvariantViolated(f"terminal task {task.task_id!r} has no terminal event")
+
+    def list_tasks(
+        self, workspace_id: str, after_task_id: str, limit: int, parent_task_id: str | None
+    ) -> list[TaskRecord]:
+        found = sorted(
+            (
+                task
+                for (workspace, task_id), task in self._s.tasks.items()
+                if workspace == workspace_id
+                and task_id > after_task_id
+                and (not parent_task_id or (task.parent is not None and task.parent.task_id == parent_task_id))
+            ),
+            key=lambda task: task.task_id,
+        )
+        return found[:limit]
+
+    def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
+        history = self._s.history.get((workspace_id, task_id), ())
+        return [event for event in history if event.revision > after_revision][:limit]
+
+    def events_after(
+        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
+    ) -> list[LifecycleEvent]:
+        found: list[LifecycleEvent] = []
+        for event in self._s.events:
+            if len(found) == limit:
+                break
+            if (
+                event.sequence > after_sequence
+                and event.workspace_id == workspace_id
+                and (not task_id or event.task_id == task_id)
+            ):
+                found.append(event)
+        return found
+
+    # -- records and events --------------------------------------------------
+
+    def insert_task(self, task: TaskRecord) -> None:
+        self._check_writable()
+        key = (task.workspace_id, task.task_id)
+        if key in self._s.tasks:
+            raise InvariantViolated(f"task {task.task_id!r} already exists")
+        self._s.tasks[key] = _checked(task)
+
+    def update_task(self, task: TaskRecord) -> None:
+        self._check_writable()
+        key = (task.workspace_id, task.task_id)
+        stored = self._s.tasks.get(key)
+        if stored is None or stored.revision != task.revision - 1:
+            raise InvariantViolated(f"task {task.task_id!r} changed under its write lock")
+        self._s.tasks[key] = _checked(task)
+
+    def append_event(self, event: LifecycleEvent) -> LifecycleEvent:
+        self._check_writable()
+        key = (event.workspace_id, event.task_id)
+        history = self._s.history.get(key, ())
+        if any(e.revision == event.revision for e in history):
+            raise InvariantViolated(f"task {event.task_id!r} already has an event of revision {event.revision}")
+        self._s.last_sequence += 1
+        stored = dataclasses.replace(event, sequence=self._s.last_sequence)
+        self._s.history[key] = tuple(sorted(history + (stored,), key=lambda e: e.revision))
+        self._s.events.append(stored)
+        return stored
+
+    # -- propagations ----------------------------------------------------------
+
+    def insert_propagations(
+        self, parent_event: LifecycleEvent, propagations: Sequence[Propagation], created_at: int
+    ) -> None:
+        self._check_writable()
+        if not any(e.sequence == parent_event.sequence for e in reversed(self._s.events)):
+            raise InvariantViolated(f"no event of sequence {parent_event.sequence}")
+        for propagation in propagations:
+            self._s.last_propagation_id += 1
+            self._s.propagations[self._s.last_propagation_id] = PendingPropagation(
+                self._s.last_propagation_id,
+                parent_event.workspace_id,
+                parent_event.task_id,
+                parent_event.generation,
+                parent_event.sequence,
+                propagation.child,
+                propagation.intent,
+            )
+
+    def discharge_propagation(self, propagation_id: int) -> bool:
+        self._check_writable()
+        return self._s.propagations.pop(propagation_id, None) is not None
+
+    def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
+        # One process: no claim is kept (see the port).
+        return [self._s.propagations[key] for key in sorted(self._s.propagations)[:limit]]
+
+    # -- request ids -------------------------------------------------------------
+
+    def recall_request(
+        self, workspace_id: str, caller: str, method: str, request_id: str
+    ) -> tuple[bytes, bytes] | None:
+        found = self._s.requests.get((workspace_id, caller, method, request_id))
+        return (found.fingerprint, found.response) if found else None
+
+    def remember_request(self, key: RequestKey, response: bytes, created_at: int) -> None:
+        self._check_writable()
+        scope = (key.workspace_id, key.caller, key.method, key.request_id)
+        if scope in self._s.requests:
+            raise InvariantViolated(f"request id {key.request_id!r} is already remembered")
+        self._s.requests[scope] = _Remembered(key.fingerprint, bytes(response), created_at)
+
+    def forget_requests(self, created_before: int, limit: int) -> int:
+        self._check_writable()
+        old = sorted(
+            (remembered.created_at, scope)
+            for scope, remembered in self._s.requests.items()
+            if remembered.created_at < created_before
+        )[:limit]
+        for _, scope in old:
+            del self._s.requests[scope]
+        return len(old)
+
+    def _check_writable(self) -> None:
+        if not self._writable:
+            raise RuntimeError("a write in a read transaction")
+
+
+def _checked(task: TaskRecord) -> TaskRecord:
+    """The record's checks of the SQLite schema."""
+    if (task.state is GenerationState.TERMINAL) != (task.outcome is not None):
+        raise InvariantViolated(f"task {task.task_id!r}: a terminal state goes with an outcome, and only it")
+    # As in SQL, the second check passes when there is no outcome (NULL = … is not false).
+    if task.outcome is not None and (task.outcome is Outcome.COMPLETED) != (task.completion_id is not None):
+        raise InvariantViolated(f"task {task.task_id!r}: a completed outcome goes with a completion id, and only it")
+    return task
+
+
+def _conforms(store: MemoryLifecycleStore, tx: MemoryLifecycleTx) -> tuple[LifecycleStore, LifecycleTx]:
+    """Never called: makes mypy check both classes against the port."""
+    return store, tx
