@@ -28,6 +28,7 @@ from funnel.auth.tls import is_loopback
 from funnel.auth.tokens import SigningKeyError
 from funnel.runtime.validation import id_problem
 from funnel_cli import connection as conn
+from funnel_cli import operate
 from funnel_cli.demo import WORKSPACE, DemoCallers, DemoFailed, run_demo
 from funnel_cli.supervisor import StartupFailed, start_pair, wait_serving
 from funnel_cli.transcripts import export_transcript, import_transcript, report_import
@@ -305,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     conn.add_arguments(mcp)
     mcp.set_defaults(run=cmd_mcp)
+    operate.add_commands(commands)
     token = commands.add_parser("token", help="bearer tokens for local use")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     issue = token_commands.add_parser(

@@ -1,0 +1,126 @@
+"""The operator's commands against real services (`funnel up --demo`), as a
+script uses them: JSON output checked, exit codes relied on."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.harness import unused_port
+from tests.reliability.test_durability import table_pages_in_the_middle
+
+FUNNEL = Path(sys.executable).parent / "funnel"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """`funnel up --demo`: one task of workspace demo walked to COMPLETED."""
+    directory = tmp_path_factory.mktemp("operator")
+    lifecycle, completion = unused_port(), unused_port()
+    up = subprocess.Popen(
+        [str(FUNNEL), "up", "--demo", "--data-dir", str(directory / "data"),
+         "--lifecycle-port", str(lifecycle), "--completion-port", str(completion)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = up.stdout.readline()
+        assert line, "\n".join(lines)
+        lines.append(line)
+        if line.startswith("Demo finished"):
+            break
+    task = next(line.split()[3] for line in lines if line.startswith("1. register"))
+    yield {"dir": directory, "lifecycle": lifecycle, "completion": completion, "task": task}
+    up.send_signal(signal.SIGINT)
+    up.communicate(timeout=30)
+
+
+def funnel(demo, *args: str, json_output: bool = True) -> tuple[int, object, str]:
+    command = [str(FUNNEL), *args]
+    if args[0] not in ("check", "backup"):
+        command += ["--data-dir", str(demo["dir"] / "data"), "--lifecycle", f"127.0.0.1:{demo['lifecycle']}",
+                    "--completion", f"127.0.0.1:{demo['completion']}"]
+    if json_output:
+        command += ["-o", "json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    if json_output and done.stdout and args[:2] != ("task", "watch"):
+        return done.returncode, json.loads(done.stdout), done.stderr
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_reading_tasks_runs_and_completions(demo):
+    task = demo["task"]
+    code, listed, _ = funnel(demo, "task", "list")
+    assert code == 0 and [t["task_id"] for t in listed["tasks"]] == [task]
+    code, got, _ = funnel(demo, "task", "get", task)
+    assert (got["task"]["state"], got["task"]["outcome"]) == ("GENERATION_STATE_TERMINAL", "TERMINAL_OUTCOME_COMPLETED")
+    code, history, _ = funnel(demo, "task", "events", task)
+    intents = [e["intent"] for e in history["events"]]
+    assert intents[0] == "INTENT_REGISTER_TASK" and intents[-1] == "INTENT_SETTLE_COMPLETION"
+    code, runs, _ = funnel(demo, "run", "list", "--task", task)
+    (run,) = runs["runs"]
+    code, one, _ = funnel(demo, "run", "get", run["run_id"])
+    assert one["run"]["outcome"] == "RUN_OUTCOME_SUCCEEDED"
+    code, completion, _ = funnel(demo, "completion", "get", task)
+    assert completion["completion"]["settlement"] == "SETTLEMENT_STATUS_SETTLED"
+    code, pending, _ = funnel(demo, "completion", "list", "--pending")
+    assert code == 0 and pending == {"completions": []}
+    code, stream, _ = funnel(demo, "task", "watch", "--count", "3")
+    assert code == 0 and [json.loads(line)["sequence"] for line in stream.splitlines()] == ["1", "2", "3"]
+    code, table, _ = funnel(demo, "task", "list", json_output=False)
+    assert table.splitlines()[0].split()[:4] == ["TASK", "GEN", "REV", "STATE"] and task in table
+
+
+def test_resume_then_cancel_moves_the_task_through_a_new_generation(demo):
+    task = demo["task"]
+    code, resumed, _ = funnel(demo, "task", "resume", task, "--generation", "2", "--request-id", "op-resume-1")
+    assert code == 0 and resumed["events"][0]["generation"] == "2"
+    code, again, _ = funnel(demo, "task", "resume", task, "--generation", "2", "--request-id", "op-resume-1")
+    assert code == 0 and again == resumed  # a retry: the first answer
+    code, _, err = funnel(demo, "task", "resume", task)
+    assert code == 1 and "GENERATION" in err  # generation 2 is not terminal: nothing to resume
+    code, cancelled, _ = funnel(demo, "task", "cancel", task, "--settle")
+    assert code == 0 and [e["intent"] for e in cancelled["events"]] == [
+        "INTENT_REQUEST_CANCELLATION", "INTENT_SETTLE_CANCELLATION"]
+    code, got, _ = funnel(demo, "task", "get", task)
+    assert (got["task"]["generation"], got["task"]["outcome"]) == ("2", "TERMINAL_OUTCOME_CANCELLED")
+
+
+def test_exit_codes_scripts_can_rely_on(demo):
+    code, _, err = funnel(demo, "task", "get", "no-such-task")
+    assert code == 3 and "TASK_NOT_FOUND (NOT_FOUND)" in err
+    viewer = subprocess.run([str(FUNNEL), "token", "issue", "--workspace", "demo", "--role", "viewer",
+                             "--data-dir", str(demo["dir"] / "data")], capture_output=True, text=True, check=True)
+    code, _, err = funnel(demo, "task", "cancel", demo["task"], "--token", viewer.stdout.strip())
+    assert code == 4 and "ROLE_NOT_PERMITTED (PERMISSION_DENIED)" in err
+    done = subprocess.run([str(FUNNEL), "task", "list", "--data-dir", str(demo["dir"] / "data"),
+                           "--lifecycle", f"127.0.0.1:{unused_port()}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 5 and "UNAVAILABLE" in done.stderr
+
+
+def test_check_and_backup_of_a_live_database(demo, tmp_path):
+    database = demo["dir"] / "data" / "completion.sqlite3"
+    code, report, _ = funnel(demo, "check", str(database))
+    assert code == 0 and report["ok"] is True and report["pages"] > 0
+    copy = tmp_path / "completion-backup.sqlite3"
+    code, made, _ = funnel(demo, "backup", str(database), str(copy))
+    assert code == 0 and made["bytes"] == copy.stat().st_size
+    code, _, err = funnel(demo, "backup", str(database), str(copy))
+    assert code == 1 and "not overwriting" in err
+    code, report, _ = funnel(demo, "check", str(copy))
+    assert code == 0 and report["ok"]
+    damaged = bytearray(copy.read_bytes())
+    page_size = int.from_bytes(damaged[16:18], "big")
+    for page in table_pages_in_the_middle(copy):
+        start = (page - 1) * page_size + page_size // 4
+        damaged[start:start + page_size // 2] = b"\xa5" * (page_size // 2)
+    copy.write_bytes(bytes(damaged))
+    code, report, _ = funnel(demo, "check", str(copy))
+    assert code == 1 and report["ok"] is False and report["problems"]
