@@ -15,6 +15,7 @@ from completion_service.lifecycle_client import LifecycleClient
 from completion_service.outbound import GateChannels, LifecycleChannel, OutboundRefused, OutboundSecurity, check
 from completion_service.policy import PolicyBook, PolicyError, load_policy
 from completion_service.service import SERVICE_NAME, CompletionService, publisher
+from completion_service.storage.port import CompletionStore
 from completion_service.storage.sqlite import SqliteCompletionStore
 from completion_service.transcript_service import SERVICE_NAME as TRANSCRIPT_SERVICE
 from completion_service.transcript_service import TranscriptService
@@ -61,7 +62,7 @@ class RunningCompletion:
     server: grpc.aio.Server
     port: int
     authority: CompletionAuthority
-    store: SqliteCompletionStore
+    store: CompletionStore
     health: runtime.Health
     lifecycle_channel: LifecycleChannel
     gate_channels: GateChannels
@@ -102,8 +103,7 @@ async def start(
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
-    store = await SqliteCompletionStore.open(config.database, clock, ids, publisher(broker), faults)
-    await store.discard_all_imports()
+    store = await SqliteCompletionStore.open(config.database)
     lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
     authority = CompletionAuthority(
         store,
@@ -111,10 +111,15 @@ async def start(
         policies,
         clock,
         ExternalGates(gate_channels),
+        ids=ids,
+        publish=publisher(broker),
         settle_interval=config.settle_interval,
+        # A claimed settlement is another replica's again after a few settle calls' time.
+        settle_lease=max(4 * config.lifecycle_timeout, 1.0),
         stall_after=config.stall_after,
         faults=faults,
     )
+    await authority.transcripts.discard_import(None)
     quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
     completion = CompletionService(authority, broker, quota, config.max_message_bytes)
     completion_pb2_grpc.add_CompletionServiceServicer_to_server(completion, server)
@@ -126,12 +131,8 @@ async def start(
     reloader = runtime.reloader(security, lifecycle_channel, gate_channels)
     background = Background("completion_service")
     background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
-    background.add("settlement-outbox", authority.settle_forever)
-    if config.stall_after is not None:
-        background.add("stall-sweeper", authority.sweep_forever)
-    background.add(
-        "request-id-sweeper", idempotency.sweeper(store.sweep_request_ids, clock, config.request_id_retention_seconds)
-    )
+    for name, worker in authority.workers(config.request_id_retention_seconds):
+        background.add(name, worker)
     background.add("reload", reloader.run_forever)
     await server.start()
     background.start()

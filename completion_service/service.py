@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from completion_service import requests
 from completion_service.authority import CompletionAuthority, RunClosed
+from completion_service.completions import AttemptCommand, AttemptOutcome
 from completion_service.convert import (
     audit_to_proto,
     completion_to_proto,
@@ -26,12 +28,13 @@ from completion_service.core.model import (
 )
 from completion_service.core.settlement import binding_decision
 from completion_service.errors import Reason
-from completion_service.storage.port import AttemptCommand, AttemptOutcome, Remembered
+from completion_service.runs import Claimed, RenewCommand
+from completion_service.storage.port import CompletionReadTx
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.runtime import calls
 from funnel.runtime.errors import ServiceError, reject
-from funnel.runtime.idempotency import RequestKey, fingerprint
+from funnel.runtime.idempotency import Replay, RequestKey, fingerprint
 from funnel.runtime.paging import (
     DEFAULT_MAX_MESSAGE_BYTES,
     decode_token,
@@ -46,6 +49,18 @@ from funnel.runtime.watch import EventBroker, WatchQuota, follow, overflow_error
 
 SERVICE_NAME = "funnel.completion.v1.CompletionService"
 C = TypeVar("C")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Page(Generic[R]):
+    items: list[R]
+    more: bool = False
+
+
+def page_of(rows: list[R], limit: int) -> Page[R]:
+    """A page from `limit + 1` loaded rows."""
+    return Page(rows[:limit], len(rows) > limit)
 
 
 def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]):
@@ -133,29 +148,34 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                     agent_id=request.agent_id,
                 )
             )
-        return await self._authority.claim(
+        result = await self._authority.runs.claim(
             request.workspace_id,
             request.task_id,
             request.agent_id,
             ttl,
             request_key("ClaimTask", request),
-            lambda run, lease: pb.ClaimTaskResponse(run=run_to_proto(run), lease=lease_to_proto(lease)),
-            pb.ClaimTaskResponse.FromString,
+            lambda claimed: _claim_response(claimed).SerializeToString(),
+            lambda stored: pb.ClaimTaskResponse.FromString(stored).run.run_id,
         )
+        if isinstance(result, Replay):
+            return pb.ClaimTaskResponse.FromString(result.response)
+        return _claim_response(result)
 
     async def RenewLease(self, request, context):
         ttl = requests.renew_lease(request)
         _check_deadline(context)
-        result = await self._authority.renew(
-            request.workspace_id,
-            request.run_id,
-            request.epoch,
-            ttl,
-            holder(),
-            request_key("RenewLease", request),
-            lambda lease: pb.RenewLeaseResponse(lease=lease_to_proto(lease)),
+        result = await self._authority.runs.renew(
+            RenewCommand(
+                request.workspace_id,
+                request.run_id,
+                request.epoch,
+                ttl,
+                holder(),
+                request_key("RenewLease", request),
+                lambda lease: pb.RenewLeaseResponse(lease=lease_to_proto(lease)).SerializeToString(),
+            )
         )
-        if isinstance(result, Remembered):
+        if isinstance(result, Replay):
             return pb.RenewLeaseResponse.FromString(result.response)
         return pb.RenewLeaseResponse(lease=lease_to_proto(result))
 
@@ -182,7 +202,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         def optional(field: str) -> int | None:
             return getattr(request, field) if request.HasField(field) else None
 
-        result = await self._authority.complete_run(
+        result = await self._authority.runs.complete_run(
             request.workspace_id,
             request.run_id,
             RunOutcome(request.outcome),
@@ -193,15 +213,15 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             calls.served().caller,
             holder(),
             request_key("CompleteRun", request),
-            render,
+            lambda closed: render(closed).SerializeToString(),
         )
-        if isinstance(result, Remembered):
+        if isinstance(result, Replay):
             return pb.CompleteRunResponse.FromString(result.response)
         return render(result)
 
     async def GetRun(self, request, context):
         requests.run_key(request)
-        run = await self._store.get_run(request.workspace_id, request.run_id)
+        run = await self._store.read(lambda tx: tx.load_run(request.workspace_id, request.run_id))
         if run is None:
             raise ServiceError(
                 reject(Reason.RUN_NOT_FOUND, f"run {request.run_id!r} does not exist", run_id=request.run_id)
@@ -212,11 +232,12 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         requests.listing(request, "task_id")
         listing = ["runs", request.workspace_id, request.task_id]
         cursor = _token(request, listing, list)
-        page = await self._store.list_runs(
-            request.workspace_id,
-            request.task_id or None,
-            tuple(cursor) if cursor else None,
-            page_size(request.page_size),
+        size = page_size(request.page_size)
+        before = (cursor[0], cursor[1]) if cursor else None
+        page = page_of(
+            await self._store.read(lambda tx: tx.load_runs(request.workspace_id, request.task_id or None, before,
+                                                           size + 1)),
+            size,
         )
         items, protos, more = self._fit(page, run_to_proto)
         return pb.ListRunsResponse(
@@ -239,22 +260,20 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             run_id=request.run_id or None,
             recorded_at=0,
         )
-        result = await self._store.record_evidence(
+        result = await self._authority.completions.record_evidence(
             record,
             holder(),
             request_key("RecordEvidence", request),
-            lambda stored: pb.RecordEvidenceResponse(evidence=evidence_to_proto(stored)),
+            lambda stored: pb.RecordEvidenceResponse(evidence=evidence_to_proto(stored)).SerializeToString(),
         )
-        if isinstance(result, Remembered):
+        if isinstance(result, Replay):
             return pb.RecordEvidenceResponse.FromString(result.response)
-        if isinstance(result, EvidenceRecord):
-            return pb.RecordEvidenceResponse(evidence=evidence_to_proto(result))
-        raise ServiceError(result)
+        return pb.RecordEvidenceResponse(evidence=evidence_to_proto(result))
 
     async def AttemptCompletion(self, request, context):
         requests.attempt_completion(request)
         _check_deadline(context)
-        outcome = await self._authority.attempt(
+        outcome = await self._authority.completions.attempt(
             AttemptCommand(
                 workspace_id=request.workspace_id,
                 task_id=request.task_id,
@@ -265,20 +284,22 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 state_version=request.state_version if request.HasField("state_version") else None,
                 request=request_key("AttemptCompletion", request),
                 holder=holder(),
-                render=_render_attempt,
+                render=lambda attempted: _render_attempt(attempted).SerializeToString(),
             )
         )
-        if isinstance(outcome, Remembered):
+        if isinstance(outcome, Replay):
             return await self._replayed_attempt(outcome)
         return _render_attempt(outcome)
 
-    async def _replayed_attempt(self, remembered: Remembered) -> pb.AttemptCompletionResponse:
+    async def _replayed_attempt(self, remembered: Replay) -> pb.AttemptCompletionResponse:
         """The original decision, with the completion's current settlement and what
         that settlement means for the agent (see binding_decision)."""
         response = pb.AttemptCompletionResponse.FromString(remembered.response)
         if response.HasField("completion"):
             stored = response.completion
-            current = await self._store.get_completion(stored.workspace_id, stored.task_id, stored.generation)
+            current = await self._store.read(
+                lambda tx: tx.load_completion(stored.workspace_id, stored.task_id, stored.generation)
+            )
             if current is not None and current.completion_id == stored.completion_id:
                 response.completion.CopyFrom(completion_to_proto(current))
                 response.decision.CopyFrom(decision_to_proto(binding_decision(current.decision, current)))
@@ -286,7 +307,9 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
 
     async def GetCompletion(self, request, context):
         requests.get_completion(request)
-        completion = await self._store.get_completion(request.workspace_id, request.task_id, request.generation)
+        completion = await self._store.read(
+            lambda tx: tx.load_completion(request.workspace_id, request.task_id, request.generation)
+        )
         if completion is None:
             raise ServiceError(
                 reject(
@@ -302,11 +325,13 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         requests.listing(request, "task_id")
         listing = ["completions", request.workspace_id, request.task_id]
         cursor = _token(request, listing, list)
-        page = await self._store.list_completions(
-            request.workspace_id,
-            request.task_id or None,
-            tuple(cursor) if cursor else None,
-            page_size(request.page_size),
+        size = page_size(request.page_size)
+        after = (cursor[0], cursor[1]) if cursor else None
+        page = page_of(
+            await self._store.read(
+                lambda tx: tx.load_completions(request.workspace_id, request.task_id or None, after, size + 1)
+            ),
+            size,
         )
         items, protos, more = self._fit(page, completion_to_proto)
         return pb.ListCompletionsResponse(
@@ -318,8 +343,13 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         requests.listing(request, "task_id", "run_id")
         listing = ["audit", request.workspace_id, request.task_id, request.run_id]
         cursor = _token(request, listing, int) or 0
-        page = await self._store.list_audit(
-            request.workspace_id, request.task_id or None, request.run_id or None, cursor, page_size(request.page_size)
+        size = page_size(request.page_size)
+        page = page_of(
+            await self._store.read(
+                lambda tx: tx.load_audit(request.workspace_id, request.task_id or None, request.run_id or None,
+                                         cursor, size + 1)
+            ),
+            size,
         )
         items, protos, more = self._fit(page, audit_to_proto)
         return pb.ListAuditLogResponse(
@@ -330,8 +360,8 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
     async def ListCompletionEvents(self, request, context):
         requests.watch(request)
         size = page_size(request.page_size)
-        events = await self._store.events_after(
-            request.workspace_id, request.after_sequence, request.task_id or None, size + 1
+        events = await self._store.read(
+            lambda tx: tx.load_events(request.workspace_id, request.after_sequence, request.task_id or None, size + 1)
         )
         protos = [event_to_proto(event) for event in events[:size]]
         fit = fitting(protos, self._page_bytes)
@@ -342,7 +372,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         workspace, task = request.workspace_id, request.task_id or None
         with self._watch_quota.admit(calls.served().principal.subject, workspace):
             async for item in follow(
-                lambda cursor, limit: self._store.events_after(workspace, cursor, task, limit),
+                lambda cursor, limit: self._store.read(_events_after(workspace, cursor, task, limit)),
                 self._broker,
                 workspace,
                 task,
@@ -352,6 +382,16 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 overflow_error(Reason, self._broker.capacity),
             ):
                 yield item
+
+
+def _events_after(
+    workspace_id: str, after_sequence: int, task_id: str | None, limit: int
+) -> Callable[[CompletionReadTx], list[CompletionEvent]]:
+    return lambda tx: tx.load_events(workspace_id, after_sequence, task_id, limit)
+
+
+def _claim_response(claimed: Claimed) -> pb.ClaimTaskResponse:
+    return pb.ClaimTaskResponse(run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease))
 
 
 def _render_attempt(outcome: AttemptOutcome) -> pb.AttemptCompletionResponse:

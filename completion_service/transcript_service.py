@@ -4,23 +4,27 @@ loads (with interrupted-turn repair), JSONL export and import, and resume advice
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 
 from completion_service.authority import CompletionAuthority
+from completion_service.authority.transcripts import Transcripts
 from completion_service.convert import session_event_from_proto, session_event_to_proto
 from completion_service.core import transcript as grammar
 from completion_service.core.transcript import EventKind, Tail, Violation, grammar_rejection
 from completion_service.errors import Reason
 from completion_service.jsonl import LineDamaged, LineSplitter, is_torn, parse_line, to_line
 from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
+from completion_service.request_ids import peek
 from completion_service.service import holder, request_key
-from completion_service.storage.port import Appended, Remembered
+from completion_service.transcripts import AppendCommand, Appended, version_mismatch
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.budget import ByteBudget
 from funnel.runtime.clock import IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.idempotency import Replay
 from funnel.runtime.paging import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MAX_PAGE_SIZE,
@@ -94,6 +98,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
     ) -> None:
         self._authority = authority
         self._store = authority.store
+        self._transcripts = authority.transcripts
         self._lifecycle = authority.lifecycle
         self._ids = ids
         self._import_budget = import_budget
@@ -105,8 +110,8 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
     async def _require_task(self, workspace_id: str, task_id: str) -> None:
         """TASK_NOT_FOUND for a task the lifecycle service does not know; a task
         with a transcript is known without asking."""
-        tail, _ = await self._store.transcript_tail(workspace_id, task_id)
-        if not tail.last_sequence:
+        state = await self._transcripts.state(workspace_id, task_id)
+        if not state.tail.last_sequence:
             await self._task(workspace_id, task_id)
 
     async def AppendTranscript(self, request, context):
@@ -121,10 +126,10 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             check_event(checker, f"events[{index}]", event, imported=False)
         checker.raise_for(Reason)
         key = request_key("AppendTranscript", request)
-        remembered = await self._store.recall(key)
+        remembered = await self._store.read(functools.partial(peek, key=key))
         if isinstance(remembered, Rejection):
             raise ServiceError(remembered)
-        if isinstance(remembered, Remembered):
+        if isinstance(remembered, Replay):
             return tpb.AppendTranscriptResponse.FromString(remembered.response)
         events = [session_event_from_proto(e) for e in request.events]
         workspace, task_id = request.workspace_id, request.task_id
@@ -143,19 +148,19 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
                 resumed=resumed,
             )
 
-        result = await self._store.append_transcript(
-            workspace,
-            task_id,
-            events,
-            generation,
-            expected,
-            holder(),
-            key,
-            render,
+        result = await self._transcripts.append(
+            AppendCommand(
+                workspace,
+                task_id,
+                events,
+                generation,
+                expected,
+                holder(),
+                key,
+                lambda appended: render(appended).SerializeToString(),
+            )
         )
-        if isinstance(result, Rejection):
-            raise ServiceError(result)
-        if isinstance(result, Remembered):
+        if isinstance(result, Replay):
             return tpb.AppendTranscriptResponse.FromString(result.response)
         return render(result)
 
@@ -176,23 +181,16 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             )
         )
         outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_")
-        completion = await self._store.get_completion(workspace, task.task_id, task.generation)
+        completion = await self._store.read(lambda tx: tx.load_completion(workspace, task.task_id, task.generation))
         referenced = grammar.checkpoints_referenced(events) | ({completion.checkpoint} if completion else set())
-        sequences = await self._store.checkpoint_sequences(workspace, task.task_id, referenced)
+        sequences = await self._transcripts.checkpoints(workspace, task.task_id, referenced)
         completion_checkpoint = sequences.get(completion.checkpoint) if completion and completion.checkpoint else None
         if grammar.admits_terminal_append(outcome, events, completion_checkpoint, sequences) is None:
             raise refused
-        tail, version = await self._store.transcript_tail(workspace, task.task_id)
-        if expected_state_version is not None and expected_state_version != version:
-            raise ServiceError(
-                reject(
-                    Reason.STATE_VERSION_MISMATCH,
-                    f"expected state version {expected_state_version}, the transcript is at {version}",
-                    expected=expected_state_version,
-                    actual=version,
-                )
-            )
-        checked = grammar.validate(tail, events, sequences)
+        state = await self._transcripts.state(workspace, task.task_id)
+        if expected_state_version is not None and expected_state_version != state.state_version:
+            raise ServiceError(version_mismatch(expected_state_version, state.state_version))
+        checked = grammar.validate(state.tail, events, sequences)
         if isinstance(checked, Violation):
             raise ServiceError(grammar_rejection(checked))
         following = task.generation + 1
@@ -229,7 +227,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             after = cursor
         else:
             await self._require_task(request.workspace_id, request.task_id)
-        page = await self._store.load_transcript(
+        page = await self._transcripts.load(
             request.workspace_id,
             request.task_id,
             after,
@@ -255,7 +253,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         await self._require_task(request.workspace_id, request.task_id)
         after = 0
         while True:
-            events = await self._store.transcript_events_after(
+            events = await self._transcripts.events_after(
                 request.workspace_id, request.task_id, after, _EXPORT_PAGE
             )
             if not events:
@@ -294,16 +292,16 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             raise self._budget_exhausted()
         try:
             await self._task(workspace, task_id)
-            tail, _ = await self._store.transcript_tail(workspace, task_id)
+            state = await self._transcripts.state(workspace, task_id)
         except BaseException:
             reservation.release()
             raise
-        if tail.last_sequence:
+        if state.tail.last_sequence:
             reservation.release()
             raise ServiceError(
                 reject(Reason.TRANSCRIPT_NOT_EMPTY, f"task {task_id!r} already has a transcript", task_id=task_id)
             )
-        importer = _Import(self._store, self._ids.new_id("import"))
+        importer = _Import(self._transcripts, self._ids.new_id("import"))
         try:
             async for message in request_iterator:
                 if message.WhichOneof("part") != "jsonl_chunk":
@@ -316,20 +314,20 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
                     await importer.accept(number, raw)
             warnings = await importer.finish()
             await _stream_really_ended(context)
-            version = await self._store.commit_import(
+            version = await self._transcripts.commit_import(
                 importer.import_id, workspace, task_id, importer.tail, importer.checkpoints
             )
         except LineDamaged as damage:
-            await self._store.discard_import(importer.import_id)
+            await self._transcripts.discard_import(importer.import_id)
             raise _line_error(damage.line, damage.problem) from None
         except BaseException:
-            await self._store.discard_import(importer.import_id)
+            await self._transcripts.discard_import(importer.import_id)
             raise
         finally:
             reservation.release()
         if isinstance(version, Rejection):
             # The refused commit was rolled back with everything in it: drop the staged rows here.
-            await self._store.discard_import(importer.import_id)
+            await self._transcripts.discard_import(importer.import_id)
             raise ServiceError(version)
         return tpb.ImportTranscriptResponse(imported_events=importer.count, state_version=version, warnings=warnings)
 
@@ -380,8 +378,8 @@ class _Import:
     """Validates a streamed JSONL file line by line against the grammar, staging
     accepted events in batches so memory stays bounded by one batch."""
 
-    def __init__(self, store, import_id: str) -> None:
-        self._store = store
+    def __init__(self, transcripts: Transcripts, import_id: str) -> None:
+        self._transcripts = transcripts
         self.import_id = import_id
         self.splitter = LineSplitter()
         self.tail = Tail()
@@ -421,7 +419,7 @@ class _Import:
 
     async def _flush(self) -> None:
         if self._batch:
-            await self._store.stage_import(self.import_id, self._batch)
+            await self._transcripts.stage_import(self.import_id, self._batch)
             self._batch = []
         self._batch_bytes = 0
 

@@ -1,1 +1,1 @@
-"""Storage port of the completion service and its SQLite adapter."""
+"""Storage of the completion service: the port (port.py) and its adapters (sqlite.py, memory.py)."""

@@ -1,221 +1,240 @@
-"""What the completion service needs from storage: each method is one atomic
-step. SQLite is the first adapter; a PostgreSQL adapter must pass the same
-conformance tests (tests/completion/test_storage.py, tests/transcripts)."""
+"""What the completion service needs from storage: a narrow, synchronous
+transaction API (`CompletionTx`, its read-only subset `CompletionReadTx`) and the
+store that runs one unit of work in one transaction (`CompletionStore`). Plain
+values only: no protobuf (stored responses are bytes), no driver types.
+
+The units of work that use it are plain functions of the application layer
+(completion_service.runs, .completions, .settlements, .transcripts). Adapters only
+map rows: `storage.sqlite` (SQLite) and `storage.memory` (an in-memory fake); each
+passes the conformance suite tests/completion/test_storage.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
-from google.protobuf.message import Message
-
-from completion_service.core.gates import ExternalAnswer, SnapshotBasis, WorkspacePolicy
 from completion_service.core.model import (
+    AuditEntry,
     CompletionEvent,
     CompletionRecord,
-    Decision,
     EvidenceRecord,
-    FinalStatus,
     Lease,
-    LifecycleView,
-    RequestedOutcome,
-    RunOutcome,
     RunRecord,
-    Snapshot,
+    Verdict,
 )
 from completion_service.core.transcript import SessionEvent, Tail
-from funnel.auth.principal import Caller
-from funnel.runtime.errors import Rejection
-from funnel.runtime.idempotency import RequestKey
+from funnel.runtime.idempotency import RequestKey, RequestMemory
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Remembered:
-    """A request id seen before with an identical request: its stored response."""
+class AttemptRecord:
+    """One judged completion attempt (what the circuit breaker counts)."""
 
-    response: bytes
-
-
-@dataclass(frozen=True)
-class ClaimCommand:
     workspace_id: str
     task_id: str
-    agent_id: str
     generation: int
-    ttl_micros: int
-    request: RequestKey | None
-    render: Callable[[RunRecord, Lease], Message]
-
-
-@dataclass(frozen=True)
-class Claimed:
-    run: RunRecord
-    lease: Lease
-
-
-@dataclass(frozen=True)
-class AttemptCommand:
-    workspace_id: str
-    task_id: str
     run_id: str
-    claimed_epoch: int
-    outcome: RequestedOutcome
-    result: str
-    # The state version the agent evaluated; None: the current one.
-    state_version: int | None
-    # Filled in by the authority: the lifecycle view read for this attempt and
-    # the workspace's gate policy.
-    lifecycle: LifecycleView | None = None
-    policy: WorkspacePolicy | None = None
-    request: RequestKey | None = None
-    # The agent that must hold the run (a caller acting as an agent), or None.
-    holder: str | None = None
-    # Answers of the policy's external gates, gathered on a snapshot with
-    # `external_basis`; the commit fails with SNAPSHOT_CHANGED if that moved.
-    external_answers: Mapping[str, ExternalAnswer] | None = None
-    external_basis: SnapshotBasis | None = None
-    render: Callable[[AttemptOutcome], Message] | None = None
-
-
-@dataclass(frozen=True)
-class AttemptOutcome:
-    decision: Decision
-    completion: CompletionRecord | None = None
-    # True when the completion existed before this attempt.
-    existing: bool = False
-    # True when this attempt inserted the row (it must now be settled).
-    inserted: bool = False
-
-
-@dataclass(frozen=True)
-class CloseCommand:
-    workspace_id: str
-    run_id: str
-    outcome: RunOutcome
-    tokens_input: int | None
-    tokens_output: int | None
-    tokens_total: int
-    notes: str
-    notes_truncated: bool
-    error: str
-    final_status: FinalStatus | None
-    closed_by: str
-    # Who closed it, recorded on the audit row.
-    caller: Caller
-    request: RequestKey | None = None
-    render: Callable[[RunRecord], Message] | None = None
-
-
-@dataclass(frozen=True)
-class Page:
-    items: list
-    more: bool = False
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """What the lifecycle service answered to a settle call."""
-
-    lifecycle_revision: int | None = None
-    lifecycle_event_sequence: int | None = None
-    error_reason: str | None = None
-    error_message: str | None = None
-
-    @property
-    def rejected(self) -> bool:
-        return self.error_reason is not None
-
-
-class CompletionCorrupted(Exception):
-    """A stored completion carries this attempt's identity with another payload."""
-
-    def __init__(self, completion_id: str) -> None:
-        super().__init__(f"completion {completion_id} has a matching identity but a different payload")
-        self.completion_id = completion_id
-
-
-@dataclass(frozen=True)
-class Appended:
+    checkpoint: str
+    result_digest: str
+    verdict: Verdict
     state_version: int
-    first_sequence: int
+    attempted_at: int
 
 
 @dataclass(frozen=True)
-class TranscriptPage:
-    events: list[SessionEvent]
-    state_version: int
-    more: bool
-    repaired: bool = False
-    turn_in_progress: bool = False
+class TranscriptState:
+    """A transcript's tail (what is open, its last sequence) and its state version."""
+
+    tail: Tail = field(default_factory=Tail)
+    state_version: int = 0
+
+
+class CompletionReadTx(Protocol):
+    """Reads inside one transaction: a consistent snapshot across calls."""
+
+    # -- request ids (the read half of funnel.runtime.idempotency.RequestMemory) --
+
+    def recall_request(
+        self, workspace_id: str, caller: str, method: str, request_id: str
+    ) -> tuple[bytes, bytes] | None:
+        """The remembered (fingerprint, response) of a request id, or None."""
+        ...
+
+    # -- runs and leases -----------------------------------------------------------
+
+    def load_run(self, workspace_id: str, run_id: str) -> RunRecord | None: ...
+
+    def load_runs(
+        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int
+    ) -> list[RunRecord]:
+        """Runs newest first by (claimed_at, run_id), before the cursor; one task's if given."""
+        ...
+
+    def load_lease(self, workspace_id: str, task_id: str) -> Lease | None: ...
+
+    # -- evidence and attempts -------------------------------------------------------
+
+    def load_evidence(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]:
+        """A generation's evidence in the order it was recorded."""
+        ...
+
+    def load_attempts(self, workspace_id: str, task_id: str, generation: int) -> list[AttemptRecord]:
+        """A generation's judged attempts in the order they were made."""
+        ...
+
+    # -- completions, their events, the audit log ----------------------------------------
+
+    def load_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None: ...
+
+    def load_completions(
+        self, workspace_id: str, task_id: str | None, after: tuple[int, str] | None, limit: int
+    ) -> list[CompletionRecord]:
+        """Completions by (committed_at, completion_id), after the cursor; one task's if given."""
+        ...
+
+    def load_events(
+        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
+    ) -> list[CompletionEvent]:
+        """A workspace's completion events (one task's if given) by sequence."""
+        ...
+
+    def load_audit(
+        self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
+    ) -> list[AuditEntry]:
+        """Audit rows by audit_id, after `after_id`, filtered by task and run if given."""
+        ...
+
+    # -- transcripts --------------------------------------------------------------------
+
+    def load_tail(self, workspace_id: str, task_id: str) -> TranscriptState:
+        """The transcript's tail and state version (empty and 0 without a transcript)."""
+        ...
+
+    def load_checkpoints(self, workspace_id: str, task_id: str, ids: Collection[str]) -> dict[str, int]:
+        """Where each of the named checkpoints was first created (unknown ones are left out)."""
+        ...
+
+    def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
+        """Transcript events by sequence, after `after_sequence`."""
+        ...
+
+
+class CompletionTx(CompletionReadTx, RequestMemory, Protocol):
+    """One write transaction. What the unit of work wrote commits when it returns,
+    unless it returns a Rejection; nothing of it is applied when it raises or
+    returns a Rejection. Violated keys raise the adapter's own error."""
+
+    # -- request ids -----------------------------------------------------------------
+
+    def forget_request(self, key: RequestKey) -> None: ...
+
+    def forget_requests(self, created_before: int, limit: int) -> int:
+        """Forgets up to `limit` request ids remembered before `created_before`; returns how many."""
+        ...
+
+    # -- runs and leases ---------------------------------------------------------------
+
+    def insert_run(self, run: RunRecord) -> None: ...
+
+    def update_run(self, run: RunRecord) -> None:
+        """Stores the run's lease expiry and closing fields."""
+        ...
+
+    def save_lease(self, workspace_id: str, lease: Lease) -> None:
+        """Inserts or replaces the lease of `lease.task_id`."""
+        ...
+
+    def claim_stalled_runs(self, expired_before: int, limit: int) -> list[RunRecord]:
+        """Up to `limit` open runs whose lease expired before `expired_before`, oldest
+        expiry first, for this transaction to close. (An engine shared by replicas
+        skips rows another transaction holds.)"""
+        ...
+
+    # -- evidence and attempts -------------------------------------------------------------
+
+    def insert_evidence(self, record: EvidenceRecord) -> None: ...
+
+    def insert_attempt(self, attempt: AttemptRecord) -> None: ...
+
+    # -- completions and their settlement outbox ------------------------------------------------
+
+    def insert_completion(self, record: CompletionRecord, settle_at: int) -> None:
+        """A new completion of its task generation, due for settlement at `settle_at`."""
+        ...
+
+    def delete_completion(self, workspace_id: str, task_id: str, generation: int) -> None: ...
+
+    def update_completion(self, record: CompletionRecord) -> None:
+        """Stores the completion's settlement fields (settlement, attempts, lifecycle answer, error)."""
+        ...
+
+    def schedule_settlement(self, workspace_id: str, task_id: str, generation: int, settle_at: int) -> None:
+        """When the outbox tries to settle the pending completion next."""
+        ...
+
+    def claim_due_settlements(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
+        """Up to `limit` pending completions due at `now`, earliest first, for `owner` to settle.
+
+        Rows another owner claimed less than `lease_micros` ago are skipped. Single-process
+        adapters (SQLite, memory) keep no claim and return the due rows. Settling is
+        idempotent either way: the lifecycle deduplicates the settle request id and a
+        settlement is recorded only while the row is pending."""
+        ...
+
+    # -- events and audit -------------------------------------------------------------------------
+
+    def append_event(self, event: CompletionEvent) -> CompletionEvent:
+        """Stores the event; returns it with the sequence the store assigned (strictly
+        increasing in commit order). At most one terminal event per completion."""
+        ...
+
+    def insert_audit(self, entry: AuditEntry) -> None: ...
+
+    # -- transcripts -------------------------------------------------------------------------------
+
+    def insert_transcript_events(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
+        """Appends stamped events (their sequences follow the tail's last sequence)."""
+        ...
+
+    def insert_checkpoints(self, workspace_id: str, task_id: str, checkpoints: Mapping[str, int]) -> None:
+        """Records where new checkpoints were created."""
+        ...
+
+    def save_tail(self, workspace_id: str, task_id: str, state: TranscriptState) -> None: ...
+
+    def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None:
+        """Adds validated events of a streamed import to its staging area."""
+        ...
+
+    def move_staged_import(self, import_id: str, workspace_id: str, task_id: str) -> None:
+        """Appends the import's staged events to the (empty) transcript and empties its staging area."""
+        ...
+
+    def discard_import(self, import_id: str | None) -> None:
+        """Empties the staging area of one import, or of every import (None)."""
+        ...
 
 
 class CompletionStore(Protocol):
-    """Mutations return their result, a Rejection (nothing changed), or Remembered
-    (the stored response of a repeated request id). Events a mutation appends are
-    published after its commit, in commit order."""
-
-    async def recall(self, request: RequestKey | None) -> Remembered | Rejection | None: ...
-    async def claim(self, command: ClaimCommand) -> Claimed | Remembered | Rejection: ...
-    async def withdraw_claim(self, workspace_id: str, run_id: str, request: RequestKey | None, reason: str) -> None: ...
-    async def renew(
-        self,
-        workspace_id: str,
-        run_id: str,
-        epoch: int,
-        ttl_micros: int,
-        holder: str | None,
-        request: RequestKey | None,
-        render: Callable[[Lease], Message],
-    ) -> Lease | Remembered | Rejection: ...
-    async def close_run(self, command: CloseCommand) -> RunRecord | Remembered | Rejection: ...
-    async def get_run(self, workspace_id: str, run_id: str) -> RunRecord | None: ...
-    async def list_runs(self, workspace_id: str, task_id: str | None, before: tuple | None, limit: int) -> Page: ...
-    async def stalled_runs(self, now: int, stall_after_micros: int, limit: int) -> list[RunRecord]: ...
-    async def record_evidence(
-        self,
-        record: EvidenceRecord,
-        holder: str | None,
-        request: RequestKey | None,
-        render: Callable[[EvidenceRecord], Message],
-    ) -> EvidenceRecord | Remembered | Rejection: ...
-    async def list_evidence(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]: ...
-    async def snapshot(self, command: AttemptCommand) -> Snapshot | Rejection: ...
-    async def attempt(self, command: AttemptCommand) -> AttemptOutcome | Remembered | Rejection:
-        """Steps 1-5 of the completion transaction; raises CompletionCorrupted."""
+    async def write(self, fn: Callable[[CompletionTx], T], after_commit: Callable[[T], None] | None = None) -> T:
+        """Runs `fn` in one write transaction, in one hop on the database's own
+        connection, and returns its result once committed (a returned Rejection is
+        rolled back and returned). `fn` must touch nothing but `tx` (an engine may run
+        it again after a conflict). `after_commit` runs on the event loop after the
+        commit, in commit order, before later writes are acknowledged, even if the
+        caller was cancelled meanwhile. Raises StorageUnavailable when nothing could
+        be applied."""
         ...
 
-    async def record_settlement(
-        self, completion: CompletionRecord, settlement: Settlement
-    ) -> CompletionRecord | None: ...
-    async def postpone_settlement(self, completion: CompletionRecord, next_attempt_at: int) -> None: ...
-    async def due_settlements(self, now: int, limit: int) -> list[CompletionRecord]: ...
-    async def get_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None: ...
-    async def settled_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None: ...
-    async def list_completions(
-        self, workspace_id: str, task_id: str | None, after: tuple | None, limit: int
-    ) -> Page: ...
-    async def events_after(
-        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
-    ) -> list[CompletionEvent]: ...
-    async def list_audit(
-        self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
-    ) -> Page: ...
-    async def transcript_tail(self, workspace_id: str, task_id: str) -> tuple[Tail, int]: ...
-    async def checkpoint_sequences(self, workspace_id: str, task_id: str, ids: set[str]) -> dict[str, int]: ...
-    async def append_transcript(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent], generation: int,
-                                expected_state_version: int | None, holder: str | None, request: RequestKey | None,
-                                render: Callable[[Appended], Message]) -> Appended | Remembered | Rejection: ...
-    async def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int, *,
-                              repair_first: bool) -> TranscriptPage: ...
-    async def transcript_events_after(
-        self, workspace_id: str, task_id: str, after_sequence: int, limit: int
-    ) -> list[SessionEvent]: ...
-    async def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None: ...
-    async def discard_import(self, import_id: str) -> None: ...
-    async def discard_all_imports(self) -> None: ...
-    async def commit_import(self, import_id: str, workspace_id: str, task_id: str, final_tail: Tail,
-                            checkpoints: dict[str, int]) -> int | Rejection: ...
-    async def sweep_request_ids(self, created_before: int, limit: int) -> int: ...
-    async def check_writable(self) -> None: ...
+    async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
+        """Runs `fn` in a read transaction (a consistent snapshot), without waiting for writes."""
+        ...
+
+    async def check_writable(self) -> None:
+        """Raises StorageUnavailable when a write transaction cannot be taken."""
+        ...
+
     async def close(self) -> None: ...

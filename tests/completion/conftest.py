@@ -1,21 +1,35 @@
-"""Fixtures of the completion tests: both real servers (lifecycle and completion)
-on 127.0.0.1:0 in the test process, over SQLite files under tmp_path, sharing one
-manual clock, with short settle intervals and lifecycle deadlines so that the
-outbox tests are fast."""
+"""Fixtures of the completion tests: `backend`, a fresh `CompletionStore` of each
+storage adapter (tests/completion/backends.py) for the conformance suite; and both
+real servers (lifecycle and completion) on 127.0.0.1:0 in the test process, over
+SQLite files under tmp_path, sharing one manual clock, with short settle intervals
+and lifecycle deadlines so that the outbox tests are fast."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
 from completion_service.server import CompletionConfig
+from completion_service.storage.port import CompletionStore
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
+from tests.completion.backends import BACKENDS
 from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel
+
+
+@pytest.fixture(params=list(BACKENDS))
+async def backend(request, tmp_path, clock) -> AsyncIterator[CompletionStore]:
+    """An empty, open store of each adapter (closed at teardown)."""
+    store = await BACKENDS[request.param](tmp_path, clock)
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 @pytest.fixture

@@ -277,7 +277,9 @@ class Funnel:
         """The stream's backlog as a client sees it. The stream never ends, so the
         number of committed events is taken from the service's store; the stream
         must deliver exactly those (and nothing more within `quiet` seconds)."""
-        stored = await self.completion.store.events_after(workspace, after, task_id or None, 100_000)
+        stored = await self.completion.store.read(
+            lambda tx: tx.load_events(workspace, after, task_id or None, 100_000)
+        )
         call = self.cs.WatchCompletionEvents(
             cpb.WatchCompletionEventsRequest(workspace_id=workspace, task_id=task_id, after_sequence=after)
         )

@@ -16,7 +16,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from completion_service.convert import lease_to_proto, run_to_proto
-from completion_service.storage.port import ClaimCommand
+from completion_service.runs import ClaimCommand
 from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -291,7 +291,7 @@ async def test_completion_whose_order_against_the_cancellation_is_unprovable_is_
     assert f.completion.authority.metrics.terminalization_errors == 1
     # Never retried once rejected, and a repeated attempt does not revive it.
     f.clock.advance(60 * SECOND)
-    assert await f.completion.authority.settle_due() == 0
+    assert await f.completion.authority.settler.settle_due() == 0
     assert (await f.completion_of("task-1")).settlement == cpb.SETTLEMENT_STATUS_REJECTED
 
 
@@ -319,7 +319,7 @@ async def test_lifecycle_down_after_the_commit_settles_exactly_once_after_restar
     # Give the settler more passes: nothing is settled twice.
     f.clock.advance(60 * SECOND)
     await asyncio.sleep(0.2)
-    assert await f.completion.authority.settle_due() == 0
+    assert await f.completion.authority.settler.settle_due() == 0
     lifecycle = await f.lifecycle_events("task-1")
     assert [e.intent for e in lifecycle].count(lpb.INTENT_SETTLE_COMPLETION) == 1
     assert [e.completion_id for e in lifecycle if e.to_state == lpb.GENERATION_STATE_TERMINAL] == [completion_id]
@@ -907,7 +907,7 @@ async def test_without_stall_after_nothing_is_swept(funnel):
     f = funnel
     claim = await f.registered_and_claimed("task-1", ttl_seconds=1)
     f.clock.advance(3600 * SECOND)
-    assert await f.completion.authority.sweep_stalled() == 0
+    assert await f.completion.authority.sweeper.sweep() == 0
     assert not (await f.get_run(claim.run.run_id)).HasField("finish_time")
 
 
@@ -958,11 +958,12 @@ async def test_a_retried_claim_completes_a_confirmation_the_original_call_never_
     request = cpb.ClaimTaskRequest(workspace_id=WS, task_id="task-1", agent_id="agent-1",
                                    lease_ttl=Duration(seconds=60), request_id="claim-1")
     # What ClaimTask committed before the crash: the run, the lease, the remembered response.
-    committed = await f.completion.store.claim(ClaimCommand(
-        WS, "task-1", "agent-1", 1, 60 * SECOND,
+    committed = await f.completion.authority.runs.commit_claim(ClaimCommand(
+        WS, "task-1", "agent-1", 1, 60 * SECOND, "run-before-the-crash",
         RequestKey(WS, COMPLETION_IDENTITY, "ClaimTask", "claim-1",
                    fingerprint("ClaimTask", request.SerializeToString(deterministic=True))),
-        lambda run, lease: cpb.ClaimTaskResponse(run=run_to_proto(run), lease=lease_to_proto(lease)),
+        lambda claimed: cpb.ClaimTaskResponse(
+            run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease)).SerializeToString(),
     ))
     assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_REGISTERED
 

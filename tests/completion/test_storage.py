@@ -1,24 +1,37 @@
-"""Storage conformance tests of the completion store, on a SQLite file and in
-memory: runs and leases, closing a run with its audit row, the completion
-transaction's duplicate policy, settlement exactly once, request-id replay, and
-blocked decisions for lost, expired or superseded leases and stale state
-versions. Every refused request leaves the database exactly as it was.
+"""Storage conformance of the completion store, for every adapter (the `backend`
+fixture: tests/completion/backends.py). Everything goes through the port
+(storage/port.py): the units of work of the application layer run by
+`store.write`, and the port's loads run by `store.read`.
 
-A PostgreSQL adapter must pass the same tests (storage/port.py)."""
+Covered: the transaction contract (a unit that raises or refuses leaves nothing
+behind, after-commit hooks in commit order, event sequences, unique keys); runs
+and leases; closing a run with its audit row; the completion transaction's
+duplicate policy; settlement exactly once and the outbox's claims; request-id
+replay; blocked decisions for lost, expired or superseded leases and stale state
+versions; evidence; transcripts and staged imports; and the listings' order,
+filters and cursors. Every refused request leaves the store exactly as it was.
+
+A new adapter (PostgreSQL) passes by adding one entry to BACKENDS."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import json
 import sqlite3
 
 import pytest
 
+from completion_service import completions, runs, settlements, transcripts
+from completion_service.completions import AttemptCommand, AttemptOutcome, CompletionCorrupted, EvidenceCommand
 from completion_service.convert import completion_to_proto, decision_to_proto, lease_to_proto, run_to_proto
 from completion_service.core.gates import WorkspacePolicy
 from completion_service.core.identity import IdentityInput, completion_identity
 from completion_service.core.model import (
     AgentAction,
+    AuditEntry,
+    CompletionEvent,
     CompletionEventKind,
     EvidenceRecord,
     LifecycleState,
@@ -28,27 +41,24 @@ from completion_service.core.model import (
     SettlementStatus,
     Verdict,
 )
+from completion_service.core.transcript import EventKind, SessionEvent, Tail, TurnEndReason
 from completion_service.errors import Reason
-from completion_service.storage.port import (
-    AttemptCommand,
-    AttemptOutcome,
-    ClaimCommand,
-    Claimed,
-    CloseCommand,
-    CompletionCorrupted,
-    Remembered,
-    Settlement,
-)
+from completion_service.request_ids import peek
+from completion_service.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
+from completion_service.settlements import Recorded, Settlement
+from completion_service.storage.port import AttemptRecord, CompletionStore, CompletionTx, TranscriptState
 from completion_service.storage.sqlite import SqliteCompletionStore
+from completion_service.transcripts import AppendCommand, Appended
 from funnel.auth.principal import Caller
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.errors import Rejection, instant
-from funnel.runtime.idempotency import RequestKey, fingerprint
+from funnel.runtime.idempotency import Replay, RequestKey, fingerprint
 
 START = 1_700_000_000_000_000
 SECOND = 1_000_000
 WS = "ws-1"
+TASKS = ("t-1", "t-2")
 ACTIVE = LifecycleView(generation=1, state=LifecycleState.ACTIVE, outcome=None, cancellation_requested=False)
 POLICY = WorkspacePolicy()
 CALLER = "host-1"
@@ -58,79 +68,101 @@ def key(method: str, request_id: str, digest: bytes, workspace: str = WS, caller
     return RequestKey(workspace, caller, method, request_id, digest)
 
 
-def render_claim(run, lease):
-    return pb.ClaimTaskResponse(run=run_to_proto(run), lease=lease_to_proto(lease))
+def render_claim(claimed: Claimed) -> bytes:
+    return pb.ClaimTaskResponse(run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease)).SerializeToString()
 
 
-def render_attempt(outcome: AttemptOutcome):
+def render_attempt(outcome: AttemptOutcome) -> bytes:
     return pb.AttemptCompletionResponse(
         decision=decision_to_proto(outcome.decision),
         completion=completion_to_proto(outcome.completion) if outcome.completion else None,
         existing_completion=outcome.existing,
-    )
+    ).SerializeToString()
 
 
-def render_run(run):
-    return pb.CompleteRunResponse(run_id=run.run_id, tokens_total=run.tokens_total or 0)
+def render_run(run) -> bytes:
+    return pb.CompleteRunResponse(run_id=run.run_id, tokens_total=run.tokens_total or 0).SerializeToString()
+
+
+def render_lease(lease) -> bytes:
+    return pb.RenewLeaseResponse(lease=lease_to_proto(lease)).SerializeToString()
 
 
 class Env:
-    def __init__(self, store: SqliteCompletionStore, clock: ManualClock, path: str, published: list) -> None:
+    """A store with a clock and ids: runs the units of work as the shells do."""
+
+    def __init__(self, store: CompletionStore, clock: ManualClock) -> None:
         self.store = store
         self.clock = clock
-        self.path = path
-        self.published = published
+        self.ids = SequentialIds()
+        # The scope of every request id a test used: the state below includes what each recalls.
+        self.scopes: set[tuple[str, str, str, str]] = set()
 
-    # -- raw SQL, as an operator (or corruption) would touch the database ----
+    def used(self, request: RequestKey | None) -> RequestKey | None:
+        if request is not None:
+            self.scopes.add((request.workspace_id, request.caller, request.method, request.request_id))
+        return request
 
-    async def execute(self, sql: str, params: tuple = ()) -> None:
-        if self.path == ":memory:":
-            await self.store._writer.run(lambda db: db.execute(sql, params))
-            return
-        db = sqlite3.connect(self.path)
-        try:
-            with db:
-                db.execute(sql, params)
-        finally:
-            db.close()
+    async def write(self, unit, *args, **kwargs):
+        return await self.store.write(functools.partial(unit, *args, **kwargs, now=self.clock.now_micros()))
 
-    async def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
-        return await self.store._writer.run(lambda db: db.execute(sql, params).fetchall())
+    async def read(self, fn):
+        return await self.store.read(fn)
 
-    async def count(self, table: str) -> int:
-        return (await self.rows(f"SELECT COUNT(*) FROM {table}"))[0][0]
+    # -- everything the tests touch, read through the port -------------------------
 
-    async def dump(self) -> dict[str, list[tuple]]:
-        def read(db: sqlite3.Connection) -> dict[str, list[tuple]]:
-            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-            return {t: sorted(db.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
+    async def state(self) -> dict:
+        scopes = sorted(self.scopes)
 
-        return await self.store._writer.run(read)
+        def read(tx) -> dict:
+            found: dict = {
+                "runs": tx.load_runs(WS, None, None, 10_000),
+                "completions": tx.load_completions(WS, None, None, 10_000),
+                "events": tx.load_events(WS, 0, None, 10_000),
+                "audit": tx.load_audit(WS, None, None, 0, 10_000),
+                "requests": [tx.recall_request(*scope) for scope in scopes],
+            }
+            for task_id in TASKS:
+                found[task_id] = (
+                    tx.load_lease(WS, task_id),
+                    tx.load_tail(WS, task_id),
+                    tx.load_transcript(WS, task_id, 0, 10_000),
+                    [(tx.load_evidence(WS, task_id, g), tx.load_attempts(WS, task_id, g)) for g in (1, 2)],
+                )
+            return found
+
+        return await self.store.read(read)
+
+    async def attempts(self, task_id: str = "t-1") -> int:
+        return len(await self.read(lambda tx: tx.load_attempts(WS, task_id, 1)))
 
     async def set_state_version(self, task_id: str, state_version: int, checkpoint: str = "") -> None:
-        await self.execute(
-            "INSERT INTO transcript_tails (workspace_id, task_id, state_version, checkpoint) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (workspace_id, task_id) DO UPDATE SET state_version = excluded.state_version, "
-            "checkpoint = excluded.checkpoint",
-            (WS, task_id, state_version, checkpoint),
+        """Moves the transcript's version and checkpoint as a host's appends would."""
+        await self.store.write(
+            lambda tx: tx.save_tail(WS, task_id, TranscriptState(Tail(checkpoint=checkpoint), state_version))
         )
 
-    # -- commands ------------------------------------------------------------
+    # -- commands --------------------------------------------------------------------
 
     async def claim(self, task_id: str = "t-1", *, ttl: int = 60 * SECOND, request_id=None, agent="agent-1"):
-        request = (
-            key("ClaimTask", request_id, fingerprint("ClaimTask", f"{task_id}/{agent}/{ttl}".encode()))
-            if request_id
-            else None
-        )
-        return await self.store.claim(ClaimCommand(WS, task_id, agent, 1, ttl, request, render_claim))
+        request = None
+        if request_id:
+            request = self.used(
+                key("ClaimTask", request_id, fingerprint("ClaimTask", f"{task_id}/{agent}/{ttl}".encode()))
+            )
+        command = ClaimCommand(WS, task_id, agent, 1, ttl, self.ids.new_id("run"), request, render_claim)
+        return await self.write(runs.claim, command=command)
 
     async def claimed(self, task_id: str = "t-1", **kw) -> Claimed:
         result = await self.claim(task_id, **kw)
         assert isinstance(result, Claimed), result
         return result
 
+    async def renew(self, run_id: str, epoch: int, ttl: int, request: RequestKey | None = None):
+        return await self.write(runs.renew, command=RenewCommand(WS, run_id, epoch, ttl, None, request, render_lease))
+
     def attempt_command(self, claimed: Claimed, **changes) -> AttemptCommand:
+        self.used(changes.get("request"))
         command = AttemptCommand(
             workspace_id=WS,
             task_id=claimed.run.task_id,
@@ -141,40 +173,182 @@ class Env:
             state_version=None,
             lifecycle=ACTIVE,
             policy=POLICY,
+            completion_id=self.ids.new_id("cmp"),
         )
         return dataclasses.replace(command, **changes)
 
     async def attempt(self, claimed: Claimed, **changes):
-        return await self.store.attempt(self.attempt_command(claimed, **changes))
+        return await self.write(completions.attempt, command=self.attempt_command(claimed, **changes))
 
-    async def close(self, run_id: str, **changes):
+    def close_command(self, run_id: str, **changes) -> CloseCommand:
+        self.used(changes.get("request"))
         command = CloseCommand(
             workspace_id=WS, run_id=run_id, outcome=RunOutcome.SUCCEEDED, tokens_input=10, tokens_output=5,
             tokens_total=15, notes="done", notes_truncated=False, error="", final_status=None, closed_by="agent",
             caller=Caller("agent-1", "agent"),
         )
-        return await self.store.close_run(dataclasses.replace(command, **changes))
+        return dataclasses.replace(command, **changes)
+
+    async def close(self, run_id: str, **changes):
+        return await self.write(runs.close_run, command=self.close_command(run_id, **changes))
+
+    async def settle(self, completion, settlement: Settlement):
+        return await self.write(settlements.record_settlement, completion=completion, settlement=settlement)
+
+    async def due(self, now: int, limit: int = 10):
+        return await self.store.write(
+            lambda tx: settlements.claim_due(tx, now=now, owner="settler-1", lease_micros=10 * SECOND, limit=limit)
+        )
+
+    async def evidence(self, record: EvidenceRecord, request: RequestKey | None = None):
+        command = EvidenceCommand(dataclasses.replace(record, evidence_id=self.ids.new_id("evd")), None, request,
+                                  lambda stored: b"")
+        return await self.write(completions.record_evidence, command=command)
 
     async def events(self, task_id: str | None = None):
-        return await self.store.events_after(WS, 0, task_id, 1000)
+        return await self.read(lambda tx: tx.load_events(WS, 0, task_id, 1000))
+
+    async def run(self, run_id: str):
+        return await self.read(lambda tx: tx.load_run(WS, run_id))
+
+    async def lease(self, task_id: str):
+        return await self.read(lambda tx: tx.load_lease(WS, task_id))
+
+    async def completion(self, task_id: str = "t-1", generation: int = 1):
+        return await self.read(lambda tx: tx.load_completion(WS, task_id, generation))
 
 
-@pytest.fixture(params=["file", "memory"])
-async def env(request, tmp_path):
-    clock = ManualClock(START)
-    path = str(tmp_path / "completion.sqlite3") if request.param == "file" else ":memory:"
-    published: list = []
-    store = await SqliteCompletionStore.open(path, clock, SequentialIds(), published.extend)
-    yield Env(store, clock, path, published)
-    await store.close()
+async def peeked(env: Env, request: RequestKey):
+    """What a request id stands for, read without the write lock (as the shells check it)."""
+    return await env.read(functools.partial(peek, key=request))
+
+
+@pytest.fixture
+async def env(backend, clock) -> Env:
+    return Env(backend, clock)
 
 
 def assert_rejected(result, reason: Reason, **metadata) -> Rejection:
     assert isinstance(result, Rejection), result
     assert result.reason is reason, result
-    for key, value in metadata.items():
-        assert result.metadata[key] == str(value), result.metadata
+    for name, value in metadata.items():
+        assert result.metadata[name] == str(value), result.metadata
     return result
+
+
+# -- the transaction contract ----------------------------------------------------
+
+
+async def test_a_unit_that_raises_leaves_nothing_behind(env):
+    claimed = await env.claimed()
+    before = await env.state()
+
+    def fails_halfway(tx: CompletionTx) -> None:
+        runs.close_run(tx, env.close_command(claimed.run.run_id), START)
+        tx.save_lease(WS, dataclasses.replace(claimed.lease, expires_at=0))
+        tx.append_event(CompletionEvent(WS, "t-1", 1, CompletionEventKind.DECISION_BLOCKED, "run-x", START))
+        raise OSError("the disk is full")
+
+    with pytest.raises(OSError, match="disk is full"):
+        await env.store.write(fails_halfway)
+    assert await env.state() == before
+
+
+async def test_a_unit_that_returns_a_rejection_leaves_nothing_behind(env):
+    claimed = await env.claimed()
+    before = await env.state()
+    refusal = runs.run_not_found("run-x")
+
+    def refuses_after_writing(tx: CompletionTx) -> Rejection:
+        runs.close_run(tx, env.close_command(claimed.run.run_id), START)
+        return refusal
+
+    hooked: list = []
+    assert await env.store.write(refuses_after_writing, after_commit=hooked.append) == refusal
+    assert await env.state() == before
+    assert hooked == []
+
+
+async def test_close_run_and_its_audit_row_commit_together_or_not_at_all(env):
+    claimed = await env.claimed()
+
+    class AuditFails:
+        def __init__(self, tx: CompletionTx) -> None:
+            self._tx = tx
+
+        def __getattr__(self, name: str):
+            return getattr(self._tx, name)
+
+        def insert_audit(self, entry: AuditEntry) -> None:
+            raise OSError("audit log is full")
+
+    with pytest.raises(OSError, match="audit log is full"):
+        await env.store.write(lambda tx: runs.close_run(AuditFails(tx), env.close_command(claimed.run.run_id), START))
+    assert (await env.run(claimed.run.run_id)).open
+    assert await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10)) == []
+
+    assert not (await env.close(claimed.run.run_id)).open
+    assert len(await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))) == 1
+
+
+async def test_concurrent_writes_commit_in_order_each_alone_and_hooks_run_in_commit_order(env):
+    claimed = await env.claimed()
+    hooked: list[int] = []
+
+    def unit(index: int):
+        def body(tx: CompletionTx) -> int:
+            if index == 3:
+                tx.insert_attempt(_attempt(claimed, "bad"))
+                raise ValueError("this one fails alone")
+            tx.insert_attempt(_attempt(claimed, f"attempt-{index}"))
+            return index
+
+        return body
+
+    results = await asyncio.gather(
+        *(env.store.write(unit(i), after_commit=hooked.append) for i in range(6)), return_exceptions=True
+    )
+    assert [r if not isinstance(r, Exception) else "failed" for r in results] == [0, 1, 2, "failed", 4, 5]
+    assert hooked == [0, 1, 2, 4, 5]
+    stored = await env.read(lambda tx: tx.load_attempts(WS, "t-1", 1))
+    assert [a.result_digest for a in stored] == [f"attempt-{i}" for i in (0, 1, 2, 4, 5)]
+
+
+async def test_event_sequences_grow_in_commit_order_and_a_completion_has_one_terminal_event(env):
+    committed = await env.attempt(await env.claimed())
+    blocked = await env.attempt(await env.claimed("t-2"), claimed_epoch=9)
+    settled = await env.settle(committed.completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))
+    events = await env.events()
+    assert events == [*committed.events, *blocked.events, settled.event]
+    assert events[0].sequence < events[1].sequence < events[2].sequence
+
+    before = await env.state()
+    with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
+        await env.store.write(lambda tx: tx.append_event(dataclasses.replace(settled.event, sequence=0)))
+    assert await env.state() == before
+
+
+async def test_a_second_completion_of_a_generation_or_id_is_refused_by_the_store(env):
+    claimed = await env.claimed()
+    completion = (await env.attempt(claimed)).completion
+    before = await env.state()
+    for duplicate in (
+        dataclasses.replace(completion, completion_id="cmp-other"),  # same generation
+        dataclasses.replace(completion, generation=2),  # same completion id
+    ):
+        with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
+            await env.store.write(lambda tx, d=duplicate: tx.insert_completion(d, settle_at=START))
+        assert await env.state() == before
+
+
+async def test_a_request_id_is_remembered_once(env):
+    request = env.used(key("ClaimTask", "req-1", b"fp"))
+    await env.store.write(lambda tx: tx.remember_request(request, b"first", START))
+    before = await env.state()
+    with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
+        await env.store.write(lambda tx: tx.remember_request(request, b"second", START))
+    assert await env.state() == before
+    assert await env.read(lambda tx: tx.recall_request(WS, CALLER, "ClaimTask", "req-1")) == (b"fp", b"first")
 
 
 # -- runs and leases ----------------------------------------------------------
@@ -184,7 +358,8 @@ async def test_claim_opens_a_run_and_a_lease_whose_epoch_grows_on_every_claim(en
     first = await env.claimed(ttl=10 * SECOND)
     assert (first.lease.epoch, first.lease.run_id, first.lease.expires_at) == (1, first.run.run_id, START + 10 * SECOND)
     assert first.run.open and first.run.epoch == 1 and first.run.claimed_at == START
-    assert await env.store.get_lease(WS, "t-1") == first.lease
+    assert await env.lease("t-1") == first.lease
+    assert await env.run(first.run.run_id) == first.run
 
     env.clock.advance(11 * SECOND)  # the first lease expired; its run is still open
     second = await env.claimed(ttl=10 * SECOND, agent="agent-2")
@@ -193,7 +368,7 @@ async def test_claim_opens_a_run_and_a_lease_whose_epoch_grows_on_every_claim(en
     await env.close(second.run.run_id)  # a closed holder does not hold the lease, even before expiry
     third = await env.claimed(ttl=10 * SECOND)
     assert third.lease.epoch == 3
-    assert await env.store.get_lease(WS, "t-1") == third.lease
+    assert await env.lease("t-1") == third.lease
     # Epochs are per task.
     assert (await env.claimed("t-2")).lease.epoch == 1
 
@@ -201,59 +376,81 @@ async def test_claim_opens_a_run_and_a_lease_whose_epoch_grows_on_every_claim(en
 async def test_claim_while_another_open_run_holds_a_live_lease_is_lease_held_and_changes_nothing(env):
     holder = await env.claimed(ttl=10 * SECOND)
     env.clock.advance(9 * SECOND)
-    before = await env.dump()
+    before = await env.state()
     result = await env.claim(agent="agent-2")
     assert_rejected(
         result, Reason.LEASE_HELD, holder_run_id=holder.run.run_id, lease_expire_time=instant(holder.lease.expires_at)
     )
-    assert await env.dump() == before
+    assert await env.state() == before
 
 
 async def test_renew_extends_a_live_lease_of_the_current_epoch(env):
     claimed = await env.claimed(ttl=10 * SECOND)
     env.clock.advance(5 * SECOND)
-    renewed = await env.store.renew(WS, claimed.run.run_id, 1, 30 * SECOND, None, None, lease_to_proto)
+    renewed = await env.renew(claimed.run.run_id, 1, 30 * SECOND)
     assert renewed.expires_at == START + 35 * SECOND and renewed.epoch == 1
-    assert (await env.store.get_run(WS, claimed.run.run_id)).lease_expires_at == START + 35 * SECOND
-    assert (await env.store.get_lease(WS, "t-1")).expires_at == START + 35 * SECOND
+    assert (await env.run(claimed.run.run_id)).lease_expires_at == START + 35 * SECOND
+    assert (await env.lease("t-1")).expires_at == START + 35 * SECOND
 
 
 async def test_renew_refusals_change_nothing(env):
     old = await env.claimed(ttl=10 * SECOND)
     env.clock.advance(11 * SECOND)
-    before = await env.dump()
+    before = await env.state()
     assert_rejected(
-        await env.store.renew(WS, old.run.run_id, 1, 30 * SECOND, None, None, lease_to_proto),
+        await env.renew(old.run.run_id, 1, 30 * SECOND),
         Reason.LEASE_EXPIRED,
         lease_expire_time=instant(START + 10 * SECOND),
     )
-    assert_rejected(
-        await env.store.renew(WS, "run-unknown", 1, 30 * SECOND, None, None, lease_to_proto), Reason.RUN_NOT_FOUND
-    )
-    assert await env.dump() == before
+    assert_rejected(await env.renew("run-unknown", 1, 30 * SECOND), Reason.RUN_NOT_FOUND)
+    assert await env.state() == before
 
     new = await env.claimed(ttl=10 * SECOND)  # supersedes the old run's lease
-    before = await env.dump()
+    before = await env.state()
     assert_rejected(
-        await env.store.renew(WS, old.run.run_id, 1, 30 * SECOND, None, None, lease_to_proto),
-        Reason.LEASE_NOT_CURRENT,
-        epoch=1,
-        current_epoch=2,
+        await env.renew(old.run.run_id, 1, 30 * SECOND), Reason.LEASE_NOT_CURRENT, epoch=1, current_epoch=2
     )
-    assert_rejected(
-        await env.store.renew(WS, new.run.run_id, 1, 30 * SECOND, None, None, lease_to_proto),
-        Reason.LEASE_NOT_CURRENT,
-    )
-    assert await env.dump() == before
+    assert_rejected(await env.renew(new.run.run_id, 1, 30 * SECOND), Reason.LEASE_NOT_CURRENT)
+    assert await env.state() == before
 
     await env.close(new.run.run_id)
-    before = await env.dump()
+    before = await env.state()
     assert_rejected(
-        await env.store.renew(WS, new.run.run_id, 2, 30 * SECOND, None, None, lease_to_proto),
-        Reason.RUN_ALREADY_FINISHED,
-        run_id=new.run.run_id,
+        await env.renew(new.run.run_id, 2, 30 * SECOND), Reason.RUN_ALREADY_FINISHED, run_id=new.run.run_id
     )
-    assert await env.dump() == before
+    assert await env.state() == before
+
+
+async def test_runs_are_listed_newest_first_per_task_with_a_cursor(env):
+    first = await env.claimed(ttl=SECOND)
+    env.clock.advance(2 * SECOND)
+    second = await env.claimed(ttl=SECOND)
+    other = await env.claimed("t-2")
+    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 10))] == [
+        other.run.run_id, second.run.run_id, first.run.run_id]
+    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", None, 10))] == [
+        second.run.run_id, first.run.run_id]
+    cursor = (second.run.claimed_at, second.run.run_id)
+    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", cursor, 10))] == [first.run.run_id]
+    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 1))] == [other.run.run_id]
+    assert await env.read(lambda tx: tx.load_runs("ws-other", None, None, 10)) == []
+
+
+async def test_stalled_runs_are_claimed_oldest_expiry_first_and_closed_with_an_audit_row(env):
+    late = await env.claimed("t-1", ttl=5 * SECOND)
+    early = await env.claimed("t-2", ttl=2 * SECOND)
+    env.clock.advance(4 * SECOND)
+    # Only t-2's lease expired more than one second ago.
+    closed = await env.write(runs.close_stalled_runs, stall_after_micros=SECOND, limit=10)
+    assert [r.run_id for r in closed] == [early.run.run_id]
+    stored = await env.run(early.run.run_id)
+    assert (stored.outcome, stored.finished_at, stored.tokens_total) == (RunOutcome.STALLED, START + 4 * SECOND, 0)
+    assert (await env.run(late.run.run_id)).open
+    [audit] = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    assert (audit.run_id, dict(audit.metadata), audit.caller) == (
+        early.run.run_id, {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"},
+        runs.SELF)
+    assert await env.write(runs.close_stalled_runs, stall_after_micros=SECOND, limit=10) == []
 
 
 # -- closing runs -------------------------------------------------------------
@@ -265,7 +462,7 @@ async def test_close_run_closes_the_run_and_writes_its_audit_row(env):
     closed = await env.close(claimed.run.run_id, tokens_input=100, tokens_output=50, tokens_total=1000, notes="n",
                              error="e", outcome=RunOutcome.FAILED)
     assert closed.finished_at == START + 3 * SECOND and not closed.open
-    stored = await env.store.get_run(WS, claimed.run.run_id)
+    stored = await env.run(claimed.run.run_id)
     assert stored == closed
     assert (
         stored.outcome,
@@ -275,31 +472,35 @@ async def test_close_run_closes_the_run_and_writes_its_audit_row(env):
         stored.notes,
         stored.error,
     ) == (RunOutcome.FAILED, 100, 50, 1000, "n", "e")
-    audit = (await env.store.list_audit(WS, None, None, 0, 10)).items
-    assert [(a.action, a.run_id, a.task_id, dict(a.metadata), a.recorded_at) for a in audit] == [
+    audit = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    assert [(a.action, a.run_id, a.task_id, dict(a.metadata), a.recorded_at, a.caller) for a in audit] == [
         ("task.completed", claimed.run.run_id, "t-1",
-         {"outcome": "FAILED", "final_status": "UNCHANGED", "closed_by": "agent"}, START + 3 * SECOND)
+         {"outcome": "FAILED", "final_status": "UNCHANGED", "closed_by": "agent"}, START + 3 * SECOND,
+         Caller("agent-1", "agent"))
     ]
 
-    before = await env.dump()
+    before = await env.state()
     assert_rejected(await env.close(claimed.run.run_id), Reason.RUN_ALREADY_FINISHED, run_id=claimed.run.run_id)
     assert_rejected(await env.close("run-unknown"), Reason.RUN_NOT_FOUND)
-    assert await env.dump() == before
+    assert await env.state() == before
 
 
-async def test_close_run_and_its_audit_row_commit_together_or_not_at_all(env):
-    claimed = await env.claimed()
-    await env.execute(
-        "CREATE TRIGGER audit_broken BEFORE INSERT ON audit_log BEGIN SELECT RAISE(ABORT, 'audit log is full'); END"
-    )
-    with pytest.raises(sqlite3.DatabaseError, match="audit log is full"):
-        await env.close(claimed.run.run_id)
-    assert (await env.store.get_run(WS, claimed.run.run_id)).open
-    assert await env.count("audit_log") == 0
-
-    await env.execute("DROP TRIGGER audit_broken")
-    assert not (await env.close(claimed.run.run_id)).open
-    assert await env.count("audit_log") == 1
+async def test_the_audit_log_is_listed_by_id_with_filters_and_a_cursor(env):
+    first = await env.claimed("t-1")
+    second = await env.claimed("t-2")
+    await env.close(first.run.run_id)
+    await env.close(second.run.run_id)
+    every = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    assert [a.run_id for a in every] == [first.run.run_id, second.run.run_id]
+    assert every[0].audit_id < every[1].audit_id
+    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, "t-2", None, 0, 10))] == [
+        second.run.run_id]
+    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, None, first.run.run_id, 0, 10))] == [
+        first.run.run_id]
+    after_first = every[0].audit_id
+    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, None, None, after_first, 10))] == [
+        second.run.run_id]
+    assert len(await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 1))) == 1
 
 
 # -- the completion transaction ------------------------------------------------
@@ -314,13 +515,13 @@ async def test_an_allowed_attempt_commits_one_pending_completion_and_a_committed
     assert completion.identity == completion_identity(
         IdentityInput(WS, "t-1", 1, 0, "", "COMPLETED", outcome.decision.decision_schema)
     )
-    assert await env.store.get_completion(WS, "t-1", 1) == completion
+    assert await env.completion() == completion
     events = await env.events()
     assert [(e.kind, e.completion_id) for e in events] == [
         (CompletionEventKind.COMPLETION_COMMITTED, completion.completion_id)
     ]
-    assert env.published == events
-    assert await env.store.due_settlements(START, 10) == [completion]
+    assert list(outcome.events) == events
+    assert await env.due(START) == [completion]
 
 
 async def test_same_identity_returns_the_existing_completion(env):
@@ -328,9 +529,9 @@ async def test_same_identity_returns_the_existing_completion(env):
     first = (await env.attempt(claimed)).completion
     again = await env.attempt(claimed, result="said differently")  # the result is not part of the identity
     assert again.decision.verdict is Verdict.ALLOW
-    assert again.existing and not again.inserted
+    assert again.existing and not again.inserted and again.events == ()
     assert again.completion == first
-    assert await env.count("task_completions") == 1
+    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, 10))) == 1
     assert [e.kind for e in await env.events()] == [CompletionEventKind.COMPLETION_COMMITTED]
 
 
@@ -342,43 +543,56 @@ async def test_different_identity_with_the_same_outcome_keeps_the_existing_compl
     assert later.decision.verdict is Verdict.ALLOW and later.decision.state_version == 4
     assert later.existing and not later.inserted
     assert later.completion == first  # the stored row stays the completion
-    assert (await env.store.get_completion(WS, "t-1", 1)).state_version == 0
-    assert await env.count("task_completions") == 1
+    assert (await env.completion()).state_version == 0
+    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, 10))) == 1
 
 
 async def test_different_outcome_is_a_conflict_and_writes_nothing(env):
     claimed = await env.claimed()
     first = (await env.attempt(claimed)).completion
-    before = await env.dump()
-    attempts = await env.count("completion_attempts")
-    published = list(env.published)
+    before = await env.state()
     result = await env.attempt(claimed, outcome=RequestedOutcome.FAILED, result="gave up")
     assert_rejected(result, Reason.COMPLETION_CONFLICT, completion_id=first.completion_id, outcome="COMPLETED")
-    assert await env.count("completion_attempts") == attempts
-    assert await env.dump() == before
-    assert env.published == published
+    assert await env.state() == before
 
 
 async def test_same_identity_with_a_different_payload_is_corruption_and_writes_nothing(env):
     claimed = await env.claimed()
     first = (await env.attempt(claimed)).completion
-    await env.execute(
-        "UPDATE task_completions SET payload = ? WHERE completion_id = ?", (b'{"tampered":true}', first.completion_id)
-    )
-    before = await env.dump()
+    # Damage on purpose, through the port: the stored row keeps its identity with another payload.
+    tampered = dataclasses.replace(first, payload=b'{"tampered":true}')
+
+    def tamper(tx: CompletionTx) -> None:
+        tx.delete_completion(WS, "t-1", 1)
+        tx.insert_completion(tampered, settle_at=START)
+
+    await env.store.write(tamper)
+    before = await env.state()
     with pytest.raises(CompletionCorrupted) as raised:
         await env.attempt(claimed)
     assert raised.value.completion_id == first.completion_id
-    assert await env.dump() == before
+    assert await env.state() == before
 
 
 async def test_snapshot_changed_since_external_gates_answered_is_refused_and_writes_nothing(env):
     claimed = await env.claimed()
     basis = (("run-other", 9), 0, "")
-    before = await env.dump()
+    before = await env.state()
     result = await env.attempt(claimed, external_basis=basis, external_answers={})
     assert_rejected(result, Reason.SNAPSHOT_CHANGED)
-    assert await env.dump() == before
+    assert await env.state() == before
+
+
+async def test_completions_are_listed_by_commit_time_with_filters_and_a_cursor(env):
+    first = (await env.attempt(await env.claimed("t-1"))).completion
+    env.clock.advance(SECOND)
+    second = (await env.attempt(await env.claimed("t-2"))).completion
+    assert await env.read(lambda tx: tx.load_completions(WS, None, None, 10)) == [first, second]
+    assert await env.read(lambda tx: tx.load_completions(WS, "t-2", None, 10)) == [second]
+    cursor = (first.committed_at, first.completion_id)
+    assert await env.read(lambda tx: tx.load_completions(WS, None, cursor, 10)) == [second]
+    assert await env.read(lambda tx: tx.load_completions(WS, None, None, 1)) == [first]
+    assert await env.read(lambda tx: tx.load_completions("ws-other", None, None, 10)) == []
 
 
 # -- blocked decisions: lease lost, expired, superseded; stale state version ----
@@ -394,14 +608,15 @@ def assert_blocked(outcome: AttemptOutcome, verdict: Verdict, gate_id: str, acti
 
 
 async def blocked_and_recorded(env: Env, claimed: Claimed, verdict, gate_id, action, **changes) -> None:
-    attempts = await env.count("completion_attempts")
+    attempts = await env.attempts(claimed.run.task_id)
     outcome = await env.attempt(claimed, **changes)
     assert_blocked(outcome, verdict, gate_id, action)
-    assert await env.store.get_completion(WS, claimed.run.task_id, 1) is None
-    assert await env.count("completion_attempts") == attempts + 1
+    assert await env.completion(claimed.run.task_id) is None
+    assert await env.attempts(claimed.run.task_id) == attempts + 1
     last = (await env.events())[-1]
     assert (last.kind, last.run_id, last.decision) == (
         CompletionEventKind.DECISION_BLOCKED, claimed.run.run_id, outcome.decision)
+    assert list(outcome.events) == [last]
 
 
 async def test_an_expired_lease_hard_blocks(env):
@@ -452,46 +667,36 @@ async def test_settlement_is_recorded_exactly_once_with_one_terminal_event(env):
     claimed = await env.claimed()
     completion = (await env.attempt(claimed)).completion
     env.clock.advance(SECOND)
-    settled = await env.store.record_settlement(
-        completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7)
-    )
-    assert settled.settlement is SettlementStatus.SETTLED
+    recorded = await env.settle(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))
+    assert isinstance(recorded, Recorded)
+    settled = recorded.completion
+    assert settled.settlement is SettlementStatus.SETTLED and settled.settle_attempts == 1
     assert (settled.lifecycle_revision, settled.lifecycle_event_sequence, settled.settled_at) == (3, 7, START + SECOND)
-    assert await env.store.settled_completion(WS, "t-1", 1) == settled
-    assert await env.store.due_settlements(START + 100 * SECOND, 10) == []
+    assert await env.completion() == settled
+    assert await env.due(START + 100 * SECOND) == []
 
-    before = await env.dump()
-    assert (
-        await env.store.record_settlement(completion, Settlement(lifecycle_revision=4, lifecycle_event_sequence=8))
-        is None
-    )
-    assert (
-        await env.store.record_settlement(completion, Settlement(error_reason="CANCELLATION_FENCED", error_message="x"))
-        is None
-    )
-    assert await env.dump() == before
+    before = await env.state()
+    assert await env.settle(completion, Settlement(lifecycle_revision=4, lifecycle_event_sequence=8)) == settled
+    assert await env.settle(completion, Settlement(error_reason="CANCELLATION_FENCED", error_message="x")) == settled
+    assert await env.state() == before
     events = await env.events()
     assert [e.kind for e in events] == [
         CompletionEventKind.COMPLETION_COMMITTED,
         CompletionEventKind.COMPLETION_SETTLED,
     ]
     assert (events[1].lifecycle_revision, events[1].lifecycle_event_sequence) == (3, 7)
-    assert env.published == events
+    assert recorded.event == events[1]
 
 
 async def test_a_rejected_settlement_records_a_terminalization_error_and_never_a_settled_event(env):
     claimed = await env.claimed()
     completion = (await env.attempt(claimed)).completion
-    rejected = await env.store.record_settlement(
-        completion, Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced at t")
-    )
+    recorded = await env.settle(completion, Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced at t"))
+    rejected = recorded.completion
     assert rejected.settlement is SettlementStatus.REJECTED
     assert (rejected.error_reason, rejected.error_message) == ("CANCELLATION_FENCED", "fenced at t")
-    assert await env.store.settled_completion(WS, "t-1", 1) is None
-    assert (
-        await env.store.record_settlement(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))
-        is None
-    )
+    assert recorded.event.decision.next_action is AgentAction.STOP_AND_REPORT
+    assert await env.settle(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7)) == rejected
     assert [e.kind for e in await env.events()] == [
         CompletionEventKind.COMPLETION_COMMITTED, CompletionEventKind.TERMINALIZATION_ERROR]
 
@@ -499,14 +704,23 @@ async def test_a_rejected_settlement_records_a_terminalization_error_and_never_a
 async def test_a_postponed_settlement_is_due_again_only_at_its_time(env):
     claimed = await env.claimed()
     completion = (await env.attempt(claimed)).completion
-    await env.store.postpone_settlement(completion, START + 5 * SECOND)
-    assert await env.store.due_settlements(START + 4 * SECOND, 10) == []
-    [due] = await env.store.due_settlements(START + 5 * SECOND, 10)
-    assert (due.completion_id, due.settle_attempts, due.settlement) == (
-        completion.completion_id,
-        1,
-        SettlementStatus.PENDING,
+    postponed = await env.store.write(
+        lambda tx: settlements.postpone_settlement(tx, completion=completion, next_attempt_at=START + 5 * SECOND)
     )
+    assert (postponed.settle_attempts, postponed.settlement) == (1, SettlementStatus.PENDING)
+    assert await env.due(START + 4 * SECOND) == []
+    [due] = await env.due(START + 5 * SECOND)
+    assert due == postponed == await env.completion()
+
+
+async def test_due_settlements_come_earliest_first_up_to_the_limit(env):
+    first = (await env.attempt(await env.claimed("t-1"))).completion
+    env.clock.advance(SECOND)
+    second = (await env.attempt(await env.claimed("t-2"))).completion
+    assert await env.due(START + SECOND) == [first, second]
+    assert await env.due(START + SECOND, limit=1) == [first]
+    await env.settle(first, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))
+    assert await env.due(START + SECOND) == [second]
 
 
 # -- request ids ------------------------------------------------------------------
@@ -514,20 +728,21 @@ async def test_a_postponed_settlement_is_due_again_only_at_its_time(env):
 
 async def test_a_claim_request_id_replays_the_original_response_and_refuses_another_request(env):
     first = await env.claimed(request_id="req-1")
-    before = await env.dump()
+    before = await env.state()
     replay = await env.claim(request_id="req-1")
-    assert isinstance(replay, Remembered)
-    assert pb.ClaimTaskResponse.FromString(replay.response) == render_claim(first.run, first.lease)
+    assert isinstance(replay, Replay)
+    assert replay.response == render_claim(first)
     digest = fingerprint("ClaimTask", f"t-1/agent-1/{60 * SECOND}".encode())
-    assert await env.store.recall(key("ClaimTask", "req-1", digest)) == replay
+    recall = functools.partial(peeked, env)
+    assert await recall(key("ClaimTask", "req-1", digest)) == replay
     assert_rejected(await env.claim(request_id="req-1", agent="agent-2"), Reason.REQUEST_ID_REUSED, request_id="req-1")
-    assert_rejected(await env.store.recall(key("ClaimTask", "req-1", b"another request")), Reason.REQUEST_ID_REUSED)
-    assert await env.dump() == before
+    assert_rejected(await recall(key("ClaimTask", "req-1", b"another request")), Reason.REQUEST_ID_REUSED)
+    assert await env.state() == before
     # Request ids are per workspace.
-    assert await env.store.recall(key("ClaimTask", "req-1", b"another request", workspace="ws-other")) is None
+    assert await recall(key("ClaimTask", "req-1", b"another request", workspace="ws-other")) is None
     # The scope is (workspace, caller, RPC): another caller or another RPC owns the same id afresh.
-    assert await env.store.recall(key("ClaimTask", "req-1", digest, caller="host-2")) is None
-    assert await env.store.recall(key("RenewLease", "req-1", digest)) is None
+    assert await recall(key("ClaimTask", "req-1", digest, caller="host-2")) is None
+    assert await recall(key("RenewLease", "req-1", digest)) is None
 
 
 async def test_an_attempt_request_id_replays_the_original_decision(env):
@@ -535,42 +750,66 @@ async def test_an_attempt_request_id_replays_the_original_decision(env):
     fp = key("AttemptCompletion", "att-1", fingerprint("AttemptCompletion", b"first"))
     first = await env.attempt(claimed, request=fp, render=render_attempt)
     assert first.inserted
-    before = await env.dump()
+    before = await env.state()
     replay = await env.attempt(claimed, request=fp, render=render_attempt)
-    assert isinstance(replay, Remembered)
-    assert pb.AttemptCompletionResponse.FromString(replay.response) == render_attempt(first)
+    assert isinstance(replay, Replay)
+    assert replay.response == render_attempt(first)
     reused = await env.attempt(
         claimed,
         request=key("AttemptCompletion", "att-1", fingerprint("AttemptCompletion", b"other")),
         render=render_attempt,
     )
     assert_rejected(reused, Reason.REQUEST_ID_REUSED)
-    assert await env.dump() == before
+    assert await env.state() == before
 
 
 async def test_a_close_request_id_replays_and_refuses_another_request(env):
     claimed = await env.claimed()
     fp = key("CompleteRun", "close-1", fingerprint("CompleteRun", b"close"))
     closed = await env.close(claimed.run.run_id, request=fp, render=render_run)
-    before = await env.dump()
+    before = await env.state()
     replay = await env.close(claimed.run.run_id, request=fp, render=render_run)
-    assert isinstance(replay, Remembered)
-    assert pb.CompleteRunResponse.FromString(replay.response) == render_run(closed)
+    assert isinstance(replay, Replay)
+    assert replay.response == render_run(closed)
     reused = await env.close(claimed.run.run_id, request=key("CompleteRun", "close-1", b"other"), render=render_run)
     assert_rejected(reused, Reason.REQUEST_ID_REUSED)
-    assert await env.dump() == before
+    assert await env.state() == before
+
+
+async def test_a_renew_request_id_replays_the_original_lease(env):
+    claimed = await env.claimed(ttl=10 * SECOND)
+    fp = env.used(key("RenewLease", "renew-1", b"renew"))
+    renewed = await env.renew(claimed.run.run_id, 1, 30 * SECOND, fp)
+    env.clock.advance(SECOND)
+    replay = await env.renew(claimed.run.run_id, 1, 30 * SECOND, fp)
+    assert replay == Replay(render_lease(renewed))
+    assert (await env.lease("t-1")).expires_at == renewed.expires_at
 
 
 async def test_a_withdrawn_claim_releases_the_lease_and_forgets_its_request_id(env):
     claimed = await env.claimed(request_id="req-1")
-    await env.store.withdraw_claim(
-        WS, claimed.run.run_id, key("ClaimTask", "req-1", b"the claim's fingerprint"), "CANCELLATION_FENCED"
+    await env.write(
+        runs.withdraw_claim, workspace_id=WS, run_id=claimed.run.run_id,
+        request=key("ClaimTask", "req-1", b"the claim's fingerprint"), reason="CANCELLATION_FENCED",
     )
-    run = await env.store.get_run(WS, claimed.run.run_id)
-    assert (run.open, run.outcome) == (False, RunOutcome.CANCELLED)
-    assert await env.store.recall(key("ClaimTask", "req-1", b"anything")) is None
+    run = await env.run(claimed.run.run_id)
+    assert (run.open, run.outcome, run.error) == (False, RunOutcome.CANCELLED, "claim withdrawn: CANCELLATION_FENCED")
+    assert (await env.lease("t-1")).expires_at == START
+    assert await peeked(env, key("ClaimTask", "req-1", b"anything")) is None
     retried = await env.claimed(request_id="req-1")  # a retry claims anew
     assert retried.lease.epoch == 2
+
+
+async def test_old_request_ids_are_forgotten_in_batches(env):
+    for index in range(5):
+        request = key("ClaimTask", f"req-{index}", b"fp")
+        await env.store.write(lambda tx, r=request, i=index: tx.remember_request(r, b"answer", START + i))
+    assert await env.store.write(lambda tx: tx.forget_requests(START + 4, 3)) == 3
+    assert await env.store.write(lambda tx: tx.forget_requests(START + 4, 3)) == 1
+    remaining = await env.read(
+        lambda tx: [tx.recall_request(WS, CALLER, "ClaimTask", f"req-{i}") is not None for i in range(5)]
+    )
+    assert remaining == [False, False, False, False, True]
 
 
 # -- evidence ---------------------------------------------------------------------
@@ -580,20 +819,12 @@ async def test_evidence_counts_for_its_generation_and_is_listed_in_order(env):
     def record(kind, generation=1, passed=True):
         return EvidenceRecord("", WS, "t-1", generation, kind, passed, "cp-1", "details", None, 0)
 
-    render = lambda stored: pb.RecordEvidenceResponse()  # noqa: E731
-    first = await env.store.record_evidence(record("tests"), None, None, render)
-    await env.store.record_evidence(record("lint", passed=False), None, None, render)
-    await env.store.record_evidence(record("tests", generation=2), None, None, render)
-    listed = await env.store.list_evidence(WS, "t-1", 1)
+    first = await env.evidence(record("tests"))
+    await env.evidence(record("lint", passed=False))
+    await env.evidence(record("tests", generation=2))
+    listed = await env.read(lambda tx: tx.load_evidence(WS, "t-1", 1))
     assert [(e.kind, e.passed, e.generation) for e in listed] == [("tests", True, 1), ("lint", False, 1)]
     assert listed[0] == first and first.recorded_at == START and first.evidence_id
-
-
-async def test_the_audit_log_stores_json_metadata(env):
-    claimed = await env.claimed()
-    await env.close(claimed.run.run_id, closed_by="stall_sweeper", outcome=RunOutcome.STALLED)
-    [(metadata,)] = await env.rows("SELECT metadata FROM audit_log")
-    assert json.loads(metadata) == {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"}
 
 
 async def test_evidence_counts_only_at_the_checkpoint_it_names(env):
@@ -604,15 +835,14 @@ async def test_evidence_counts_only_at_the_checkpoint_it_names(env):
     def record(checkpoint, passed=True, generation=1):
         return EvidenceRecord("", WS, "t-1", generation, "tests", passed, checkpoint, "", None, 0)
 
-    render = lambda stored: pb.RecordEvidenceResponse()  # noqa: E731
-    await env.store.record_evidence(record("cp-1"), None, None, render)  # an older checkpoint
-    await env.store.record_evidence(record("cp-2", generation=2), None, None, render)  # another generation
+    await env.evidence(record("cp-1"))  # an older checkpoint
+    await env.evidence(record("cp-2", generation=2))  # another generation
     await blocked_and_recorded(env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE,
                                policy=policy, result="first")
-    await env.store.record_evidence(record("cp-2", passed=False), None, None, render)
+    await env.evidence(record("cp-2", passed=False))
     await blocked_and_recorded(env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE,
                                policy=policy, result="second")
-    await env.store.record_evidence(record("cp-2"), None, None, render)  # the latest fact wins
+    await env.evidence(record("cp-2"))  # the latest fact wins
     assert (await env.attempt(claimed, policy=policy, result="third")).decision.verdict is Verdict.ALLOW
 
 
@@ -628,3 +858,132 @@ async def test_the_circuit_breaker_holds_until_the_checkpoint_changes(env):
     await env.set_state_version("t-1", 2, "cp-2")
     await blocked_and_recorded(env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE,
                                policy=policy)
+
+
+# -- transcripts ------------------------------------------------------------------
+
+
+def ev(kind: EventKind, ref: str = "", **fields) -> SessionEvent:
+    return SessionEvent(kind, ref=ref, **fields)
+
+
+async def test_appended_events_are_stamped_kept_in_order_and_checkpoints_remembered(env):
+    batch = [ev(EventKind.TURN_START, "turn-1"), ev(EventKind.CHECKPOINT, "cp-1"),
+             ev(EventKind.ASSISTANT_MESSAGE, text="hello é"), ev(EventKind.TURN_END, "turn-1",
+                                                                 reason=TurnEndReason.COMPLETED)]
+    appended = await env.write(transcripts.append, command=AppendCommand(WS, "t-1", batch, 1))
+    assert appended == Appended(1, 1)
+    env.clock.advance(SECOND)
+    again = await env.write(
+        transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.CHECKPOINT, "cp-1")], 2, 1)
+    )
+    assert again == Appended(2, 5)
+    stored = await env.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 100))
+    assert [(e.sequence, e.generation, e.kind, e.recorded_at) for e in stored] == [
+        (1, 1, EventKind.TURN_START, START), (2, 1, EventKind.CHECKPOINT, START),
+        (3, 1, EventKind.ASSISTANT_MESSAGE, START), (4, 1, EventKind.TURN_END, START),
+        (5, 2, EventKind.CHECKPOINT, START + SECOND)]
+    assert stored[2].text == "hello é" and stored[3].reason is TurnEndReason.COMPLETED
+    assert await env.read(lambda tx: tx.load_transcript(WS, "t-1", 3, 1)) == stored[3:4]
+    # A checkpoint is where it was first created.
+    assert await env.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1", "cp-none"})) == {"cp-1": 2}
+    state = await env.read(lambda tx: tx.load_tail(WS, "t-1"))
+    assert state == TranscriptState(Tail(checkpoint="cp-1", last_sequence=5), 2)
+
+
+async def test_a_refused_append_changes_nothing(env):
+    await env.write(transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.TURN_START, "turn-1")], 1))
+    before = await env.state()
+    stale = await env.write(
+        transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.USER_MESSAGE)], 1, 0)
+    )
+    assert_rejected(stale, Reason.STATE_VERSION_MISMATCH, expected=0, actual=1)
+    broken = await env.write(transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.TURN_START, "t2")], 1))
+    assert_rejected(broken, Reason.TRANSCRIPT_GRAMMAR_VIOLATION)
+    assert await env.state() == before
+
+
+async def test_repair_closes_an_interrupted_turn_once_and_the_claim_repairs_at_the_hand_over(env):
+    events = [ev(EventKind.TURN_START, "turn-1"), ev(EventKind.STEP_START, "step-1"),
+              ev(EventKind.TOOL_CALL, "call-1", name="run")]
+    await env.write(transcripts.append, command=AppendCommand(WS, "t-1", events, 1))
+    await env.write(transcripts.append, command=AppendCommand(WS, "t-2", events, 1))
+    repaired = await env.write(transcripts.repair, workspace_id=WS, task_id="t-1")
+    assert repaired.repaired and not repaired.turn_in_progress
+    stored = await env.read(lambda tx: tx.load_transcript(WS, "t-1", 3, 100))
+    assert [(e.kind, e.synthetic, e.sequence) for e in stored] == [
+        (EventKind.TOOL_RESULT, True, 4), (EventKind.STEP_END, True, 5), (EventKind.TURN_END, True, 6)]
+    assert (await env.read(lambda tx: tx.load_tail(WS, "t-1"))).state_version == 2
+    before = await env.state()
+    assert not (await env.write(transcripts.repair, workspace_id=WS, task_id="t-1")).repaired
+    assert await env.state() == before
+
+    claimed = await env.claimed("t-2")
+    assert claimed.repaired
+    assert (await env.read(lambda tx: tx.load_tail(WS, "t-2"))).tail.open_turn is None
+
+
+async def test_a_staged_import_becomes_the_transcript_in_one_commit_or_is_discarded(env):
+    events = [ev(EventKind.TURN_START, "turn-1", sequence=1, generation=1, recorded_at=5),
+              ev(EventKind.CHECKPOINT, "cp-1", sequence=2, generation=1, recorded_at=6),
+              ev(EventKind.TURN_END, "turn-1", sequence=3, generation=1, recorded_at=7,
+                 reason=TurnEndReason.COMPLETED)]
+    await env.store.write(lambda tx: tx.stage_import("import-1", events[:2]))
+    await env.store.write(lambda tx: tx.stage_import("import-1", events[2:]))
+    await env.store.write(lambda tx: tx.stage_import("import-2", events))
+    final = Tail(checkpoint="cp-1", last_sequence=3)
+    version = await env.store.write(
+        lambda tx: transcripts.commit_import(tx, "import-1", WS, "t-1", final, {"cp-1": 2})
+    )
+    assert version == 1
+    assert await env.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10)) == events
+    assert await env.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1"})) == {"cp-1": 2}
+    assert await env.read(lambda tx: tx.load_tail(WS, "t-1")) == TranscriptState(final, 1)
+
+    before = await env.state()
+    refused = await env.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-1", final, {}))
+    assert_rejected(refused, Reason.TRANSCRIPT_NOT_EMPTY)
+    assert await env.state() == before
+    # Discarded staging leaves nothing behind: a later commit of it imports nothing.
+    await env.store.write(lambda tx: tx.discard_import(None))
+    assert await env.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-2", Tail(), {})) == 1
+    assert await env.read(lambda tx: tx.load_transcript(WS, "t-2", 0, 10)) == []
+
+
+# -- events -------------------------------------------------------------------------
+
+
+async def test_events_are_listed_per_workspace_or_task_after_a_sequence(env):
+    first = (await env.attempt(await env.claimed("t-1"))).events[0]
+    second = (await env.attempt(await env.claimed("t-2"))).events[0]
+    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 10)) == [first, second]
+    assert await env.read(lambda tx: tx.load_events(WS, 0, "t-2", 10)) == [second]
+    assert await env.read(lambda tx: tx.load_events(WS, first.sequence, None, 10)) == [second]
+    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 1)) == [first]
+    assert await env.read(lambda tx: tx.load_events("ws-other", 0, None, 10)) == []
+
+
+# -- the SQLite file (inspected on purpose, with sqlite3) ------------------------------
+
+
+async def test_sqlite_stores_the_audit_metadata_as_a_json_object(tmp_path, clock):
+    store = await SqliteCompletionStore.open(str(tmp_path / "completion.sqlite3"))
+    try:
+        env = Env(store, clock)
+        claimed = await env.claimed()
+        await env.close(claimed.run.run_id, closed_by="stall_sweeper", outcome=RunOutcome.STALLED)
+    finally:
+        await store.close()
+    db = sqlite3.connect(tmp_path / "completion.sqlite3")
+    try:
+        [(metadata,)] = db.execute("SELECT metadata FROM audit_log").fetchall()
+    finally:
+        db.close()
+    assert json.loads(metadata) == {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"}
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _attempt(claimed: Claimed, digest: str) -> AttemptRecord:
+    return AttemptRecord(WS, claimed.run.task_id, 1, claimed.run.run_id, "", digest, Verdict.SOFT_BLOCK, 0, START)

@@ -1100,7 +1100,7 @@ def _derived_request_id(workspace: str, request_id: str, touched: Touched, run_t
 async def quiesce(world: World) -> None:
     """Lets background work that accepted requests started (propagations, settlements) finish."""
     await world.f.lifecycle.authority.deliver_pending()
-    await world.f.completion.authority.settle_due()
+    await world.f.completion.authority.settler.settle_due()
 
 
 def _tasks_of_runs(touched: Touched, completion_dump: dict, completion_columns: dict, run_tasks: dict) -> None:

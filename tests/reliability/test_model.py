@@ -1026,7 +1026,7 @@ class FunnelMachine(RuleBasedStateMachine):
         completions = self.run(lambda: self.f.cs.ListCompletions(
             cpb.ListCompletionsRequest(workspace_id=WS, page_size=1000), timeout=CALL_TIMEOUT)).completions
         by_id = {c.completion_id: c for c in completions}
-        stored_events = self.run(lambda: self.f.completion.store.events_after(WS, 0, None, 100_000))
+        stored_events = self.run(lambda: self.f.completion.store.read(lambda tx: tx.load_events(WS, 0, None, 100_000)))
         assert len(stored_events) == m.completion_events, (len(stored_events), m.completion_events)
         settled_events = [e.completion_id for e in stored_events if e.kind.name == "COMPLETION_SETTLED"]
         assert len(settled_events) == len(set(settled_events))
@@ -1069,13 +1069,15 @@ class FunnelMachine(RuleBasedStateMachine):
                     else:
                         assert event.intent == lpb.INTENT_SETTLE_FAILURE and t.outcomes[generation] == FAILED
             # Transcript tail and state version.
-            tail, version = self.run(lambda task_id=task_id: self.f.completion.store.transcript_tail(WS, task_id))
+            stored = self.run(lambda task_id=task_id: self.f.completion.authority.transcripts.state(WS, task_id))
+            tail, version = stored.tail, stored.state_version
             actual_tail = (tail.open_turn, tail.open_step, tuple(tail.open_calls), tail.checkpoint, tail.last_sequence)
             mt = t.tail
             assert actual_tail == (mt.open_turn, mt.open_step, mt.open_calls, mt.checkpoint, mt.last_sequence), (
                 task_id, actual_tail, mt)
             assert version == t.state_version, (task_id, version, t.state_version)
-            lease = self.run(lambda task_id=task_id: self.f.completion.store.get_lease(WS, task_id))
+            lease = self.run(
+                lambda task_id=task_id: self.f.completion.store.read(lambda tx: tx.load_lease(WS, task_id)))
             assert (lease.run_id, lease.epoch, lease.expires_at) == t.lease if t.lease else lease is None
         runs = self.run(lambda: self.f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_size=1000),
                                            timeout=CALL_TIMEOUT)).runs

@@ -211,7 +211,7 @@ async def task(s: Services, task_id: str) -> lpb.Task:
 async def test_an_attempt_with_epoch_1_delayed_until_just_before_the_reclaim_commits(services):
     s = services
     held = await ready_to_complete(s, "t")
-    gate = Gate(s.completion.authority.store, "attempt")
+    gate = Gate(s.completion.authority.completions, "commit")
     delayed = asyncio.ensure_future(attempt(s, "t", held))
     await gate.reached.wait()
     # Just before the fence moves: the lease of epoch 1 has a microsecond left.
@@ -230,7 +230,7 @@ async def test_an_attempt_with_epoch_1_delayed_until_just_before_the_reclaim_com
 async def test_an_attempt_with_epoch_1_delayed_until_just_after_the_reclaim_changes_nothing(services):
     s = services
     held = await ready_to_complete(s, "t")
-    gate = Gate(s.completion.authority.store, "attempt")
+    gate = Gate(s.completion.authority.completions, "commit")
     delayed = asyncio.ensure_future(attempt(s, "t", held))
     await gate.reached.wait()
     # The fence moves: the lease expires and another agent claims epoch 2.

@@ -7,7 +7,8 @@ the current tail, so every generated transcript is valid; a cut anywhere leaves 
 possibly open turn, step and calls. Then: repair's events appended to the cut log
 are accepted; repairing again yields nothing; repair only appends (synthetic
 events, one error result per open call, a step end iff a step was open, a turn
-end INTERRUPTED last). The same holds through the real SQLite store."""
+end INTERRUPTED last). The same holds through every store adapter
+(tests/completion/backends.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from completion_service.authority.transcripts import Transcripts
 from completion_service.core.transcript import (
     EventKind,
     SessionEvent,
@@ -27,8 +30,9 @@ from completion_service.core.transcript import (
     repair,
     validate,
 )
-from completion_service.storage.sqlite import SqliteCompletionStore
-from funnel.runtime.clock import ManualClock, SequentialIds
+from completion_service.transcripts import AppendCommand, Appended
+from funnel.runtime.clock import ManualClock
+from tests.completion.backends import BACKENDS
 
 TURNS = ["t0", "t1", "t2"]
 STEPS = ["s0", "s1", "s2"]
@@ -198,25 +202,25 @@ def test_repair_of_a_cut_transcript_is_accepted_idempotent_and_only_appends(cut_
     assert repair(after, generation + 1) == []
 
 
-# -- the same through the real SQLite store --------------------------------------------
+# -- the same through every store adapter ----------------------------------------------
 
 WS, TASK = "ws-1", "task-1"
 
 
-async def _store_round(path: Path, log: list[SessionEvent], splits: list[int], generation: int):
-    store = await SqliteCompletionStore.open(str(path), ManualClock(1_700_000_000_000_000), SequentialIds())
+async def _store_round(backend: str, directory: Path, log: list[SessionEvent], splits: list[int], generation: int):
+    clock = ManualClock(1_700_000_000_000_000)
+    store = await BACKENDS[backend](directory, clock)
+    transcripts = Transcripts(store, clock)
     try:
         batches, start = 0, 0
         for end in sorted(set(splits)) + [len(log)]:
             if end > start:
-                appended = await store.append_transcript(
-                    WS, TASK, log[start:end], generation, None, None, None, lambda a: None
-                )
-                assert appended.first_sequence == start + 1
+                appended = await transcripts.append(AppendCommand(WS, TASK, log[start:end], generation))
+                assert isinstance(appended, Appended) and appended.first_sequence == start + 1
                 batches += 1
                 start = end
-        first = await store.load_transcript(WS, TASK, 0, 1000, repair_first=True)
-        second = await store.load_transcript(WS, TASK, 0, 1000, repair_first=True)
+        first = await transcripts.load(WS, TASK, 0, 1000, repair_first=True)
+        second = await transcripts.load(WS, TASK, 0, 1000, repair_first=True)
         return batches, first, second
     finally:
         await store.close()
@@ -226,14 +230,15 @@ def _essence(e: SessionEvent) -> tuple:
     return (e.kind, e.ref, e.name, e.text, e.is_error, e.reason, e.synthetic)
 
 
+@pytest.mark.parametrize("backend", list(BACKENDS))
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cut_transcripts(), st.lists(st.integers(0, 60), max_size=4), st.integers(1, 3))
-def test_the_store_commits_the_repair_once_and_keeps_every_event(cut_transcript, splits, generation):
+def test_the_store_commits_the_repair_once_and_keeps_every_event(backend, cut_transcript, splits, generation):
     events, cut = cut_transcript
     log = events[:cut]
     with tempfile.TemporaryDirectory() as tmp:
         batches, first, second = asyncio.run(
-            _store_round(Path(tmp) / "completion.sqlite3", log, [s for s in splits if s <= cut], generation)
+            _store_round(backend, Path(tmp), log, [s for s in splits if s <= cut], generation)
         )
     tail = validate(Tail(), log, known_checkpoints(log))
     closers = repair(tail, generation)

@@ -1,0 +1,89 @@
+"""The imperative shell of the completion authority, split along its seams:
+
+  leases.RunsAndLeases            claims (confirmed with the lifecycle), renewals, closing runs
+  attempts.CompletionTransaction  the completion transaction and evidence
+  settler.Settler                 settling committed completions; the outbox settler
+  sweeper.StallSweeper            closing stalled runs
+  transcripts.Transcripts         appends, loads with repair, imports
+
+Decisions come from the pure core and the units of work (completion_service.runs,
+.completions, .settlements, .transcripts), each run by the store in one
+transaction; the shells call other services outside transactions and publish what
+committed. `CompletionAuthority` wires them and lists the background workers,
+which the server runs under one owner (funnel.runtime.background)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from completion_service.authority.attempts import CompletionTransaction
+from completion_service.authority.leases import RunClosed, RunsAndLeases
+from completion_service.authority.lifecycle import read_task
+from completion_service.authority.metrics import Metrics
+from completion_service.authority.settler import Settler
+from completion_service.authority.sweeper import StallSweeper
+from completion_service.authority.transcripts import Transcripts
+from completion_service.core.model import CompletionEvent
+from completion_service.external_gates import ExternalGates
+from completion_service.lifecycle_client import LifecycleClient
+from completion_service.policy import PolicyBook
+from completion_service.storage.port import CompletionStore
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime import idempotency
+from funnel.runtime.clock import Clock, IdSource, RandomIds
+from funnel.runtime.faults import NO_FAULTS, Faults
+
+__all__ = ["CompletionAuthority", "Metrics", "RunClosed"]
+
+Worker = Callable[[], Coroutine[Any, Any, None]]
+
+
+class CompletionAuthority:
+    def __init__(
+        self,
+        store: CompletionStore,
+        lifecycle: LifecycleClient,
+        policies: PolicyBook,
+        clock: Clock,
+        external: ExternalGates,
+        ids: IdSource | None = None,
+        publish: Callable[[list[CompletionEvent]], None] = lambda events: None,
+        settle_interval: float = 0.5,
+        settle_lease: float = 30.0,
+        stall_after: float | None = None,
+        faults: Faults = NO_FAULTS,
+    ) -> None:
+        ids = ids or RandomIds()
+        self.store = store
+        self.lifecycle = lifecycle
+        self.clock = clock
+        self.metrics = Metrics()
+        self.settler = Settler(
+            store, lifecycle, clock, self.metrics, publish, owner=ids.new_id("settler"), lease_seconds=settle_lease,
+            interval=settle_interval, faults=faults,
+        )
+        self.completions = CompletionTransaction(
+            store, lifecycle, policies, clock, ids, external, self.settler, self.metrics, publish, faults
+        )
+        self.runs = RunsAndLeases(store, lifecycle, clock, ids, self.completions, faults)
+        self.sweeper = StallSweeper(store, clock, stall_after)
+        self.transcripts = Transcripts(store, clock, faults)
+
+    async def lifecycle_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+        """The lifecycle record of a task, with lifecycle errors mapped to this service's."""
+        return await read_task(self.lifecycle, workspace_id, task_id)
+
+    def workers(self, request_id_retention_seconds: float) -> list[tuple[str, Worker]]:
+        """The background loops this authority needs, to run under one owner."""
+        loops: list[tuple[str, Worker]] = [("settlement-outbox", self.settler.run_forever)]
+        if self.sweeper.enabled:
+            loops.append(("stall-sweeper", self.sweeper.run_forever))
+
+        async def forget(created_before: int, limit: int) -> int:
+            return await self.store.write(lambda tx: tx.forget_requests(created_before, limit))
+
+        loops.append(
+            ("request-id-sweeper", idempotency.sweeper(forget, self.clock, request_id_retention_seconds))
+        )
+        return loops

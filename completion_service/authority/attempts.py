@@ -1,0 +1,137 @@
+"""The completion transaction's shell: reads the lifecycle view, consults the
+policy's external gates, commits the attempt (completions.attempt, one
+transaction), then settles what it committed. Also records evidence."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable
+
+from completion_service import completions
+from completion_service.authority.lifecycle import read_task
+from completion_service.authority.metrics import Metrics
+from completion_service.authority.settler import Settler
+from completion_service.completions import AttemptCommand, AttemptOutcome, CompletionCorrupted, EvidenceCommand
+from completion_service.core import gates
+from completion_service.core.gates import WorkspacePolicy, snapshot_basis
+from completion_service.core.model import CompletionEvent, EvidenceRecord, SettlementStatus, Snapshot
+from completion_service.errors import Reason
+from completion_service.external_gates import ExternalGates
+from completion_service.lifecycle_client import LifecycleClient, view_of
+from completion_service.policy import PolicyBook
+from completion_service.storage.port import CompletionReadTx, CompletionStore
+from funnel.runtime.clock import Clock, IdSource
+from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.faults import NO_FAULTS, Faults
+from funnel.runtime.idempotency import Replay, RequestKey
+
+log = logging.getLogger(__name__)
+
+
+class CompletionTransaction:
+    def __init__(
+        self,
+        store: CompletionStore,
+        lifecycle: LifecycleClient,
+        policies: PolicyBook,
+        clock: Clock,
+        ids: IdSource,
+        external: ExternalGates,
+        settler: Settler,
+        metrics: Metrics,
+        publish: Callable[[list[CompletionEvent]], None],
+        faults: Faults = NO_FAULTS,
+    ) -> None:
+        self._store = store
+        self._lifecycle = lifecycle
+        self._policies = policies
+        self._clock = clock
+        self._ids = ids
+        self._external = external
+        self._settler = settler
+        self._metrics = metrics
+        self._publish = publish
+        self._faults = faults
+
+    async def attempt(self, command: AttemptCommand) -> AttemptOutcome | Replay:
+        # A repeated request_id is answered by the write transaction itself; checking
+        # it up front would cost every attempt one more trip to the database thread.
+        if command.lifecycle is None:  # CompleteRun passes the view it has just read
+            current = await read_task(self._lifecycle, command.workspace_id, command.task_id)
+            lifecycle = view_of(current.task, list(current.open_attached_child_task_ids))
+            command = dataclasses.replace(command, lifecycle=lifecycle)
+        policy = self._policies.for_workspace(command.workspace_id)
+        command = dataclasses.replace(command, policy=policy)
+        if policy.external_gates:
+            command = await self._consult_external_gates(command, policy)
+        try:
+            outcome = await self.commit(dataclasses.replace(command, completion_id=self._ids.new_id("cmp")))
+        except CompletionCorrupted as exc:
+            self._metrics.completion_corruptions += 1
+            log.error(
+                "ALARM completion corrupted: %s (workspace %s task %s); failing closed",
+                exc,
+                command.workspace_id,
+                command.task_id,
+            )
+            raise ServiceError(
+                reject(Reason.COMPLETION_CORRUPTED, str(exc), completion_id=exc.completion_id)
+            ) from None
+        if isinstance(outcome, Rejection):
+            raise ServiceError(outcome)
+        if isinstance(outcome, Replay):
+            return outcome
+        completion = outcome.completion
+        if outcome.inserted:
+            self._faults.hit("completion.after_commit_before_settle")
+        if completion is not None and completion.settlement is SettlementStatus.PENDING:
+            completion = await self._settler.settle(completion)
+            outcome = dataclasses.replace(outcome, completion=completion)
+        return outcome
+
+    async def commit(self, command: AttemptCommand) -> AttemptOutcome | Replay | Rejection:
+        """Steps 1-5: one write transaction judged at the moment it runs."""
+        return await self._store.write(
+            functools.partial(completions.attempt, command=command, now=self._clock.now_micros()),
+            after_commit=self._published,
+        )
+
+    def _published(self, outcome: AttemptOutcome | Replay | Rejection) -> None:
+        if isinstance(outcome, AttemptOutcome) and outcome.events:
+            self._publish(list(outcome.events))
+
+    async def _consult_external_gates(self, command: AttemptCommand, policy: WorkspacePolicy) -> AttemptCommand:
+        now = self._clock.now_micros()
+
+        def read(tx: CompletionReadTx) -> tuple[Snapshot | Rejection, list[EvidenceRecord]]:
+            snapshot = completions.load_snapshot(tx, command, now)
+            if isinstance(snapshot, Rejection):
+                return snapshot, []
+            return snapshot, tx.load_evidence(command.workspace_id, command.task_id, snapshot.run.generation)
+
+        snapshot, evidence = await self._store.read(read)
+        if isinstance(snapshot, Rejection):
+            raise ServiceError(snapshot)
+        if not gates.evaluate_builtins(snapshot, policy).builtins_passed:
+            return command
+        answers = await self._external.ask_all(policy.external_gates, snapshot, evidence)
+        return dataclasses.replace(command, external_answers=answers, external_basis=snapshot_basis(snapshot))
+
+    async def record_evidence(
+        self,
+        record: EvidenceRecord,
+        holder: str | None,
+        request: RequestKey | None,
+        render: Callable[[EvidenceRecord], bytes],
+    ) -> EvidenceRecord | Replay:
+        command = EvidenceCommand(
+            dataclasses.replace(record, evidence_id=self._ids.new_id("evd")), holder, request, render
+        )
+        result = await self._store.write(
+            functools.partial(completions.record_evidence, command=command, now=self._clock.now_micros())
+        )
+        if isinstance(result, Rejection):
+            raise ServiceError(result)
+        return result

@@ -1,0 +1,338 @@
+"""The shell of runs and leases: claims confirmed with the lifecycle service (and
+withdrawn when it refuses), renewals, and closing a run (seed 001's
+`complete_task`), whose lifecycle change comes before the close commits."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from completion_service import runs
+from completion_service.authority.attempts import CompletionTransaction
+from completion_service.authority.lifecycle import close_refused, read_task, rejected, unavailable
+from completion_service.completions import AttemptCommand, AttemptOutcome
+from completion_service.core.model import (
+    CompletionRecord,
+    Decision,
+    FinalStatus,
+    Lease,
+    RequestedOutcome,
+    RunOutcome,
+    RunRecord,
+    SettlementStatus,
+)
+from completion_service.core.runs import CloseStep, TaskEffect, cap_notes, close_effect, close_plan, tokens_total
+from completion_service.core.settlement import binding_decision
+from completion_service.errors import Reason
+from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, view_of
+from completion_service.request_ids import peek
+from completion_service.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
+from completion_service.storage.port import CompletionReadTx, CompletionStore, CompletionTx
+from funnel.auth.principal import Caller
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.clock import Clock, IdSource
+from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.faults import NO_FAULTS, Faults
+from funnel.runtime.idempotency import Replay, RequestKey
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunClosed:
+    run: RunRecord
+    decision: Decision | None = None
+    completion: CompletionRecord | None = None
+    effect: TaskEffect | None = None
+    effect_reason: str = ""
+
+
+def _settlement_refused(decision: Decision, completion: CompletionRecord, run: RunRecord) -> ServiceError:
+    return ServiceError(
+        reject(
+            Reason.LIFECYCLE_REJECTED,
+            f"closing run {run.run_id} committed completion {completion.completion_id}, and the lifecycle service "
+            f"refused to settle it; the run stays open. {decision.instruction}",
+            lifecycle_reason=completion.error_reason or "",
+            next_action=decision.next_action.name,
+            run_id=run.run_id,
+            completion_id=completion.completion_id,
+        )
+    )
+
+
+class RunsAndLeases:
+    def __init__(
+        self,
+        store: CompletionStore,
+        lifecycle: LifecycleClient,
+        clock: Clock,
+        ids: IdSource,
+        completions: CompletionTransaction,
+        faults: Faults = NO_FAULTS,
+    ) -> None:
+        self._store = store
+        self._lifecycle = lifecycle
+        self._clock = clock
+        self._ids = ids
+        self._completions = completions
+        self._faults = faults
+
+    # -- claims ------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        workspace_id: str,
+        task_id: str,
+        agent_id: str,
+        ttl_micros: int,
+        request: RequestKey | None,
+        render: Callable[[Claimed], bytes],
+        run_of: Callable[[bytes], str],
+    ) -> Claimed | Replay:
+        """Claims the task and confirms it with the lifecycle service. A replayed
+        request returns the original response (`run_of` reads its run id)."""
+        remembered = await self._store.read(functools.partial(peek, key=request))
+        if isinstance(remembered, Rejection):
+            raise ServiceError(remembered)
+        if isinstance(remembered, Replay):
+            await self._confirm_replayed_claim(workspace_id, run_of(remembered.response))
+            return remembered
+        current = await read_task(self._lifecycle, workspace_id, task_id)
+        task = current.task
+        if task.state == lpb.GENERATION_STATE_TERMINAL:
+            raise ServiceError(
+                reject(
+                    Reason.GENERATION_TERMINAL,
+                    f"generation {task.generation} of task {task_id!r} is terminal",
+                    generation=task.generation,
+                    outcome=lpb.TerminalOutcome.Name(task.outcome),
+                )
+            )
+        if task.cancellation == lpb.CANCELLATION_STATE_REQUESTED:
+            raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, f"task {task_id!r} has a cancellation request"))
+        command = ClaimCommand(
+            workspace_id, task_id, agent_id, task.generation, ttl_micros, self._ids.new_id("run"), request, render
+        )
+        result = await self.commit_claim(command)
+        if isinstance(result, Rejection):
+            raise ServiceError(result)
+        if isinstance(result, Replay):
+            await self._confirm_replayed_claim(workspace_id, run_of(result.response))
+            return result
+        await self._confirm_claim(workspace_id, task_id, result.run.run_id, request, current)
+        return result
+
+    async def commit_claim(self, command: ClaimCommand) -> Claimed | Replay | Rejection:
+        """The claim's transaction (runs.claim), without the lifecycle confirmation."""
+        now = self._clock.now_micros()
+
+        def unit(tx: CompletionTx) -> Claimed | Replay | Rejection:
+            claimed = runs.claim(tx, command, now)
+            # The fault point of a repair sits inside its transaction, before the commit.
+            if isinstance(claimed, Claimed) and claimed.repaired:
+                self._faults.hit("completion.transcript_repair")
+            return claimed
+
+        return await self._store.write(unit)
+
+    async def _confirm_replayed_claim(self, workspace_id: str, run_id: str) -> None:
+        """A retried claim returns its original response. If the original call died
+        before the lifecycle confirmation, the retry completes it; but a retry never
+        withdraws a granted claim: once the run closed or its generation moved on
+        (terminal, replaced) there is nothing to confirm, and a lifecycle refusal
+        leaves the claim as it is (its attempts stay gated by the lifecycle view)."""
+        run = await self._store.read(lambda tx: tx.load_run(workspace_id, run_id))
+        if run is None or not run.open:
+            return
+        current = await read_task(self._lifecycle, workspace_id, run.task_id)
+        if current.task.generation != run.generation or current.task.state == lpb.GENERATION_STATE_TERMINAL:
+            return
+        try:
+            await self._confirm_claim(workspace_id, run.task_id, run.run_id, None, current, withdraw=False)
+        except LifecycleRejected as exc:
+            log.info("retried claim of run %s: the lifecycle refused its confirmation (%s)", run.run_id, exc.reason)
+        except LifecycleUnavailable as exc:
+            raise unavailable(exc) from None
+
+    async def _confirm_claim(
+        self,
+        workspace_id: str,
+        task_id: str,
+        run_id: str,
+        request: RequestKey | None,
+        current: lpb.GetTaskResponse | None = None,
+        withdraw: bool = True,
+    ) -> None:
+        """Activates a registered generation and marks the task IN_PROGRESS, with
+        request ids derived from the run so that retries apply it once. If the
+        lifecycle refuses or cannot be reached, the claim is withdrawn (unless
+        `withdraw` is false: then the lifecycle error is raised as it is)."""
+        try:
+            task = (current or await self._lifecycle.get_task(workspace_id, task_id)).task
+            if task.state == lpb.GENERATION_STATE_REGISTERED:
+                try:
+                    await self._lifecycle.activate(workspace_id, task_id, task.generation, run_id)
+                    return
+                except LifecycleRejected as exc:
+                    if exc.reason != "INVALID_TRANSITION":
+                        raise
+                    task = (await self._lifecycle.get_task(workspace_id, task_id)).task
+            if task.work_status != lpb.WORK_STATUS_IN_PROGRESS:
+                await self._lifecycle.set_work_status(
+                    workspace_id,
+                    task_id,
+                    task.generation,
+                    lpb.WORK_STATUS_IN_PROGRESS,
+                    f"{run_id}:in-progress",
+                    "claimed by an agent run",
+                    run_id,
+                )
+        except LifecycleRejected as exc:
+            if not withdraw:
+                raise
+            await self._withdraw(workspace_id, run_id, request, exc.reason)
+            if exc.reason == "CANCELLATION_FENCED":
+                raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message)) from None
+            raise rejected(exc, task_id) from None
+        except LifecycleUnavailable as exc:
+            if not withdraw:
+                raise
+            await self._withdraw(workspace_id, run_id, request, "lifecycle service unavailable")
+            raise unavailable(exc) from None
+
+    async def _withdraw(self, workspace_id: str, run_id: str, request: RequestKey | None, reason: str) -> None:
+        await self._store.write(
+            functools.partial(
+                runs.withdraw_claim, workspace_id=workspace_id, run_id=run_id, request=request, reason=reason,
+                now=self._clock.now_micros(),
+            )
+        )
+
+    # -- renewals ------------------------------------------------------------------------
+
+    async def renew(self, command: RenewCommand) -> Lease | Replay:
+        result = await self._store.write(functools.partial(runs.renew, command=command, now=self._clock.now_micros()))
+        if isinstance(result, Rejection):
+            raise ServiceError(result)
+        return result
+
+    # -- closing runs ----------------------------------------------------------------------
+
+    async def complete_run(
+        self,
+        workspace_id: str,
+        run_id: str,
+        outcome: RunOutcome,
+        tokens: tuple[int | None, int | None, int | None],
+        notes: str,
+        error: str,
+        final_status: FinalStatus | None,
+        caller: Caller,
+        holder: str | None,
+        request: RequestKey | None,
+        render: Callable[[RunClosed], bytes],
+    ) -> RunClosed | Replay:
+        """Closes a run (seed 001's `complete_task`). The lifecycle change comes
+        first: if the lifecycle service refuses it, nothing is closed and the
+        refusal is the answer (LIFECYCLE_REJECTED), so that an agent is never told
+        its run closed while the task was left in another state than asked."""
+
+        def check(tx: CompletionReadTx) -> RunRecord | Replay | Rejection:
+            seen = peek(tx, request)
+            if seen is not None:
+                return seen
+            run = runs.owned_run(tx, workspace_id, run_id, holder)
+            if isinstance(run, RunRecord) and not run.open:
+                return runs.already_finished(run)
+            return run
+
+        run = await self._store.read(check)
+        if isinstance(run, Rejection):
+            raise ServiceError(run)
+        if isinstance(run, Replay):
+            return run
+        capped_notes, truncated = cap_notes(notes)
+        plan = close_plan(outcome, final_status)
+        decision = completion = None
+        try:
+            current = await self._lifecycle.get_task(workspace_id, run.task_id)
+            if plan.step is CloseStep.ATTEMPT_COMPLETION:
+                stored = await self._store.read(
+                    lambda tx: tx.load_completion(workspace_id, run.task_id, run.generation)
+                )
+                if stored is None or stored.settlement is not SettlementStatus.SETTLED:
+                    attempted = await self._completions.attempt(
+                        AttemptCommand(
+                            workspace_id=workspace_id,
+                            task_id=run.task_id,
+                            run_id=run.run_id,
+                            claimed_epoch=run.epoch,
+                            outcome=RequestedOutcome.COMPLETED,
+                            result=capped_notes,
+                            state_version=None,
+                            lifecycle=view_of(current.task, list(current.open_attached_child_task_ids)),
+                        )
+                    )
+                    # Without a request id there is nothing to remember: never a replay.
+                    assert isinstance(attempted, AttemptOutcome)
+                    decision, completion = attempted.decision, attempted.completion
+                    if completion is not None and completion.settlement is SettlementStatus.REJECTED:
+                        raise _settlement_refused(binding_decision(decision, completion), completion, run)
+                else:
+                    completion = stored
+            elif plan.step is CloseStep.SET_STATUS:
+                assert plan.status is not None, "a SET_STATUS plan names its status"
+                await self._lifecycle.set_work_status(
+                    workspace_id,
+                    run.task_id,
+                    run.generation,
+                    plan.status.value,
+                    f"{run.run_id}:final-status",
+                    f"agent run closed as {outcome.name}",
+                    run.run_id,
+                )
+            elif plan.step is CloseStep.CANCEL:
+                await self._cancel(workspace_id, run, current.task)
+            final = FinalStatus((await self._lifecycle.get_task(workspace_id, run.task_id)).task.work_status)
+        except LifecycleUnavailable as exc:
+            raise unavailable(exc) from None
+        except LifecycleRejected as exc:
+            raise close_refused(exc, run) from None
+        tokens_input, tokens_output, reported_total = tokens
+        effect, effect_reason = close_effect(plan, decision, completion)
+
+        def render_closed(closed: RunRecord) -> bytes:
+            return render(RunClosed(closed, decision, completion, effect, effect_reason))
+
+        command = CloseCommand(
+            workspace_id=workspace_id,
+            run_id=run_id,
+            outcome=outcome,
+            tokens_input=tokens_input,
+            tokens_output=tokens_output,
+            tokens_total=tokens_total(tokens_input, tokens_output, reported_total),
+            notes=capped_notes,
+            notes_truncated=truncated,
+            error=error,
+            final_status=final,
+            closed_by="agent",
+            caller=caller,
+            request=request,
+            render=render_closed,
+        )
+        closed = await self._store.write(
+            functools.partial(runs.close_run, command=command, now=self._clock.now_micros())
+        )
+        if isinstance(closed, Rejection):
+            raise ServiceError(closed)
+        if isinstance(closed, Replay):
+            return closed
+        return RunClosed(closed, decision, completion, effect, effect_reason)
+
+    async def _cancel(self, workspace_id: str, run: RunRecord, task: lpb.Task) -> None:
+        if task.cancellation != lpb.CANCELLATION_STATE_REQUESTED:
+            await self._lifecycle.request_cancellation(workspace_id, run.task_id, run.generation, run.run_id)
+        await self._lifecycle.settle_cancellation(workspace_id, run.task_id, run.generation, run.run_id)

@@ -1,0 +1,146 @@
+"""The settlement shell (brief §4 steps 6-7): submits a committed completion to the
+lifecycle service and records its answer through the settlement units; the
+outbox settler retries what got no answer, with the same request id, until it
+is settled exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+
+from completion_service import settlements
+from completion_service.authority.metrics import Metrics
+from completion_service.core.model import CompletionEvent, CompletionRecord, RequestedOutcome
+from completion_service.core.settlement import retry_delay_seconds
+from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
+from completion_service.settlements import Recorded, Settlement
+from completion_service.storage.port import CompletionStore
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.clock import Clock
+from funnel.runtime.faults import NO_FAULTS, DroppedReply, Faults
+from funnel.runtime.storage_errors import StorageUnavailable
+
+log = logging.getLogger(__name__)
+BATCH = 100
+
+
+class Settler:
+    def __init__(
+        self,
+        store: CompletionStore,
+        lifecycle: LifecycleClient,
+        clock: Clock,
+        metrics: Metrics,
+        publish: Callable[[list[CompletionEvent]], None],
+        *,
+        owner: str,
+        lease_seconds: float,
+        interval: float = 0.5,
+        faults: Faults = NO_FAULTS,
+    ) -> None:
+        self._store = store
+        self._lifecycle = lifecycle
+        self._clock = clock
+        self._metrics = metrics
+        self._publish = publish
+        self._owner = owner
+        self._lease_micros = int(lease_seconds * 1_000_000)
+        self._interval = interval
+        self._faults = faults
+        self._wakeup = asyncio.Event()
+
+    async def settle(self, completion: CompletionRecord) -> CompletionRecord | None:
+        """Submits the committed completion to the lifecycle service (step 6) and
+        records its answer (step 7). Without an answer the row stays PENDING and the
+        outbox settler retries with the same request id. Returns the row as it is
+        stored afterwards."""
+        response: lpb.SettleCompletionResponse | lpb.SettleFailureResponse
+        try:
+            if completion.outcome is RequestedOutcome.COMPLETED:
+                response = await self._lifecycle.settle_completion(
+                    completion.workspace_id,
+                    completion.task_id,
+                    completion.generation,
+                    completion.completion_id,
+                    completion.committed_at,
+                    completion.run_id,
+                )
+            else:
+                response = await self._lifecycle.settle_failure(
+                    completion.workspace_id,
+                    completion.task_id,
+                    completion.generation,
+                    completion.completion_id,
+                    completion.run_id,
+                )
+            settlement = Settlement(
+                lifecycle_revision=response.event.revision, lifecycle_event_sequence=response.event.sequence
+            )
+        except LifecycleRejected as exc:
+            settlement = Settlement(error_reason=exc.reason, error_message=exc.message)
+        except LifecycleUnavailable as exc:
+            self._metrics.settle_retries += 1
+            delay = retry_delay_seconds(completion.settle_attempts)
+            log.warning("settlement of %s pending (%s); retrying in %.1fs", completion.completion_id, exc, delay)
+            next_attempt_at = self._clock.now_micros() + int(delay * 1_000_000)
+            stored = await self._store.write(
+                functools.partial(
+                    settlements.postpone_settlement, completion=completion, next_attempt_at=next_attempt_at
+                )
+            )
+            self._wakeup.set()
+            return stored
+        self._faults.hit("completion.after_settle_before_publish")
+        recorded = await self._store.write(
+            functools.partial(
+                settlements.record_settlement, completion=completion, settlement=settlement,
+                now=self._clock.now_micros(),
+            ),
+            after_commit=self._published,
+        )
+        if not isinstance(recorded, Recorded):
+            return recorded
+        if settlement.rejected:
+            self._metrics.terminalization_errors += 1
+            log.warning("lifecycle rejected completion %s: %s", completion.completion_id, settlement.error_reason)
+        else:
+            self._metrics.settlements += 1
+        return recorded.completion
+
+    def _published(self, recorded: Recorded | CompletionRecord | None) -> None:
+        if isinstance(recorded, Recorded):
+            self._publish([recorded.event])
+
+    async def settle_due(self) -> int:
+        """One pass of the outbox settler; returns how many rows it tried."""
+        now = self._clock.now_micros()
+        due = await self._store.write(
+            functools.partial(
+                settlements.claim_due, now=now, owner=self._owner, lease_micros=self._lease_micros, limit=BATCH
+            )
+        )
+        for completion in due:
+            self._faults.hit("completion.outbox_retry")
+            try:
+                await self.settle(completion)
+            except (StorageUnavailable, DroppedReply):
+                raise
+            except Exception:  # one bad row must not hold back the rows behind it
+                log.exception("settling %s failed; it stays pending", completion.completion_id)
+        return len(due)
+
+    async def run_forever(self) -> None:
+        """The outbox settler (a background loop)."""
+        while True:
+            try:
+                await self.settle_due()
+            except StorageUnavailable as exc:
+                log.warning("outbox settler postponed: %s", exc)
+            except Exception:  # the settler must survive any single failure
+                log.exception("outbox settler pass failed")
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout=self._interval)

@@ -1,0 +1,270 @@
+"""Units of work for agent runs and leases: claim, renew, withdraw a claim, close a
+run (with its audit row) and close stalled runs. Each is a plain function over one
+transaction (storage/port.py): load, let the pure core decide, write, remember the
+response of a request id. No I/O, no clock: `now` and new ids come in."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from completion_service.core.model import AuditEntry, FinalStatus, Lease, RunOutcome, RunRecord
+from completion_service.core.runs import LeaseHeld, RenewalProblem, is_stalled, judge_claim, judge_renewal
+from completion_service.errors import Reason
+from completion_service.request_ids import answer, recalled
+from completion_service.storage.port import CompletionReadTx, CompletionTx
+from completion_service.transcripts import repair as repair_transcript
+from funnel.auth.principal import Caller
+from funnel.runtime.errors import Rejection, instant, reject
+from funnel.runtime.idempotency import Replay, RequestKey
+
+# This service's own background work (the stall sweeper), as recorded on audit rows.
+SELF = Caller("completion_service", "service")
+AUDIT_ACTION = "task.completed"
+
+
+@dataclass(frozen=True)
+class ClaimCommand:
+    workspace_id: str
+    task_id: str
+    agent_id: str
+    # The generation the lifecycle service reported for the task.
+    generation: int
+    ttl_micros: int
+    # The id of the run this claim opens.
+    run_id: str
+    request: RequestKey | None = None
+    render: Callable[[Claimed], bytes] | None = None
+
+
+@dataclass(frozen=True)
+class Claimed:
+    run: RunRecord
+    lease: Lease
+    # The previous holder had left a turn open: the claim closed it (transcript repair).
+    repaired: bool = False
+
+
+@dataclass(frozen=True)
+class RenewCommand:
+    workspace_id: str
+    run_id: str
+    epoch: int
+    ttl_micros: int
+    # The agent that must hold the run (a caller acting as an agent), or None.
+    holder: str | None = None
+    request: RequestKey | None = None
+    render: Callable[[Lease], bytes] | None = None
+
+
+@dataclass(frozen=True)
+class CloseCommand:
+    workspace_id: str
+    run_id: str
+    outcome: RunOutcome
+    tokens_input: int | None
+    tokens_output: int | None
+    tokens_total: int
+    notes: str
+    notes_truncated: bool
+    error: str
+    final_status: FinalStatus | None
+    closed_by: str
+    # Who closed it, recorded on the audit row.
+    caller: Caller
+    request: RequestKey | None = None
+    render: Callable[[RunRecord], bytes] | None = None
+
+
+def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay | Rejection:
+    """Opens a run and takes the task's lease unless another open run holds a live
+    one; the epoch grows on every claim, fencing every earlier holder."""
+    seen = recalled(tx, command.request)
+    if seen is not None:
+        return seen
+    current = tx.load_lease(command.workspace_id, command.task_id)
+    holder = tx.load_run(command.workspace_id, current.run_id) if current is not None else None
+    verdict = judge_claim(current, holder is not None and holder.open, now, command.ttl_micros)
+    if isinstance(verdict, LeaseHeld):
+        return reject(
+            Reason.LEASE_HELD,
+            f"run {verdict.holder.run_id} holds a live lease on task {command.task_id!r}",
+            holder_run_id=verdict.holder.run_id,
+            lease_expire_time=instant(verdict.holder.expires_at),
+        )
+    run = RunRecord(
+        workspace_id=command.workspace_id,
+        run_id=command.run_id,
+        task_id=command.task_id,
+        agent_id=command.agent_id,
+        generation=command.generation,
+        epoch=verdict.epoch,
+        claimed_at=now,
+        lease_expires_at=verdict.expires_at,
+    )
+    lease = Lease(command.task_id, run.run_id, verdict.epoch, verdict.expires_at)
+    # The previous holder is gone: close the turn it left open before the new run
+    # starts its own (the repair of brief §4, at the hand-over).
+    repaired = repair_transcript(tx, command.workspace_id, command.task_id, now)
+    tx.insert_run(run)
+    tx.save_lease(command.workspace_id, lease)
+    return answer(tx, command.request, command.render, Claimed(run, lease, repaired.repaired), now)
+
+
+def withdraw_claim(tx: CompletionTx, workspace_id: str, run_id: str, request: RequestKey | None, reason: str,
+                   now: int) -> None:
+    """Undoes a claim the lifecycle service refused: the run closes as cancelled,
+    its lease is released, and its request id is forgotten so a retry claims anew."""
+    run = tx.load_run(workspace_id, run_id)
+    if run is not None:
+        if run.open:
+            tx.update_run(
+                dataclasses.replace(
+                    run,
+                    finished_at=now,
+                    outcome=RunOutcome.CANCELLED,
+                    error=f"claim withdrawn: {reason}",
+                    lease_expires_at=min(run.lease_expires_at, now),
+                )
+            )
+        lease = tx.load_lease(workspace_id, run.task_id)
+        if lease is not None and lease.run_id == run_id and lease.expires_at > now:
+            tx.save_lease(workspace_id, dataclasses.replace(lease, expires_at=now))
+    if request is not None:
+        tx.forget_request(request)
+
+
+def renew(tx: CompletionTx, command: RenewCommand, now: int) -> Lease | Replay | Rejection:
+    """Extends the live lease of the current epoch."""
+    seen = recalled(tx, command.request)
+    if seen is not None:
+        return seen
+    run = tx.load_run(command.workspace_id, command.run_id)
+    if run is None:
+        return run_not_found(command.run_id)
+    if command.holder is not None and run.agent_id != command.holder:
+        return not_held(run)
+    lease = tx.load_lease(command.workspace_id, run.task_id)
+    problem = judge_renewal(run.open, run.run_id, command.epoch, lease, now)
+    if problem is RenewalProblem.RUN_CLOSED:
+        return already_finished(run)
+    if problem is RenewalProblem.NOT_CURRENT or lease is None:  # no lease is never current
+        return reject(
+            Reason.LEASE_NOT_CURRENT,
+            f"the lease of epoch {command.epoch} was superseded",
+            epoch=command.epoch,
+            current_epoch=lease.epoch if lease else 0,
+        )
+    if problem is RenewalProblem.EXPIRED:
+        return reject(
+            Reason.LEASE_EXPIRED, "the lease expired; claim the task again", lease_expire_time=instant(lease.expires_at)
+        )
+    renewed = dataclasses.replace(lease, expires_at=now + command.ttl_micros)
+    tx.save_lease(command.workspace_id, renewed)
+    tx.update_run(dataclasses.replace(run, lease_expires_at=renewed.expires_at))
+    return answer(tx, command.request, command.render, renewed, now)
+
+
+def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | Replay | Rejection:
+    """Closes an open run and writes its audit row."""
+    seen = recalled(tx, command.request)
+    if seen is not None:
+        return seen
+    run = tx.load_run(command.workspace_id, command.run_id)
+    if run is None:
+        return run_not_found(command.run_id)
+    if not run.open:
+        return already_finished(run)
+    closed = dataclasses.replace(
+        run,
+        finished_at=now,
+        outcome=command.outcome,
+        tokens_input=command.tokens_input,
+        tokens_output=command.tokens_output,
+        tokens_total=command.tokens_total,
+        notes=command.notes,
+        notes_truncated=command.notes_truncated,
+        error=command.error,
+        final_status=command.final_status,
+    )
+    _close(tx, closed, command.closed_by, command.caller, now)
+    return answer(tx, command.request, command.render, closed, now)
+
+
+def close_stalled_runs(tx: CompletionTx, now: int, stall_after_micros: int, limit: int) -> list[RunRecord]:
+    """Closes runs whose lease expired longer than `stall_after_micros` ago as
+    STALLED, leaving their tasks as they are; returns the closed runs."""
+    closed = []
+    for run in tx.claim_stalled_runs(now - stall_after_micros, limit):
+        if not is_stalled(run.open, run.lease_expires_at, now, stall_after_micros):
+            continue
+        stalled = dataclasses.replace(
+            run,
+            finished_at=now,
+            outcome=RunOutcome.STALLED,
+            tokens_total=0,
+            error=f"lease expired at {run.lease_expires_at}; closed by the stall sweeper",
+        )
+        _close(tx, stalled, "stall_sweeper", SELF, now)
+        closed.append(stalled)
+    return closed
+
+
+def _close(tx: CompletionTx, closed: RunRecord, closed_by: str, caller: Caller, now: int) -> None:
+    tx.update_run(closed)
+    metadata = {
+        "outcome": closed.outcome.name if closed.outcome else "",
+        "final_status": closed.final_status.name if closed.final_status else "UNCHANGED",
+        "closed_by": closed_by,
+    }
+    tx.insert_audit(
+        AuditEntry(
+            closed.workspace_id,
+            AUDIT_ACTION,
+            closed.run_id,
+            closed.task_id,
+            tuple(sorted(metadata.items())),
+            now,
+            caller=caller,
+        )
+    )
+
+
+# -- reads ----------------------------------------------------------------------------
+
+
+def owned_run(tx: CompletionReadTx, workspace_id: str, run_id: str, holder: str | None) -> RunRecord | Rejection:
+    """The run, if it exists and (for an agent) belongs to `holder`."""
+    run = tx.load_run(workspace_id, run_id)
+    if run is None:
+        return run_not_found(run_id)
+    if holder is not None and run.agent_id != holder:
+        return not_held(run)
+    return run
+
+
+# -- refusals ----------------------------------------------------------------------------
+
+
+def run_not_found(run_id: str) -> Rejection:
+    return reject(Reason.RUN_NOT_FOUND, f"run {run_id!r} does not exist", run_id=run_id)
+
+
+def not_held(run: RunRecord) -> Rejection:
+    return reject(
+        Reason.RUN_NOT_HELD,
+        f"run {run.run_id} belongs to another agent; an agent acts only on its own runs",
+        run_id=run.run_id,
+    )
+
+
+def already_finished(run: RunRecord) -> Rejection:
+    assert run.finished_at is not None, "only a closed run is already finished"
+    return reject(
+        Reason.RUN_ALREADY_FINISHED,
+        f"run {run.run_id} was already closed",
+        run_id=run.run_id,
+        finish_time=instant(run.finished_at),
+    )
+

@@ -1,0 +1,115 @@
+"""Units of work of the settlement outbox (brief §4 steps 6-7): record the lifecycle
+service's answer for a pending completion exactly once, postpone a settlement the
+lifecycle did not answer, and claim the completions that are due. Plain functions
+over storage/port.py; the lifecycle call itself happens outside, in the shell."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from completion_service.core.model import CompletionEvent, CompletionEventKind, CompletionRecord, SettlementStatus
+from completion_service.core.settlement import refusal_decision
+from completion_service.storage.port import CompletionTx
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What the lifecycle service answered to a settle call."""
+
+    lifecycle_revision: int | None = None
+    lifecycle_event_sequence: int | None = None
+    error_reason: str | None = None
+    error_message: str | None = None
+
+    @property
+    def rejected(self) -> bool:
+        return self.error_reason is not None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A settlement recorded now: the row as written and its terminal event."""
+
+    completion: CompletionRecord
+    event: CompletionEvent
+
+
+def record_settlement(
+    tx: CompletionTx, completion: CompletionRecord, settlement: Settlement, now: int
+) -> Recorded | CompletionRecord | None:
+    """Records the lifecycle's final answer while the completion is pending, with
+    its one terminal event (COMPLETION_SETTLED or TERMINALIZATION_ERROR). Otherwise
+    it changes nothing and returns the row as stored (None if there is none)."""
+    stored = _pending(tx, completion)
+    if not isinstance(stored, _Pending):
+        return stored
+    status = SettlementStatus.REJECTED if settlement.rejected else SettlementStatus.SETTLED
+    kind = CompletionEventKind.TERMINALIZATION_ERROR if settlement.rejected else CompletionEventKind.COMPLETION_SETTLED
+    recorded = dataclasses.replace(
+        stored.completion,
+        settlement=status,
+        settle_attempts=stored.completion.settle_attempts + 1,
+        lifecycle_revision=settlement.lifecycle_revision,
+        lifecycle_event_sequence=settlement.lifecycle_event_sequence,
+        settled_at=now,
+        error_reason=settlement.error_reason,
+        error_message=settlement.error_message,
+    )
+    tx.update_completion(recorded)
+    event = tx.append_event(
+        CompletionEvent(
+            recorded.workspace_id,
+            recorded.task_id,
+            recorded.generation,
+            kind,
+            recorded.run_id,
+            now,
+            completion_id=recorded.completion_id,
+            outcome=recorded.outcome,
+            lifecycle_revision=settlement.lifecycle_revision,
+            lifecycle_event_sequence=settlement.lifecycle_event_sequence,
+            error_reason=settlement.error_reason,
+            error_message=settlement.error_message,
+            decision=refusal_decision(recorded.decision, settlement.error_reason or "", settlement.error_message or "")
+            if settlement.rejected
+            else None,
+        )
+    )
+    return Recorded(recorded, event)
+
+
+def postpone_settlement(
+    tx: CompletionTx, completion: CompletionRecord, next_attempt_at: int
+) -> CompletionRecord | None:
+    """Counts a settle attempt that got no answer and schedules the next one; returns
+    the row as stored afterwards (a row no longer pending is left as it is)."""
+    stored = _pending(tx, completion)
+    if not isinstance(stored, _Pending):
+        return stored
+    postponed = dataclasses.replace(stored.completion, settle_attempts=stored.completion.settle_attempts + 1)
+    tx.update_completion(postponed)
+    tx.schedule_settlement(postponed.workspace_id, postponed.task_id, postponed.generation, next_attempt_at)
+    return postponed
+
+
+def claim_due(tx: CompletionTx, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
+    """The pending completions due at `now` that `owner` settles next."""
+    return tx.claim_due_settlements(now, owner, lease_micros, limit)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    completion: CompletionRecord
+
+
+def _pending(tx: CompletionTx, completion: CompletionRecord) -> _Pending | CompletionRecord | None:
+    """The stored row if it is this completion and still pending, else the row as stored."""
+    stored = tx.load_completion(completion.workspace_id, completion.task_id, completion.generation)
+    if (
+        stored is None
+        or stored.completion_id != completion.completion_id
+        or stored.settlement is not SettlementStatus.PENDING
+    ):
+        return stored
+    return _Pending(stored)

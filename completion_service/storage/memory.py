@@ -1,0 +1,394 @@
+"""The in-memory fake of the completion store: dicts and tuples with the port's
+transaction semantics. A write works on a copy of the state that replaces the
+state only when the unit of work returns (anything but a Rejection), so a unit
+that raises or refuses leaves nothing behind; after_commit hooks run in commit
+order. It keeps the keys the SQLite schema keeps unique, raising DuplicateKey.
+
+For the application-layer unit tests and the conformance suite; not durable."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from completion_service.core.model import (
+    AuditEntry,
+    CompletionEvent,
+    CompletionEventKind,
+    CompletionRecord,
+    EvidenceRecord,
+    Lease,
+    RunRecord,
+    SettlementStatus,
+)
+from completion_service.core.transcript import SessionEvent
+from completion_service.storage.port import AttemptRecord, CompletionReadTx, CompletionTx, TranscriptState
+from funnel.runtime.errors import Rejection
+from funnel.runtime.idempotency import RequestKey
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_TaskKey = tuple[str, str]
+_GenerationKey = tuple[str, str, int]
+_RequestScope = tuple[str, str, str, str]
+_TERMINAL = (CompletionEventKind.COMPLETION_SETTLED, CompletionEventKind.TERMINALIZATION_ERROR)
+
+
+class DuplicateKey(Exception):
+    """A write would break a key the schema keeps unique."""
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    fingerprint: bytes
+    response: bytes
+    created_at: int
+
+
+@dataclass(frozen=True)
+class _Completion:
+    record: CompletionRecord
+    settle_at: int
+
+
+@dataclass
+class _State:
+    """Containers hold immutable values only: a shallow copy of each is a snapshot."""
+
+    requests: dict[_RequestScope, _Remembered] = field(default_factory=dict)
+    runs: dict[_TaskKey, RunRecord] = field(default_factory=dict)
+    leases: dict[_TaskKey, Lease] = field(default_factory=dict)
+    evidence: dict[_GenerationKey, tuple[EvidenceRecord, ...]] = field(default_factory=dict)
+    evidence_ids: frozenset[str] = frozenset()
+    attempts: dict[_GenerationKey, tuple[AttemptRecord, ...]] = field(default_factory=dict)
+    completions: dict[_GenerationKey, _Completion] = field(default_factory=dict)
+    events: tuple[CompletionEvent, ...] = ()
+    last_sequence: int = 0
+    terminal: frozenset[str] = frozenset()
+    audit: tuple[AuditEntry, ...] = ()
+    tails: dict[_TaskKey, TranscriptState] = field(default_factory=dict)
+    transcripts: dict[_TaskKey, tuple[SessionEvent, ...]] = field(default_factory=dict)
+    checkpoints: dict[_TaskKey, dict[str, int]] = field(default_factory=dict)
+    staging: dict[str, tuple[SessionEvent, ...]] = field(default_factory=dict)
+
+    def copy(self) -> _State:
+        return dataclasses.replace(
+            self,
+            requests=dict(self.requests),
+            runs=dict(self.runs),
+            leases=dict(self.leases),
+            evidence=dict(self.evidence),
+            attempts=dict(self.attempts),
+            completions=dict(self.completions),
+            tails=dict(self.tails),
+            transcripts=dict(self.transcripts),
+            checkpoints={key: dict(found) for key, found in self.checkpoints.items()},
+            staging=dict(self.staging),
+        )
+
+
+class MemoryCompletionStore:
+    def __init__(self) -> None:
+        self._state = _State()
+        self.closed = False
+
+    async def write(self, fn: Callable[[CompletionTx], T], after_commit: Callable[[T], None] | None = None) -> T:
+        working = self._state.copy()
+        result = fn(MemoryCompletionTx(working))
+        if not isinstance(result, Rejection):
+            self._state = working
+            if after_commit is not None:
+                try:
+                    after_commit(result)
+                except Exception:  # publishing must not undo an acknowledged commit
+                    log.exception("after-commit hook failed")
+        # One hop back to the caller, as on a real engine; a caller cancelled meanwhile
+        # does not undo (or unpublish) what committed.
+        await asyncio.sleep(0)
+        return result
+
+    async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
+        await asyncio.sleep(0)
+        # A read sees the committed state; a write never changes it in place.
+        return fn(MemoryCompletionTx(self._state, read_only=True))
+
+    async def check_writable(self) -> None:
+        return None
+
+    def snapshot(self) -> object:
+        """The committed state as one comparable value (for tests that check a
+        refused unit of work changed nothing)."""
+        return dataclasses.asdict(self._state)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class MemoryCompletionTx:
+    def __init__(self, state: _State, read_only: bool = False) -> None:
+        self._s = state
+        self._read_only = read_only
+
+    def _writing(self) -> _State:
+        if self._read_only:
+            raise TypeError("a read transaction writes nothing")
+        return self._s
+
+    # -- request ids ---------------------------------------------------------------
+
+    def recall_request(
+        self, workspace_id: str, caller: str, method: str, request_id: str
+    ) -> tuple[bytes, bytes] | None:
+        found = self._s.requests.get((workspace_id, caller, method, request_id))
+        return (found.fingerprint, found.response) if found else None
+
+    def remember_request(self, key: RequestKey, response: bytes, created_at: int) -> None:
+        scope = (key.workspace_id, key.caller, key.method, key.request_id)
+        requests = self._writing().requests
+        if scope in requests:
+            raise DuplicateKey(f"request id {scope}")
+        requests[scope] = _Remembered(key.fingerprint, response, created_at)
+
+    def forget_request(self, key: RequestKey) -> None:
+        self._writing().requests.pop((key.workspace_id, key.caller, key.method, key.request_id), None)
+
+    def forget_requests(self, created_before: int, limit: int) -> int:
+        requests = self._writing().requests
+        old = sorted((r.created_at, scope) for scope, r in requests.items() if r.created_at < created_before)
+        for _, scope in old[:limit]:
+            del requests[scope]
+        return len(old[:limit])
+
+    # -- runs and leases ---------------------------------------------------------------
+
+    def load_run(self, workspace_id: str, run_id: str) -> RunRecord | None:
+        return self._s.runs.get((workspace_id, run_id))
+
+    def load_runs(
+        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int
+    ) -> list[RunRecord]:
+        runs = sorted(
+            (
+                r
+                for (ws, _), r in self._s.runs.items()
+                if ws == workspace_id
+                and (not task_id or r.task_id == task_id)
+                and (before is None or (r.claimed_at, r.run_id) < before)
+            ),
+            key=lambda r: (r.claimed_at, r.run_id),
+            reverse=True,
+        )
+        return runs[:limit]
+
+    def insert_run(self, run: RunRecord) -> None:
+        runs = self._writing().runs
+        if (run.workspace_id, run.run_id) in runs:
+            raise DuplicateKey(f"run {run.run_id}")
+        runs[(run.workspace_id, run.run_id)] = run
+
+    def update_run(self, run: RunRecord) -> None:
+        runs = self._writing().runs
+        stored = runs.get((run.workspace_id, run.run_id))
+        if stored is None:
+            return
+        runs[(run.workspace_id, run.run_id)] = dataclasses.replace(
+            stored,
+            lease_expires_at=run.lease_expires_at,
+            finished_at=run.finished_at,
+            outcome=run.outcome,
+            tokens_input=run.tokens_input,
+            tokens_output=run.tokens_output,
+            tokens_total=run.tokens_total,
+            notes=run.notes,
+            notes_truncated=run.notes_truncated,
+            error=run.error,
+            final_status=run.final_status,
+        )
+
+    def claim_stalled_runs(self, expired_before: int, limit: int) -> list[RunRecord]:
+        stalled = [r for r in self._s.runs.values() if r.open and r.lease_expires_at <= expired_before]
+        return sorted(stalled, key=lambda r: r.lease_expires_at)[:limit]
+
+    def load_lease(self, workspace_id: str, task_id: str) -> Lease | None:
+        return self._s.leases.get((workspace_id, task_id))
+
+    def save_lease(self, workspace_id: str, lease: Lease) -> None:
+        self._writing().leases[(workspace_id, lease.task_id)] = lease
+
+    # -- evidence and attempts -------------------------------------------------------------
+
+    def load_evidence(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]:
+        return list(self._s.evidence.get((workspace_id, task_id, generation), ()))
+
+    def insert_evidence(self, record: EvidenceRecord) -> None:
+        state = self._writing()
+        if record.evidence_id in state.evidence_ids:
+            raise DuplicateKey(f"evidence {record.evidence_id}")
+        state.evidence_ids = state.evidence_ids | {record.evidence_id}
+        key = (record.workspace_id, record.task_id, record.generation)
+        state.evidence[key] = state.evidence.get(key, ()) + (record,)
+
+    def load_attempts(self, workspace_id: str, task_id: str, generation: int) -> list[AttemptRecord]:
+        return list(self._s.attempts.get((workspace_id, task_id, generation), ()))
+
+    def insert_attempt(self, attempt: AttemptRecord) -> None:
+        attempts = self._writing().attempts
+        key = (attempt.workspace_id, attempt.task_id, attempt.generation)
+        attempts[key] = attempts.get(key, ()) + (attempt,)
+
+    # -- completions and their settlement outbox ---------------------------------------------
+
+    def load_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None:
+        found = self._s.completions.get((workspace_id, task_id, generation))
+        return found.record if found else None
+
+    def load_completions(
+        self, workspace_id: str, task_id: str | None, after: tuple[int, str] | None, limit: int
+    ) -> list[CompletionRecord]:
+        found = sorted(
+            (
+                c.record
+                for (ws, _, _), c in self._s.completions.items()
+                if ws == workspace_id
+                and (not task_id or c.record.task_id == task_id)
+                and (after is None or (c.record.committed_at, c.record.completion_id) > after)
+            ),
+            key=lambda c: (c.committed_at, c.completion_id),
+        )
+        return found[:limit]
+
+    def insert_completion(self, record: CompletionRecord, settle_at: int) -> None:
+        completions = self._writing().completions
+        key = (record.workspace_id, record.task_id, record.generation)
+        if key in completions or any(c.record.completion_id == record.completion_id for c in completions.values()):
+            raise DuplicateKey(f"completion {record.completion_id} of {key}")
+        completions[key] = _Completion(record, settle_at)
+
+    def delete_completion(self, workspace_id: str, task_id: str, generation: int) -> None:
+        self._writing().completions.pop((workspace_id, task_id, generation), None)
+
+    def update_completion(self, record: CompletionRecord) -> None:
+        completions = self._writing().completions
+        key = (record.workspace_id, record.task_id, record.generation)
+        stored = completions.get(key)
+        if stored is None:
+            return
+        updated = dataclasses.replace(
+            stored.record,
+            settlement=record.settlement,
+            settle_attempts=record.settle_attempts,
+            lifecycle_revision=record.lifecycle_revision,
+            lifecycle_event_sequence=record.lifecycle_event_sequence,
+            settled_at=record.settled_at,
+            error_reason=record.error_reason,
+            error_message=record.error_message,
+        )
+        completions[key] = _Completion(updated, stored.settle_at)
+
+    def schedule_settlement(self, workspace_id: str, task_id: str, generation: int, settle_at: int) -> None:
+        completions = self._writing().completions
+        stored = completions.get((workspace_id, task_id, generation))
+        if stored is not None:
+            completions[(workspace_id, task_id, generation)] = _Completion(stored.record, settle_at)
+
+    def claim_due_settlements(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
+        # One process: no claim is recorded (see the port).
+        due = [
+            c
+            for c in self._s.completions.values()
+            if c.record.settlement is SettlementStatus.PENDING and c.settle_at <= now
+        ]
+        return [c.record for c in sorted(due, key=lambda c: c.settle_at)[:limit]]
+
+    # -- events and audit -------------------------------------------------------------------
+
+    def append_event(self, event: CompletionEvent) -> CompletionEvent:
+        state = self._writing()
+        if event.kind in _TERMINAL:
+            if event.completion_id in state.terminal:
+                raise DuplicateKey(f"a terminal event of completion {event.completion_id}")
+            state.terminal = state.terminal | {event.completion_id or ""}
+        state.last_sequence += 1
+        stored = dataclasses.replace(event, sequence=state.last_sequence)
+        state.events = state.events + (stored,)
+        return stored
+
+    def load_events(
+        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
+    ) -> list[CompletionEvent]:
+        found = [
+            e
+            for e in self._s.events
+            if e.workspace_id == workspace_id and e.sequence > after_sequence and (not task_id or e.task_id == task_id)
+        ]
+        return found[:limit]
+
+    def insert_audit(self, entry: AuditEntry) -> None:
+        state = self._writing()
+        stored = dataclasses.replace(entry, audit_id=len(state.audit) + 1)
+        state.audit = state.audit + (stored,)
+
+    def load_audit(
+        self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
+    ) -> list[AuditEntry]:
+        found = [
+            a
+            for a in self._s.audit
+            if a.workspace_id == workspace_id
+            and a.audit_id > after_id
+            and (not task_id or a.task_id == task_id)
+            and (not run_id or a.run_id == run_id)
+        ]
+        return found[:limit]
+
+    # -- transcripts ---------------------------------------------------------------------------
+
+    def load_tail(self, workspace_id: str, task_id: str) -> TranscriptState:
+        return self._s.tails.get((workspace_id, task_id), TranscriptState())
+
+    def save_tail(self, workspace_id: str, task_id: str, state: TranscriptState) -> None:
+        self._writing().tails[(workspace_id, task_id)] = state
+
+    def load_checkpoints(self, workspace_id: str, task_id: str, ids: Collection[str]) -> dict[str, int]:
+        known = self._s.checkpoints.get((workspace_id, task_id), {})
+        return {checkpoint: known[checkpoint] for checkpoint in ids if checkpoint in known}
+
+    def insert_checkpoints(self, workspace_id: str, task_id: str, checkpoints: Mapping[str, int]) -> None:
+        known = self._writing().checkpoints.setdefault((workspace_id, task_id), {})
+        for checkpoint, sequence in checkpoints.items():
+            if checkpoint in known:
+                raise DuplicateKey(f"checkpoint {checkpoint}")
+            known[checkpoint] = sequence
+
+    def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
+        events = self._s.transcripts.get((workspace_id, task_id), ())
+        # Sequences are 1, 2, 3…: the event with sequence n is at index n - 1.
+        return list(events[max(after_sequence, 0):max(after_sequence, 0) + limit])
+
+    def insert_transcript_events(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
+        transcripts = self._writing().transcripts
+        stored = transcripts.get((workspace_id, task_id), ())
+        for offset, event in enumerate(events):
+            if event.sequence != len(stored) + offset + 1:
+                raise DuplicateKey(f"transcript event {event.sequence} after {len(stored) + offset}")
+        transcripts[(workspace_id, task_id)] = stored + tuple(events)
+
+    def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None:
+        staging = self._writing().staging
+        staging[import_id] = staging.get(import_id, ()) + tuple(events)
+
+    def move_staged_import(self, import_id: str, workspace_id: str, task_id: str) -> None:
+        staged = sorted(self._writing().staging.get(import_id, ()), key=lambda e: e.sequence)
+        self.insert_transcript_events(workspace_id, task_id, staged)
+        self.discard_import(import_id)
+
+    def discard_import(self, import_id: str | None) -> None:
+        staging = self._writing().staging
+        if import_id is None:
+            staging.clear()
+        else:
+            staging.pop(import_id, None)

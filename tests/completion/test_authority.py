@@ -1,0 +1,398 @@
+"""Direct tests of the completion authority's shells (completion_service/authority)
+on the in-memory store with a scripted lifecycle service: the settler and its
+outbox, the completion transaction (inline settlement, corruption alarm, external
+gates), claims confirmed or withdrawn, closing runs, the stall sweeper, and the
+background workers the authority hands to its owner."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+import pytest
+
+from completion_service.authority import CompletionAuthority
+from completion_service.completions import AttemptOutcome
+from completion_service.core.gates import ExternalAnswer, ExternalGate, WorkspacePolicy
+from completion_service.core.model import (
+    AgentAction,
+    CompletionEventKind,
+    EvidenceRecord,
+    FinalStatus,
+    RequestedOutcome,
+    RunOutcome,
+    SettlementStatus,
+    Verdict,
+)
+from completion_service.core.runs import TaskEffect
+from completion_service.core.transcript import EventKind, SessionEvent
+from completion_service.errors import Reason
+from completion_service.lifecycle_client import LifecycleRejected
+from completion_service.policy import PolicyBook
+from completion_service.runs import Claimed, RenewCommand
+from completion_service.transcripts import AppendCommand
+from funnel.auth.principal import Caller
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.background import Background
+from funnel.runtime.errors import ServiceError
+from funnel.runtime.idempotency import Replay
+from tests.completion.units_support import SECOND, START, UNAVAILABLE, WS, FakeLifecycle, World, key
+
+
+class FakeGates:
+    def __init__(self) -> None:
+        self.answers: dict[str, ExternalAnswer] = {}
+        self.asked: list = []
+        self.while_asked = None
+
+    async def ask_all(self, gates, snapshot, evidence):
+        self.asked.append((gates, snapshot, evidence))
+        if self.while_asked is not None:
+            await self.while_asked()
+        return dict(self.answers)
+
+
+class Shells:
+    def __init__(self, policy: WorkspacePolicy = WorkspacePolicy(), stall_after: float | None = None) -> None:
+        self.world = World()
+        self.lifecycle = FakeLifecycle()
+        self.gates = FakeGates()
+        self.published: list = []
+        self.authority = CompletionAuthority(
+            self.world.store, self.lifecycle, PolicyBook(defaults=policy), self.world.clock, self.gates,
+            ids=self.world.ids, publish=self.published.extend, settle_interval=0.01, stall_after=stall_after,
+        )
+
+    @property
+    def store(self):
+        return self.world.store
+
+    async def claim(self, task_id: str = "t-1", agent: str = "agent-1", ttl: int = 60 * SECOND,
+                    request=None) -> Claimed | Replay:
+        return await self.authority.runs.claim(
+            WS, task_id, agent, ttl, request, lambda claimed: claimed.run.run_id.encode(), lambda raw: raw.decode()
+        )
+
+    async def attempt(self, claimed: Claimed, **changes) -> AttemptOutcome | Replay:
+        command = dataclasses.replace(self.world.attempt_command(claimed, **changes), lifecycle=None, policy=None)
+        return await self.authority.completions.attempt(command)
+
+    async def completion(self, task_id: str = "t-1"):
+        return await self.store.read(lambda tx: tx.load_completion(WS, task_id, 1))
+
+    async def run(self, run_id: str):
+        return await self.store.read(lambda tx: tx.load_run(WS, run_id))
+
+    async def close(self, claimed: Claimed, outcome=RunOutcome.SUCCEEDED, final_status=None, request=None):
+        return await self.authority.runs.complete_run(
+            WS, claimed.run.run_id, outcome, (10, 5, None), "notes", "", final_status, Caller("agent-1", "agent"),
+            None, request, lambda closed: f"{closed.run.run_id}:{closed.effect.name}".encode(),
+        )
+
+
+@pytest.fixture
+def shells() -> Shells:
+    shells = Shells()
+    shells.lifecycle.register("t-1")
+    shells.lifecycle.register("t-2")
+    return shells
+
+
+def kinds(events) -> list[CompletionEventKind]:
+    return [e.kind for e in events]
+
+
+async def raises(awaitable, reason: Reason) -> ServiceError:
+    with pytest.raises(ServiceError) as caught:
+        await awaitable
+    assert caught.value.rejection.reason is reason, caught.value.rejection
+    return caught.value
+
+
+# -- the completion transaction and its settlement --------------------------------------
+
+
+async def test_an_allowed_attempt_commits_settles_and_publishes_in_commit_order(shells):
+    claimed = await shells.claim()
+    outcome = await shells.attempt(claimed)
+    assert outcome.inserted and outcome.completion.settlement is SettlementStatus.SETTLED
+    assert outcome.completion == await shells.completion()
+    assert shells.lifecycle.called("settle_completion") == [("t-1", outcome.completion.completion_id)]
+    assert kinds(shells.published) == [CompletionEventKind.COMPLETION_COMMITTED, CompletionEventKind.COMPLETION_SETTLED]
+    assert shells.published == await shells.store.read(lambda tx: tx.load_events(WS, 0, None, 10))
+    assert shells.authority.metrics.settlements == 1
+
+
+async def test_an_attempt_reads_the_lifecycle_view_itself_when_none_is_given(shells):
+    shells.lifecycle.tasks["t-1"].cancellation = lpb.CANCELLATION_STATE_REQUESTED
+    claimed = await shells.world.claimed()  # the claim's unit alone: the shell would refuse a fenced task
+    outcome = await shells.attempt(claimed)
+    assert outcome.decision.verdict is Verdict.HARD_BLOCK
+    assert [t.gate_id for t in outcome.decision.trace if t.decisive] == ["lifecycle.no_cancellation"]
+    assert kinds(shells.published) == [CompletionEventKind.DECISION_BLOCKED]
+
+
+async def test_a_refused_settlement_is_recorded_and_counted(shells):
+    claimed = await shells.claim()
+    shells.lifecycle.fail["settle_completion"] = LifecycleRejected("CANCELLATION_FENCED", "fenced")
+    outcome = await shells.attempt(claimed)
+    assert outcome.completion.settlement is SettlementStatus.REJECTED
+    assert outcome.completion.error_reason == "CANCELLATION_FENCED"
+    assert kinds(shells.published)[-1] is CompletionEventKind.TERMINALIZATION_ERROR
+    assert shells.authority.metrics.terminalization_errors == 1
+
+
+async def test_an_unanswered_settlement_stays_pending_and_the_outbox_settles_it_when_due(shells):
+    claimed = await shells.claim()
+    shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
+    outcome = await shells.attempt(claimed)
+    pending = outcome.completion
+    assert (pending.settlement, pending.settle_attempts) == (SettlementStatus.PENDING, 1)
+    assert shells.authority.metrics.settle_retries == 1
+    assert kinds(shells.published) == [CompletionEventKind.COMPLETION_COMMITTED]
+    # Not due before its backoff; then settled once, by the outbox.
+    settler = shells.authority.settler
+    assert await settler.settle_due() == 0
+    shells.world.clock.advance(SECOND)
+    assert await settler.settle_due() == 1
+    assert (await shells.completion()).settlement is SettlementStatus.SETTLED
+    assert await settler.settle_due() == 0
+    assert len(shells.lifecycle.called("settle_completion")) == 2
+    assert kinds(shells.published)[-1] is CompletionEventKind.COMPLETION_SETTLED
+
+
+async def test_a_failed_outcome_is_settled_as_a_failure(shells):
+    claimed = await shells.claim()
+    outcome = await shells.attempt(claimed, outcome=RequestedOutcome.FAILED, result="gave up")
+    assert outcome.completion.settlement is SettlementStatus.SETTLED
+    assert shells.lifecycle.called("settle_failure") == [("t-1", outcome.completion.completion_id)]
+
+
+async def test_a_corrupted_completion_fails_closed_with_an_alarm(shells, caplog):
+    claimed = await shells.claim()
+    shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
+    first = (await shells.attempt(claimed)).completion
+    await shells.store.write(lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(
+        dataclasses.replace(first, payload=b"{}"), settle_at=START)))
+    before = shells.store.snapshot()
+    with caplog.at_level(logging.ERROR, logger="completion_service"):
+        error = await raises(shells.attempt(claimed), Reason.COMPLETION_CORRUPTED)
+    assert error.rejection.metadata["completion_id"] == first.completion_id
+    assert shells.authority.metrics.completion_corruptions == 1
+    assert any("ALARM" in r.getMessage() for r in caplog.records)
+    assert shells.store.snapshot() == before
+
+
+async def test_external_gates_are_asked_on_a_snapshot_that_must_hold_until_the_commit():
+    gate = ExternalGate("review", "127.0.0.1:1")
+    shells = Shells(WorkspacePolicy(external_gates=(gate,)))
+    shells.lifecycle.register("t-1")
+    claimed = await shells.claim()
+    await shells.authority.completions.record_evidence(
+        EvidenceRecord("", WS, "t-1", 1, "tests", True, "", "ok", None, 0), None, None, lambda e: b"")
+    shells.gates.answers = {"review": ExternalAnswer(True, "looks good")}
+    allowed = await shells.attempt(claimed)
+    assert allowed.decision.verdict is Verdict.ALLOW
+    [(gates, snapshot, evidence)] = shells.gates.asked
+    assert gates == (gate,) and snapshot.run.run_id == claimed.run.run_id
+    assert [e.kind for e in evidence] == ["tests"]
+
+    # While the gates deliberate, the transcript moves: the commit refuses.
+    shells.lifecycle.register("t-2")
+    other = await shells.claim("t-2")
+
+    async def transcript_moves():
+        await shells.world.set_transcript("t-2", 1, "cp-1")
+
+    shells.gates.while_asked = transcript_moves
+    await raises(shells.attempt(other), Reason.SNAPSHOT_CHANGED)
+    assert await shells.completion("t-2") is None
+
+
+async def test_gates_are_not_asked_when_a_built_in_gate_blocks():
+    shells = Shells(WorkspacePolicy(external_gates=(ExternalGate("review", "127.0.0.1:1"),)))
+    shells.lifecycle.register("t-1")
+    claimed = await shells.claim()
+    blocked = await shells.attempt(claimed, result="")
+    assert blocked.decision.next_action is AgentAction.PROVIDE_RESULT
+    assert shells.gates.asked == []
+
+
+# -- claims -----------------------------------------------------------------------------------
+
+
+async def test_a_claim_activates_a_registered_generation_and_marks_it_in_progress(shells):
+    shells.lifecycle.register("t-3", state=lpb.GENERATION_STATE_REGISTERED)
+    claimed = await shells.claim("t-3")
+    assert shells.lifecycle.called("activate") == [("t-3", 1, claimed.run.run_id)]
+    assert shells.lifecycle.called("set_work_status") == []
+    # An active task is only marked in progress, once per run.
+    other = await shells.claim("t-1")
+    assert shells.lifecycle.called("set_work_status") == [
+        ("t-1", lpb.WORK_STATUS_IN_PROGRESS, f"{other.run.run_id}:in-progress")]
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"state": lpb.GENERATION_STATE_TERMINAL, "outcome": lpb.TERMINAL_OUTCOME_COMPLETED},
+         Reason.GENERATION_TERMINAL),
+        ({"cancellation": lpb.CANCELLATION_STATE_REQUESTED}, Reason.CANCELLATION_REQUESTED),
+    ],
+)
+async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anything_is_written(
+    shells, fields, reason
+):
+    shells.lifecycle.register("t-3", **fields)
+    before = shells.store.snapshot()
+    await raises(shells.claim("t-3"), reason)
+    assert shells.store.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        (LifecycleRejected("CANCELLATION_FENCED", "fenced"), Reason.CANCELLATION_REQUESTED),
+        (LifecycleRejected("GENERATION_TERMINAL", "ended"), Reason.LIFECYCLE_REJECTED),
+        (UNAVAILABLE, Reason.LIFECYCLE_UNAVAILABLE),
+    ],
+)
+async def test_a_claim_the_lifecycle_does_not_confirm_is_withdrawn(shells, failure, reason):
+    request = key("ClaimTask", "claim-1")
+    shells.lifecycle.fail["set_work_status"] = failure
+    await raises(shells.claim(request=request), reason)
+    [run] = await shells.store.read(lambda tx: tx.load_runs(WS, "t-1", None, 10))
+    assert (run.outcome, run.error.startswith("claim withdrawn")) == (RunOutcome.CANCELLED, True)
+    # The request id was forgotten: the retry claims anew, and this time it holds.
+    retried = await shells.claim(request=request)
+    assert isinstance(retried, Claimed) and retried.lease.epoch == 2
+
+
+async def test_a_replayed_claim_completes_a_missing_confirmation_but_never_withdraws(shells):
+    request = key("ClaimTask", "claim-1")
+    shells.lifecycle.register("t-3", state=lpb.GENERATION_STATE_REGISTERED)
+    # What a claim committed before its process died: the run, without the activation.
+    committed = await shells.authority.runs.commit_claim(
+        shells.world.claim_command("t-3", request=request))
+    replay = await shells.claim("t-3", request=request)
+    assert replay == Replay(committed.run.run_id.encode())
+    assert shells.lifecycle.called("activate") == [("t-3", 1, committed.run.run_id)]
+    # A refusal of the confirmation leaves the replayed claim as it is.
+    shells.lifecycle.tasks["t-3"].work_status = lpb.WORK_STATUS_BLOCKED
+    shells.lifecycle.fail["set_work_status"] = LifecycleRejected("CANCELLATION_FENCED", "fenced")
+    assert await shells.claim("t-3", request=request) == replay
+    assert (await shells.run(committed.run.run_id)).open
+
+
+async def test_renewals_go_through_the_unit_and_refusals_raise(shells):
+    claimed = await shells.claim(ttl=10 * SECOND)
+    renewed = await shells.authority.runs.renew(RenewCommand(WS, claimed.run.run_id, 1, 20 * SECOND))
+    assert renewed.expires_at == START + 20 * SECOND
+    await raises(shells.authority.runs.renew(RenewCommand(WS, claimed.run.run_id, 2, SECOND)),
+                 Reason.LEASE_NOT_CURRENT)
+
+
+# -- closing runs ---------------------------------------------------------------------------------
+
+
+async def test_closing_a_succeeded_run_completes_the_task_through_the_completion_transaction(shells):
+    claimed = await shells.claim()
+    closed = await shells.close(claimed)
+    assert closed.effect is TaskEffect.DONE and closed.completion.settlement is SettlementStatus.SETTLED
+    assert (closed.run.final_status, closed.run.outcome) == (FinalStatus.DONE, RunOutcome.SUCCEEDED)
+    assert closed.run == await shells.run(claimed.run.run_id)
+    [audit] = await shells.store.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    assert dict(audit.metadata)["final_status"] == "DONE"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "final_status", "effect", "lifecycle_calls"),
+    [
+        (RunOutcome.FAILED, None, TaskEffect.STATUS_SET, ["set_work_status"]),
+        (RunOutcome.CANCELLED, None, TaskEffect.CANCELLED, ["request_cancellation", "settle_cancellation"]),
+        (RunOutcome.STALLED, None, TaskEffect.UNCHANGED, []),
+        (RunOutcome.SUCCEEDED, FinalStatus.READY, TaskEffect.STATUS_SET, ["set_work_status"]),
+    ],
+)
+async def test_closing_a_run_applies_its_plan_to_the_task_first(shells, outcome, final_status, effect,
+                                                                lifecycle_calls):
+    claimed = await shells.claim()
+    shells.lifecycle.calls.clear()
+    closed = await shells.close(claimed, outcome, final_status)
+    assert closed.effect is effect and not closed.run.open
+    assert [name for name, _ in shells.lifecycle.calls if name != "get_task"] == lifecycle_calls
+    assert shells.lifecycle.called("settle_completion") == []
+
+
+async def test_a_close_the_lifecycle_refuses_leaves_the_run_open(shells):
+    claimed = await shells.claim()
+    shells.lifecycle.fail["set_work_status"] = LifecycleRejected("GENERATION_TERMINAL", "ended")
+    await raises(shells.close(claimed, RunOutcome.FAILED), Reason.LIFECYCLE_REJECTED)
+    assert (await shells.run(claimed.run.run_id)).open
+    shells.lifecycle.fail["get_task"] = UNAVAILABLE
+    await raises(shells.close(claimed, RunOutcome.FAILED), Reason.LIFECYCLE_UNAVAILABLE)
+    assert (await shells.run(claimed.run.run_id)).open
+
+
+async def test_a_close_request_id_replays_and_a_closed_run_is_refused(shells):
+    claimed = await shells.claim()
+    request = key("CompleteRun", "close-1")
+    closed = await shells.close(claimed, RunOutcome.STALLED, request=request)
+    calls = len(shells.lifecycle.calls)
+    assert await shells.close(claimed, RunOutcome.STALLED, request=request) == Replay(
+        f"{closed.run.run_id}:UNCHANGED".encode())
+    assert len(shells.lifecycle.calls) == calls  # a replay asks the lifecycle nothing
+    await raises(shells.close(claimed, RunOutcome.STALLED), Reason.RUN_ALREADY_FINISHED)
+
+
+# -- background workers --------------------------------------------------------------------------
+
+
+async def test_the_stall_sweeper_closes_stalled_runs_only_when_enabled():
+    shells = Shells(stall_after=2.0)
+    shells.lifecycle.register("t-1")
+    claimed = await shells.claim(ttl=SECOND)
+    sweeper = shells.authority.sweeper
+    shells.world.clock.advance(2 * SECOND)
+    assert await sweeper.sweep() == 0
+    shells.world.clock.advance(SECOND)
+    assert await sweeper.sweep() == 1
+    assert (await shells.run(claimed.run.run_id)).outcome is RunOutcome.STALLED
+    assert await Shells().authority.sweeper.sweep() == 0
+
+
+async def test_the_authority_lists_its_workers_and_they_run_under_one_owner():
+    shells = Shells(stall_after=1.0)
+    shells.lifecycle.register("t-1")
+    names = [name for name, _ in shells.authority.workers(3600.0)]
+    assert names == ["settlement-outbox", "stall-sweeper", "request-id-sweeper"]
+    assert [name for name, _ in Shells().authority.workers(3600.0)] == ["settlement-outbox", "request-id-sweeper"]
+
+    claimed = await shells.claim()
+    shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
+    await shells.attempt(claimed)
+    shells.world.clock.advance(SECOND)
+    owner = Background("test")
+    for name, worker in shells.authority.workers(3600.0):
+        owner.add(name, worker)
+    owner.start()
+    try:
+        for _ in range(200):
+            if (await shells.completion()).settlement is SettlementStatus.SETTLED:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await owner.stop()
+    assert (await shells.completion()).settlement is SettlementStatus.SETTLED
+
+
+async def test_transcript_loads_repair_an_interrupted_turn_first(shells):
+    transcripts = shells.authority.transcripts
+    await transcripts.append(AppendCommand(WS, "t-1", [SessionEvent(EventKind.TURN_START, ref="turn-1")], 1))
+    page = await transcripts.load(WS, "t-1", 0, 10, repair_first=True)
+    assert page.repaired and [e.kind for e in page.events] == [EventKind.TURN_START, EventKind.TURN_END]
+    again = await transcripts.load(WS, "t-1", 0, 10, repair_first=True)
+    assert not again.repaired and again.events == page.events
+    await raises(transcripts.append(AppendCommand(WS, "t-1", [SessionEvent(EventKind.TURN_END, ref="x")], 1)),
+                 Reason.TRANSCRIPT_GRAMMAR_VIOLATION)
