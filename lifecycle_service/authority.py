@@ -5,8 +5,10 @@ attached children (a background loop under the service's structured owner)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import socket
 from collections.abc import Callable
 
 from funnel.auth.principal import Caller
@@ -47,6 +49,7 @@ class LifecycleAuthority:
         retry_delay: float = 0.5,
         faults: Faults = NO_FAULTS,
         owner: str | None = None,
+        replay_interval: float | None = None,
     ) -> None:
         self.store = store
         self.faults = faults
@@ -54,7 +57,10 @@ class LifecycleAuthority:
         self._clock = clock
         self._publish = publish
         self._retry_delay = retry_delay
-        self._owner = owner or f"lifecycle-{os.getpid()}-{id(self):x}"
+        # Who claims pending propagations (storage.port.LifecycleTx.claim_propagations).
+        self._owner = owner or f"lifecycle@{socket.gethostname()}/{os.getpid()}/{id(self):x}"
+        # None: only this process's commits owe propagations (one process per database).
+        self._replay_interval = replay_interval
         # Set at start, so that propagations a crash left behind are delivered first.
         self._pending = asyncio.Event()
         self._pending.set()
@@ -111,9 +117,14 @@ class LifecycleAuthority:
         return lambda tx: tx.claim_propagations(now, self._owner, PROPAGATION_LEASE_MICROS, PROPAGATION_BATCH)
 
     async def deliver_forever(self) -> None:
-        """Delivers pending propagations whenever a commit owes some (a background loop)."""
+        """Delivers pending propagations whenever a commit owes some, and every
+        `replay_interval` seconds if set (a background loop)."""
         while True:
-            await self._pending.wait()
+            if self._replay_interval is None:
+                await self._pending.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._pending.wait(), self._replay_interval)
             self._pending.clear()
             try:
                 await self.deliver_pending()

@@ -1,9 +1,15 @@
 """Runs the lifecycle service: `lifecycle-service --help` lists the flags; each
-has an environment variable `FUNNEL_LIFECYCLE_<FLAG>`."""
+has an environment variable `FUNNEL_LIFECYCLE_<FLAG>`.
+
+`--database` is a SQLite file (the default; one process) or a `postgresql://`
+URL, on which any number of replicas may serve at once: each feeds its watchers
+from the event table (funnel.runtime.tail) and replays pending propagations."""
 
 from __future__ import annotations
 
 import argparse
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -16,17 +22,23 @@ from funnel.runtime import server as runtime
 from funnel.runtime.background import Background
 from funnel.runtime.clock import Clock, SystemClock
 from funnel.runtime.faults import from_environment
+from funnel.runtime.postgres import is_postgres_url
 from funnel.runtime.security import Reloader, ServerSecurity
 from funnel.runtime.storage_errors import StorageRefused
+from funnel.runtime.tail import Tailer
 from funnel.runtime.watch import EventBroker, WatchQuota
 from lifecycle_service.authority import LifecycleAuthority
-from lifecycle_service.core.model import Policy
+from lifecycle_service.core.model import LifecycleEvent, Policy
 from lifecycle_service.errors import DOMAIN, Reason
 from lifecycle_service.service import SERVICE_NAME, LifecycleService, publisher
 from lifecycle_service.storage.port import LifecycleStore
+from lifecycle_service.storage.postgres import PostgresLifecycleStore
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
 
 ENV_PREFIX = "FUNNEL_LIFECYCLE"
+# With replicas, another replica's commit may owe propagations, or a replica that
+# stopped may leave claimed ones behind: each replica looks this often as well.
+REPLICA_REPLAY_INTERVAL = 5.0
 
 
 @dataclass(frozen=True)
@@ -75,13 +87,36 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
-    store = await SqliteLifecycleStore.open(config.database)
+    background = Background("lifecycle_service")
+    store: LifecycleStore
+    publish: Callable[[LifecycleEvent], None]
+    if is_postgres_url(config.database):
+        # Replicas: a commit only wakes the tail, which publishes the event table
+        # by cursor, in sequence order, whichever replica committed (tail.py).
+        postgres = await PostgresLifecycleStore.open(config.database)
+        store = postgres
+        try:
+            start_after = await postgres.latest_sequence()
+        except BaseException:
+            await postgres.close()
+            raise
+        tailer = Tailer(postgres.events_since, _sequence_of, publisher(broker), start_after)
+        background.add("event-tail", lambda: tailer.run(postgres.notifications()))
+        publish, replay_interval = (lambda event: tailer.poke()), REPLICA_REPLAY_INTERVAL
+    else:
+        store = await SqliteLifecycleStore.open(config.database)
+        publish, replay_interval = publisher(broker), None
     authority = LifecycleAuthority(
         store,
         Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000),
         clock,
-        publish=publisher(broker),
+        publish=publish,
         faults=faults,
+        replay_interval=replay_interval,
+        # Stable across restarts in place (one process per host and port): a replica
+        # restarted after a crash takes its claimed propagations back at once;
+        # those of a replica that is gone lapse with their lease.
+        owner=f"lifecycle@{socket.gethostname()}:{port}",
     )
     quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
     service = LifecycleService(authority, broker, quota, config.max_message_bytes)
@@ -90,7 +125,6 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     if config.reflection:
         runtime.enable_reflection(server, [SERVICE_NAME])
     reloader = runtime.reloader(security)
-    background = Background("lifecycle_service")
     background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
     background.add("propagations", authority.deliver_forever)
     background.add(
@@ -101,6 +135,10 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     await server.start()
     background.start()
     return RunningLifecycle(server, port, authority, store, health, broker, background, reloader)
+
+
+def _sequence_of(event: LifecycleEvent) -> int:
+    return event.sequence
 
 
 def parse_args(argv: list[str] | None = None) -> LifecycleConfig:

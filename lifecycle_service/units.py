@@ -93,7 +93,7 @@ def apply_intent(tx: LifecycleTx, command: Command, now: int) -> ApplyResult:
         return seen.rejection(Reason.REQUEST_ID_REUSED)
     task = tx.load_task(intent.workspace_id, intent.task_id)
     link = intent.parent if isinstance(intent, RegisterTask) else (task.parent if task else None)
-    parent = tx.load_task(intent.workspace_id, link.task_id) if link else None
+    parent = tx.load_parent(intent.workspace_id, link.task_id) if link else None
     children = tx.open_attached_children(task) if task else ()
     decision = command.decide(Situation(now=now, task=task, parent=parent, open_attached_children=children))
     if isinstance(decision, Rejection):

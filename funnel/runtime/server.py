@@ -46,7 +46,12 @@ def add_common_arguments(
     """Flags every service takes; each defaults to an environment variable `<PREFIX>_<NAME>`."""
     e = lambda name, default: env_or(env_prefix, name, default)  # noqa: E731
     parser.add_argument("--listen", default=e("listen", default_listen), help=f"host:port ({env_prefix}_LISTEN)")
-    parser.add_argument("--database", default=e("database", default_db), help=f"SQLite file ({env_prefix}_DATABASE)")
+    parser.add_argument(
+        "--database",
+        default=e("database", default_db),
+        help=f"SQLite file or postgresql:// URL ({env_prefix}_DATABASE; the environment keeps a password off the "
+        "command line)",
+    )
     parser.add_argument(
         "--max-message-bytes",
         type=int,

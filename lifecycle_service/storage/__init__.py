@@ -1,2 +1,2 @@
-"""Storage of the lifecycle service: the port (`port`), the SQLite adapter (`sqlite`)
-and an in-memory fake (`memory`)."""
+"""Storage of the lifecycle service: the port (`port`), the SQLite adapter (`sqlite`),
+the PostgreSQL adapter for replicas (`postgres`) and an in-memory fake (`memory`)."""

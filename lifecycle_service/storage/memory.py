@@ -107,6 +107,9 @@ class MemoryLifecycleTx:
     def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None:
         return self._s.tasks.get((workspace_id, task_id))
 
+    def load_parent(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+        return self._s.tasks.get((workspace_id, task_id))
+
     def open_attached_children(self, task: TaskRecord, limit: int | None = None) -> tuple[ChildRef, ...]:
         children = sorted(
             (

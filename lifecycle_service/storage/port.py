@@ -3,8 +3,9 @@ API (`LifecycleTx`, read-only subset `LifecycleReadTx`) and the store that runs 
 unit of work in one transaction (`LifecycleStore`). Plain values only: no protobuf,
 no driver types. The units of work live in `lifecycle_service.units`.
 
-Adapters: `storage.sqlite` (SQLite), `storage.memory` (an in-memory fake); each
-passes the conformance suite tests/lifecycle/test_storage.py."""
+Adapters: `storage.sqlite` (SQLite), `storage.postgres` (PostgreSQL, several
+replicas on one database), `storage.memory` (an in-memory fake); each passes the
+conformance suite tests/lifecycle/test_storage.py."""
 
 from __future__ import annotations
 
@@ -40,7 +41,10 @@ class PendingPropagation:
 class LifecycleReadTx(Protocol):
     """Reads inside one transaction: a consistent snapshot across calls."""
 
-    def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None: ...
+    def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+        """In a write transaction, the record of the task the unit may change: nobody
+        else changes it before this transaction ends (PostgreSQL: FOR UPDATE)."""
+        ...
 
     def open_attached_children(self, task: TaskRecord, limit: int | None = None) -> tuple[ChildRef, ...]:
         """Attached children of the task's current generation that are not terminal, by task id."""
@@ -69,7 +73,18 @@ class LifecycleReadTx(Protocol):
 
 class LifecycleTx(LifecycleReadTx, RequestMemory, Protocol):
     """One write transaction. Everything written commits together when the unit of
-    work returns (whatever it returns), or nothing does when it raises."""
+    work returns (whatever it returns), or nothing does when it raises.
+
+    `recall_request` holds the request id until this transaction ends: a concurrent
+    transaction with the same id (another replica) waits, then sees what this one
+    remembered (PostgreSQL: a transaction-scoped advisory lock)."""
+
+    def load_parent(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+        """The record of a task the unit depends on but does not change (the parent of
+        the task it changes): it does not change before this transaction ends, while
+        other such readers go on (PostgreSQL: FOR SHARE). So a child's transition and
+        its parent's never decide on each other's stale state."""
+        ...
 
     def insert_task(self, task: TaskRecord) -> None:
         """A new record (revision 1 of a new task id)."""
@@ -97,10 +112,11 @@ class LifecycleTx(LifecycleReadTx, RequestMemory, Protocol):
     def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
         """Up to `limit` pending propagations for `owner` to deliver, oldest first.
 
-        Rows another owner claimed less than `lease_micros` ago are skipped; rows this
-        owner claimed are returned again. Single-process adapters (SQLite, memory) keep
-        no claim and return the oldest pending rows. Delivery is idempotent either way:
-        applying a propagation discharges it in the child's transaction."""
+        The rows are claimed for `owner` until `now + lease_micros`: rows another owner
+        claimed are skipped until its lease has run out; rows this owner claimed are
+        returned again. Single-process adapters (SQLite, memory) keep no claim and
+        return the oldest pending rows. Delivery is idempotent either way: applying a
+        propagation discharges it in the child's transaction."""
         ...
 
     def forget_requests(self, created_before: int, limit: int) -> int:
@@ -113,9 +129,12 @@ class LifecycleStore(Protocol):
         """Runs `fn` in one write transaction, in one hop on the database's own
         connection, and returns its result once committed. `fn` must touch nothing but
         `tx` (an engine may run it again after a conflict). `after_commit` runs on the
-        event loop after the commit, in commit order, before later writes are
-        acknowledged, even if the caller was cancelled meanwhile. Raises
-        StorageUnavailable when nothing could be applied."""
+        event loop after the commit, before the write returns, even if the caller was
+        cancelled meanwhile; on single-process stores (SQLite, memory) in commit
+        order, before later writes are acknowledged. (PostgreSQL may report
+        concurrent commits in any order: its watchers are fed from the event table by
+        cursor, funnel.runtime.tail.) Raises StorageUnavailable when nothing could be
+        applied."""
         ...
 
     async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:

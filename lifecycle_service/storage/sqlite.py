@@ -1,6 +1,8 @@
 """The SQLite adapter of the lifecycle store: `SqliteLifecycleStore` runs units of
 work on `funnel.runtime.sqlite.Database` (one hop per transaction, group commit);
-`SqliteLifecycleTx` maps rows and nothing else."""
+`SqliteLifecycleTx` maps rows and nothing else. The PostgreSQL adapter
+(`storage.postgres`) runs the same row mapping through `SqliteStyle` and
+overrides only what differs between the engines."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from funnel.auth.principal import Caller
 from funnel.runtime.idempotency import RequestKey
@@ -41,11 +43,28 @@ _TASK_COLUMNS = (
     "workspace_id, task_id, generation, revision, state, outcome, cancellation_requested_at, work_status, "
     "parent_task_id, parent_generation, parent_mode, completion_id, created_at, updated_at"
 )
-_EVENT_COLUMNS = (
-    "sequence, workspace_id, task_id, generation, revision, intent, from_state, to_state, outcome, "
+EVENT_VALUES = (
+    "workspace_id, task_id, generation, revision, intent, from_state, to_state, outcome, "
     "cancellation_requested_at, work_status, cause_source, cause_reason, cause_originating_ids, "
     "completion_id, authoritative_at, committed_at, request_id, caller_subject, caller_role"
 )
+EVENT_COLUMNS = "sequence, " + EVENT_VALUES
+# The caller's free text (cause source and reason): positions in _event_values and in a row.
+CAUSE_TEXT_VALUES = (10, 11)
+CAUSE_TEXT_COLUMNS = (11, 12)
+INSERT_EVENT = f"INSERT INTO lifecycle_events ({EVENT_VALUES}) VALUES ({', '.join(['?'] * 19)})"
+PROPAGATION_COLUMNS = (
+    "id, workspace_id, parent_task_id, parent_generation, parent_sequence, child_task_id, child_generation, intent"
+)
+
+
+class Connection(Protocol):
+    """What the row mapping needs of a connection: `sqlite3.Connection`, or a
+    psycopg connection in `funnel.runtime.postgres.SqliteStyle`."""
+
+    def execute(self, sql: str, params: Any = (), /) -> Any: ...
+
+    def executemany(self, sql: str, rows: Any, /) -> Any: ...
 
 
 class SqliteLifecycleStore:
@@ -76,24 +95,34 @@ class SqliteLifecycleStore:
 
 
 class SqliteLifecycleTx:
-    """The port's transaction API over one `sqlite3.Connection` already in a transaction."""
+    """The port's transaction API over one connection already in a transaction
+    (`sqlite3.Connection`; for the PostgreSQL subclass, a `SqliteStyle` one)."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
+    # INDEXED BY: without statistics SQLite's planner prefers walking the whole
+    # workspace by primary key (measured: 30% of the service's CPU at 6k tasks).
+    _TASKS_BY_PARENT = "tasks INDEXED BY tasks_by_parent"
+
+    def __init__(self, db: sqlite3.Connection | Connection) -> None:
+        self._db: Connection = db
 
     # -- reads -------------------------------------------------------------
 
     def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+        # No row locks: BEGIN IMMEDIATE holds the database's write lock already.
+        return self._load(workspace_id, task_id, "")
+
+    def load_parent(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+        return self._load(workspace_id, task_id, "")
+
+    def _load(self, workspace_id: str, task_id: str, lock: str) -> TaskRecord | None:
         row = self._db.execute(
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE workspace_id = ? AND task_id = ?", (workspace_id, task_id)
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE workspace_id = ? AND task_id = ?{lock}", (workspace_id, task_id)
         ).fetchone()
         return _task_from_row(row) if row else None
 
     def open_attached_children(self, task: TaskRecord, limit: int | None = None) -> tuple[ChildRef, ...]:
         sql = (
-            # INDEXED BY: without statistics the planner prefers walking the whole
-            # workspace by primary key (measured: 30% of the service's CPU at 6k tasks).
-            "SELECT task_id, generation FROM tasks INDEXED BY tasks_by_parent "
+            f"SELECT task_id, generation FROM {self._TASKS_BY_PARENT} "
             "WHERE workspace_id = ? AND parent_task_id = ? AND parent_generation = ? "
             "AND parent_mode = 'ATTACHED' AND state != 'TERMINAL' ORDER BY task_id"
         )
@@ -105,13 +134,13 @@ class SqliteLifecycleTx:
 
     def terminal_event(self, task: TaskRecord) -> LifecycleEvent:
         row = self._db.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? "
+            f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? "
             "AND generation = ? AND to_state = 'TERMINAL' ORDER BY sequence LIMIT 1",
             (task.workspace_id, task.task_id, task.generation),
         ).fetchone()
         if row is None:
             raise InvariantViolated(f"terminal task {task.task_id!r} has no terminal event")
-        return _event_from_row(row)
+        return self._event(row)
 
     def list_tasks(
         self, workspace_id: str, after_task_id: str, limit: int, parent_task_id: str | None
@@ -127,27 +156,30 @@ class SqliteLifecycleTx:
 
     def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
         sql = (
-            f"SELECT {_EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? AND revision > ? "
+            f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? AND revision > ? "
             "ORDER BY revision LIMIT ?"
         )
-        return [_event_from_row(r) for r in self._db.execute(sql, (workspace_id, task_id, after_revision, limit))]
+        return [self._event(r) for r in self._db.execute(sql, (workspace_id, task_id, after_revision, limit))]
 
     def events_after(
         self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
     ) -> list[LifecycleEvent]:
         if task_id:
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? "
+                f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? "
                 "AND sequence > ? ORDER BY sequence LIMIT ?"
             )
             params: tuple = (workspace_id, task_id, after_sequence, limit)
         else:
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND sequence > ? "
+                f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND sequence > ? "
                 "ORDER BY sequence LIMIT ?"
             )
             params = (workspace_id, after_sequence, limit)
-        return [_event_from_row(r) for r in self._db.execute(sql, params)]
+        return [self._event(r) for r in self._db.execute(sql, params)]
+
+    def _event(self, row: Sequence[Any]) -> LifecycleEvent:
+        return _event_from_row(row)
 
     # -- records and events --------------------------------------------------
 
@@ -171,36 +203,13 @@ class SqliteLifecycleTx:
             raise InvariantViolated(f"task {task.task_id!r} changed under its write lock")
 
     def append_event(self, event: LifecycleEvent) -> LifecycleEvent:
-        cursor = self._db.execute(
-            "INSERT INTO lifecycle_events (workspace_id, task_id, generation, revision, intent, from_state, "
-            "to_state, outcome, cancellation_requested_at, work_status, cause_source, cause_reason, "
-            "cause_originating_ids, completion_id, authoritative_at, committed_at, request_id, caller_subject, "
-            "caller_role) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                event.workspace_id,
-                event.task_id,
-                event.generation,
-                event.revision,
-                event.intent.name,
-                event.from_state.name if event.from_state else None,
-                event.to_state.name,
-                event.outcome.name if event.outcome else None,
-                event.cancellation_requested_at,
-                event.work_status.name,
-                event.cause.source,
-                event.cause.reason,
-                json.dumps(dict(event.cause.originating_ids), sort_keys=True, ensure_ascii=False),
-                event.completion_id,
-                event.authoritative_at,
-                event.committed_at,
-                event.request_id,
-                event.caller.subject,
-                event.caller.role,
-            ),
-        )
+        # AUTOINCREMENT: the writer holds the database's write lock until it commits.
+        cursor = self._db.execute(INSERT_EVENT, self._event_values(event))
         assert cursor.lastrowid is not None, "an INSERT sets lastrowid"
         return dataclasses.replace(event, sequence=cursor.lastrowid)
+
+    def _event_values(self, event: LifecycleEvent) -> tuple:
+        return _event_values(event)
 
     # -- propagations ----------------------------------------------------------
 
@@ -230,12 +239,8 @@ class SqliteLifecycleTx:
 
     def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
         # One process owns the file: no claim is recorded (see the port).
-        rows = self._db.execute(
-            "SELECT id, workspace_id, parent_task_id, parent_generation, parent_sequence, child_task_id, "
-            "child_generation, intent FROM pending_propagations ORDER BY id LIMIT ?",
-            (limit,),
-        )
-        return [PendingPropagation(r[0], r[1], r[2], r[3], r[4], ChildRef(r[5], r[6]), IntentKind[r[7]]) for r in rows]
+        rows = self._db.execute(f"SELECT {PROPAGATION_COLUMNS} FROM pending_propagations ORDER BY id LIMIT ?", (limit,))
+        return [propagation_from_row(r) for r in rows]
 
     # -- request ids -------------------------------------------------------------
 
@@ -269,6 +274,35 @@ def _conforms(store: SqliteLifecycleStore, tx: SqliteLifecycleTx) -> tuple[Lifec
     return store, tx
 
 
+def _event_values(event: LifecycleEvent) -> tuple:
+    """Values for the columns of INSERT_EVENT (the event's fields but its sequence)."""
+    return (
+        event.workspace_id,
+        event.task_id,
+        event.generation,
+        event.revision,
+        event.intent.name,
+        event.from_state.name if event.from_state else None,
+        event.to_state.name,
+        event.outcome.name if event.outcome else None,
+        event.cancellation_requested_at,
+        event.work_status.name,
+        event.cause.source,
+        event.cause.reason,
+        json.dumps(dict(event.cause.originating_ids), sort_keys=True, ensure_ascii=False),
+        event.completion_id,
+        event.authoritative_at,
+        event.committed_at,
+        event.request_id,
+        event.caller.subject,
+        event.caller.role,
+    )
+
+
+def propagation_from_row(r: Sequence[Any]) -> PendingPropagation:
+    return PendingPropagation(r[0], r[1], r[2], r[3], r[4], ChildRef(r[5], r[6]), IntentKind[r[7]])
+
+
 def _task_values(task: TaskRecord) -> tuple:
     """Values for the columns of insert_task and update_task, keys last."""
     parent = task.parent
@@ -290,7 +324,7 @@ def _task_values(task: TaskRecord) -> tuple:
     )
 
 
-def _task_from_row(r: tuple) -> TaskRecord:
+def _task_from_row(r: Sequence[Any]) -> TaskRecord:
     return TaskRecord(
         workspace_id=r[0],
         task_id=r[1],
@@ -307,7 +341,7 @@ def _task_from_row(r: tuple) -> TaskRecord:
     )
 
 
-def _event_from_row(r: tuple) -> LifecycleEvent:
+def _event_from_row(r: Sequence[Any]) -> LifecycleEvent:
     return LifecycleEvent(
         sequence=r[0],
         workspace_id=r[1],

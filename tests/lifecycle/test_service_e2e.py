@@ -1,6 +1,7 @@
-"""End-to-end tests of the lifecycle service over real gRPC and a real SQLite file:
-every RPC, every rejection reason a client can provoke, bad input, idempotency,
-paging, parents and children, limits and health."""
+"""End-to-end tests of the lifecycle service over real gRPC, on a real SQLite file
+and on PostgreSQL (the `server_backend` of tests/lifecycle/conftest.py): every RPC,
+every rejection reason a client can provoke, bad input, idempotency, paging,
+parents and children, limits and health."""
 
 from __future__ import annotations
 
@@ -8,20 +9,22 @@ import asyncio
 import sqlite3
 
 import grpc
+import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.errors import instant
 from funnel.runtime.grpc_errors import error_info, field_violations
+from funnel.runtime.postgres import is_postgres_url
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import LinkMode, ParentLink, Policy
 from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
 from lifecycle_service.service import SERVICE_NAME
-from lifecycle_service.storage.sqlite import SqliteLifecycleStore
 from lifecycle_service.units import Command, apply_intent
 from tests import credentials
+from tests.lifecycle.conftest import open_store
 from tests.lifecycle.grpc_support import WS, Client, Code, micros, rejected, ts
 
 OTHER_WS = "ws-2"
@@ -74,6 +77,21 @@ async def test_register_creates_generation_one_at_revision_one(c, clock):
     assert event.cause == cause and event.request_id == "req-1"
     assert micros(event.commit_time) == now
     assert await c.get("t1") == pb.GetTaskResponse(task=task)
+    assert await c.events("t1") == [event]
+
+
+async def test_free_text_round_trips_whatever_characters_it_holds(c):
+    """Cause source, reason and originating id values are free text: U+0000 (which a
+    PostgreSQL TEXT column cannot hold), controls, quotes, and characters beyond the BMP."""
+    odd = "a\x00b\n\t'\"%?\\ \u200b\U0001f600"
+    cause = pb.Cause(source=odd, reason=odd * 3, originating_ids={"run_id": odd})
+    event = (await c.register("t1", cause=cause)).event
+    assert event.cause == cause
+    stream = c.stub.WatchLifecycleEvents(pb.WatchLifecycleEventsRequest(workspace_id=WS))
+    try:
+        assert (await stream.read()).event == event
+    finally:
+        stream.cancel()
     assert await c.events("t1") == [event]
 
 
@@ -1034,9 +1052,9 @@ async def test_attached_children_register_only_under_the_current_active_generati
     await c.activate("side")
 
 
-async def test_propagations_left_by_a_crash_are_replayed_at_start(start_lifecycle, tmp_path, clock):
-    path = str(tmp_path / "crashed.sqlite3")
-    store = await SqliteLifecycleStore.open(path)
+async def test_propagations_left_by_a_crash_are_replayed_at_start(start_lifecycle, lifecycle_database, clock):
+    path = await lifecycle_database()
+    store = await open_store(path)
     policy = Policy()
 
     async def apply(intent):
@@ -1050,6 +1068,7 @@ async def test_propagations_left_by_a_crash_are_replayed_at_start(start_lifecycl
     assert len(await store.read(lambda tx: tx.events_after(WS, 0, "child", 10))) == 1
     assert len(await store.write(lambda tx: tx.claim_propagations(clock.now_micros(), "test", 1, 10))) == 1
     await store.close()  # the process died before delivering
+    clock.advance(1)  # and its claim (where one is kept) has lapsed
 
     _, stub = await start_lifecycle(database=path)
     c = Client(stub)
@@ -1086,28 +1105,54 @@ async def _health(channel, service=""):
         return None
 
 
-async def _eventually_health(channel, status, timeout=8.0):
+async def _eventually_health(channel, status, timeout=8.0, service=""):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        current = await _health(channel)
+        current = await _health(channel, service)
         if current == status:
             return
         assert loop.time() < deadline, f"health stayed {current}"
         await asyncio.sleep(0.05)
 
 
-async def test_health_reports_not_serving_while_the_database_is_not_writable(start_lifecycle, tmp_path):
-    path = str(tmp_path / "health.sqlite3")
+class SqliteBlocker:
+    """Holds the SQLite file's write lock."""
+
+    def __init__(self, path: str) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("BEGIN EXCLUSIVE")
+
+    def release(self) -> None:
+        self._db.execute("ROLLBACK")
+        self._db.close()
+
+
+class PostgresBlocker:
+    """Holds locks that stop every write and the writability probe, but not reads."""
+
+    def __init__(self, url: str) -> None:
+        self._conn = psycopg.connect(url)
+        self._conn.execute(
+            "LOCK TABLE funnel_lifecycle.schema_migrations, funnel_lifecycle.tasks IN EXCLUSIVE MODE"
+        )
+
+    def release(self) -> None:
+        self._conn.rollback()
+        self._conn.close()
+
+
+async def test_health_reports_not_serving_while_the_database_is_not_writable(start_lifecycle, lifecycle_database):
+    path = await lifecycle_database()
     running, stub = await start_lifecycle(database=path, health_interval=0.1)
     c = Client(stub)
     async with credentials.insecure_channel(running.address) as channel:
-        await _eventually_health(channel, health_pb2.HealthCheckResponse.SERVING)
-        assert await _health(channel, SERVICE_NAME) == health_pb2.HealthCheckResponse.SERVING
+        # "" starts SERVING; the service's own status appears with the first probe.
+        await _eventually_health(channel, health_pb2.HealthCheckResponse.SERVING, service=SERVICE_NAME)
+        assert await _health(channel) == health_pb2.HealthCheckResponse.SERVING
         await c.active("t1")
 
-        blocker = sqlite3.connect(path, isolation_level=None)
-        blocker.execute("BEGIN EXCLUSIVE")
+        blocker = await asyncio.to_thread(PostgresBlocker if is_postgres_url(path) else SqliteBlocker, path)
         try:
             await _eventually_health(channel, health_pb2.HealthCheckResponse.NOT_SERVING)
             assert await _health(channel, SERVICE_NAME) == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -1120,8 +1165,7 @@ async def test_health_reports_not_serving_while_the_database_is_not_writable(sta
             )
             assert (await c.task("t1")).revision == 2
         finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
+            await asyncio.to_thread(blocker.release)
         await _eventually_health(channel, health_pb2.HealthCheckResponse.SERVING)
         # The retry with the same request id applies it, once.
         done = await c.work("t1", request_id="req-1")

@@ -1,0 +1,205 @@
+"""The PostgreSQL adapter of the lifecycle store, for several replicas on one
+database: `PostgresLifecycleStore` runs units of work on
+`funnel.runtime.postgres.PostgresDatabase` (one hop per transaction on a pooled
+connection; a transaction that loses a race runs again), in the schema
+`funnel_lifecycle`. `PostgresLifecycleTx` is the SQLite adapter's row mapping
+(through `SqliteStyle`) with what differs between the engines overridden:
+
+- Compare-and-set in the database: the task a unit changes is loaded `FOR UPDATE`,
+  its parent `FOR SHARE`, and `update_task` replaces only the loaded revision. Two
+  registers of one task race on the primary key; the loser is rerun by the engine
+  and finds the task (TASK_ALREADY_EXISTS).
+- Event sequences come from one counter row taken in the writing transaction
+  (`UPDATE … RETURNING`): its row lock orders the writers, so sequences become
+  visible in commit order and without gaps, and a reader by cursor never skips an
+  event committed late. Each committed event NOTIFYs `funnel_lifecycle_events`.
+- A request id is held by a transaction-scoped advisory lock from its recall to
+  the commit: the same id sent to two replicas at once is applied once, and the
+  second transaction replays the first's remembered response.
+- Pending propagations are claimed with `FOR UPDATE SKIP LOCKED` and a lease
+  (claimed_by, claimed_until), so replicas replaying them never take the same rows.
+- The caller's free text (cause source and reason) is stored as UTF-8 BYTEA: TEXT
+  cannot hold U+0000, which the contract accepts there."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+
+from funnel.runtime.postgres import PostgresDatabase, SqliteStyle
+from funnel.runtime.sqlite import migrations_in
+from lifecycle_service.core.model import LifecycleEvent, TaskRecord
+from lifecycle_service.storage.port import LifecycleReadTx, LifecycleStore, LifecycleTx, PendingPropagation
+from lifecycle_service.storage.sqlite import (
+    CAUSE_TEXT_COLUMNS,
+    CAUSE_TEXT_VALUES,
+    EVENT_COLUMNS,
+    EVENT_VALUES,
+    PROPAGATION_COLUMNS,
+    SqliteLifecycleTx,
+    propagation_from_row,
+)
+
+T = TypeVar("T")
+MIGRATIONS_PACKAGE = "lifecycle_service.storage.migrations_postgresql"
+SCHEMA = "funnel_lifecycle"
+# Sent by the event table's insert trigger (migrations_postgresql/0001_initial.sql).
+EVENTS_CHANNEL = "funnel_lifecycle_events"
+# The first key of the two-key advisory locks that hold request ids (the second is
+# a hash of the id's scope). Two-key locks never collide with one-key ones, such as
+# the engine's migration lock.
+REQUEST_ID_LOCKS = 0x6C6963  # "lic"
+
+_INSERT_EVENT = f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ({', '.join(['?'] * 20)})"
+
+
+class PostgresLifecycleStore:
+    def __init__(self, database: PostgresDatabase) -> None:
+        self._database = database
+
+    @classmethod
+    async def open(cls, url: str, *, schema: str = SCHEMA, pool_size: int = 8) -> PostgresLifecycleStore:
+        """Connects, creates the schema and applies its migrations (under the engine's
+        advisory lock: replicas starting together apply each once), or raises StorageRefused."""
+        database = await PostgresDatabase.open(url, schema, migrations_in(MIGRATIONS_PACKAGE), pool_size=pool_size)
+        return cls(database)
+
+    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
+        return await self._database.write(lambda conn: fn(PostgresLifecycleTx(conn, writable=True)), after_commit)
+
+    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
+        return await self._database.read(lambda conn: fn(PostgresLifecycleTx(conn, writable=False)))
+
+    async def check_writable(self) -> None:
+        await self._database.check_writable()
+
+    async def close(self) -> None:
+        await self._database.close()
+
+    # -- the event tail (funnel.runtime.tail): every workspace, by sequence ----------
+
+    async def latest_sequence(self) -> int:
+        """The sequence of the last committed event (0 before the first)."""
+
+        def latest(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute("SELECT coalesce(max(sequence), 0) FROM lifecycle_events").fetchone()
+            assert row is not None, "an aggregate returns a row"
+            return int(row[0])
+
+        return await self._database.read(latest)
+
+    async def events_since(self, after_sequence: int, limit: int) -> list[LifecycleEvent]:
+        """Committed events of every workspace after `after_sequence`, by sequence."""
+        return await self._database.read(
+            lambda conn: PostgresLifecycleTx(conn, writable=False).all_events_after(after_sequence, limit)
+        )
+
+    def notifications(self, poll: float = 1.0) -> AsyncIterator[None]:
+        """Wake-ups after events committed by any replica (and every `poll` seconds)."""
+        return self._database.notifications(EVENTS_CHANNEL, poll)
+
+
+class PostgresLifecycleTx(SqliteLifecycleTx):
+    """The port's transaction API over one psycopg connection in a transaction."""
+
+    _TASKS_BY_PARENT = "tasks"
+
+    def __init__(self, conn: psycopg.Connection[Any], *, writable: bool) -> None:
+        super().__init__(SqliteStyle(conn))
+        self._writable = writable
+
+    # -- row locks -------------------------------------------------------------
+
+    def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+        return self._load(workspace_id, task_id, " FOR UPDATE" if self._writable else "")
+
+    def load_parent(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+        return self._load(workspace_id, task_id, " FOR SHARE" if self._writable else "")
+
+    # -- events ------------------------------------------------------------------
+
+    def append_event(self, event: LifecycleEvent) -> LifecycleEvent:
+        # The counter row stays locked until this transaction ends: the next writer
+        # takes the next number only after this one has committed (or rolled back,
+        # giving the number back).
+        (sequence,) = self._db.execute(
+            "UPDATE lifecycle_event_sequence SET value = value + 1 RETURNING value"
+        ).fetchone()
+        self._db.execute(_INSERT_EVENT, (sequence, *self._event_values(event)))
+        return dataclasses.replace(event, sequence=sequence)
+
+    def _event_values(self, event: LifecycleEvent) -> tuple:
+        values = list(super()._event_values(event))
+        for position in CAUSE_TEXT_VALUES:
+            values[position] = values[position].encode()
+        return tuple(values)
+
+    def _event(self, row: Sequence[Any]) -> LifecycleEvent:
+        values = list(row)
+        for position in CAUSE_TEXT_COLUMNS:
+            values[position] = bytes(values[position]).decode()
+        return super()._event(values)
+
+    def all_events_after(self, after_sequence: int, limit: int) -> list[LifecycleEvent]:
+        """Every workspace's events after `after_sequence`, by sequence (for the tail)."""
+        rows = self._db.execute(
+            f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            (after_sequence, limit),
+        )
+        return [self._event(r) for r in rows]
+
+    # -- propagations ----------------------------------------------------------
+
+    def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
+        # Rows locked by a concurrent claim are skipped, not waited for; a claim
+        # lasts until its lease runs out, and its owner gets its rows back.
+        rows = self._db.execute(
+            "WITH claimable AS ("
+            " SELECT id FROM pending_propagations"
+            " WHERE claimed_by IS NULL OR claimed_by = ? OR claimed_until <= ?"
+            " ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED)"
+            " UPDATE pending_propagations AS p SET claimed_by = ?, claimed_until = ?"
+            " FROM claimable WHERE p.id = claimable.id"
+            f" RETURNING {', '.join('p.' + column for column in PROPAGATION_COLUMNS.split(', '))}",
+            (owner, now, limit, owner, now + lease_micros),
+        )
+        return sorted((propagation_from_row(r) for r in rows), key=lambda p: p.id)
+
+    # -- request ids -------------------------------------------------------------
+
+    def recall_request(
+        self, workspace_id: str, caller: str, method: str, request_id: str
+    ) -> tuple[bytes, bytes] | None:
+        # Held until this transaction ends; the SELECT that follows runs after the
+        # wait, so it sees what a concurrent transaction with this id committed.
+        self._db.execute(
+            "SELECT pg_advisory_xact_lock(?, ?)",
+            (REQUEST_ID_LOCKS, _lock_key(workspace_id, caller, method, request_id)),
+        )
+        found = super().recall_request(workspace_id, caller, method, request_id)
+        return (bytes(found[0]), bytes(found[1])) if found else None
+
+    def forget_requests(self, created_before: int, limit: int) -> int:
+        return int(
+            self._db.execute(
+                "DELETE FROM request_ids WHERE (workspace_id, caller, method, request_id) IN "
+                "(SELECT workspace_id, caller, method, request_id FROM request_ids WHERE created_at < ? "
+                "ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)",
+                (created_before, limit),
+            ).rowcount
+        )
+
+
+def _lock_key(*scope: str) -> int:
+    """A signed 32-bit hash of a request id's scope (a collision only makes two ids wait for each other)."""
+    digest = hashlib.blake2b("\x1f".join(scope).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _conforms(store: PostgresLifecycleStore, tx: PostgresLifecycleTx) -> tuple[LifecycleStore, LifecycleTx]:
+    """Never called: makes mypy check both classes against the port."""
+    return store, tx
