@@ -1,14 +1,22 @@
 """Runs the completion service: `completion-service --help` lists the flags; each
-has an environment variable `FUNNEL_COMPLETION_<FLAG>`."""
+has an environment variable `FUNNEL_COMPLETION_<FLAG>`.
+
+`--database` is a SQLite file (the default; one process) or a `postgresql://`
+URL, on which any number of replicas may serve at once: each feeds its watchers
+from the completion event table (funnel.runtime.tail), and each runs the
+settlement outbox, the stall sweeper and the request-id sweeper, which claim
+their rows in the database (storage/postgres.py)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
 
 from completion_service.authority import CompletionAuthority
+from completion_service.core.model import CompletionEvent
 from completion_service.errors import DOMAIN, Reason
 from completion_service.external_gates import ExternalGates
 from completion_service.lifecycle_client import LifecycleClient
@@ -16,6 +24,7 @@ from completion_service.outbound import GateChannels, LifecycleChannel, Outbound
 from completion_service.policy import PolicyBook, PolicyError, load_policy
 from completion_service.service import SERVICE_NAME, CompletionService, publisher
 from completion_service.storage.port import CompletionStore
+from completion_service.storage.postgres import PostgresCompletionStore
 from completion_service.storage.sqlite import SqliteCompletionStore
 from completion_service.transcript_service import SERVICE_NAME as TRANSCRIPT_SERVICE
 from completion_service.transcript_service import TranscriptService
@@ -28,8 +37,10 @@ from funnel.runtime.background import Background
 from funnel.runtime.budget import ByteBudget
 from funnel.runtime.clock import Clock, IdSource, RandomIds, SystemClock
 from funnel.runtime.faults import from_environment
+from funnel.runtime.postgres import is_postgres_url
 from funnel.runtime.security import Reloader, SecurityRefused, ServerSecurity
 from funnel.runtime.storage_errors import StorageRefused
+from funnel.runtime.tail import Tailer
 from funnel.runtime.watch import EventBroker, WatchQuota
 
 ENV_PREFIX = "FUNNEL_COMPLETION"
@@ -103,7 +114,21 @@ async def start(
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
-    store = await SqliteCompletionStore.open(config.database)
+    background = Background("completion_service")
+    store: CompletionStore
+    publish: Callable[[list[CompletionEvent]], None]
+    if is_postgres_url(config.database):
+        # Replicas: a commit only wakes the tail, which publishes the event table
+        # by cursor, in sequence order, whichever replica committed (tail.py).
+        postgres = await PostgresCompletionStore.open(config.database)
+        store = postgres
+        tailer = Tailer(postgres.events_since, _sequence_of, _one_by_one(publisher(broker)),
+                        await postgres.latest_sequence())
+        background.add("event-tail", lambda: tailer.run(postgres.notifications()))
+        publish = lambda events: tailer.poke()  # noqa: E731
+    else:
+        store = await SqliteCompletionStore.open(config.database)
+        publish = publisher(broker)
     lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
     authority = CompletionAuthority(
         store,
@@ -112,7 +137,7 @@ async def start(
         clock,
         ExternalGates(gate_channels),
         ids=ids,
-        publish=publisher(broker),
+        publish=publish,
         settle_interval=config.settle_interval,
         # A claimed settlement is another replica's again after a few settle calls' time.
         settle_lease=max(4 * config.lifecycle_timeout, 1.0),
@@ -129,7 +154,6 @@ async def start(
     if config.reflection:
         runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
     reloader = runtime.reloader(security, lifecycle_channel, gate_channels)
-    background = Background("completion_service")
     background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
     for name, worker in authority.workers(config.request_id_retention_seconds):
         background.add(name, worker)
@@ -139,6 +163,14 @@ async def start(
     return RunningCompletion(
         server, port, authority, store, health, lifecycle_channel, gate_channels, background, reloader
     )
+
+
+def _sequence_of(event: CompletionEvent) -> int:
+    return event.sequence
+
+
+def _one_by_one(publish: Callable[[list[CompletionEvent]], None]) -> Callable[[CompletionEvent], None]:
+    return lambda event: publish([event])
 
 
 def parse_args(argv: list[str] | None = None) -> CompletionConfig:

@@ -224,9 +224,13 @@ class CompletionStore(Protocol):
         connection, and returns its result once committed (a returned Rejection is
         rolled back and returned). `fn` must touch nothing but `tx` (an engine may run
         it again after a conflict). `after_commit` runs on the event loop after the
-        commit, in commit order, before later writes are acknowledged, even if the
-        caller was cancelled meanwhile. Raises StorageUnavailable when nothing could
-        be applied."""
+        commit, even if the caller was cancelled meanwhile; on an engine with one
+        writer (SQLite, memory) in commit order, before later writes are
+        acknowledged. Transactions of an engine shared by replicas (PostgreSQL)
+        commit concurrently, and their hooks run as their commits are acknowledged:
+        there, watchers are fed from the event table by cursor (funnel.runtime.tail)
+        and the hook only wakes the tail. Raises StorageUnavailable when nothing
+        could be applied."""
         ...
 
     async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:

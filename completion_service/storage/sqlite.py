@@ -5,8 +5,10 @@ commit, see funnel.runtime.sqlite); `SqliteCompletionTx` maps rows and nothing e
 The SQL keeps to what PostgreSQL also understands (`INSERT … ON CONFLICT`,
 `RETURNING`, row values, no SQLite-only functions), so that a PostgreSQL adapter
 can run the same row mapping over a psycopg connection in
-`funnel.runtime.postgres.SqliteStyle`, overriding only what differs: row locks
-(`_locking`), claims with `SKIP LOCKED`."""
+`funnel.runtime.postgres.SqliteStyle`, overriding only the hooks where the engines
+differ: row locks (`_locking`), claims that skip rows others hold (`_skip_locked`),
+where event and audit numbers come from (`_next_number`), and how caller free text
+is kept (`_put_text`, `_get_text`)."""
 
 from __future__ import annotations
 
@@ -46,12 +48,12 @@ _RUN_COLUMNS = (
     "workspace_id, run_id, task_id, agent_id, generation, epoch, claimed_at, lease_expires_at, finished_at, outcome, "
     "tokens_input, tokens_output, tokens_total, notes, notes_truncated, error, final_status"
 )
-_COMPLETION_COLUMNS = (
+COMPLETION_COLUMNS = (
     "workspace_id, task_id, generation, completion_id, identity, payload, outcome, result, run_id, state_version, "
     "checkpoint, decision, committed_at, settlement, settle_attempts, lifecycle_revision, lifecycle_event_sequence, "
     "settled_at, error_reason, error_message"
 )
-_EVENT_COLUMNS = (
+EVENT_COLUMNS = (
     "sequence, workspace_id, task_id, generation, kind, run_id, completion_id, outcome, decision, lifecycle_revision, "
     "lifecycle_event_sequence, error_reason, error_message, committed_at"
 )
@@ -74,7 +76,9 @@ class Connection(Protocol):
     def executemany(self, sql: str, rows: Any, /) -> Any: ...
 
 
-class _RolledBack(Exception):
+class RolledBack(Exception):
+    """Raised inside a write whose unit returned a Rejection: the engine rolls it back."""
+
     def __init__(self, rejection: Rejection) -> None:
         super().__init__(rejection.message)
         self.rejection = rejection
@@ -95,12 +99,12 @@ class SqliteCompletionStore:
         def run(db: sqlite3.Connection) -> T:
             result = fn(SqliteCompletionTx(db))
             if isinstance(result, Rejection):  # a refused request changes nothing
-                raise _RolledBack(result)
+                raise RolledBack(result)
             return result
 
         try:
             return await self._writer.write(run, after_commit)
-        except _RolledBack as rolled_back:
+        except RolledBack as rolled_back:
             return rolled_back.rejection  # type: ignore[return-value]  # (T includes Rejection)
 
     async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
@@ -122,10 +126,31 @@ class SqliteCompletionTx:
     def __init__(self, db: sqlite3.Connection | Connection) -> None:
         self._db: Connection = db
 
+    # -- where the engines differ (storage/postgres.py overrides these) -------------
+
     def _locking(self) -> str:
         """The clause that locks the rows a load returns for the rest of a write
         transaction; none here: BEGIN IMMEDIATE holds the database's write lock."""
         return ""
+
+    def _skip_locked(self) -> str:
+        """The clause with which a claim locks the rows it selects and skips those
+        another transaction holds; none here: one writer at a time."""
+        return ""
+
+    def _next_number(self, counter: str) -> int | None:
+        """The number of the next row of an append-only log read by cursor
+        (`completion_events`, `audit_log`); None: the INTEGER PRIMARY KEY assigns it."""
+        return None
+
+    def _put_text(self, text: str | None) -> object:
+        """Free text a caller sent (notes, errors, results, details, transcript
+        text), as stored: it may hold U+0000, which SQLite's TEXT keeps."""
+        return text
+
+    def _get_text(self, stored: Any) -> Any:
+        """Free text as `_put_text` stored it."""
+        return stored
 
     # -- request ids ---------------------------------------------------------------
 
@@ -156,7 +181,7 @@ class SqliteCompletionTx:
         return self._db.execute(
             "DELETE FROM request_ids WHERE (workspace_id, caller, method, request_id) IN "
             "(SELECT workspace_id, caller, method, request_id FROM request_ids WHERE created_at < ? "
-            "ORDER BY created_at LIMIT ?)",
+            f"ORDER BY created_at LIMIT ?{self._skip_locked()})",
             (created_before, limit),
         ).rowcount
 
@@ -167,7 +192,7 @@ class SqliteCompletionTx:
             f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE workspace_id = ? AND run_id = ?{self._locking()}",
             (workspace_id, run_id),
         ).fetchone()
-        return _run_from_row(row) if row else None
+        return self._run(row) if row else None
 
     def load_runs(
         self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int
@@ -182,10 +207,12 @@ class SqliteCompletionTx:
             params += list(before)
         sql += " ORDER BY claimed_at DESC, run_id DESC LIMIT ?"
         params.append(limit)
-        return [_run_from_row(r) for r in self._db.execute(sql, params)]
+        return [self._run(r) for r in self._db.execute(sql, params)]
 
     def insert_run(self, run: RunRecord) -> None:
-        self._db.execute(f"INSERT INTO agent_runs ({_RUN_COLUMNS}) VALUES ({', '.join('?' * 17)})", _run_values(run))
+        self._db.execute(
+            f"INSERT INTO agent_runs ({_RUN_COLUMNS}) VALUES ({', '.join('?' * 17)})", self._run_values(run)
+        )
 
     def update_run(self, run: RunRecord) -> None:
         self._db.execute(
@@ -199,9 +226,9 @@ class SqliteCompletionTx:
                 run.tokens_input,
                 run.tokens_output,
                 run.tokens_total,
-                run.notes,
+                self._put_text(run.notes),
                 int(run.notes_truncated),
-                run.error,
+                self._put_text(run.error),
                 run.final_status.name if run.final_status else None,
                 run.workspace_id,
                 run.run_id,
@@ -209,13 +236,14 @@ class SqliteCompletionTx:
         )
 
     def claim_stalled_runs(self, expired_before: int, limit: int) -> list[RunRecord]:
-        # One process owns the file: the write lock is the claim.
+        # The claim is the lock on the rows until this transaction closes them (here
+        # the database's write lock; see _skip_locked).
         rows = self._db.execute(
             f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE finished_at IS NULL AND lease_expires_at <= ? "
-            "ORDER BY lease_expires_at LIMIT ?",
+            f"ORDER BY lease_expires_at LIMIT ?{self._skip_locked()}",
             (expired_before, limit),
         )
-        return [_run_from_row(r) for r in rows]
+        return [self._run(r) for r in rows]
 
     def load_lease(self, workspace_id: str, task_id: str) -> Lease | None:
         row = self._db.execute(
@@ -241,7 +269,10 @@ class SqliteCompletionTx:
             "ORDER BY sequence",
             (workspace_id, task_id, generation),
         )
-        return [EvidenceRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], r[9]) for r in rows]
+        return [
+            EvidenceRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], self._get_text(r[7]), r[8], r[9])
+            for r in rows
+        ]
 
     def insert_evidence(self, record: EvidenceRecord) -> None:
         self._db.execute(
@@ -254,7 +285,7 @@ class SqliteCompletionTx:
                 record.kind,
                 int(record.passed),
                 record.checkpoint,
-                record.details,
+                self._put_text(record.details),
                 record.run_id,
                 record.recorded_at,
             ),
@@ -288,16 +319,16 @@ class SqliteCompletionTx:
 
     def load_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None:
         row = self._db.execute(
-            f"SELECT {_COMPLETION_COLUMNS} FROM task_completions "
+            f"SELECT {COMPLETION_COLUMNS} FROM task_completions "
             f"WHERE workspace_id = ? AND task_id = ? AND generation = ?{self._locking()}",
             (workspace_id, task_id, generation),
         ).fetchone()
-        return _completion_from_row(row) if row else None
+        return self._completion(row) if row else None
 
     def load_completions(
         self, workspace_id: str, task_id: str | None, after: tuple[int, str] | None, limit: int
     ) -> list[CompletionRecord]:
-        sql = f"SELECT {_COMPLETION_COLUMNS} FROM task_completions WHERE workspace_id = ?"
+        sql = f"SELECT {COMPLETION_COLUMNS} FROM task_completions WHERE workspace_id = ?"
         params: list[object] = [workspace_id]
         if task_id:
             sql += " AND task_id = ?"
@@ -307,12 +338,12 @@ class SqliteCompletionTx:
             params += list(after)
         sql += " ORDER BY committed_at, completion_id LIMIT ?"
         params.append(limit)
-        return [_completion_from_row(r) for r in self._db.execute(sql, params)]
+        return [self._completion(r) for r in self._db.execute(sql, params)]
 
     def insert_completion(self, record: CompletionRecord, settle_at: int) -> None:
         c = record
         self._db.execute(
-            f"INSERT INTO task_completions ({_COMPLETION_COLUMNS}, next_settle_at) VALUES ({', '.join('?' * 21)})",
+            f"INSERT INTO task_completions ({COMPLETION_COLUMNS}, next_settle_at) VALUES ({', '.join('?' * 21)})",
             (
                 c.workspace_id,
                 c.task_id,
@@ -321,7 +352,7 @@ class SqliteCompletionTx:
                 c.identity,
                 c.payload,
                 c.outcome.name,
-                c.result,
+                self._put_text(c.result),
                 c.run_id,
                 c.state_version,
                 c.checkpoint,
@@ -333,7 +364,7 @@ class SqliteCompletionTx:
                 c.lifecycle_event_sequence,
                 c.settled_at,
                 c.error_reason,
-                c.error_message,
+                self._put_text(c.error_message),
                 settle_at,
             ),
         )
@@ -356,7 +387,7 @@ class SqliteCompletionTx:
                 record.lifecycle_event_sequence,
                 record.settled_at,
                 record.error_reason,
-                record.error_message,
+                self._put_text(record.error_message),
                 record.workspace_id,
                 record.task_id,
                 record.generation,
@@ -372,21 +403,20 @@ class SqliteCompletionTx:
     def claim_due_settlements(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
         # One process owns the file: no claim is recorded (see the port).
         rows = self._db.execute(
-            f"SELECT {_COMPLETION_COLUMNS} FROM task_completions WHERE settlement = 'PENDING' AND next_settle_at <= ? "
+            f"SELECT {COMPLETION_COLUMNS} FROM task_completions WHERE settlement = 'PENDING' AND next_settle_at <= ? "
             "ORDER BY next_settle_at LIMIT ?",
             (now, limit),
         )
-        return [_completion_from_row(r) for r in rows]
+        return [self._completion(r) for r in rows]
 
     # -- events and audit -------------------------------------------------------------------
 
     def append_event(self, event: CompletionEvent) -> CompletionEvent:
         e = event
         row = self._db.execute(
-            "INSERT INTO completion_events (workspace_id, task_id, generation, kind, run_id, completion_id, outcome, "
-            "decision, lifecycle_revision, lifecycle_event_sequence, error_reason, error_message, committed_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING sequence",
+            f"INSERT INTO completion_events ({EVENT_COLUMNS}) VALUES ({', '.join('?' * 14)}) RETURNING sequence",
             (
+                self._next_number("completion_events"),
                 e.workspace_id,
                 e.task_id,
                 e.generation,
@@ -398,7 +428,7 @@ class SqliteCompletionTx:
                 e.lifecycle_revision,
                 e.lifecycle_event_sequence,
                 e.error_reason,
-                e.error_message,
+                self._put_text(e.error_message),
                 e.committed_at,
             ),
         ).fetchone()
@@ -409,23 +439,23 @@ class SqliteCompletionTx:
     ) -> list[CompletionEvent]:
         if task_id:
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM completion_events "
+                f"SELECT {EVENT_COLUMNS} FROM completion_events "
                 "WHERE workspace_id = ? AND task_id = ? AND sequence > ? ORDER BY sequence LIMIT ?"
             )
             params: tuple[object, ...] = (workspace_id, task_id, after_sequence, limit)
         else:
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM completion_events WHERE workspace_id = ? AND sequence > ? "
+                f"SELECT {EVENT_COLUMNS} FROM completion_events WHERE workspace_id = ? AND sequence > ? "
                 "ORDER BY sequence LIMIT ?"
             )
             params = (workspace_id, after_sequence, limit)
-        return [_event_from_row(r) for r in self._db.execute(sql, params)]
+        return [self._event(r) for r in self._db.execute(sql, params)]
 
     def insert_audit(self, entry: AuditEntry) -> None:
         self._db.execute(
-            "INSERT INTO audit_log (workspace_id, action, run_id, task_id, metadata, recorded_at, caller_subject, "
-            "caller_role) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO audit_log ({_AUDIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
+                self._next_number("audit_log"),
                 entry.workspace_id,
                 entry.action,
                 entry.run_id,
@@ -514,20 +544,20 @@ class SqliteCompletionTx:
             "WHERE workspace_id = ? AND task_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
             (workspace_id, task_id, after_sequence, limit),
         )
-        return [_session_event_from_row(r) for r in rows]
+        return [self._session_event(r) for r in rows]
 
     def insert_transcript_events(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
         self._db.executemany(
             f"INSERT INTO transcript_events (workspace_id, task_id, {_TRANSCRIPT_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(workspace_id, task_id, *_session_event_values(e)) for e in events],
+            [(workspace_id, task_id, *self._session_event_values(e)) for e in events],
         )
 
     def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None:
         self._db.executemany(
             f"INSERT INTO transcript_staging (import_id, {_TRANSCRIPT_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(import_id, *_session_event_values(e)) for e in events],
+            [(import_id, *self._session_event_values(e)) for e in events],
         )
 
     def move_staged_import(self, import_id: str, workspace_id: str, task_id: str) -> None:
@@ -536,7 +566,7 @@ class SqliteCompletionTx:
             f"SELECT ?, ?, {_TRANSCRIPT_COLUMNS} FROM transcript_staging WHERE import_id = ? ORDER BY sequence",
             (workspace_id, task_id, import_id),
         )
-        self.discard_import(import_id)
+        self._db.execute("DELETE FROM transcript_staging WHERE import_id = ?", (import_id,))
 
     def discard_import(self, import_id: str | None) -> None:
         if import_id is None:
@@ -544,123 +574,116 @@ class SqliteCompletionTx:
         else:
             self._db.execute("DELETE FROM transcript_staging WHERE import_id = ?", (import_id,))
 
+    # -- row mapping ------------------------------------------------------------------------
 
-# -- row mapping ------------------------------------------------------------------------------
+    def _run_values(self, run: RunRecord) -> tuple[object, ...]:
+        return (
+            run.workspace_id,
+            run.run_id,
+            run.task_id,
+            run.agent_id,
+            run.generation,
+            run.epoch,
+            run.claimed_at,
+            run.lease_expires_at,
+            run.finished_at,
+            run.outcome.name if run.outcome else None,
+            run.tokens_input,
+            run.tokens_output,
+            run.tokens_total,
+            self._put_text(run.notes),
+            int(run.notes_truncated),
+            self._put_text(run.error),
+            run.final_status.name if run.final_status else None,
+        )
 
+    def _run(self, r: Sequence[Any]) -> RunRecord:
+        return RunRecord(
+            workspace_id=r[0],
+            run_id=r[1],
+            task_id=r[2],
+            agent_id=r[3],
+            generation=r[4],
+            epoch=r[5],
+            claimed_at=r[6],
+            lease_expires_at=r[7],
+            finished_at=r[8],
+            outcome=RunOutcome[r[9]] if r[9] else None,
+            tokens_input=r[10],
+            tokens_output=r[11],
+            tokens_total=r[12],
+            notes=self._get_text(r[13]) or "",
+            notes_truncated=bool(r[14]),
+            error=self._get_text(r[15]) or "",
+            final_status=FinalStatus[r[16]] if r[16] else None,
+        )
 
-def _run_values(run: RunRecord) -> tuple[object, ...]:
-    return (
-        run.workspace_id,
-        run.run_id,
-        run.task_id,
-        run.agent_id,
-        run.generation,
-        run.epoch,
-        run.claimed_at,
-        run.lease_expires_at,
-        run.finished_at,
-        run.outcome.name if run.outcome else None,
-        run.tokens_input,
-        run.tokens_output,
-        run.tokens_total,
-        run.notes,
-        int(run.notes_truncated),
-        run.error,
-        run.final_status.name if run.final_status else None,
-    )
+    def _completion(self, r: Sequence[Any]) -> CompletionRecord:
+        return CompletionRecord(
+            workspace_id=r[0],
+            task_id=r[1],
+            generation=r[2],
+            completion_id=r[3],
+            identity=r[4],
+            payload=bytes(r[5]),
+            outcome=RequestedOutcome[r[6]],
+            result=self._get_text(r[7]),
+            run_id=r[8],
+            state_version=r[9],
+            checkpoint=r[10],
+            decision=decision_from_json(r[11]),
+            committed_at=r[12],
+            settlement=SettlementStatus[r[13]],
+            settle_attempts=r[14],
+            lifecycle_revision=r[15],
+            lifecycle_event_sequence=r[16],
+            settled_at=r[17],
+            error_reason=r[18],
+            error_message=self._get_text(r[19]),
+        )
 
+    def _event(self, r: Sequence[Any]) -> CompletionEvent:
+        return CompletionEvent(
+            sequence=r[0],
+            workspace_id=r[1],
+            task_id=r[2],
+            generation=r[3],
+            kind=CompletionEventKind[r[4]],
+            run_id=r[5],
+            completion_id=r[6],
+            outcome=RequestedOutcome[r[7]] if r[7] else None,
+            decision=decision_from_json(r[8]) if r[8] else None,
+            lifecycle_revision=r[9],
+            lifecycle_event_sequence=r[10],
+            error_reason=r[11],
+            error_message=self._get_text(r[12]),
+            committed_at=r[13],
+        )
 
-def _run_from_row(r: tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        workspace_id=r[0],
-        run_id=r[1],
-        task_id=r[2],
-        agent_id=r[3],
-        generation=r[4],
-        epoch=r[5],
-        claimed_at=r[6],
-        lease_expires_at=r[7],
-        finished_at=r[8],
-        outcome=RunOutcome[r[9]] if r[9] else None,
-        tokens_input=r[10],
-        tokens_output=r[11],
-        tokens_total=r[12],
-        notes=r[13] or "",
-        notes_truncated=bool(r[14]),
-        error=r[15] or "",
-        final_status=FinalStatus[r[16]] if r[16] else None,
-    )
+    def _session_event_values(self, e: SessionEvent) -> tuple[object, ...]:
+        return (
+            e.sequence,
+            e.generation,
+            e.kind.name,
+            e.ref,
+            self._put_text(e.name),
+            self._put_text(e.text),
+            int(e.is_error),
+            e.reason.name if e.reason else None,
+            int(e.synthetic),
+            e.recorded_at,
+        )
 
-
-def _completion_from_row(r: tuple[Any, ...]) -> CompletionRecord:
-    return CompletionRecord(
-        workspace_id=r[0],
-        task_id=r[1],
-        generation=r[2],
-        completion_id=r[3],
-        identity=r[4],
-        payload=bytes(r[5]),
-        outcome=RequestedOutcome[r[6]],
-        result=r[7],
-        run_id=r[8],
-        state_version=r[9],
-        checkpoint=r[10],
-        decision=decision_from_json(r[11]),
-        committed_at=r[12],
-        settlement=SettlementStatus[r[13]],
-        settle_attempts=r[14],
-        lifecycle_revision=r[15],
-        lifecycle_event_sequence=r[16],
-        settled_at=r[17],
-        error_reason=r[18],
-        error_message=r[19],
-    )
-
-
-def _event_from_row(r: tuple[Any, ...]) -> CompletionEvent:
-    return CompletionEvent(
-        sequence=r[0],
-        workspace_id=r[1],
-        task_id=r[2],
-        generation=r[3],
-        kind=CompletionEventKind[r[4]],
-        run_id=r[5],
-        completion_id=r[6],
-        outcome=RequestedOutcome[r[7]] if r[7] else None,
-        decision=decision_from_json(r[8]) if r[8] else None,
-        lifecycle_revision=r[9],
-        lifecycle_event_sequence=r[10],
-        error_reason=r[11],
-        error_message=r[12],
-        committed_at=r[13],
-    )
-
-
-def _session_event_values(e: SessionEvent) -> tuple[object, ...]:
-    return (
-        e.sequence,
-        e.generation,
-        e.kind.name,
-        e.ref,
-        e.name,
-        e.text,
-        int(e.is_error),
-        e.reason.name if e.reason else None,
-        int(e.synthetic),
-        e.recorded_at,
-    )
-
-
-def _session_event_from_row(r: tuple[Any, ...]) -> SessionEvent:
-    return SessionEvent(
-        sequence=r[0],
-        generation=r[1],
-        kind=EventKind[r[2]],
-        ref=r[3],
-        name=r[4],
-        text=r[5],
-        is_error=bool(r[6]),
-        reason=TurnEndReason[r[7]] if r[7] else None,
-        synthetic=bool(r[8]),
-        recorded_at=r[9],
-    )
+    def _session_event(self, r: Sequence[Any]) -> SessionEvent:
+        return SessionEvent(
+            sequence=r[0],
+            generation=r[1],
+            kind=EventKind[r[2]],
+            ref=r[3],
+            name=self._get_text(r[4]),
+            text=self._get_text(r[5]),
+            is_error=bool(r[6]),
+            reason=TurnEndReason[r[7]] if r[7] else None,
+            synthetic=bool(r[8]),
+            recorded_at=r[9],
+        )

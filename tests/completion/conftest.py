@@ -1,8 +1,10 @@
 """Fixtures of the completion tests: `backend`, a fresh `CompletionStore` of each
 storage adapter (tests/completion/backends.py) for the conformance suite; and both
-real servers (lifecycle and completion) on 127.0.0.1:0 in the test process, over
-SQLite files under tmp_path, sharing one manual clock, with short settle intervals
-and lifecycle deadlines so that the outbox tests are fast."""
+real servers (lifecycle and completion) on 127.0.0.1:0 in the test process, the
+lifecycle over a SQLite file under tmp_path and the completion service on each
+engine (`completion_engine`: a SQLite file, or a new PostgreSQL database), sharing
+one manual clock, with short settle intervals and lifecycle deadlines so that the
+outbox tests are fast."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
 from tests.completion.backends import BACKENDS
-from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel
+from tests.completion.e2e_support import CLOCK_START_MICROS, ENGINES, Funnel, completion_database
 
 
 @pytest.fixture(params=list(BACKENDS))
@@ -38,8 +40,14 @@ def manual_clock() -> ManualClock:
     return ManualClock(CLOCK_START_MICROS)
 
 
+@pytest.fixture(params=ENGINES)
+def completion_engine(request) -> str:
+    """The engine the completion servers of a test run on (each test runs on each)."""
+    return request.param
+
+
 @pytest.fixture
-async def start_funnel(tmp_path, manual_clock):
+async def start_funnel(tmp_path, manual_clock, completion_engine):
     """A factory: `f = await start_funnel(policy={...}, completion={...}, lifecycle={...})`
     starts a lifecycle server and a completion server pointed at it. `policy` is the
     parsed-TOML dict of `parse_policy`; `completion` / `lifecycle` override config
@@ -61,7 +69,7 @@ async def start_funnel(tmp_path, manual_clock):
         completion_config = dataclasses.replace(
             CompletionConfig(
                 listen="127.0.0.1:0",
-                database=str(tmp_path / f"completion-{n}.sqlite3"),
+                database=await completion_database(completion_engine, tmp_path, f"completion-{n}"),
                 security=credentials.server_security(),
                 outbound=credentials.outbound_security(),
                 lifecycle_timeout=1.0,

@@ -1,5 +1,10 @@
 """Client-side helpers for the completion gRPC tests: both real servers, typed
-shortcuts for the calls the story needs, error assertions and polling."""
+shortcuts for the calls the story needs, error assertions and polling.
+
+The completion service of these tests runs on each engine of ENGINES (the
+`completion_engine` fixture of tests/completion and tests/transcripts): a SQLite
+file under tmp_path, or a new, empty PostgreSQL database (tests/postgres.py). The
+lifecycle service stays on SQLite. `table_dump` and `damage` reach into either."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
+import psycopg
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
@@ -23,9 +29,11 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.grpc_errors import error_info, field_violations
+from funnel.runtime.postgres import SqliteStyle, is_postgres_url
 from lifecycle_service.server import LifecycleConfig, RunningLifecycle
 from lifecycle_service.server import start as start_lifecycle
 from tests import credentials
+from tests.postgres import fresh_database
 
 DOMAIN = "funnel.completion.v1"
 WS = "ws-1"
@@ -84,9 +92,34 @@ async def eventually(check: Callable[[], Awaitable], *, timeout: float = 10.0, c
         await asyncio.sleep(interval)
 
 
-def table_dump(path: str) -> dict[str, list[tuple]]:
-    """Every row of every table of a SQLite file, read through its own connection."""
-    db = sqlite3.connect(path)
+# The engines the completion service of the in-process tests runs on.
+ENGINES = ("sqlite", "postgresql")
+# The schema of the completion service's tables on PostgreSQL.
+COMPLETION_SCHEMA = "funnel_completion"
+
+
+async def completion_database(engine: str, tmp: Path, name: str) -> str:
+    """Where a completion service of a test keeps its data: a SQLite file under
+    `tmp` named `name`, or the URL of a new, empty PostgreSQL database."""
+    if engine == "postgresql":
+        return await asyncio.to_thread(fresh_database)
+    return str(tmp / f"{name}.sqlite3")
+
+
+def table_dump(database: str) -> dict[str, list[tuple]]:
+    """Every row of every table of a SQLite file, or of the completion schema of a
+    PostgreSQL database, read through its own connection."""
+    if is_postgres_url(database):
+        with psycopg.connect(database, autocommit=True) as conn:
+            tables = [r[0] for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY table_name",
+                (COMPLETION_SCHEMA,),
+            )]
+            return {
+                t: sorted(conn.execute(f'SELECT * FROM "{COMPLETION_SCHEMA}"."{t}"').fetchall(), key=repr)
+                for t in tables
+            }
+    db = sqlite3.connect(database)
     try:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
         return {t: sorted(db.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
@@ -94,10 +127,32 @@ def table_dump(path: str) -> dict[str, list[tuple]]:
         db.close()
 
 
+def query(database: str, sql: str, params: tuple = ()) -> list[tuple]:
+    """The rows of one statement with `?` placeholders, run on a completion database
+    through its own connection (autocommit)."""
+    if is_postgres_url(database):
+        with psycopg.connect(database, autocommit=True, options=f"-c search_path={COMPLETION_SCHEMA}") as conn:
+            cursor = SqliteStyle(conn).execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
+    db = sqlite3.connect(database)
+    try:
+        with db:
+            return db.execute(sql, params).fetchall()
+    finally:
+        db.close()
+
+
+def damage(database: str, sql: str, params: tuple = ()) -> None:
+    """Changes a completion database behind the service's back (a test that
+    corrupts a row on purpose)."""
+    query(database, sql, params)
+
+
 @dataclasses.dataclass
 class Funnel:
-    """Both services of one test, on port 0 over SQLite files under tmp_path, with
-    one manual clock, and client stubs for the default workspace."""
+    """Both services of one test, on port 0 over SQLite files under tmp_path (the
+    completion service's may be a PostgreSQL database instead), with one manual
+    clock, and client stubs for the default workspace."""
 
     clock: ManualClock
     tmp: Path

@@ -26,10 +26,12 @@ from tests.completion.e2e_support import (
     CALL_TIMEOUT,
     CLOCK_START_MICROS,
     DOMAIN,
+    ENGINES,
     OTHER_WS,
     WS,
     Code,
     Funnel,
+    completion_database,
     rejected,
     table_dump,
 )
@@ -55,14 +57,15 @@ class World:
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def world(tmp_path_factory) -> World:
+@pytest_asyncio.fixture(loop_scope="module", scope="module", params=ENGINES)
+async def world(request, tmp_path_factory) -> World:
     tmp = tmp_path_factory.mktemp("bad-input")
+    completion_db = await completion_database(request.param, tmp, "completion")
     f = Funnel(
         ManualClock(CLOCK_START_MICROS),
         tmp,
         LifecycleConfig(listen="127.0.0.1:0", database=str(tmp / "lifecycle.sqlite3"), health_interval=5.0),
-        CompletionConfig(listen="127.0.0.1:0", database=str(tmp / "completion.sqlite3"), lifecycle_timeout=1.0,
+        CompletionConfig(listen="127.0.0.1:0", database=completion_db, lifecycle_timeout=1.0,
                          settle_interval=0.05, health_interval=5.0),
         {},
     )

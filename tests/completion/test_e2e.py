@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 
 import grpc
 import pytest
@@ -28,6 +27,7 @@ from tests.completion.e2e_support import (
     WS,
     Code,
     Funnel,
+    damage,
     decisive_gate,
     eventually,
     gate,
@@ -356,13 +356,8 @@ async def test_a_corrupted_completion_fails_closed_with_an_alarm(funnel, caplog)
     f = funnel
     claim, answer = await commit_while_lifecycle_is_down(f)
     await f.start_lifecycle()
-    db = sqlite3.connect(f.completion_db)
-    try:
-        with db:
-            db.execute("UPDATE task_completions SET payload = ? WHERE completion_id = ?",
-                       (b"{}", answer.completion.completion_id))
-    finally:
-        db.close()
+    damage(f.completion_db, "UPDATE task_completions SET payload = ? WHERE completion_id = ?",
+           (b"{}", answer.completion.completion_id))
     before = table_dump(f.completion_db)
     with caplog.at_level(logging.ERROR, logger="completion_service"):
         error = await rejected(f.attempt(claim), Code.DATA_LOSS, "COMPLETION_CORRUPTED", metadata={"completion_id"})

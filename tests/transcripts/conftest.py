@@ -1,6 +1,8 @@
 """Fixtures of the transcript tests: both real servers (lifecycle and completion) on
-127.0.0.1:0 in the test process, over SQLite files under tmp_path, on one manual
-clock (the `Funnel` of tests/completion/e2e_support.py), plus a TranscriptService stub."""
+127.0.0.1:0 in the test process, the lifecycle over a SQLite file under tmp_path and
+the completion service on each engine (`completion_engine`: a SQLite file, or a new
+PostgreSQL database), on one manual clock (the `Funnel` of
+tests/completion/e2e_support.py), plus a TranscriptService stub."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from completion_service.server import CompletionConfig
 from funnel.completion.v1 import transcript_pb2_grpc
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
-from tests.completion.e2e_support import Funnel
+from tests.completion.e2e_support import ENGINES, Funnel, completion_database
 
 
 @dataclasses.dataclass
@@ -27,8 +29,14 @@ class Both:
         return self.f.completion.address
 
 
+@pytest.fixture(params=ENGINES)
+def completion_engine(request) -> str:
+    """The engine the completion server of a test runs on (each test runs on each)."""
+    return request.param
+
+
 @pytest.fixture
-async def both(tmp_path, clock) -> Both:
+async def both(tmp_path, clock, completion_engine) -> Both:
     lifecycle_config = LifecycleConfig(
         listen="127.0.0.1:0",
         database=str(tmp_path / "lifecycle.sqlite3"),
@@ -37,7 +45,7 @@ async def both(tmp_path, clock) -> Both:
     )
     completion_config = CompletionConfig(
         listen="127.0.0.1:0",
-        database=str(tmp_path / "completion.sqlite3"),
+        database=await completion_database(completion_engine, tmp_path, "completion"),
         security=credentials.server_security(),
         outbound=credentials.outbound_security(),
         lifecycle_timeout=2.0,

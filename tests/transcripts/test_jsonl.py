@@ -10,7 +10,6 @@ import asyncio
 import io
 import json
 import re
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from funnel.runtime.sqlite import CACHE_SIZE
 from funnel_cli.connection import Connection
 from funnel_cli.transcripts import export_transcript, import_transcript
 from tests import credentials
-from tests.completion.e2e_support import WS, Code, rejected, table_dump
+from tests.completion.e2e_support import WS, Code, query, rejected, table_dump
 from tests.transcripts.support import P, a_full_turn, append, body, export_bytes, import_bytes, load, load_all
 
 SECOND = 1_000_000
@@ -402,14 +401,10 @@ async def test_a_50_mb_file_is_streamed_in_bounded_memory(both, tmp_path, record
     page_cache = -CACHE_SIZE * 1024
     assert growth < 25 * MB + page_cache, f"peak RSS grew by {growth / MB:.1f} MB importing a {size / MB:.0f} MB file"
 
-    db = sqlite3.connect(both.f.completion_db)
-    try:
-        count, last = db.execute(
-            "SELECT count(*), max(sequence) FROM transcript_events WHERE task_id = 'big'"
-        ).fetchone()
-        staged = db.execute("SELECT count(*) FROM transcript_staging").fetchone()[0]
-    finally:
-        db.close()
+    [(count, last)] = query(
+        both.f.completion_db, "SELECT count(*), max(sequence) FROM transcript_events WHERE task_id = 'big'"
+    )
+    [(staged,)] = query(both.f.completion_db, "SELECT count(*) FROM transcript_staging")
     assert (count, last, staged) == (events, events, 0)
     page = await load(both.ts, "big", page_size=3)
     assert [body(e) for e in page.events] == ["turn_start", "assistant_message", "turn_end"]
