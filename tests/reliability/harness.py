@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import psycopg
 
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
+from funnel.runtime.postgres import SqliteStyle
 from funnel_cli.supervisor import ServiceProcess, completion_tls_arguments, lifecycle_tls_arguments, spawn
 from tests import credentials
 
@@ -66,7 +68,7 @@ class Exhausted(Exception):
 class Service:
     name: str
     module: str
-    database: Path
+    database: Path | PostgresSchema
     log_path: Path
     control: Path
     extra_args: list[str]
@@ -122,9 +124,11 @@ class Service:
 
 
 class Pair:
-    """Both services over SQLite files in `directory`, and client stubs to them."""
+    """Both services over SQLite files in `directory` (or, given `database_url`,
+    both on that PostgreSQL database, each in its schema), and client stubs to them."""
 
-    def __init__(self, directory: Path, *, lifecycle_args: list[str] = (), completion_args: list[str] = ()) -> None:
+    def __init__(self, directory: Path, *, lifecycle_args: list[str] = (), completion_args: list[str] = (),
+                 database_url: str | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         policy = directory / "policy.toml"
@@ -132,7 +136,7 @@ class Pair:
         self.lifecycle = Service(
             "lifecycle_service",
             "lifecycle_service",
-            directory / "lifecycle.sqlite3",
+            PostgresSchema(database_url, "funnel_lifecycle") if database_url else directory / "lifecycle.sqlite3",
             directory / "lifecycle.log",
             directory / "lifecycle.faults",
             [],
@@ -141,7 +145,7 @@ class Pair:
         self.completion = Service(
             "completion_service",
             "completion_service",
-            directory / "completion.sqlite3",
+            PostgresSchema(database_url, "funnel_completion") if database_url else directory / "completion.sqlite3",
             directory / "completion.log",
             directory / "completion.faults",
             [],
@@ -245,9 +249,40 @@ def retryable(error: grpc.aio.AioRpcError) -> bool:
     )
 
 
-def read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection to a live service's database (WAL: readers never block it)."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+@dataclass(frozen=True)
+class PostgresSchema:
+    """A service's database on PostgreSQL: the URL and the service's schema."""
+
+    url: str
+    schema: str
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class PostgresReader:
+    """What the checks need of a read-only sqlite3 connection (`execute` with `?`
+    placeholders, iterable results, `close`), over one PostgreSQL snapshot."""
+
+    def __init__(self, location: PostgresSchema) -> None:
+        self._conn = psycopg.connect(location.url, autocommit=False, options=f"-c search_path={location.schema}")
+        self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._sql = SqliteStyle(self._conn)
+
+    def execute(self, sql: str, params: tuple = ()) -> psycopg.Cursor:
+        return self._sql.execute(sql, params)
+
+    def close(self) -> None:
+        self._conn.rollback()
+        self._conn.close()
+
+
+def read_only(database: Path | PostgresSchema) -> sqlite3.Connection | PostgresReader:
+    """A read-only connection to a live service's database (WAL: readers never
+    block it; PostgreSQL: one snapshot)."""
+    if isinstance(database, PostgresSchema):
+        return PostgresReader(database)
+    db = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
     db.execute("PRAGMA query_only=ON")
     return db
 

@@ -9,7 +9,10 @@ One process pair per point serves all its seeds, each seed in its own workspace;
 only a crashed process restarts. The fault plan is re-armed through the
 processes' fault control files.
 
-CI runs FUNNEL_CRASH_SEEDS (default 20) seeds per point. The long form:
+The matrix runs on SQLite and on PostgreSQL (both services on one throwaway
+database, tests/postgres.py). CI runs FUNNEL_CRASH_SEEDS (default 20) seeds per
+point on SQLite and FUNNEL_CRASH_SEEDS_POSTGRESQL (default 5) on PostgreSQL. The
+long form:
 
     FUNNEL_CRASH_SEEDS=300 .venv/bin/python -m pytest tests/reliability/test_crash_matrix.py -n 2
 
@@ -29,10 +32,14 @@ import time
 import pytest
 
 from funnel.runtime.faults import POINTS
+from tests.postgres import fresh_database
 from tests.reliability.harness import Pair
 from tests.reliability.workload import Findings, Workload, check, check_watchers, drain, pending
 
-SEEDS = int(os.environ.get("FUNNEL_CRASH_SEEDS", "20"))
+SEEDS = {
+    "sqlite": int(os.environ.get("FUNNEL_CRASH_SEEDS", "20")),
+    "postgresql": int(os.environ.get("FUNNEL_CRASH_SEEDS_POSTGRESQL", "5")),
+}
 SEED_BASE = int(os.environ.get("FUNNEL_CRASH_SEED_BASE", "0"))
 # A run that takes longer than this has hung: the test fails instead of CI.
 RUN_TIMEOUT = 60.0
@@ -63,16 +70,18 @@ def plan_for(point: str, seed: int) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", sorted(SEEDS))
 @pytest.mark.parametrize("point", sorted(PLANS))
-async def test_crash_point(point, tmp_path, record_property):
-    pair = await Pair(tmp_path / "pair").start()
+async def test_crash_point(point, backend, tmp_path, record_property):
+    url = await asyncio.to_thread(fresh_database) if backend == "postgresql" else None
+    pair = await Pair(tmp_path / "pair", database_url=url).start()
     target = pair.service(point)
-    totals = {"point": point, "runs": 0, "faults": 0, "crashes": 0, "drops": 0, "lost": 0, "duplicated": 0,
-              "unknown_calls": 0, "seconds": 0.0}
+    totals = {"point": f"{point} ({backend})", "runs": 0, "faults": 0, "crashes": 0, "drops": 0, "lost": 0,
+              "duplicated": 0, "unknown_calls": 0, "seconds": 0.0}
     violations: list[str] = []
     started = time.monotonic()
     try:
-        for seed in range(SEED_BASE, SEED_BASE + SEEDS):
+        for seed in range(SEED_BASE, SEED_BASE + SEEDS[backend]):
             workspace = f"ws-{seed}"
             fired_before = pair.lifecycle.faults_fired() + pair.completion.faults_fired()
             crashes_before = pair.crashes
