@@ -26,6 +26,7 @@ from funnel.auth.pki import ensure_local_pki
 from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE
 from funnel.auth.tls import is_loopback
 from funnel.auth.tokens import SigningKeyError
+from funnel.runtime.postgres import redacted
 from funnel.runtime.validation import id_problem
 from funnel_cli import connection as conn
 from funnel_cli import operate
@@ -58,6 +59,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"127.0.0.1:{args.lifecycle_port}",
             f"127.0.0.1:{args.completion_port}",
             args.policy_file or _default_policy(),
+            database_url=args.database,
         )
     except StartupFailed as exc:
         print(f"funnel up: {exc}", file=sys.stderr)
@@ -73,11 +75,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         connection = conn.from_arguments(args)
         asyncio.run(_wait_both(connection, lifecycle.address, completion.address))
-        print(
-            f"lifecycle_service   {lifecycle.address}   (SQLite {data_dir / 'lifecycle.sqlite3'}; TLS, client "
-            "certificates)"
-        )
-        print(f"completion_service  {completion.address}   (SQLite {data_dir / 'completion.sqlite3'}; TLS)")
+        where = {
+            name: f"PostgreSQL {redacted(args.database)}, schema funnel_{name}" if args.database
+            else f"SQLite {data_dir / (name + '.sqlite3')}"
+            for name in ("lifecycle", "completion")
+        }
+        print(f"lifecycle_service   {lifecycle.address}   ({where['lifecycle']}; TLS, client certificates)")
+        print(f"completion_service  {completion.address}   ({where['completion']}; TLS)")
         print(f"CA, certificates and the token signing key in {data_dir / 'tls'}; `funnel token issue` makes tokens.")
         print(f"logs in {data_dir}/*.log; both SERVING. Ctrl-C stops both.", flush=True)
         if args.demo:
@@ -246,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--completion-port", type=int, default=50052)
     up.add_argument("--policy-file", help="gate policy TOML (default: the demo policy)")
     up.add_argument("--demo", action="store_true", help="walk one task through the story once both serve")
+    up.add_argument("--database", default=os.environ.get("FUNNEL_DATABASE"), metavar="postgresql://…",
+                    help="run both services on this PostgreSQL database, each in its own schema, instead of "
+                    "SQLite files in --data-dir (FUNNEL_DATABASE)")
     conn.add_arguments(up)
     up.set_defaults(run=cmd_up)
     demo = commands.add_parser("demo", help="walk one task through the story against running services")

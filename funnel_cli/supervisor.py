@@ -153,8 +153,10 @@ def start_pair(
     extra_lifecycle: Sequence[str] = (),
     extra_completion: Sequence[str] = (),
     env: dict | None = None,
+    database_url: str | None = None,
 ) -> tuple[ServiceProcess, ServiceProcess]:
-    """Both services over SQLite files in `data_dir`, with TLS between them and
+    """Both services over SQLite files in `data_dir` (or both on the PostgreSQL
+    database `database_url`, each in its own schema), with TLS between them and
     tokens for callers, from the local PKI in `data_dir/tls` (created on first start)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     pki = ensure_local_pki(data_dir / "tls")
@@ -163,7 +165,7 @@ def start_pair(
         "lifecycle_service",
         [
             "--listen", lifecycle_listen,
-            "--database", str(data_dir / "lifecycle.sqlite3"),
+            "--database", database_url or str(data_dir / "lifecycle.sqlite3"),
             *lifecycle_tls_arguments(pki),
             *extra_lifecycle,
         ],
@@ -178,7 +180,7 @@ def start_pair(
                 "--listen",
                 completion_listen,
                 "--database",
-                str(data_dir / "completion.sqlite3"),
+                database_url or str(data_dir / "completion.sqlite3"),
                 "--lifecycle-address",
                 lifecycle.address,
                 "--policy-file",

@@ -1,5 +1,7 @@
 """The README's first quick-start command, as a user runs it: `funnel up --demo`
-starts both services as processes, walks the story, and stops cleanly on Ctrl-C."""
+starts both services as processes, walks the story, and stops cleanly on Ctrl-C,
+on SQLite files and (`--database postgresql://…`, the README's PostgreSQL quick
+start) on one PostgreSQL database."""
 
 import os
 import signal
@@ -8,13 +10,20 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from tests.postgres import fresh_database
+
 FUNNEL = Path(sys.executable).parent / "funnel"
 
 
-def test_funnel_up_demo_tells_the_whole_story_and_stops_cleanly_on_ctrl_c(tmp_path):
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_funnel_up_demo_tells_the_whole_story_and_stops_cleanly_on_ctrl_c(tmp_path, backend):
     data = tmp_path / "data"
+    database = ["--database", fresh_database()] if backend == "postgresql" else []
     process = subprocess.Popen(
-        [str(FUNNEL), "up", "--demo", "--data-dir", str(data), "--lifecycle-port", "0", "--completion-port", "0"],
+        [str(FUNNEL), "up", "--demo", "--data-dir", str(data), "--lifecycle-port", "0", "--completion-port", "0",
+         *database],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -44,7 +53,12 @@ def test_funnel_up_demo_tells_the_whole_story_and_stops_cleanly_on_ctrl_c(tmp_pa
     assert "transitioned to terminal COMPLETED" in output
     assert "final status DONE" in output
     assert "stopped (exit codes 0, 0)" in output
-    assert (data / "lifecycle.sqlite3").exists() and (data / "completion.sqlite3").exists()
+    files = (data / "lifecycle.sqlite3").exists(), (data / "completion.sqlite3").exists()
+    if backend == "postgresql":
+        assert files == (False, False)
+        assert "(PostgreSQL " in output and "schema funnel_completion" in output
+    else:
+        assert files == (True, True)
 
 
 def test_funnel_up_reports_a_busy_port_instead_of_hanging(tmp_path):
