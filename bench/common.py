@@ -253,10 +253,12 @@ def write_policy(data_dir: Path) -> Path:
 
 
 def start_services(
-    data_dir: Path, extra_lifecycle: list[str] = (), extra_completion: list[str] = (), pki=None
+    data_dir: Path, extra_lifecycle: list[str] = (), extra_completion: list[str] = (), pki=None,
+    database_url: str | None = None,
 ) -> Services:
     """Starts lifecycle_service and completion_service as processes on file SQLite
-    in data_dir (ports chosen by the OS), secured as in production with the local PKI
+    in data_dir (or both on the PostgreSQL database `database_url`; ports chosen by
+    the OS), secured as in production with the local PKI
     `pki` (default: data_dir/tls), and measures each one's time from spawn to SERVING
     on the standard health service (over TLS, with the client certificate where the
     listener requires one)."""
@@ -277,7 +279,7 @@ def start_services(
         "lifecycle_service",
         [
             "--listen", "127.0.0.1:0",
-            "--database", str(data_dir / "lifecycle.sqlite3"),
+            "--database", database_url or str(data_dir / "lifecycle.sqlite3"),
             *lifecycle_arguments(pki),
             *extra_lifecycle,
         ],
@@ -298,7 +300,7 @@ def start_services(
                 "--listen",
                 "127.0.0.1:0",
                 "--database",
-                str(data_dir / "completion.sqlite3"),
+                database_url or str(data_dir / "completion.sqlite3"),
                 "--lifecycle-address",
                 lifecycle.address,
                 "--policy-file",
@@ -314,3 +316,26 @@ def start_services(
         raise
     completion_startup = time.monotonic() - t1
     return Services(lifecycle, completion, lifecycle_startup, completion_startup, str(pki.directory))
+
+
+def embedded_postgres(directory: Path) -> str:
+    """A PostgreSQL 16 for the benchmark from the pgserver wheel (the test extra),
+    with its default durability (fsync, synchronous commit), like a production
+    server: the test suite's throwaway server turns those off, so it is not used
+    here. Stopped when the benchmark exits."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="funnel-bench-run-"))
+    import pgserver
+    import psycopg
+
+    server = pgserver.get_server(directory, cleanup_mode="stop")
+    url = str(server.get_uri())
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS bench")
+        conn.execute("CREATE DATABASE bench")
+        settings = dict(conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')").fetchall())
+    assert settings == {"fsync": "on", "synchronous_commit": "on"}, settings
+    return url.replace("/postgres?", "/bench?", 1)

@@ -17,6 +17,7 @@ import asyncio
 import os
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -121,6 +122,8 @@ if __name__ == "__main__":
     if args.url:
         url = args.url
     else:
-        from tests.postgres import fresh_database
-        url = fresh_database()
+        import tempfile
+
+        from bench.common import embedded_postgres
+        url = embedded_postgres(Path(tempfile.mkdtemp(prefix="funnel-pg-driver-")))
     asyncio.run(main(url, args.transactions, [int(n) for n in args.concurrency.split(",")]))

@@ -3,7 +3,8 @@ shape, on this machine, in one run. See bench/README.md.
 
     .venv/bin/python bench/run.py [--seconds 10] [--concurrency 1,16,64]
                                   [--workload attempt,story] [--baseline-only]
-                                  [--tasks-preload N [--compare-empty]] [--json out.json]
+                                  [--tasks-preload N [--compare-empty]] [--postgresql [URL]]
+                                  [--json out.json]
 """
 
 from __future__ import annotations
@@ -288,9 +289,10 @@ def run_funnel(
     prep_max_s: float,
     verify: dict | None,
     pki,
+    database_url: str | None = None,
 ) -> dict:
-    log(f"starting the services on {data_dir} ...")
-    services: Services = start_services(data_dir, pki=pki)
+    log(f"starting the services on {'PostgreSQL' if database_url else data_dir} ...")
+    services: Services = start_services(data_dir, pki=pki, database_url=database_url)
     phase: dict = {
         "startup_s": {"lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s},
         "results": {},
@@ -351,7 +353,9 @@ def run_funnel(
         }
     finally:
         services.stop()
-    phase["database_mb"] = database_sizes(data_dir)
+    if database_url is None:
+        phase["database_mb"] = database_sizes(data_dir)
+    phase["backend"] = "PostgreSQL 16 (its server's CPU not counted)" if database_url else "file SQLite"
     return phase
 
 
@@ -447,8 +451,8 @@ def print_report(report: dict) -> None:
 
     for phase_name, phase in report.get("phases", {}).items():
         print(
-            f"\nfunnel ({phase_name} databases): client -> completion_service -> lifecycle_service, file SQLite, "
-            "TLS (mTLS to lifecycle), JWT auth"
+            f"\nfunnel ({phase_name}): client -> completion_service -> lifecycle_service, "
+            f"{phase.get('backend', 'file SQLite')}, TLS (mTLS to lifecycle), JWT auth"
         )
         startup = phase["startup_s"]
         print(
@@ -483,6 +487,16 @@ def print_report(report: dict) -> None:
         if sizes:
             print("  database files after the run: " + ", ".join(f"{n} {s:.0f} MiB" for n, s in sizes.items()))
 
+    phases = report.get("phases", {})
+    if "postgresql" in phases and "empty" in phases:
+        print("\nPostgreSQL beside SQLite, same run (ops/s, p99 ms):")
+        for workload, by_c in phases["postgresql"]["results"].items():
+            for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):
+                e = phases["empty"]["results"].get(workload, {}).get(c)
+                if e and e["ops_per_s"]:
+                    print(f"  {workload:<8} {int(c):>3} in flight: SQLite {e['ops_per_s']:7.0f} ({e['p99_ms']:.1f}), "
+                          f"PostgreSQL {r['ops_per_s']:7.0f} ({r['p99_ms']:.1f}), "
+                          f"ratio {r['ops_per_s'] / e['ops_per_s']:.2f}x")
     print_targets(report)
 
 
@@ -592,6 +606,11 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir", default=None, help="where the databases and service logs go (default: a temp dir)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.add_argument(
+        "--postgresql", nargs="?", const="embedded", metavar="URL",
+        help="also measure both services on PostgreSQL, beside SQLite in the same run: a throwaway server "
+        "(pgserver wheel, the test extra) or the database URL given",
+    )
     parser.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
     args = parser.parse_args(argv)
 
@@ -640,6 +659,15 @@ def main(argv: list[str] | None = None) -> int:
             phases.append(("preloaded", main_dir, report["preload"]["sample_clone"]))
         else:
             phases.append(("empty", main_dir, None))
+        database_urls: dict[str, str] = {}
+        if args.postgresql:
+            if args.postgresql == "embedded":
+                from bench.common import embedded_postgres
+
+                database_urls["postgresql"] = embedded_postgres(data_dir / "pgdata")
+            else:
+                database_urls["postgresql"] = args.postgresql
+            phases.append(("postgresql", data_dir / "postgresql", None))
 
         baseline: dict = {}
         if not args.no_baseline:
@@ -655,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     report["phases"][name] = run_funnel(
                         directory, workloads, concurrencies, args.seconds, request_ids, baseline,
-                        args.attempt_pool, prep_max_s, verify, pki,
+                        args.attempt_pool, prep_max_s, verify, pki, database_urls.get(name),
                     )
                 except Interrupted as stop:
                     report["phases"][name] = stop.phase
