@@ -1,0 +1,273 @@
+"""Two replicas of each service on one PostgreSQL database, clients spreading
+calls over them: concurrent claims, attempts, cancellations and resumes on shared
+tasks, and one replica of each service killed with SIGKILL mid-burst and
+restarted. Afterwards every guarantee must still hold across the replicas:
+exactly one terminal event per generation, every committed completion settled
+exactly once or recorded as rejected, and a watcher on each replica saw the same
+gapless sequence of events (the killed one's watcher resumed from its cursor)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+import time
+import uuid
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.grpc_errors import error_info
+from tests.postgres import fresh_database
+from tests.replicas.cluster import Cluster
+
+WS = "ws-replicas"
+TASKS = [f"task-{n}" for n in range(12)]
+AGENTS = ["agent-a", "agent-b", "agent-c"]
+WORKERS = 12
+BURST = 14.0  # seconds of workload
+KILL_AT, RESTART_AT = 4.0, 7.0
+CALL_TIMEOUT = 5.0
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+class Clients:
+    """Spreads each call over the replicas; a call that finds its replica down
+    goes to another with the same request (so the same request_id)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.calls = 0
+        self.moved = 0
+        self.reasons: collections.Counter[str] = collections.Counter()
+
+    async def call(self, service: str, invoke, window: float = 60.0):
+        """The response, or the AioRpcError of a refusal (never a transport failure)."""
+        count = len(self.cluster.lifecycles)
+        deadline = time.monotonic() + window
+        order = random.sample(range(count), count)
+        attempt = 0
+        while True:
+            replica = order[attempt % count]
+            stub = self.cluster.lifecycle(replica) if service == "lifecycle" else self.cluster.completion(replica)
+            self.calls += 1
+            try:
+                return await invoke(stub)
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in RETRYABLE:
+                    info = error_info(error)
+                    assert error.code() not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL), error.details()
+                    assert info is not None, (error.code(), error.details())
+                    self.reasons[info.reason] += 1
+                    return error
+            self.moved += 1
+            attempt += 1
+            assert time.monotonic() < deadline, "no replica answered"
+            await asyncio.sleep(0.05)
+
+
+def rid() -> str:
+    return uuid.uuid4().hex
+
+
+async def work_on(clients: Clients, task_id: str, stats: collections.Counter) -> None:
+    """One random step on a shared task. Each request is built once, with its
+    request_id, so that a retry on another replica is the same request."""
+    choice = random.random()
+    if choice < 0.6:
+        claim_request = cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id=random.choice(AGENTS),
+                                             lease_ttl=Duration(seconds=20), request_id=rid())
+        claim = await clients.call("completion", lambda s: s.ClaimTask(claim_request, timeout=CALL_TIMEOUT))
+        if isinstance(claim, grpc.aio.AioRpcError):
+            return
+        stats["claims"] += 1
+        run = claim.run
+        evidence = cpb.RecordEvidenceRequest(workspace_id=WS, task_id=task_id, generation=run.generation,
+                                             kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED, run_id=run.run_id,
+                                             request_id=rid())
+        await clients.call("completion", lambda s: s.RecordEvidence(evidence, timeout=CALL_TIMEOUT))
+        attempt_request = cpb.AttemptCompletionRequest(workspace_id=WS, task_id=task_id, run_id=run.run_id,
+                                                       epoch=claim.lease.epoch, result="done", request_id=rid(),
+                                                       outcome=cpb.REQUESTED_OUTCOME_COMPLETED)
+        attempt = await clients.call("completion", lambda s: s.AttemptCompletion(attempt_request,
+                                                                                  timeout=CALL_TIMEOUT))
+        if not isinstance(attempt, grpc.aio.AioRpcError):
+            stats["attempts"] += 1
+            if attempt.decision.next_action == cpb.AGENT_ACTION_REPORT_COMPLETE:
+                assert attempt.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED  # binding answers
+        close = cpb.CompleteRunRequest(workspace_id=WS, run_id=run.run_id, request_id=rid(),
+                                       outcome=random.choice([cpb.RUN_OUTCOME_SUCCEEDED, cpb.RUN_OUTCOME_STALLED]))
+        await clients.call("completion", lambda s: s.CompleteRun(close, timeout=CALL_TIMEOUT))
+        return
+    read = lpb.GetTaskRequest(workspace_id=WS, task_id=task_id)
+    task = (await clients.call("lifecycle", lambda s: s.GetTask(read, timeout=CALL_TIMEOUT))).task
+    if task.state == lpb.GENERATION_STATE_TERMINAL:
+        resume = lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id=task_id, generation=task.generation + 1,
+                                                 expected_revision=task.revision, request_id=rid())
+        resumed = await clients.call("lifecycle", lambda s: s.ResumeWithGeneration(resume, timeout=CALL_TIMEOUT))
+        stats["resumes"] += not isinstance(resumed, grpc.aio.AioRpcError)
+    elif choice < 0.8:
+        fence = lpb.RequestCancellationRequest(workspace_id=WS, task_id=task_id, generation=task.generation,
+                                               request_id=rid())
+        fenced = await clients.call("lifecycle", lambda s: s.RequestCancellation(fence, timeout=CALL_TIMEOUT))
+        if not isinstance(fenced, grpc.aio.AioRpcError):
+            stats["cancellations"] += 1
+            settle = lpb.SettleCancellationRequest(workspace_id=WS, task_id=task_id, generation=task.generation,
+                                                   request_id=rid())
+            await clients.call("lifecycle", lambda s: s.SettleCancellation(settle, timeout=CALL_TIMEOUT))
+
+
+class Watcher:
+    """A watch stream of one service on one replica, resumed from its cursor
+    whenever it breaks."""
+
+    def __init__(self, cluster: Cluster, service: str, replica: int) -> None:
+        self.cluster = cluster
+        self.service = service
+        self.replica = replica
+        self.events: list = []
+        self.breaks = 0
+
+    @property
+    def cursor(self) -> int:
+        return self.events[-1].sequence if self.events else 0
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if self.service == "lifecycle":
+                    stream = self.cluster.lifecycle(self.replica).WatchLifecycleEvents(
+                        lpb.WatchLifecycleEventsRequest(workspace_id=WS, after_sequence=self.cursor))
+                else:
+                    stream = self.cluster.completion(self.replica).WatchCompletionEvents(
+                        cpb.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=self.cursor))
+                async for message in stream:
+                    self.events.append(message.event)
+            except grpc.aio.AioRpcError:
+                self.breaks += 1
+                await asyncio.sleep(0.1)
+
+
+async def all_completions(clients: Clients) -> list[cpb.Completion]:
+    found, token = [], ""
+    while True:
+        page = await clients.call("completion", lambda s, t=token: s.ListCompletions(
+            cpb.ListCompletionsRequest(workspace_id=WS, page_size=500, page_token=t), timeout=CALL_TIMEOUT))
+        found += page.completions
+        token = page.next_page_token
+        if not token:
+            return found
+
+
+async def last_completion_sequence(clients: Clients) -> int:
+    """The sequence of the workspace's last completion event (its events are numbered 1..N)."""
+    last, cursor = 0, 0
+    while True:
+        page = await clients.call("completion", lambda s, c=cursor: s.ListCompletionEvents(
+            cpb.ListCompletionEventsRequest(workspace_id=WS, after_sequence=c, page_size=500),
+            timeout=CALL_TIMEOUT))
+        if not page.events:
+            return last
+        last = cursor = page.events[-1].sequence
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    url = await asyncio.to_thread(fresh_database)
+    started = Cluster(tmp_path, url).start()
+    try:
+        yield started
+    finally:
+        await started.stop()
+
+
+async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(cluster):
+    clients = Clients(cluster)
+    for task_id in TASKS:
+        register = lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id, request_id=f"register-{task_id}")
+        await clients.call("lifecycle", lambda s, r=register: s.RegisterTask(r, timeout=CALL_TIMEOUT))
+    watchers = [Watcher(cluster, "lifecycle", n) for n in range(2)]
+    completion_watchers = [Watcher(cluster, "completion", n) for n in range(2)]
+    watching = [asyncio.create_task(w.run()) for w in watchers + completion_watchers]
+    stats: collections.Counter[str] = collections.Counter()
+    started = time.monotonic()
+
+    async def worker() -> None:
+        while time.monotonic() - started < BURST:
+            await work_on(clients, random.choice(TASKS), stats)
+
+    async def chaos() -> None:
+        await asyncio.sleep(KILL_AT)
+        cluster.lifecycles[0].kill()
+        cluster.completions[0].kill()
+        stats["kills"] += 2
+        await asyncio.sleep(RESTART_AT - KILL_AT)
+        await cluster.restart(cluster.lifecycles[0])
+        await cluster.restart(cluster.completions[0])
+
+    try:
+        await asyncio.gather(chaos(), *(worker() for _ in range(WORKERS)))
+        # Let the outboxes finish: no completion may stay pending.
+        deadline = time.monotonic() + 60
+        while True:
+            completions = await all_completions(clients)
+            pending = [c for c in completions if c.settlement == cpb.SETTLEMENT_STATUS_PENDING]
+            if not pending:
+                break
+            assert time.monotonic() < deadline, f"{len(pending)} completions still pending"
+            await asyncio.sleep(0.2)
+        tasks = {}
+        for task_id in TASKS:
+            tasks[task_id] = (await clients.call("lifecycle", lambda s, t=task_id: s.GetTask(
+                lpb.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT))).task
+        # Every event is delivered to both watchers (the restarted one resumes from its cursor).
+        total = sum(task.revision for task in tasks.values())
+        completion_total = await last_completion_sequence(clients)
+        deadline = time.monotonic() + 30
+        while any(len(w.events) < total for w in watchers) or any(
+            len(w.events) < completion_total for w in completion_watchers
+        ):
+            assert time.monotonic() < deadline, [len(w.events) for w in watchers + completion_watchers]
+            await asyncio.sleep(0.1)
+    finally:
+        for task in watching:
+            task.cancel()
+        await asyncio.gather(*watching, return_exceptions=True)
+
+    sequences = [[event.sequence for event in w.events] for w in watchers]
+    assert sequences[0] == sequences[1] == list(range(1, total + 1)), "gapless and identical on every replica"
+    completion_sequences = [[event.sequence for event in w.events] for w in completion_watchers]
+    assert completion_sequences[0] == completion_sequences[1] == list(range(1, completion_total + 1))
+    events = watchers[1].events
+    assert watchers[0].breaks >= 1 and completion_watchers[0].breaks >= 1  # their replicas were killed under them
+    terminal = collections.Counter(
+        (e.task_id, e.generation) for e in events
+        if e.to_state == lpb.GENERATION_STATE_TERMINAL and e.from_state != lpb.GENERATION_STATE_TERMINAL
+    )
+    for task_id, task in tasks.items():
+        for generation in range(1, task.generation + 1):
+            expected = 1 if generation < task.generation or task.state == lpb.GENERATION_STATE_TERMINAL else 0
+            assert terminal[(task_id, generation)] == expected, (task_id, generation)
+    settled_by_lifecycle = collections.Counter(e.completion_id for e in events if e.completion_id)
+    closing = collections.Counter(
+        e.completion_id for e in completion_watchers[1].events
+        if e.kind in (cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR)
+    )
+    outcomes = collections.Counter()
+    for completion in completions:
+        assert closing[completion.completion_id] == 1, completion.completion_id  # one terminal completion event
+        outcomes[cpb.SettlementStatus.Name(completion.settlement)] += 1
+        if completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED:
+            assert settled_by_lifecycle[completion.completion_id] == 1, completion.completion_id
+        else:
+            assert completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
+            assert settled_by_lifecycle[completion.completion_id] == 0
+    assert stats["kills"] == 2 and outcomes["SETTLEMENT_STATUS_SETTLED"] >= 1
+    print(f"\nreplicas: {clients.calls} calls ({clients.moved} moved to another replica), {stats['kills']} kills, "
+          f"{stats['claims']} claims, {stats['attempts']} attempts, {stats['cancellations']} cancellations, "
+          f"{stats['resumes']} resumes; completions {dict(outcomes)}; {len(events)} events checked on 2 watchers; "
+          f"refusals {dict(clients.reasons.most_common(6))}; "
+          f"{completion_total} completion events checked on 2 watchers")
