@@ -121,13 +121,7 @@ class PostgresCompletionStore:
 
     async def latest_sequence(self) -> int:
         """The sequence of the last committed completion event (0 before the first)."""
-
-        def latest(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute("SELECT coalesce(max(sequence), 0) FROM completion_events").fetchone()
-            assert row is not None, "an aggregate returns a row"
-            return int(row[0])
-
-        return await self._database.read(latest)
+        return await self._database.last_sequence("completion_events")
 
     async def events_since(self, after_sequence: int, limit: int) -> list[CompletionEvent]:
         """Committed completion events of every workspace after `after_sequence`, by sequence."""

@@ -219,20 +219,8 @@ class SqliteCompletionTx:
             "UPDATE agent_runs SET lease_expires_at = ?, finished_at = ?, outcome = ?, tokens_input = ?, "
             "tokens_output = ?, tokens_total = ?, notes = ?, notes_truncated = ?, error = ?, final_status = ? "
             "WHERE workspace_id = ? AND run_id = ?",
-            (
-                run.lease_expires_at,
-                run.finished_at,
-                run.outcome.name if run.outcome else None,
-                run.tokens_input,
-                run.tokens_output,
-                run.tokens_total,
-                self._put_text(run.notes),
-                int(run.notes_truncated),
-                self._put_text(run.error),
-                run.final_status.name if run.final_status else None,
-                run.workspace_id,
-                run.run_id,
-            ),
+            # The columns from lease_expires_at on, as _run_values orders them.
+            (*self._run_values(run)[7:], run.workspace_id, run.run_id),
         )
 
     def claim_stalled_runs(self, expired_before: int, limit: int) -> list[RunRecord]:

@@ -183,6 +183,17 @@ class PostgresDatabase:
 
         return await self._in_thread(run)
 
+    async def last_sequence(self, table: str) -> int:
+        """The largest `sequence` of an event table (0 while it is empty): where a
+        replica's tail (funnel.runtime.tail) starts."""
+
+        def last(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(f"SELECT coalesce(max(sequence), 0) FROM {table}").fetchone()
+            assert row is not None, "an aggregate returns a row"
+            return int(row[0])
+
+        return await self.read(last)
+
     async def check_writable(self) -> None:
         def probe() -> None:
             try:

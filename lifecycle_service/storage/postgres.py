@@ -84,13 +84,7 @@ class PostgresLifecycleStore:
 
     async def latest_sequence(self) -> int:
         """The sequence of the last committed event (0 before the first)."""
-
-        def latest(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute("SELECT coalesce(max(sequence), 0) FROM lifecycle_events").fetchone()
-            assert row is not None, "an aggregate returns a row"
-            return int(row[0])
-
-        return await self._database.read(latest)
+        return await self._database.last_sequence("lifecycle_events")
 
     async def events_since(self, after_sequence: int, limit: int) -> list[LifecycleEvent]:
         """Committed events of every workspace after `after_sequence`, by sequence."""
