@@ -63,6 +63,8 @@ class AttemptCommand:
     render: Callable[[AttemptOutcome], bytes] | None = None
     # The id a completion this attempt commits gets (filled in by the shell).
     completion_id: str = ""
+    # The attempt's W3C traceparent, stored with the completion it commits (filled in by the shell).
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,7 @@ def attempt(tx: CompletionTx, command: AttemptCommand, now: int) -> AttemptOutco
         decision=decision,
         committed_at=now,
         settlement=SettlementStatus.PENDING,
+        traceparent=command.traceparent,
     )
     if superseded:
         tx.delete_completion(record.workspace_id, record.task_id, record.generation)

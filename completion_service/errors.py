@@ -61,3 +61,6 @@ class Reason(enum.Enum):
     AGENT_ID_MISMATCH = ReasonSpec(Code.PERMISSION_DENIED, "an agent may claim only under its own subject as agent_id")
     IMPORT_BUFFER_EXHAUSTED = ReasonSpec(Code.RESOURCE_EXHAUSTED, "the imports in flight hold all the import buffer")
     STREAM_IDLE = ReasonSpec(Code.DEADLINE_EXCEEDED, "the client stream sent nothing for too long")
+    SERVER_SHUTTING_DOWN = ReasonSpec(
+        Code.UNAVAILABLE, "the server is stopping; watch again from the cursor, or import the whole file again"
+    )

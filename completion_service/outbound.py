@@ -1,7 +1,8 @@
 """The completion service's outbound channels: to the lifecycle service, as
 itself (its client certificate for mTLS, or its service token), and to external
 gates (TLS and its certificate, never its token: a gate is a third party that
-must not be able to replay the credential that settles completions).
+must not be able to replay the credential that settles completions). Every call
+on them carries the caller's trace context (`traceparent`, funnel/runtime/tracing.py).
 
 Certificates, CA bundles and the token file are re-read when they change (or on
 SIGHUP); a changed certificate opens a new channel, and the previous one is
@@ -17,6 +18,7 @@ import grpc
 
 from funnel.auth.client import bearer_interceptors
 from funnel.auth.tls import ClientTlsFiles, TlsError, file_signature, is_loopback
+from funnel.runtime.tracing import ClientSpans
 
 log = logging.getLogger(__name__)
 # gRPC's default reconnect backoff grows to 120 s: after a lifecycle outage the
@@ -119,7 +121,8 @@ class LifecycleChannel:
 
     def _open(self) -> grpc.aio.Channel:
         token = self._token
-        interceptors = bearer_interceptors(lambda: token.token) if token else []
+        # Each call's span goes first: the lifecycle service's span of the call is its child.
+        interceptors = [ClientSpans(), *(bearer_interceptors(lambda: token.token) if token else [])]
         if self._settings.lifecycle_insecure:
             return grpc.aio.insecure_channel(self._address, options=RECONNECT_OPTIONS, interceptors=interceptors)
         tls = self._settings.lifecycle_tls
@@ -166,9 +169,9 @@ class GateChannels:
         channel = self._channels.get(address)
         if channel is None:
             if self._credentials is None:
-                channel = grpc.aio.insecure_channel(address)
+                channel = grpc.aio.insecure_channel(address, interceptors=[ClientSpans()])
             else:
-                channel = grpc.aio.secure_channel(address, self._credentials)
+                channel = grpc.aio.secure_channel(address, self._credentials, interceptors=[ClientSpans()])
             self._channels[address] = channel
         return channel
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from completion_service.authority import CompletionAuthority
+from completion_service.authority import CompletionAuthority, Metrics
 from completion_service.core.model import CompletionEvent
 from completion_service.errors import DOMAIN, Reason
 from completion_service.external_gates import ExternalGates
@@ -37,8 +37,10 @@ from funnel.runtime.background import Background
 from funnel.runtime.budget import ByteBudget
 from funnel.runtime.clock import Clock, IdSource, RandomIds, SystemClock
 from funnel.runtime.faults import from_environment
+from funnel.runtime.metrics import DEFAULT_REFRESH_INTERVAL, MetricsEndpoint, ServiceMetrics, refresh_forever
 from funnel.runtime.postgres import is_postgres_url
 from funnel.runtime.security import Reloader, SecurityRefused, ServerSecurity
+from funnel.runtime.shutdown import Drain
 from funnel.runtime.storage_errors import StorageRefused
 from funnel.runtime.tail import Tailer
 from funnel.runtime.watch import EventBroker, WatchQuota
@@ -66,6 +68,9 @@ class CompletionConfig:
     request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
     shutdown_grace: float = 5.0
+    # Where /metrics is served (None: nowhere); how often database figures are read for it.
+    metrics_listen: str | None = None
+    metrics_interval: float = DEFAULT_REFRESH_INTERVAL
 
 
 @dataclass
@@ -79,15 +84,27 @@ class RunningCompletion:
     gate_channels: GateChannels
     background: Background
     reloader: Reloader
+    broker: EventBroker
+    drain: Drain
+    metrics: ServiceMetrics
+    metrics_endpoint: MetricsEndpoint | None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     async def stop(self, grace: float | None = None) -> None:
+        """Stops accepting calls and lets unary ones finish within `grace`; watch
+        streams end at once (SERVER_SHUTTING_DOWN, with their cursor), and an
+        import still sending ends just before the grace does, importing nothing
+        (funnel.runtime.shutdown)."""
         await self.health.stop()
+        self.broker.close()
+        self.drain.begin(grace)
         await self.server.stop(grace)
         await self.background.stop()
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
         await self.gate_channels.close()
         await self.lifecycle_channel.close()
         await self.store.close()
@@ -110,7 +127,8 @@ async def start(
             config.outbound.lifecycle_tls.load()  # unusable TLS files refuse the start here
     except TlsError as exc:
         raise OutboundRefused(str(exc)) from None
-    server = runtime.new_server(security, DOMAIN, Reason, "/funnel.completion.v1.")
+    metrics = ServiceMetrics()
+    server = runtime.new_server(security, DOMAIN, Reason, "/funnel.completion.v1.", metrics.rpc)
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
@@ -120,14 +138,14 @@ async def start(
     if is_postgres_url(config.database):
         # Replicas: a commit only wakes the tail, which publishes the event table
         # by cursor, in sequence order, whichever replica committed (tail.py).
-        postgres = await PostgresCompletionStore.open(config.database)
+        postgres = await PostgresCompletionStore.open(config.database, commits=metrics.commit)
         store = postgres
         tailer = Tailer(postgres.events_since, _sequence_of, _one_by_one(publisher(broker)),
                         await postgres.latest_sequence())
         background.add("event-tail", lambda: tailer.run(postgres.notifications()))
         publish = lambda events: tailer.poke()  # noqa: E731
     else:
-        store = await SqliteCompletionStore.open(config.database)
+        store = await SqliteCompletionStore.open(config.database, commits=metrics.commit)
         publish = publisher(broker)
     lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
     authority = CompletionAuthority(
@@ -143,12 +161,16 @@ async def start(
         settle_lease=max(4 * config.lifecycle_timeout, 1.0),
         stall_after=config.stall_after,
         faults=faults,
+        metrics=Metrics(metrics.registry),
     )
     await authority.transcripts.discard_import(None)
     quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
     completion = CompletionService(authority, broker, quota, config.max_message_bytes)
     completion_pb2_grpc.add_CompletionServiceServicer_to_server(completion, server)
-    transcripts = TranscriptService(authority, ids, ByteBudget(config.import_buffer_bytes), config.max_message_bytes)
+    drain = Drain()
+    transcripts = TranscriptService(
+        authority, ids, ByteBudget(config.import_buffer_bytes), drain, config.max_message_bytes
+    )
     transcript_pb2_grpc.add_TranscriptServiceServicer_to_server(transcripts, server)
     health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
     if config.reflection:
@@ -158,10 +180,25 @@ async def start(
     for name, worker in authority.workers(config.request_id_retention_seconds):
         background.add(name, worker)
     background.add("reload", reloader.run_forever)
+    try:
+        endpoint = runtime.serve_metrics(config.metrics_listen, metrics)
+    except BaseException:
+        await store.close()
+        raise
+    if endpoint is not None:
+
+        async def refresh() -> None:
+            now = clock.now_micros()
+            figures = await store.read(lambda tx: tx.load_figures(now))
+            metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
+            authority.metrics.refresh(figures, now)
+
+        background.add("metrics-refresh", lambda: refresh_forever(refresh, config.metrics_interval))
     await server.start()
     background.start()
     return RunningCompletion(
-        server, port, authority, store, health, lifecycle_channel, gate_channels, background, reloader
+        server, port, authority, store, health, lifecycle_channel, gate_channels, background, reloader, broker, drain,
+        metrics=metrics, metrics_endpoint=endpoint,
     )
 
 
@@ -217,7 +254,7 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         help="plaintext to external gates; refused unless each gate address is loopback",
     )
     args = parser.parse_args(argv)
-    runtime.configure_logging(args.log_level)
+    runtime.configure_logging(args.log_level, args.log_format)
     return CompletionConfig(
         listen=args.listen,
         database=args.database,
@@ -244,6 +281,8 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         request_id_retention_seconds=args.request_id_retention,
         health_interval=args.health_interval,
         shutdown_grace=args.shutdown_grace,
+        metrics_listen=args.metrics_listen,
+        metrics_interval=args.metrics_interval,
     )
 
 

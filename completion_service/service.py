@@ -45,7 +45,7 @@ from funnel.runtime.paging import (
 )
 from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.validation import malformed_page_token
-from funnel.runtime.watch import EventBroker, WatchQuota, follow, overflow_error
+from funnel.runtime.watch import EventBroker, WatchEnds, WatchQuota, follow
 
 SERVICE_NAME = "funnel.completion.v1.CompletionService"
 C = TypeVar("C")
@@ -379,7 +379,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 request.after_sequence,
                 lambda event: pb.WatchCompletionEventsResponse(event=event_to_proto(event)),
                 lambda item: item.event.sequence,
-                overflow_error(Reason, self._broker.capacity),
+                WatchEnds(Reason, self._broker.capacity),
             ):
                 yield item
 

@@ -35,6 +35,7 @@ from funnel.runtime.paging import (
     response_budget,
 )
 from funnel.runtime.proto_enums import proto_enum
+from funnel.runtime.shutdown import Drain
 from funnel.runtime.validation import Checker, malformed_page_token
 
 SERVICE_NAME = "funnel.completion.v1.TranscriptService"
@@ -94,6 +95,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         authority: CompletionAuthority,
         ids: IdSource,
         import_budget: ByteBudget,
+        drain: Drain,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self._authority = authority
@@ -102,6 +104,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         self._lifecycle = authority.lifecycle
         self._ids = ids
         self._import_budget = import_budget
+        self._drain = drain
         self._page_bytes = response_budget(max_message_bytes)
 
     async def _task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
@@ -303,15 +306,18 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             )
         importer = _Import(self._transcripts, self._ids.new_id("import"))
         try:
-            async for message in request_iterator:
-                if message.WhichOneof("part") != "jsonl_chunk":
-                    raise _line_error(importer.splitter.line_number + 1, "the target may only come first")
-                # What this import holds while it splits the chunk: its partial
-                # line, its unflushed batch and the chunk itself.
-                if not reservation.grow_to(importer.held_bytes() + len(message.jsonl_chunk)):
-                    raise self._budget_exhausted()
-                for number, raw in importer.splitter.feed(message.jsonl_chunk):
-                    await importer.accept(number, raw)
+            # A stopping server lets the client finish sending within its grace
+            # (funnel.runtime.shutdown); the rest is all or nothing as always.
+            async with self._drain.bounded(_import_cut_by_shutdown):
+                async for message in request_iterator:
+                    if message.WhichOneof("part") != "jsonl_chunk":
+                        raise _line_error(importer.splitter.line_number + 1, "the target may only come first")
+                    # What this import holds while it splits the chunk: its partial
+                    # line, its unflushed batch and the chunk itself.
+                    if not reservation.grow_to(importer.held_bytes() + len(message.jsonl_chunk)):
+                        raise self._budget_exhausted()
+                    for number, raw in importer.splitter.feed(message.jsonl_chunk):
+                        await importer.accept(number, raw)
             warnings = await importer.finish()
             await _stream_really_ended(context)
             version = await self._transcripts.commit_import(
@@ -366,6 +372,16 @@ async def _stream_really_ended(context) -> None:
     await asyncio.sleep(STREAM_END_GRACE_SECONDS)
     if context.cancelled() or context.done():
         raise asyncio.CancelledError("the import stream broke off")
+
+
+def _import_cut_by_shutdown() -> ServiceError:
+    return ServiceError(
+        reject(
+            Reason.SERVER_SHUTTING_DOWN,
+            "the server is shutting down and the import was still being sent; nothing was imported, send the "
+            "whole file again",
+        )
+    )
 
 
 def _line_error(line: int, problem: str) -> ServiceError:

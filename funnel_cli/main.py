@@ -1,7 +1,8 @@
 """The `funnel` command.
 
     funnel up [--demo]       both services on localhost with SQLite files in ./funnel-data,
-                             TLS between them and tokens for callers (local PKI in ./funnel-data/tls)
+                             TLS between them and tokens for callers (local PKI in ./funnel-data/tls),
+                             Prometheus metrics on http://127.0.0.1:9451/metrics and :9452/metrics
     funnel demo              the story, against services already running
     funnel transcript export TASK / import FILE --task TASK
     funnel token issue --workspace W --role R [--ttl D]
@@ -60,6 +61,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"127.0.0.1:{args.completion_port}",
             args.policy_file or _default_policy(),
             database_url=args.database,
+            lifecycle_metrics=_metrics_listen(args.lifecycle_metrics_port),
+            completion_metrics=_metrics_listen(args.completion_metrics_port),
         )
     except StartupFailed as exc:
         print(f"funnel up: {exc}", file=sys.stderr)
@@ -82,6 +85,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         }
         print(f"lifecycle_service   {lifecycle.address}   ({where['lifecycle']}; TLS, client certificates)")
         print(f"completion_service  {completion.address}   ({where['completion']}; TLS)")
+        for service in (lifecycle, completion):
+            if service.metrics_url:
+                print(f"{service.name + ' metrics':<27} {service.metrics_url}")
         print(f"CA, certificates and the token signing key in {data_dir / 'tls'}; `funnel token issue` makes tokens.")
         print(f"logs in {data_dir}/*.log; both SERVING. Ctrl-C stops both.", flush=True)
         if args.demo:
@@ -105,6 +111,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     finally:
         codes = [completion.stop(), lifecycle.stop()]
         print(f"stopped (exit codes {codes[1]}, {codes[0]})", flush=True)
+
+
+def _metrics_listen(port: int) -> str | None:
+    """Where `funnel up` has a service serve metrics: loopback (0: any free port; negative: none)."""
+    return None if port < 0 else f"127.0.0.1:{port}"
 
 
 async def _wait_both(connection: conn.Connection, lifecycle_address: str, completion_address: str) -> None:
@@ -248,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="start both services and wait for Ctrl-C")
     up.add_argument("--lifecycle-port", type=int, default=50051)
     up.add_argument("--completion-port", type=int, default=50052)
+    up.add_argument("--lifecycle-metrics-port", type=int, default=9451,
+                    help="the lifecycle service's Prometheus metrics on 127.0.0.1 (0: any free port; -1: none)")
+    up.add_argument("--completion-metrics-port", type=int, default=9452,
+                    help="the completion service's Prometheus metrics on 127.0.0.1 (0: any free port; -1: none)")
     up.add_argument("--policy-file", help="gate policy TOML (default: the demo policy)")
     up.add_argument("--demo", action="store_true", help="walk one task through the story once both serve")
     up.add_argument("--database", default=os.environ.get("FUNNEL_DATABASE"), metavar="postgresql://…",

@@ -207,7 +207,9 @@ async def task_watch(args: argparse.Namespace, clients: Clients) -> int:
                     break
         except grpc.aio.AioRpcError as error:
             info = error_info(error)
-            resumable = info is not None and info.reason == "WATCH_OVERFLOW"
+            # The server says where to resume (a stopping server, a slow terminal); a
+            # connection that broke (a restart) is resumed from the cursor too.
+            resumable = info is not None and info.reason in ("WATCH_OVERFLOW", "SERVER_SHUTTING_DOWN")
             if not resumable and error.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                 raise
             await asyncio.sleep(0.5)

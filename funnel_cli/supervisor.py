@@ -32,6 +32,8 @@ class ServiceProcess:
     address: str = ""
     log_path: Path | None = None
     extra: dict = field(default_factory=dict)
+    # http://…/metrics, when the service was started with --metrics-listen.
+    metrics_url: str | None = None
 
     def stop(self, timeout: float = 10.0) -> int:
         try:
@@ -89,6 +91,8 @@ def _read_address(service: ServiceProcess) -> str:
     while time.monotonic() < deadline:
         line = stdout.readline().decode(errors="replace").strip()
         if line:
+            if " metrics on " in line:
+                service.metrics_url = line.rsplit(" ", 1)[1]
             if " serving on " in line:
                 return line.rsplit(" ", 1)[1]
             continue
@@ -154,10 +158,13 @@ def start_pair(
     extra_completion: Sequence[str] = (),
     env: dict | None = None,
     database_url: str | None = None,
+    lifecycle_metrics: str | None = None,
+    completion_metrics: str | None = None,
 ) -> tuple[ServiceProcess, ServiceProcess]:
     """Both services over SQLite files in `data_dir` (or both on the PostgreSQL
     database `database_url`, each in its own schema), with TLS between them and
-    tokens for callers, from the local PKI in `data_dir/tls` (created on first start)."""
+    tokens for callers, from the local PKI in `data_dir/tls` (created on first start).
+    `*_metrics` (HOST:PORT) has a service serve Prometheus metrics there."""
     data_dir.mkdir(parents=True, exist_ok=True)
     pki = ensure_local_pki(data_dir / "tls")
     lifecycle = spawn(
@@ -167,6 +174,7 @@ def start_pair(
             "--listen", lifecycle_listen,
             "--database", database_url or str(data_dir / "lifecycle.sqlite3"),
             *lifecycle_tls_arguments(pki),
+            *_metrics_arguments(lifecycle_metrics),
             *extra_lifecycle,
         ],
         data_dir / "lifecycle.log",
@@ -186,6 +194,7 @@ def start_pair(
                 "--policy-file",
                 policy_file,
                 *completion_tls_arguments(pki),
+                *_metrics_arguments(completion_metrics),
                 *extra_completion,
             ],
             data_dir / "completion.log",
@@ -195,3 +204,7 @@ def start_pair(
         lifecycle.stop()
         raise
     return lifecycle, completion
+
+
+def _metrics_arguments(listen: str | None) -> list[str]:
+    return ["--metrics-listen", listen] if listen else []

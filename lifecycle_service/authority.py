@@ -16,10 +16,12 @@ from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import RequestKey
+from funnel.runtime.logs import fields
 from funnel.runtime.storage_errors import StorageUnavailable
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import Cause, IntentKind, LifecycleEvent, Policy, Situation, TaskRecord
 from lifecycle_service.core.rules import Decision, decide
+from lifecycle_service.metrics import LifecycleMetrics
 from lifecycle_service.storage.port import LifecycleStore, LifecycleTx, PendingPropagation
 from lifecycle_service.units import ApplyResult, Command, Committed, apply_intent
 
@@ -50,8 +52,10 @@ class LifecycleAuthority:
         faults: Faults = NO_FAULTS,
         owner: str | None = None,
         replay_interval: float | None = None,
+        metrics: LifecycleMetrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics if metrics is not None else LifecycleMetrics()
         self.faults = faults
         self.policy = policy
         self._clock = clock
@@ -94,6 +98,7 @@ class LifecycleAuthority:
 
     def _committed(self, result: ApplyResult) -> None:
         if isinstance(result, Committed):
+            self.metrics.transition(result.event)
             self._publish(result.event)
             if result.propagations:
                 self._pending.set()
@@ -153,8 +158,20 @@ class LifecycleAuthority:
             caller=SELF,
         )
         result = await self._apply(Command(intent, self._decider(intent), propagation_id=pending.id))
-        if isinstance(result, Rejection):
-            log.info("propagation %s to %s dropped: %s", pending.intent.name, pending.child.task_id, result.reason.name)
+        applied = not isinstance(result, Rejection)
+        self.metrics.propagated(applied)
+        log.info(
+            "propagation %s to %s %s", pending.intent.name, pending.child.task_id, "applied" if applied else "dropped",
+            extra=fields(
+                event="propagation",
+                result="applied" if applied else "dropped",
+                reason=result.reason.name if isinstance(result, Rejection) else None,
+                intent=pending.intent.name,
+                workspace=pending.workspace_id,
+                task=pending.child.task_id,
+                parent_task=pending.parent_task_id,
+            ),
+        )
 
     async def sweep_request_ids(self, created_before: int, limit: int) -> int:
         """Forgets up to `limit` request ids remembered before `created_before` (for the sweeper)."""

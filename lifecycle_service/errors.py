@@ -58,3 +58,6 @@ class Reason(enum.Enum):
     )
     MESSAGE_TOO_LARGE = ReasonSpec(Code.RESOURCE_EXHAUSTED, "the request is larger than the service accepts")
     WATCHERS_EXHAUSTED = ReasonSpec(Code.RESOURCE_EXHAUSTED, "too many open watch streams for the caller or workspace")
+    SERVER_SHUTTING_DOWN = ReasonSpec(
+        Code.UNAVAILABLE, "the server is stopping; watch again from the last sequence received"
+    )

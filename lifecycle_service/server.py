@@ -22,6 +22,7 @@ from funnel.runtime import server as runtime
 from funnel.runtime.background import Background
 from funnel.runtime.clock import Clock, SystemClock
 from funnel.runtime.faults import from_environment
+from funnel.runtime.metrics import DEFAULT_REFRESH_INTERVAL, MetricsEndpoint, ServiceMetrics, refresh_forever
 from funnel.runtime.postgres import is_postgres_url
 from funnel.runtime.security import Reloader, ServerSecurity
 from funnel.runtime.storage_errors import StorageRefused
@@ -30,6 +31,7 @@ from funnel.runtime.watch import EventBroker, WatchQuota
 from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.core.model import LifecycleEvent, Policy
 from lifecycle_service.errors import DOMAIN, Reason
+from lifecycle_service.metrics import LifecycleMetrics
 from lifecycle_service.service import SERVICE_NAME, LifecycleService, publisher
 from lifecycle_service.storage.port import LifecycleStore
 from lifecycle_service.storage.postgres import PostgresLifecycleStore
@@ -55,6 +57,9 @@ class LifecycleConfig:
     request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
     shutdown_grace: float = 5.0
+    # Where /metrics is served (None: nowhere); how often database figures are read for it.
+    metrics_listen: str | None = None
+    metrics_interval: float = DEFAULT_REFRESH_INTERVAL
 
 
 @dataclass
@@ -67,15 +72,23 @@ class RunningLifecycle:
     broker: EventBroker
     background: Background
     reloader: Reloader
+    metrics: ServiceMetrics
+    metrics_endpoint: MetricsEndpoint | None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     async def stop(self, grace: float | None = None) -> None:
+        """Stops accepting calls and lets unary ones finish within `grace`; watch
+        streams end at once (SERVER_SHUTTING_DOWN, with their cursor), since
+        they would otherwise hold the whole grace and then be cut without one."""
         await self.health.stop()
+        self.broker.close()
         await self.server.stop(grace)
         await self.background.stop()
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
         await self.store.close()
 
 
@@ -83,7 +96,8 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     """Opens the database (refusing unsafe ones), starts serving and replays pending propagations."""
     clock = clock or SystemClock()
     security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
-    server = runtime.new_server(security, DOMAIN, Reason, f"/{SERVICE_NAME}/")
+    metrics = ServiceMetrics()
+    server = runtime.new_server(security, DOMAIN, Reason, f"/{SERVICE_NAME}/", metrics.rpc)
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
@@ -93,7 +107,7 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     if is_postgres_url(config.database):
         # Replicas: a commit only wakes the tail, which publishes the event table
         # by cursor, in sequence order, whichever replica committed (tail.py).
-        postgres = await PostgresLifecycleStore.open(config.database)
+        postgres = await PostgresLifecycleStore.open(config.database, commits=metrics.commit)
         store = postgres
         try:
             start_after = await postgres.latest_sequence()
@@ -104,7 +118,7 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         background.add("event-tail", lambda: tailer.run(postgres.notifications()))
         publish, replay_interval = (lambda event: tailer.poke()), REPLICA_REPLAY_INTERVAL
     else:
-        store = await SqliteLifecycleStore.open(config.database)
+        store = await SqliteLifecycleStore.open(config.database, commits=metrics.commit)
         publish, replay_interval = publisher(broker), None
     authority = LifecycleAuthority(
         store,
@@ -113,6 +127,7 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         publish=publish,
         faults=faults,
         replay_interval=replay_interval,
+        metrics=LifecycleMetrics(metrics.registry),
         # Stable across restarts in place (one process per host and port): a replica
         # restarted after a crash takes its claimed propagations back at once;
         # those of a replica that is gone lapse with their lease.
@@ -132,9 +147,25 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         idempotency.sweeper(authority.sweep_request_ids, clock, config.request_id_retention_seconds),
     )
     background.add("reload", reloader.run_forever)
+    try:
+        endpoint = runtime.serve_metrics(config.metrics_listen, metrics)
+    except BaseException:
+        await store.close()
+        raise
+    if endpoint is not None:
+
+        async def refresh() -> None:
+            figures = await store.read(lambda tx: tx.load_figures())
+            metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
+            authority.metrics.refresh(figures)
+
+        background.add("metrics-refresh", lambda: refresh_forever(refresh, config.metrics_interval))
     await server.start()
     background.start()
-    return RunningLifecycle(server, port, authority, store, health, broker, background, reloader)
+    return RunningLifecycle(
+        server, port, authority, store, health, broker, background, reloader,
+        metrics=metrics, metrics_endpoint=endpoint,
+    )
 
 
 def _sequence_of(event: LifecycleEvent) -> int:
@@ -160,7 +191,7 @@ def parse_args(argv: list[str] | None = None) -> LifecycleConfig:
         f"({ENV_PREFIX}_MAX_CLOCK_OFFSET_MS)",
     )
     args = parser.parse_args(argv)
-    runtime.configure_logging(args.log_level)
+    runtime.configure_logging(args.log_level, args.log_format)
     if args.max_clock_offset_ms < 0:
         parser.error("--max-clock-offset-ms must not be negative")
     return LifecycleConfig(
@@ -176,6 +207,8 @@ def parse_args(argv: list[str] | None = None) -> LifecycleConfig:
         request_id_retention_seconds=args.request_id_retention,
         health_interval=args.health_interval,
         shutdown_grace=args.shutdown_grace,
+        metrics_listen=args.metrics_listen,
+        metrics_interval=args.metrics_interval,
     )
 
 

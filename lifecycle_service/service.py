@@ -22,7 +22,7 @@ from funnel.runtime.paging import (
     response_budget,
 )
 from funnel.runtime.validation import malformed_page_token
-from funnel.runtime.watch import EventBroker, WatchQuota, follow, overflow_error
+from funnel.runtime.watch import EventBroker, WatchEnds, WatchQuota, follow
 from lifecycle_service import requests
 from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.convert import event_to_proto, task_to_proto
@@ -208,7 +208,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
                 request.after_sequence,
                 lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)),
                 lambda item: item.event.sequence,
-                overflow_error(Reason, self._broker.capacity),
+                WatchEnds(Reason, self._broker.capacity),
             ):
                 yield item
 

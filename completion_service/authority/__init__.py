@@ -53,12 +53,13 @@ class CompletionAuthority:
         settle_lease: float = 30.0,
         stall_after: float | None = None,
         faults: Faults = NO_FAULTS,
+        metrics: Metrics | None = None,
     ) -> None:
         ids = ids or RandomIds()
         self.store = store
         self.lifecycle = lifecycle
         self.clock = clock
-        self.metrics = Metrics()
+        self.metrics = metrics if metrics is not None else Metrics()
         self.settler = Settler(
             store, lifecycle, clock, self.metrics, publish, owner=ids.new_id("settler"), lease_seconds=settle_lease,
             interval=settle_interval, faults=faults,
@@ -67,8 +68,8 @@ class CompletionAuthority:
             store, lifecycle, policies, clock, ids, external, self.settler, self.metrics, publish, faults
         )
         self.runs = RunsAndLeases(store, lifecycle, clock, ids, self.completions, faults)
-        self.sweeper = StallSweeper(store, clock, stall_after)
-        self.transcripts = Transcripts(store, clock, faults)
+        self.sweeper = StallSweeper(store, clock, stall_after, self.metrics)
+        self.transcripts = Transcripts(store, clock, faults, metrics=self.metrics)
 
     async def lifecycle_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
         """The lifecycle record of a task, with lifecycle errors mapped to this service's."""

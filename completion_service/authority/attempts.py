@@ -26,6 +26,7 @@ from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import Replay, RequestKey
+from funnel.runtime.tracing import current_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,11 @@ class CompletionTransaction:
         if policy.external_gates:
             command = await self._consult_external_gates(command, policy)
         try:
-            outcome = await self.commit(dataclasses.replace(command, completion_id=self._ids.new_id("cmp")))
+            outcome = await self.commit(
+                dataclasses.replace(command, completion_id=self._ids.new_id("cmp"), traceparent=current_traceparent())
+            )
         except CompletionCorrupted as exc:
-            self._metrics.completion_corruptions += 1
+            self._metrics.corrupted()
             log.error(
                 "ALARM completion corrupted: %s (workspace %s task %s); failing closed",
                 exc,
@@ -83,6 +86,7 @@ class CompletionTransaction:
             raise ServiceError(outcome)
         if isinstance(outcome, Replay):
             return outcome
+        self._metrics.attempted(outcome.decision)
         completion = outcome.completion
         if outcome.inserted:
             self._faults.hit("completion.after_commit_before_settle")

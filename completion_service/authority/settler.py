@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from completion_service import settlements
 from completion_service.authority.metrics import Metrics
-from completion_service.core.model import CompletionEvent, CompletionRecord, RequestedOutcome
+from completion_service.core.model import CompletionEvent, CompletionRecord, RequestedOutcome, SettlementStatus
 from completion_service.core.settlement import retry_delay_seconds
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.settlements import Recorded, Settlement
@@ -21,7 +21,9 @@ from completion_service.storage.port import CompletionStore
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock
 from funnel.runtime.faults import NO_FAULTS, DroppedReply, Faults
+from funnel.runtime.logs import fields
 from funnel.runtime.storage_errors import StorageUnavailable
+from funnel.runtime.tracing import continued
 
 log = logging.getLogger(__name__)
 BATCH = 100
@@ -82,9 +84,12 @@ class Settler:
         except LifecycleRejected as exc:
             settlement = Settlement(error_reason=exc.reason, error_message=exc.message)
         except LifecycleUnavailable as exc:
-            self._metrics.settle_retries += 1
+            self._metrics.settle_retried()
             delay = retry_delay_seconds(completion.settle_attempts)
-            log.warning("settlement of %s pending (%s); retrying in %.1fs", completion.completion_id, exc, delay)
+            log.warning(
+                "settlement of %s pending (%s); retrying in %.1fs", completion.completion_id, exc, delay,
+                extra=_settlement_fields(completion, "PENDING", error=str(exc), retry_in_seconds=delay),
+            )
             next_attempt_at = self._clock.now_micros() + int(delay * 1_000_000)
             stored = await self._store.write(
                 functools.partial(
@@ -103,11 +108,17 @@ class Settler:
         )
         if not isinstance(recorded, Recorded):
             return recorded
-        if settlement.rejected:
-            self._metrics.terminalization_errors += 1
-            log.warning("lifecycle rejected completion %s: %s", completion.completion_id, settlement.error_reason)
+        status = recorded.completion.settlement
+        self._metrics.settled(status)
+        if status is SettlementStatus.REJECTED:
+            log.warning(
+                "lifecycle rejected completion %s: %s", completion.completion_id, settlement.error_reason,
+                extra=_settlement_fields(completion, status.name, reason=settlement.error_reason),
+            )
         else:
-            self._metrics.settlements += 1
+            log.info(
+                "settled completion %s", completion.completion_id, extra=_settlement_fields(completion, status.name)
+            )
         return recorded.completion
 
     def _published(self, recorded: Recorded | CompletionRecord | None) -> None:
@@ -125,7 +136,9 @@ class Settler:
         for completion in due:
             self._faults.hit("completion.outbox_retry")
             try:
-                await self.settle(completion)
+                # A retry minutes later still belongs to the attempt that committed the row.
+                with continued(completion.traceparent, "settle pending completion", _span_attributes(completion)):
+                    await self.settle(completion)
             except (StorageUnavailable, DroppedReply):
                 raise
             except Exception:  # one bad row must not hold back the rows behind it
@@ -144,3 +157,26 @@ class Settler:
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=self._interval)
+
+
+def _span_attributes(completion: CompletionRecord) -> dict[str, str | int]:
+    return {
+        "funnel.workspace_id": completion.workspace_id,
+        "funnel.task_id": completion.task_id,
+        "funnel.completion_id": completion.completion_id,
+        "funnel.settle_attempts": completion.settle_attempts,
+    }
+
+
+def _settlement_fields(completion: CompletionRecord, result: str, **more: object) -> dict:
+    """The structured fields of a settlement attempt's log line."""
+    return fields(
+        event="settlement",
+        result=result,
+        workspace=completion.workspace_id,
+        task=completion.task_id,
+        run=completion.run_id,
+        completion=completion.completion_id,
+        attempt=completion.settle_attempts + 1,
+        **more,
+    )

@@ -8,18 +8,21 @@ import functools
 import logging
 
 from completion_service import runs
+from completion_service.authority.metrics import Metrics
 from completion_service.storage.port import CompletionStore
 from funnel.runtime.clock import Clock
+from funnel.runtime.logs import fields
 
 log = logging.getLogger(__name__)
 BATCH = 100
 
 
 class StallSweeper:
-    def __init__(self, store: CompletionStore, clock: Clock, stall_after: float | None) -> None:
+    def __init__(self, store: CompletionStore, clock: Clock, stall_after: float | None, metrics: Metrics) -> None:
         self._store = store
         self._clock = clock
         self._stall_after = stall_after
+        self._metrics = metrics
 
     @property
     def enabled(self) -> bool:
@@ -38,7 +41,11 @@ class StallSweeper:
             )
         )
         for run in closed:
-            log.info("closed stalled run %s of task %s", run.run_id, run.task_id)
+            log.info(
+                "closed stalled run %s of task %s", run.run_id, run.task_id,
+                extra=fields(event="stall_sweep", workspace=run.workspace_id, task=run.task_id, run=run.run_id),
+            )
+        self._metrics.stalled(len(closed))
         return len(closed)
 
     async def run_forever(self) -> None:

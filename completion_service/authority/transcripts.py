@@ -5,9 +5,11 @@ transaction."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Collection, Mapping, Sequence
 
 from completion_service import transcripts
+from completion_service.authority.metrics import Metrics
 from completion_service.core.transcript import SessionEvent, Tail
 from completion_service.storage.port import CompletionStore, CompletionTx, TranscriptState
 from completion_service.transcripts import AppendCommand, Appended, Repaired, TranscriptPage
@@ -15,13 +17,19 @@ from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import Replay
+from funnel.runtime.logs import fields
+
+log = logging.getLogger(__name__)
 
 
 class Transcripts:
-    def __init__(self, store: CompletionStore, clock: Clock, faults: Faults = NO_FAULTS) -> None:
+    def __init__(
+        self, store: CompletionStore, clock: Clock, faults: Faults = NO_FAULTS, *, metrics: Metrics | None = None
+    ) -> None:
         self._store = store
         self._clock = clock
         self._faults = faults
+        self._metrics = metrics if metrics is not None else Metrics()
 
     async def append(self, command: AppendCommand) -> Appended | Replay:
         result = await self._store.write(
@@ -59,7 +67,14 @@ class Transcripts:
                 self._faults.hit("completion.transcript_repair")
             return repaired
 
-        return await self._store.write(unit)
+        repaired = await self._store.write(unit)
+        if repaired.repaired:
+            self._metrics.repaired()
+            log.info(
+                "closed the interrupted final turn of task %s", task_id,
+                extra=fields(event="transcript_repair", workspace=workspace_id, task=task_id),
+            )
+        return repaired
 
     async def state(self, workspace_id: str, task_id: str) -> TranscriptState:
         return await self._store.read(lambda tx: tx.load_tail(workspace_id, task_id))

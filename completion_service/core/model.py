@@ -253,6 +253,9 @@ class CompletionRecord:
     settled_at: int | None = None
     error_reason: str | None = None
     error_message: str | None = None
+    # The W3C traceparent of the call that committed it (None outside a trace):
+    # a settlement retried later by the outbox joins that call's trace.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,13 @@ from completion_service.core.model import (
     SettlementStatus,
 )
 from completion_service.core.transcript import SessionEvent
-from completion_service.storage.port import AttemptRecord, CompletionReadTx, CompletionTx, TranscriptState
+from completion_service.storage.port import (
+    AttemptRecord,
+    CompletionFigures,
+    CompletionReadTx,
+    CompletionTx,
+    TranscriptState,
+)
 from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import RequestKey
 
@@ -303,6 +309,23 @@ class MemoryCompletionTx:
             if c.record.settlement is SettlementStatus.PENDING and c.settle_at <= now
         ]
         return [c.record for c in sorted(due, key=lambda c: c.settle_at)[:limit]]
+
+    # -- operation ------------------------------------------------------------------------
+
+    def load_figures(self, now: int) -> CompletionFigures:
+        pending = [
+            c.record.committed_at for c in self._s.completions.values()
+            if c.record.settlement is SettlementStatus.PENDING
+        ]
+        open_runs = [run for run in self._s.runs.values() if run.finished_at is None]
+        return CompletionFigures(
+            len(pending),
+            min(pending, default=None),
+            len(open_runs),
+            sum(1 for run in open_runs if run.lease_expires_at > now),
+            len(self._s.requests),
+            None,
+        )
 
     # -- events and audit -------------------------------------------------------------------
 

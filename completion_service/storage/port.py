@@ -52,6 +52,22 @@ class TranscriptState:
     state_version: int = 0
 
 
+@dataclass(frozen=True)
+class CompletionFigures:
+    """What an operator watches of the store (the metrics' gauges), in one snapshot."""
+
+    # The settlement outbox: completions still PENDING, and when the oldest was committed.
+    pending_settlements: int
+    oldest_pending_committed_at: int | None
+    open_runs: int
+    # Open runs whose lease had not expired at the `now` asked about.
+    live_leases: int
+    # Request ids remembered for replay.
+    request_ids: int
+    # Bytes the database takes on disk (its schema on PostgreSQL); None: nothing on disk.
+    database_bytes: int | None
+
+
 class CompletionReadTx(Protocol):
     """Reads inside one transaction: a consistent snapshot across calls."""
 
@@ -119,6 +135,12 @@ class CompletionReadTx(Protocol):
 
     def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
         """Transcript events by sequence, after `after_sequence`."""
+        ...
+
+    # -- operation ----------------------------------------------------------------------
+
+    def load_figures(self, now: int) -> CompletionFigures:
+        """The store's figures for the metrics (counts over every workspace)."""
         ...
 
 

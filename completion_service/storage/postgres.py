@@ -59,8 +59,8 @@ from completion_service.storage.port import (
 )
 from completion_service.storage.sqlite import COMPLETION_COLUMNS, EVENT_COLUMNS, RolledBack, SqliteCompletionTx
 from funnel.runtime.errors import Rejection
-from funnel.runtime.postgres import PostgresDatabase, SqliteStyle
-from funnel.runtime.sqlite import migrations_in
+from funnel.runtime.postgres import SCHEMA_BYTES, PostgresDatabase, SqliteStyle
+from funnel.runtime.sqlite import CommitObserver, migrations_in
 
 T = TypeVar("T")
 MIGRATIONS_PACKAGE = "completion_service.storage.migrations_postgresql"
@@ -86,10 +86,14 @@ class PostgresCompletionStore:
         self.instance = uuid.uuid4().hex
 
     @classmethod
-    async def open(cls, url: str, *, schema: str = SCHEMA, pool_size: int = 8) -> PostgresCompletionStore:
+    async def open(
+        cls, url: str, *, schema: str = SCHEMA, pool_size: int = 8, commits: CommitObserver | None = None
+    ) -> PostgresCompletionStore:
         """Connects, creates the schema and applies its migrations (under the engine's
         advisory lock: replicas starting together apply each once), or raises StorageRefused."""
-        database = await PostgresDatabase.open(url, schema, migrations_in(MIGRATIONS_PACKAGE), pool_size=pool_size)
+        database = await PostgresDatabase.open(
+            url, schema, migrations_in(MIGRATIONS_PACKAGE), pool_size=pool_size, commits=commits
+        )
         return cls(database)
 
     @property
@@ -150,6 +154,10 @@ class PostgresCompletionTx(SqliteCompletionTx):
 
     def _skip_locked(self) -> str:
         return " FOR UPDATE SKIP LOCKED" if self._writable else ""
+
+    def _database_bytes(self) -> int | None:
+        (size,) = self._db.execute(SCHEMA_BYTES).fetchone()
+        return int(size)
 
     def _next_number(self, counter: str) -> int | None:
         # The counter row stays locked until this transaction ends: the next writer

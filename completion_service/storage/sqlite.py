@@ -35,11 +35,17 @@ from completion_service.core.model import (
     decision_to_json,
 )
 from completion_service.core.transcript import EventKind, SessionEvent, Tail, TurnEndReason
-from completion_service.storage.port import AttemptRecord, CompletionReadTx, CompletionTx, TranscriptState
+from completion_service.storage.port import (
+    AttemptRecord,
+    CompletionFigures,
+    CompletionReadTx,
+    CompletionTx,
+    TranscriptState,
+)
 from funnel.auth.principal import Caller
 from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import RequestKey
-from funnel.runtime.sqlite import Database, migrations_in, probe_writable
+from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in, probe_writable
 
 MIGRATIONS_PACKAGE = "completion_service.storage.migrations"
 T = TypeVar("T")
@@ -51,7 +57,7 @@ _RUN_COLUMNS = (
 COMPLETION_COLUMNS = (
     "workspace_id, task_id, generation, completion_id, identity, payload, outcome, result, run_id, state_version, "
     "checkpoint, decision, committed_at, settlement, settle_attempts, lifecycle_revision, lifecycle_event_sequence, "
-    "settled_at, error_reason, error_message"
+    "settled_at, error_reason, error_message, traceparent"
 )
 EVENT_COLUMNS = (
     "sequence, workspace_id, task_id, generation, kind, run_id, completion_id, outcome, decision, lifecycle_revision, "
@@ -90,8 +96,8 @@ class SqliteCompletionStore:
         self._reader = reader
 
     @classmethod
-    async def open(cls, path: str) -> SqliteCompletionStore:
-        writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE))
+    async def open(cls, path: str, *, commits: CommitObserver | None = None) -> SqliteCompletionStore:
+        writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits)
         reader = await Database.open_reader(writer)
         return cls(writer, reader)
 
@@ -331,7 +337,7 @@ class SqliteCompletionTx:
     def insert_completion(self, record: CompletionRecord, settle_at: int) -> None:
         c = record
         self._db.execute(
-            f"INSERT INTO task_completions ({COMPLETION_COLUMNS}, next_settle_at) VALUES ({', '.join('?' * 21)})",
+            f"INSERT INTO task_completions ({COMPLETION_COLUMNS}, next_settle_at) VALUES ({', '.join('?' * 22)})",
             (
                 c.workspace_id,
                 c.task_id,
@@ -353,6 +359,7 @@ class SqliteCompletionTx:
                 c.settled_at,
                 c.error_reason,
                 self._put_text(c.error_message),
+                c.traceparent,
                 settle_at,
             ),
         )
@@ -396,6 +403,23 @@ class SqliteCompletionTx:
             (now, limit),
         )
         return [self._completion(r) for r in rows]
+
+    # -- operation ------------------------------------------------------------------------
+
+    def load_figures(self, now: int) -> CompletionFigures:
+        pending, oldest = self._db.execute(
+            "SELECT count(*), min(committed_at) FROM task_completions WHERE settlement = 'PENDING'"
+        ).fetchone()
+        open_runs, live = self._db.execute(
+            "SELECT count(*), coalesce(sum(CASE WHEN lease_expires_at > ? THEN 1 ELSE 0 END), 0) "
+            "FROM agent_runs WHERE finished_at IS NULL",
+            (now,),
+        ).fetchone()
+        (request_ids,) = self._db.execute("SELECT count(*) FROM request_ids").fetchone()
+        return CompletionFigures(pending, oldest, open_runs, int(live), request_ids, self._database_bytes())
+
+    def _database_bytes(self) -> int | None:
+        return database_bytes(self._db)
 
     # -- events and audit -------------------------------------------------------------------
 
@@ -628,6 +652,7 @@ class SqliteCompletionTx:
             settled_at=r[17],
             error_reason=r[18],
             error_message=self._get_text(r[19]),
+            traceparent=r[20],
         )
 
     def _event(self, r: Sequence[Any]) -> CompletionEvent:

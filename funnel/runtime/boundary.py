@@ -14,6 +14,10 @@ handler runs:
    rejections as they are, storage faults as `UNAVAILABLE`, anything unexpected
    as `INTERNAL` with a generic message (the stack stays in the log).
 
+Each call's start and finish (code, ErrorInfo reason, caller, duration) are
+reported to the service's `CallObserver` (funnel.runtime.observe: the RPC
+metrics and the request's log line), denied calls included.
+
 Client streams (transcript imports) are admitted on their first message and
 ended when the client sends nothing for the idle timeout. Health and reflection
 are outside the boundary: they answer anyone.
@@ -22,9 +26,12 @@ are outside the boundary: they answer anyone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import enum
 import logging
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +44,7 @@ from funnel.runtime import calls
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import DroppedReply
 from funnel.runtime.grpc_errors import to_status
+from funnel.runtime.observe import CallObserver, FinishedCall
 from funnel.runtime.ratelimit import RateLimiter
 from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.validation import Checker
@@ -95,11 +103,19 @@ class Admission:
 class Boundary(grpc.aio.ServerInterceptor):
     """Applies admission and the error model to every handler under `method_prefix`."""
 
-    def __init__(self, domain: str, catalogue: type[enum.Enum], method_prefix: str, admission: Admission) -> None:
+    def __init__(
+        self,
+        domain: str,
+        catalogue: type[enum.Enum],
+        method_prefix: str,
+        admission: Admission,
+        observer: CallObserver | None = None,
+    ) -> None:
         self._domain = domain
         self._catalogue = catalogue
         self._prefix = method_prefix
         self._admission = admission
+        self._observer = observer or CallObserver(None)
 
     async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
@@ -112,11 +128,12 @@ class Boundary(grpc.aio.ServerInterceptor):
             inner = handler.unary_unary
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    self._admit(method, request, context)
-                    return await inner(request, context)
-                except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                    await self._abort(context, method, exc)
+                with self._observed(method, "unary", request, context):
+                    try:
+                        self._admit(method, request, context)
+                        return await inner(request, context)
+                    except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                        await self._abort(context, method, exc)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary, request_deserializer=deserializer, response_serializer=serializer
@@ -125,12 +142,13 @@ class Boundary(grpc.aio.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    self._admit(method, request, context)
-                    async for item in inner_stream(request, context):
-                        yield item
-                except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                    await self._abort(context, method, exc)
+                with self._observed(method, "server_stream", request, context):
+                    try:
+                        self._admit(method, request, context)
+                        async for item in inner_stream(request, context):
+                            yield item
+                    except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                        await self._abort(context, method, exc)
 
             return grpc.unary_stream_rpc_method_handler(
                 stream, request_deserializer=deserializer, response_serializer=serializer
@@ -139,19 +157,60 @@ class Boundary(grpc.aio.ServerInterceptor):
             inner_upload = handler.stream_unary
 
             async def upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    principal = self._authenticate(method, context)
-                    messages = aiter(request_iterator)
-                    first = await self._next(messages)
-                    self._authorize(method, principal, None if first is None else self._decoded(first), context)
-                    return await inner_upload(self._rest(first, messages), context)
-                except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                    await self._abort(context, method, exc)
+                with self._observed(method, "client_stream", None, context):
+                    try:
+                        principal = self._authenticate(method, context)
+                        messages = aiter(request_iterator)
+                        first = await self._next(messages)
+                        self._authorize(method, principal, None if first is None else self._decoded(first), context)
+                        return await inner_upload(self._rest(first, messages), context)
+                    except Exception as exc:  # noqa: BLE001 - translated, never leaked
+                        await self._abort(context, method, exc)
 
             return grpc.stream_unary_rpc_method_handler(
                 upload, request_deserializer=deserializer, response_serializer=serializer
             )
         return handler
+
+    # -- observation -------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _observed(
+        self, method: str, rpc_type: str, request: Any, context: grpc.aio.ServicerContext
+    ) -> Iterator[None]:
+        """Reports the call's start and, however it ends, its finish to the observer."""
+        seen = _Seen(request=None if isinstance(request, _Refused) else request)
+        _seen.set(seen)
+        # Read now: a stream's context must not be touched once its call has ended.
+        peer = context.peer()
+        started = time.perf_counter()
+        self._observer.started(method, rpc_type)
+        try:
+            yield
+        except grpc.aio.AbortError:
+            raise  # its status was noted by _abort
+        except (asyncio.CancelledError, GeneratorExit):
+            seen.status(grpc.StatusCode.CANCELLED)
+            raise
+        except BaseException:
+            seen.status(grpc.StatusCode.UNKNOWN)
+            raise
+        finally:
+            call = calls.current()
+            self._observer.finished(
+                FinishedCall(
+                    method,
+                    rpc_type,
+                    seen.code.name,
+                    seen.reason,
+                    seen.detail,
+                    time.perf_counter() - started,
+                    seen.principal.subject if seen.principal is not None else None,
+                    call.role.value if call is not None else None,
+                    peer,
+                    seen.request,
+                )
+            )
 
     # -- admission ---------------------------------------------------------
 
@@ -163,15 +222,12 @@ class Boundary(grpc.aio.ServerInterceptor):
         try:
             principal = self._admission.authenticator.principal(context)
         except Unauthenticated as exc:
-            log.warning(
-                "denied %s to unauthenticated peer %s: %s (%s)", method, context.peer(), exc.problem.value, exc.message
-            )
             raise ServiceError(reject(self._catalogue[exc.problem.value], exc.message)) from None
+        _noted().principal = principal
         limiter = self._admission.limiter
         if limiter is not None and Role.COMPLETION_SERVICE not in principal.roles_in("*"):
             wait = limiter.take(principal.subject)
             if wait is not None:
-                log.warning("denied %s to %r: RATE_LIMITED", method, principal.subject)
                 raise ServiceError(
                     Rejection(
                         self._catalogue["RATE_LIMITED"],
@@ -184,20 +240,13 @@ class Boundary(grpc.aio.ServerInterceptor):
         return principal
 
     def _authorize(self, method: str, principal: Principal, request: Any, context: grpc.aio.ServicerContext) -> None:
+        _noted().request = request
         workspace = _workspace_of(request)
         checker = Checker()
         checker.identifier(workspace[0], workspace[1])
         checker.raise_for(self._catalogue)
         decision = authorize(principal, method, workspace[1])
         if isinstance(decision, Denied):
-            log.warning(
-                "denied %s to %r in workspace %r: %s (%s)",
-                method,
-                principal.subject,
-                workspace[1],
-                decision.reason,
-                decision.message,
-            )
             metadata = {"workspace_id": workspace[1]}
             if decision.permitted_roles:
                 metadata["permitted_roles"] = ",".join(decision.permitted_roles)
@@ -240,8 +289,10 @@ class Boundary(grpc.aio.ServerInterceptor):
 
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
         if isinstance(exc, grpc.aio.AbortError):
+            _noted().status(context.code() or grpc.StatusCode.UNKNOWN)
             raise exc
         if isinstance(exc, DroppedReply):
+            _noted().status(grpc.StatusCode.UNAVAILABLE)
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"reply dropped by fault injection at {exc}")
         if isinstance(exc, ServiceError):
             rejection = exc.rejection
@@ -254,7 +305,32 @@ class Boundary(grpc.aio.ServerInterceptor):
         else:
             log.exception("%s: unexpected fault", method)
             rejection = Rejection(self._catalogue["INTERNAL_FAULT"], "internal fault; see the server log")
+        _noted().status(grpc.StatusCode[rejection.code.name], rejection.reason.name, rejection.message)
         await context.abort_with_status(to_status(rejection, self._domain))
+
+
+class _Seen:
+    """What the boundary learned about the call it serves, for the observer."""
+
+    def __init__(self, request: Any) -> None:
+        self.request = request
+        self.principal: Principal | None = None
+        self.code = grpc.StatusCode.OK
+        self.reason = ""
+        self.detail = ""
+
+    def status(self, code: grpc.StatusCode, reason: str = "", detail: str = "") -> None:
+        self.code = code
+        self.reason = reason
+        self.detail = detail
+
+
+# Set per RPC by Boundary._observed (each RPC runs in its own task).
+_seen: contextvars.ContextVar[_Seen] = contextvars.ContextVar("funnel_boundary_seen")
+
+
+def _noted() -> _Seen:
+    return _seen.get()
 
 
 def _workspace_of(request: Any) -> tuple[str, str]:

@@ -34,7 +34,7 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from funnel.runtime import calls
-from funnel.runtime.sqlite import Migration
+from funnel.runtime.sqlite import CommitObserver, Migration
 from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -64,16 +64,18 @@ class PostgresDatabase:
     """A pool of connections to one schema of a PostgreSQL database."""
 
     def __init__(self, pool: ConnectionPool, executor: concurrent.futures.ThreadPoolExecutor, url: str,
-                 schema: str) -> None:
+                 schema: str, commits: CommitObserver | None = None) -> None:
         self._pool = pool
         self._executor = executor
         self.url = url
         self.schema = schema
+        self._commits = commits
 
     @classmethod
     async def open(cls, url: str, schema: str, migrations: list[Migration], *, pool_size: int = 8,
-                   connect_timeout: float = POOL_TIMEOUT) -> PostgresDatabase:
-        """Connects, creates the schema and applies its migrations, or raises StorageRefused."""
+                   connect_timeout: float = POOL_TIMEOUT, commits: CommitObserver | None = None) -> PostgresDatabase:
+        """Connects, creates the schema and applies its migrations, or raises StorageRefused.
+        `commits` is told of each committed write transaction (the commit metrics)."""
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix=f"pg-{schema}")
         pool = ConnectionPool(
             url,
@@ -84,7 +86,7 @@ class PostgresDatabase:
             name=schema,
             check=ConnectionPool.check_connection,
         )
-        database = cls(pool, executor, url, schema)
+        database = cls(pool, executor, url, schema, commits)
         try:
             await database._in_thread(lambda: pool.open(wait=True, timeout=connect_timeout))
             await database._in_thread(lambda: database._prepare(migrations))
@@ -153,10 +155,14 @@ class PostgresDatabase:
     def _write_sync(self, fn: Callable[[psycopg.Connection[Any]], T], wait_ms: int) -> T:
         delay = 0.001
         for attempt in range(1, MAX_ATTEMPTS + 1):
+            started = time.perf_counter()
             try:
                 with self._pool.connection(timeout=POOL_TIMEOUT) as conn, conn.transaction():
                     conn.execute(f"SET LOCAL lock_timeout = {int(wait_ms)}")
-                    return fn(conn)
+                    value = fn(conn)
+                if self._commits is not None:
+                    self._commits(time.perf_counter() - started, 1)
+                return value
             except RETRYABLE as exc:
                 if attempt == MAX_ATTEMPTS:
                     raise StorageUnavailable(f"gave up after {attempt} conflicting attempts: {exc}") from exc
@@ -236,6 +242,14 @@ class PostgresDatabase:
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._pool.close)
         self._executor.shutdown(wait=True)
+
+
+# What the tables of the connection's schema (the service's own) take, with their
+# indexes and TOAST: what `funnel_db_size_bytes` reports on PostgreSQL.
+SCHEMA_BYTES = (
+    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+)
 
 
 def redacted(url: str) -> str:

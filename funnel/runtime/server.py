@@ -11,7 +11,6 @@ import enum
 import logging
 import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
@@ -20,10 +19,21 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
+from funnel.runtime import logs
 from funnel.runtime import security as security_settings
 from funnel.runtime.boundary import TRANSPORT_LIMIT_FACTOR, Boundary
 from funnel.runtime.idempotency import DEFAULT_RETENTION_SECONDS
+from funnel.runtime.logs import fields
+from funnel.runtime.metrics import (
+    DEFAULT_REFRESH_INTERVAL,
+    CannotServeMetrics,
+    MetricsEndpoint,
+    RpcMetrics,
+    ServiceMetrics,
+)
+from funnel.runtime.observe import CallObserver
 from funnel.runtime.security import PreparedSecurity, Reloader, SecurityRefused
+from funnel.runtime.tracing import ServerSpans, TracingRefused, configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +87,27 @@ def add_common_arguments(
         help=f"seconds in-flight calls get on SIGTERM ({env_prefix}_SHUTDOWN_GRACE)",
     )
     parser.add_argument("--log-level", default=e("log_level", "INFO"), help=f"({env_prefix}_LOG_LEVEL)")
+    parser.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default=e("log_format", "") or logs.default_format(),
+        help="one JSON object per line, or readable text; one line per request (method, code, reason, caller, "
+        "workspace, task, run, duration, trace id) and per piece of background work (default: text when stderr "
+        f"is a terminal, json otherwise) ({env_prefix}_LOG_FORMAT)",
+    )
+    parser.add_argument(
+        "--metrics-listen",
+        default=e("metrics_listen", "") or None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (plain HTTP; port 0: any free one); off "
+        f"when not given ({env_prefix}_METRICS_LISTEN)",
+    )
+    parser.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=float(e("metrics_interval", str(DEFAULT_REFRESH_INTERVAL))),
+        help=f"seconds between refreshes of the metrics read from the database ({env_prefix}_METRICS_INTERVAL)",
+    )
     parser.add_argument("--watch-buffer", type=int, default=int(e("watch_buffer", str(WATCH_BUFFER))),
                         help=f"events a watch stream may fall behind before it is ended ({env_prefix}_WATCH_BUFFER)")
     parser.add_argument("--max-watchers-per-caller", type=int,
@@ -92,11 +123,19 @@ def add_common_arguments(
 
 
 def new_server(
-    security: PreparedSecurity, domain: str, catalogue: type[enum.Enum], method_prefix: str
+    security: PreparedSecurity,
+    domain: str,
+    catalogue: type[enum.Enum],
+    method_prefix: str,
+    rpc_metrics: RpcMetrics | None = None,
 ) -> grpc.aio.Server:
     limit = security.admission.max_message_bytes
     return grpc.aio.server(
-        interceptors=[Boundary(domain, catalogue, method_prefix, security.admission)],
+        # Tracing first: the call's span is current while the boundary and the handler run.
+        interceptors=[
+            ServerSpans(method_prefix),
+            Boundary(domain, catalogue, method_prefix, security.admission, CallObserver(rpc_metrics)),
+        ],
         options=[
             # Up to this, an oversize request reaches the boundary and is answered
             # with ErrorInfo (MESSAGE_TOO_LARGE); beyond it gRPC refuses it alone.
@@ -194,9 +233,17 @@ def bind(server: grpc.aio.Server, listen: str, security: PreparedSecurity) -> in
     return port
 
 
-def announce(service: str, listen: str, port: int) -> None:
-    """The one line on stdout that process supervisors (`funnel up`, tests) wait for."""
+def serve_metrics(listen: str | None, metrics: ServiceMetrics) -> MetricsEndpoint | None:
+    """The metrics endpoint, if `--metrics-listen` asked for one (CannotServeMetrics otherwise)."""
+    return MetricsEndpoint.start(listen, metrics.registry) if listen else None
+
+
+def announce(service: str, listen: str, port: int, metrics: MetricsEndpoint | None = None) -> None:
+    """The lines on stdout that process supervisors (`funnel up`, tests) wait for:
+    where metrics are served (if they are), then the one that says the service serves."""
     host = listen.rsplit(":", 1)[0]
+    if metrics is not None:
+        print(f"{service} metrics on {metrics.url}", flush=True)
     print(f"{service} serving on {host}:{port}", flush=True)
 
 
@@ -255,15 +302,31 @@ def serve_process(
     async def serve() -> None:
         running = await start()
         stop = install_signal_handlers(running.reloader.trigger)
-        announce(name, listen, running.port)
+        endpoint = running.metrics_endpoint
+        announce(name, listen, running.port, endpoint)
+        log.info(
+            "%s serving on port %d", name, running.port,
+            extra=fields(event="start", service=name, port=running.port,
+                         metrics=endpoint.url if endpoint is not None else None),
+        )
         await stop.wait()
-        log.info("stopping: letting in-flight calls finish for up to %.1fs", grace)
+        log.info(
+            "stopping: letting in-flight calls finish for up to %.1fs", grace,
+            extra=fields(event="stopping", service=name, grace_seconds=grace),
+        )
         await running.stop(grace)
+        log.info("%s stopped", name, extra=fields(event="stopped", service=name))
 
-    refused: tuple[type[Exception], ...] = (*refusals, SlowProtobuf, CannotListen, SecurityRefused)
+    refused: tuple[type[Exception], ...] = (
+        *refusals, SlowProtobuf, CannotListen, SecurityRefused, TracingRefused, CannotServeMetrics
+    )
     try:
         require_fast_protobuf()
-        run(serve())
+        tracing = configure_tracing(name)  # the process's name is its default service.name
+        try:
+            run(serve())
+        finally:
+            tracing.shutdown()
     except refused as exc:
         raise SystemExit(f"{name} refuses to start: {exc}") from None
 
@@ -272,7 +335,5 @@ def reloader(security: PreparedSecurity, *more: security_settings.Reloadable) ->
     return Reloader([*security.reloadables, *more], security.settings.reload_interval)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def configure_logging(level: str, log_format: str) -> None:
+    logs.configure(level, log_format)

@@ -16,6 +16,7 @@ import importlib.resources
 import logging
 import re
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -27,6 +28,8 @@ from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Told of each committed group: (seconds on the database thread, writes in it).
+CommitObserver = Callable[[float, int], None]
 
 MEMORY = ":memory:"
 # Per connection, in KiB (negative: a size, not a page count): room for the hot
@@ -63,9 +66,10 @@ def migrations_in(package: str) -> list[Migration]:
 class Database:
     """One SQLite connection with its own thread."""
 
-    def __init__(self, connection: aiosqlite.Connection, path: str) -> None:
+    def __init__(self, connection: aiosqlite.Connection, path: str, commits: CommitObserver | None = None) -> None:
         self._connection = connection
         self.path = path
+        self._commits = commits
         self._pending: list[_Write[Any]] = []
         self._writer: asyncio.Task | None = None
         self._checkpointer: asyncio.Task | None = None
@@ -78,13 +82,15 @@ class Database:
         *,
         busy_timeout_ms: int = 5000,
         check_integrity: bool = True,
+        commits: CommitObserver | None = None,
     ) -> Database:
-        """Opens (creating if needed) and prepares the database, or raises StorageRefused."""
+        """Opens (creating if needed) and prepares the database, or raises StorageRefused.
+        `commits` is told of each committed group (the commit metrics)."""
         try:
             connection = await aiosqlite.connect(path, isolation_level=None)
         except sqlite3.Error as exc:
             raise StorageRefused(f"cannot open database {path!r}: {exc}") from exc
-        database = cls(connection, path)
+        database = cls(connection, path, commits)
         try:
             await database.run(lambda db: _prepare(db, path, migrations, busy_timeout_ms, check_integrity))
         except BaseException:
@@ -166,6 +172,7 @@ class Database:
                 if not batch:
                     continue
                 wait_ms = max(1, int((min(w.deadline for w in batch) - loop.time()) * 1000))
+                started = time.perf_counter()
                 try:
                     outcomes = await self.run(
                         functools.partial(_commit_group, fns=[w.fn for w in batch], wait_ms=wait_ms)
@@ -178,6 +185,8 @@ class Database:
                     for write in batch:
                         write.future.set_exception(exc if isinstance(exc, Exception) else StorageUnavailable(repr(exc)))
                     continue
+                if self._commits is not None:
+                    self._commits(time.perf_counter() - started, len(batch))
                 for write, (value, error) in zip(batch, outcomes, strict=True):
                     if error is not None:
                         write.future.set_exception(
@@ -333,6 +342,13 @@ def _prepare(
                 db.execute("ROLLBACK")
             raise StorageRefused(f"migration {migration.version} ({migration.name}) failed on {path!r}: {exc}") from exc
         log.info("applied migration %04d_%s to %s", migration.version, migration.name, path)
+
+
+def database_bytes(db: Any) -> int:
+    """The size of the database file (its pages; the WAL beside it is not counted)."""
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    (size,) = db.execute("PRAGMA page_size").fetchone()
+    return int(pages) * int(size)
 
 
 # The health probe shares the writer's thread: it must not hold up writes long.

@@ -4,6 +4,12 @@ Publishing never blocks and never allocates per event beyond one reference per
 matching stream: each stream has a bounded buffer, and a stream that falls behind
 it is marked overflowed. It then delivers what it holds and ends, and the client
 resumes from its cursor; commits are never slowed by a slow watcher.
+
+When the server stops, `EventBroker.close()` ends every stream at once (and any
+that opens later) instead of letting them hold the shutdown for its whole grace:
+what a stream still buffers is dropped, as it is committed and the client reads
+it again from its cursor. (A stream whose client stopped reading, stuck in a
+write that flow control holds, is ended only by gRPC when the grace runs out.)
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import collections
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from funnel.runtime.errors import ServiceError, reject
@@ -24,15 +31,20 @@ class WatchOverflow(Exception):
     """The stream fell more than its buffer behind the commits."""
 
 
+class WatchClosed(Exception):
+    """The server is stopping: the stream ends now."""
+
+
 class Subscription(Generic[Item]):
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._items: collections.deque[Item] = collections.deque()
         self._wakeup = asyncio.Event()
         self.overflowed = False
+        self.closed = False
 
     def offer(self, item: Item) -> None:
-        if self.overflowed:
+        if self.overflowed or self.closed:
             return
         if len(self._items) >= self._capacity:
             self.overflowed = True
@@ -40,14 +52,22 @@ class Subscription(Generic[Item]):
             self._items.append(item)
         self._wakeup.set()
 
+    def close(self) -> None:
+        self.closed = True
+        self._wakeup.set()
+
     async def next(self) -> Item:
-        """The next buffered item; raises WatchOverflow once the buffer has run dry after an overflow."""
-        while not self._items:
+        """The next buffered item; raises WatchOverflow once the buffer has run dry
+        after an overflow, and WatchClosed as soon as the subscription is closed."""
+        while True:
+            if self.closed:
+                raise WatchClosed()
+            if self._items:
+                return self._items.popleft()
             if self.overflowed:
                 raise WatchOverflow()
             self._wakeup.clear()
             await self._wakeup.wait()
-        return self._items.popleft()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -59,11 +79,21 @@ class EventBroker(Generic[Item]):
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        self.closed = False
         self._subscriptions: dict[tuple[Hashable, Hashable], set[Subscription[Item]]] = {}
+
+    def close(self) -> None:
+        """The server is stopping: ends every subscription, and closes any opened later."""
+        self.closed = True
+        for members in self._subscriptions.values():
+            for subscription in members:
+                subscription.close()
 
     @contextmanager
     def subscribe(self, scope: Hashable, key: Hashable | None) -> Iterator[Subscription[Item]]:
         subscription: Subscription[Item] = Subscription(self.capacity)
+        if self.closed:
+            subscription.close()
         slot = (scope, key)
         self._subscriptions.setdefault(slot, set()).add(subscription)
         try:
@@ -101,11 +131,13 @@ async def follow(
     cursor: int,
     wrap: Callable[[Event], Item],
     sequence_of: Callable[[Item], int],
-    overflowed: Callable[[int], Exception],
+    ends: WatchEnds,
 ) -> AsyncIterator[Item]:
     """Streams committed events after `cursor`: the stored backlog, then live ones,
-    with no gap and no duplicate. Raises overflowed(last_sequence) when the
-    stream falls more than the broker's buffer behind.
+    with no gap and no duplicate. Raises ends.overflowed(last_sequence) when the
+    stream falls more than the broker's buffer behind, and
+    ends.shutting_down(last_sequence) once the broker is closed (between two
+    backlog batches, or at once while waiting for live events).
 
     It subscribes only once the backlog is drained, then reads the store once
     more: an event committed before the subscription is in the store, one
@@ -114,6 +146,8 @@ async def follow(
     async def backlog() -> AsyncIterator[Item]:
         nonlocal cursor
         while True:
+            if broker.closed:
+                raise ends.shutting_down(cursor)
             events = await read_after(cursor, WATCH_BATCH)
             for event in events:
                 item = wrap(event)
@@ -131,26 +165,41 @@ async def follow(
             try:
                 item = await live.next()
             except WatchOverflow:
-                raise overflowed(cursor) from None
+                raise ends.overflowed(cursor) from None
+            except WatchClosed:
+                raise ends.shutting_down(cursor) from None
             if sequence_of(item) <= cursor:
                 continue
             cursor = sequence_of(item)
             yield item
 
 
-def overflow_error(catalogue: type[enum.Enum], capacity: int) -> Callable[[int], ServiceError]:
-    """The error that ends an overflowed stream, naming the cursor to resume from."""
+@dataclass(frozen=True)
+class WatchEnds:
+    """The errors that end a watch stream, each naming the cursor to resume from:
+    the last sequence the stream delivered."""
 
-    def overflowed(cursor: int) -> ServiceError:
+    catalogue: type[enum.Enum]
+    capacity: int
+
+    def overflowed(self, cursor: int) -> ServiceError:
         return ServiceError(
             reject(
-                catalogue["WATCH_OVERFLOW"],
-                f"the watcher fell more than {capacity} events behind; resume from the last sequence received",
+                self.catalogue["WATCH_OVERFLOW"],
+                f"the watcher fell more than {self.capacity} events behind; resume from the last sequence received",
                 resume_after_sequence=cursor,
             )
         )
 
-    return overflowed
+    def shutting_down(self, cursor: int) -> ServiceError:
+        return ServiceError(
+            reject(
+                self.catalogue["SERVER_SHUTTING_DOWN"],
+                "the server is shutting down; watch again (on another replica, or once it is back) with "
+                "after_sequence set to the last sequence received",
+                resume_after_sequence=cursor,
+            )
+        )
 
 
 class WatchQuota:

@@ -25,6 +25,7 @@ from lifecycle_service.core.model import (
 )
 from lifecycle_service.storage.port import (
     InvariantViolated,
+    LifecycleFigures,
     LifecycleReadTx,
     LifecycleStore,
     LifecycleTx,
@@ -221,6 +222,9 @@ class MemoryLifecycleTx:
     def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
         # One process: no claim is kept (see the port).
         return [self._s.propagations[key] for key in sorted(self._s.propagations)[:limit]]
+
+    def load_figures(self) -> LifecycleFigures:
+        return LifecycleFigures(len(self._s.propagations), len(self._s.requests), None)
 
     # -- request ids -------------------------------------------------------------
 

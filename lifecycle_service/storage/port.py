@@ -38,6 +38,17 @@ class PendingPropagation:
     intent: IntentKind
 
 
+@dataclass(frozen=True)
+class LifecycleFigures:
+    """What an operator watches of the store (the metrics' gauges), in one snapshot."""
+
+    pending_propagations: int
+    # Request ids remembered for replay.
+    request_ids: int
+    # Bytes the database takes on disk (its schema on PostgreSQL); None: nothing on disk.
+    database_bytes: int | None
+
+
 class LifecycleReadTx(Protocol):
     """Reads inside one transaction: a consistent snapshot across calls."""
 
@@ -68,6 +79,10 @@ class LifecycleReadTx(Protocol):
         self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
     ) -> list[LifecycleEvent]:
         """A workspace's events (one task's if given) by sequence, after `after_sequence`."""
+        ...
+
+    def load_figures(self) -> LifecycleFigures:
+        """The store's figures for the metrics (counts over every workspace)."""
         ...
 
 

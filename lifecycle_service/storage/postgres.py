@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from funnel.runtime.postgres import PostgresDatabase, SqliteStyle
-from funnel.runtime.sqlite import migrations_in
+from funnel.runtime.postgres import SCHEMA_BYTES, PostgresDatabase, SqliteStyle
+from funnel.runtime.sqlite import CommitObserver, migrations_in
 from lifecycle_service.core.model import LifecycleEvent, TaskRecord
 from lifecycle_service.storage.port import LifecycleReadTx, LifecycleStore, LifecycleTx, PendingPropagation
 from lifecycle_service.storage.sqlite import (
@@ -62,10 +62,14 @@ class PostgresLifecycleStore:
         self._database = database
 
     @classmethod
-    async def open(cls, url: str, *, schema: str = SCHEMA, pool_size: int = 8) -> PostgresLifecycleStore:
+    async def open(
+        cls, url: str, *, schema: str = SCHEMA, pool_size: int = 8, commits: CommitObserver | None = None
+    ) -> PostgresLifecycleStore:
         """Connects, creates the schema and applies its migrations (under the engine's
         advisory lock: replicas starting together apply each once), or raises StorageRefused."""
-        database = await PostgresDatabase.open(url, schema, migrations_in(MIGRATIONS_PACKAGE), pool_size=pool_size)
+        database = await PostgresDatabase.open(
+            url, schema, migrations_in(MIGRATIONS_PACKAGE), pool_size=pool_size, commits=commits
+        )
         return cls(database)
 
     async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
@@ -113,6 +117,10 @@ class PostgresLifecycleTx(SqliteLifecycleTx):
 
     def load_parent(self, workspace_id: str, task_id: str) -> TaskRecord | None:
         return self._load(workspace_id, task_id, " FOR SHARE" if self._writable else "")
+
+    def _database_bytes(self) -> int | None:
+        (size,) = self._db.execute(SCHEMA_BYTES).fetchone()
+        return int(size)
 
     # -- events ------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from funnel.auth.principal import Caller
 from funnel.runtime.idempotency import RequestKey
-from funnel.runtime.sqlite import Database, migrations_in, probe_writable
+from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in, probe_writable
 from lifecycle_service.core.model import (
     Cause,
     ChildRef,
@@ -30,6 +30,7 @@ from lifecycle_service.core.model import (
 )
 from lifecycle_service.storage.port import (
     InvariantViolated,
+    LifecycleFigures,
     LifecycleReadTx,
     LifecycleStore,
     LifecycleTx,
@@ -73,9 +74,9 @@ class SqliteLifecycleStore:
         self._reader = reader
 
     @classmethod
-    async def open(cls, path: str) -> SqliteLifecycleStore:
+    async def open(cls, path: str, *, commits: CommitObserver | None = None) -> SqliteLifecycleStore:
         """Opens (creating and migrating if needed) the database, or raises StorageRefused."""
-        writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE))
+        writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits)
         reader = await Database.open_reader(writer)
         return cls(writer, reader)
 
@@ -241,6 +242,14 @@ class SqliteLifecycleTx:
         # One process owns the file: no claim is recorded (see the port).
         rows = self._db.execute(f"SELECT {PROPAGATION_COLUMNS} FROM pending_propagations ORDER BY id LIMIT ?", (limit,))
         return [propagation_from_row(r) for r in rows]
+
+    def load_figures(self) -> LifecycleFigures:
+        (propagations,) = self._db.execute("SELECT count(*) FROM pending_propagations").fetchone()
+        (request_ids,) = self._db.execute("SELECT count(*) FROM request_ids").fetchone()
+        return LifecycleFigures(propagations, request_ids, self._database_bytes())
+
+    def _database_bytes(self) -> int | None:
+        return database_bytes(self._db)
 
     # -- request ids -------------------------------------------------------------
 

@@ -23,7 +23,7 @@ def test_funnel_up_demo_tells_the_whole_story_and_stops_cleanly_on_ctrl_c(tmp_pa
     database = ["--database", fresh_database()] if backend == "postgresql" else []
     process = subprocess.Popen(
         [str(FUNNEL), "up", "--demo", "--data-dir", str(data), "--lifecycle-port", "0", "--completion-port", "0",
-         *database],
+         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0", *database],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

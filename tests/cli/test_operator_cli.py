@@ -25,7 +25,8 @@ def demo(tmp_path_factory):
     lifecycle, completion = unused_port(), unused_port()
     up = subprocess.Popen(
         [str(FUNNEL), "up", "--demo", "--data-dir", str(directory / "data"),
-         "--lifecycle-port", str(lifecycle), "--completion-port", str(completion)],
+         "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
+         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     lines = []

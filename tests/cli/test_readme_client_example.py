@@ -19,7 +19,8 @@ def test_the_readme_client_example_registers_and_reads_a_task(tmp_path):
     data = tmp_path / "funnel-data"
     port = unused_port()
     up = subprocess.Popen(
-        [str(BIN / "funnel"), "up", "--data-dir", str(data), "--lifecycle-port", str(port), "--completion-port", "0"],
+        [str(BIN / "funnel"), "up", "--data-dir", str(data), "--lifecycle-port", str(port), "--completion-port", "0",
+         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -288,7 +288,7 @@ async def test_completion_whose_order_against_the_cancellation_is_unprovable_is_
     assert (task.state, task.cancellation, task.completion_id) == (
         lpb.GENERATION_STATE_ACTIVE, lpb.CANCELLATION_STATE_REQUESTED, "")
     assert not [e for e in await f.lifecycle_events("task-1") if e.intent == lpb.INTENT_SETTLE_COMPLETION]
-    assert f.completion.authority.metrics.terminalization_errors == 1
+    assert counted(f.completion.authority, "funnel_completion_settlements_total", {"status": "REJECTED"}) == 1
     # Never retried once rejected, and a repeated attempt does not revive it.
     f.clock.advance(60 * SECOND)
     assert await f.completion.authority.settler.settle_due() == 0
@@ -303,9 +303,11 @@ async def test_lifecycle_down_after_the_commit_settles_exactly_once_after_restar
 
     # While the lifecycle is down the settler keeps retrying (with backoff) and
     # nothing terminal is published.
-    retries = f.completion.authority.metrics.settle_retries
+    retries = counted(f.completion.authority, "funnel_completion_settlement_retries_total", None)
     await eventually(
-        lambda: _true(f.completion.authority.metrics.settle_retries >= retries + 2),
+        lambda: _true(
+            counted(f.completion.authority, "funnel_completion_settlement_retries_total", None) >= retries + 2
+        ),
         clock=f.clock,
         advance_micros=SECOND,
     )
@@ -326,7 +328,7 @@ async def test_lifecycle_down_after_the_commit_settles_exactly_once_after_restar
     events = await f.completion_events(task_id="task-1")
     assert kinds(events) == ["COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
     assert events[-1].lifecycle_event_sequence == completion.lifecycle_event_sequence
-    assert f.completion.authority.metrics.settlements == 1
+    assert counted(f.completion.authority, "funnel_completion_settlements_total", {"status": "SETTLED"}) == 1
 
     # A repeated attempt settles nothing again.
     again = await f.attempt(claim)
@@ -362,7 +364,7 @@ async def test_a_corrupted_completion_fails_closed_with_an_alarm(funnel, caplog)
     with caplog.at_level(logging.ERROR, logger="completion_service"):
         error = await rejected(f.attempt(claim), Code.DATA_LOSS, "COMPLETION_CORRUPTED", metadata={"completion_id"})
     assert error_info(error).metadata["completion_id"] == answer.completion.completion_id
-    assert f.completion.authority.metrics.completion_corruptions == 1
+    assert counted(f.completion.authority, "funnel_completion_corruptions_total", None) == 1
     assert [
         r for r in caplog.records if r.levelno == logging.ERROR and answer.completion.completion_id in r.getMessage()
     ]
@@ -1113,3 +1115,8 @@ async def test_listings_page_without_gaps_or_duplicates(funnel):
     audit = await pages(f.cs.ListAuditLog, cpb.ListAuditLogRequest, "entries")
     assert [a.task_id for a in audit] == ["task-0", "task-1", "task-2"]
     assert len({a.audit_id for a in audit}) == 3
+
+
+def counted(authority, name: str, labels: dict[str, str] | None) -> float:
+    """A counter of the authority's metrics (0 before it first counts)."""
+    return authority.metrics.registry.get_sample_value(name, labels) or 0.0

@@ -46,6 +46,7 @@ from completion_service.errors import Reason
 from completion_service.request_ids import peek
 from completion_service.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
 from completion_service.settlements import Recorded, Settlement
+from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import AttemptRecord, CompletionStore, CompletionTx, TranscriptState
 from completion_service.storage.sqlite import SqliteCompletionStore
 from completion_service.transcripts import AppendCommand, Appended
@@ -728,6 +729,44 @@ async def test_due_settlements_come_earliest_first_up_to_the_limit(env):
     assert await env.due(START + SECOND, limit=1) == [first]
     await env.settle(first, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))
     assert await env.due(START + SECOND) == [second]
+
+
+async def test_the_traceparent_of_the_committing_attempt_stays_with_the_completion_through_the_outbox(env):
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    committed = await env.attempt(await env.claimed("t-1"), traceparent=traceparent)
+    untraced = await env.attempt(await env.claimed("t-2"))
+    assert committed.completion.traceparent == traceparent and untraced.completion.traceparent is None
+    postponed = await env.store.write(
+        lambda tx: settlements.postpone_settlement(tx, completion=committed.completion, next_attempt_at=START + SECOND)
+    )
+    assert [c.traceparent for c in await env.due(START + SECOND)] == [None, traceparent]
+    settled = (await env.settle(postponed, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))).completion
+    assert settled.traceparent == traceparent == (await env.completion("t-1")).traceparent
+    listed = await env.read(lambda tx: tx.load_completions(WS, None, None, 10))
+    assert {c.task_id: c.traceparent for c in listed} == {"t-1": traceparent, "t-2": None}
+
+
+async def test_the_figures_count_the_outbox_open_runs_live_leases_and_request_ids(env):
+    empty = await env.read(lambda tx: tx.load_figures(START))
+    assert (empty.pending_settlements, empty.oldest_pending_committed_at, empty.open_runs, empty.live_leases,
+            empty.request_ids) == (0, None, 0, 0, 0)
+    # Only the in-memory fake has no database on disk.
+    assert (empty.database_bytes is None) == isinstance(env.store, MemoryCompletionStore)
+    first = (await env.attempt(await env.claimed("t-1", ttl=10 * SECOND, request_id="claim-1"))).completion
+    env.clock.advance(SECOND)
+    second = (await env.attempt(await env.claimed("t-2", ttl=60 * SECOND))).completion
+    figures = await env.read(lambda tx: tx.load_figures(START + SECOND))
+    assert (figures.pending_settlements, figures.oldest_pending_committed_at) == (2, first.committed_at)
+    assert (figures.open_runs, figures.live_leases, figures.request_ids) == (2, 2, 1)
+    # t-1's lease has expired 20 s later; its run is still open.
+    assert (await env.read(lambda tx: tx.load_figures(START + 20 * SECOND))).live_leases == 1
+    await env.settle(first, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))
+    await env.close(second.run_id)
+    figures = await env.read(lambda tx: tx.load_figures(START + SECOND))
+    assert (figures.pending_settlements, figures.oldest_pending_committed_at) == (1, second.committed_at)
+    assert (figures.open_runs, figures.live_leases) == (1, 1)
+    if empty.database_bytes is not None:
+        assert figures.database_bytes is not None and figures.database_bytes > 0
 
 
 # -- request ids ------------------------------------------------------------------

@@ -529,6 +529,7 @@ def test_every_reason_of_the_catalogue_is_covered_and_matches_the_contract():
         "VALUE_OUT_OF_RANGE",
         "STORAGE_UNAVAILABLE",
         "WATCH_OVERFLOW",
+        "SERVER_SHUTTING_DOWN",  # test_watch.py and tests/reliability/test_shutdown.py
         # tests/security: the authorization matrix and the resource limits.
         "CREDENTIALS_MISSING",
         "CREDENTIALS_INVALID",

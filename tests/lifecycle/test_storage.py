@@ -40,6 +40,7 @@ from lifecycle_service.core.model import (
 )
 from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
+from lifecycle_service.storage.memory import MemoryLifecycleStore
 from lifecycle_service.storage.port import InvariantViolated, LifecycleStore
 from lifecycle_service.storage.postgres import PostgresLifecycleStore
 from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE, SqliteLifecycleStore
@@ -390,6 +391,25 @@ async def test_propagations_are_claimed_oldest_first_and_discharged_once(backend
     assert await backend.write(lambda tx: tx.discharge_propagation(claimed[0].id)) is True
     assert await backend.write(lambda tx: tx.discharge_propagation(claimed[0].id)) is False
     assert await pending(backend) == claimed[1:]
+
+
+async def test_the_figures_count_pending_propagations_and_remembered_request_ids(backend):
+    empty = await backend.read(lambda tx: tx.load_figures())
+    assert (empty.pending_propagations, empty.request_ids) == (0, 0)
+    # Only the in-memory fake has no database on disk.
+    assert (empty.database_bytes is None) == isinstance(backend, MemoryLifecycleStore)
+    event = await put(backend, record("p", state=GenerationState.ACTIVE))
+    owed = [Propagation(ChildRef(f"c{n}", 1), IntentKind.REQUEST_CANCELLATION) for n in range(3)]
+    await backend.write(lambda tx: tx.insert_propagations(event, owed, T0))
+    for n in range(2):
+        await backend.write(lambda tx, n=n: tx.remember_request(key(f"req-{n}"), b"r", T0))
+    figures = await backend.read(lambda tx: tx.load_figures())
+    assert (figures.pending_propagations, figures.request_ids) == (3, 2)
+    first = (await pending(backend))[0]
+    await backend.write(lambda tx: tx.discharge_propagation(first.id))
+    assert (await backend.read(lambda tx: tx.load_figures())).pending_propagations == 2
+    if empty.database_bytes is not None:
+        assert figures.database_bytes is not None and figures.database_bytes > 0
 
 
 # -- transactions ----------------------------------------------------------------------

@@ -36,7 +36,8 @@ def test_the_readme_mcp_configuration_works_as_written(tmp_path):
     assert "<!-- mcp-config:" in section
     lifecycle, completion = unused_port(), unused_port()
     up = subprocess.Popen(
-        [str(BIN / "funnel"), "up", "--lifecycle-port", str(lifecycle), "--completion-port", str(completion)],
+        [str(BIN / "funnel"), "up", "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
+         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:

@@ -131,18 +131,20 @@ async def test_another_workspace_cannot_read_watch_or_write_and_learns_nothing(s
 
 async def test_a_denied_call_is_logged_once_with_caller_method_and_reason(secured, caplog):
     funnel = await secured()
-    caplog.set_level(logging.WARNING, logger="funnel.runtime.boundary")
+    caplog.set_level(logging.WARNING, logger="funnel.request")
     foreign = funnel.clients(FOREIGN_HOST)
     await denied(foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
                  Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
-    lines = [r.getMessage() for r in caplog.records if "denied" in r.getMessage()]
-    assert len(lines) == 1, lines
-    assert "GetTask" in lines[0] and "'host-2'" in lines[0] and "WORKSPACE_NOT_GRANTED" in lines[0]
+    [line] = [r.fields for r in caplog.records if r.name == "funnel.request"]
+    assert (line["method"], line["code"], line["reason"]) == ("GetTask", "PERMISSION_DENIED", "WORKSPACE_NOT_GRANTED")
+    assert (line["subject"], line["workspace"], line["task"]) == ("host-2", WS, "t-1")
     caplog.clear()
     await denied(funnel.clients(None).lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
                  Code.UNAUTHENTICATED, "CREDENTIALS_MISSING")
-    lines = [r.getMessage() for r in caplog.records if "denied" in r.getMessage()]
-    assert len(lines) == 1 and "CREDENTIALS_MISSING" in lines[0] and "GetTask" in lines[0], lines
+    [line] = [r.fields for r in caplog.records if r.name == "funnel.request"]
+    assert (line["method"], line["code"], line["reason"]) == ("GetTask", "UNAUTHENTICATED", "CREDENTIALS_MISSING")
+    # Without a subject, the peer's address says who called.
+    assert "subject" not in line and line["peer"].startswith("ipv")
 
 
 # -- agents act for themselves ------------------------------------------------

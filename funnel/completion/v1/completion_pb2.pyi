@@ -139,6 +139,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AGENT_ID_MISMATCH: _ClassVar[ErrorReason]
     IMPORT_BUFFER_EXHAUSTED: _ClassVar[ErrorReason]
     STREAM_IDLE: _ClassVar[ErrorReason]
+    SERVER_SHUTTING_DOWN: _ClassVar[ErrorReason]
 REQUESTED_OUTCOME_UNSPECIFIED: RequestedOutcome
 REQUESTED_OUTCOME_COMPLETED: RequestedOutcome
 REQUESTED_OUTCOME_FAILED: RequestedOutcome
@@ -233,6 +234,7 @@ RUN_NOT_HELD: ErrorReason
 AGENT_ID_MISMATCH: ErrorReason
 IMPORT_BUFFER_EXHAUSTED: ErrorReason
 STREAM_IDLE: ErrorReason
+SERVER_SHUTTING_DOWN: ErrorReason
 
 class ErrorDetails(_message.Message):
     __slots__ = ("status", "error_info", "bad_request", "retry_info")

@@ -115,9 +115,14 @@ class TranscriptServiceServicer:
         record time, so an export imports back identically. Imports in flight
         share a bounded buffer (`IMPORT_BUFFER_EXHAUSTED` when it is taken), and a
         stream that sends nothing for the idle timeout is ended (`STREAM_IDLE`).
+        An import is all or nothing, also when the server stops: one in flight may
+        finish within the server's shutdown grace; one still sending when the grace
+        is about to end is ended with `UNAVAILABLE` (`SERVER_SHUTTING_DOWN`) and
+        imports nothing, so sending the whole file again is always right.
         Errors: `TASK_NOT_FOUND`, `TRANSCRIPT_NOT_EMPTY`, `TRANSCRIPT_LINE_INVALID`
         (metadata `line`), `TRANSCRIPT_GRAMMAR_VIOLATION` (metadata `line`, `rule`),
-        `FIELD_REQUIRED`, `FIELD_MALFORMED`, `IMPORT_BUFFER_EXHAUSTED`, `STREAM_IDLE`.
+        `FIELD_REQUIRED`, `FIELD_MALFORMED`, `IMPORT_BUFFER_EXHAUSTED`, `STREAM_IDLE`,
+        `SERVER_SHUTTING_DOWN`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -104,6 +104,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RATE_LIMITED: _ClassVar[ErrorReason]
     MESSAGE_TOO_LARGE: _ClassVar[ErrorReason]
     WATCHERS_EXHAUSTED: _ClassVar[ErrorReason]
+    SERVER_SHUTTING_DOWN: _ClassVar[ErrorReason]
 GENERATION_STATE_UNSPECIFIED: GenerationState
 GENERATION_STATE_REGISTERED: GenerationState
 GENERATION_STATE_ACTIVE: GenerationState
@@ -176,6 +177,7 @@ ROLE_NOT_PERMITTED: ErrorReason
 RATE_LIMITED: ErrorReason
 MESSAGE_TOO_LARGE: ErrorReason
 WATCHERS_EXHAUSTED: ErrorReason
+SERVER_SHUTTING_DOWN: ErrorReason
 
 class ErrorDetails(_message.Message):
     __slots__ = ("status", "error_info", "bad_request", "retry_info")

@@ -324,8 +324,13 @@ class TaskLifecycleServiceServicer:
         `resume_after_sequence`); commits are never slowed down by a watcher.
         Open streams are capped per caller and per workspace (64 and 1024 by
         default): one more is `WATCHERS_EXHAUSTED`.
+        When the server stops, open streams are not held for its shutdown grace:
+        each ends at once with `UNAVAILABLE` (`SERVER_SHUTTING_DOWN`, metadata
+        `resume_after_sequence`) after the last event it delivered; resume from
+        that cursor like after any disconnect.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
-        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`, `WATCHERS_EXHAUSTED`.
+        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`, `WATCHERS_EXHAUSTED`,
+        `SERVER_SHUTTING_DOWN`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

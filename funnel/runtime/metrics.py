@@ -1,0 +1,191 @@
+"""The Prometheus metrics of one service process, in a registry of its own (two
+services may run in one process, as the tests do), and the plain-HTTP endpoint
+that serves them (`--metrics-listen`).
+
+Series both services export:
+
+- per RPC, named as grpc-ecosystem/go-grpc-prometheus names them:
+  `grpc_server_started_total`, `grpc_server_handled_total` (with the
+  `ErrorInfo` reason beside the code), `grpc_server_handling_seconds`, and
+  `grpc_server_in_flight_requests`; recorded by the server boundary
+  (funnel.runtime.observe);
+- the database: `funnel_db_commit_seconds` and `funnel_db_commit_group_size`
+  (SQLite commits writes in groups, PostgreSQL one at a time),
+  `funnel_db_size_bytes`, `funnel_request_ids` (the request-id table);
+- `funnel_watch_streams` (open watch streams of this process);
+- the process itself (`process_*`, `python_*`) from the library's collectors.
+
+Each service adds its domain series to the same registry
+(lifecycle_service.metrics, completion_service.authority.metrics). Gauges that
+need a database read are refreshed by a background loop (`refresh_forever`):
+scrapes never touch the database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    start_http_server,
+)
+
+from funnel.runtime.storage_errors import StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+# go-grpc-prometheus has no `_created` series; they would double every scrape.
+disable_created_metrics()
+
+# go-grpc-prometheus's default buckets.
+RPC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# funnel.runtime.sqlite.MAX_GROUP is 64.
+GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_REFRESH_INTERVAL = 5.0
+
+
+class RpcMetrics:
+    """The per-RPC series of go-grpc-prometheus, plus the ErrorInfo reason."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        call = ("grpc_service", "grpc_method", "grpc_type")
+        self._started = Counter(
+            "grpc_server_started", "RPCs started on the server.", call, registry=registry
+        )
+        self._handled = Counter(
+            "grpc_server_handled",
+            "RPCs completed on the server, by gRPC code and ErrorInfo reason (empty for OK).",
+            (*call, "grpc_code", "reason"),
+            registry=registry,
+        )
+        self._seconds = Histogram(
+            "grpc_server_handling_seconds",
+            "Time from the start of an RPC to its status, in seconds.",
+            call,
+            buckets=RPC_BUCKETS,
+            registry=registry,
+        )
+        self._in_flight = Gauge(
+            "grpc_server_in_flight_requests", "RPCs started and not finished.", call, registry=registry
+        )
+
+    def started(self, service: str, method: str, rpc_type: str) -> None:
+        self._started.labels(service, method, rpc_type).inc()
+        self._in_flight.labels(service, method, rpc_type).inc()
+
+    def finished(self, service: str, method: str, rpc_type: str, code: str, reason: str, seconds: float) -> None:
+        self._in_flight.labels(service, method, rpc_type).dec()
+        self._handled.labels(service, method, rpc_type, code, reason).inc()
+        self._seconds.labels(service, method, rpc_type).observe(seconds)
+
+
+class ServiceMetrics:
+    """The registry of one running service and the series both services export."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.rpc = RpcMetrics(self.registry)
+        self._commit_seconds = Histogram(
+            "funnel_db_commit_seconds",
+            "Time of one database commit (a group of writes on SQLite), in seconds.",
+            buckets=COMMIT_BUCKETS,
+            registry=self.registry,
+        )
+        self._commit_group = Histogram(
+            "funnel_db_commit_group_size",
+            "Writes committed together in one transaction (always 1 on PostgreSQL).",
+            buckets=GROUP_BUCKETS,
+            registry=self.registry,
+        )
+        self.database_bytes = Gauge(
+            "funnel_db_size_bytes", "Size of the service's database (its schema on PostgreSQL).",
+            registry=self.registry,
+        )
+        self.request_ids = Gauge(
+            "funnel_request_ids", "Request ids remembered for replay (the request-id table).", registry=self.registry
+        )
+        self.watch_streams = Gauge(
+            "funnel_watch_streams", "Watch streams open on this process.", registry=self.registry
+        )
+
+    def refresh_store(self, request_ids: int, database_bytes: int | None, watch_streams: int) -> None:
+        """Sets the gauges of figures read from the database and of this process's watchers."""
+        self.request_ids.set(request_ids)
+        if database_bytes is not None:
+            self.database_bytes.set(database_bytes)
+        self.watch_streams.set(watch_streams)
+
+    def commit(self, seconds: float, writes: int) -> None:
+        """Records one committed transaction of `writes` units of work (the engines call this)."""
+        self._commit_seconds.observe(seconds)
+        self._commit_group.observe(writes)
+
+
+async def refresh_forever(refresh: Callable[[], Awaitable[None]], interval: float) -> None:
+    """Refreshes the gauges read from the database every `interval` seconds (a background loop)."""
+    while True:
+        try:
+            await refresh()
+        except StorageUnavailable as exc:
+            log.warning("metrics refresh postponed: %s", exc)
+        except Exception:  # the loop must survive any single failure
+            log.exception("metrics refresh failed")
+        await asyncio.sleep(interval)
+
+
+class CannotServeMetrics(RuntimeError):
+    pass
+
+
+class MetricsEndpoint:
+    """`/metrics` over plain HTTP, served by prometheus_client's WSGI server on a
+    thread of its own; this object owns the thread: `stop` shuts the server down,
+    closes its socket and joins the thread."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread, host: str) -> None:
+        self._server = server
+        self._thread = thread
+        self.host = host
+
+    @classmethod
+    def start(cls, listen: str, registry: CollectorRegistry) -> MetricsEndpoint:
+        host, _, port = listen.rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            raise CannotServeMetrics(f"--metrics-listen wants HOST:PORT, not {listen!r}")
+        try:
+            server, thread = start_http_server(int(port), host, registry)
+        except OSError as exc:
+            raise CannotServeMetrics(f"cannot serve metrics on {listen}: {exc}") from None
+        return cls(server, thread, host)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._stop)
+
+    def _stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

@@ -1,0 +1,347 @@
+"""SIGTERM on the real service processes (issue 14 §5), with TLS and tokens, on
+SQLite and on PostgreSQL: open watch streams end at once with `UNAVAILABLE`
+(`SERVER_SHUTTING_DOWN`, the cursor in `resume_after_sequence`), an in-flight
+unary call still finishes (it is held in flight by a write lock the test takes
+on the service's database and releases only after the streams have ended), the
+process exits 0 within its grace, and watchers that reconnect to the restarted
+service from their cursors receive what follows, with no gap and no duplicate.
+A transcript import still sending when the grace is about to end is ended with
+the same reason and imports nothing; one that finishes sending in the grace
+commits whole."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import grpc
+import psycopg
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime.grpc_errors import error_info
+from tests.lifecycle.grpc_support import Client
+from tests.postgres import fresh_database
+from tests.reliability.harness import Pair, PostgresSchema, Service
+from tests.transcripts.support import P, a_full_turn
+
+WS = "shutdown"
+GRACE = 3.0
+T = 10.0
+BACKENDS = ["sqlite", "postgresql"]
+# The counters every event-writing commit locks on PostgreSQL (SQLite: the whole file).
+EVENT_COUNTERS = {
+    "lifecycle_service": ["lifecycle_event_sequence"],
+    "completion_service": ["completion_event_sequence", "audit_sequence"],
+}
+
+
+async def started_pair(tmp_path: Path, backend: str) -> Pair:
+    url = await asyncio.to_thread(fresh_database) if backend == "postgresql" else None
+    grace = ["--shutdown-grace", str(GRACE)]
+    return await Pair(tmp_path, lifecycle_args=grace, completion_args=grace, database_url=url).start()
+
+
+@contextlib.contextmanager
+def writes_held(service: Service) -> Iterator[None]:
+    """Holds the lock every event-writing commit of `service` needs, so that such
+    a call stays in flight until the block ends."""
+    database = service.database
+    if isinstance(database, PostgresSchema):
+        with psycopg.connect(database.url) as conn:
+            tables = ", ".join(f"{database.schema}.{table}" for table in EVENT_COUNTERS[service.name])
+            conn.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE")
+            yield
+            conn.rollback()
+        return
+    db = sqlite3.connect(database, isolation_level=None, timeout=10)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield
+        db.execute("ROLLBACK")
+    finally:
+        db.close()
+
+
+class Watcher:
+    """One watch stream, read continuously; remembers what it saw and how it ended."""
+
+    def __init__(self, open_stream: Callable[[int], grpc.aio.UnaryStreamCall], after: int = 0) -> None:
+        self._open = open_stream
+        self.seen: list[int] = []
+        self.cursor = after
+        self.error: grpc.aio.AioRpcError | None = None
+        self.ended_at: float | None = None
+        self._arrived = asyncio.Condition()
+        self._start()
+
+    def _start(self) -> None:
+        self.error, self.ended_at = None, None
+        self._call = self._open(self.cursor)
+        self._pump = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for message in self._call:
+                async with self._arrived:
+                    self.seen.append(message.event.sequence)
+                    self.cursor = message.event.sequence
+                    self._arrived.notify_all()
+        except grpc.aio.AioRpcError as error:
+            self.error = error
+        finally:
+            self.ended_at = time.monotonic()
+
+    async def caught_up(self, sequences: list[int], timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout), self._arrived:
+            await self._arrived.wait_for(lambda: len(self.seen) >= len(sequences))
+        assert self.seen == sequences
+
+    async def ended(self, timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            await asyncio.shield(self._pump)
+
+    def resume(self) -> None:
+        self._start()
+
+    async def close(self) -> None:
+        self._call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._pump
+
+
+def assert_ended_for_shutdown(watcher: Watcher, domain: str, signalled: float) -> None:
+    assert watcher.ended_at is not None and watcher.ended_at - signalled < 1.0, watcher.ended_at
+    error = watcher.error
+    assert error is not None and error.code() == grpc.StatusCode.UNAVAILABLE, error
+    info = error_info(error)
+    assert info is not None, error.details()
+    assert (info.reason, info.domain) == ("SERVER_SHUTTING_DOWN", domain)
+    # The cursor to resume from: the last event this stream delivered.
+    assert info.metadata["resume_after_sequence"] == str(watcher.cursor)
+
+
+# -- the two services' events ------------------------------------------------------
+
+
+async def lifecycle_history(pair: Pair, task_id: str = "") -> list[int]:
+    c = Client(pair.lc, WS)
+    tasks = [task_id] if task_id else [
+        t.task_id for t in (await pair.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1000))).tasks
+    ]
+    sequences = []
+    for t in tasks:
+        sequences += [e.sequence for e in await c.events(t)]
+    return sorted(sequences)
+
+
+async def completion_history(pair: Pair, task_id: str = "") -> list[int]:
+    found: list[int] = []
+    while True:
+        page = await pair.cs.ListCompletionEvents(cpb.ListCompletionEventsRequest(
+            workspace_id=WS, task_id=task_id, after_sequence=found[-1] if found else 0, page_size=1000), timeout=T)
+        found += [e.sequence for e in page.events]
+        if not page.has_more:
+            return found
+
+
+class Agent:
+    """Claims tasks and attempts their completion without evidence: each attempt
+    is a DECISION_BLOCKED completion event."""
+
+    def __init__(self, pair: Pair) -> None:
+        self.pair = pair
+        self.runs: dict[str, tuple[str, int]] = {}
+
+    async def claim(self, task_id: str) -> None:
+        await Client(self.pair.lc, WS).register(task_id)
+        claimed = await self.pair.cs.ClaimTask(cpb.ClaimTaskRequest(
+            workspace_id=WS, task_id=task_id, agent_id="agent", lease_ttl=Duration(seconds=600)), timeout=T)
+        self.runs[task_id] = (claimed.run.run_id, claimed.lease.epoch)
+
+    async def attempt(self, task_id: str) -> cpb.AttemptCompletionResponse:
+        run_id, epoch = self.runs[task_id]
+        return await self.pair.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
+            workspace_id=WS, task_id=task_id, run_id=run_id, epoch=epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+
+
+# -- the test ----------------------------------------------------------------------
+
+
+async def sigterm_with_open_watchers(
+    pair: Pair,
+    service: Service,
+    domain: str,
+    open_stream: Callable[[str], Callable[[int], grpc.aio.UnaryStreamCall]],
+    history: Callable[[str], Awaitable[list[int]]],
+    slow_call: Callable[[], Awaitable[object]],
+    more_events: Callable[[], Awaitable[None]],
+    filtered_task: str,
+) -> None:
+    everything = await history("")
+    assert len(everything) >= 3
+    watchers = [
+        Watcher(open_stream("")),
+        Watcher(open_stream(""), after=everything[1]),
+        Watcher(open_stream(filtered_task)),
+    ]
+    try:
+        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)],
+                                     strict=True):
+            await watcher.caught_up(expected)
+        process = service.process
+        assert process is not None
+        with writes_held(service):
+            in_flight = asyncio.ensure_future(slow_call())
+            await asyncio.sleep(0.5)  # it reached the service and waits for the lock
+            assert not in_flight.done()
+            signalled = time.monotonic()
+            process.process.send_signal(signal.SIGTERM)
+            for watcher in watchers:
+                await watcher.ended(timeout=2.0)
+                assert_ended_for_shutdown(watcher, domain, signalled)
+            # The streams did not wait for the unary call, which is still in flight.
+            assert not in_flight.done()
+        await asyncio.wait_for(in_flight, GRACE)  # OK once the lock is released
+        returncode = await asyncio.to_thread(process.process.wait, GRACE + 1)
+        assert returncode == 0
+        assert time.monotonic() - signalled < GRACE
+        assert b"Traceback" not in service.log_path.read_bytes()
+
+        service.start()  # the same port and database
+        await pair._connect()
+        await more_events()
+        for watcher in watchers:
+            watcher.resume()
+        everything = await history("")
+        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)],
+                                     strict=True):
+            await watcher.caught_up(expected)  # all of it: no gap, no duplicate across the restart
+        await asyncio.sleep(0.2)
+        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)],
+                                     strict=True):
+            assert watcher.seen == expected and watcher.error is None
+    finally:
+        for watcher in watchers:
+            await watcher.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_sigterm_ends_lifecycle_watchers_at_once_and_they_resume_without_a_gap(tmp_path, backend):
+    pair = await started_pair(tmp_path, backend)
+    c = Client(pair.lc, WS)
+    try:
+        await c.active("t1")
+        await c.active("t2")
+
+        def open_stream(task_id: str) -> Callable[[int], grpc.aio.UnaryStreamCall]:
+            return lambda after: pair.lc.WatchLifecycleEvents(
+                lpb.WatchLifecycleEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after))
+
+        async def slow_call() -> None:
+            await pair.lc.SetWorkStatus(lpb.SetWorkStatusRequest(
+                workspace_id=WS, task_id="t1", generation=1, work_status=lpb.WORK_STATUS_IN_PROGRESS), timeout=T)
+
+        async def more_events() -> None:
+            await Client(pair.lc, WS).work("t1", lpb.WORK_STATUS_BLOCKED)
+            await Client(pair.lc, WS).active("t3")
+
+        await sigterm_with_open_watchers(
+            pair, pair.lifecycle, "funnel.lifecycle.v1", open_stream,
+            lambda task_id: lifecycle_history(pair, task_id), slow_call, more_events, "t1",
+        )
+        assert (await c.task("t1")).work_status == lpb.WORK_STATUS_BLOCKED
+    finally:
+        await pair.stop()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_sigterm_ends_completion_watchers_at_once_and_they_resume_without_a_gap(tmp_path, backend):
+    pair = await started_pair(tmp_path, backend)
+    agent = Agent(pair)
+    try:
+        for task_id in ("c1", "c2"):
+            await agent.claim(task_id)
+        for task_id in ("c1", "c2", "c1"):
+            await agent.attempt(task_id)
+
+        def open_stream(task_id: str) -> Callable[[int], grpc.aio.UnaryStreamCall]:
+            return lambda after: pair.cs.WatchCompletionEvents(
+                cpb.WatchCompletionEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after))
+
+        async def slow_call() -> None:
+            blocked = await agent.attempt("c1")
+            assert blocked.decision.verdict == cpb.VERDICT_SOFT_BLOCK
+
+        async def more_events() -> None:
+            await agent.attempt("c1")
+            await agent.claim("c3")
+            await agent.attempt("c3")
+
+        await sigterm_with_open_watchers(
+            pair, pair.completion, "funnel.completion.v1", open_stream,
+            lambda task_id: completion_history(pair, task_id), slow_call, more_events, "c1",
+        )
+    finally:
+        await pair.stop()
+
+
+async def test_sigterm_lets_an_import_finish_in_the_grace_and_cuts_one_still_sending(tmp_path):
+    pair = await started_pair(tmp_path, "sqlite")
+    lc = Client(pair.lc, WS)
+    try:
+        for task_id in ("source", "finishes", "cut"):
+            await lc.register(task_id)
+        await pair.ts.AppendTranscript(tpb.AppendTranscriptRequest(
+            workspace_id=WS, task_id="source", events=[P.user_message(), *a_full_turn()]), timeout=T)
+        exported = b"".join([chunk.jsonl async for chunk in pair.ts.ExportTranscript(
+            tpb.ExportTranscriptRequest(workspace_id=WS, task_id="source"), timeout=T)])
+        half = exported.index(b"\n") + 1  # a first line, the rest later
+
+        imports = {name: pair.ts.ImportTranscript(timeout=T) for name in ("finishes", "cut")}
+        for name, call in imports.items():
+            await call.write(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=name)))
+            await call.write(tpb.ImportTranscriptRequest(jsonl_chunk=exported[:half]))
+        await asyncio.sleep(0.3)  # both are in flight
+
+        process = pair.completion.process
+        assert process is not None
+        signalled = time.monotonic()
+        process.process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.2)
+        finishing = imports["finishes"]
+        await finishing.write(tpb.ImportTranscriptRequest(jsonl_chunk=exported[half:]))
+        await finishing.done_writing()
+        done = await finishing
+        assert done.imported_events == exported.count(b"\n")
+
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await imports["cut"]
+        cut_after = time.monotonic() - signalled
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value
+        info = error_info(caught.value)
+        assert info is not None and (info.reason, info.domain) == ("SERVER_SHUTTING_DOWN", "funnel.completion.v1")
+        assert GRACE * 0.5 < cut_after < GRACE, cut_after
+        assert await asyncio.to_thread(process.process.wait, GRACE + 1) == 0
+        assert time.monotonic() - signalled < GRACE
+
+        pair.completion.start()
+        await pair._connect()
+        states = {}
+        for task_id in ("source", "finishes", "cut"):
+            page = await pair.ts.LoadTranscript(
+                tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=T)
+            states[task_id] = len(page.events)
+        # All or nothing: the finished import is whole, the cut one left nothing behind.
+        assert states == {"source": states["source"], "finishes": states["source"], "cut": 0}
+    finally:
+        await pair.stop()
