@@ -45,6 +45,7 @@ class Replica:
 class Cluster:
     def __init__(self, directory: Path, database_url: str, replicas: int = 2) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self._retired: list[grpc.aio.Channel] = []
         policy = directory / "policy.toml"
         policy.write_text(POLICY, encoding="utf-8")
         pki = credentials.PKI
@@ -82,13 +83,17 @@ class Cluster:
         return replica.channel
 
     async def restart(self, replica: Replica) -> None:
-        """Starts a killed replica again on its port, with a fresh channel."""
+        """Starts a killed replica again on its port, with a fresh channel. The old
+        channel is closed only at the end: closing it now would cancel the calls
+        still waiting on it, which must instead fail over to another replica."""
         if replica.channel is not None:
-            await replica.channel.close()
+            self._retired.append(replica.channel)
             replica.channel = None
         replica.start()
 
     async def stop(self) -> None:
+        for channel in self._retired:
+            await channel.close()
         for replica in self.completions + self.lifecycles:
             if replica.channel is not None:
                 await replica.channel.close()
