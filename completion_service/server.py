@@ -37,7 +37,7 @@ from funnel.runtime.background import Background
 from funnel.runtime.budget import ByteBudget
 from funnel.runtime.clock import Clock, IdSource, RandomIds, SystemClock
 from funnel.runtime.faults import from_environment
-from funnel.runtime.metrics import DEFAULT_REFRESH_INTERVAL, MetricsEndpoint, ServiceMetrics, refresh_forever
+from funnel.runtime.metrics import DEFAULT_REFRESH_INTERVAL, MetricsEndpoint, ServiceMetrics
 from funnel.runtime.postgres import is_postgres_url
 from funnel.runtime.security import Reloader, SecurityRefused, ServerSecurity
 from funnel.runtime.shutdown import Drain
@@ -180,20 +180,16 @@ async def start(
     for name, worker in authority.workers(config.request_id_retention_seconds):
         background.add(name, worker)
     background.add("reload", reloader.run_forever)
-    try:
-        endpoint = runtime.serve_metrics(config.metrics_listen, metrics)
-    except BaseException:
-        await store.close()
-        raise
-    if endpoint is not None:
 
-        async def refresh() -> None:
-            now = clock.now_micros()
-            figures = await store.read(lambda tx: tx.load_figures(now))
-            metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
-            authority.metrics.refresh(figures, now)
+    async def refresh() -> None:
+        now = clock.now_micros()
+        figures = await store.read(lambda tx: tx.load_figures(now))
+        metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
+        authority.metrics.refresh(figures, now)
 
-        background.add("metrics-refresh", lambda: refresh_forever(refresh, config.metrics_interval))
+    endpoint = await runtime.serve_metrics(
+        config.metrics_listen, metrics, background, refresh, config.metrics_interval, store.close
+    )
     await server.start()
     background.start()
     return RunningCompletion(

@@ -22,7 +22,7 @@ from funnel.runtime import server as runtime
 from funnel.runtime.background import Background
 from funnel.runtime.clock import Clock, SystemClock
 from funnel.runtime.faults import from_environment
-from funnel.runtime.metrics import DEFAULT_REFRESH_INTERVAL, MetricsEndpoint, ServiceMetrics, refresh_forever
+from funnel.runtime.metrics import DEFAULT_REFRESH_INTERVAL, MetricsEndpoint, ServiceMetrics
 from funnel.runtime.postgres import is_postgres_url
 from funnel.runtime.security import Reloader, ServerSecurity
 from funnel.runtime.storage_errors import StorageRefused
@@ -147,19 +147,15 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         idempotency.sweeper(authority.sweep_request_ids, clock, config.request_id_retention_seconds),
     )
     background.add("reload", reloader.run_forever)
-    try:
-        endpoint = runtime.serve_metrics(config.metrics_listen, metrics)
-    except BaseException:
-        await store.close()
-        raise
-    if endpoint is not None:
 
-        async def refresh() -> None:
-            figures = await store.read(lambda tx: tx.load_figures())
-            metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
-            authority.metrics.refresh(figures)
+    async def refresh() -> None:
+        figures = await store.read(lambda tx: tx.load_figures())
+        metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
+        authority.metrics.refresh(figures)
 
-        background.add("metrics-refresh", lambda: refresh_forever(refresh, config.metrics_interval))
+    endpoint = await runtime.serve_metrics(
+        config.metrics_listen, metrics, background, refresh, config.metrics_interval, store.close
+    )
     await server.start()
     background.start()
     return RunningLifecycle(

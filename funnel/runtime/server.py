@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from funnel.runtime import logs
 from funnel.runtime import security as security_settings
+from funnel.runtime.background import Background
 from funnel.runtime.boundary import TRANSPORT_LIMIT_FACTOR, Boundary
 from funnel.runtime.idempotency import DEFAULT_RETENTION_SECONDS
 from funnel.runtime.logs import fields
@@ -30,6 +31,7 @@ from funnel.runtime.metrics import (
     MetricsEndpoint,
     RpcMetrics,
     ServiceMetrics,
+    refresh_forever,
 )
 from funnel.runtime.observe import CallObserver
 from funnel.runtime.security import PreparedSecurity, Reloader, SecurityRefused
@@ -233,9 +235,27 @@ def bind(server: grpc.aio.Server, listen: str, security: PreparedSecurity) -> in
     return port
 
 
-def serve_metrics(listen: str | None, metrics: ServiceMetrics) -> MetricsEndpoint | None:
-    """The metrics endpoint, if `--metrics-listen` asked for one (CannotServeMetrics otherwise)."""
-    return MetricsEndpoint.start(listen, metrics.registry) if listen else None
+async def serve_metrics(
+    listen: str | None,
+    metrics: ServiceMetrics,
+    background: Background,
+    refresh: Callable[[], Awaitable[None]],
+    interval: float,
+    close_store: Callable[[], Awaitable[None]],
+) -> MetricsEndpoint | None:
+    """The metrics endpoint, if `--metrics-listen` asked for one, with the loop that
+    refreshes the gauges read from the database (only while someone can scrape
+    them). If the endpoint cannot be served, closes the store and raises
+    CannotServeMetrics: the service refuses to start."""
+    if not listen:
+        return None
+    try:
+        endpoint = MetricsEndpoint.start(listen, metrics.registry)
+    except BaseException:
+        await close_store()
+        raise
+    background.add("metrics-refresh", lambda: refresh_forever(refresh, interval))
+    return endpoint
 
 
 def announce(service: str, listen: str, port: int, metrics: MetricsEndpoint | None = None) -> None:

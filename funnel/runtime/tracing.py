@@ -172,20 +172,8 @@ class ServerSpans(grpc.aio.ServerInterceptor):
             return handler
         method = details.method
         if handler.unary_unary is not None:
-            inner = handler.unary_unary
-
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                with _server_span(method, context, self._recording) as span:
-                    try:
-                        response = await inner(request, context)
-                    except BaseException as exc:
-                        _ended(span, context, exc)
-                        raise
-                    _ended(span, context, None)
-                    return response
-
             return grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=handler.request_deserializer,
+                self._one_response(method, handler.unary_unary), request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
@@ -206,23 +194,27 @@ class ServerSpans(grpc.aio.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary is not None:
-            inner_upload = handler.stream_unary
-
-            async def upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-                with _server_span(method, context, self._recording) as span:
-                    try:
-                        response = await inner_upload(request_iterator, context)
-                    except BaseException as exc:
-                        _ended(span, context, exc)
-                        raise
-                    _ended(span, context, None)
-                    return response
-
             return grpc.stream_unary_rpc_method_handler(
-                upload, request_deserializer=handler.request_deserializer,
+                self._one_response(method, handler.stream_unary), request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+    def _one_response(self, method: str, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """A unary or client-stream handler in a server span (the request is a
+        message or, for a client stream, an iterator of them)."""
+
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            with _server_span(method, context, self._recording) as span:
+                try:
+                    response = await inner(request, context)
+                except BaseException as exc:
+                    _ended(span, context, exc)
+                    raise
+                _ended(span, context, None)
+                return response
+
+        return call
 
 
 class _MetadataGetter(Getter[Sequence[tuple[str, Any]]]):

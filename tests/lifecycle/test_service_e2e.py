@@ -1158,7 +1158,7 @@ async def test_health_reports_not_serving_while_the_database_is_not_writable(sta
             await _eventually_health(channel, health_pb2.HealthCheckResponse.NOT_SERVING)
             assert await _health(channel, SERVICE_NAME) == health_pb2.HealthCheckResponse.NOT_SERVING
             # Writes fail closed and retryably, within the caller's deadline (the store gives up
-            # waiting for the lock 0.1 s before it, enough on a loaded CI machine); reads still work.
+            # waiting for the lock up to 0.1 s before it); reads still work.
             request = pb.SetWorkStatusRequest(
                 workspace_id=WS, task_id="t1", generation=1, work_status=pb.WORK_STATUS_IN_PROGRESS, request_id="req-1"
             )
