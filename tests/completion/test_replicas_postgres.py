@@ -412,7 +412,7 @@ async def test_replicas_starting_together_migrate_once_and_report_health_from_th
         applied = await stores[0].database.read(
             lambda conn: conn.execute("SELECT version, name FROM schema_migrations").fetchall()
         )
-        assert applied == [(1, "initial"), (2, "completion_traceparent")]
+        assert applied == [(1, "initial"), (2, "completion_traceparent"), (3, "settlement_outbox_view")]
     finally:
         for store in stores:
             await store.close()
