@@ -178,11 +178,12 @@ def attempt(tx: CompletionTx, command: AttemptCommand, now: int) -> AttemptOutco
         decision=decision,
         committed_at=now,
         settlement=SettlementStatus.PENDING,
+        next_settle_at=now,
         traceparent=command.traceparent,
     )
     if superseded:
         tx.delete_completion(record.workspace_id, record.task_id, record.generation)
-    tx.insert_completion(record, settle_at=now)
+    tx.insert_completion(record)
     committed = tx.append_event(
         CompletionEvent(
             record.workspace_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from google.protobuf.duration_pb2 import Duration
 
-from completion_service.core.model import FinalStatus, RequestedOutcome, RunOutcome
+from completion_service.core.model import FinalStatus, RequestedOutcome, RunOutcome, SettlementStatus
 from completion_service.errors import Reason
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.runtime.paging import MAX_PAGE_SIZE
@@ -22,6 +22,7 @@ _OUTCOMES = [o.value for o in RunOutcome]
 _STATUSES = [s.value for s in FinalStatus]
 _REQUESTED = [o.value for o in RequestedOutcome]
 _VERDICTS = [pb.EVIDENCE_VERDICT_PASSED, pb.EVIDENCE_VERDICT_FAILED]
+_SETTLEMENTS = [s.value for s in SettlementStatus]
 
 
 def ttl_micros(checker: Checker, field: str, present: bool, ttl: Duration) -> int:
@@ -127,6 +128,17 @@ def listing(request, *optional_id_fields: str) -> None:
         checker.identifier(field, getattr(request, field), required=False)
     checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
     checker.raise_for(Reason)
+
+
+def list_completions(request: pb.ListCompletionsRequest) -> SettlementStatus | None:
+    """The settlement filter of a valid request (None: every completion)."""
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id, required=False)
+    checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
+    checker.enum("settlement", request.settlement, _SETTLEMENTS, required=False)
+    checker.raise_for(Reason)
+    return SettlementStatus(request.settlement) if request.settlement else None
 
 
 def watch(request: pb.WatchCompletionEventsRequest | pb.ListCompletionEventsRequest) -> None:

@@ -322,14 +322,21 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         return pb.GetCompletionResponse(completion=completion_to_proto(completion))
 
     async def ListCompletions(self, request, context):
-        requests.listing(request, "task_id")
+        settlement = requests.list_completions(request)
+        # The filter is part of the listing, so a token is valid only for the filter it
+        # came from; unfiltered, the listing is as before the filter existed (tokens
+        # issued then stay valid).
         listing = ["completions", request.workspace_id, request.task_id]
+        if settlement is not None:
+            listing.append(settlement.name)
         cursor = _token(request, listing, list)
         size = page_size(request.page_size)
         after = (cursor[0], cursor[1]) if cursor else None
         page = page_of(
             await self._store.read(
-                lambda tx: tx.load_completions(request.workspace_id, request.task_id or None, after, size + 1)
+                lambda tx: tx.load_completions(
+                    request.workspace_id, request.task_id or None, settlement, after, size + 1
+                )
             ),
             size,
         )

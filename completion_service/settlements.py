@@ -50,6 +50,8 @@ def record_settlement(
         stored.completion,
         settlement=status,
         settle_attempts=stored.completion.settle_attempts + 1,
+        next_settle_at=None,
+        last_settle_error=None,
         lifecycle_revision=settlement.lifecycle_revision,
         lifecycle_event_sequence=settlement.lifecycle_event_sequence,
         settled_at=now,
@@ -80,16 +82,21 @@ def record_settlement(
 
 
 def postpone_settlement(
-    tx: CompletionTx, completion: CompletionRecord, next_attempt_at: int
+    tx: CompletionTx, completion: CompletionRecord, next_attempt_at: int, error: str
 ) -> CompletionRecord | None:
-    """Counts a settle attempt that got no answer and schedules the next one; returns
-    the row as stored afterwards (a row no longer pending is left as it is)."""
+    """Counts a settle attempt that got no answer, keeps why (`error`) and schedules
+    the next one; returns the row as stored afterwards (a row no longer pending is
+    left as it is)."""
     stored = _pending(tx, completion)
     if not isinstance(stored, _Pending):
         return stored
-    postponed = dataclasses.replace(stored.completion, settle_attempts=stored.completion.settle_attempts + 1)
+    postponed = dataclasses.replace(
+        stored.completion,
+        settle_attempts=stored.completion.settle_attempts + 1,
+        next_settle_at=next_attempt_at,
+        last_settle_error=error,
+    )
     tx.update_completion(postponed)
-    tx.schedule_settlement(postponed.workspace_id, postponed.task_id, postponed.generation, next_attempt_at)
     return postponed
 
 

@@ -20,11 +20,13 @@ import asyncio
 import functools
 import sqlite3
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc
@@ -33,6 +35,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel_cli import connection as conn
 from funnel_cli.output import (
+    Column,
     Progress,
     as_json,
     enum_word,
@@ -333,15 +336,82 @@ async def completion_get(args: argparse.Namespace, clients: Clients) -> int:
 
 @service_command("completion list")
 async def completion_list(args: argparse.Namespace, clients: Clients) -> int:
+    settlement = cpb.SETTLEMENT_STATUS_PENDING if args.pending else cpb.SETTLEMENT_STATUS_UNSPECIFIED
     completions = await pages(lambda token: clients.completion.ListCompletions(cpb.ListCompletionsRequest(
-        workspace_id=args.workspace, task_id=args.task or "", page_size=PAGE_SIZE, page_token=token),
-        timeout=CALL_TIMEOUT), "completions", args.limit)
-    if args.pending:
-        completions = [c for c in completions if c.settlement == cpb.SETTLEMENT_STATUS_PENDING]
+        workspace_id=args.workspace, task_id=args.task or "", settlement=settlement, page_size=PAGE_SIZE,
+        page_token=token), timeout=CALL_TIMEOUT), "completions", args.limit)
     if args.output == "json":
         print_json({"completions": [as_json(c) for c in completions]})
     else:
         print_table(completions, COMPLETION_COLUMNS)
+    return OK
+
+
+def ago(timestamp: Timestamp, now: float) -> str:
+    """How long before `now` (epoch seconds) a point in time was: `4m05s`."""
+    return span(now - timestamp.ToNanoseconds() / 1e9)
+
+
+def span(seconds: float) -> str:
+    """A duration for people, to the second and at most two units: `45s`, `4m05s`, `2h03m`, `3d04h`."""
+    whole = max(int(seconds), 0)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def outbox_columns(now: float) -> list[Column]:
+    def next_attempt(c: cpb.Completion) -> str:
+        wait = c.next_settle_time.ToNanoseconds() / 1e9 - now
+        # Overdue: the outbox is behind, or no completion service is running to try.
+        return span(wait) if wait >= 1 else "due"
+
+    return [
+        ("task", lambda c: c.task_id),
+        ("gen", lambda c: c.generation),
+        ("completion", lambda c: c.completion_id),
+        ("committed", lambda c: f"{ago(c.commit_time, now)} ago"),
+        ("attempts", lambda c: c.settle_attempts),
+        ("next attempt", lambda c: next_attempt(c) if c.HasField("next_settle_time") else ""),
+        ("last error", lambda c: c.last_settle_error),
+    ]
+
+
+@service_command("outbox")
+async def outbox(args: argparse.Namespace, clients: Clients) -> int:
+    """The settlement outbox: the completions the lifecycle service has not
+    answered yet, oldest commit first, with what the outbox did about each."""
+    # One more than asked for tells whether the listing was cut at --limit.
+    wanted = None if args.limit is None else args.limit + 1
+    found = await pages(lambda token: clients.completion.ListCompletions(cpb.ListCompletionsRequest(
+        workspace_id=args.workspace, settlement=cpb.SETTLEMENT_STATUS_PENDING, page_size=PAGE_SIZE,
+        page_token=token), timeout=CALL_TIMEOUT), "completions", wanted)
+    shown = found[:args.limit] if args.limit is not None else found
+    more = len(found) > len(shown)
+    now = time.time()
+    oldest = found[0].commit_time if found else None
+    if args.output == "json":
+        print_json({
+            "completions": [as_json(c) for c in shown],
+            "count": len(shown),
+            "more": more,
+            "oldest_commit_time": oldest.ToJsonString() if oldest else None,
+            "oldest_age_seconds": round(now - oldest.ToNanoseconds() / 1e9, 3) if oldest else None,
+        })
+        return OK
+    if not shown:
+        print(f"no pending settlements in workspace {args.workspace!r}")
+        return OK
+    print_table(shown, outbox_columns(now))
+    count = f"{len(shown)}{'+' if more else ''} pending settlement{'s' if len(shown) != 1 or more else ''}"
+    print(f"{count}; the oldest committed {ago(oldest, now)} ago" if oldest else count)
     return OK
 
 
@@ -493,6 +563,11 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--pending", action="store_true", help="only those whose settlement is pending")
     listing.add_argument("--limit", type=int)
     listing.set_defaults(run=completion_list)
+
+    pending = service(commands.add_parser(
+        "outbox", help="the settlement outbox: pending completions, their age, attempts, next attempt, last error"))
+    pending.add_argument("--limit", type=int, help="at most this many, oldest first")
+    pending.set_defaults(run=outbox)
 
     check = commands.add_parser("check", help="the full integrity check of a SQLite database file")
     check.add_argument("database", help="e.g. funnel-data/lifecycle.sqlite3")

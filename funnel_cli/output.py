@@ -58,28 +58,45 @@ def print_fields(pairs: Sequence[tuple[str, object]], out: TextIO = sys.stdout) 
 
 
 class Progress:
-    """`label [#####.....] 42% 1.2 s`, redrawn on standard error at most ten times
-    a second; silent when standard error is not a terminal (scripts, logs)."""
+    """`label [#####.....] 42% 1.2 s`, or `label 1234 events 1.2 s` when the total
+    is not known (None), redrawn on standard error (`out`) at most ten times a
+    second; silent when it is not a terminal (scripts, logs)."""
 
-    def __init__(self, label: str, total: int, out: TextIO = sys.stderr) -> None:
+    def __init__(self, label: str, total: int | None, out: TextIO | None = None, unit: str = "") -> None:
         self.label = label
-        self.total = max(total, 1)
-        self.out = out
-        self.enabled = out.isatty()
+        self.total = None if total is None else max(total, 1)
+        self.unit = unit
+        self.out = sys.stderr if out is None else out
+        self.enabled = self.out.isatty()
         self.started = time.monotonic()
+        self.done = 0
         self._drawn = 0.0
 
     def update(self, done: int) -> None:
+        self.done = done
         now = time.monotonic()
-        if not self.enabled or (now - self._drawn < 0.1 and done < self.total):
+        if not self.enabled or (now - self._drawn < 0.1 and (self.total is None or done < self.total)):
             return
-        self._drawn = now
-        share = min(done / self.total, 1.0)
-        bar = "#" * int(share * 30)
-        print(f"\r{self.label} [{bar.ljust(30, '.')}] {share:4.0%} {now - self.started:.1f} s",
-              end="", file=self.out, flush=True)
+        self._draw(now)
 
     def finish(self) -> None:
+        """Shows the work as done and ends the line."""
+        if self.total is not None:
+            self.done = self.total
+        self.stop()
+
+    def stop(self) -> None:
+        """Ends the line where the work stands (after a failure: where it stopped)."""
         if self.enabled:
-            self.update(self.total)
+            self._draw(time.monotonic())
             print(file=self.out, flush=True)
+
+    def _draw(self, now: float) -> None:
+        self._drawn = now
+        elapsed = f"{now - self.started:.1f} s"
+        if self.total is None:
+            line = f"{self.label} {self.done}{f' {self.unit}' if self.unit else ''} {elapsed}"
+        else:
+            share = min(self.done / self.total, 1.0)
+            line = f"{self.label} [{('#' * int(share * 30)).ljust(30, '.')}] {share:4.0%} {elapsed}"
+        print(f"\r{line}", end="", file=self.out, flush=True)

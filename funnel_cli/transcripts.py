@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel_cli.connection import Connection
+from funnel_cli.output import Progress
 
 CHUNK_BYTES = 64 * 1024
 # Whole transfers of large transcripts, not single calls: generous but finite.
@@ -17,34 +18,62 @@ TRANSFER_TIMEOUT = 600.0
 
 
 async def export_transcript(
-    connection: Connection, address: str, workspace_id: str, task_id: str, out: BinaryIO
+    connection: Connection,
+    address: str,
+    workspace_id: str,
+    task_id: str,
+    out: BinaryIO,
+    progress_to: TextIO | None = None,
 ) -> int:
-    """Writes the transcript as JSONL; returns the number of lines."""
+    """Writes the transcript as JSONL; returns the number of lines. Counts the
+    events written on `progress_to` (standard error) when it is a terminal: with
+    no bar, since the API tells the number of events only by sending them."""
     lines = 0
-    async with connection.channel(address) as channel:
-        stub = transcript_pb2_grpc.TranscriptServiceStub(channel)
-        request = tpb.ExportTranscriptRequest(workspace_id=workspace_id, task_id=task_id)
-        async for chunk in stub.ExportTranscript(request, timeout=TRANSFER_TIMEOUT):
-            out.write(chunk.jsonl)
-            lines += chunk.jsonl.count(b"\n")
-    out.flush()
+    progress = Progress(f"exporting {task_id}", None, progress_to, unit="events")
+    # Events written to the terminal itself would be torn by the redrawn count.
+    progress.enabled = progress.enabled and not out.isatty()
+    try:
+        async with connection.channel(address) as channel:
+            stub = transcript_pb2_grpc.TranscriptServiceStub(channel)
+            request = tpb.ExportTranscriptRequest(workspace_id=workspace_id, task_id=task_id)
+            async for chunk in stub.ExportTranscript(request, timeout=TRANSFER_TIMEOUT):
+                out.write(chunk.jsonl)
+                lines += chunk.jsonl.count(b"\n")
+                progress.update(lines)
+        out.flush()
+    finally:
+        progress.stop()
     return lines
 
 
 async def import_transcript(
-    connection: Connection, address: str, workspace_id: str, task_id: str, path: Path
+    connection: Connection,
+    address: str,
+    workspace_id: str,
+    task_id: str,
+    path: Path,
+    progress_to: TextIO | None = None,
 ) -> tpb.ImportTranscriptResponse:
-    """Streams the file in chunks, so its size never matters to memory."""
+    """Streams the file in chunks, so its size never matters to memory. A bar of
+    the bytes read so far on `progress_to` (standard error) when it is a terminal."""
+    with open(path, "rb") as source:
+        progress = Progress(f"importing {path.name}", Path(path).stat().st_size, progress_to)
 
-    async def requests() -> AsyncIterator[tpb.ImportTranscriptRequest]:
-        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace_id, task_id=task_id))
-        with open(path, "rb") as source:
+        async def requests() -> AsyncIterator[tpb.ImportTranscriptRequest]:
+            yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace_id, task_id=task_id))
             while chunk := source.read(CHUNK_BYTES):
                 yield tpb.ImportTranscriptRequest(jsonl_chunk=chunk)
+                progress.update(source.tell())
 
-    async with connection.channel(address) as channel:
-        stub = transcript_pb2_grpc.TranscriptServiceStub(channel)
-        return await stub.ImportTranscript(requests(), timeout=TRANSFER_TIMEOUT)
+        try:
+            async with connection.channel(address) as channel:
+                stub = transcript_pb2_grpc.TranscriptServiceStub(channel)
+                response = await stub.ImportTranscript(requests(), timeout=TRANSFER_TIMEOUT)
+        except BaseException:
+            progress.stop()
+            raise
+    progress.finish()
+    return response
 
 
 def report_import(response: tpb.ImportTranscriptResponse) -> None:

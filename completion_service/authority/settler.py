@@ -93,7 +93,10 @@ class Settler:
             next_attempt_at = self._clock.now_micros() + int(delay * 1_000_000)
             stored = await self._store.write(
                 functools.partial(
-                    settlements.postpone_settlement, completion=completion, next_attempt_at=next_attempt_at
+                    settlements.postpone_settlement,
+                    completion=completion,
+                    next_attempt_at=next_attempt_at,
+                    error=str(exc),
                 )
             )
             self._wakeup.set()

@@ -247,7 +247,15 @@ class CompletionRecord:
     decision: Decision
     committed_at: int
     settlement: SettlementStatus
+    # Settle calls made so far: while PENDING those that got no answer; once
+    # settled or rejected all of them, the answered one included.
     settle_attempts: int = 0
+    # While PENDING: when the outbox calls the lifecycle service next. None once
+    # settled or rejected (nothing is due any more).
+    next_settle_at: int | None = None
+    # While PENDING: why the last settle call got no answer (None before the
+    # first and once settled or rejected): what an operator needs to act on.
+    last_settle_error: str | None = None
     lifecycle_revision: int | None = None
     lifecycle_event_sequence: int | None = None
     settled_at: int | None = None

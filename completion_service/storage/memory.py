@@ -55,12 +55,6 @@ class _Remembered:
     created_at: int
 
 
-@dataclass(frozen=True)
-class _Completion:
-    record: CompletionRecord
-    settle_at: int
-
-
 @dataclass
 class _State:
     """Containers hold immutable values only: a shallow copy of each is a snapshot."""
@@ -71,7 +65,7 @@ class _State:
     evidence: dict[_GenerationKey, tuple[EvidenceRecord, ...]] = field(default_factory=dict)
     evidence_ids: frozenset[str] = frozenset()
     attempts: dict[_GenerationKey, tuple[AttemptRecord, ...]] = field(default_factory=dict)
-    completions: dict[_GenerationKey, _Completion] = field(default_factory=dict)
+    completions: dict[_GenerationKey, CompletionRecord] = field(default_factory=dict)
     events: tuple[CompletionEvent, ...] = ()
     last_sequence: int = 0
     terminal: frozenset[str] = frozenset()
@@ -250,29 +244,35 @@ class MemoryCompletionTx:
 
     def load_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None:
         found = self._s.completions.get((workspace_id, task_id, generation))
-        return found.record if found else None
+        return _as_read(found) if found else None
 
     def load_completions(
-        self, workspace_id: str, task_id: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        workspace_id: str,
+        task_id: str | None,
+        settlement: SettlementStatus | None,
+        after: tuple[int, str] | None,
+        limit: int,
     ) -> list[CompletionRecord]:
         found = sorted(
             (
-                c.record
+                c
                 for (ws, _, _), c in self._s.completions.items()
                 if ws == workspace_id
-                and (not task_id or c.record.task_id == task_id)
-                and (after is None or (c.record.committed_at, c.record.completion_id) > after)
+                and (not task_id or c.task_id == task_id)
+                and (settlement is None or c.settlement is settlement)
+                and (after is None or (c.committed_at, c.completion_id) > after)
             ),
             key=lambda c: (c.committed_at, c.completion_id),
         )
-        return found[:limit]
+        return [_as_read(c) for c in found[:limit]]
 
-    def insert_completion(self, record: CompletionRecord, settle_at: int) -> None:
+    def insert_completion(self, record: CompletionRecord) -> None:
         completions = self._writing().completions
         key = (record.workspace_id, record.task_id, record.generation)
-        if key in completions or any(c.record.completion_id == record.completion_id for c in completions.values()):
+        if key in completions or any(c.completion_id == record.completion_id for c in completions.values()):
             raise DuplicateKey(f"completion {record.completion_id} of {key}")
-        completions[key] = _Completion(record, settle_at)
+        completions[key] = record
 
     def delete_completion(self, workspace_id: str, task_id: str, generation: int) -> None:
         self._writing().completions.pop((workspace_id, task_id, generation), None)
@@ -283,40 +283,33 @@ class MemoryCompletionTx:
         stored = completions.get(key)
         if stored is None:
             return
-        updated = dataclasses.replace(
-            stored.record,
+        completions[key] = dataclasses.replace(
+            stored,
             settlement=record.settlement,
             settle_attempts=record.settle_attempts,
+            # As the SQL schema: the due time is kept when none is given (_as_read hides it).
+            next_settle_at=stored.next_settle_at if record.next_settle_at is None else record.next_settle_at,
+            last_settle_error=record.last_settle_error,
             lifecycle_revision=record.lifecycle_revision,
             lifecycle_event_sequence=record.lifecycle_event_sequence,
             settled_at=record.settled_at,
             error_reason=record.error_reason,
             error_message=record.error_message,
         )
-        completions[key] = _Completion(updated, stored.settle_at)
-
-    def schedule_settlement(self, workspace_id: str, task_id: str, generation: int, settle_at: int) -> None:
-        completions = self._writing().completions
-        stored = completions.get((workspace_id, task_id, generation))
-        if stored is not None:
-            completions[(workspace_id, task_id, generation)] = _Completion(stored.record, settle_at)
 
     def claim_due_settlements(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
         # One process: no claim is recorded (see the port).
         due = [
             c
             for c in self._s.completions.values()
-            if c.record.settlement is SettlementStatus.PENDING and c.settle_at <= now
+            if c.settlement is SettlementStatus.PENDING and c.next_settle_at is not None and c.next_settle_at <= now
         ]
-        return [c.record for c in sorted(due, key=lambda c: c.settle_at)[:limit]]
+        return [_as_read(c) for c in sorted(due, key=lambda c: c.next_settle_at or 0)[:limit]]
 
     # -- operation ------------------------------------------------------------------------
 
     def load_figures(self, now: int) -> CompletionFigures:
-        pending = [
-            c.record.committed_at for c in self._s.completions.values()
-            if c.record.settlement is SettlementStatus.PENDING
-        ]
+        pending = [c.committed_at for c in self._s.completions.values() if c.settlement is SettlementStatus.PENDING]
         open_runs = [run for run in self._s.runs.values() if run.finished_at is None]
         return CompletionFigures(
             len(pending),
@@ -415,3 +408,10 @@ class MemoryCompletionTx:
             staging.clear()
         else:
             staging.pop(import_id, None)
+
+
+def _as_read(stored: CompletionRecord) -> CompletionRecord:
+    """A completion as the SQL adapters read it: a due time only while pending."""
+    if stored.settlement is SettlementStatus.PENDING:
+        return stored
+    return dataclasses.replace(stored, next_settle_at=None)

@@ -21,6 +21,7 @@ from completion_service.core.model import (
     EvidenceRecord,
     Lease,
     RunRecord,
+    SettlementStatus,
     Verdict,
 )
 from completion_service.core.transcript import SessionEvent, Tail
@@ -106,9 +107,17 @@ class CompletionReadTx(Protocol):
     def load_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None: ...
 
     def load_completions(
-        self, workspace_id: str, task_id: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        workspace_id: str,
+        task_id: str | None,
+        settlement: SettlementStatus | None,
+        after: tuple[int, str] | None,
+        limit: int,
     ) -> list[CompletionRecord]:
-        """Completions by (committed_at, completion_id), after the cursor; one task's if given."""
+        """Completions by (committed_at, completion_id), after the cursor; one task's
+        and those with one settlement status if given. The settlement filter is
+        served by an index: the pending ones (the outbox) are found without
+        reading the settled ones."""
         ...
 
     def load_events(
@@ -183,18 +192,15 @@ class CompletionTx(CompletionReadTx, RequestMemory, Protocol):
 
     # -- completions and their settlement outbox ------------------------------------------------
 
-    def insert_completion(self, record: CompletionRecord, settle_at: int) -> None:
-        """A new completion of its task generation, due for settlement at `settle_at`."""
+    def insert_completion(self, record: CompletionRecord) -> None:
+        """A new completion of its task generation, due for settlement at `record.next_settle_at`."""
         ...
 
     def delete_completion(self, workspace_id: str, task_id: str, generation: int) -> None: ...
 
     def update_completion(self, record: CompletionRecord) -> None:
-        """Stores the completion's settlement fields (settlement, attempts, lifecycle answer, error)."""
-        ...
-
-    def schedule_settlement(self, workspace_id: str, task_id: str, generation: int, settle_at: int) -> None:
-        """When the outbox tries to settle the pending completion next."""
+        """Stores the completion's settlement fields (settlement, attempts, when the
+        outbox tries next and the last error, the lifecycle answer, its error)."""
         ...
 
     def claim_due_settlements(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:

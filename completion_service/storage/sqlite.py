@@ -57,7 +57,7 @@ _RUN_COLUMNS = (
 COMPLETION_COLUMNS = (
     "workspace_id, task_id, generation, completion_id, identity, payload, outcome, result, run_id, state_version, "
     "checkpoint, decision, committed_at, settlement, settle_attempts, lifecycle_revision, lifecycle_event_sequence, "
-    "settled_at, error_reason, error_message, traceparent"
+    "settled_at, error_reason, error_message, traceparent, next_settle_at, last_settle_error"
 )
 EVENT_COLUMNS = (
     "sequence, workspace_id, task_id, generation, kind, run_id, completion_id, outcome, decision, lifecycle_revision, "
@@ -320,13 +320,21 @@ class SqliteCompletionTx:
         return self._completion(row) if row else None
 
     def load_completions(
-        self, workspace_id: str, task_id: str | None, after: tuple[int, str] | None, limit: int
+        self,
+        workspace_id: str,
+        task_id: str | None,
+        settlement: SettlementStatus | None,
+        after: tuple[int, str] | None,
+        limit: int,
     ) -> list[CompletionRecord]:
         sql = f"SELECT {COMPLETION_COLUMNS} FROM task_completions WHERE workspace_id = ?"
         params: list[object] = [workspace_id]
         if task_id:
             sql += " AND task_id = ?"
             params.append(task_id)
+        if settlement is not None:  # task_completions_by_settlement
+            sql += " AND settlement = ?"
+            params.append(settlement.name)
         if after is not None:
             sql += " AND (committed_at, completion_id) > (?, ?)"
             params += list(after)
@@ -334,10 +342,10 @@ class SqliteCompletionTx:
         params.append(limit)
         return [self._completion(r) for r in self._db.execute(sql, params)]
 
-    def insert_completion(self, record: CompletionRecord, settle_at: int) -> None:
+    def insert_completion(self, record: CompletionRecord) -> None:
         c = record
         self._db.execute(
-            f"INSERT INTO task_completions ({COMPLETION_COLUMNS}, next_settle_at) VALUES ({', '.join('?' * 22)})",
+            f"INSERT INTO task_completions ({COMPLETION_COLUMNS}) VALUES ({', '.join('?' * 23)})",
             (
                 c.workspace_id,
                 c.task_id,
@@ -360,7 +368,8 @@ class SqliteCompletionTx:
                 c.error_reason,
                 self._put_text(c.error_message),
                 c.traceparent,
-                settle_at,
+                c.next_settle_at,
+                self._put_text(c.last_settle_error),
             ),
         )
 
@@ -372,12 +381,17 @@ class SqliteCompletionTx:
 
     def update_completion(self, record: CompletionRecord) -> None:
         self._db.execute(
-            "UPDATE task_completions SET settlement = ?, settle_attempts = ?, lifecycle_revision = ?, "
+            # next_settle_at is NOT NULL: a settled row keeps its last due time,
+            # which nothing reads (see _completion).
+            "UPDATE task_completions SET settlement = ?, settle_attempts = ?, "
+            "next_settle_at = coalesce(?, next_settle_at), last_settle_error = ?, lifecycle_revision = ?, "
             "lifecycle_event_sequence = ?, settled_at = ?, error_reason = ?, error_message = ? "
             "WHERE workspace_id = ? AND task_id = ? AND generation = ?",
             (
                 record.settlement.name,
                 record.settle_attempts,
+                record.next_settle_at,
+                self._put_text(record.last_settle_error),
                 record.lifecycle_revision,
                 record.lifecycle_event_sequence,
                 record.settled_at,
@@ -387,12 +401,6 @@ class SqliteCompletionTx:
                 record.task_id,
                 record.generation,
             ),
-        )
-
-    def schedule_settlement(self, workspace_id: str, task_id: str, generation: int, settle_at: int) -> None:
-        self._db.execute(
-            "UPDATE task_completions SET next_settle_at = ? WHERE workspace_id = ? AND task_id = ? AND generation = ?",
-            (settle_at, workspace_id, task_id, generation),
         )
 
     def claim_due_settlements(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
@@ -631,6 +639,7 @@ class SqliteCompletionTx:
         )
 
     def _completion(self, r: Sequence[Any]) -> CompletionRecord:
+        settlement = SettlementStatus[r[13]]
         return CompletionRecord(
             workspace_id=r[0],
             task_id=r[1],
@@ -645,7 +654,7 @@ class SqliteCompletionTx:
             checkpoint=r[10],
             decision=decision_from_json(r[11]),
             committed_at=r[12],
-            settlement=SettlementStatus[r[13]],
+            settlement=settlement,
             settle_attempts=r[14],
             lifecycle_revision=r[15],
             lifecycle_event_sequence=r[16],
@@ -653,6 +662,8 @@ class SqliteCompletionTx:
             error_reason=r[18],
             error_message=self._get_text(r[19]),
             traceparent=r[20],
+            next_settle_at=r[21] if settlement is SettlementStatus.PENDING else None,
+            last_settle_error=self._get_text(r[22]),
         )
 
     def _event(self, r: Sequence[Any]) -> CompletionEvent:

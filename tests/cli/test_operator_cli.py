@@ -11,8 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
-from tests.reliability.harness import unused_port
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from tests import credentials
+from tests.reliability.harness import CALL_TIMEOUT, Pair, unused_port
 from tests.reliability.test_durability import table_pages_in_the_middle
 
 FUNNEL = Path(sys.executable).parent / "funnel"
@@ -125,3 +129,83 @@ def test_check_and_backup_of_a_live_database(demo, tmp_path):
     copy.write_bytes(bytes(damaged))
     code, report, _ = funnel(demo, "check", str(copy))
     assert code == 1 and report["ok"] is False and report["problems"]
+
+
+# -- the settlement outbox: a pair whose lifecycle service dies at the settlement --
+
+
+def outbox(pair: Pair, *args: str, command: tuple[str, ...] = ("outbox",)) -> tuple[int, object, str]:
+    """`funnel outbox` (or `command`) against the pair's processes, with the test PKI's client certificate."""
+    pki = credentials.PKI
+    done = subprocess.run(
+        [str(FUNNEL), *command, "--workspace", "ws", "--lifecycle", pair.lifecycle.address,
+         "--completion", pair.completion.address, "--ca", str(pki.ca), "--cert", str(pki.cert("client")),
+         "--key", str(pki.key("client")), "--token", credentials.SUPERUSER, *args],
+        capture_output=True, text=True, timeout=60,
+    )
+    return done.returncode, json.loads(done.stdout) if "json" in args else done.stdout, done.stderr
+
+
+def poll(check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+    return found
+
+
+async def test_the_outbox_shows_a_pending_settlement_until_the_lifecycle_answers(tmp_path):
+    pair = await Pair(tmp_path).start()
+    try:
+        code, empty, _ = outbox(pair, "-o", "json")
+        assert code == 0 and (empty["count"], empty["completions"], empty["oldest_age_seconds"]) == (0, [], None)
+        assert outbox(pair)[1].strip() == "no pending settlements in workspace 'ws'"
+
+        await pair.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id="ws", task_id="t-1"), timeout=CALL_TIMEOUT)
+        claim = await pair.cs.ClaimTask(cpb.ClaimTaskRequest(
+            workspace_id="ws", task_id="t-1", agent_id="agent-1", lease_ttl=Duration(seconds=600)),
+            timeout=CALL_TIMEOUT)
+        await pair.cs.RecordEvidence(cpb.RecordEvidenceRequest(
+            workspace_id="ws", task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            run_id=claim.run.run_id), timeout=CALL_TIMEOUT)
+        # The lifecycle service's next write is the settlement: it dies before committing it.
+        pair.lifecycle.arm("lifecycle.before_commit:crash:1")
+        answer = await pair.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
+            workspace_id="ws", task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=CALL_TIMEOUT)
+        assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+        assert poll(lambda: not pair.lifecycle.alive())
+
+        # The outbox retries while the lifecycle service is down; the operator sees it.
+        def retried():
+            code, listed, _ = outbox(pair, "-o", "json")
+            assert code == 0
+            return listed if listed["count"] == 1 and int(listed["completions"][0]["settle_attempts"]) >= 2 else None
+
+        listed = poll(retried)
+        (pending,) = listed["completions"]
+        assert (pending["task_id"], pending["generation"], pending["completion_id"], pending["settlement"]) == (
+            "t-1", "1", answer.completion.completion_id, "SETTLEMENT_STATUS_PENDING")
+        assert pending["next_settle_time"] and "UNAVAILABLE" in pending["last_settle_error"]
+        assert listed["oldest_commit_time"] == pending["commit_time"] and listed["oldest_age_seconds"] >= 0
+        assert listed["more"] is False
+        code, table, _ = outbox(pair)
+        lines = table.splitlines()
+        assert code == 0 and lines[0].split()[:6] == ["TASK", "GEN", "COMPLETION", "COMMITTED", "ATTEMPTS", "NEXT"]
+        assert lines[1].split()[:3] == ["t-1", "1", answer.completion.completion_id] and "UNAVAILABLE" in lines[1]
+        assert lines[-1].startswith("1 pending settlement; the oldest committed ")
+        code, listed, _ = outbox(pair, "-o", "json", command=("completion", "list", "--pending"))
+        assert code == 0 and [c["completion_id"] for c in listed["completions"]] == [pending["completion_id"]]
+        code, _, err = outbox(pair, "--completion", f"127.0.0.1:{unused_port()}")
+        assert code == 5 and "UNAVAILABLE" in err
+
+        # The lifecycle service is back (same port, same database): the outbox drains.
+        await pair.ensure_alive()
+        poll(lambda: outbox(pair, "-o", "json")[1]["count"] == 0)
+        settled = await pair.cs.GetCompletion(cpb.GetCompletionRequest(workspace_id="ws", task_id="t-1", generation=1),
+                                              timeout=CALL_TIMEOUT)
+        assert settled.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+        assert settled.completion.last_settle_error == "" and not settled.completion.HasField("next_settle_time")
+    finally:
+        await pair.stop()
+

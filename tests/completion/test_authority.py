@@ -174,7 +174,7 @@ async def test_a_corrupted_completion_fails_closed_with_an_alarm(shells, caplog)
     shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
     first = (await shells.attempt(claimed)).completion
     await shells.store.write(lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(
-        dataclasses.replace(first, payload=b"{}"), settle_at=START)))
+        dataclasses.replace(first, payload=b"{}"))))
     before = shells.store.snapshot()
     with caplog.at_level(logging.ERROR, logger="completion_service"):
         error = await raises(shells.attempt(claimed), Reason.COMPLETION_CORRUPTED)

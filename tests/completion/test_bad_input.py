@@ -335,6 +335,17 @@ CASES = [
         "FIELD_MALFORMED",
         "page_token",
     ),
+    ("ListCompletions", lambda w: list_completions(w, settlement=99), INVALID, "ENUM_UNSPECIFIED", "settlement"),
+    # The settlement filter is part of the listing: an unfiltered token does not page the outbox.
+    (
+        "ListCompletions",
+        lambda w: list_completions(
+            w, settlement=cpb.SETTLEMENT_STATUS_PENDING, page_token=encode_token(["completions", WS, ""], [1, "c"])
+        ),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
     # ListAuditLog
     *id_cases("ListAuditLog", list_audit, "workspace_id"),
     *id_cases("ListAuditLog", list_audit, "task_id", required=False),

@@ -129,7 +129,7 @@ async def test_duplicates_keep_the_stored_completion_and_a_conflict_or_corruptio
     assert world.state() == before
     # The stored identity with another payload: corruption, raised.
     await world.store.write(lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(
-        dataclasses.replace(first, payload=b"{}"), settle_at=START)))
+        dataclasses.replace(first, payload=b"{}"))))
     await world.set_transcript("t-1", 0, "")
     before = world.state()
     with pytest.raises(CompletionCorrupted) as raised:

@@ -341,6 +341,44 @@ async def _true(value: bool) -> bool:
     return value
 
 
+async def test_the_outbox_shows_a_pending_settlement_with_its_attempts_next_time_and_error(funnel):
+    f = funnel
+    _, answer = await commit_while_lifecycle_is_down(f)
+    completion_id = answer.completion.completion_id
+
+    async def outbox() -> list[cpb.Completion]:
+        listed = await f.cs.ListCompletions(
+            cpb.ListCompletionsRequest(workspace_id=WS, settlement=cpb.SETTLEMENT_STATUS_PENDING),
+            timeout=CALL_TIMEOUT,
+        )
+        return list(listed.completions)
+
+    async def retried_twice():
+        completion = await f.completion_of("task-1")
+        return completion if completion.settle_attempts >= 2 else None
+
+    pending = await eventually(retried_twice, clock=f.clock, advance_micros=SECOND)
+    assert pending.settlement == cpb.SETTLEMENT_STATUS_PENDING
+    # The next call is after the last one failed, never before the commit.
+    assert micros(pending.next_settle_time) > micros(pending.commit_time)
+    assert "UNAVAILABLE" in pending.last_settle_error or "DEADLINE_EXCEEDED" in pending.last_settle_error
+    assert not pending.HasField("settle_time")
+    [listed] = await outbox()
+    assert listed.completion_id == completion_id and listed.settle_attempts >= 2 and listed.last_settle_error
+
+    await f.start_lifecycle()  # same port, same database
+    completion = await settled(f, "task-1")
+    assert completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    # The answered call counts; nothing is due and no error stands any more.
+    assert completion.settle_attempts >= 3
+    assert not completion.HasField("next_settle_time") and completion.last_settle_error == ""
+    assert await outbox() == []
+    settled_only = await f.cs.ListCompletions(
+        cpb.ListCompletionsRequest(workspace_id=WS, settlement=cpb.SETTLEMENT_STATUS_SETTLED), timeout=CALL_TIMEOUT
+    )
+    assert [c.completion_id for c in settled_only.completions] == [completion_id]
+
+
 async def test_a_repeated_attempt_returns_the_pending_completion_and_settles_it(funnel):
     f = funnel
     claim, answer = await commit_while_lifecycle_is_down(f)

@@ -103,7 +103,7 @@ def outcomes(results: list) -> Counter:
 async def table_counts(env: Env) -> dict[str, int]:
     return await env.read(lambda tx: {
         "runs": len(tx.load_runs(WS, None, None, 10_000)),
-        "completions": len(tx.load_completions(WS, None, None, 10_000)),
+        "completions": len(tx.load_completions(WS, None, None, None, 10_000)),
         "events": len(tx.load_events(WS, 0, None, 10_000)),
         "audit": len(tx.load_audit(WS, None, None, 0, 10_000)),
     })
@@ -225,7 +225,7 @@ async def test_the_settlement_outbox_is_never_claimed_by_two_replicas(replicas, 
         return env.store.write(lambda tx: settlements.claim_due(tx, now=at, owner=owner, lease_micros=lease,
                                                                 limit=limit))
 
-    everything = {c.completion_id for c in await a.read(lambda tx: tx.load_completions(WS, None, None, 100))}
+    everything = {c.completion_id for c in await a.read(lambda tx: tx.load_completions(WS, None, None, None, 100))}
     mine, theirs = await asyncio.gather(claim(a, "a", now, 12), claim(b, "b", now, 12))
     mine_ids, their_ids = {c.completion_id for c in mine}, {c.completion_id for c in theirs}
     assert not mine_ids & their_ids and mine_ids | their_ids == everything
@@ -412,7 +412,7 @@ async def test_replicas_starting_together_migrate_once_and_report_health_from_th
         applied = await stores[0].database.read(
             lambda conn: conn.execute("SELECT version, name FROM schema_migrations").fetchall()
         )
-        assert applied == [(1, "initial"), (2, "completion_traceparent")]
+        assert applied == [(1, "initial"), (2, "completion_traceparent"), (3, "settlement_outbox_view")]
     finally:
         for store in stores:
             await store.close()

@@ -66,15 +66,17 @@ async def test_an_answer_for_another_or_unknown_completion_changes_nothing(world
     assert await world.run(settlements.record_settlement, completion=missing,
                            settlement=Settlement(lifecycle_revision=1, lifecycle_event_sequence=1)) is None
     assert await world.store.write(
-        lambda tx: settlements.postpone_settlement(tx, stale, next_attempt_at=START)) == completion
+        lambda tx: settlements.postpone_settlement(tx, stale, next_attempt_at=START, error="x")) == completion
     assert world.state() == before
 
 
 async def test_a_postponed_settlement_counts_the_attempt_and_is_due_again_at_its_time(world):
     completion = await committed(world)
     postponed = await world.store.write(
-        lambda tx: settlements.postpone_settlement(tx, completion, next_attempt_at=START + 3 * SECOND))
+        lambda tx: settlements.postpone_settlement(
+            tx, completion, next_attempt_at=START + 3 * SECOND, error="UNAVAILABLE: down"))
     assert (postponed.settle_attempts, postponed.settlement) == (1, SettlementStatus.PENDING)
+    assert (postponed.next_settle_at, postponed.last_settle_error) == (START + 3 * SECOND, "UNAVAILABLE: down")
 
     def due(now: int):
         return world.store.write(lambda tx: settlements.claim_due(tx, now, "settler-1", 10 * SECOND, 10))
@@ -84,17 +86,18 @@ async def test_a_postponed_settlement_counts_the_attempt_and_is_due_again_at_its
     settled = await world.run(settlements.record_settlement, completion=postponed,
                               settlement=Settlement(lifecycle_revision=2, lifecycle_event_sequence=3))
     assert settled.completion.settle_attempts == 2
+    assert (settled.completion.next_settle_at, settled.completion.last_settle_error) == (None, None)
     assert await due(START + 100 * SECOND) == []
     # A settled row is not postponed any more.
     assert await world.store.write(
-        lambda tx: settlements.postpone_settlement(tx, completion, START + 9 * SECOND)) == settled.completion
+        lambda tx: settlements.postpone_settlement(tx, completion, START + 9 * SECOND, "x")) == settled.completion
 
 
 async def test_due_completions_are_claimed_earliest_first_up_to_the_limit(world):
     first = await committed(world, "t-1")
     world.clock.advance(SECOND)
     second = await committed(world, "t-2")
-    await world.store.write(lambda tx: settlements.postpone_settlement(tx, first, START + 5 * SECOND))
+    await world.store.write(lambda tx: settlements.postpone_settlement(tx, first, START + 5 * SECOND, "x"))
     claim = lambda limit: world.store.write(  # noqa: E731
         lambda tx: settlements.claim_due(tx, START + 5 * SECOND, "settler-1", SECOND, limit))
     assert [c.completion_id for c in await claim(10)] == [second.completion_id, first.completion_id]

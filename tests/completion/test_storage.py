@@ -121,7 +121,7 @@ class Env:
         def read(tx) -> dict:
             found: dict = {
                 "runs": tx.load_runs(WS, None, None, 10_000),
-                "completions": tx.load_completions(WS, None, None, 10_000),
+                "completions": tx.load_completions(WS, None, None, None, 10_000),
                 "events": tx.load_events(WS, 0, None, 10_000),
                 "audit": tx.load_audit(WS, None, None, 0, 10_000),
                 "requests": [tx.recall_request(*scope) for scope in scopes],
@@ -345,7 +345,7 @@ async def test_a_second_completion_of_a_generation_or_id_is_refused_by_the_store
         dataclasses.replace(completion, generation=2),  # same completion id
     ):
         with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
-            await env.store.write(lambda tx, d=duplicate: tx.insert_completion(d, settle_at=START))
+            await env.store.write(lambda tx, d=duplicate: tx.insert_completion(d))
         assert await env.state() == before
 
 
@@ -539,7 +539,7 @@ async def test_same_identity_returns_the_existing_completion(env):
     assert again.decision.verdict is Verdict.ALLOW
     assert again.existing and not again.inserted and again.events == ()
     assert again.completion == first
-    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, 10))) == 1
+    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))) == 1
     assert [e.kind for e in await env.events()] == [CompletionEventKind.COMPLETION_COMMITTED]
 
 
@@ -552,7 +552,7 @@ async def test_different_identity_with_the_same_outcome_keeps_the_existing_compl
     assert later.existing and not later.inserted
     assert later.completion == first  # the stored row stays the completion
     assert (await env.completion()).state_version == 0
-    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, 10))) == 1
+    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))) == 1
 
 
 async def test_different_outcome_is_a_conflict_and_writes_nothing(env):
@@ -572,7 +572,7 @@ async def test_same_identity_with_a_different_payload_is_corruption_and_writes_n
 
     def tamper(tx: CompletionTx) -> None:
         tx.delete_completion(WS, "t-1", 1)
-        tx.insert_completion(tampered, settle_at=START)
+        tx.insert_completion(tampered)
 
     await env.store.write(tamper)
     before = await env.state()
@@ -595,12 +595,12 @@ async def test_completions_are_listed_by_commit_time_with_filters_and_a_cursor(e
     first = (await env.attempt(await env.claimed("t-1"))).completion
     env.clock.advance(SECOND)
     second = (await env.attempt(await env.claimed("t-2"))).completion
-    assert await env.read(lambda tx: tx.load_completions(WS, None, None, 10)) == [first, second]
-    assert await env.read(lambda tx: tx.load_completions(WS, "t-2", None, 10)) == [second]
+    assert await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10)) == [first, second]
+    assert await env.read(lambda tx: tx.load_completions(WS, "t-2", None, None, 10)) == [second]
     cursor = (first.committed_at, first.completion_id)
-    assert await env.read(lambda tx: tx.load_completions(WS, None, cursor, 10)) == [second]
-    assert await env.read(lambda tx: tx.load_completions(WS, None, None, 1)) == [first]
-    assert await env.read(lambda tx: tx.load_completions("ws-other", None, None, 10)) == []
+    assert await env.read(lambda tx: tx.load_completions(WS, None, None, cursor, 10)) == [second]
+    assert await env.read(lambda tx: tx.load_completions(WS, None, None, None, 1)) == [first]
+    assert await env.read(lambda tx: tx.load_completions("ws-other", None, None, None, 10)) == []
 
 
 # -- blocked decisions: lease lost, expired, superseded; stale state version ----
@@ -713,12 +713,68 @@ async def test_a_postponed_settlement_is_due_again_only_at_its_time(env):
     claimed = await env.claimed()
     completion = (await env.attempt(claimed)).completion
     postponed = await env.store.write(
-        lambda tx: settlements.postpone_settlement(tx, completion=completion, next_attempt_at=START + 5 * SECOND)
+        lambda tx: settlements.postpone_settlement(
+            tx, completion=completion, next_attempt_at=START + 5 * SECOND, error="UNAVAILABLE: down"
+        )
     )
     assert (postponed.settle_attempts, postponed.settlement) == (1, SettlementStatus.PENDING)
     assert await env.due(START + 4 * SECOND) == []
     [due] = await env.due(START + 5 * SECOND)
     assert due == postponed == await env.completion()
+
+
+async def test_a_postponed_settlement_keeps_its_attempts_next_time_and_error_until_settled(env):
+    completion = (await env.attempt(await env.claimed())).completion
+    # Just committed: due at once, no call made yet.
+    assert (completion.settle_attempts, completion.next_settle_at, completion.last_settle_error) == (0, START, None)
+    assert await env.completion() == completion
+    for attempt, error in enumerate(("UNAVAILABLE: connection refused", "DEADLINE_EXCEEDED: \x00late"), start=1):
+        postponed = await env.store.write(
+            lambda tx, e=error, a=attempt: settlements.postpone_settlement(
+                tx, completion=completion, next_attempt_at=START + a * 10 * SECOND, error=e
+            )
+        )
+        stored = await env.completion()
+        assert stored == postponed
+        assert (stored.settle_attempts, stored.next_settle_at, stored.last_settle_error) == (
+            attempt, START + attempt * 10 * SECOND, error)
+    [listed] = await env.read(lambda tx: tx.load_completions(WS, None, SettlementStatus.PENDING, None, 10))
+    assert listed == stored
+
+    env.clock.advance(30 * SECOND)
+    settled = (await env.settle(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))).completion
+    # The answered call counts too; nothing is due and no error stands any more.
+    assert (settled.settle_attempts, settled.next_settle_at, settled.last_settle_error) == (3, None, None)
+    assert await env.completion() == settled
+    assert await env.read(lambda tx: tx.load_completions(WS, None, SettlementStatus.PENDING, None, 10)) == []
+
+
+async def test_the_settlement_filter_lists_only_that_status_in_commit_order_and_pages(env):
+    committed = []
+    for task_id in ("t-1", "t-2", "t-3", "t-4", "t-5"):
+        committed.append((await env.attempt(await env.claimed(task_id))).completion)
+        env.clock.advance(SECOND)
+    settled = (await env.settle(committed[1], Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))).completion
+    rejected = (await env.settle(committed[3], Settlement(error_reason="CANCELLATION_FENCED", error_message="x")))
+    pending = [committed[0], committed[2], committed[4]]
+
+    def listed(settlement, after=None, limit=10, task_id=None):
+        return env.read(lambda tx: tx.load_completions(WS, task_id, settlement, after, limit))
+
+    assert await listed(SettlementStatus.PENDING) == pending
+    assert await listed(SettlementStatus.SETTLED) == [settled]
+    assert await listed(SettlementStatus.REJECTED) == [rejected.completion]
+    assert len(await listed(None)) == 5
+    assert await listed(SettlementStatus.PENDING, task_id="t-3") == [committed[2]]
+    assert await listed(SettlementStatus.PENDING, task_id="t-2") == []
+    # Pages of one: each cursor continues after the last pending row, skipping the others.
+    pages, after = [], None
+    while page := await listed(SettlementStatus.PENDING, after, limit=1):
+        pages += page
+        after = (page[-1].committed_at, page[-1].completion_id)
+    assert pages == pending
+    assert await listed(SettlementStatus.PENDING, (committed[1].committed_at, committed[1].completion_id)) == [
+        committed[2], committed[4]]
 
 
 async def test_due_settlements_come_earliest_first_up_to_the_limit(env):
@@ -737,12 +793,14 @@ async def test_the_traceparent_of_the_committing_attempt_stays_with_the_completi
     untraced = await env.attempt(await env.claimed("t-2"))
     assert committed.completion.traceparent == traceparent and untraced.completion.traceparent is None
     postponed = await env.store.write(
-        lambda tx: settlements.postpone_settlement(tx, completion=committed.completion, next_attempt_at=START + SECOND)
+        lambda tx: settlements.postpone_settlement(
+            tx, completion=committed.completion, next_attempt_at=START + SECOND, error="x"
+        )
     )
     assert [c.traceparent for c in await env.due(START + SECOND)] == [None, traceparent]
     settled = (await env.settle(postponed, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))).completion
     assert settled.traceparent == traceparent == (await env.completion("t-1")).traceparent
-    listed = await env.read(lambda tx: tx.load_completions(WS, None, None, 10))
+    listed = await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))
     assert {c.task_id: c.traceparent for c in listed} == {"t-1": traceparent, "t-2": None}
 
 

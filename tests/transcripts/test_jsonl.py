@@ -127,6 +127,38 @@ async def test_cli_functions_round_trip_through_files(both, tmp_path):
     assert again.getvalue() == exported
 
 
+class Terminal(io.StringIO):
+    """Standard error as a terminal: progress is drawn on it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+async def test_import_draws_a_bar_of_the_bytes_read_and_export_counts_the_events(both, tmp_path):
+    exported = await rich_transcript(both, "src")
+    path = tmp_path / "src.jsonl"
+    path.write_bytes(exported)
+    exporting = Terminal()
+    with open(tmp_path / "again.jsonl", "wb") as out:
+        assert await export_transcript(CONNECTION, both.address, WS, "src", out, progress_to=exporting) == 22
+    # The total is not known before the events arrive: a count, no bar.
+    assert re.fullmatch(r"(\rexporting src \d+ events \d+\.\d s)+\n", exporting.getvalue())
+    assert exporting.getvalue().rsplit("\r", 1)[1].startswith("exporting src 22 events ")
+
+    await both.f.register("copy")
+    importing = Terminal()
+    response = await import_transcript(CONNECTION, both.address, WS, "copy", path, progress_to=importing)
+    assert response.imported_events == 22
+    assert importing.getvalue().endswith("\n")
+    assert importing.getvalue().rsplit("\r", 1)[1].startswith(f"importing src.jsonl [{'#' * 30}] 100% ")
+
+    # A refused import ends the line where it stopped, without claiming it finished.
+    refused = Terminal()
+    with pytest.raises(grpc.aio.AioRpcError):
+        await import_transcript(CONNECTION, both.address, WS, "copy", path, progress_to=refused)
+    assert refused.getvalue().endswith("\n")
+
+
 async def test_the_funnel_command_exports_imports_and_reports_damage(both, tmp_path):
     await both.f.register("src")
     await append(both.ts, "src", SIMPLE)

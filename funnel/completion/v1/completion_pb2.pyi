@@ -373,7 +373,7 @@ class BlockDetails(_message.Message):
     def __init__(self, decisive_gate: _Optional[str] = ..., missing_evidence_kinds: _Optional[_Iterable[str]] = ..., failing_evidence_kinds: _Optional[_Iterable[str]] = ..., evidence_checkpoint: _Optional[str] = ..., open_tool_call_ids: _Optional[_Iterable[str]] = ..., open_step_id: _Optional[str] = ..., open_turn_id: _Optional[str] = ..., open_child_task_ids: _Optional[_Iterable[str]] = ..., current_lease: _Optional[_Union[Lease, _Mapping]] = ..., current_state_version: _Optional[int] = ..., current_generation: _Optional[int] = ..., lifecycle_reason: _Optional[str] = ..., gate_feedback: _Optional[str] = ...) -> None: ...
 
 class Completion(_message.Message):
-    __slots__ = ("workspace_id", "task_id", "generation", "completion_id", "identity", "outcome", "result", "run_id", "state_version", "checkpoint", "commit_time", "settlement", "lifecycle_revision", "lifecycle_event_sequence", "settle_time", "terminalization_error_reason", "terminalization_error_message", "decision")
+    __slots__ = ("workspace_id", "task_id", "generation", "completion_id", "identity", "outcome", "result", "run_id", "state_version", "checkpoint", "commit_time", "settlement", "lifecycle_revision", "lifecycle_event_sequence", "settle_time", "terminalization_error_reason", "terminalization_error_message", "decision", "settle_attempts", "next_settle_time", "last_settle_error")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -392,6 +392,9 @@ class Completion(_message.Message):
     TERMINALIZATION_ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
     TERMINALIZATION_ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
+    SETTLE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SETTLE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_SETTLE_ERROR_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     task_id: str
     generation: int
@@ -410,7 +413,10 @@ class Completion(_message.Message):
     terminalization_error_reason: str
     terminalization_error_message: str
     decision: Decision
-    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., completion_id: _Optional[str] = ..., identity: _Optional[str] = ..., outcome: _Optional[_Union[RequestedOutcome, str]] = ..., result: _Optional[str] = ..., run_id: _Optional[str] = ..., state_version: _Optional[int] = ..., checkpoint: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settlement: _Optional[_Union[SettlementStatus, str]] = ..., lifecycle_revision: _Optional[int] = ..., lifecycle_event_sequence: _Optional[int] = ..., settle_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., terminalization_error_reason: _Optional[str] = ..., terminalization_error_message: _Optional[str] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...
+    settle_attempts: int
+    next_settle_time: _timestamp_pb2.Timestamp
+    last_settle_error: str
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., completion_id: _Optional[str] = ..., identity: _Optional[str] = ..., outcome: _Optional[_Union[RequestedOutcome, str]] = ..., result: _Optional[str] = ..., run_id: _Optional[str] = ..., state_version: _Optional[int] = ..., checkpoint: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settlement: _Optional[_Union[SettlementStatus, str]] = ..., lifecycle_revision: _Optional[int] = ..., lifecycle_event_sequence: _Optional[int] = ..., settle_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., terminalization_error_reason: _Optional[str] = ..., terminalization_error_message: _Optional[str] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., settle_attempts: _Optional[int] = ..., next_settle_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_settle_error: _Optional[str] = ...) -> None: ...
 
 class CompletionIdentity(_message.Message):
     __slots__ = ("schema", "workspace_id", "task_id", "generation", "state_version", "checkpoint", "outcome", "decision_schema")
@@ -712,16 +718,18 @@ class GetCompletionResponse(_message.Message):
     def __init__(self, completion: _Optional[_Union[Completion, _Mapping]] = ...) -> None: ...
 
 class ListCompletionsRequest(_message.Message):
-    __slots__ = ("workspace_id", "task_id", "page_size", "page_token")
+    __slots__ = ("workspace_id", "task_id", "page_size", "page_token", "settlement")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     task_id: str
     page_size: int
     page_token: str
-    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    settlement: SettlementStatus
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., settlement: _Optional[_Union[SettlementStatus, str]] = ...) -> None: ...
 
 class ListCompletionsResponse(_message.Message):
     __slots__ = ("completions", "next_page_token")

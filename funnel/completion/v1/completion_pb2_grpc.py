@@ -225,9 +225,15 @@ class CompletionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListCompletions(self, request, context):
-        """Lists a workspace's completions (optionally of one task), oldest commit first.
+        """Lists a workspace's completions (optionally of one task, optionally only
+        those with one settlement status), oldest commit first. With `settlement =
+        PENDING` it is the settlement outbox: what waits for the lifecycle service,
+        with each row's attempts, next attempt and last error; served from an index,
+        so it stays cheap however many completions were settled. A page token is
+        valid only for the filter it was issued for.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, page token),
-        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`).
+        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`), `ENUM_UNSPECIFIED`
+        (`settlement` not a `SettlementStatus` value).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
