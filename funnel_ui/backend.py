@@ -45,14 +45,19 @@ class Settings:
     action_token: TokenSource | None = None
 
 
+# gRPC's default reconnect backoff grows to two minutes: a page would show a
+# restarted service that late. A dashboard's few channels can afford to retry often.
+CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000)]
+
+
 def _channel(connection: Connection, address: str, token: TokenSource) -> grpc.aio.Channel:
     interceptors = bearer_interceptors(token)
     if connection.insecure:
-        return grpc.aio.insecure_channel(address, interceptors=interceptors)
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=interceptors)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=connection.ca, private_key=connection.key, certificate_chain=connection.cert
     )
-    return grpc.aio.secure_channel(address, credentials, interceptors=interceptors)
+    return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
 
 
 class ActionRefused(Exception):
