@@ -166,7 +166,7 @@ def lifecycle_row(event: lpb.LifecycleEvent) -> str:
         f"<td>{e(enum_name(lpb.Intent, event.intent, 'INTENT_').lower())}</td><td>{e(transition)}</td>"
         f"<td>{e(outcome.lower())}</td>"
         f"<td>{e(enum_name(lpb.WorkStatus, event.work_status, 'WORK_STATUS_').lower())}</td>"
-        f"<td>{_cause(event.cause)}</td><td>{e(event.caller.subject)} ({e(event.caller.role)})</td>"
+        f"<td class=id>{_cause(event.cause)}</td><td class=id>{e(event.caller.subject)} ({e(event.caller.role)})</td>"
         f"<td>{e(when(event.commit_time))}</td></tr>"
     )
 
@@ -201,16 +201,18 @@ def completion_event_row(event: cpb.CompletionEvent) -> str:
     return (
         f'<tr id="ce-{event.sequence}" data-kind="{e(kind)}"><td class=num>#{event.sequence}</td>'
         f"<td class=num>{event.generation}</td><td>{e(kind.lower().replace('_', ' '))}</td><td>{what}</td>"
-        f"<td>{e(event.completion_id)}</td><td>{e(event.run_id)}</td><td>{e(when(event.commit_time))}</td></tr>"
+        f"<td class=id>{e(event.completion_id)}</td><td class=id>{e(event.run_id)}</td>"
+        f"<td>{e(when(event.commit_time))}</td></tr>"
     )
 
 
 def completions_section(completions: Sequence[cpb.Completion], settlements: Mapping[str, view.Settlement]) -> str:
     rows = "".join(
-        f'<tr data-completion="{e(c.completion_id)}"><td>{e(c.completion_id)}</td><td class=num>{c.generation}</td>'
+        f'<tr data-completion="{e(c.completion_id)}"><td class=id>{e(c.completion_id)}</td>'
+        f"<td class=num>{c.generation}</td>"
         f"<td>{e(enum_name(cpb.RequestedOutcome, c.outcome, 'REQUESTED_OUTCOME_').lower())}</td>"
         f"<td class=settlement>{e(view.settlement_label(_settlement(c, settlements)))}</td>"
-        f"<td>{e(c.run_id)}</td><td>{e(when(c.commit_time))}</td><td>{e(c.result)}</td></tr>"
+        f"<td class=id>{e(c.run_id)}</td><td>{e(when(c.commit_time))}</td><td>{e(c.result)}</td></tr>"
         for c in completions
     )
     return (
@@ -229,7 +231,7 @@ def _settlement(completion: cpb.Completion, known: Mapping[str, view.Settlement]
 
 def runs_section(runs: Sequence[cpb.Run]) -> str:
     rows = "".join(
-        f"<tr><td>{e(r.run_id)}</td><td>{e(r.agent_id)}</td><td class=num>{r.generation}</td>"
+        f"<tr><td class=id>{e(r.run_id)}</td><td>{e(r.agent_id)}</td><td class=num>{r.generation}</td>"
         f"<td class=num>{r.epoch}</td><td>{e(when(r.claim_time))}</td><td>{e(when(r.lease_expire_time))}</td>"
         f"<td>{e(when(r.finish_time))}</td>"
         f"<td>{e('' if not r.outcome else enum_name(cpb.RunOutcome, r.outcome, 'RUN_OUTCOME_').lower())}</td>"
