@@ -31,6 +31,7 @@ from funnel.runtime.validation import id_problem
 from funnel_ui import render, view
 from funnel_ui.backend import Backend, Settings
 
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 PAGE_SIZE = 50
 # A list page follows at most this many rows live (its own page).
 MAX_FOLLOWED = 200
@@ -54,6 +55,8 @@ HTTP_STATUS = {
 class Context:
     settings: Settings
     workspaces: Sequence[str]
+    # Host names the dashboard answers to; None: any (a read-only dashboard served remotely).
+    allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
     # Put into every action form; a POST without it is refused (with the Origin check, against CSRF).
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     backend: Backend | None = None
@@ -85,7 +88,7 @@ def _ids(request: Request, *names: str) -> list[str] | None:
     return None if any(id_problem(v) or not v for v in values) else values
 
 
-def create_app(context: Context) -> Starlette:
+def create_app(context: Context) -> Any:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # gRPC's aio channels belong to the running loop: made here, not before.
@@ -196,7 +199,7 @@ def create_app(context: Context) -> Starlette:
         return RedirectResponse(back, 303)
 
     static = StaticFiles(directory=str(resources.files("funnel_ui") / "static"))
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", index),
             Route("/go", go),
@@ -209,6 +212,33 @@ def create_app(context: Context) -> Starlette:
         ],
         lifespan=lifespan,
     )
+    return HostCheck(app, context.allowed_hosts)
+
+
+class HostCheck:
+    """Answers only requests addressed to one of the dashboard's own host names:
+    a page of another site that rebinds its DNS name to 127.0.0.1 would otherwise
+    be same-origin with the dashboard, read it, and post its forms."""
+
+    def __init__(self, app: Any, allowed: frozenset[str] | None) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.allowed is not None:
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not host_allowed(host, self.allowed):
+                await Response("unknown host", 421)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def host_allowed(host_header: str, allowed: frozenset[str]) -> bool:
+    try:
+        name = urlsplit(f"//{host_header}").hostname
+    except ValueError:
+        return False
+    return name is not None and name in allowed
 
 
 def _choice(value: str, allowed: Sequence[str]) -> str:

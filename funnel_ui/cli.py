@@ -97,11 +97,12 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the web stack is needed by this command only.
     import uvicorn
 
-    from funnel_ui.app import Context, create_app
+    from funnel_ui.app import LOOPBACK_NAMES, Context, create_app
     from funnel_ui.backend import Settings
 
     settings = Settings(args.lifecycle, args.completion, connection, viewer, action)
-    app = create_app(Context(settings, tuple(dict.fromkeys(args.workspace))))
+    allowed_hosts = None if args.allow_remote else LOOPBACK_NAMES | {host}
+    app = create_app(Context(settings, tuple(dict.fromkeys(args.workspace)), allowed_hosts))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -6,6 +6,8 @@ duplicate, acts only with an action credential, and pages 10,000 tasks fast."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -192,6 +194,19 @@ def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard,
     assert page.evaluate("window.notReloaded") is True
 
 
+def test_the_list_follows_its_rows_live(page, dashboard, driver):
+    driver.register(WS, "list-1")
+    open_live(page, f"{dashboard.url}/w/{WS}?q=list-")
+    row = page.locator("#row-list-1 .badge")
+    expect(row).to_have_text("registered")
+    claim = driver.claim(WS, "list-1")
+    expect(row).to_have_text("active", timeout=LIVE)
+    driver.evidence(WS, claim)
+    driver.attempt(WS, claim)
+    expect(row).to_have_text("completed", timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
+
+
 def test_resume_task_starts_generation_2_and_a_viewer_has_no_buttons(page, dashboard, viewer_dashboard, driver):
     driver.completed(WS, "resume-1")
     open_live(page, f"{dashboard.url}/w/{WS}/t/resume-1")
@@ -199,6 +214,14 @@ def test_resume_task_starts_generation_2_and_a_viewer_has_no_buttons(page, dashb
     buttons = page.locator("#task-head .actions button")
     expect(buttons).to_have_text(["Resume task", "New chat"])
     expect(buttons.first).to_have_class("primary")
+    form = {name: page.locator(f"#task-head form >> nth=0 >> input[name={name}]").get_attribute("value")
+            for name in ("csrf", "generation", "revision", "request_id")}
+    forged = page.request.post(f"{dashboard.url}/w/{WS}/t/resume-1/resume", form=form,
+                               headers={"origin": "http://evil.example"}, max_redirects=0)
+    assert forged.status == 403  # a page of another site posting the very same form
+    with contextlib.closing(http.client.HTTPConnection("127.0.0.1", dashboard.port, timeout=10)) as rebound:
+        rebound.request("GET", f"/w/{WS}/t/resume-1", headers={"Host": f"evil.example:{dashboard.port}"})
+        assert rebound.getresponse().status == 421  # DNS rebinding: not our name
 
     buttons.first.click()
     expect(page.locator("#generation")).to_have_text("2", timeout=LIVE)

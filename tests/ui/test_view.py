@@ -12,7 +12,7 @@ from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel_ui import render, view
-from funnel_ui.app import same_origin
+from funnel_ui.app import LOOPBACK_NAMES, host_allowed, same_origin
 from funnel_ui.view import Cursor, Lifecycle, Settlement
 
 
@@ -180,3 +180,11 @@ def test_service_text_is_escaped():
 ])
 def test_posts_from_other_origins_are_refused(headers, allowed):
     assert same_origin(headers) is allowed
+
+
+@pytest.mark.parametrize(("host", "allowed"), [
+    ("127.0.0.1:8470", True), ("localhost:8470", True), ("[::1]:8470", True), ("LOCALHOST", True),
+    ("evil.example:8470", False), ("127.0.0.1.evil.example", False), ("", False), ("[::1", False),
+])
+def test_only_the_dashboards_own_host_names_are_answered(host, allowed):
+    assert host_allowed(host, LOOPBACK_NAMES) is allowed
