@@ -67,9 +67,10 @@ class Services:
         fresh.replace(self.data / "faults")
 
     def restart_lifecycle(self) -> None:
-        """Reaps the one that died; the same arguments start_pair gave it: same port, same database."""
+        """Stops it (SIGTERM: its watch streams end with SERVER_SHUTTING_DOWN), or
+        reaps it if it died, and starts it as start_pair did: same port, same database."""
         assert self.lifecycle is not None
-        self.lifecycle.kill()
+        self.lifecycle.stop()
         self.arm_lifecycle("")
         pki = ensure_local_pki(self.data / "tls")
         self.lifecycle = spawn("lifecycle_service", "lifecycle_service", [

@@ -171,7 +171,7 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
     assert attempt_sequences(page) == driver.completion_sequences(WS, "held-1")
 
 
-def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard, driver):
+def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard, driver, services):
     driver.register(WS, "reconnect-1")
     open_live(page, f"{dashboard.url}/w/{WS}/t/reconnect-1")
 
@@ -183,6 +183,9 @@ def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard,
     dashboard.start()  # a fresh process: all it knows is the browser's Last-Event-ID
 
     expect(page.locator("body")).to_have_attribute("data-opens", "2", timeout=LIVE)
+    # And the dashboard's own watch is ended by a stopping lifecycle service
+    # (SERVER_SHUTTING_DOWN with the cursor): it resumes upstream, the page stays open.
+    services.restart_lifecycle()
     driver.evidence(WS, claim)
     driver.attempt(WS, claim)
     expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
