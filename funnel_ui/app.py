@@ -284,12 +284,14 @@ async def _merged(backend: Backend, workspace: str, task_id: str, cursor: view.C
 
 
 class _Stream:
-    """What every stream shares: the cursor (each message's id), and the notices."""
+    """What every stream shares: the cursor (each message's id), and the notices.
+    A subclass renders the operations for its page."""
 
-    def __init__(self, context: Context, workspace: str) -> None:
+    def __init__(self, context: Context, workspace: str, task_filter: str = "") -> None:
         self.context = context
         self.backend = context.live
         self.workspace = workspace
+        self.task_filter = task_filter  # "" follows the whole workspace
         self.notices: dict[str, str] = {}
 
     def message(self, cursor: view.Cursor, ops: list[dict[str, str]], first: bool = False) -> ServerSentEvent:
@@ -313,8 +315,6 @@ class _Stream:
             if ops or kind != "event":
                 yield self.message(cursor, ops)
 
-    task_filter = ""
-
     async def start(self) -> list[dict[str, str]]:
         raise NotImplementedError
 
@@ -329,8 +329,7 @@ class TaskStream(_Stream):
     """One task page: appends timeline and attempt rows, re-renders the head."""
 
     def __init__(self, context: Context, workspace: str, task_id: str) -> None:
-        super().__init__(context, workspace)
-        self.task_filter = task_id
+        super().__init__(context, workspace, task_id)
         self.lifecycle: view.Lifecycle | None = None
         self.settlements: dict[str, view.Settlement] = {}
         self.completions: list[Any] = []

@@ -162,7 +162,7 @@ class Backend:
         completion is only committed under a lease, so only for an ACTIVE or
         SUSPENDED generation; a terminal badge never needs them."""
         open_tasks = [task.task_id for task in tasks if task.state in ("ACTIVE", "SUSPENDED")]
-        found = await asyncio.gather(*(self._completions(workspace, task_id) for task_id in open_tasks))
+        found = await asyncio.gather(*(self.completions(workspace, task_id) for task_id in open_tasks))
         return {
             task_id: {c.completion_id: view.settlement_from_completion(c) for c in completions}
             for task_id, completions in zip(open_tasks, found, strict=True)
@@ -209,7 +209,7 @@ class Backend:
         events, completion_events, completions, runs, (transcript, more), advice = await asyncio.gather(
             self._lifecycle_events(workspace, task_id),
             self._completion_events(workspace, task_id),
-            self._completions(workspace, task_id),
+            self.completions(workspace, task_id),
             self.runs(workspace, task_id),
             self._transcript(workspace, task_id),
             self.advice(workspace, view.lifecycle_from_task(task.task)),
@@ -233,15 +233,12 @@ class Backend:
             if not page.has_more:
                 return events
 
-    async def _completions(self, workspace: str, task_id: str) -> list[cpb.Completion]:
+    async def completions(self, workspace: str, task_id: str) -> list[cpb.Completion]:
         return await _all_pages(
             lambda token: self.completion.ListCompletions(cpb.ListCompletionsRequest(
                 workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
             "completions",
         )
-
-    async def completions(self, workspace: str, task_id: str) -> list[cpb.Completion]:
-        return await self._completions(workspace, task_id)
 
     async def runs(self, workspace: str, task_id: str) -> list[cpb.Run]:
         return await _all_pages(

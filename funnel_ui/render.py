@@ -262,7 +262,7 @@ def transcript_row(event: tpb.SessionEvent) -> str:
 
 def task_page(
     workspace: str,
-    data_task: view.Lifecycle,
+    lifecycle: view.Lifecycle,
     head: str,
     events: Sequence[lpb.LifecycleEvent],
     completion_events: Sequence[cpb.CompletionEvent],
@@ -288,8 +288,8 @@ def task_page(
         "<section id=transcript><h2>Transcript</h2><table><tr><th>seq</th><th>gen</th><th>event</th><th></th>"
         f"<th>recorded</th></tr>{lines}</table>{more}</section>"
     )
-    stream = f'{url("w", workspace, "t", data_task.task_id, "stream")}?' + urlencode({"after": cursor.event_id()})
-    return page(data_task.task_id, body, stream)
+    stream = f'{url("w", workspace, "t", lifecycle.task_id, "stream")}?' + urlencode({"after": cursor.event_id()})
+    return page(lifecycle.task_id, body, stream)
 
 
 def error_page(title: str, message: str, back: str = "/") -> str:
