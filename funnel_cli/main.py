@@ -6,6 +6,7 @@
     funnel demo              the story, against services already running
     funnel transcript export TASK / import FILE --task TASK
     funnel token issue --workspace W --role R [--ttl D]
+    funnel ui [--listen 127.0.0.1:8470] [--action-token T]   the live dashboard
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from funnel_cli import operate
 from funnel_cli.demo import WORKSPACE, DemoCallers, DemoFailed, run_demo
 from funnel_cli.supervisor import StartupFailed, start_pair, wait_serving
 from funnel_cli.transcripts import export_transcript, import_transcript, report_import
+from funnel_ui import cli as ui_cli
 
 
 def _default_policy() -> str:
@@ -328,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     conn.add_arguments(mcp)
     mcp.set_defaults(run=cmd_mcp)
+    ui = commands.add_parser(
+        "ui", help="serve the live dashboard (tasks, lifecycle timelines, completions) on loopback",
+        description="A web dashboard, a client of both services: task lists, lifecycle timelines, completion "
+        "attempts and settlements, runs and transcripts, updated live.")
+    ui_cli.add_arguments(ui)
+    ui.set_defaults(run=ui_cli.run)
     operate.add_commands(commands)
     token = commands.add_parser("token", help="bearer tokens for local use")
     token_commands = token.add_subparsers(dest="token_command", required=True)

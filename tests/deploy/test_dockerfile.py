@@ -115,8 +115,9 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 
 def test_the_wheel_from_the_build_context_holds_every_module_and_data_file(wheel):
     names = set(wheel.namelist())
-    packages = ("funnel", "lifecycle_service", "completion_service", "funnel_cli", "funnel_mcp")
-    suffixes = {".py", ".sql", ".pyi", ".toml", ".json"}  # modules and [tool.setuptools.package-data]
+    packages = ("funnel", "lifecycle_service", "completion_service", "funnel_cli", "funnel_mcp", "funnel_ui")
+    # Modules and [tool.setuptools.package-data] (the dashboard's static files among them).
+    suffixes = {".py", ".sql", ".pyi", ".toml", ".json", ".js", ".css"}
     wanted = {
         path.relative_to(ROOT).as_posix()
         for package in packages
@@ -163,7 +164,7 @@ def test_every_third_party_import_is_a_declared_dependency(wheel):
 
     from packaging.utils import canonicalize_name
 
-    first_party = {"funnel", "lifecycle_service", "completion_service", "funnel_cli", "funnel_mcp"}
+    first_party = {"funnel", "lifecycle_service", "completion_service", "funnel_cli", "funnel_mcp", "funnel_ui"}
     imported: dict[str, str] = {}
     for package in first_party:
         for path in (ROOT / package).rglob("*.py"):

@@ -1,0 +1,363 @@
+"""The dashboard's side of gRPC: reads for a page, watches that resume from their
+cursor, and the three actions through the services' normal intents.
+
+Two credentials, two sets of channels: every read and watch goes out with the
+viewer token; only the actions use the action (host or operator) token, and
+without one they do not exist."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from funnel.auth.client import bearer_interceptors
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime.grpc_errors import error_info
+from funnel_cli.connection import Connection
+from funnel_ui import view
+
+CALL_TIMEOUT = 10.0
+# A restarting service is back within a second or two; polling faster only
+# adds failed connection attempts to its log.
+RESUME_DELAY = 0.5
+TRANSCRIPT_LIMIT = 1000
+# ListTasks' largest page: a filtered page scans the workspace in as few calls as possible.
+SCAN_PAGE = 1000
+
+TokenSource = Callable[[], str]
+
+
+@dataclass(frozen=True)
+class Settings:
+    lifecycle_address: str
+    completion_address: str
+    connection: Connection  # TLS material; its token is not used (see the token sources)
+    viewer_token: TokenSource
+    action_token: TokenSource | None = None
+
+
+# gRPC's default reconnect backoff grows to two minutes: a page would show a
+# restarted service that late. A dashboard's few channels can afford to retry often.
+CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000)]
+
+
+def _channel(connection: Connection, address: str, token: TokenSource) -> grpc.aio.Channel:
+    interceptors = bearer_interceptors(token)
+    if connection.insecure:
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=interceptors)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=connection.ca, private_key=connection.key, certificate_chain=connection.cert
+    )
+    return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
+
+
+class ActionRefused(Exception):
+    """No action credential is configured: the dashboard only reads."""
+
+
+@dataclass
+class TaskData:
+    task: lpb.GetTaskResponse
+    events: list[lpb.LifecycleEvent]
+    completion_events: list[cpb.CompletionEvent]
+    completions: list[cpb.Completion]
+    runs: list[cpb.Run]
+    transcript: list[tpb.SessionEvent]
+    transcript_more: bool
+    advice: tpb.ResolveResumeResponse | None
+
+    @property
+    def cursor(self) -> view.Cursor:
+        """The task's watches resume exactly after what the page was rendered from."""
+        return view.Cursor(
+            self.events[-1].sequence if self.events else 0,
+            self.completion_events[-1].sequence if self.completion_events else 0,
+        )
+
+
+@dataclass
+class Heads:
+    """The latest event sequences seen in a workspace: where a list page's event
+    stream starts (the services have no "current sequence" call, and a cursor
+    at or below the truth only replays events the page ignores by revision)."""
+
+    lifecycle: int = 0
+    completion: int = 0
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class Backend:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        connection = settings.connection
+        self._channels = [
+            _channel(connection, settings.lifecycle_address, settings.viewer_token),
+            _channel(connection, settings.completion_address, settings.viewer_token),
+        ]
+        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])
+        self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])
+        self.transcripts = transcript_pb2_grpc.TranscriptServiceStub(self._channels[1])
+        self._act: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
+        if settings.action_token is not None:
+            self._channels.append(_channel(connection, settings.lifecycle_address, settings.action_token))
+            self._act = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[-1])
+        self._heads: dict[str, Heads] = {}
+
+    @property
+    def can_act(self) -> bool:
+        return self._act is not None
+
+    async def close(self) -> None:
+        for heads in self._heads.values():
+            for task in heads.tasks:
+                task.cancel()
+        for channel in self._channels:
+            await channel.close()
+
+    # -- the task list ---------------------------------------------------
+
+    async def list_page(
+        self, workspace: str, filter_: view.Filter, cursor: view.PageCursor, size: int
+    ) -> tuple[list[view.Lifecycle], view.PageCursor | None]:
+        """One page of the list, paged by the service: without a filter one
+        ListTasks call of `size`; with one, pages of SCAN_PAGE until `size` match."""
+        if not filter_.active:
+            listed = await self.lifecycle.ListTasks(
+                lpb.ListTasksRequest(workspace_id=workspace, page_size=size, page_token=cursor.token),
+                timeout=CALL_TIMEOUT,
+            )
+            tasks = [view.lifecycle_from_task(task) for task in listed.tasks]
+            return tasks, view.PageCursor(listed.next_page_token) if listed.next_page_token else None
+        chosen: list[view.Lifecycle] = []
+        token, skip = cursor.token, cursor.skip
+        while True:
+            listed = await self.lifecycle.ListTasks(
+                lpb.ListTasksRequest(workspace_id=workspace, page_size=SCAN_PAGE, page_token=token),
+                timeout=CALL_TIMEOUT,
+            )
+            tasks = [view.lifecycle_from_task(task) for task in listed.tasks]
+            more, stop = view.take_matching(tasks, skip, filter_, size - len(chosen))
+            chosen += more
+            if stop is not None:
+                return chosen, view.PageCursor(token, stop)
+            if not listed.next_page_token:
+                return chosen, None
+            token, skip = listed.next_page_token, 0
+            if len(chosen) == size:
+                return chosen, view.PageCursor(token)
+
+    async def settlements(
+        self, workspace: str, tasks: Sequence[view.Lifecycle]
+    ) -> dict[str, dict[str, view.Settlement]]:
+        """Completion facts for the tasks that can have an unsettled completion: a
+        completion is only committed under a lease, so only for an ACTIVE or
+        SUSPENDED generation; a terminal badge never needs them."""
+        open_tasks = [task.task_id for task in tasks if task.state in ("ACTIVE", "SUSPENDED")]
+        found = await asyncio.gather(*(self.completions(workspace, task_id) for task_id in open_tasks))
+        return {
+            task_id: {c.completion_id: view.settlement_from_completion(c) for c in completions}
+            for task_id, completions in zip(open_tasks, found, strict=True)
+        }
+
+    async def tasks(self, workspace: str, task_ids: Sequence[str]) -> list[view.Lifecycle]:
+        async def one(task_id: str) -> view.Lifecycle | None:
+            try:
+                got = await self.lifecycle.GetTask(
+                    lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
+            except grpc.aio.AioRpcError as error:
+                if error.code() == grpc.StatusCode.NOT_FOUND:
+                    return None
+                raise
+            return view.lifecycle_from_task(got.task)
+
+        return [task for task in await asyncio.gather(*(one(t) for t in task_ids)) if task is not None]
+
+    def heads(self, workspace: str) -> Heads:
+        """Follows the workspace's two event streams in the background (from the
+        first call on) only to know their latest sequences."""
+        heads = self._heads.get(workspace)
+        if heads is None:
+            heads = self._heads[workspace] = Heads()
+
+            async def follow_lifecycle() -> None:
+                async for kind, item in self.watch_lifecycle(workspace, "", 0):
+                    if kind == "event":
+                        heads.lifecycle = item.sequence
+
+            async def follow_completion() -> None:
+                async for kind, item in self.watch_completion(workspace, "", 0):
+                    if kind == "event":
+                        heads.completion = item.sequence
+
+            heads.tasks = [asyncio.create_task(follow_lifecycle()), asyncio.create_task(follow_completion())]
+        return heads
+
+    # -- one task --------------------------------------------------------
+
+    async def task_data(self, workspace: str, task_id: str) -> TaskData:
+        task = await self.lifecycle.GetTask(
+            lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
+        events, completion_events, completions, runs, (transcript, more), advice = await asyncio.gather(
+            self._lifecycle_events(workspace, task_id),
+            self._completion_events(workspace, task_id),
+            self.completions(workspace, task_id),
+            self.runs(workspace, task_id),
+            self._transcript(workspace, task_id),
+            self.advice(workspace, view.lifecycle_from_task(task.task)),
+        )
+        return TaskData(task, events, completion_events, completions, runs, transcript, more, advice)
+
+    async def _lifecycle_events(self, workspace: str, task_id: str) -> list[lpb.LifecycleEvent]:
+        return await _all_pages(
+            lambda token: self.lifecycle.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
+            "events",
+        )
+
+    async def _completion_events(self, workspace: str, task_id: str) -> list[cpb.CompletionEvent]:
+        events: list[cpb.CompletionEvent] = []
+        while True:
+            page = await self.completion.ListCompletionEvents(cpb.ListCompletionEventsRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000,
+                after_sequence=events[-1].sequence if events else 0), timeout=CALL_TIMEOUT)
+            events += page.events
+            if not page.has_more:
+                return events
+
+    async def completions(self, workspace: str, task_id: str) -> list[cpb.Completion]:
+        return await _all_pages(
+            lambda token: self.completion.ListCompletions(cpb.ListCompletionsRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
+            "completions",
+        )
+
+    async def runs(self, workspace: str, task_id: str) -> list[cpb.Run]:
+        return await _all_pages(
+            lambda token: self.completion.ListRuns(cpb.ListRunsRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
+            "runs",
+        )
+
+    async def _transcript(self, workspace: str, task_id: str) -> tuple[list[tpb.SessionEvent], bool]:
+        # The first page repairs an interrupted final turn durably: the page then
+        # shows the synthetic closers the service wrote, marked as such.
+        page = await self.transcripts.LoadTranscript(tpb.LoadTranscriptRequest(
+            workspace_id=workspace, task_id=task_id, page_size=TRANSCRIPT_LIMIT), timeout=CALL_TIMEOUT)
+        return list(page.events), bool(page.next_page_token)
+
+    async def advice(self, workspace: str, lifecycle: view.Lifecycle) -> tpb.ResolveResumeResponse | None:
+        """What to offer on a terminal task (ResolveResume), asked only when
+        something could be offered: an action credential and a terminal generation."""
+        if not self.can_act or lifecycle.state != view.TERMINAL:
+            return None
+        return await self.transcripts.ResolveResume(
+            tpb.ResolveResumeRequest(workspace_id=workspace, task_id=lifecycle.task_id), timeout=CALL_TIMEOUT)
+
+    # -- watches ---------------------------------------------------------
+
+    def watch_lifecycle(self, workspace: str, task_id: str, after: int) -> AsyncIterator[tuple[str, Any]]:
+        return _follow(
+            lambda cursor: self.lifecycle.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(
+                workspace_id=workspace, task_id=task_id, after_sequence=cursor)),
+            after, "lifecycle",
+        )
+
+    def watch_completion(self, workspace: str, task_id: str, after: int) -> AsyncIterator[tuple[str, Any]]:
+        return _follow(
+            lambda cursor: self.completion.WatchCompletionEvents(cpb.WatchCompletionEventsRequest(
+                workspace_id=workspace, task_id=task_id, after_sequence=cursor)),
+            after, "completion",
+        )
+
+    # -- actions ---------------------------------------------------------
+
+    def _actor(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
+        if self._act is None:
+            raise ActionRefused("this dashboard has no action credential")
+        return self._act
+
+    async def resume(self, workspace: str, task_id: str, generation: int, revision: int, request_id: str) -> int:
+        """ResumeWithGeneration into `generation` + 1, guarded by the revision the
+        page showed: a click on a stale page cannot act on a state nobody saw."""
+        resumed = await self._actor().ResumeWithGeneration(lpb.ResumeWithGenerationRequest(
+            workspace_id=workspace, task_id=task_id, generation=generation + 1, expected_revision=revision,
+            request_id=request_id, cause=_cause("Resume task")), timeout=CALL_TIMEOUT)
+        return resumed.task.generation
+
+    async def new_chat(self, workspace: str, task_id: str, request_id: str) -> str:
+        """"New chat" registers a new task that names the one it continues from."""
+        new_id = f"{task_id[:100]}-chat-{uuid.uuid4().hex[:8]}"
+        await self._actor().RegisterTask(lpb.RegisterTaskRequest(
+            workspace_id=workspace, task_id=new_id, request_id=request_id,
+            cause=lpb.Cause(source="funnel-ui", reason="New chat", originating_ids={"task_id": task_id})),
+            timeout=CALL_TIMEOUT)
+        return new_id
+
+    async def cancel(self, workspace: str, task_id: str, generation: int, revision: int, request_id: str) -> None:
+        await self._actor().RequestCancellation(lpb.RequestCancellationRequest(
+            workspace_id=workspace, task_id=task_id, generation=generation, expected_revision=revision,
+            request_id=request_id, cause=_cause("Request cancellation")), timeout=CALL_TIMEOUT)
+
+
+def _cause(reason: str) -> lpb.Cause:
+    return lpb.Cause(source="funnel-ui", reason=reason)
+
+
+async def _all_pages(fetch: Callable[[str], Awaitable[Any]], items: str) -> list[Any]:
+    found: list[Any] = []
+    token = ""
+    while True:
+        page = await fetch(token)
+        found += getattr(page, items)
+        token = page.next_page_token
+        if not token:
+            return found
+
+
+def resumable(error: grpc.aio.AioRpcError) -> bool:
+    """A stopping server (SERVER_SHUTTING_DOWN), a watcher that fell behind
+    (WATCH_OVERFLOW) or a service that is away (UNAVAILABLE): resume from the
+    cursor. Anything else (a credential refused) would fail again."""
+    info = error_info(error)
+    if info is not None and info.reason in ("WATCH_OVERFLOW", "SERVER_SHUTTING_DOWN"):
+        return True
+    return error.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def _follow(
+    open_stream: Callable[[int], Any], after: int, name: str
+) -> AsyncIterator[tuple[str, Any]]:
+    """("event", e) for every event after `after`, in order, each once, across
+    any number of resumptions; ("notice", text) when the stream breaks or
+    comes back; ("fatal", text) once before giving up."""
+    cursor = after
+    interrupted = False
+    while True:
+        stream = open_stream(cursor)
+        try:
+            async for message in stream:
+                if interrupted:
+                    interrupted = False
+                    yield "notice", ""
+                cursor = message.event.sequence
+                yield "event", message.event
+        except grpc.aio.AioRpcError as error:
+            if not resumable(error):
+                info = error_info(error)
+                yield "fatal", f"{name} events: {error.code().name} {info.reason if info else ''} {error.details()}"
+                return
+            if not interrupted:
+                interrupted = True
+                yield "notice", f"{name} service unavailable; resuming after event #{cursor}"
+        finally:
+            stream.cancel()  # a no-op on a call that already ended
+        await asyncio.sleep(RESUME_DELAY)

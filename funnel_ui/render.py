@@ -1,0 +1,296 @@
+"""HTML for the dashboard: pure functions from facts to markup.
+
+Every value that comes from a service passes through `e()` (text and attribute
+escaping) or `url()` (a path segment); nothing else is interpolated."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from urllib.parse import quote, urlencode
+
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel_ui import view
+from funnel_ui.view import enum_name
+
+
+def e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def url(*segments: str) -> str:
+    return "/" + "/".join(quote(segment, safe="") for segment in segments)
+
+
+def when(stamp: Timestamp) -> str:
+    if stamp.seconds == 0 and stamp.nanos == 0:
+        return ""
+    return stamp.ToDatetime().strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def page(title: str, body: str, stream: str = "") -> str:
+    attribute = f' data-stream="{e(stream)}"' if stream else ""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{e(title)} · funnel</title><link rel=stylesheet href=/static/ui.css>"
+        "<script src=/static/ui.js defer></script></head>"
+        f'<body><header><a href="/">funnel</a> <span id=live></span><span id=notice></span></header>'
+        f"<main{attribute}>{body}</main></body></html>"
+    )
+
+
+def badge(value: view.Badge) -> str:
+    title = f' title="{e(value.detail)}"' if value.detail else ""
+    return f'<span class="badge {e(value.kind)}"{title}>{e(value.label)}</span>'
+
+
+def index(workspaces: Sequence[str]) -> str:
+    links = "".join(f'<li><a href="{url("w", w)}">{e(w)}</a></li>' for w in workspaces)
+    return page("workspaces", f"<h1>Workspaces</h1><ul>{links}</ul>"
+                "<form method=get action=/go><input name=workspace placeholder=workspace required> "
+                "<button>Open</button></form>")
+
+
+STATES = ("REGISTERED", "ACTIVE", "SUSPENDED", "TERMINAL")
+OUTCOMES = ("COMPLETED", "CANCELLED", "FAILED", "TIMED_OUT")
+WORK = ("READY", "IN_PROGRESS", "BLOCKED", "DONE", "CANCELLED")
+
+
+def _select(name: str, values: Iterable[str], chosen: str) -> str:
+    options = "".join(
+        f'<option value="{e(v)}"{" selected" if v == chosen else ""}>{e(v.lower())}</option>' for v in values
+    )
+    return f'<select name={name}><option value="">{name.replace("_", " ")}: any</option>{options}</select>'
+
+
+def task_row(workspace: str, lifecycle: view.Lifecycle, settlements: Mapping[str, view.Settlement]) -> str:
+    return (
+        f'<tr id="row-{e(lifecycle.task_id)}" data-revision="{lifecycle.revision}">'
+        f'<td><a href="{url("w", workspace, "t", lifecycle.task_id)}">{e(lifecycle.task_id)}</a></td>'
+        f"<td>{badge(view.task_badge(lifecycle, settlements))}</td>"
+        f"<td class=num>{lifecycle.generation}</td><td class=num>{lifecycle.revision}</td>"
+        f"<td>{e(lifecycle.state.lower())}</td><td>{e(lifecycle.outcome.lower())}</td>"
+        f"<td>{e(lifecycle.work_status.lower())}</td></tr>"
+    )
+
+
+def task_list(
+    workspace: str,
+    filter_: view.Filter,
+    tasks: Sequence[view.Lifecycle],
+    settlements: Mapping[str, Mapping[str, view.Settlement]],
+    next_cursor: view.PageCursor | None,
+    stream_cursor: view.Cursor,
+) -> str:
+    query = {k: v for k, v in (("state", filter_.state), ("outcome", filter_.outcome),
+                               ("work_status", filter_.work_status), ("q", filter_.text)) if v}
+    rows = "".join(task_row(workspace, t, settlements.get(t.task_id, {})) for t in tasks)
+    paging = f'<a href="{url("w", workspace)}?{e(urlencode(query))}">first page</a>'
+    if next_cursor is not None:
+        following = urlencode({**query, "page": next_cursor.encode()})
+        paging += f' · <a id=next href="{url("w", workspace)}?{e(following)}">next page</a>'
+    form = (
+        f'<form class=filters method=get action="{url("w", workspace)}">'
+        f'{_select("state", STATES, filter_.state)} {_select("outcome", OUTCOMES, filter_.outcome)} '
+        f'{_select("work_status", WORK, filter_.work_status)} '
+        f'<input name=q value="{e(filter_.text)}" placeholder="task id contains"> <button>Filter</button></form>'
+    )
+    stream = f'{url("w", workspace, "stream")}?' + urlencode(
+        {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks)})
+    body = (
+        f"<h1>Tasks of {e(workspace)}</h1>{form}"
+        "<table class=tasks><thead><tr><th>task</th><th>status</th><th>gen</th><th>rev</th><th>state</th>"
+        f"<th>outcome</th><th>work status</th></tr></thead><tbody id=tasks>{rows}</tbody></table>"
+        f'<p class=paging>{len(tasks)} shown · {paging}</p>'
+    )
+    return page(f"tasks of {workspace}", body, stream)
+
+
+# -- the task page -------------------------------------------------------
+
+
+def task_head(
+    workspace: str,
+    lifecycle: view.Lifecycle,
+    settlements: Mapping[str, view.Settlement],
+    actions: Sequence[view.Action],
+    csrf: str,
+    request_id: str,
+) -> str:
+    forms = "".join(
+        f'<form method=post action="{url("w", workspace, "t", lifecycle.task_id, action.name)}">'
+        f'<input type=hidden name=csrf value="{e(csrf)}">'
+        f'<input type=hidden name=generation value="{lifecycle.generation}">'
+        f'<input type=hidden name=revision value="{lifecycle.revision}">'
+        f'<input type=hidden name=request_id value="{e(request_id)}-{e(action.name)}">'
+        f'<button class="{"primary" if action.primary else "secondary"}" data-action="{e(action.name)}">'
+        f"{e(action.label)}</button></form>"
+        for action in actions
+    )
+    current = view.task_badge(lifecycle, settlements)
+    return (
+        f'<section id=task-head data-revision="{lifecycle.revision}">'
+        f"<h1>{e(lifecycle.task_id)} {badge(current)}</h1>"
+        f'<p class=detail id=badge-detail>{e(current.detail)}</p>'
+        "<dl>"
+        f"<dt>generation</dt><dd id=generation>{lifecycle.generation}</dd>"
+        f"<dt>revision</dt><dd>{lifecycle.revision}</dd>"
+        f"<dt>lifecycle state</dt><dd id=state>{e(lifecycle.state.lower())}</dd>"
+        f"<dt>terminal outcome</dt><dd>{e(lifecycle.outcome.lower() or '—')}</dd>"
+        f"<dt>work status</dt><dd>{e(lifecycle.work_status.lower())}</dd>"
+        f"<dt>cancellation</dt><dd>{'requested' if lifecycle.cancellation_requested else 'none'}</dd>"
+        f"<dt>settled completion</dt><dd>{e(lifecycle.completion_id or '—')}</dd>"
+        f"</dl><div class=actions>{forms}</div></section>"
+    )
+
+
+def _cause(cause: lpb.Cause) -> str:
+    ids = ", ".join(f"{k}={v}" for k, v in sorted(cause.originating_ids.items()))
+    return e(" · ".join(part for part in (cause.source, cause.reason, ids) if part))
+
+
+def lifecycle_row(event: lpb.LifecycleEvent) -> str:
+    to_state = enum_name(lpb.GenerationState, event.to_state, "GENERATION_STATE_")
+    outcome = "" if not event.outcome else enum_name(lpb.TerminalOutcome, event.outcome, "TERMINAL_OUTCOME_")
+    transition = (f"{enum_name(lpb.GenerationState, event.from_state, 'GENERATION_STATE_').lower()} → "
+                  f"{to_state.lower()}")
+    return (
+        f'<tr id="ev-{event.sequence}" data-state="{e(to_state)}" data-outcome="{e(outcome)}">'
+        f"<td class=num>#{event.sequence}</td><td class=num>{event.revision}</td><td class=num>{event.generation}</td>"
+        f"<td>{e(enum_name(lpb.Intent, event.intent, 'INTENT_').lower())}</td><td>{e(transition)}</td>"
+        f"<td>{e(outcome.lower())}</td>"
+        f"<td>{e(enum_name(lpb.WorkStatus, event.work_status, 'WORK_STATUS_').lower())}</td>"
+        f"<td class=id>{_cause(event.cause)}</td><td class=id>{e(event.caller.subject)} ({e(event.caller.role)})</td>"
+        f"<td>{e(when(event.commit_time))}</td></tr>"
+    )
+
+
+def _trace(decision: cpb.Decision) -> str:
+    rows = "".join(
+        f"<tr><td>{e(g.gate_id)}</td><td class=num>{g.gate_version}</td>"
+        f"<td>{e(enum_name(cpb.GateStatus, g.status, 'GATE_STATUS_').lower())}</td>"
+        f"<td>{'decisive' if g.decisive else ''}</td><td>{e(g.reason)}</td></tr>"
+        for g in decision.trace
+    )
+    details = MessageToDict(decision.details) if decision.HasField("details") else {}
+    extra = f"<pre>{e(json.dumps(details, indent=1, sort_keys=True))}</pre>" if details else ""
+    return (f"<details><summary>gate trace ({len(decision.trace)} gates)</summary>"
+            f"<table><tr><th>gate</th><th>v</th><th>status</th><th></th><th>reason</th></tr>{rows}</table>"
+            f"{extra}</details>")
+
+
+def completion_event_row(event: cpb.CompletionEvent) -> str:
+    kind = enum_name(cpb.CompletionEventKind, event.kind, "COMPLETION_EVENT_KIND_")
+    if event.HasField("decision"):
+        decision = event.decision
+        what = (f"{e(enum_name(cpb.Verdict, decision.verdict, 'VERDICT_'))} · next action "
+                f"{e(enum_name(cpb.AgentAction, decision.next_action, 'AGENT_ACTION_'))}"
+                f"<div class=instruction>{e(decision.instruction)}</div>{_trace(decision)}")
+    elif event.kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
+        what = f"settled at lifecycle revision {event.lifecycle_revision} (event #{event.lifecycle_event_sequence})"
+    elif event.kind == cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
+        what = f"terminalization error {e(event.error_reason)}: {e(event.error_message)}"
+    else:
+        what = ""
+    return (
+        f'<tr id="ce-{event.sequence}" data-kind="{e(kind)}"><td class=num>#{event.sequence}</td>'
+        f"<td class=num>{event.generation}</td><td>{e(kind.lower().replace('_', ' '))}</td><td>{what}</td>"
+        f"<td class=id>{e(event.completion_id)}</td><td class=id>{e(event.run_id)}</td>"
+        f"<td>{e(when(event.commit_time))}</td></tr>"
+    )
+
+
+def completions_section(completions: Sequence[cpb.Completion], settlements: Mapping[str, view.Settlement]) -> str:
+    rows = "".join(
+        f'<tr data-completion="{e(c.completion_id)}"><td class=id>{e(c.completion_id)}</td>'
+        f"<td class=num>{c.generation}</td>"
+        f"<td>{e(enum_name(cpb.RequestedOutcome, c.outcome, 'REQUESTED_OUTCOME_').lower())}</td>"
+        f"<td class=settlement>{e(view.settlement_label(_settlement(c, settlements)))}</td>"
+        f"<td class=id>{e(c.run_id)}</td><td>{e(when(c.commit_time))}</td><td>{e(c.result)}</td></tr>"
+        for c in completions
+    )
+    return (
+        "<section id=completions><h2>Completions and their settlement</h2>"
+        "<table><tr><th>completion</th><th>gen</th><th>outcome</th><th>settlement</th><th>run</th>"
+        f"<th>committed</th><th>result</th></tr>{rows}</table></section>"
+    )
+
+
+def _settlement(completion: cpb.Completion, known: Mapping[str, view.Settlement]) -> view.Settlement:
+    """The further along of the read and the events seen since."""
+    read = view.settlement_from_completion(completion)
+    seen = known.get(completion.completion_id)
+    return read if seen is None or view.rank(read) >= view.rank(seen) else seen
+
+
+def runs_section(runs: Sequence[cpb.Run]) -> str:
+    rows = "".join(
+        f"<tr><td class=id>{e(r.run_id)}</td><td>{e(r.agent_id)}</td><td class=num>{r.generation}</td>"
+        f"<td class=num>{r.epoch}</td><td>{e(when(r.claim_time))}</td><td>{e(when(r.lease_expire_time))}</td>"
+        f"<td>{e(when(r.finish_time))}</td>"
+        f"<td>{e('' if not r.outcome else enum_name(cpb.RunOutcome, r.outcome, 'RUN_OUTCOME_').lower())}</td>"
+        f"<td>{e(enum_name(cpb.FinalStatus, r.final_status, 'FINAL_STATUS_').lower() if r.final_status else '')}</td>"
+        f"<td class=num>{r.tokens_total}</td><td>{e(r.notes)}{' (truncated)' if r.notes_truncated else ''}</td>"
+        f"<td>{e(r.error)}</td></tr>"
+        for r in runs
+    )
+    return (
+        "<section id=runs><h2>Runs</h2><table><tr><th>run</th><th>agent</th><th>gen</th><th>lease epoch</th>"
+        "<th>claimed</th><th>lease expires</th><th>closed</th><th>outcome</th><th>final status</th><th>tokens</th>"
+        f"<th>notes</th><th>error</th></tr>{rows}</table></section>"
+    )
+
+
+def transcript_row(event: tpb.SessionEvent) -> str:
+    kind = event.WhichOneof("body") or "unknown"
+    body = MessageToDict(getattr(event, kind)) if kind != "unknown" else {}
+    summary = " · ".join(f"{k}: {v}" for k, v in body.items())
+    marker = ('<span class="badge synthetic" title="written by the service when it loaded a transcript whose '
+              'final turn was interrupted">synthetic closer: interrupted turn</span> ') if event.synthetic else ""
+    return (
+        f'<tr class="{"synthetic" if event.synthetic else ""}"><td class=num>{event.sequence}</td>'
+        f"<td class=num>{event.generation}</td><td>{e(kind.replace('_', ' '))}</td><td>{marker}{e(summary)}</td>"
+        f"<td>{e(when(event.record_time))}</td></tr>"
+    )
+
+
+def task_page(
+    workspace: str,
+    lifecycle: view.Lifecycle,
+    head: str,
+    events: Sequence[lpb.LifecycleEvent],
+    completion_events: Sequence[cpb.CompletionEvent],
+    completions: str,
+    runs: str,
+    transcript: Sequence[tpb.SessionEvent],
+    transcript_more: bool,
+    cursor: view.Cursor,
+) -> str:
+    timeline = "".join(lifecycle_row(event) for event in events)
+    attempts = "".join(completion_event_row(event) for event in completion_events)
+    lines = "".join(transcript_row(event) for event in transcript)
+    more = "<p>Only the first events are shown; `funnel transcript export` has them all.</p>" if transcript_more else ""
+    body = (
+        f'<p><a href="{url("w", workspace)}">← tasks of {e(workspace)}</a></p>{head}'
+        "<section><h2>Lifecycle timeline</h2><p class=note>The task's terminality comes from these events only.</p>"
+        "<table><thead><tr><th>seq</th><th>rev</th><th>gen</th><th>intent</th><th>transition</th><th>outcome</th>"
+        "<th>work status</th><th>cause</th><th>caller</th><th>committed</th></tr></thead>"
+        f"<tbody id=timeline>{timeline}</tbody></table></section>"
+        "<section><h2>Completion attempts and events</h2><table><thead><tr><th>seq</th><th>gen</th><th>kind</th>"
+        "<th>decision</th><th>completion</th><th>run</th><th>committed</th></tr></thead>"
+        f"<tbody id=attempts>{attempts}</tbody></table></section>{completions}{runs}"
+        "<section id=transcript><h2>Transcript</h2><table><tr><th>seq</th><th>gen</th><th>event</th><th></th>"
+        f"<th>recorded</th></tr>{lines}</table>{more}</section>"
+    )
+    stream = f'{url("w", workspace, "t", lifecycle.task_id, "stream")}?' + urlencode({"after": cursor.event_id()})
+    return page(lifecycle.task_id, body, stream)
+
+
+def error_page(title: str, message: str, back: str = "/") -> str:
+    return page(title, f'<h1>{e(title)}</h1><p class=error>{e(message)}</p><p><a href="{e(back)}">back</a></p>')

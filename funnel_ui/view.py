@@ -1,0 +1,288 @@
+"""What a task shows, decided from facts only: pure functions, no I/O.
+
+The seed's rule is built into the types: a task's badge is computed from a
+`Lifecycle` (a lifecycle read or event) and `Settlement`s (completion facts).
+Settlements can only ever produce "completion committed, settling" or a
+terminalization error on a *non-terminal* lifecycle; the words "completed",
+"cancelled", "failed" and "timed out" come from the lifecycle state alone."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+
+TERMINAL = "TERMINAL"
+
+
+def enum_name(enum: object, value: int, prefix: str) -> str:
+    """`GENERATION_STATE_ACTIVE` -> `ACTIVE`; an unknown number stays visible as such."""
+    try:
+        name: str = enum.Name(value)  # type: ignore[attr-defined]
+    except ValueError:
+        return str(value)
+    return name.removeprefix(prefix)
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """A task's lifecycle truth as of one revision (from GetTask, ListTasks or an event)."""
+
+    task_id: str
+    generation: int
+    revision: int
+    state: str
+    outcome: str = ""
+    work_status: str = "READY"
+    cancellation_requested: bool = False
+    completion_id: str = ""
+
+
+def lifecycle_from_task(task: lpb.Task) -> Lifecycle:
+    return Lifecycle(
+        task_id=task.task_id,
+        generation=task.generation,
+        revision=task.revision,
+        state=enum_name(lpb.GenerationState, task.state, "GENERATION_STATE_"),
+        outcome=_outcome(task.outcome),
+        work_status=enum_name(lpb.WorkStatus, task.work_status, "WORK_STATUS_"),
+        cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        completion_id=task.completion_id,
+    )
+
+
+def lifecycle_from_event(event: lpb.LifecycleEvent) -> Lifecycle:
+    """Events carry the task's state after the transition, so they replace a read."""
+    return Lifecycle(
+        task_id=event.task_id,
+        generation=event.generation,
+        revision=event.revision,
+        state=enum_name(lpb.GenerationState, event.to_state, "GENERATION_STATE_"),
+        outcome=_outcome(event.outcome),
+        work_status=enum_name(lpb.WorkStatus, event.work_status, "WORK_STATUS_"),
+        cancellation_requested=event.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        completion_id=event.completion_id,
+    )
+
+
+def _outcome(value: int) -> str:
+    if value == lpb.TERMINAL_OUTCOME_UNSPECIFIED:
+        return ""
+    return enum_name(lpb.TerminalOutcome, value, "TERMINAL_OUTCOME_")
+
+
+def newer(current: Lifecycle | None, candidate: Lifecycle) -> Lifecycle:
+    """Revisions grow by one per committed transition, so the higher one is the
+    truth whatever order a read and a replayed event arrive in."""
+    return candidate if current is None or candidate.revision > current.revision else current
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """The settlement status of one committed completion (a completion fact)."""
+
+    completion_id: str
+    generation: int
+    status: str  # PENDING, SETTLED or REJECTED
+    lifecycle_revision: int = 0
+    error_reason: str = ""
+    error_message: str = ""
+
+
+_RANK = {"PENDING": 0, "SETTLED": 1, "REJECTED": 1}
+
+
+def rank(settlement: Settlement) -> int:
+    return _RANK.get(settlement.status, 0)
+
+
+def settlement_from_completion(completion: cpb.Completion) -> Settlement:
+    return Settlement(
+        completion_id=completion.completion_id,
+        generation=completion.generation,
+        status=enum_name(cpb.SettlementStatus, completion.settlement, "SETTLEMENT_STATUS_"),
+        lifecycle_revision=completion.lifecycle_revision,
+        error_reason=completion.terminalization_error_reason,
+        error_message=completion.terminalization_error_message,
+    )
+
+
+def apply_completion_event(settlements: Mapping[str, Settlement], event: cpb.CompletionEvent) -> dict[str, Settlement]:
+    """A settlement only moves forward (PENDING -> SETTLED or REJECTED): an event
+    replayed from before a fresh read cannot take it back."""
+    kind = event.kind
+    if kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED:
+        candidate = Settlement(event.completion_id, event.generation, "PENDING")
+    elif kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
+        candidate = Settlement(event.completion_id, event.generation, "SETTLED", event.lifecycle_revision)
+    elif kind == cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
+        candidate = Settlement(
+            event.completion_id, event.generation, "REJECTED", error_reason=event.error_reason,
+            error_message=event.error_message,
+        )
+    else:
+        return dict(settlements)
+    known = settlements.get(candidate.completion_id)
+    if known is not None and rank(known) >= rank(candidate):
+        return dict(settlements)
+    return {**settlements, candidate.completion_id: candidate}
+
+
+@dataclass(frozen=True)
+class Badge:
+    label: str
+    kind: str  # a CSS class
+    detail: str = ""
+
+
+def task_badge(lifecycle: Lifecycle, settlements: Mapping[str, Settlement]) -> Badge:
+    """The one place that decides a task's badge (the seed's rule, see the module doc)."""
+    if lifecycle.state == TERMINAL:
+        outcome = lifecycle.outcome.replace("_", " ").lower() or "terminal"
+        return Badge(outcome, outcome.replace(" ", "-"), f"generation {lifecycle.generation} ended at revision "
+                     f"{lifecycle.revision}")
+    current = [s for s in settlements.values() if s.generation == lifecycle.generation]
+    rejected = [s for s in current if s.status == "REJECTED"]
+    if rejected:
+        error = rejected[-1]
+        return Badge("completion rejected", "rejected",
+                     f"terminalization error {error.error_reason}: {error.error_message}")
+    # SETTLED without the lifecycle event yet is still "settling": only the
+    # lifecycle event may say "completed".
+    if any(s.status in ("PENDING", "SETTLED") for s in current):
+        return Badge("completion committed, settling", "settling",
+                     f"generation {lifecycle.generation} is {lifecycle.state.lower()} until the lifecycle settles it")
+    state = lifecycle.state.lower()
+    if lifecycle.cancellation_requested:
+        return Badge(f"{state}, cancellation requested", "cancelling")
+    return Badge(state, state)
+
+
+def settlement_label(settlement: Settlement) -> str:
+    if settlement.status == "PENDING":
+        return "committed, settling"
+    if settlement.status == "SETTLED":
+        return f"settled at lifecycle revision {settlement.lifecycle_revision}"
+    if settlement.status == "REJECTED":
+        return f"terminalization error {settlement.error_reason}: {settlement.error_message}"
+    return settlement.status.lower()
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str  # the POST endpoint: resume, new-chat, cancel
+    label: str
+    primary: bool
+
+
+_HOST_ACTIONS = {
+    tpb.HOST_ACTION_RESUME_TASK: Action("resume", "Resume task", True),
+    tpb.HOST_ACTION_NEW_TASK: Action("new-chat", "New chat", False),
+}
+
+
+def task_actions(lifecycle: Lifecycle, advice: tpb.ResolveResumeResponse | None, can_act: bool) -> list[Action]:
+    """Buttons only with an action credential; on a terminal task exactly what
+    ResolveResume offers for the generation shown (primary first), on an open one
+    the cancellation request unless its fence is already committed."""
+    if not can_act:
+        return []
+    if lifecycle.state != TERMINAL:
+        return [] if lifecycle.cancellation_requested else [Action("cancel", "Request cancellation", False)]
+    if advice is None or advice.generation != lifecycle.generation:
+        return []
+    actions = []
+    for host_action, primary in ((advice.primary, True), (advice.secondary, False)):
+        action = _HOST_ACTIONS.get(host_action)
+        if action is not None:
+            actions.append(replace(action, primary=primary))
+    return actions
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page's event stream resumes: the last lifecycle and completion
+    sequences delivered. It is the SSE event id, so a browser's Last-Event-ID
+    brings it back after any disconnect."""
+
+    lifecycle: int = 0
+    completion: int = 0
+
+    def event_id(self) -> str:
+        return f"{self.lifecycle}.{self.completion}"
+
+
+def parse_cursor(text: str | None) -> Cursor | None:
+    if not text:
+        return None
+    left, dot, right = text.partition(".")
+    if not dot or not left.isdigit() or not right.isdigit():
+        return None
+    return Cursor(int(left), int(right))
+
+
+@dataclass(frozen=True)
+class Filter:
+    state: str = ""
+    outcome: str = ""
+    work_status: str = ""
+    text: str = ""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.state or self.outcome or self.work_status or self.text)
+
+
+def matches(filter_: Filter, lifecycle: Lifecycle) -> bool:
+    return (
+        (not filter_.state or lifecycle.state == filter_.state)
+        and (not filter_.outcome or lifecycle.outcome == filter_.outcome)
+        and (not filter_.work_status or lifecycle.work_status == filter_.work_status)
+        and (not filter_.text or filter_.text.lower() in lifecycle.task_id.lower())
+    )
+
+
+@dataclass(frozen=True)
+class PageCursor:
+    """A position in the task list: the ListTasks page token and how many tasks
+    of that page were already shown (a filtered page may stop mid-page)."""
+
+    token: str = ""
+    skip: int = 0
+
+    def encode(self) -> str:
+        raw = json.dumps([self.token, self.skip]).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_page_cursor(text: str) -> PageCursor:
+    """Anything unreadable starts from the top rather than failing the page."""
+    if not text:
+        return PageCursor()
+    try:
+        token, skip = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, TypeError, binascii.Error):
+        return PageCursor()
+    if not isinstance(token, str) or not isinstance(skip, int) or skip < 0:
+        return PageCursor()
+    return PageCursor(token, skip)
+
+
+def take_matching(
+    tasks: list[Lifecycle], start: int, filter_: Filter, wanted: int
+) -> tuple[list[Lifecycle], int | None]:
+    """Up to `wanted` matching tasks from tasks[start:], and the index to continue
+    from in this page (None when the page was used up)."""
+    chosen: list[Lifecycle] = []
+    for index in range(start, len(tasks)):
+        if matches(filter_, tasks[index]):
+            chosen.append(tasks[index])
+            if len(chosen) == wanted:
+                return chosen, index + 1 if index + 1 < len(tasks) else None
+    return chosen, None

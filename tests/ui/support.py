@@ -1,0 +1,217 @@
+"""Real services and real `funnel ui` processes for the browser tests, and a
+synchronous gRPC driver that walks tasks through the story as a host."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from funnel.auth.pki import LocalPki, ensure_local_pki
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel_cli.connection import Connection
+from funnel_cli.supervisor import ServiceProcess, lifecycle_tls_arguments, spawn, start_pair
+from tests.reliability.harness import unused_port
+
+FUNNEL = Path(sys.executable).parent / "funnel"
+POLICY = '[defaults]\nrequired_evidence = []\n\n[workspaces.demo]\nrequired_evidence = ["tests"]\n'
+CONCURRENT = 64
+OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+
+
+@dataclass
+class Services:
+    """Both services on fixed loopback ports, so the lifecycle service can stop and
+    come back where the completion service (and the dashboard) expect it."""
+
+    data: Path
+    lifecycle_port: int = field(default_factory=unused_port)
+    completion_port: int = field(default_factory=unused_port)
+    lifecycle: ServiceProcess | None = None
+    completion: ServiceProcess | None = None
+
+    def start(self) -> None:
+        self.data.mkdir(parents=True, exist_ok=True)
+        (self.data / "policy.toml").write_text(POLICY)
+        self.lifecycle, self.completion = start_pair(
+            self.data, self.lifecycle_address, self.completion_address, str(self.data / "policy.toml"),
+            extra_completion=["--settle-interval", "0.2"], env=self.fault_env,
+        )
+
+    @property
+    def lifecycle_address(self) -> str:
+        return f"127.0.0.1:{self.lifecycle_port}"
+
+    @property
+    def completion_address(self) -> str:
+        return f"127.0.0.1:{self.completion_port}"
+
+    @property
+    def fault_env(self) -> dict[str, str]:
+        # The services' own fault points (funnel/runtime/faults.py), off until armed.
+        return {"FUNNEL_FAULTS_FILE": str(self.data / "faults")}
+
+    def arm_lifecycle(self, spec: str) -> None:
+        fresh = self.data / "faults.tmp"  # a new inode: the service sees the change
+        fresh.write_text(spec, encoding="utf-8")
+        fresh.replace(self.data / "faults")
+
+    def restart_lifecycle(self) -> None:
+        """Stops it (SIGTERM: its watch streams end with SERVER_SHUTTING_DOWN), or
+        reaps it if it died, and starts it as start_pair did: same port, same database."""
+        assert self.lifecycle is not None
+        self.lifecycle.stop()
+        self.arm_lifecycle("")
+        pki = ensure_local_pki(self.data / "tls")
+        self.lifecycle = spawn("lifecycle_service", "lifecycle_service", [
+            "--listen", self.lifecycle_address, "--database", str(self.data / "lifecycle.sqlite3"),
+            *lifecycle_tls_arguments(pki)], self.data / "lifecycle.log", self.fault_env)
+
+    def stop(self) -> None:
+        for service in (self.completion, self.lifecycle):
+            if service is not None:
+                service.stop()
+
+    def token(self, subject: str, permissions: list[str]) -> str:
+        return LocalPki(self.data / "tls").load_signing_key().issue(subject, permissions, 3600)
+
+
+@dataclass
+class Dashboard:
+    """A `funnel ui` process; restart() brings it back on the same port."""
+
+    services: Services
+    workspaces: list[str]
+    action_token: str | None
+    port: int = field(default_factory=unused_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        command = [str(FUNNEL), "ui", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.services.data),
+                   "--lifecycle", self.services.lifecycle_address, "--completion", self.services.completion_address]
+        for workspace in self.workspaces:
+            command += ["--workspace", workspace]
+        if self.action_token:
+            command += ["--action-token", self.action_token]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line.startswith("funnel ui serving on "), line + self.process.stdout.read()
+
+    def kill(self) -> None:
+        """As a crash (or a dropped connection) would: every open event stream breaks."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(15)
+            self.process.stdout.close()
+
+
+class Driver:
+    """A host walking tasks through the story (synchronous gRPC)."""
+
+    def __init__(self, services: Services, token: str) -> None:
+        pki = LocalPki(services.data / "tls")
+        credentials = grpc.ssl_channel_credentials(
+            pki.ca.read_bytes(), pki.key("client").read_bytes(), pki.cert("client").read_bytes())
+        self.metadata = [("authorization", f"Bearer {token}")]
+        self._channels = [grpc.secure_channel(address, credentials, options=OPTIONS)
+                          for address in (services.lifecycle_address, services.completion_address)]
+        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])
+        self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])
+        self.transcripts = transcript_pb2_grpc.TranscriptServiceStub(self._channels[1])
+
+    def close(self) -> None:
+        for channel in self._channels:
+            channel.close()
+
+    def register(self, workspace: str, task_id: str) -> lpb.RegisterTaskResponse:
+        return self.lifecycle.RegisterTask(lpb.RegisterTaskRequest(
+            workspace_id=workspace, task_id=task_id, cause=lpb.Cause(source="test", reason="a task to finish")),
+            metadata=self.metadata, timeout=10)
+
+    def claim(self, workspace: str, task_id: str) -> cpb.ClaimTaskResponse:
+        return self.completion.ClaimTask(cpb.ClaimTaskRequest(
+            workspace_id=workspace, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=60)),
+            metadata=self.metadata, timeout=10)
+
+    def attempt(self, workspace: str, claim: cpb.ClaimTaskResponse) -> cpb.AttemptCompletionResponse:
+        return self.completion.AttemptCompletion(cpb.AttemptCompletionRequest(
+            workspace_id=workspace, task_id=claim.run.task_id, run_id=claim.run.run_id, epoch=claim.lease.epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done; all tests pass"), metadata=self.metadata, timeout=10)
+
+    def evidence(self, workspace: str, claim: cpb.ClaimTaskResponse) -> None:
+        self.completion.RecordEvidence(cpb.RecordEvidenceRequest(
+            workspace_id=workspace, task_id=claim.run.task_id, generation=claim.run.generation, kind="tests",
+            verdict=cpb.EVIDENCE_VERDICT_PASSED, details="pytest: 42 passed", run_id=claim.run.run_id),
+            metadata=self.metadata, timeout=10)
+
+    def complete_run(self, workspace: str, claim: cpb.ClaimTaskResponse) -> None:
+        self.completion.CompleteRun(cpb.CompleteRunRequest(
+            workspace_id=workspace, run_id=claim.run.run_id, outcome=cpb.RUN_OUTCOME_SUCCEEDED, tokens_total=1500,
+            notes="Implemented the change."), metadata=self.metadata, timeout=10)
+
+    def append(self, workspace: str, task_id: str, *events: tpb.SessionEvent) -> None:
+        self.transcripts.AppendTranscript(tpb.AppendTranscriptRequest(
+            workspace_id=workspace, task_id=task_id, events=events), metadata=self.metadata, timeout=10)
+
+    def lifecycle_sequences(self, workspace: str, task_id: str) -> list[int]:
+        listed = self.lifecycle.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
+            workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10)
+        return [event.sequence for event in listed.events]
+
+    def completion_sequences(self, workspace: str, task_id: str) -> list[int]:
+        listed = self.completion.ListCompletionEvents(cpb.ListCompletionEventsRequest(
+            workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10)
+        return [event.sequence for event in listed.events]
+
+    def completed(self, workspace: str, task_id: str) -> cpb.ClaimTaskResponse:
+        """register -> claim -> evidence -> attempt (ALLOW, settled)."""
+        self.register(workspace, task_id)
+        claim = self.claim(workspace, task_id)
+        self.evidence(workspace, claim)
+        allowed = self.attempt(workspace, claim)
+        assert allowed.decision.verdict == cpb.VERDICT_ALLOW, allowed.decision.instruction
+        return claim
+
+
+async def register_many(services: Services, token: str, workspace: str, task_ids: list[str]) -> None:
+    """RegisterTask calls, CONCURRENT at a time on one channel: the fastest honest
+    way to fill a workspace (every task through the service's own intent)."""
+    pki = LocalPki(services.data / "tls")
+    connection = Connection(token, pki.ca.read_bytes(), pki.cert("client").read_bytes(), pki.key("client").read_bytes())
+    async with connection.channel(services.lifecycle_address) as channel:
+        stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        pending = iter(task_ids)
+
+        async def worker() -> None:
+            for task_id in pending:
+                await stub.RegisterTask(lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=60)
+
+        await asyncio.gather(*(worker() for _ in range(CONCURRENT)))
+
+
+def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

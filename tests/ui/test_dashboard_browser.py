@@ -1,0 +1,266 @@
+"""`funnel ui` in a real browser (Debian's chromium, driven by Playwright) against
+real services as processes: the page follows the story live, never shows a
+completion the lifecycle has not settled, resumes its event stream without gap or
+duplicate, acts only with an action credential, and pages 10,000 tasks fast."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import transcript_pb2 as tpb
+from tests.ui.support import Dashboard, Driver, Services, register_many, wait_until
+
+CHROMIUM = "/usr/bin/chromium"
+WS = "demo"  # its policy requires test evidence: the story has a blocked attempt
+LIVE = 10_000  # ms a live update may take
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    services = Services(tmp_path_factory.mktemp("ui") / "data")
+    services.start()
+    yield services
+    services.stop()
+
+
+@pytest.fixture(scope="module")
+def driver(services):
+    driver = Driver(services, services.token("test-host", ["*:host"]))
+    yield driver
+    driver.close()
+
+
+@pytest.fixture(scope="module")
+def dashboard(services):
+    dashboard = Dashboard(services, [WS, "bulk"], services.token("ui-operator", ["*:operator"]))
+    dashboard.start()
+    yield dashboard
+    dashboard.stop()
+
+
+@pytest.fixture(scope="module")
+def viewer_dashboard(services):
+    dashboard = Dashboard(services, [WS], None)
+    dashboard.start()
+    yield dashboard
+    dashboard.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert Path(CHROMIUM).exists(), "CI installs Debian's chromium (.ci/run)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context()
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def open_live(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.locator("body")).to_have_attribute("data-opens", "1", timeout=LIVE)
+    # Gone on any reload: proves the updates arrived without one.
+    page.evaluate("window.notReloaded = true")
+
+
+def badge(page: Page):
+    return page.locator("#task-head .badge")
+
+
+def timeline_sequences(page: Page) -> list[int]:
+    return [int(i.removeprefix("ev-")) for i in page.locator("#timeline > tr").evaluate_all("rs => rs.map(r => r.id)")]
+
+
+def attempt_sequences(page: Page) -> list[int]:
+    return [int(i.removeprefix("ce-")) for i in page.locator("#attempts > tr").evaluate_all("rs => rs.map(r => r.id)")]
+
+
+def test_the_page_follows_the_story_as_each_state_commits(page, dashboard, driver):
+    driver.register(WS, "story-1")
+    open_live(page, f"{dashboard.url}/w/{WS}/t/story-1")
+    expect(badge(page)).to_have_text("registered")
+
+    claim = driver.claim(WS, "story-1")
+    expect(page.locator("#timeline tr[data-state=ACTIVE]")).to_have_count(1, timeout=LIVE)
+    expect(badge(page)).to_have_text("active")
+    expect(page.locator("#runs")).to_contain_text(claim.run.run_id)
+
+    blocked = driver.attempt(WS, claim)
+    assert blocked.decision.verdict == cpb.VERDICT_SOFT_BLOCK
+    blocked_row = page.locator("#attempts tr[data-kind=DECISION_BLOCKED]")
+    expect(blocked_row).to_contain_text("SOFT_BLOCK · next action RECORD_EVIDENCE", timeout=LIVE)
+    expect(blocked_row.locator("details summary")).to_contain_text("gate trace")
+    expect(badge(page)).to_have_text("active")
+
+    driver.evidence(WS, claim)
+    assert driver.attempt(WS, claim).decision.verdict == cpb.VERDICT_ALLOW
+    expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
+    expect(badge(page)).to_have_text("completed")
+    expect(page.locator("#completions .settlement")).to_contain_text("settled at lifecycle revision")
+    assert page.evaluate("window.notReloaded") is True
+    assert timeline_sequences(page) == driver.lifecycle_sequences(WS, "story-1")
+
+
+
+def test_the_synthetic_closer_of_an_interrupted_turn_is_marked(page, dashboard, driver):
+    driver.register(WS, "interrupted-1")
+    claim = driver.claim(WS, "interrupted-1")
+    driver.append(WS, "interrupted-1", tpb.SessionEvent(user_message=tpb.UserMessage(text="fix the <login> bug")),
+                  tpb.SessionEvent(turn_start=tpb.TurnStart(turn_id="turn-1")),
+                  tpb.SessionEvent(assistant_message=tpb.AssistantMessage(text="Looking at it.")))
+    # The run ends with its turn open: loading the transcript closes the turn
+    # durably, and the page marks the synthetic closer as such.
+    driver.complete_run(WS, claim)
+    page.goto(f"{dashboard.url}/w/{WS}/t/interrupted-1")
+    synthetic = page.locator("#transcript tr.synthetic")
+    expect(synthetic).to_have_count(1)
+    expect(synthetic).to_contain_text("synthetic closer: interrupted turn")
+    expect(synthetic).to_contain_text("INTERRUPTED")
+    expect(page.locator("#transcript")).to_contain_text("fix the <login> bug")
+    assert page.locator("#transcript tr:not(.synthetic)").count() == 4  # header + the three appended
+
+
+def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, driver, services):
+    driver.register(WS, "held-1")
+    claim = driver.claim(WS, "held-1")
+    driver.evidence(WS, claim)
+    open_live(page, f"{dashboard.url}/w/{WS}/t/held-1")
+    expect(badge(page)).to_have_text("active")
+
+    # The lifecycle service goes away (SIGKILL) as the settlement reaches it: the
+    # attempt's gates read it first, so it must still be there for the commit.
+    services.arm_lifecycle("lifecycle.before_commit:crash:1")
+    try:
+        allowed = driver.attempt(WS, claim)
+        assert services.lifecycle.process.wait(10) != 0
+        assert allowed.decision.verdict == cpb.VERDICT_ALLOW
+        assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+        expect(page.locator("#attempts tr[data-kind=COMPLETION_COMMITTED]")).to_have_count(1, timeout=LIVE)
+        expect(badge(page)).to_have_text("completion committed, settling")
+        expect(page.locator("#completions .settlement")).to_have_text("committed, settling")
+        expect(page.locator("#notice")).to_contain_text("lifecycle service unavailable", timeout=LIVE)
+        time.sleep(1.0)  # the settler keeps retrying meanwhile: still not completed
+        expect(badge(page)).to_have_text("completion committed, settling")
+        assert page.locator("#timeline tr[data-state=TERMINAL]").count() == 0
+    finally:
+        services.restart_lifecycle()
+
+    expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
+    expect(badge(page)).to_have_text("completed")
+    expect(page.locator("#completions .settlement")).to_contain_text("settled at lifecycle revision")
+    time.sleep(0.5)
+    assert page.locator("#timeline tr[data-outcome=COMPLETED]").count() == 1
+    assert page.evaluate("window.notReloaded") is True
+    assert timeline_sequences(page) == driver.lifecycle_sequences(WS, "held-1")
+    assert attempt_sequences(page) == driver.completion_sequences(WS, "held-1")
+
+
+def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard, driver, services):
+    driver.register(WS, "reconnect-1")
+    open_live(page, f"{dashboard.url}/w/{WS}/t/reconnect-1")
+
+    dashboard.kill()  # every open stream breaks; the browser keeps retrying
+    expect(page.locator("#live")).to_have_text("reconnecting…", timeout=LIVE)
+    claim = driver.claim(WS, "reconnect-1")  # committed while nobody streams
+    blocked = driver.attempt(WS, claim)
+    assert blocked.decision.verdict == cpb.VERDICT_SOFT_BLOCK
+    dashboard.start()  # a fresh process: all it knows is the browser's Last-Event-ID
+
+    expect(page.locator("body")).to_have_attribute("data-opens", "2", timeout=LIVE)
+    # And the dashboard's own watch is ended by a stopping lifecycle service
+    # (SERVER_SHUTTING_DOWN with the cursor): it resumes upstream, the page stays open.
+    services.restart_lifecycle()
+    driver.evidence(WS, claim)
+    driver.attempt(WS, claim)
+    expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
+    expect(badge(page)).to_have_text("completed")
+    wait_until(lambda: len(attempt_sequences(page)) == len(driver.completion_sequences(WS, "reconnect-1")),
+               what="every completion event")
+    assert timeline_sequences(page) == driver.lifecycle_sequences(WS, "reconnect-1")
+    assert attempt_sequences(page) == driver.completion_sequences(WS, "reconnect-1")
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_the_list_follows_its_rows_live(page, dashboard, driver):
+    driver.register(WS, "list-1")
+    open_live(page, f"{dashboard.url}/w/{WS}?q=list-")
+    row = page.locator("#row-list-1 .badge")
+    expect(row).to_have_text("registered")
+    claim = driver.claim(WS, "list-1")
+    expect(row).to_have_text("active", timeout=LIVE)
+    driver.evidence(WS, claim)
+    driver.attempt(WS, claim)
+    expect(row).to_have_text("completed", timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_resume_task_starts_generation_2_and_a_viewer_has_no_buttons(page, dashboard, viewer_dashboard, driver):
+    driver.completed(WS, "resume-1")
+    open_live(page, f"{dashboard.url}/w/{WS}/t/resume-1")
+    expect(badge(page)).to_have_text("completed")
+    buttons = page.locator("#task-head .actions button")
+    expect(buttons).to_have_text(["Resume task", "New chat"])
+    expect(buttons.first).to_have_class("primary")
+    form = {name: page.locator(f"#task-head form >> nth=0 >> input[name={name}]").get_attribute("value")
+            for name in ("csrf", "generation", "revision", "request_id")}
+    forged = page.request.post(f"{dashboard.url}/w/{WS}/t/resume-1/resume", form=form,
+                               headers={"origin": "http://evil.example"}, max_redirects=0)
+    assert forged.status == 403  # a page of another site posting the very same form
+    with contextlib.closing(http.client.HTTPConnection("127.0.0.1", dashboard.port, timeout=10)) as rebound:
+        rebound.request("GET", f"/w/{WS}/t/resume-1", headers={"Host": f"evil.example:{dashboard.port}"})
+        assert rebound.getresponse().status == 421  # DNS rebinding: not our name
+
+    buttons.first.click()
+    expect(page.locator("#generation")).to_have_text("2", timeout=LIVE)
+    expect(badge(page)).to_have_text("active")
+    expect(page.locator("#timeline tr").last).to_contain_text("resume_with_generation")
+    expect(page.locator("#task-head .actions button")).to_have_text(["Request cancellation"])
+
+    page.goto(f"{viewer_dashboard.url}/w/{WS}/t/resume-1")
+    expect(page.locator("#generation")).to_have_text("2")
+    expect(page.locator("button")).to_have_count(0)
+    refused = page.request.post(f"{viewer_dashboard.url}/w/{WS}/t/resume-1/cancel",
+                                form={"csrf": "guess", "generation": "2", "revision": "1", "request_id": "r1"})
+    assert refused.status == 403
+    page.goto(f"{viewer_dashboard.url}/w/{WS}")
+    expect(page.locator("#row-resume-1")).to_be_visible()
+    expect(page.locator("form[method=post], button[data-action]")).to_have_count(0)
+
+
+def test_the_list_of_10000_tasks_loads_in_under_a_second(page, dashboard, services):
+    started = time.monotonic()
+    # On a thread of its own: Playwright's sync API keeps an event loop on this one.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, register_many(services, services.token("bulk-host", ["bulk:host"]), "bulk",
+                                               [f"bulk-{number:05d}" for number in range(10_000)])).result()
+    registered = time.monotonic() - started
+
+    timings = []
+    for _ in range(3):
+        page.goto(f"{dashboard.url}/w/bulk")
+        timings.append(page.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd"))
+    expect(page.locator("#tasks tr")).to_have_count(50)
+    page.locator("#next").click()
+    expect(page.locator("#tasks tr").first).to_have_id("row-bulk-00050")
+    page.goto(f"{dashboard.url}/w/bulk?state=REGISTERED&q=bulk-099")
+    filtered = page.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")
+    expect(page.locator("#tasks tr")).to_have_count(50)
+    print(f"\n10,000 tasks registered in {registered:.1f}s; list page load {timings} ms; "
+          f"filtered (scans the workspace) {filtered:.0f} ms")
+    assert max(timings) < 1000

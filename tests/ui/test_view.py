@@ -1,0 +1,190 @@
+"""The dashboard's decisions, table-driven: what badge a task shows from
+lifecycle and completion facts (the seed's rule), which actions it offers, and
+the cursors and pages its streams and lists move by."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel_ui import render, view
+from funnel_ui.app import LOOPBACK_NAMES, host_allowed, same_origin
+from funnel_ui.view import Cursor, Lifecycle, Settlement
+
+
+def life(state: str, generation: int = 1, outcome: str = "", cancel: bool = False) -> Lifecycle:
+    return Lifecycle("t1", generation, 3, state, outcome, cancellation_requested=cancel)
+
+
+def settled(status: str, generation: int = 1, error: str = "") -> dict[str, Settlement]:
+    return {"cmp_1": Settlement("cmp_1", generation, status, error_reason=error, error_message=error and "refused")}
+
+
+BADGES = [
+    # (case, lifecycle, settlements, label)
+    ("registered task", life("REGISTERED"), {}, "registered"),
+    ("gate denial: no completion, lifecycle unchanged", life("ACTIVE"), {}, "active"),
+    ("committed, not settled", life("ACTIVE"), settled("PENDING"), "completion committed, settling"),
+    ("settled fact before the lifecycle event arrives", life("ACTIVE"), settled("SETTLED"),
+     "completion committed, settling"),
+    ("lifecycle terminal completed", life("TERMINAL", outcome="COMPLETED"), settled("SETTLED"), "completed"),
+    ("lifecycle terminal completed, completion facts not read", life("TERMINAL", outcome="COMPLETED"), {},
+     "completed"),
+    ("lifecycle rejected the completion", life("ACTIVE", cancel=True), settled("REJECTED", error="CANCELLATION_FENCED"),
+     "completion rejected"),
+    ("cancelled while a completion was pending", life("TERMINAL", outcome="CANCELLED"), settled("PENDING"),
+     "cancelled"),
+    ("failed", life("TERMINAL", outcome="FAILED"), {}, "failed"),
+    ("timed out", life("TERMINAL", outcome="TIMED_OUT"), {}, "timed out"),
+    ("an old generation's completion cannot touch generation 2", life("ACTIVE", generation=2), settled("SETTLED"),
+     "active"),
+    ("an old generation's pending completion neither", life("REGISTERED", generation=2), settled("PENDING"),
+     "registered"),
+    ("fenced", life("ACTIVE", cancel=True), {}, "active, cancellation requested"),
+    ("suspended", life("SUSPENDED"), {}, "suspended"),
+]
+
+
+@pytest.mark.parametrize(("case", "lifecycle", "settlements", "label"), BADGES, ids=[b[0] for b in BADGES])
+def test_badge(case, lifecycle, settlements, label):
+    assert view.task_badge(lifecycle, settlements).label == label
+
+
+def test_a_rejected_completion_shows_the_terminalization_error():
+    badge = view.task_badge(life("ACTIVE"), settled("REJECTED", error="ACTIVE_ATTACHED_CHILD"))
+    assert (badge.kind, badge.detail) == ("rejected", "terminalization error ACTIVE_ATTACHED_CHILD: refused")
+
+
+def test_no_completion_fact_makes_a_task_terminal():
+    """Every combination of completion facts on every non-terminal lifecycle state:
+    never a terminal word."""
+    terminal_words = {"completed", "cancelled", "failed", "timed out"}
+    for state, statuses, generation in itertools.product(
+        ("REGISTERED", "ACTIVE", "SUSPENDED"),
+        itertools.product(("PENDING", "SETTLED", "REJECTED"), repeat=2),
+        (1, 2),
+    ):
+        facts = {f"c{i}": Settlement(f"c{i}", generation, s) for i, s in enumerate(statuses)}
+        assert view.task_badge(life(state), facts).label not in terminal_words
+
+
+def event(kind: int, completion_id: str = "cmp_1", **fields) -> cpb.CompletionEvent:
+    return cpb.CompletionEvent(kind=kind, completion_id=completion_id, generation=1, **fields)
+
+
+SETTLEMENT_STEPS = [
+    ("committed", {}, event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "PENDING"),
+    ("settled", settled("PENDING"), event(cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, lifecycle_revision=4),
+     "SETTLED"),
+    ("rejected", settled("PENDING"), event(cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR, error_reason="X"),
+     "REJECTED"),
+    ("a replayed commit cannot take a settlement back", settled("SETTLED"),
+     event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "SETTLED"),
+    ("nor un-reject one", settled("REJECTED"), event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "REJECTED"),
+]
+
+
+@pytest.mark.parametrize(("case", "before", "fact", "status"), SETTLEMENT_STEPS, ids=[s[0] for s in SETTLEMENT_STEPS])
+def test_settlement_moves_forward_only(case, before, fact, status):
+    assert view.apply_completion_event(before, fact)["cmp_1"].status == status
+
+
+def test_a_blocked_decision_is_no_settlement():
+    assert view.apply_completion_event({}, event(cpb.COMPLETION_EVENT_KIND_DECISION_BLOCKED, completion_id="")) == {}
+
+
+def test_the_higher_revision_wins_whatever_the_arrival_order():
+    read = Lifecycle("t1", 1, 5, "TERMINAL", "COMPLETED")
+    replayed = view.lifecycle_from_event(lpb.LifecycleEvent(
+        task_id="t1", generation=1, revision=4, to_state=lpb.GENERATION_STATE_ACTIVE))
+    assert view.newer(read, replayed) is read
+    assert view.newer(None, replayed) is replayed
+    assert view.newer(replayed, read) is read
+
+
+def advice(ask: int, primary: int, secondary: int = 0, generation: int = 1) -> tpb.ResolveResumeResponse:
+    return tpb.ResolveResumeResponse(ask=ask, primary=primary, secondary=secondary, generation=generation)
+
+
+COMPLETED_ADVICE = advice(tpb.RESUME_ASK_RESUME_COMPLETED_TASK, tpb.HOST_ACTION_RESUME_TASK, tpb.HOST_ACTION_NEW_TASK)
+ACTIONS = [
+    ("viewer: nothing", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, False, []),
+    ("viewer on an open task: nothing", life("ACTIVE"), None, False, []),
+    ("completed: Resume task first, New chat second", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, True,
+     [("resume", "Resume task", True), ("new-chat", "New chat", False)]),
+    ("advice for another generation is not followed", life("TERMINAL", generation=2, outcome="COMPLETED"),
+     COMPLETED_ADVICE, True, []),
+    ("ended: a new chat only", life("TERMINAL", outcome="CANCELLED"),
+     advice(tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK), True, [("new-chat", "New chat", True)]),
+    ("open: request cancellation", life("ACTIVE"), None, True, [("cancel", "Request cancellation", False)]),
+    ("fenced already: nothing more", life("ACTIVE", cancel=True), None, True, []),
+]
+
+
+@pytest.mark.parametrize(("case", "lifecycle", "resume", "can_act", "expected"), ACTIONS, ids=[a[0] for a in ACTIONS])
+def test_actions(case, lifecycle, resume, can_act, expected):
+    actions = view.task_actions(lifecycle, resume, can_act)
+    assert [(a.name, a.label, a.primary) for a in actions] == expected
+
+
+@pytest.mark.parametrize(("text", "cursor"), [
+    ("12.7", Cursor(12, 7)), ("0.0", Cursor(0, 0)), (None, None), ("", None), ("12", None), ("a.b", None),
+    ("-1.2", None), ("1.2.3", None),
+])
+def test_event_ids(text, cursor):
+    assert view.parse_cursor(text) == cursor
+    if cursor is not None:
+        assert view.parse_cursor(cursor.event_id()) == cursor
+
+
+def test_page_cursors_round_trip_and_garbage_starts_over():
+    cursor = view.PageCursor("opaque+token/=", 17)
+    assert view.decode_page_cursor(cursor.encode()) == cursor
+    for garbage in ("", "!!!", "bnVsbA", view.PageCursor("x", -1).encode()):
+        assert view.decode_page_cursor(garbage) == view.PageCursor()
+
+
+def test_filtered_pages_stop_mid_page_and_continue_there():
+    tasks = [Lifecycle(f"t{i}", 1, 1, "ACTIVE" if i % 3 == 0 else "REGISTERED") for i in range(10)]
+    active = view.Filter(state="ACTIVE")
+    first, stop = view.take_matching(tasks, 0, active, 2)
+    assert [t.task_id for t in first] == ["t0", "t3"] and stop == 4
+    rest, stop = view.take_matching(tasks, stop, active, 2)
+    assert [t.task_id for t in rest] == ["t6", "t9"] and stop is None
+    assert view.matches(view.Filter(text="T9"), tasks[9]) and not view.matches(view.Filter(text="x"), tasks[9])
+
+
+def test_service_text_is_escaped():
+    hostile = "<script>alert(1)</script>\"'"
+    row = render.lifecycle_row(lpb.LifecycleEvent(
+        sequence=1, task_id="t1", cause=lpb.Cause(source=hostile, reason=hostile),
+        caller=lpb.Caller(subject=hostile, role="host")))
+    assert "<script>" not in row and "&lt;script&gt;" in row and "&quot;" in row
+    completion = render.completion_event_row(cpb.CompletionEvent(
+        sequence=2, decision=cpb.Decision(instruction=hostile, trace=[cpb.GateResult(gate_id="g", reason=hostile)])))
+    assert "<script>" not in completion
+    page = render.task_list("w", view.Filter(text=hostile), [], {}, None, Cursor())
+    assert "<script>alert" not in page
+
+
+@pytest.mark.parametrize(("headers", "allowed"), [
+    ({"host": "127.0.0.1:8470", "origin": "http://127.0.0.1:8470", "sec-fetch-site": "same-origin"}, True),
+    ({"host": "127.0.0.1:8470"}, True),
+    ({"host": "127.0.0.1:8470", "origin": "http://evil.example"}, False),
+    ({"host": "127.0.0.1:8470", "sec-fetch-site": "cross-site"}, False),
+    ({"host": "127.0.0.1:8470", "origin": "http://127.0.0.1:8470", "sec-fetch-site": "same-site"}, False),
+])
+def test_posts_from_other_origins_are_refused(headers, allowed):
+    assert same_origin(headers) is allowed
+
+
+@pytest.mark.parametrize(("host", "allowed"), [
+    ("127.0.0.1:8470", True), ("localhost:8470", True), ("[::1]:8470", True), ("LOCALHOST", True),
+    ("evil.example:8470", False), ("127.0.0.1.evil.example", False), ("", False), ("[::1", False),
+])
+def test_only_the_dashboards_own_host_names_are_answered(host, allowed):
+    assert host_allowed(host, LOOPBACK_NAMES) is allowed
