@@ -256,17 +256,20 @@ class Database:
         known then). An in-memory database has no file to check."""
         if self.path == MEMORY:
             return None
-        stop = threading.Event()
         try:
             connection = await aiosqlite.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None)
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"cannot open {self.path!r} for its integrity check: {exc}") from exc
         try:
-            problems = await Database(connection, self.path).run(lambda db: _integrity_problems(db, stop))
+            problems = await Database(connection, self.path).run(_integrity_problems)
+        except asyncio.CancelledError:
+            # The service stops: end the check on its thread now, or closing would wait
+            # for the whole file to be read. integrity_check is one virtual-machine step
+            # (no progress handler runs inside it); SQLite's interrupt, meant to be
+            # called from another thread, stops it at once.
+            await connection.interrupt()
+            raise
         finally:
-            # Cancelled (the service stops): the progress handler ends the check on
-            # its thread within a few thousand steps, so closing does not wait for it.
-            stop.set()
             await connection.close()
         if not problems:
             return None
@@ -371,21 +374,17 @@ def _summary(problems: list[str], shown: int = 3) -> str:
     return "; ".join(lines[:shown]) + more + "; restore the file from a backup"
 
 
-# How often the integrity check's progress handler looks whether it must stop
-# (SQLite virtual-machine steps: well under a millisecond each time).
-_INTEGRITY_STOP_STEPS = 10_000
 # The integrity check's thread yields the CPU to the service's own threads.
 _INTEGRITY_NICENESS = 10
 
 
-def _integrity_problems(db: sqlite3.Connection, stop: threading.Event) -> list[str]:
+def _integrity_problems(db: sqlite3.Connection) -> list[str]:
     """The problems `PRAGMA integrity_check` lists ([] when the file is sound), or
     the error SQLite stopped at when the damage is too deep to list. Runs on the
     check's own thread (aiosqlite's, one per connection, ended when it closes), so
     lowering that thread's priority leaves every other thread as it was."""
     with contextlib.suppress(AttributeError, OSError):  # Linux: a thread has its own nice value
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _INTEGRITY_NICENESS)
-    db.set_progress_handler(stop.is_set, _INTEGRITY_STOP_STEPS)
     try:
         rows = db.execute("PRAGMA integrity_check").fetchall()
     except sqlite3.DatabaseError as exc:

@@ -378,6 +378,32 @@ def test_a_database_that_declines_wal_or_synchronous_full_refuses_to_start(servi
     assert_refused(result, service, phrase)
 
 
+async def test_stopping_ends_a_running_integrity_check_at_once(tmp_path):
+    """A service stopping while its integrity check reads a large file must not wait
+    for the whole file (found at one million tasks: the stop outlasted its grace)."""
+    path = tmp_path / "large.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE filler (id INTEGER PRIMARY KEY, body BLOB)")
+    db.executemany("INSERT INTO filler (body) VALUES (randomblob(400))", ([] for _ in range(400_000)))
+    db.commit()
+    db.close()
+    database = await Database.open(str(path), [])
+    try:
+        started = time.monotonic()
+        assert await database.check_integrity() is None
+        whole = time.monotonic() - started
+        check = asyncio.ensure_future(database.check_integrity())
+        await asyncio.sleep(whole / 4)  # it is reading the file
+        started = time.monotonic()
+        check.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await check
+        # Left alone it would read on for about three quarters of `whole`.
+        assert time.monotonic() - started < whole / 5, (time.monotonic() - started, whole)
+    finally:
+        await database.close()
+
+
 async def test_a_write_that_meets_damage_refuses_the_writes_after_it(tmp_path):
     database = await Database.open(str(tmp_path / "db.sqlite3"), migrations_in(LIFECYCLE_MIGRATIONS))
 
