@@ -225,6 +225,11 @@ async def check_integrity_after_start(
                         extra=fields(event="integrity_check", result="postponed"))
             await asyncio.sleep(retry_interval)
             continue
+        except Exception:  # raised out of here, it would stop every other background loop
+            log.exception("integrity check failed to run, trying again in %.0fs", retry_interval,
+                          extra=fields(event="integrity_check", result="postponed"))
+            await asyncio.sleep(retry_interval)
+            continue
         seconds = time.monotonic() - started
         metrics.integrity_checked(damaged=damage is not None)
         if damage is None:

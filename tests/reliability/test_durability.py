@@ -30,6 +30,8 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime import sqlite as runtime_sqlite
 from funnel.runtime.grpc_errors import error_info
+from funnel.runtime.metrics import ServiceMetrics
+from funnel.runtime.server import check_integrity_after_start
 from funnel.runtime.sqlite import Database, migrations_in
 from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
 from funnel_cli.supervisor import ServiceProcess, completion_tls_arguments, lifecycle_tls_arguments, spawn
@@ -437,3 +439,21 @@ async def test_a_corrupt_database_is_refused_in_process_too(tmp_path):
     garbage.write_bytes(b"\x00" * 100 + b"garbage" * 1000)
     with pytest.raises(StorageRefused):
         await Database.open(str(garbage), migrations_in(LIFECYCLE_MIGRATIONS))
+
+
+async def test_an_integrity_check_that_cannot_run_is_tried_again_and_stops_nothing():
+    """Not damage (nothing is known): the check is postponed, not counted, and an
+    unexpected failure does not escape into the Background that owns the other loops."""
+    outcomes: list[BaseException | None] = [StorageUnavailable("database is locked"), RuntimeError("surprise"), None]
+
+    async def check() -> str | None:
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+        return None
+
+    metrics = ServiceMetrics()
+    await asyncio.wait_for(check_integrity_after_start(check, metrics, retry_interval=0.01), timeout=10)
+    assert outcomes == []
+    assert metrics.registry.get_sample_value("funnel_db_integrity_checks_total", {"result": "ok"}) == 1.0
+    assert metrics.registry.get_sample_value("funnel_db_integrity_checks_total", {"result": "damaged"}) == 0.0
