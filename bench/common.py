@@ -6,6 +6,7 @@ small statistics."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import platform
@@ -316,6 +317,24 @@ def start_services(
         raise
     completion_startup = time.monotonic() - t1
     return Services(lifecycle, completion, lifecycle_startup, completion_startup, str(pki.directory))
+
+
+def integrity_check_seconds(log_path: Path, timeout: float = 1800.0) -> float | None:
+    """How long the service's integrity check after start took, from its log line
+    (`"event": "integrity_check"`, JSON logs), waiting for it up to `timeout`; None
+    when it reported damage or no result in time. The check reads the whole file in
+    the background: the measurement waits for it, so that points measure the steady
+    state rather than a service sharing its CPU with a one-off read of the file."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log_path.read_text(errors="replace").splitlines():
+            if '"integrity_check"' not in line:
+                continue
+            entry = json.loads(line)
+            if entry.get("result") != "postponed":  # a postponed check runs again later
+                return float(entry["seconds"]) if entry.get("result") == "ok" else None
+        time.sleep(0.5)
+    return None
 
 
 def embedded_postgres(directory: Path) -> str:

@@ -81,7 +81,7 @@ def migrate(path: str, which: str) -> int:
     migrations = migrations_in(MIGRATIONS[which])
 
     async def open_and_close() -> None:
-        database = await Database.open(path, migrations, check_integrity=False)
+        database = await Database.open(path, migrations)
         await database.close()
 
     asyncio.run(open_and_close())

@@ -30,6 +30,7 @@ from bench.common import (
     cpu_snapshot,
     ensure_pki,
     hwm_mb,
+    integrity_check_seconds,
     lifecycle_arguments,
     load_average,
     machine_facts,
@@ -315,6 +316,11 @@ def run_funnel(
                 child.stop()
             problems = phase["preload_check"]["problems"]
             log(f"  preloaded clone {verify['task_id']}: {problems if problems else 'consistent'}")
+        if database_url is None:
+            checks = {name: integrity_check_seconds(data_dir / f"{name}.log") for name in ("lifecycle", "completion")}
+            phase["integrity_check_s"] = checks
+            log("  integrity check after SERVING (in the background; the points start after it): " + ", ".join(
+                f"{name} {'damage or no result' if s is None else f'{s:.1f}s'}" for name, s in checks.items()))
         tag = f"{os.getpid() % 100000:05d}{int(time.time()) % 1000:03d}"
         for workload in workloads:
             previous_cpu = None
@@ -459,6 +465,10 @@ def print_report(report: dict) -> None:
             f"  time to SERVING: lifecycle {startup['lifecycle']:.2f}s, completion {startup['completion']:.2f}s "
             f"(target <= {TARGET_STARTUP_S:g}s)"
         )
+        if "integrity_check_s" in phase:
+            checks = phase["integrity_check_s"]
+            print("  integrity check after SERVING (background, before the points): " + ", ".join(
+                f"{name} {'damage or no result' if s is None else f'{s:.1f}s'}" for name, s in checks.items()))
         print(header.format(a="completion", b="lifecycle") + "   vs baseline: ops/s ratio, p99 ratio")
         for workload, by_c in phase["results"].items():
             for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):

@@ -67,6 +67,8 @@ class CompletionConfig:
     import_buffer_bytes: int = 64 * 1024 * 1024
     request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
+    # SQLite: the full integrity check after SERVING ("after-start") or none ("off").
+    integrity_check: str = runtime.INTEGRITY_AFTER_START
     shutdown_grace: float = 5.0
     # Where /metrics is served (None: nowhere); how often database figures are read for it.
     metrics_listen: str | None = None
@@ -145,8 +147,14 @@ async def start(
         background.add("event-tail", lambda: tailer.run(postgres.notifications()))
         publish = lambda events: tailer.poke()  # noqa: E731
     else:
-        store = await SqliteCompletionStore.open(config.database, commits=metrics.commit)
+        sqlite = await SqliteCompletionStore.open(config.database, commits=metrics.commit)
+        store = sqlite
         publish = publisher(broker)
+        if config.integrity_check == runtime.INTEGRITY_AFTER_START:
+            # Started with the other loops, after the server: start-up did only O(1) checks.
+            background.add(
+                "integrity-check", lambda: runtime.check_integrity_after_start(sqlite.check_integrity, metrics)
+            )
     lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
     authority = CompletionAuthority(
         store,
@@ -276,6 +284,7 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         import_buffer_bytes=args.import_buffer_bytes,
         request_id_retention_seconds=args.request_id_retention,
         health_interval=args.health_interval,
+        integrity_check=args.integrity_check,
         shutdown_grace=args.shutdown_grace,
         metrics_listen=args.metrics_listen,
         metrics_interval=args.metrics_interval,

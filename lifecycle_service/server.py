@@ -56,6 +56,8 @@ class LifecycleConfig:
     max_watchers_per_workspace: int = runtime.MAX_WATCHERS_PER_WORKSPACE
     request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
+    # SQLite: the full integrity check after SERVING ("after-start") or none ("off").
+    integrity_check: str = runtime.INTEGRITY_AFTER_START
     shutdown_grace: float = 5.0
     # Where /metrics is served (None: nowhere); how often database figures are read for it.
     metrics_listen: str | None = None
@@ -118,8 +120,14 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         background.add("event-tail", lambda: tailer.run(postgres.notifications()))
         publish, replay_interval = (lambda event: tailer.poke()), REPLICA_REPLAY_INTERVAL
     else:
-        store = await SqliteLifecycleStore.open(config.database, commits=metrics.commit)
+        sqlite = await SqliteLifecycleStore.open(config.database, commits=metrics.commit)
+        store = sqlite
         publish, replay_interval = publisher(broker), None
+        if config.integrity_check == runtime.INTEGRITY_AFTER_START:
+            # Started with the other loops, after the server: start-up did only O(1) checks.
+            background.add(
+                "integrity-check", lambda: runtime.check_integrity_after_start(sqlite.check_integrity, metrics)
+            )
     authority = LifecycleAuthority(
         store,
         Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000),
@@ -202,6 +210,7 @@ def parse_args(argv: list[str] | None = None) -> LifecycleConfig:
         max_watchers_per_workspace=args.max_watchers_per_workspace,
         request_id_retention_seconds=args.request_id_retention,
         health_interval=args.health_interval,
+        integrity_check=args.integrity_check,
         shutdown_grace=args.shutdown_grace,
         metrics_listen=args.metrics_listen,
         metrics_interval=args.metrics_interval,

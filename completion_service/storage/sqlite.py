@@ -45,7 +45,7 @@ from completion_service.storage.port import (
 from funnel.auth.principal import Caller
 from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import RequestKey
-from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in, probe_writable
+from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in
 
 MIGRATIONS_PACKAGE = "completion_service.storage.migrations"
 T = TypeVar("T")
@@ -117,7 +117,12 @@ class SqliteCompletionStore:
         return await self._reader.read(lambda db: fn(SqliteCompletionTx(db)))
 
     async def check_writable(self) -> None:
-        await self._writer.run(probe_writable)
+        await self._writer.check_writable()
+
+    async def check_integrity(self) -> str | None:
+        """The full integrity check (Database.check_integrity): None, or the damage,
+        after which every write is refused."""
+        return await self._writer.check_integrity()
 
     async def close(self) -> None:
         if self._reader is not self._writer:

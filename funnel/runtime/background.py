@@ -1,5 +1,5 @@
 """One structured owner for a service's background loops (settlement outbox,
-sweepers, propagation replay, health probe, file reloads): a single task holding
+sweepers, propagation replay, health probe, file reloads, the integrity check): a single task holding
 an `asyncio.TaskGroup`, so that stopping the service stops every loop and waits
 for each to finish, and no loop runs unowned."""
 
@@ -20,7 +20,8 @@ class Background:
         self._owner: asyncio.Task | None = None
 
     def add(self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Registers a loop; loops catch their own failures and run until cancelled."""
+        """Registers a loop; loops catch their own failures and run until cancelled
+        (or, one-shot work such as the integrity check after start, until done)."""
         if self._owner is not None:
             raise RuntimeError("loops are added before the owner starts")
         self._loops.append((name, loop))

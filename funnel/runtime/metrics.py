@@ -11,7 +11,9 @@ Series both services export:
   (funnel.runtime.observe);
 - the database: `funnel_db_commit_seconds` and `funnel_db_commit_group_size`
   (SQLite commits writes in groups, PostgreSQL one at a time),
-  `funnel_db_size_bytes`, `funnel_request_ids` (the request-id table);
+  `funnel_db_size_bytes`, `funnel_request_ids` (the request-id table),
+  `funnel_db_integrity_checks_total` by result (`ok`, `damaged`: the full
+  integrity check SQLite runs after start);
 - `funnel_watch_streams` (open watch streams of this process);
 - the process itself (`process_*`, `python_*`) from the library's collectors.
 
@@ -53,6 +55,7 @@ COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 # funnel.runtime.sqlite.MAX_GROUP is 64.
 GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_REFRESH_INTERVAL = 5.0
+INTEGRITY_RESULTS = ("ok", "damaged")
 
 
 class RpcMetrics:
@@ -121,6 +124,15 @@ class ServiceMetrics:
         self.watch_streams = Gauge(
             "funnel_watch_streams", "Watch streams open on this process.", registry=self.registry
         )
+        self._integrity_checks = Counter(
+            "funnel_db_integrity_checks",
+            "Full integrity checks of the SQLite database after start, by result (ok, damaged).",
+            ("result",),
+            registry=self.registry,
+        )
+        # Both series exist from the start, so that an alert on `damaged` > 0 has a series to watch.
+        for result in INTEGRITY_RESULTS:
+            self._integrity_checks.labels(result)
 
     def refresh_store(self, request_ids: int, database_bytes: int | None, watch_streams: int) -> None:
         """Sets the gauges of figures read from the database and of this process's watchers."""
@@ -128,6 +140,9 @@ class ServiceMetrics:
         if database_bytes is not None:
             self.database_bytes.set(database_bytes)
         self.watch_streams.set(watch_streams)
+
+    def integrity_checked(self, damaged: bool) -> None:
+        self._integrity_checks.labels("damaged" if damaged else "ok").inc()
 
     def commit(self, seconds: float, writes: int) -> None:
         """Records one committed transaction of `writes` units of work (the engines call this)."""

@@ -1,7 +1,8 @@
 """Server bootstrap shared by both services: message limits, the boundary every
 RPC passes (funnel/runtime/boundary.py), TLS listeners, health (NOT_SERVING
-while the database is not writable), optional reflection, certificate reloads on
-SIGHUP, and graceful shutdown on SIGTERM/SIGINT."""
+while the database is not writable, and for good once the integrity check after
+start found damage), optional reflection, certificate reloads on SIGHUP, and
+graceful shutdown on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import enum
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
@@ -35,6 +37,7 @@ from funnel.runtime.metrics import (
 )
 from funnel.runtime.observe import CallObserver
 from funnel.runtime.security import PreparedSecurity, Reloader, SecurityRefused
+from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.tracing import ServerSpans, TracingRefused, configure_tracing
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,12 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 WATCH_BUFFER = 1024
+# `--integrity-check`: the full SQLite integrity check right after SERVING, or none
+# (then `funnel check FILE` is the operator's to run).
+INTEGRITY_AFTER_START = "after-start"
+INTEGRITY_CHECK_CHOICES = (INTEGRITY_AFTER_START, "off")
+# When the check itself could not run (not damage: nothing is known), it tries again.
+INTEGRITY_RETRY_INTERVAL = 60.0
 MAX_WATCHERS_PER_CALLER = 64
 MAX_WATCHERS_PER_WORKSPACE = 1024
 
@@ -81,6 +90,14 @@ def add_common_arguments(
         type=float,
         default=float(e("health_interval", "2.0")),
         help=f"seconds between database writability probes ({env_prefix}_HEALTH_INTERVAL)",
+    )
+    parser.add_argument(
+        "--integrity-check",
+        choices=INTEGRITY_CHECK_CHOICES,
+        default=e("integrity_check", INTEGRITY_AFTER_START),
+        help="SQLite: run the full integrity check in the background once serving (start-up checks only what "
+        "costs the same at any size); damage found turns health NOT_SERVING and refuses writes. PostgreSQL: "
+        f"ignored ({env_prefix}_INTEGRITY_CHECK)",
     )
     parser.add_argument(
         "--shutdown-grace",
@@ -189,6 +206,41 @@ class Health:
 
     async def stop(self) -> None:
         await self.servicer.enter_graceful_shutdown()
+
+
+async def check_integrity_after_start(
+    check: Callable[[], Awaitable[str | None]],
+    metrics: ServiceMetrics,
+    retry_interval: float = INTEGRITY_RETRY_INTERVAL,
+) -> None:
+    """Runs the database's full integrity check once, after the service serves (a
+    one-shot background task). Damage is logged at ERROR and counted; the store then
+    refuses writes and its health probe fails, so health turns NOT_SERVING within
+    one probe interval and stays so until the file is restored and the service
+    restarted. A check that could not run is tried again later."""
+    while True:
+        started = time.monotonic()
+        try:
+            damage = await check()
+        except StorageUnavailable as exc:
+            log.warning("integrity check could not run, trying again in %.0fs: %s", retry_interval, exc,
+                        extra=fields(event="integrity_check", result="postponed"))
+            await asyncio.sleep(retry_interval)
+            continue
+        except Exception:  # raised out of here, it would stop every other background loop
+            log.exception("integrity check failed to run, trying again in %.0fs", retry_interval,
+                          extra=fields(event="integrity_check", result="postponed"))
+            await asyncio.sleep(retry_interval)
+            continue
+        seconds = time.monotonic() - started
+        metrics.integrity_checked(damaged=damage is not None)
+        if damage is None:
+            log.info("integrity check passed in %.1fs", seconds,
+                     extra=fields(event="integrity_check", result="ok", seconds=round(seconds, 3)))
+        else:
+            log.error("integrity check found damage, refusing writes and reporting NOT_SERVING: %s", damage,
+                      extra=fields(event="integrity_check", result="damaged", seconds=round(seconds, 3)))
+        return
 
 
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"

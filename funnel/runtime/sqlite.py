@@ -2,6 +2,11 @@
 read-then-write transactions, versioned migrations applied at start, and a refusal
 to start when any of that cannot be had.
 
+Start-up checks only what costs the same at any size (the header, the pragmas, the
+schema version, the first and last row of every table); the full integrity check,
+which reads the whole file, runs after the service serves (`Database.check_integrity`),
+and once it finds damage the database refuses every write.
+
 A transaction is one plain function over a `sqlite3.Connection`, run on the
 connection's own thread in a single hop: aiosqlite would otherwise cost one thread
 hop per statement, which dominates the cost of a small transaction.
@@ -14,8 +19,10 @@ import contextlib
 import functools
 import importlib.resources
 import logging
+import os
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +80,8 @@ class Database:
         self._pending: list[_Write[Any]] = []
         self._writer: asyncio.Task | None = None
         self._checkpointer: asyncio.Task | None = None
+        # Set once the integrity check, or a write, met damage: every later write is refused.
+        self._damage: str | None = None
 
     @classmethod
     async def open(
@@ -81,10 +90,10 @@ class Database:
         migrations: list[Migration],
         *,
         busy_timeout_ms: int = 5000,
-        check_integrity: bool = True,
         commits: CommitObserver | None = None,
     ) -> Database:
         """Opens (creating if needed) and prepares the database, or raises StorageRefused.
+        Only checks whose cost does not grow with the file run here (see _prepare).
         `commits` is told of each committed group (the commit metrics)."""
         try:
             connection = await aiosqlite.connect(path, isolation_level=None)
@@ -92,7 +101,7 @@ class Database:
             raise StorageRefused(f"cannot open database {path!r}: {exc}") from exc
         database = cls(connection, path, commits)
         try:
-            await database.run(lambda db: _prepare(db, path, migrations, busy_timeout_ms, check_integrity))
+            await database.run(lambda db: _prepare(db, path, migrations, busy_timeout_ms))
         except BaseException:
             await connection.close()
             raise
@@ -153,7 +162,10 @@ class Database:
         A write waits for the database lock (held by another process: a backup,
         an operator's shell) at most DEFAULT_LOCK_WAIT, and no longer than the
         RPC's deadline allows (see funnel.runtime.calls); then it fails with
-        StorageUnavailable and nothing of it is applied."""
+        StorageUnavailable and nothing of it is applied. Once the integrity check
+        found damage, every write fails at once with StorageUnavailable."""
+        if self._damage is not None:
+            raise StorageUnavailable(self._damage)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         future.add_done_callback(_consume_exception)
@@ -167,6 +179,12 @@ class Database:
         loop = asyncio.get_running_loop()
         try:
             while self._pending:
+                if self._damage is not None:  # found while these waited: none of them is applied
+                    refused, self._pending = self._pending, []
+                    for write in refused:
+                        if not write.future.done():
+                            write.future.set_exception(StorageUnavailable(self._damage))
+                    break
                 batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
                 batch = _live(batch, loop.time())
                 if not batch:
@@ -182,16 +200,19 @@ class Database:
                     self._pending[:0] = _live(batch, loop.time())
                     continue
                 except BaseException as exc:  # noqa: BLE001 - the commit itself failed: nothing of the group applied
+                    failure = self._damaged_by(exc) or exc
                     for write in batch:
-                        write.future.set_exception(exc if isinstance(exc, Exception) else StorageUnavailable(repr(exc)))
+                        write.future.set_exception(
+                            failure if isinstance(failure, Exception) else StorageUnavailable(repr(failure))
+                        )
                     continue
                 if self._commits is not None:
                     self._commits(time.perf_counter() - started, len(batch))
                 for write, (value, error) in zip(batch, outcomes, strict=True):
                     if error is not None:
-                        write.future.set_exception(
-                            StorageUnavailable(str(error)) if isinstance(error, sqlite3.OperationalError) else error
-                        )
+                        if isinstance(error, sqlite3.OperationalError):
+                            error = StorageUnavailable(str(error))
+                        write.future.set_exception(self._damaged_by(error) or error)
                         continue
                     if write.after_commit is not None:
                         try:
@@ -202,9 +223,58 @@ class Database:
         finally:
             self._writer = None
 
+    def _damaged_by(self, exc: BaseException) -> StorageUnavailable | None:
+        """A write that met a damaged page (SQLite checks every page it reads) marks
+        the database damaged, as the integrity check would: later writes are refused
+        and health turns NOT_SERVING, rather than writes going on around the damage."""
+        if not (isinstance(exc, sqlite3.DatabaseError) and _is_damage(exc)):
+            return None
+        if self._damage is None:
+            self._damage = (
+                f"database {self.path!r} is damaged ({exc}), writes are refused; restore the file from a backup"
+            )
+            log.error("a write met damage, refusing writes from now on: %s", self._damage)
+        return StorageUnavailable(self._damage)
+
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs fn in a read transaction: a consistent snapshot across its statements."""
         return await self.run(lambda db: in_read_transaction(db, fn))
+
+    async def check_writable(self) -> None:
+        """The health probe: raises StorageUnavailable when no write could commit now,
+        including once the integrity check found damage (health turns NOT_SERVING)."""
+        if self._damage is not None:
+            raise StorageUnavailable(self._damage)
+        await self.run(probe_writable)
+
+    async def check_integrity(self) -> str | None:
+        """The full `PRAGMA integrity_check`, which reads every page: None when the
+        file is sound, else a summary of the damage, and from then on every write is
+        refused. It runs on a read-only connection and thread of its own, lowered in
+        priority, over one WAL snapshot, so writers and readers go on beside it.
+        Raises StorageUnavailable when the check itself could not run (nothing is
+        known then). An in-memory database has no file to check."""
+        if self.path == MEMORY:
+            return None
+        try:
+            connection = await aiosqlite.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StorageUnavailable(f"cannot open {self.path!r} for its integrity check: {exc}") from exc
+        try:
+            problems = await Database(connection, self.path).run(_integrity_problems)
+        except asyncio.CancelledError:
+            # The service stops: end the check on its thread now, or closing would wait
+            # for the whole file to be read. integrity_check is one virtual-machine step
+            # (no progress handler runs inside it); SQLite's interrupt, meant to be
+            # called from another thread, stops it at once.
+            await connection.interrupt()
+            raise
+        finally:
+            await connection.close()
+        if not problems:
+            return None
+        self._damage = f"database {self.path!r} failed its integrity check, writes are refused: {_summary(problems)}"
+        return self._damage
 
     async def close(self) -> None:
         if self._writer is not None:
@@ -304,9 +374,59 @@ def _summary(problems: list[str], shown: int = 3) -> str:
     return "; ".join(lines[:shown]) + more + "; restore the file from a backup"
 
 
-def _prepare(
-    db: sqlite3.Connection, path: str, migrations: list[Migration], busy_timeout_ms: int, check_integrity: bool
-) -> None:
+# The integrity check's thread yields the CPU to the service's own threads.
+_INTEGRITY_NICENESS = 10
+
+
+def _integrity_problems(db: sqlite3.Connection) -> list[str]:
+    """The problems `PRAGMA integrity_check` lists ([] when the file is sound), or
+    the error SQLite stopped at when the damage is too deep to list. Runs on the
+    check's own thread (aiosqlite's, one per connection, ended when it closes), so
+    lowering that thread's priority leaves every other thread as it was."""
+    with contextlib.suppress(AttributeError, OSError):  # Linux: a thread has its own nice value
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _INTEGRITY_NICENESS)
+    try:
+        rows = db.execute("PRAGMA integrity_check").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if not _is_damage(exc):
+            raise  # interrupted, I/O error…: the check did not run, nothing is known
+        return [str(exc)]
+    problems = [row[0] for row in rows]
+    return [] if problems == ["ok"] else problems
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def _table_edges(db: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(table, query) reading the first and the last row of each table: one path
+    from the root page to a leaf at each end of its b-tree, whatever its size
+    (in key order, LIMIT 1 stops at the first row; tests/reliability/test_durability.py
+    checks that no query needs a sort, which would read them all)."""
+    queries = []
+    for _, name, kind, _, without_rowid, _ in db.execute("PRAGMA main.table_list").fetchall():
+        if kind != "table" or name.startswith("sqlite_"):
+            continue
+        quoted = '"' + name.replace('"', '""') + '"'
+        if without_rowid:
+            columns = sorted((pk, column) for _, column, _, _, _, pk in db.execute(f"PRAGMA table_info({quoted})"))
+            key = ['"' + column.replace('"', '""') + '"' for pk, column in columns if pk]
+        else:
+            key = ["rowid"]
+        for direction in ("ASC", "DESC"):
+            order = ", ".join(f"{column} {direction}" for column in key)
+            queries.append((name, f"SELECT * FROM {quoted} ORDER BY {order} LIMIT 1"))
+    return queries
+
+
+def _prepare(db: sqlite3.Connection, path: str, migrations: list[Migration], busy_timeout_ms: int) -> None:
+    """Checks, in time independent of the file's size, what start-up must refuse:
+    not a database (the header), no WAL or `synchronous=FULL`, a schema newer than
+    the code, a damaged schema or table root or edge (the ends of every table,
+    where the newest rows and a truncated file show); then applies migrations.
+    Damage deeper inside is the background integrity check's to find."""
     try:
         db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         db.execute(f"PRAGMA cache_size={CACHE_SIZE}")
@@ -314,10 +434,6 @@ def _prepare(
         db.execute("PRAGMA synchronous=FULL")
         synchronous = db.execute("PRAGMA synchronous").fetchone()[0]
         db.execute("PRAGMA foreign_keys=ON")
-        if check_integrity:
-            problems = [row[0] for row in db.execute("PRAGMA integrity_check").fetchall()]
-            if problems != ["ok"]:
-                raise StorageRefused(f"database {path!r} failed its integrity check: {_summary(problems)}")
         current = db.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.DatabaseError as exc:
         raise StorageRefused(f"database {path!r} is unusable: {exc}") from exc
@@ -332,6 +448,14 @@ def _prepare(
             f"database {path!r} has schema version {current}, newer than this code knows ({known}); "
             "run a newer release or restore a matching backup"
         )
+    for table, query in _table_edges(db):
+        try:
+            db.execute(query).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StorageRefused(
+                f"database {path!r} is damaged (reading the ends of table {table}: {exc}); "
+                "restore the file from a backup"
+            ) from exc
     for migration in migrations[current:]:
         try:
             db.executescript(

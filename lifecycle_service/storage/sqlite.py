@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from funnel.auth.principal import Caller
 from funnel.runtime.idempotency import RequestKey
-from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in, probe_writable
+from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in
 from lifecycle_service.core.model import (
     Cause,
     ChildRef,
@@ -87,7 +87,12 @@ class SqliteLifecycleStore:
         return await self._reader.read(lambda db: fn(SqliteLifecycleTx(db)))
 
     async def check_writable(self) -> None:
-        await self._writer.run(probe_writable)
+        await self._writer.check_writable()
+
+    async def check_integrity(self) -> str | None:
+        """The full integrity check (Database.check_integrity): None, or the damage,
+        after which every write is refused."""
+        return await self._writer.check_integrity()
 
     async def close(self) -> None:
         if self._reader is not self._writer:
