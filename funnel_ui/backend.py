@@ -8,7 +8,7 @@ without one they do not exist."""
 from __future__ import annotations
 
 import asyncio
-import uuid
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -294,8 +294,10 @@ class Backend:
         return resumed.task.generation
 
     async def new_chat(self, workspace: str, task_id: str, request_id: str) -> str:
-        """"New chat" registers a new task that names the one it continues from."""
-        new_id = f"{task_id[:100]}-chat-{uuid.uuid4().hex[:8]}"
+        """"New chat" registers a new task that names the one it continues from. Its id
+        comes from the form's request id, so a form sent twice replays one registration
+        (a fresh id each time would make the second send REQUEST_ID_REUSED)."""
+        new_id = f"{task_id[:100]}-chat-{hashlib.sha256(request_id.encode()).hexdigest()[:8]}"
         await self._actor().RegisterTask(lpb.RegisterTaskRequest(
             workspace_id=workspace, task_id=new_id, request_id=request_id,
             cause=lpb.Cause(source="funnel-ui", reason="New chat", originating_ids={"task_id": task_id})),

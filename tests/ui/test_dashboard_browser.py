@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -264,3 +265,36 @@ def test_the_list_of_10000_tasks_loads_in_under_a_second(page, dashboard, servic
     print(f"\n10,000 tasks registered in {registered:.1f}s; list page load {timings} ms; "
           f"filtered (scans the workspace) {filtered:.0f} ms")
     assert max(timings) < 1000
+
+
+def test_new_chat_registers_a_task_naming_the_original_and_cancellation_fences_an_active_task(
+    page, dashboard, driver
+):
+    driver.completed(WS, "chat-1")
+    open_live(page, f"{dashboard.url}/w/{WS}/t/chat-1")
+    expect(badge(page)).to_have_text("completed")
+    form = page.locator("#task-head form", has=page.locator("button", has_text="New chat"))
+    fields = {name: form.locator(f"input[name={name}]").get_attribute("value")
+              for name in ("csrf", "generation", "revision", "request_id")}
+    form.locator("button").click()
+    expect(page).to_have_url(re.compile(rf"/w/{WS}/t/chat-1-chat-[0-9a-f]{{8}}$"))
+    new_task = page.url.rsplit("/", 1)[1]
+    expect(badge(page)).to_have_text("registered")
+    expect(page.locator("#timeline tr")).to_have_count(1)
+    expect(page.locator("#timeline tr").first).to_contain_text("New chat")
+    # The same form sent again (a double click, a retry) replays the one registration.
+    again = page.request.post(f"{dashboard.url}/w/{WS}/t/chat-1/new-chat", form=fields,
+                              headers={"origin": dashboard.url}, max_redirects=0)
+    assert again.status == 303 and again.headers["location"].endswith(f"/t/{new_task}")
+    # The original task is untouched: still completed, generation 1.
+    page.goto(f"{dashboard.url}/w/{WS}/t/chat-1")
+    expect(badge(page)).to_have_text("completed")
+    expect(page.locator("#generation")).to_have_text("1")
+
+    driver.claim(WS, new_task)
+    open_live(page, f"{dashboard.url}/w/{WS}/t/{new_task}")
+    expect(badge(page)).to_have_text("active")
+    page.locator("#task-head .actions button", has_text="Request cancellation").click()
+    expect(badge(page)).to_have_text("active, cancellation requested", timeout=LIVE)
+    expect(page.locator("#timeline tr").last).to_contain_text("request_cancellation")
+    expect(page.locator("#task-head .actions button")).to_have_count(0)
