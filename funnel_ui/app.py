@@ -5,6 +5,7 @@ and render.py how; the only state it keeps is per open event stream."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import hmac
@@ -283,7 +284,7 @@ async def _merged(backend: Backend, workspace: str, task_id: str, cursor: view.C
         await asyncio.gather(*pumps, return_exceptions=True)
 
 
-class _Stream:
+class _Stream(abc.ABC):
     """What every stream shares: the cursor (each message's id), and the notices.
     A subclass renders the operations for its page."""
 
@@ -315,14 +316,17 @@ class _Stream:
             if ops or kind != "event":
                 yield self.message(cursor, ops)
 
+    @abc.abstractmethod
     async def start(self) -> list[dict[str, str]]:
-        raise NotImplementedError
+        """The first message's operations: the page as it stands at the cursor."""
 
+    @abc.abstractmethod
     async def on_lifecycle(self, event: Any) -> list[dict[str, str]]:
-        raise NotImplementedError
+        """The operations one committed lifecycle event causes on this page."""
 
+    @abc.abstractmethod
     async def on_completion(self, event: Any) -> list[dict[str, str]]:
-        raise NotImplementedError
+        """The operations one committed completion event causes on this page."""
 
 
 class TaskStream(_Stream):
