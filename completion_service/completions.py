@@ -97,9 +97,16 @@ class CompletionCorrupted(Exception):
         self.completion_id = completion_id
 
 
-def attempt(tx: CompletionTx, command: AttemptCommand, now: int) -> AttemptOutcome | Replay | Rejection:
+def attempt(
+    tx: CompletionTx, command: AttemptCommand, now: int, inline_settle_micros: int = 0
+) -> AttemptOutcome | Replay | Rejection:
     """Steps 1-5 under one write lock: the snapshot is loaded, judged and committed
-    against the same state. Raises CompletionCorrupted (nothing is written)."""
+    against the same state. Raises CompletionCorrupted (nothing is written).
+
+    A committed completion is due for the outbox `inline_settle_micros` after the
+    commit: the attempt settles it itself right after committing, within that
+    time, and an outbox pass that took it meanwhile would send the same
+    settlement a second time. If the process dies first, the outbox takes it then."""
     seen = recalled(tx, command.request)
     if seen is not None:
         return seen
@@ -178,7 +185,7 @@ def attempt(tx: CompletionTx, command: AttemptCommand, now: int) -> AttemptOutco
         decision=decision,
         committed_at=now,
         settlement=SettlementStatus.PENDING,
-        next_settle_at=now,
+        next_settle_at=now + inline_settle_micros,
         traceparent=command.traceparent,
     )
     if superseded:

@@ -57,6 +57,11 @@ class LifecycleClient:
         self._stub_cache: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
 
     @property
+    def timeout(self) -> float:
+        """Seconds one lifecycle call may take."""
+        return self._timeout
+
+    @property
     def _stub(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
         channel, stub = self._channel.channel, self._stub_cache
         if channel is not self._stub_channel or stub is None:

@@ -98,7 +98,10 @@ class CompletionTransaction:
     async def commit(self, command: AttemptCommand) -> AttemptOutcome | Replay | Rejection:
         """Steps 1-5: one write transaction judged at the moment it runs."""
         return await self._store.write(
-            functools.partial(completions.attempt, command=command, now=self._clock.now_micros()),
+            functools.partial(
+                completions.attempt, command=command, now=self._clock.now_micros(),
+                inline_settle_micros=int(self._lifecycle.timeout * 1_000_000),
+            ),
             after_commit=self._published,
         )
 

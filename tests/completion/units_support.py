@@ -104,6 +104,8 @@ class FakeLifecycle:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.fail: dict[str, Exception] = {}
         self._revision = 1
+        # Seconds a call may take, as LifecycleClient.timeout.
+        self.timeout = 5.0
 
     def register(self, task_id: str, state: int = lpb.GENERATION_STATE_ACTIVE, generation: int = 1,
                  **fields: Any) -> lpb.Task:
