@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -42,11 +43,17 @@ from bench.common import (
 
 BENCH = Path(__file__).resolve().parent
 PYTHON = sys.executable
-TARGET_THROUGHPUT_RATIO = 0.85  # attempt at 16 in flight vs the bare two-hop chain
-TARGET_P99_RATIO = 1.5
+# Issue 13's targets (they replace issue 6's 0.85x / 1.5x, set before the trust boundary).
+TARGET_THROUGHPUT_RATIO = 0.5  # attempt at 16 in flight vs the bare two-hop chain
+TARGET_P99_RATIO = 3.0
+TARGET_CPU_MS = 2.0  # all three processes, per attempt at 16 in flight
+TARGET_BYTES_PER_TASK = 3 * 1024  # both databases, per completed task, once request ids are swept
 TARGET_STARTUP_S = 1.0
 TARGET_PRELOAD_RATIO = 0.9
 TARGET_CONCURRENCY = 16
+# The footprint point: whole stories (register, claim, attempt, settled) at 16 in flight.
+FOOTPRINT_SECONDS = 3.0
+FOOTPRINT_CONCURRENCY = 16
 
 
 def log(text: str) -> None:
@@ -354,6 +361,9 @@ def run_funnel(
                     )
                 if result["failures"]:
                     log(f"  {result['failures']} FAILED ops: {result['failure_samples']}")
+        if database_url is None:
+            log(f"footprint: whole stories at {FOOTPRINT_CONCURRENCY} in flight for {FOOTPRINT_SECONDS:g}s ...")
+            phase["footprint"] = measure_footprint(data_dir, addresses, request_ids, tag, services.pids)
         phase["memory_mb"] = {
             name: {"rss": rss_mb(pid), "peak": hwm_mb(pid)} for name, pid in services.pids.items()
         }
@@ -387,6 +397,51 @@ def database_sizes(data_dir: Path) -> dict:
     for name in ("lifecycle", "completion"):
         sizes[name] = sum(p.stat().st_size for p in data_dir.glob(f"{name}.sqlite3*")) / 2**20
     return sizes
+
+
+def measure_footprint(data_dir: Path, addresses: dict, request_ids: bool, tag: str, pids: dict[str, int]) -> dict:
+    """Bytes each completed task adds to the databases: the b-tree pages of every
+    table and index (SQLite's dbstat) before and after a burst of whole stories,
+    divided by the stories that finished. "Swept" leaves out the request-id tables,
+    which the retention sweep empties (brief §6), i.e. the steady state."""
+    before = {name: btree_bytes(data_dir / f"{name}.sqlite3") for name in ("lifecycle", "completion")}
+    result = measure(
+        {
+            "mode": "story",
+            **addresses,
+            "concurrency": FOOTPRINT_CONCURRENCY,
+            "seconds": FOOTPRINT_SECONDS,
+            "request_ids": request_ids,
+            "task_prefix": f"fp-{tag}",
+        },
+        pids,
+    )
+    tasks = max(result["ops"], 1)
+    footprint: dict = {"tasks": result["ops"], "failures": result["failures"], "databases": {}}
+    for name, old in before.items():
+        new = btree_bytes(data_dir / f"{name}.sqlite3")
+        grown = {table: (new.get(table, 0) - old.get(table, 0)) / tasks for table in new}
+        footprint["databases"][name] = {
+            "total": sum(grown.values()),
+            "swept": sum(b for table, b in grown.items() if not table.startswith(REQUEST_ID_BTREES)),
+            "largest": sorted(grown.items(), key=lambda kv: -kv[1])[:4],
+        }
+    footprint["total"] = sum(d["total"] for d in footprint["databases"].values())
+    footprint["swept"] = sum(d["swept"] for d in footprint["databases"].values())
+    return footprint
+
+
+# The request-id table, its primary-key index and its age index.
+REQUEST_ID_BTREES = ("request_ids", "sqlite_autoindex_request_ids")
+
+
+def btree_bytes(path: Path) -> dict[str, int]:
+    """Bytes of pages held by each table and index, read through a read-only connection."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return dict(db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
+    finally:
+        db.close()
 
 
 def copy_databases(source: Path, target: Path) -> None:
@@ -496,6 +551,15 @@ def print_report(report: dict) -> None:
         sizes = phase.get("database_mb", {})
         if sizes:
             print("  database files after the run: " + ", ".join(f"{n} {s:.0f} MiB" for n, s in sizes.items()))
+        footprint = phase.get("footprint")
+        if footprint:
+            print(
+                f"  bytes per completed task ({footprint['tasks']} stories, {footprint['failures']} failed): "
+                f"{footprint['total']:.0f} with request ids, {footprint['swept']:.0f} once they are swept"
+            )
+            for name, d in footprint["databases"].items():
+                largest = ", ".join(f"{table} {b:.0f}" for table, b in d["largest"])
+                print(f"    {name:<10} {d['total']:6.0f} ({d['swept']:.0f} swept); largest: {largest}")
 
     phases = report.get("phases", {})
     if "postgresql" in phases and "empty" in phases:
@@ -548,6 +612,26 @@ def print_targets(report: dict) -> None:
                     p99 <= TARGET_P99_RATIO,
                 )
             )
+        if r:
+            cpu = r["cpu_ms_per_op"]["total"]
+            lines.append(
+                _verdict(
+                    f"{phase_name}: CPU ms per attempt at {TARGET_CONCURRENCY} in flight, all three processes",
+                    cpu,
+                    f"<= {TARGET_CPU_MS:g}",
+                    cpu <= TARGET_CPU_MS,
+                )
+            )
+        footprint = phase.get("footprint")
+        if footprint and footprint["tasks"]:
+            lines.append(
+                _verdict(
+                    f"{phase_name}: bytes per completed task, both databases, request ids swept",
+                    footprint["swept"],
+                    f"<= {TARGET_BYTES_PER_TASK}",
+                    footprint["swept"] <= TARGET_BYTES_PER_TASK,
+                )
+            )
         for service, seconds in phase["startup_s"].items():
             lines.append(
                 _verdict(
@@ -573,13 +657,13 @@ def print_targets(report: dict) -> None:
                         )
                     )
     if lines:
-        print("\ntargets (issue 6; benchmark figures on a shared machine, not timed tests)")
+        print("\ntargets (issue 13; benchmark figures on a shared machine, not timed tests)")
         for line in lines:
             print(line)
 
 
 def _verdict(label: str, value: float, target: str, ok: bool) -> str:
-    return f"  {label:<66} {value:7.2f}  target {target:<7} {'met' if ok else 'NOT MET'}"
+    return f"  {label:<80} {value:8.2f}  target {target:<7} {'met' if ok else 'NOT MET'}"
 
 
 # -- main --------------------------------------------------------------------------
