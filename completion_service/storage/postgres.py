@@ -48,7 +48,15 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from completion_service.core.model import CompletionEvent, CompletionRecord, EvidenceRecord, Lease, RunRecord
+from completion_service.core.model import (
+    CompletionEvent,
+    CompletionRecord,
+    Decision,
+    EvidenceRecord,
+    Lease,
+    RunRecord,
+    decision_to_json,
+)
 from completion_service.core.transcript import SessionEvent
 from completion_service.storage.port import (
     AttemptRecord,
@@ -171,6 +179,10 @@ class PostgresCompletionTx(SqliteCompletionTx):
 
     def _get_text(self, stored: Any) -> Any:
         return None if stored is None else bytes(stored).decode("utf-8")
+
+    def _put_decision(self, decision: Decision) -> object:
+        # The column is JSON text; the server compresses large values itself (TOAST).
+        return decision_to_json(decision)
 
     # -- the task lock: every write of a task's state holds it -----------------------
 

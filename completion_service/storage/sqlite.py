@@ -23,6 +23,7 @@ from completion_service.core.model import (
     CompletionEvent,
     CompletionEventKind,
     CompletionRecord,
+    Decision,
     EvidenceRecord,
     FinalStatus,
     Lease,
@@ -31,10 +32,9 @@ from completion_service.core.model import (
     RunRecord,
     SettlementStatus,
     Verdict,
-    decision_from_json,
-    decision_to_json,
 )
 from completion_service.core.transcript import EventKind, SessionEvent, Tail, TurnEndReason
+from completion_service.storage import decision_codec
 from completion_service.storage.port import (
     AttemptRecord,
     CompletionFigures,
@@ -162,6 +162,13 @@ class SqliteCompletionTx:
     def _get_text(self, stored: Any) -> Any:
         """Free text as `_put_text` stored it."""
         return stored
+
+    def _put_decision(self, decision: Decision) -> object:
+        """A decision as stored: compact (decision_codec)."""
+        return decision_codec.encode(decision)
+
+    def _get_decision(self, stored: Any) -> Decision:
+        return decision_codec.decode(stored)
 
     # -- request ids ---------------------------------------------------------------
 
@@ -363,7 +370,7 @@ class SqliteCompletionTx:
                 c.run_id,
                 c.state_version,
                 c.checkpoint,
-                decision_to_json(c.decision),
+                self._put_decision(c.decision),
                 c.committed_at,
                 c.settlement.name,
                 c.settle_attempts,
@@ -449,7 +456,7 @@ class SqliteCompletionTx:
                 e.run_id,
                 e.completion_id,
                 e.outcome.name if e.outcome else None,
-                decision_to_json(e.decision) if e.decision else None,
+                self._put_decision(e.decision) if e.decision else None,
                 e.lifecycle_revision,
                 e.lifecycle_event_sequence,
                 e.error_reason,
@@ -657,7 +664,7 @@ class SqliteCompletionTx:
             run_id=r[8],
             state_version=r[9],
             checkpoint=r[10],
-            decision=decision_from_json(r[11]),
+            decision=self._get_decision(r[11]),
             committed_at=r[12],
             settlement=settlement,
             settle_attempts=r[14],
@@ -681,7 +688,7 @@ class SqliteCompletionTx:
             run_id=r[5],
             completion_id=r[6],
             outcome=RequestedOutcome[r[7]] if r[7] else None,
-            decision=decision_from_json(r[8]) if r[8] else None,
+            decision=self._get_decision(r[8]) if r[8] else None,
             lifecycle_revision=r[9],
             lifecycle_event_sequence=r[10],
             error_reason=r[11],

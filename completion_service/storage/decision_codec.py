@@ -1,0 +1,69 @@
+"""How a binding decision is stored on disk: its JSON (core.model's
+decision_to_json), deflated against a preset dictionary of the text every
+decision repeats (keys, gate ids, the passed gates' reasons).
+
+Each completion row and each attempt event carries its decision with the full
+gate trace: ~1.6 KB of JSON, which used to fill a database page per row. With
+the dictionary a typical decision takes 60-150 bytes (issue 13's footprint).
+
+Format: one version byte, then a raw deflate stream made with that version's
+dictionary. A stored value that is text (or bytes starting with "{") is the
+plain JSON of rows written before this codec, or of the PostgreSQL adapter,
+whose server compresses large values itself. A dictionary is part of the data
+format: never edit one; add a new version byte with a new dictionary instead.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from completion_service.core.model import Decision, decision_from_json, decision_to_json
+
+_V1 = 1
+# Rarely repeated text first, the most frequent last (deflate reaches nearer bytes
+# with shorter codes). Built from the decisions the built-in gates write.
+_DICTIONARY_V1 = (
+    '"details": {"current_generation": null, "current_lease": null, "current_state_version": null, '
+    '"decisive_gate": "", "evidence_checkpoint": "", "failing_evidence_kinds": [], "gate_feedback": "", '
+    '"lifecycle_reason": "", "missing_evidence_kinds": [], "open_child_task_ids": [], "open_step_id": "", '
+    '"open_tool_call_ids": [], "open_turn_id": ""}, "status": "FAILED", "decisive": true, '
+    '"SKIPPED", "BLOCK", "RESOLVE_OPEN_WORK", "RECORD_EVIDENCE", "WAIT_FOR_CHILDREN", "STOP_AND_REPORT", '
+    '"REFRESH_STATE", "RETRY_LATER", "FIX_RESULT", "external gate unavailable: ", '
+    '{"checkpoint": "", "decision_schema": "funnel.completion.decision/v1", "forbidden_actions": '
+    '["CONTINUE_WORK", "ATTEMPT_COMPLETION"], "instruction": "Completion allowed (COMPLETED); report it and end '
+    'the session.", "next_action": "REPORT_COMPLETE", "state_version": 0, "trace": [{"decisive": false, '
+    '"gate_id": "lease.live", "reason": "run run_ holds the live lease of epoch 1", "status": "PASSED", '
+    '"version": 1}, {"decisive": false, "gate_id": "lifecycle.generation_current", "reason": "generation 1 is '
+    'current and ACTIVE", "status": "PASSED", "version": 1}, {"decisive": false, "gate_id": '
+    '"lifecycle.no_cancellation", "reason": "no cancellation requested", "status": "PASSED", "version": 1}, '
+    '{"decisive": false, "gate_id": "completion.circuit_breaker", "reason": "0 earlier blocked attempt(s) with '
+    'this result at this checkpoint", "status": "PASSED", "version": 1}, {"decisive": false, "gate_id": '
+    '"transcript.state_version_current", "reason": "state version 0 is current", "status": "PASSED", "version": '
+    '1}, {"decisive": false, "gate_id": "transcript.no_open_work", "reason": "no open tool calls, steps or turn", '
+    '"status": "PASSED", "version": 1}, {"decisive": false, "gate_id": "lifecycle.no_active_children", "reason": '
+    '"no attached child task is open", "status": "PASSED", "version": 1}, {"decisive": false, "gate_id": '
+    '"evidence.required", "reason": "the workspace requires no evidence", "status": "PASSED", "version": 1}, '
+    '{"decisive": false, "gate_id": "result.non_empty", "reason": "a result is given", "status": "PASSED", '
+    '"version": 1}], "verdict": "ALLOW"}'
+).encode("utf-8")
+
+
+def encode(decision: Decision) -> bytes:
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=_DICTIONARY_V1)
+    text = decision_to_json(decision).encode("utf-8")
+    return bytes([_V1]) + deflate.compress(text) + deflate.flush()
+
+
+def decode(stored: str | bytes | memoryview) -> Decision:
+    if isinstance(stored, str):
+        return decision_from_json(stored)
+    data = bytes(stored)
+    if data[:1] == b"{":
+        return decision_from_json(data.decode("utf-8"))
+    if data[:1] != bytes([_V1]):
+        raise ValueError(f"stored decision in an unknown format (first byte {data[:1]!r})")
+    inflate = zlib.decompressobj(-15, zdict=_DICTIONARY_V1)
+    text = inflate.decompress(data[1:]) + inflate.flush()
+    if not inflate.eof:
+        raise ValueError("stored decision is truncated")
+    return decision_from_json(text.decode("utf-8"))
