@@ -9,7 +9,8 @@ Use inside a write transaction (any adapter's Tx implements `RequestMemory`):
     remember(tx, key, response_bytes, now)
 
 `Reused` is turned into the service's own REQUEST_ID_REUSED rejection with
-`seen.rejection(Reason.REQUEST_ID_REUSED)`. Responses are stored as bytes only.
+`seen.rejection(Reason.REQUEST_ID_REUSED)`. Responses are stored as bytes only:
+a serialized response, deflated when that makes it smaller (see `_pack`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import enum
 import hashlib
 import logging
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -104,7 +106,7 @@ def recall(memory: RequestMemory, key: RequestKey | None) -> Replay | Reused | N
     verdict = judge_request_id(stored[0] if stored else None, key.fingerprint)
     if verdict is RequestIdVerdict.REPLAY:
         assert stored is not None
-        return Replay(bytes(stored[1]))
+        return Replay(_unpack(bytes(stored[1])))
     if verdict is RequestIdVerdict.REUSED:
         return Reused(key.request_id)
     return None
@@ -113,7 +115,28 @@ def recall(memory: RequestMemory, key: RequestKey | None) -> Replay | Reused | N
 def remember(memory: RequestMemory, key: RequestKey | None, response: bytes, created_at: int) -> None:
     """Remembers the response of a new request (a no-op without a key)."""
     if key is not None:
-        memory.remember_request(key, response, created_at)
+        memory.remember_request(key, _pack(response), created_at)
+
+
+# Marks a deflated response. A serialized protobuf message never starts with a
+# zero byte (field number 0 is invalid), so a stored value that does is ours.
+_DEFLATED = b"\x00"
+# Below this, deflating saves too little to be worth the CPU.
+_DEFLATE_FROM = 256
+
+
+def _pack(response: bytes) -> bytes:
+    """The stored form: a response that embeds a decision or a task record is
+    mostly repeated text, and request ids stay for the whole retention (issue 13)."""
+    marked = response[:1] == _DEFLATED  # not a protobuf message; stored deflated so it reads back
+    if len(response) < _DEFLATE_FROM and not marked:
+        return response
+    packed = _DEFLATED + zlib.compress(response, 6)
+    return packed if marked or len(packed) < len(response) else response
+
+
+def _unpack(stored: bytes) -> bytes:
+    return zlib.decompress(stored[1:]) if stored[:1] == _DEFLATED else stored
 
 
 async def sweep_forever(
