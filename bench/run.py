@@ -424,7 +424,7 @@ def measure_footprint(data_dir: Path, addresses: dict, request_ids: bool, tag: s
         footprint["databases"][name] = {
             "total": sum(grown.values()),
             "swept": sum(b for table, b in grown.items() if not table.startswith(REQUEST_ID_BTREES)),
-            "largest": sorted(grown.items(), key=lambda kv: -kv[1])[:4],
+            "tables": sorted(grown.items(), key=lambda kv: -kv[1]),
         }
     footprint["total"] = sum(d["total"] for d in footprint["databases"].values())
     footprint["swept"] = sum(d["swept"] for d in footprint["databases"].values())
@@ -558,7 +558,7 @@ def print_report(report: dict) -> None:
                 f"{footprint['total']:.0f} with request ids, {footprint['swept']:.0f} once they are swept"
             )
             for name, d in footprint["databases"].items():
-                largest = ", ".join(f"{table} {b:.0f}" for table, b in d["largest"])
+                largest = ", ".join(f"{table} {b:.0f}" for table, b in d["tables"][:4])
                 print(f"    {name:<10} {d['total']:6.0f} ({d['swept']:.0f} swept); largest: {largest}")
 
     phases = report.get("phases", {})
