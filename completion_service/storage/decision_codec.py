@@ -48,10 +48,26 @@ _DICTIONARY_V1 = (
 )
 
 
+# A completion row and its attempt event store the same decision, and the
+# settlement reads the row back moments after the attempt wrote it: remember the
+# last value encoded and the values recently encoded or decoded (decisions are
+# immutable, so sharing one is safe). Converting to and from JSON is most of the cost.
+_last_encoded: tuple[Decision | None, bytes] = (None, b"")
+_known: dict[bytes, Decision] = {}
+_KNOWN_LIMIT = 1024
+
+
 def encode(decision: Decision) -> bytes:
+    global _last_encoded
+    last = _last_encoded
+    if last[0] is decision:
+        return last[1]
     deflate = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=_DICTIONARY_V1)
     text = decision_to_json(decision).encode("utf-8")
-    return bytes([_V1]) + deflate.compress(text) + deflate.flush()
+    stored = bytes([_V1]) + deflate.compress(text) + deflate.flush()
+    _last_encoded = (decision, stored)
+    _remember(stored, decision)
+    return stored
 
 
 def decode(stored: str | bytes | memoryview) -> Decision:
@@ -62,8 +78,19 @@ def decode(stored: str | bytes | memoryview) -> Decision:
         return decision_from_json(data.decode("utf-8"))
     if data[:1] != bytes([_V1]):
         raise ValueError(f"stored decision in an unknown format (first byte {data[:1]!r})")
+    known = _known.get(data)
+    if known is not None:
+        return known
     inflate = zlib.decompressobj(-15, zdict=_DICTIONARY_V1)
     text = inflate.decompress(data[1:]) + inflate.flush()
     if not inflate.eof:
         raise ValueError("stored decision is truncated")
-    return decision_from_json(text.decode("utf-8"))
+    decision = decision_from_json(text.decode("utf-8"))
+    _remember(data, decision)
+    return decision
+
+
+def _remember(stored: bytes, decision: Decision) -> None:
+    if len(_known) >= _KNOWN_LIMIT:
+        _known.clear()
+    _known[stored] = decision

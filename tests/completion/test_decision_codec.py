@@ -68,3 +68,10 @@ def test_rows_stored_as_json_text_still_read(older):
 def test_a_damaged_value_is_an_error_not_a_decision(damaged, message):
     with pytest.raises(ValueError, match=message):
         decision_codec.decode(damaged)
+
+
+def test_a_value_decoded_again_is_the_same_decision_without_parsing(monkeypatch):
+    stored = decision_codec.encode(decision_from_json(ALLOWED))
+    first = decision_codec.decode(stored)
+    monkeypatch.setattr(decision_codec, "decision_from_json", lambda text: pytest.fail("parsed again"))
+    assert decision_codec.decode(stored) is first
