@@ -34,7 +34,7 @@ from completion_service.core.model import (
     Verdict,
 )
 from completion_service.core.transcript import EventKind, SessionEvent, Tail, TurnEndReason
-from completion_service.storage import decision_codec
+from completion_service.storage import compact
 from completion_service.storage.port import (
     AttemptRecord,
     CompletionFigures,
@@ -164,11 +164,11 @@ class SqliteCompletionTx:
         return stored
 
     def _put_decision(self, decision: Decision) -> object:
-        """A decision as stored: compact (decision_codec)."""
-        return decision_codec.encode(decision)
+        """A decision as stored: deflated (storage/compact.py)."""
+        return compact.encode_decision(decision)
 
     def _get_decision(self, stored: Any) -> Decision:
-        return decision_codec.decode(stored)
+        return compact.decode_decision(stored)
 
     # -- request ids ---------------------------------------------------------------
 
@@ -364,7 +364,7 @@ class SqliteCompletionTx:
                 c.generation,
                 c.completion_id,
                 c.identity,
-                c.payload,
+                compact.encode_payload(c.payload),
                 c.outcome.name,
                 self._put_text(c.result),
                 c.run_id,
@@ -658,7 +658,7 @@ class SqliteCompletionTx:
             generation=r[2],
             completion_id=r[3],
             identity=r[4],
-            payload=bytes(r[5]),
+            payload=compact.decode_payload(r[5]),
             outcome=RequestedOutcome[r[6]],
             result=self._get_text(r[7]),
             run_id=r[8],

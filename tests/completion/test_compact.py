@@ -1,14 +1,15 @@
-"""The stored form of a decision (completion_service/storage/decision_codec.py):
-lossless for any decision, small for the usual ones, and readable in every form
-an older row or the PostgreSQL adapter holds."""
+"""The stored form of decisions and identity payloads (completion_service/storage/
+compact.py): lossless for any value, small for the usual ones, and readable in
+every form an older row or the PostgreSQL adapter holds."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from completion_service.core.model import decision_from_json, decision_to_json
-from completion_service.storage import decision_codec
+from completion_service.storage import compact
 from tests.completion.test_core_rules import DECISIONS
 
 # A decision as the built-in gates write it for an allowed completion (from a benchmark database).
@@ -35,14 +36,14 @@ ALLOWED = (
 @settings(max_examples=300, deadline=None)
 @given(DECISIONS)
 def test_any_decision_round_trips(decision):
-    assert decision_codec.decode(decision_codec.encode(decision)) == decision
+    assert compact.decode_decision(compact.encode_decision(decision)) == decision
 
 
 def test_an_allowed_decision_is_stored_in_a_tenth_of_its_json():
     decision = decision_from_json(ALLOWED)
-    stored = decision_codec.encode(decision)
+    stored = compact.encode_decision(decision)
     assert len(stored) * 10 <= len(ALLOWED)
-    assert decision_codec.decode(stored) == decision
+    assert compact.decode_decision(stored) == decision
 
 
 # ALLOWED as this codec's first release stored it.
@@ -53,25 +54,53 @@ STORED_V1 = bytes.fromhex(
 
 def test_values_stored_by_the_first_release_still_read():
     # The dictionary is part of the data format; if this fails, it was edited.
-    assert decision_to_json(decision_codec.decode(STORED_V1)) == ALLOWED
+    assert decision_to_json(compact.decode_decision(STORED_V1)) == ALLOWED
 
 
 @pytest.mark.parametrize("older", [ALLOWED, ALLOWED.encode(), memoryview(ALLOWED.encode())])
 def test_rows_stored_as_json_text_still_read(older):
-    assert decision_to_json(decision_codec.decode(older)) == ALLOWED
+    assert decision_to_json(compact.decode_decision(older)) == ALLOWED
 
 
 @pytest.mark.parametrize(
     "damaged, message",
-    [(b"\x07abc", "unknown format"), (decision_codec.encode(decision_from_json(ALLOWED))[:20], "truncated")],
+    [(b"\x07abc", "unknown format"), (compact.encode_decision(decision_from_json(ALLOWED))[:20], "truncated")],
 )
 def test_a_damaged_value_is_an_error_not_a_decision(damaged, message):
     with pytest.raises(ValueError, match=message):
-        decision_codec.decode(damaged)
+        compact.decode_decision(damaged)
 
 
 def test_a_value_decoded_again_is_the_same_decision_without_parsing(monkeypatch):
-    stored = decision_codec.encode(decision_from_json(ALLOWED))
-    first = decision_codec.decode(stored)
-    monkeypatch.setattr(decision_codec, "decision_from_json", lambda text: pytest.fail("parsed again"))
-    assert decision_codec.decode(stored) is first
+    stored = compact.encode_decision(decision_from_json(ALLOWED))
+    first = compact.decode_decision(stored)
+    monkeypatch.setattr(compact, "decision_from_json", lambda text: pytest.fail("parsed again"))
+    assert compact.decode_decision(stored) is first
+
+
+PAYLOAD = (
+    b'{"checkpoint":"","decision_schema":"funnel.completion.decision/v1","generation":1,"outcome":"COMPLETED",'
+    b'"schema":"funnel.completion.identity/v1","state_version":0,"task_id":"a16-13809073-0000486",'
+    b'"workspace_id":"bench"}'
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=600))
+def test_any_payload_round_trips(payload):
+    assert compact.decode_payload(compact.encode_payload(payload)) == payload
+
+
+def test_a_payload_is_stored_in_a_third_of_its_size_and_older_ones_still_read():
+    stored = compact.encode_payload(PAYLOAD)
+    assert len(stored) * 3 <= len(PAYLOAD)
+    assert compact.decode_payload(stored) == PAYLOAD
+    assert compact.decode_payload(PAYLOAD) == PAYLOAD  # a row written before
+
+
+# PAYLOAD as this module's first release stored it.
+PAYLOAD_V1 = bytes.fromhex("011b5aae4d3434d33534b630b0343037d6350002130b33cc38484acd4bce50aa0500")
+
+
+def test_payloads_stored_by_the_first_release_still_read():
+    assert compact.decode_payload(PAYLOAD_V1) == PAYLOAD

@@ -1,16 +1,19 @@
-"""How a binding decision is stored on disk: its JSON (core.model's
-decision_to_json), deflated against a preset dictionary of the text every
-decision repeats (keys, gate ids, the passed gates' reasons).
+"""How the completion service stores its largest repeated values, compactly:
+a binding decision (its JSON, core.model's decision_to_json) and a completion's
+identity payload (the RFC 8785 document its identity hashes), each deflated
+against a preset dictionary of the text every such value repeats.
 
 Each completion row and each attempt event carries its decision with the full
 gate trace: ~1.6 KB of JSON, which used to fill a database page per row. With
-the dictionary a typical decision takes 60-150 bytes (issue 13's footprint).
+the dictionary a typical decision takes 50-150 bytes and a payload ~60 of its
+~210 (issue 13's footprint).
 
 Format: one version byte, then a raw deflate stream made with that version's
-dictionary. A stored value that is text (or bytes starting with "{") is the
-plain JSON of rows written before this codec, or of the PostgreSQL adapter,
-whose server compresses large values itself. A dictionary is part of the data
-format: never edit one; add a new version byte with a new dictionary instead.
+dictionary. A stored value that is text, or bytes starting with "{", is the
+plain JSON of rows written before this module (and, for decisions, of the
+PostgreSQL adapter, whose server compresses large values itself). A dictionary
+is part of the data format: never edit one; add a new version byte with a new
+dictionary instead.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from completion_service.core.model import Decision, decision_from_json, decision
 _V1 = 1
 # Rarely repeated text first, the most frequent last (deflate reaches nearer bytes
 # with shorter codes). Built from the decisions the built-in gates write.
-_DICTIONARY_V1 = (
+_DECISIONS_V1 = (
     b'"details": {"current_generation": null, "current_lease": null, "current_state_version": null, '
     b'"decisive_gate": "", "evidence_checkpoint": "", "failing_evidence_kinds": [], "gate_feedback": "", '
     b'"lifecycle_reason": "", "missing_evidence_kinds": [], "open_child_task_ids": [], "open_step_id": "", '
@@ -48,6 +51,14 @@ _DICTIONARY_V1 = (
 )
 
 
+# An identity payload (core.identity), keys in RFC 8785 order.
+_PAYLOADS_V1 = (
+    b'{"checkpoint":"","decision_schema":"funnel.completion.decision/v1","generation":1,"outcome":"FAILED",'
+    b'"schema":"funnel.completion.identity/v1","state_version":0,"task_id":"","workspace_id":""}'
+    b'{"checkpoint":"","decision_schema":"funnel.completion.decision/v1","generation":1,"outcome":"COMPLETED",'
+    b'"schema":"funnel.completion.identity/v1","state_version":0,"task_id":"'
+)
+
 # A completion row and its attempt event store the same decision, and the
 # settlement reads the row back moments after the attempt wrote it: remember the
 # last value encoded and the values recently encoded or decoded (decisions are
@@ -57,37 +68,53 @@ _known: dict[bytes, Decision] = {}
 _KNOWN_LIMIT = 1024
 
 
-def encode(decision: Decision) -> bytes:
+def encode_decision(decision: Decision) -> bytes:
     global _last_encoded
     last = _last_encoded
     if last[0] is decision:
         return last[1]
-    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=_DICTIONARY_V1)
-    text = decision_to_json(decision).encode("utf-8")
-    stored = bytes([_V1]) + deflate.compress(text) + deflate.flush()
+    stored = _deflate(_DECISIONS_V1, decision_to_json(decision).encode("utf-8"))
     _last_encoded = (decision, stored)
     _remember(stored, decision)
     return stored
 
 
-def decode(stored: str | bytes | memoryview) -> Decision:
+def decode_decision(stored: str | bytes | memoryview) -> Decision:
     if isinstance(stored, str):
         return decision_from_json(stored)
     data = bytes(stored)
     if data[:1] == b"{":
         return decision_from_json(data.decode("utf-8"))
-    if data[:1] != bytes([_V1]):
-        raise ValueError(f"stored decision in an unknown format (first byte {data[:1]!r})")
     known = _known.get(data)
     if known is not None:
         return known
-    inflate = zlib.decompressobj(-15, zdict=_DICTIONARY_V1)
-    text = inflate.decompress(data[1:]) + inflate.flush()
-    if not inflate.eof:
-        raise ValueError("stored decision is truncated")
-    decision = decision_from_json(text.decode("utf-8"))
+    decision = decision_from_json(_inflate(_DECISIONS_V1, data, "decision").decode("utf-8"))
     _remember(data, decision)
     return decision
+
+
+def encode_payload(payload: bytes) -> bytes:
+    return _deflate(_PAYLOADS_V1, payload)
+
+
+def decode_payload(stored: bytes | memoryview) -> bytes:
+    data = bytes(stored)
+    return data if data[:1] == b"{" else _inflate(_PAYLOADS_V1, data, "identity payload")
+
+
+def _deflate(dictionary: bytes, data: bytes) -> bytes:
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=dictionary)
+    return bytes([_V1]) + deflate.compress(data) + deflate.flush()
+
+
+def _inflate(dictionary: bytes, data: bytes, what: str) -> bytes:
+    if data[:1] != bytes([_V1]):
+        raise ValueError(f"stored {what} in an unknown format (first byte {data[:1]!r})")
+    inflate = zlib.decompressobj(-15, zdict=dictionary)
+    text = inflate.decompress(data[1:]) + inflate.flush()
+    if not inflate.eof:
+        raise ValueError(f"stored {what} is truncated")
+    return text
 
 
 def _remember(stored: bytes, decision: Decision) -> None:
