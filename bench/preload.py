@@ -47,9 +47,11 @@ from multiprocessing import get_context
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import WORKSPACE
+from completion_service.storage import compact
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.idempotency import fingerprint as service_fingerprint
+from funnel.runtime.idempotency import response_of, stored_response
 from funnel.runtime.sqlite import Database, migrations_in
 
 CLONE_TASK_PREFIX = "pre-"
@@ -70,6 +72,13 @@ REQUIRED_COLUMNS = {
         "audit_log": {"caller_subject", "caller_role"},
         "request_ids": {"workspace_id", "caller", "method", "request_id", "fingerprint", "response", "created_at"},
     },
+}
+
+
+# Columns stored deflated: (to plain, from plain) per (database, column).
+COMPACT = {
+    ("completion", "decision"): (compact.decode_decision_json, compact.encode_decision_json),
+    ("completion", "payload"): (compact.decode_payload, compact.encode_payload),
 }
 
 
@@ -294,10 +303,11 @@ def _template_payload(db: sqlite3.Connection, template: Template, warnings: list
         return None
     if row is None:
         return None
-    if "sha256:" + hashlib.sha256(row[0]).hexdigest() != template.identity:
+    payload = compact.decode_payload(row[0])
+    if "sha256:" + hashlib.sha256(payload).hexdigest() != template.identity:
         warnings.append("the completion identity is not sha256(payload): clones get a derived identity")
         return None
-    return row[0]
+    return payload
 
 
 def _row_plan(table, columns, row, rowid_pk, autoincrement, template, which, seq_offset, warnings):
@@ -335,17 +345,27 @@ def _row_plan(table, columns, row, rowid_pk, autoincrement, template, which, seq
             else:
                 makers.append(lambda c, v=value: hashlib.sha256(v + c.byte_pairs[0][1]).digest())
         elif table == "request_ids" and column == "response":
-            makers.append(_response_maker(value, fingerprint_plan, seq_offset, template))
-        elif isinstance(value, str) and any(n in value for n in needles):
-            makers.append(_text_maker(value, template))
-        elif isinstance(value, bytes) and any(n.encode() in value for n in needles):
-            identity = template.identity.encode()
-            makers.append(
-                lambda c, v=value, i=identity: _replace_bytes(v, c.byte_pairs).replace(i, c.identity().encode())
-            )
+            makers.append(_response_maker(response_of(value), fingerprint_plan, seq_offset, template))
+        elif (which, column) in COMPACT and isinstance(value, bytes) and value:
+            # Stored deflated (completion_service/storage/compact.py): ids are replaced in
+            # the plain value, which is stored deflated again.
+            to_plain, from_plain = COMPACT[(which, column)]
+            plain = _plain_maker(to_plain(value), needles, template)
+            makers.append(_Const(value) if isinstance(plain, _Const) else lambda c, m=plain, f=from_plain: f(m(c)))
         else:
-            makers.append(_Const(value))
+            makers.append(_plain_maker(value, needles, template))
     return table, tuple(kept_columns), makers
+
+
+def _plain_maker(value, needles: tuple[str, ...], template: Template):
+    """A value that names the template (a task, run or completion id, or the identity)
+    with the clone's ids instead; any other value as it is (a constant)."""
+    if isinstance(value, str) and any(n in value for n in needles):
+        return _text_maker(value, template)
+    if isinstance(value, bytes) and any(n.encode() in value for n in needles):
+        identity = template.identity.encode()
+        return lambda c, v=value, i=identity: _replace_bytes(v, c.byte_pairs).replace(i, c.identity().encode())
+    return _Const(value)
 
 
 def _text_maker(value: str, template: Template):
@@ -375,7 +395,7 @@ def _response_maker(value: bytes, plan: FingerprintPlan | None, seq_offset: dict
     def make(clone: _Clone) -> bytes:
         data = _replace_bytes(value, clone.byte_pairs).replace(identity, clone.identity().encode())
         if response_type is None:
-            return data
+            return stored_response(data)
         message = response_type.FromString(data)
         changed = False
         for field in ("event",):
@@ -389,7 +409,7 @@ def _response_maker(value: bytes, plan: FingerprintPlan | None, seq_offset: dict
             if completion.lifecycle_event_sequence in seq_offset:
                 completion.lifecycle_event_sequence = clone.sequence(seq_offset[completion.lifecycle_event_sequence])
                 changed = True
-        return message.SerializeToString() if changed else data
+        return stored_response(message.SerializeToString() if changed else data)
 
     return make
 

@@ -73,24 +73,36 @@ def encode_decision(decision: Decision) -> bytes:
     last = _last_encoded
     if last[0] is decision:
         return last[1]
-    stored = _deflate(_DECISIONS_V1, decision_to_json(decision).encode("utf-8"))
+    stored = encode_decision_json(decision_to_json(decision))
     _last_encoded = (decision, stored)
     _remember(stored, decision)
     return stored
 
 
 def decode_decision(stored: str | bytes | memoryview) -> Decision:
-    if isinstance(stored, str):
-        return decision_from_json(stored)
-    data = bytes(stored)
-    if data[:1] == b"{":
-        return decision_from_json(data.decode("utf-8"))
-    known = _known.get(data)
+    data = stored if isinstance(stored, str) else bytes(stored)
+    known = _known.get(data) if isinstance(data, bytes) else None
     if known is not None:
         return known
-    decision = decision_from_json(_inflate(_DECISIONS_V1, data, "decision").decode("utf-8"))
-    _remember(data, decision)
+    decision = decision_from_json(decode_decision_json(data))
+    if isinstance(data, bytes) and data[:1] != b"{":
+        _remember(data, decision)
     return decision
+
+
+def encode_decision_json(text: str) -> bytes:
+    """The stored form of a decision's JSON (decision_to_json)."""
+    return _deflate(_DECISIONS_V1, text.encode("utf-8"))
+
+
+def decode_decision_json(stored: str | bytes | memoryview) -> str:
+    """A stored decision's JSON, from any of its stored forms."""
+    if isinstance(stored, str):
+        return stored
+    data = bytes(stored)
+    if data[:1] == b"{":
+        return data.decode("utf-8")
+    return _inflate(_DECISIONS_V1, data, "decision").decode("utf-8")
 
 
 def encode_payload(payload: bytes) -> bytes:

@@ -10,7 +10,7 @@ Use inside a write transaction (any adapter's Tx implements `RequestMemory`):
 
 `Reused` is turned into the service's own REQUEST_ID_REUSED rejection with
 `seen.rejection(Reason.REQUEST_ID_REUSED)`. Responses are stored as bytes only:
-a serialized response, deflated when that makes it smaller (see `_pack`).
+a serialized response, deflated when that makes it smaller (see `stored_response`).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def recall(memory: RequestMemory, key: RequestKey | None) -> Replay | Reused | N
     verdict = judge_request_id(stored[0] if stored else None, key.fingerprint)
     if verdict is RequestIdVerdict.REPLAY:
         assert stored is not None
-        return Replay(_unpack(bytes(stored[1])))
+        return Replay(response_of(bytes(stored[1])))
     if verdict is RequestIdVerdict.REUSED:
         return Reused(key.request_id)
     return None
@@ -115,7 +115,7 @@ def recall(memory: RequestMemory, key: RequestKey | None) -> Replay | Reused | N
 def remember(memory: RequestMemory, key: RequestKey | None, response: bytes, created_at: int) -> None:
     """Remembers the response of a new request (a no-op without a key)."""
     if key is not None:
-        memory.remember_request(key, _pack(response), created_at)
+        memory.remember_request(key, stored_response(response), created_at)
 
 
 # Marks a deflated response. A serialized protobuf message never starts with a
@@ -125,7 +125,7 @@ _DEFLATED = b"\x00"
 _DEFLATE_FROM = 256
 
 
-def _pack(response: bytes) -> bytes:
+def stored_response(response: bytes) -> bytes:
     """The stored form: a response that embeds a decision or a task record is
     mostly repeated text, and request ids stay for the whole retention (issue 13)."""
     marked = response[:1] == _DEFLATED  # not a protobuf message; stored deflated so it reads back
@@ -135,7 +135,8 @@ def _pack(response: bytes) -> bytes:
     return packed if marked or len(packed) < len(response) else response
 
 
-def _unpack(stored: bytes) -> bytes:
+def response_of(stored: bytes) -> bytes:
+    """The response as first answered, from its stored form."""
     return zlib.decompress(stored[1:]) if stored[:1] == _DEFLATED else stored
 
 
