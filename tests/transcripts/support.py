@@ -168,11 +168,18 @@ async def export_bytes(ts, task_id: str, *, workspace: str = WS) -> bytes:
 
 
 async def import_bytes(ts, task_id: str, data: bytes, *, workspace: str = WS, chunk: int = 7):
-    """Streams `data` in deliberately odd-sized chunks, so that lines straddle messages."""
+    """Streams `data` in deliberately odd-sized chunks, so that lines straddle messages.
+    Stops sending once the server has answered (a rejection of a bad line comes
+    early): grpc-aio turns a write that fails after the server's status into
+    INTERNAL "Internal error from Core", hiding that status (grpc/grpc#36066)."""
+    call = None
 
     async def requests():
         yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace, task_id=task_id))
         for start in range(0, len(data), chunk):
+            if call is not None and call.done():
+                return
             yield tpb.ImportTranscriptRequest(jsonl_chunk=data[start : start + chunk])
 
-    return await ts.ImportTranscript(requests(), timeout=CALL_TIMEOUT)
+    call = ts.ImportTranscript(requests(), timeout=CALL_TIMEOUT)
+    return await call
