@@ -1,0 +1,100 @@
+"""Two revisions of the services measured in alternating pairs, on this machine.
+
+    .venv/bin/python bench/compare.py OLD_REV [NEW_REV] [--pairs 5] [--seconds 6] [--concurrency 16]
+
+A shared machine's speed drifts by a quarter within minutes (docs/performance.md):
+one run of each revision cannot show a lever worth less than that. This script
+checks OLD_REV (and NEW_REV; by default the working tree as it is) out into
+temporary git worktrees, then runs bench/run.py's attempt point (no echo chain)
+on old, new, old, new, ... and prints each pair, the ratio new/old of throughput
+and CPU per attempt, and in how many pairs the new revision was faster. Keep a
+lever when (nearly) every pair agrees.
+
+Each run imports the services of its own tree (it runs with that tree as its
+working directory and first on PYTHONPATH, ahead of the editable install).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Run:
+    ops_per_s: float
+    p99_ms: float
+    cpu_ms: float
+    failures: int
+
+
+def worktree(rev: str, parent: Path) -> Path:
+    path = parent / rev.replace("/", "_")
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT, check=True, capture_output=True)
+    return path
+
+
+def measure(tree: Path, seconds: float, concurrency: int, out: Path) -> Run:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+    subprocess.run(
+        [sys.executable, str(tree / "bench" / "run.py"), "--seconds", str(seconds), "--concurrency", str(concurrency),
+         "--workload", "attempt", "--no-baseline", "--json", str(out)],
+        cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    point = json.loads(out.read_text())["phases"]["empty"]["results"]["attempt"][str(concurrency)]
+    return Run(point["ops_per_s"], point["p99_ms"], point["cpu_ms_per_op"]["total"], point["failures"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("old", help="the revision to compare against (a commit, tag or branch)")
+    parser.add_argument("new", nargs="?", default=None, help="the revision to judge (default: the working tree)")
+    parser.add_argument("--pairs", type=int, default=5, help="alternating old/new pairs (default 5)")
+    parser.add_argument("--seconds", type=float, default=6.0, help="length of each measured point (default 6)")
+    parser.add_argument("--concurrency", type=int, default=16, help="attempts in flight (default 16)")
+    args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
+
+    with tempfile.TemporaryDirectory(prefix="funnel-compare-") as scratch:
+        parent = Path(scratch)
+        trees = {"old": worktree(args.old, parent), "new": worktree(args.new, parent) if args.new else ROOT}
+        try:
+            print(f"old {args.old}, new {args.new or 'working tree'}: attempt at {args.concurrency} in flight, "
+                  f"{args.seconds:g} s per point, {args.pairs} pairs", flush=True)
+            print(f"  {'pair':>4} {'old ops/s':>10} {'new ops/s':>10} {'ratio':>6} {'old cpu ms':>11} "
+                  f"{'new cpu ms':>11} {'old p99':>8} {'new p99':>8}", flush=True)
+            pairs: list[tuple[Run, Run]] = []
+            for n in range(1, args.pairs + 1):
+                old = measure(trees["old"], args.seconds, args.concurrency, parent / "old.json")
+                new = measure(trees["new"], args.seconds, args.concurrency, parent / "new.json")
+                pairs.append((old, new))
+                failed = "  FAILURES" if old.failures or new.failures else ""
+                print(f"  {n:>4} {old.ops_per_s:>10.0f} {new.ops_per_s:>10.0f} {new.ops_per_s / old.ops_per_s:>6.2f} "
+                      f"{old.cpu_ms:>11.2f} {new.cpu_ms:>11.2f} {old.p99_ms:>8.1f} {new.p99_ms:>8.1f}{failed}",
+                      flush=True)
+        finally:
+            for name in ("old", "new"):
+                if trees[name] != ROOT:
+                    subprocess.run(["git", "worktree", "remove", "--force", str(trees[name])], cwd=ROOT,
+                                   check=False, capture_output=True)
+
+    throughput = [new.ops_per_s / old.ops_per_s for old, new in pairs]
+    cpu = [new.cpu_ms / old.cpu_ms for old, new in pairs]
+    faster = sum(r > 1 for r in throughput)
+    print(f"new/old throughput: median {statistics.median(throughput):.2f}, mean {statistics.fmean(throughput):.2f}; "
+          f"CPU per attempt: median {statistics.median(cpu):.2f}; new faster in {faster} of {len(pairs)} pairs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
