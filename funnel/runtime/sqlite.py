@@ -15,7 +15,6 @@ hop per statement, which dominates the cost of a small transaction.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import importlib.resources
@@ -178,33 +177,26 @@ class Database:
 
     async def _write_pending(self) -> None:
         loop = asyncio.get_running_loop()
-        # Groups handed to the database thread and not yet answered, oldest first. The
-        # next group goes to the thread while the previous one commits, so the thread
-        # starts it right after that commit instead of waiting for this (busy) event
-        # loop to take the answer and hand over the next group. The thread runs them
-        # in order, so answers come back, and are published, in commit order.
-        in_flight: collections.deque[tuple[list[_Write[Any]], float, asyncio.Future[Any]]] = collections.deque()
         try:
-            while self._pending or in_flight:
-                while self._pending and len(in_flight) < PIPELINED_GROUPS and self._damage is None:
-                    batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
-                    batch = _live(batch, loop.time())
-                    if batch:
-                        wait_ms = max(1, int((min(w.deadline for w in batch) - loop.time()) * 1000))
-                        group = functools.partial(_commit_group, fns=[w.fn for w in batch], wait_ms=wait_ms)
-                        in_flight.append((batch, time.perf_counter(), asyncio.ensure_future(self.run(group))))
-                if not in_flight:
-                    if self._damage is not None:  # found while these waited: none of them is applied
-                        refused, self._pending = self._pending, []
-                        for write in refused:
-                            if not write.future.done():
-                                write.future.set_exception(StorageUnavailable(self._damage))
+            while self._pending:
+                if self._damage is not None:  # found while these waited: none of them is applied
+                    refused, self._pending = self._pending, []
+                    for write in refused:
+                        if not write.future.done():
+                            write.future.set_exception(StorageUnavailable(self._damage))
+                    break
+                batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
+                batch = _live(batch, loop.time())
+                if not batch:
                     continue
-                batch, started, answer = in_flight.popleft()
+                wait_ms = max(1, int((min(w.deadline for w in batch) - loop.time()) * 1000))
+                started = time.perf_counter()
                 try:
-                    outcomes = await answer
+                    outcomes = await self.run(
+                        functools.partial(_commit_group, fns=[w.fn for w in batch], wait_ms=wait_ms)
+                    )
                 except _LockBusy:
-                    # Nothing of it was applied: writes with time left try again, first.
+                    # Nothing was applied: writes with time left try again, in order.
                     self._pending[:0] = _live(batch, loop.time())
                     continue
                 except BaseException as exc:  # noqa: BLE001 - the commit itself failed: nothing of the group applied
@@ -297,8 +289,6 @@ class Database:
 # Large enough to amortize one fsync over a burst, small enough to bound the
 # latency of the first write in the group.
 MAX_GROUP = 64
-# Groups on the database thread at once: one committing, the next queued behind it.
-PIPELINED_GROUPS = 2
 
 
 @dataclass
