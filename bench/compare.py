@@ -6,7 +6,8 @@ A shared machine's speed drifts by a quarter within minutes (docs/performance.md
 one run of each revision cannot show a lever worth less than that. This script
 checks OLD_REV (and NEW_REV; by default the working tree as it is) out into
 temporary git worktrees, then runs bench/run.py's attempt point (no echo chain)
-on old, new, old, new, ... and prints each pair, the ratio new/old of throughput
+in pairs (old then new, then new then old, and so on, so that a drift of the
+machine over the run favours neither) and prints each pair, the ratio new/old of throughput
 and CPU per attempt, and in how many pairs the new revision was faster. Keep a
 lever when (nearly) every pair agrees.
 
@@ -75,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'new cpu ms':>11} {'old p99':>8} {'new p99':>8}", flush=True)
             pairs: list[tuple[Run, Run]] = []
             for n in range(1, args.pairs + 1):
-                old = measure(trees["old"], args.seconds, args.concurrency, parent / "old.json")
-                new = measure(trees["new"], args.seconds, args.concurrency, parent / "new.json")
+                # Old first in odd pairs, new first in even ones: a drift of the machine's
+                # speed over the run then favours neither.
+                order = ("old", "new") if n % 2 else ("new", "old")
+                runs = {name: measure(trees[name], args.seconds, args.concurrency, parent / f"{name}.json")
+                        for name in order}
+                old, new = runs["old"], runs["new"]
                 pairs.append((old, new))
                 failed = "  FAILURES" if old.failures or new.failures else ""
                 print(f"  {n:>4} {old.ops_per_s:>10.0f} {new.ops_per_s:>10.0f} {new.ops_per_s / old.ops_per_s:>6.2f} "
