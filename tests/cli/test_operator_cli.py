@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,7 +18,6 @@ from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from tests import credentials
 from tests.reliability.harness import CALL_TIMEOUT, Pair, unused_port
-from tests.reliability.test_durability import table_pages_in_the_middle
 
 FUNNEL = Path(sys.executable).parent / "funnel"
 
@@ -108,6 +108,25 @@ def test_exit_codes_scripts_can_rely_on(demo):
     done = subprocess.run([str(FUNNEL), "task", "list", "--data-dir", str(demo["dir"] / "data"),
                            "--lifecycle", f"127.0.0.1:{unused_port()}"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 5 and "UNAVAILABLE" in done.stderr
+
+
+def table_pages_in_the_middle(path: Path) -> list[int]:
+    """Pages (1-based) in the middle of the file that hold table or index b-tree data
+    (cells: the unused area of an empty b-tree's page is never read, so damage there
+    is not damage)."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        pages = [
+            row[0]
+            for row in db.execute(
+                "SELECT pageno FROM dbstat WHERE name NOT LIKE 'sqlite_%' AND ncell > 0 ORDER BY pageno"
+            )
+        ]
+    finally:
+        db.close()
+    assert len(pages) >= 4, pages
+    middle = len(pages) // 2
+    return pages[middle : middle + 2]
 
 
 def test_check_and_backup_of_a_live_database(demo, tmp_path):

@@ -100,25 +100,6 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def table_pages_in_the_middle(path: Path) -> list[int]:
-    """Pages (1-based) in the middle of the file that hold table or index b-tree data
-    (cells: the unused area of an empty b-tree's page is never read, so damage there
-    is not damage; tests/cli/test_operator_cli.py damages them for `funnel check`)."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        pages = [
-            row[0]
-            for row in db.execute(
-                "SELECT pageno FROM dbstat WHERE name NOT LIKE 'sqlite_%' AND ncell > 0 ORDER BY pageno"
-            )
-        ]
-    finally:
-        db.close()
-    assert len(pages) >= 4, pages
-    middle = len(pages) // 2
-    return pages[middle : middle + 2]
-
-
 def table_leaves(path: Path) -> list[int]:
     """The leaf pages (1-based) of the service's table with the most of them, in key
     order: the first and last are its ends, which start-up reads; the others lie
@@ -229,10 +210,8 @@ async def test_damage_deep_inside_a_table_is_found_after_the_service_serves(serv
     leaves = table_leaves(databases[service])
     corrupt = damaged_copy(databases[service], tmp_path / "corrupt.sqlite3", leaves[len(leaves) // 2])
     identity = "completion-identity" if service == "lifecycle_service" else None
-    started = time.monotonic()
     process = start_service(service, corrupt, tmp_path)  # it serves: start-up does not read the middle
     try:
-        serving_after = time.monotonic() - started
         deadline = time.monotonic() + FOUND_WITHIN
         while await health_status(process.address, identity) != health_pb2.HealthCheckResponse.NOT_SERVING:
             assert time.monotonic() < deadline, "health never turned NOT_SERVING"
@@ -255,7 +234,6 @@ async def test_damage_deep_inside_a_table_is_found_after_the_service_serves(serv
         process.stop()
     log = (tmp_path / f"{service}.log").read_text()
     assert "integrity check found damage" in log and "ERROR" in log, log[-3000:]
-    assert serving_after < START_TIMEOUT
     # The offline check finds it too.
     check = subprocess.run([sys.executable, "-m", "funnel_cli.main", "check", str(corrupt)], capture_output=True,
                            text=True, timeout=START_TIMEOUT)
