@@ -150,11 +150,7 @@ async def start(
         sqlite = await SqliteCompletionStore.open(config.database, commits=metrics.commit)
         store = sqlite
         publish = publisher(broker)
-        if config.integrity_check == runtime.INTEGRITY_AFTER_START:
-            # Started with the other loops, after the server: start-up did only O(1) checks.
-            background.add(
-                "integrity-check", lambda: runtime.check_integrity_after_start(sqlite.check_integrity, metrics)
-            )
+        runtime.add_integrity_check(background, config.integrity_check, sqlite.check_integrity, metrics)
     lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
     authority = CompletionAuthority(
         store,

@@ -123,11 +123,7 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         sqlite = await SqliteLifecycleStore.open(config.database, commits=metrics.commit)
         store = sqlite
         publish, replay_interval = publisher(broker), None
-        if config.integrity_check == runtime.INTEGRITY_AFTER_START:
-            # Started with the other loops, after the server: start-up did only O(1) checks.
-            background.add(
-                "integrity-check", lambda: runtime.check_integrity_after_start(sqlite.check_integrity, metrics)
-            )
+        runtime.add_integrity_check(background, config.integrity_check, sqlite.check_integrity, metrics)
     authority = LifecycleAuthority(
         store,
         Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000),

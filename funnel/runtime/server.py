@@ -208,6 +208,15 @@ class Health:
         await self.servicer.enter_graceful_shutdown()
 
 
+def add_integrity_check(
+    background: Background, mode: str, check: Callable[[], Awaitable[str | None]], metrics: ServiceMetrics
+) -> None:
+    """With `--integrity-check after-start`, the full check joins the other background
+    loops, which start after the server: start-up itself did only O(1) checks."""
+    if mode == INTEGRITY_AFTER_START:
+        background.add("integrity-check", lambda: check_integrity_after_start(check, metrics))
+
+
 async def check_integrity_after_start(
     check: Callable[[], Awaitable[str | None]],
     metrics: ServiceMetrics,
