@@ -40,7 +40,10 @@ class Run:
 
 def worktree(rev: str, parent: Path) -> Path:
     path = parent / rev.replace("/", "_")
-    subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT, check=True, capture_output=True)
+    made = subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT, capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        raise SystemExit(f"cannot check out {rev!r}: {made.stderr.strip()}")
     return path
 
 
@@ -68,8 +71,12 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="funnel-compare-") as scratch:
         parent = Path(scratch)
-        trees = {"old": worktree(args.old, parent), "new": worktree(args.new, parent) if args.new else ROOT}
+        trees = {"new": ROOT}
         try:
+            # Inside the try: a revision that fails to check out leaves no worktree behind.
+            trees["old"] = worktree(args.old, parent)
+            if args.new:
+                trees["new"] = worktree(args.new, parent)
             print(f"old {args.old}, new {args.new or 'working tree'}: attempt at {args.concurrency} in flight, "
                   f"{args.seconds:g} s per point, {args.pairs} pairs", flush=True)
             print(f"  {'pair':>4} {'old ops/s':>10} {'new ops/s':>10} {'ratio':>6} {'old cpu ms':>11} "
@@ -88,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{old.cpu_ms:>11.2f} {new.cpu_ms:>11.2f} {old.p99_ms:>8.1f} {new.p99_ms:>8.1f}{failed}",
                       flush=True)
         finally:
-            for name in ("old", "new"):
+            for name in trees:
                 if trees[name] != ROOT:
                     subprocess.run(["git", "worktree", "remove", "--force", str(trees[name])], cwd=ROOT,
                                    check=False, capture_output=True)

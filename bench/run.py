@@ -326,8 +326,8 @@ def run_funnel(
         if database_url is None:
             checks = {name: integrity_check_seconds(data_dir / f"{name}.log") for name in ("lifecycle", "completion")}
             phase["integrity_check_s"] = checks
-            log("  integrity check after SERVING (in the background; the points start after it): " + ", ".join(
-                f"{name} {'damage or no result' if s is None else f'{s:.1f}s'}" for name, s in checks.items()))
+            log("  integrity check after SERVING (in the background; the points start after it): "
+                + integrity_text(checks))
         tag = f"{os.getpid() % 100000:05d}{int(time.time()) % 1000:03d}"
         for workload in workloads:
             previous_cpu = None
@@ -390,6 +390,11 @@ def pool_size(seconds: float, concurrency: int, baseline: dict, previous_cpu_ms:
     if previous_cpu_ms:
         estimate = min(estimate, 1.5 * 1000 * (os.cpu_count() or 1) / previous_cpu_ms)
     return math.ceil(seconds * estimate * 1.3) + 4 * concurrency + 50
+
+
+def integrity_text(checks: dict[str, float | None]) -> str:
+    """How long each service's integrity check after start took."""
+    return ", ".join(f"{name} {'damage or no result' if s is None else f'{s:.1f}s'}" for name, s in checks.items())
 
 
 def database_sizes(data_dir: Path) -> dict:
@@ -522,8 +527,7 @@ def print_report(report: dict) -> None:
         )
         if "integrity_check_s" in phase:
             checks = phase["integrity_check_s"]
-            print("  integrity check after SERVING (background, before the points): " + ", ".join(
-                f"{name} {'damage or no result' if s is None else f'{s:.1f}s'}" for name, s in checks.items()))
+            print("  integrity check after SERVING (background, before the points): " + integrity_text(checks))
         print(header.format(a="completion", b="lifecycle") + "   vs baseline: ops/s ratio, p99 ratio")
         for workload, by_c in phase["results"].items():
             for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):
