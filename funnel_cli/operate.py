@@ -33,6 +33,7 @@ from funnel.completion.v1 import completion_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
+from funnel.runtime.paging import every_page
 from funnel_cli import connection as conn
 from funnel_cli.output import (
     Column,
@@ -107,18 +108,6 @@ def service_command(name: str) -> Callable[[Command], Callable[[argparse.Namespa
     return wrap
 
 
-async def pages(fetch: Callable[[str], Awaitable[Any]], items: str, limit: int | None) -> list[Any]:
-    """Every item of a paged List call (up to `limit`)."""
-    found: list[Any] = []
-    token = ""
-    while True:
-        page = await fetch(token)
-        found += list(getattr(page, items))
-        token = page.next_page_token
-        if not token or (limit is not None and len(found) >= limit):
-            return found[:limit] if limit is not None else found
-
-
 # --- tasks --------------------------------------------------------------------
 
 TASK_COLUMNS = [
@@ -163,7 +152,7 @@ async def task_get(args: argparse.Namespace, clients: Clients) -> int:
 
 @service_command("task list")
 async def task_list(args: argparse.Namespace, clients: Clients) -> int:
-    tasks = await pages(lambda token: clients.lifecycle.ListTasks(lpb.ListTasksRequest(
+    tasks = await every_page(lambda token: clients.lifecycle.ListTasks(lpb.ListTasksRequest(
         workspace_id=args.workspace, parent_task_id=args.parent or "", page_size=PAGE_SIZE, page_token=token),
         timeout=CALL_TIMEOUT), "tasks", args.limit)
     if args.output == "json":
@@ -175,7 +164,7 @@ async def task_list(args: argparse.Namespace, clients: Clients) -> int:
 
 @service_command("task events")
 async def task_events(args: argparse.Namespace, clients: Clients) -> int:
-    events = await pages(lambda token: clients.lifecycle.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
+    events = await every_page(lambda token: clients.lifecycle.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
         workspace_id=args.workspace, task_id=args.task, page_size=PAGE_SIZE, page_token=token),
         timeout=CALL_TIMEOUT), "events", None)
     if args.output == "json":
@@ -306,7 +295,7 @@ async def run_get(args: argparse.Namespace, clients: Clients) -> int:
 
 @service_command("run list")
 async def run_list(args: argparse.Namespace, clients: Clients) -> int:
-    runs = await pages(lambda token: clients.completion.ListRuns(cpb.ListRunsRequest(
+    runs = await every_page(lambda token: clients.completion.ListRuns(cpb.ListRunsRequest(
         workspace_id=args.workspace, task_id=args.task or "", page_size=PAGE_SIZE, page_token=token),
         timeout=CALL_TIMEOUT), "runs", args.limit)
     if args.output == "json":
@@ -337,7 +326,7 @@ async def completion_get(args: argparse.Namespace, clients: Clients) -> int:
 @service_command("completion list")
 async def completion_list(args: argparse.Namespace, clients: Clients) -> int:
     settlement = cpb.SETTLEMENT_STATUS_PENDING if args.pending else cpb.SETTLEMENT_STATUS_UNSPECIFIED
-    completions = await pages(lambda token: clients.completion.ListCompletions(cpb.ListCompletionsRequest(
+    completions = await every_page(lambda token: clients.completion.ListCompletions(cpb.ListCompletionsRequest(
         workspace_id=args.workspace, task_id=args.task or "", settlement=settlement, page_size=PAGE_SIZE,
         page_token=token), timeout=CALL_TIMEOUT), "completions", args.limit)
     if args.output == "json":
@@ -390,7 +379,7 @@ async def outbox(args: argparse.Namespace, clients: Clients) -> int:
     answered yet, oldest commit first, with what the outbox did about each."""
     # One more than asked for tells whether the listing was cut at --limit.
     wanted = None if args.limit is None else args.limit + 1
-    found = await pages(lambda token: clients.completion.ListCompletions(cpb.ListCompletionsRequest(
+    found = await every_page(lambda token: clients.completion.ListCompletions(cpb.ListCompletionsRequest(
         workspace_id=args.workspace, settlement=cpb.SETTLEMENT_STATUS_PENDING, page_size=PAGE_SIZE,
         page_token=token), timeout=CALL_TIMEOUT), "completions", wanted)
     shown = found[:args.limit] if args.limit is not None else found

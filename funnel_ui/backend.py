@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
+from funnel.runtime.paging import every_page
 from funnel_cli.connection import Connection
 from funnel_ui import view
 
@@ -217,7 +218,7 @@ class Backend:
         return TaskData(task, events, completion_events, completions, runs, transcript, more, advice)
 
     async def _lifecycle_events(self, workspace: str, task_id: str) -> list[lpb.LifecycleEvent]:
-        return await _all_pages(
+        return await every_page(
             lambda token: self.lifecycle.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
                 workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
             "events",
@@ -234,14 +235,14 @@ class Backend:
                 return events
 
     async def completions(self, workspace: str, task_id: str) -> list[cpb.Completion]:
-        return await _all_pages(
+        return await every_page(
             lambda token: self.completion.ListCompletions(cpb.ListCompletionsRequest(
                 workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
             "completions",
         )
 
     async def runs(self, workspace: str, task_id: str) -> list[cpb.Run]:
-        return await _all_pages(
+        return await every_page(
             lambda token: self.completion.ListRuns(cpb.ListRunsRequest(
                 workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
             "runs",
@@ -312,17 +313,6 @@ class Backend:
 
 def _cause(reason: str) -> lpb.Cause:
     return lpb.Cause(source="funnel-ui", reason=reason)
-
-
-async def _all_pages(fetch: Callable[[str], Awaitable[Any]], items: str) -> list[Any]:
-    found: list[Any] = []
-    token = ""
-    while True:
-        page = await fetch(token)
-        found += getattr(page, items)
-        token = page.next_page_token
-        if not token:
-            return found
 
 
 def resumable(error: grpc.aio.AioRpcError) -> bool:

@@ -1,9 +1,11 @@
-"""Opaque page tokens bound to the listing that issued them."""
+"""Opaque page tokens bound to the listing that issued them, and a client's walk
+through every page of a List call."""
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 # A page token's cursor: a str or int key, or a list of them.
@@ -62,3 +64,16 @@ def fitting(messages: list, budget: int) -> int:
         if total > budget and count > 0:
             return count
     return len(messages)
+
+
+async def every_page(fetch: Callable[[str], Awaitable[Any]], items: str, limit: int | None = None) -> list[Any]:
+    """Every item of a paged List call (up to `limit`): `fetch(page_token)` returns
+    one page, whose `items` field holds its items."""
+    found: list[Any] = []
+    token = ""
+    while True:
+        page = await fetch(token)
+        found += list(getattr(page, items))
+        token = page.next_page_token
+        if not token or (limit is not None and len(found) >= limit):
+            return found[:limit] if limit is not None else found
