@@ -19,30 +19,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.postgres import fresh_database
+from tests.prometheus import Samples, scrape, value
 
 FUNNEL = Path(sys.executable).parent / "funnel"
 LIFECYCLE = "funnel.lifecycle.v1.TaskLifecycleService"
 COMPLETION = "funnel.completion.v1.CompletionService"
-Samples = dict[tuple[str, frozenset], float]
-
-
-def scrape(url: str) -> Samples:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        assert response.status == 200
-        assert response.headers["Content-Type"].startswith("text/plain")
-        text = response.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
 
 
 def handled(samples: Samples, service: str, method: str, code: str = "OK", reason: str = "") -> float | None:

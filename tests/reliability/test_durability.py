@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -38,6 +36,7 @@ from funnel_cli.supervisor import ServiceProcess, completion_tls_arguments, life
 from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE as LIFECYCLE_MIGRATIONS
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
 from tests import credentials
+from tests.prometheus import scrape, value
 from tests.reliability.harness import Pair
 from tests.reliability.workload import Workload, drain
 
@@ -188,10 +187,8 @@ async def health_status(address: str, identity: str | None) -> int:
             return health_pb2.HealthCheckResponse.UNKNOWN
 
 
-def metric(url: str, name: str) -> float:
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    [value] = re.findall(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(value)
+def integrity_checks(url: str, result: str) -> float | None:
+    return value(scrape(url), "funnel_db_integrity_checks_total", result=result)
 
 
 def start_service(service: str, database: Path, tmp_path: Path, *more: str) -> ServiceProcess:
@@ -200,8 +197,6 @@ def start_service(service: str, database: Path, tmp_path: Path, *more: str) -> S
     return spawn(service, service, args, tmp_path / f"{service}.log")
 
 
-DAMAGED = 'funnel_db_integrity_checks_total{result="damaged"}'
-OK = 'funnel_db_integrity_checks_total{result="ok"}'
 FOUND_WITHIN = 30.0
 
 
@@ -217,8 +212,8 @@ async def test_damage_deep_inside_a_table_is_found_after_the_service_serves(serv
             assert time.monotonic() < deadline, "health never turned NOT_SERVING"
             await asyncio.sleep(0.1)
         assert process.metrics_url is not None
-        assert metric(process.metrics_url, DAMAGED) == 1.0
-        assert metric(process.metrics_url, OK) == 0.0
+        assert integrity_checks(process.metrics_url, "damaged") == 1.0
+        assert integrity_checks(process.metrics_url, "ok") == 0.0
         if service == "lifecycle_service":  # a write through the real service is refused, with the reason
             async with credentials.tls_channel(process.address) as channel:
                 stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
@@ -250,7 +245,7 @@ async def test_the_integrity_check_after_start_can_be_turned_off(service, databa
         await asyncio.sleep(3.0)  # long enough for the check to have found the damage, had it run
         assert await health_status(process.address, identity) == health_pb2.HealthCheckResponse.SERVING
         assert process.metrics_url is not None
-        assert metric(process.metrics_url, DAMAGED) == metric(process.metrics_url, OK) == 0.0
+        assert integrity_checks(process.metrics_url, "damaged") == integrity_checks(process.metrics_url, "ok") == 0.0
     finally:
         process.stop()
     assert "integrity check" not in (tmp_path / f"{service}.log").read_text()
@@ -264,10 +259,10 @@ async def test_a_sound_database_passes_its_integrity_check_after_start(service, 
     try:
         assert process.metrics_url is not None
         deadline = time.monotonic() + FOUND_WITHIN
-        while metric(process.metrics_url, OK) != 1.0:
+        while integrity_checks(process.metrics_url, "ok") != 1.0:
             assert time.monotonic() < deadline, "the integrity check never reported"
             await asyncio.sleep(0.1)
-        assert metric(process.metrics_url, DAMAGED) == 0.0
+        assert integrity_checks(process.metrics_url, "damaged") == 0.0
     finally:
         process.stop()
     assert "integrity check passed" in (tmp_path / f"{service}.log").read_text()
