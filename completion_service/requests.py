@@ -122,23 +122,25 @@ def get_completion(request: pb.GetCompletionRequest) -> None:
 
 
 def listing(request, *optional_id_fields: str) -> None:
+    _listing_checks(request, optional_id_fields).raise_for(Reason)
+
+
+def list_completions(request: pb.ListCompletionsRequest) -> SettlementStatus | None:
+    """The settlement filter of a valid request (None: every completion)."""
+    checker = _listing_checks(request, ("task_id",))
+    checker.enum("settlement", request.settlement, _SETTLEMENTS, required=False)
+    checker.raise_for(Reason)
+    return SettlementStatus(request.settlement) if request.settlement else None
+
+
+def _listing_checks(request, optional_id_fields: tuple[str, ...]) -> Checker:
+    """What every List request is checked for: its workspace, its optional id filters, its page size."""
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     for field in optional_id_fields:
         checker.identifier(field, getattr(request, field), required=False)
     checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
-    checker.raise_for(Reason)
-
-
-def list_completions(request: pb.ListCompletionsRequest) -> SettlementStatus | None:
-    """The settlement filter of a valid request (None: every completion)."""
-    checker = Checker()
-    checker.identifier("workspace_id", request.workspace_id)
-    checker.identifier("task_id", request.task_id, required=False)
-    checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
-    checker.enum("settlement", request.settlement, _SETTLEMENTS, required=False)
-    checker.raise_for(Reason)
-    return SettlementStatus(request.settlement) if request.settlement else None
+    return checker
 
 
 def watch(request: pb.WatchCompletionEventsRequest | pb.ListCompletionEventsRequest) -> None:
