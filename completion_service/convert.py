@@ -11,7 +11,6 @@ from completion_service.core.model import (
     EvidenceRecord,
     Lease,
     RunRecord,
-    SettlementStatus,
 )
 from completion_service.core.transcript import EventKind, SessionEvent, TurnEndReason
 from funnel.completion.v1 import completion_pb2 as pb
@@ -90,7 +89,6 @@ def details_to_proto(d: BlockDetails) -> pb.BlockDetails:
 
 
 def completion_to_proto(c: CompletionRecord) -> pb.Completion:
-    pending = c.settlement is SettlementStatus.PENDING
     return pb.Completion(
         workspace_id=c.workspace_id,
         task_id=c.task_id,
@@ -111,9 +109,9 @@ def completion_to_proto(c: CompletionRecord) -> pb.Completion:
         terminalization_error_message=c.error_message or "",
         decision=decision_to_proto(c.decision),
         settle_attempts=c.settle_attempts,
-        # Both only while PENDING: once answered nothing is due and no error stands.
-        next_settle_time=to_timestamp(c.next_settle_at) if pending else None,
-        last_settle_error=(c.last_settle_error or "") if pending else "",
+        # Both None once answered: record_settlement clears them, the stores read them so.
+        next_settle_time=to_timestamp(c.next_settle_at),
+        last_settle_error=c.last_settle_error or "",
     )
 
 
