@@ -21,7 +21,7 @@ from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.grpc_errors import error_info
 from tests import credentials
-from tests.completion.e2e_support import stop_lifecycle_during_next_settlement
+from tests.completion.e2e_support import eventually, stop_lifecycle_during_next_settlement
 from tests.security.support import AGENT, OTHER_WS, WS
 
 Code = grpc.StatusCode
@@ -129,19 +129,28 @@ async def test_another_workspace_cannot_read_watch_or_write_and_learns_nothing(s
     assert funnel.snapshot() == before
 
 
+async def request_lines(caplog) -> list[dict]:
+    """The request log's lines so far, once there is one: the server writes its
+    line after the status went out, so the client can see the status first."""
+    async def lines():
+        return [r.fields for r in caplog.records if r.name == "funnel.request"]
+    await eventually(lines, timeout=T)
+    return await lines()
+
+
 async def test_a_denied_call_is_logged_once_with_caller_method_and_reason(secured, caplog):
     funnel = await secured()
     caplog.set_level(logging.WARNING, logger="funnel.request")
     foreign = funnel.clients(FOREIGN_HOST)
     await denied(foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
                  Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
-    [line] = [r.fields for r in caplog.records if r.name == "funnel.request"]
+    [line] = await request_lines(caplog)
     assert (line["method"], line["code"], line["reason"]) == ("GetTask", "PERMISSION_DENIED", "WORKSPACE_NOT_GRANTED")
     assert (line["subject"], line["workspace"], line["task"]) == ("host-2", WS, "t-1")
     caplog.clear()
     await denied(funnel.clients(None).lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
                  Code.UNAUTHENTICATED, "CREDENTIALS_MISSING")
-    [line] = [r.fields for r in caplog.records if r.name == "funnel.request"]
+    [line] = await request_lines(caplog)
     assert (line["method"], line["code"], line["reason"]) == ("GetTask", "UNAUTHENTICATED", "CREDENTIALS_MISSING")
     # Without a subject, the peer's address says who called.
     assert "subject" not in line and line["peer"].startswith("ipv")
