@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,15 +34,14 @@ def handled(samples: Samples, service: str, method: str, code: str = "OK", reaso
                  grpc_code=code, reason=reason)
 
 
-def scraped_when_settled(url: str, timeout: float = 10.0) -> Samples:
-    """The completion endpoint once its database gauges show the settled story."""
+def scraped_when(url: str, ready: Callable[[Samples], object], what: str, timeout: float = 10.0) -> Samples:
+    """The endpoint's samples once `ready` holds for them."""
     deadline = time.monotonic() + timeout
     while True:
         samples = scrape(url)
-        # The size is set by the same refresh as the outbox gauges, which start at 0.
-        if value(samples, "funnel_db_size_bytes") and value(samples, "funnel_completion_outbox_pending") == 0:
+        if ready(samples):
             return samples
-        assert time.monotonic() < deadline, "the outbox gauges never showed the settled story"
+        assert time.monotonic() < deadline, f"the endpoint never showed {what}"
         time.sleep(0.1)
 
 
@@ -93,8 +93,12 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
         )
         assert intruder.returncode == 1 and "PERMISSION_DENIED" in intruder.stderr, intruder.stderr
 
-        lifecycle = scrape(urls["lifecycle"])
-        completion = scraped_when_settled(urls["completion"])
+        # A call is counted after its status went out, so the intruder can exit first.
+        lifecycle = scraped_when(urls["lifecycle"], lambda samples: handled(
+            samples, LIFECYCLE, "RegisterTask", "PERMISSION_DENIED", "WORKSPACE_NOT_GRANTED"), "the denied call")
+        # The size is set by the same refresh as the outbox gauges, which start at 0.
+        completion = scraped_when(urls["completion"], lambda samples: value(samples, "funnel_db_size_bytes") and value(
+            samples, "funnel_completion_outbox_pending") == 0, "the settled story")
     finally:
         up.send_signal(signal.SIGINT)
         rest, _ = up.communicate(timeout=30)
