@@ -16,8 +16,16 @@ def parent_from_proto(link: pb.ParentLink) -> ParentLink:
     return ParentLink(link.task_id, link.generation, LinkMode(link.mode))
 
 
+def parent_to_proto(link: ParentLink | None) -> pb.ParentLink | None:
+    if link is None:
+        return None
+    return pb.ParentLink(
+        task_id=link.task_id, generation=link.generation, mode=proto_enum(pb.ParentLinkMode, link.mode.value)
+    )
+
+
 def task_to_proto(task: TaskRecord) -> pb.Task:
-    message = pb.Task(
+    return pb.Task(
         workspace_id=task.workspace_id,
         task_id=task.task_id,
         generation=task.generation,
@@ -30,16 +38,8 @@ def task_to_proto(task: TaskRecord) -> pb.Task:
         completion_id=task.completion_id or "",
         create_time=to_timestamp(task.created_at),
         update_time=to_timestamp(task.updated_at),
+        parent=parent_to_proto(task.parent),
     )
-    if task.parent:
-        message.parent.CopyFrom(
-            pb.ParentLink(
-                task_id=task.parent.task_id,
-                generation=task.parent.generation,
-                mode=proto_enum(pb.ParentLinkMode, task.parent.mode.value),
-            )
-        )
-    return message
 
 
 def event_to_proto(event: LifecycleEvent) -> pb.LifecycleEvent:
@@ -68,4 +68,5 @@ def event_to_proto(event: LifecycleEvent) -> pb.LifecycleEvent:
         commit_time=to_timestamp(event.committed_at),
         request_id=event.request_id or "",
         caller=pb.Caller(subject=event.caller.subject, role=event.caller.role),
+        parent=parent_to_proto(event.parent),
     )

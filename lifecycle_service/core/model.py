@@ -115,6 +115,8 @@ class LifecycleEvent:
     committed_at: int
     request_id: str | None
     caller: Caller = Caller()
+    # Set on a child task's registration event: watchers learn its parent from it.
+    parent: ParentLink | None = None
     sequence: int = 0
 
 

@@ -491,6 +491,7 @@ def _event(
         committed_at=now,
         request_id=intent.request_id,
         caller=intent.caller,
+        parent=task.parent if intent.kind is IntentKind.REGISTER_TASK else None,
     )
 
 

@@ -54,7 +54,7 @@ EVENTS_CHANNEL = "funnel_lifecycle_events"
 # the engine's migration lock.
 REQUEST_ID_LOCKS = 0x6C6963  # "lic"
 
-_INSERT_EVENT = f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ({', '.join(['?'] * 20)})"
+_INSERT_EVENT = f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ({', '.join(['?'] * 23)})"
 
 
 class PostgresLifecycleStore:

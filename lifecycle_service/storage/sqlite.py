@@ -47,13 +47,14 @@ _TASK_COLUMNS = (
 EVENT_VALUES = (
     "workspace_id, task_id, generation, revision, intent, from_state, to_state, outcome, "
     "cancellation_requested_at, work_status, cause_source, cause_reason, cause_originating_ids, "
-    "completion_id, authoritative_at, committed_at, request_id, caller_subject, caller_role"
+    "completion_id, authoritative_at, committed_at, request_id, caller_subject, caller_role, "
+    "parent_task_id, parent_generation, parent_mode"
 )
 EVENT_COLUMNS = "sequence, " + EVENT_VALUES
 # The caller's free text (cause source and reason): positions in _event_values and in a row.
 CAUSE_TEXT_VALUES = (10, 11)
 CAUSE_TEXT_COLUMNS = (11, 12)
-INSERT_EVENT = f"INSERT INTO lifecycle_events ({EVENT_VALUES}) VALUES ({', '.join(['?'] * 19)})"
+INSERT_EVENT = f"INSERT INTO lifecycle_events ({EVENT_VALUES}) VALUES ({', '.join(['?'] * 22)})"
 PROPAGATION_COLUMNS = (
     "id, workspace_id, parent_task_id, parent_generation, parent_sequence, child_task_id, child_generation, intent"
 )
@@ -310,7 +311,17 @@ def _event_values(event: LifecycleEvent) -> tuple:
         event.request_id,
         event.caller.subject,
         event.caller.role,
+        *_link_values(event.parent),
     )
+
+
+def _link_values(link: ParentLink | None) -> tuple:
+    return (link.task_id, link.generation, link.mode.name) if link else (None, None, None)
+
+
+def _link_from(r: Sequence[Any]) -> ParentLink | None:
+    """A parent link from its three columns (task, generation, mode)."""
+    return ParentLink(r[0], r[1], LinkMode[r[2]]) if r[0] else None
 
 
 def propagation_from_row(r: Sequence[Any]) -> PendingPropagation:
@@ -348,7 +359,7 @@ def _task_from_row(r: Sequence[Any]) -> TaskRecord:
         outcome=Outcome[r[5]] if r[5] else None,
         cancellation_requested_at=r[6],
         work_status=WorkStatus[r[7]],
-        parent=ParentLink(r[8], r[9], LinkMode[r[10]]) if r[8] else None,
+        parent=_link_from(r[8:11]),
         completion_id=r[11],
         created_at=r[12],
         updated_at=r[13],
@@ -374,4 +385,5 @@ def _event_from_row(r: Sequence[Any]) -> LifecycleEvent:
         committed_at=r[16],
         request_id=r[17],
         caller=Caller(r[18], r[19]),
+        parent=_link_from(r[20:23]),
     )

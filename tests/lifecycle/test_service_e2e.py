@@ -225,6 +225,9 @@ async def test_get_task_lists_open_attached_children(c):
     assert list(view.open_attached_child_task_ids) == ["c-a", "c-b"]
     child = await c.task("c-b")
     assert child.parent == pb.ParentLink(task_id="parent", generation=1, mode=pb.PARENT_LINK_MODE_ATTACHED)
+    # The registration event names the parent too (a watcher learns of the child from it); no other event does.
+    registered, activated = await c.events("c-a")
+    assert registered.parent == child.parent and not activated.HasField("parent")
 
 
 async def test_list_tasks_pages_through_a_workspace(c):

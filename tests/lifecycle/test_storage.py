@@ -20,6 +20,7 @@ import pytest
 from funnel.auth.principal import Caller
 from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import RequestKey
+from funnel.runtime.postgres import PostgresDatabase, SqliteStyle
 from funnel.runtime.sqlite import migrations_in
 from funnel.runtime.storage_errors import StorageRefused
 from lifecycle_service.authority import PROPAGATION_SOURCE, LifecycleAuthority
@@ -42,9 +43,12 @@ from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
 from lifecycle_service.storage.memory import MemoryLifecycleStore
 from lifecycle_service.storage.port import InvariantViolated, LifecycleStore
+from lifecycle_service.storage.postgres import MIGRATIONS_PACKAGE as PG_MIGRATIONS_PACKAGE
+from lifecycle_service.storage.postgres import SCHEMA as PG_SCHEMA
 from lifecycle_service.storage.postgres import PostgresLifecycleStore
-from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE, SqliteLifecycleStore
+from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE, SqliteLifecycleStore, SqliteLifecycleTx
 from lifecycle_service.units import ApplyResult, Command, Committed, Discharged, Replayed, Resettled, apply_intent
+from tests.postgres import fresh_database
 
 SCHEMA_VERSION = len(migrations_in(MIGRATIONS_PACKAGE))
 
@@ -246,6 +250,24 @@ async def test_an_event_round_trips_every_field_with_the_sequence_the_store_assi
     assert stored == dataclasses.replace(event, sequence=stored.sequence)
     assert await backend.read(lambda tx: tx.list_events(WS, "t1", 0, 10)) == [stored]
     assert await backend.read(lambda tx: tx.events_after(WS, 0, None, 10)) == [stored]
+
+
+async def test_a_registration_event_round_trips_its_parent_link(backend):
+    parent = record("parent")
+    link = ParentLink("parent", 1, LinkMode.ATTACHED)
+    child = record("child", parent=link)
+
+    def unit(tx):
+        tx.insert_task(parent)
+        tx.append_event(event_of(parent))
+        tx.insert_task(child)
+        return tx.append_event(event_of(child, parent=link))
+
+    stored = await backend.write(unit)
+    assert stored.parent == link
+    events = await backend.read(lambda tx: tx.events_after(WS, 0, None, 10))
+    assert [e.parent for e in events] == [None, link]
+    assert await backend.read(lambda tx: tx.list_events(WS, "child", 0, 10)) == [stored]
 
 
 async def next_revision(store: LifecycleStore, workspace: str, task_id: str, committed: list[int]) -> None:
@@ -766,6 +788,19 @@ async def family(h):
     await h.ok(plain(i.SettleFailure, "c3"))
 
 
+async def test_only_a_childs_registration_event_names_its_parent(harness):
+    await family(harness)
+    link = ParentLink("parent", 1, LinkMode.ATTACHED)
+    named = {(e.task_id, e.intent): e.parent for e in await harness.events("c1") + await harness.events("d1")}
+    assert named == {
+        ("c1", IntentKind.REGISTER_TASK): link,
+        ("c1", IntentKind.ACTIVATE_GENERATION): None,
+        ("d1", IntentKind.REGISTER_TASK): ParentLink("parent", 1, LinkMode.DETACHED),
+        ("d1", IntentKind.ACTIVATE_GENERATION): None,
+    }
+    assert [e.parent for e in await harness.events("parent")] == [None, None]
+
+
 async def test_parent_cancellation_is_stored_as_pending_and_delivered(harness):
     await family(harness)
     assert [c.task_id for c in await harness.children("parent")] == ["c1", "c2"]
@@ -952,3 +987,56 @@ async def test_sqlite_pending_propagations_survive_a_crash_and_are_replayed(sqli
         assert [e.intent for e in await reopened.events("c1")].count(IntentKind.PROPAGATE_PARENT_TERMINATION) == 1
     finally:
         await reopened.store.close()
+
+
+# -- upgrades ----------------------------------------------------------------------
+
+
+def _previous_release_rows(db, cause_text) -> None:
+    """A parent, its attached child and the child's activation, as the release before
+    registration events named the parent stored them."""
+    tx = SqliteLifecycleTx(db)
+    link = ParentLink("parent", 1, LinkMode.ATTACHED)
+    rows = [(record("parent"), 1, None), (record("child", parent=link), 2, None),
+            (record("child", revision=2, parent=link, state=GenerationState.ACTIVE), 3, "REGISTERED")]
+    for task, sequence, from_state in rows:
+        (tx.insert_task if task.revision == 1 else tx.update_task)(task)
+        db.execute(
+            "INSERT INTO lifecycle_events (sequence, workspace_id, task_id, generation, revision, intent, from_state, "
+            "to_state, work_status, cause_source, cause_reason, cause_originating_ids, committed_at) "
+            "VALUES (?, ?, ?, 1, ?, ?, ?, ?, 'READY', ?, ?, '{}', ?)",
+            (sequence, WS, task.task_id, task.revision, event_of(task).intent.name, from_state, task.state.name,
+             cause_text("test"), cause_text("because"), T0),
+        )
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engine, tmp_path):
+    if engine == "sqlite":
+        path = str(tmp_path / "lifecycle.sqlite3")
+        earlier = migrations_in(MIGRATIONS_PACKAGE)[:-1]
+        with sqlite3.connect(path, isolation_level=None) as db:
+            for migration in earlier:
+                db.executescript(f"BEGIN;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;")
+            db.execute("BEGIN")
+            _previous_release_rows(db, str)
+            db.execute("COMMIT")
+        store = await SqliteLifecycleStore.open(path)
+    else:
+        url = await asyncio.to_thread(fresh_database)
+        earlier = migrations_in(PG_MIGRATIONS_PACKAGE)[:-1]
+        database = await PostgresDatabase.open(url, PG_SCHEMA, earlier)
+        try:
+            await database.write(lambda conn: _previous_release_rows(SqliteStyle(conn), str.encode))
+        finally:
+            await database.close()
+        store = await PostgresLifecycleStore.open(url)
+    try:
+        events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
+        assert [(e.task_id, e.revision, e.parent) for e in events] == [
+            ("parent", 1, None), ("child", 1, ParentLink("parent", 1, LinkMode.ATTACHED)), ("child", 2, None)]
+        # History is immutable again once the upgrade has filled it in.
+        with pytest.raises(Exception, match="immutable"):
+            await store.write(lambda tx: tx._db.execute("UPDATE lifecycle_events SET parent_task_id = NULL"))
+    finally:
+        await store.close()

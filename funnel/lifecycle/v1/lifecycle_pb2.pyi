@@ -257,7 +257,7 @@ class Task(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., parent: _Optional[_Union[ParentLink, _Mapping]] = ..., completion_id: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LifecycleEvent(_message.Message):
-    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "revision", "intent", "from_state", "to_state", "outcome", "cancellation", "cancellation_request_time", "work_status", "cause", "completion_id", "authoritative_time", "commit_time", "request_id", "caller")
+    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "revision", "intent", "from_state", "to_state", "outcome", "cancellation", "cancellation_request_time", "work_status", "cause", "completion_id", "authoritative_time", "commit_time", "request_id", "caller", "parent")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +276,7 @@ class LifecycleEvent(_message.Message):
     COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     workspace_id: str
     task_id: str
@@ -294,7 +295,8 @@ class LifecycleEvent(_message.Message):
     commit_time: _timestamp_pb2.Timestamp
     request_id: str
     caller: Caller
-    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., intent: _Optional[_Union[Intent, str]] = ..., from_state: _Optional[_Union[GenerationState, str]] = ..., to_state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., completion_id: _Optional[str] = ..., authoritative_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
+    parent: ParentLink
+    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., revision: _Optional[int] = ..., intent: _Optional[_Union[Intent, str]] = ..., from_state: _Optional[_Union[GenerationState, str]] = ..., to_state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., cancellation: _Optional[_Union[CancellationState, str]] = ..., cancellation_request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., completion_id: _Optional[str] = ..., authoritative_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., parent: _Optional[_Union[ParentLink, _Mapping]] = ...) -> None: ...
 
 class RegisterTaskRequest(_message.Message):
     __slots__ = ("workspace_id", "task_id", "request_id", "expected_revision", "cause", "parent")
