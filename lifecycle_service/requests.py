@@ -156,5 +156,9 @@ def watch(request: pb.WatchLifecycleEventsRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id, required=False)
-    checker.integer("after_sequence", request.after_sequence, minimum=0, maximum=2**63 - 1)
+    if request.from_head and request.after_sequence:
+        checker.add("VALUE_OUT_OF_RANGE", "after_sequence",
+                    "after_sequence must be 0 with from_head: the stream starts at the head", minimum=0, maximum=0)
+    else:
+        checker.integer("after_sequence", request.after_sequence, minimum=0, maximum=2**63 - 1)
     raise_if_invalid(checker)

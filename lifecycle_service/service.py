@@ -22,7 +22,7 @@ from funnel.runtime.paging import (
     response_budget,
 )
 from funnel.runtime.validation import malformed_page_token
-from funnel.runtime.watch import EventBroker, WatchEnds, WatchQuota, follow
+from funnel.runtime.watch import EventBroker, WatchEnds, WatchQuota, follow, follow_from_head
 from lifecycle_service import requests
 from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.convert import event_to_proto, task_to_proto
@@ -200,6 +200,19 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
         with self._watch_quota.admit(calls.served().principal.subject, workspace):
+            if request.from_head:
+                stream = follow_from_head(
+                    lambda: self._store.read(lambda tx: tx.last_sequence()),
+                    self._broker,
+                    workspace,
+                    task,
+                    lambda head: pb.WatchLifecycleEventsResponse(head_sequence=head),
+                    lambda item: item.event.sequence,
+                    WatchEnds(Reason, self._broker.capacity),
+                )
+                async for item in stream:
+                    yield item
+                return
             async for item in follow(
                 lambda cursor, limit: self._store.read(lambda tx: tx.events_after(workspace, cursor, task, limit)),
                 self._broker,

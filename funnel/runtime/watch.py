@@ -161,17 +161,47 @@ async def follow(
     with broker.subscribe(scope, key) as live:
         async for item in backlog():
             yield item
-        while True:
-            try:
-                item = await live.next()
-            except WatchOverflow:
-                raise ends.overflowed(cursor) from None
-            except WatchClosed:
-                raise ends.shutting_down(cursor) from None
-            if sequence_of(item) <= cursor:
-                continue
-            cursor = sequence_of(item)
+        async for item in _live(live, cursor, sequence_of, ends):
             yield item
+
+
+async def follow_from_head(
+    read_head: Callable[[], Awaitable[int]],
+    broker: EventBroker[Item],
+    scope: Hashable,
+    key: Hashable | None,
+    marker: Callable[[int], Item],
+    sequence_of: Callable[[Item], int],
+    ends: WatchEnds,
+) -> AsyncIterator[Item]:
+    """Streams marker(head), then every event committed after `head`, the last
+    sequence committed once the stream is subscribed. Subscribing before reading
+    the head leaves no gap: an event committed in between is at most the head
+    (a read after the marker sees it) or in the buffer; sequences filter both."""
+    with broker.subscribe(scope, key) as live:
+        if broker.closed:
+            raise ends.shutting_down(0)
+        head = await read_head()
+        yield marker(head)
+        async for item in _live(live, head, sequence_of, ends):
+            yield item
+
+
+async def _live(
+    live: Subscription[Item], cursor: int, sequence_of: Callable[[Item], int], ends: WatchEnds
+) -> AsyncIterator[Item]:
+    """The subscription's items after `cursor`, until it overflows or closes."""
+    while True:
+        try:
+            item = await live.next()
+        except WatchOverflow:
+            raise ends.overflowed(cursor) from None
+        except WatchClosed:
+            raise ends.shutting_down(cursor) from None
+        if sequence_of(item) <= cursor:
+            continue
+        cursor = sequence_of(item)
+        yield item
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,9 @@ class MemoryLifecycleTx:
                 found.append(event)
         return found
 
+    def last_sequence(self) -> int:
+        return self._s.events[-1].sequence if self._s.events else 0
+
     # -- records and events --------------------------------------------------
 
     def insert_task(self, task: TaskRecord) -> None:

@@ -81,6 +81,10 @@ class LifecycleReadTx(Protocol):
         """A workspace's events (one task's if given) by sequence, after `after_sequence`."""
         ...
 
+    def last_sequence(self) -> int:
+        """The greatest sequence committed in any workspace; 0 before the first event."""
+        ...
+
     def load_figures(self) -> LifecycleFigures:
         """The store's figures for the metrics (counts over every workspace)."""
         ...

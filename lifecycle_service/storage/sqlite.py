@@ -185,6 +185,9 @@ class SqliteLifecycleTx:
             params = (workspace_id, after_sequence, limit)
         return [self._event(r) for r in self._db.execute(sql, params)]
 
+    def last_sequence(self) -> int:
+        return self._db.execute("SELECT COALESCE(MAX(sequence), 0) FROM lifecycle_events").fetchone()[0]
+
     def _event(self, row: Sequence[Any]) -> LifecycleEvent:
         return _event_from_row(row)
 

@@ -286,6 +286,32 @@ async def test_a_watcher_on_one_replica_receives_every_event_of_both_in_order(st
         await one_task.close()
 
 
+async def test_a_watcher_from_the_head_on_one_replica_receives_every_later_event_of_both(start_lifecycle, url):
+    _, stub_a = await start_lifecycle(database=url)
+    _, stub_b = await start_lifecycle(database=url)
+    a, b = Client(stub_a), Client(stub_b)
+
+    async def writer(client: Client, task_id: str) -> None:
+        await client.active(task_id)
+        for n in range(20):
+            await client.work(task_id, [pb.WORK_STATUS_BLOCKED, pb.WORK_STATUS_IN_PROGRESS][n % 2])
+
+    # The watcher joins while both replicas commit: its head splits their events exactly.
+    writers = asyncio.gather(*(writer(b if n % 3 else a, f"t{n}") for n in range(4)))
+    await asyncio.sleep(0.02)
+    stream = watch(a, from_head=True)
+    try:
+        head = await stream.head()
+        await writers
+        listed = sorted([e for n in range(4) for e in await b.events(f"t{n}")], key=lambda e: e.sequence)
+        later = [e for e in listed if e.sequence > head]
+        assert later and head, "the watcher joined before or after the writers"
+        assert await stream.take(len(later)) == later
+        await stream.nothing_more()
+    finally:
+        await stream.close()
+
+
 async def test_the_same_request_id_at_two_servers_gets_the_same_bytes(start_lifecycle, url):
     _, stub_a = await start_lifecycle(database=url)
     _, stub_b = await start_lifecycle(database=url)

@@ -252,6 +252,14 @@ async def test_an_event_round_trips_every_field_with_the_sequence_the_store_assi
     assert await backend.read(lambda tx: tx.events_after(WS, 0, None, 10)) == [stored]
 
 
+async def test_the_last_sequence_is_the_greatest_committed_in_any_workspace(backend):
+    assert await backend.read(lambda tx: tx.last_sequence()) == 0
+    first = await put(backend, record("t1"))
+    last = await put(backend, record("t1", workspace="ws-2"))
+    assert last.sequence > first.sequence
+    assert await backend.read(lambda tx: tx.last_sequence()) == last.sequence
+
+
 async def test_a_registration_event_round_trips_its_parent_link(backend):
     parent = record("parent")
     link = ParentLink("parent", 1, LinkMode.ATTACHED)

@@ -42,7 +42,7 @@ class Watcher:
     async def _read_all(self) -> None:
         try:
             async for message in self.call:
-                self._queue.put_nowait(message.event)
+                self._queue.put_nowait(message)
         except grpc.aio.AioRpcError as error:
             self.error = error
         finally:
@@ -53,8 +53,22 @@ class Watcher:
         for _ in range(n):
             item = await asyncio.wait_for(self._queue.get(), timeout)
             assert item is not self._END, f"the stream ended after {len(found)} events: {self.error}"
-            found.append(item)
+            assert item.HasField("event"), item
+            found.append(item.event)
         return found
+
+    async def head(self, timeout: float = 10.0) -> int:
+        """The head marker, the first message of a `from_head` stream."""
+        item = await asyncio.wait_for(self._queue.get(), timeout)
+        assert item is not self._END, f"the stream ended before its head marker: {self.error}"
+        assert not item.HasField("event"), item
+        return item.head_sequence
+
+    async def ended(self, timeout: float = 10.0) -> grpc.aio.AioRpcError:
+        """The error the stream ended with, once it has."""
+        await asyncio.wait_for(self._pump, timeout)
+        assert self.error is not None, "the stream ended without an error"
+        return self.error
 
     async def nothing_more(self, wait: float = 0.3) -> None:
         await asyncio.sleep(wait)
@@ -67,10 +81,12 @@ class Watcher:
             await self._pump
 
 
-def watch(c: Client, after: int = 0, task_id: str = "", workspace: str = WS) -> Watcher:
+def watch(c: Client, after: int = 0, task_id: str = "", workspace: str = WS, from_head: bool = False) -> Watcher:
     return Watcher(
         c.stub.WatchLifecycleEvents(
-            pb.WatchLifecycleEventsRequest(workspace_id=workspace, after_sequence=after, task_id=task_id)
+            pb.WatchLifecycleEventsRequest(
+                workspace_id=workspace, after_sequence=after, task_id=task_id, from_head=from_head
+            )
         )
     )
 
@@ -204,6 +220,68 @@ async def test_watchers_joining_during_a_burst_of_commits_miss_nothing(c):
     assert len(everything) == len(tasks) * (2 + per_task)
     for seen in results:
         assert seen == everything
+
+
+async def test_from_the_head_the_stream_starts_with_the_head_and_delivers_only_later_events(c):
+    empty = watch(c, from_head=True)
+    try:
+        assert await empty.head() == 0
+        await c.active("t1")
+        assert [e.revision for e in await empty.take(2)] == [1, 2]
+    finally:
+        await empty.close()
+    other = Client(c.stub, OTHER_WS)
+    await other.register("elsewhere")  # the head counts every workspace's commits
+    stream = watch(c, from_head=True, task_id="t1")
+    try:
+        head = await stream.head()
+        assert head == (await history(c, OTHER_WS))[-1].sequence
+        await stream.nothing_more()
+        await c.work("t1")
+        await c.register("t2")  # filtered out
+        await c.suspend("t1")
+        live = await stream.take(2)
+        await stream.nothing_more()
+    finally:
+        await stream.close()
+    assert live == (await c.events("t1"))[2:]
+    assert all(e.sequence > head for e in live)
+
+
+async def test_watchers_from_the_head_during_a_burst_of_commits_miss_nothing_after_it(c):
+    """Each head marker is exact: the events after it are exactly those committed
+    with a greater sequence, whenever during the burst the watcher joined."""
+    tasks = ["a", "b"]
+    for task_id in tasks:
+        await c.active(task_id)
+    per_task = 40
+    done = asyncio.Event()
+
+    async def watcher(delay: float) -> tuple[int, list[pb.LifecycleEvent]]:
+        await asyncio.sleep(delay)
+        stream = watch(c, from_head=True)
+        try:
+            head = await stream.head()
+            await done.wait()
+            total = len(tasks) * (2 + per_task)
+            return head, await stream.take(total - sum(1 for e in await history(c) if e.sequence <= head))
+        finally:
+            await stream.close()
+
+    watchers = [asyncio.create_task(watcher(delay)) for delay in (0.0, 0.01, 0.03, 0.06)]
+    await asyncio.gather(*(bump(c, task_id, per_task) for task_id in tasks))
+    done.set()
+    everything = await history(c)
+    for head, seen in await asyncio.gather(*watchers):
+        assert seen == [e for e in everything if e.sequence > head]
+
+
+async def test_from_the_head_there_is_no_cursor_to_start_after(c):
+    stream = watch(c, after=3, from_head=True)
+    error = await stream.ended()
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info = error_info(error)
+    assert (info.reason, info.metadata["field"]) == ("VALUE_OUT_OF_RANGE", "after_sequence")
 
 
 async def test_a_watcher_that_does_not_read_overflows_and_resumes_without_a_gap(start_lifecycle):

@@ -627,17 +627,21 @@ class ListLifecycleEventsResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[LifecycleEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchLifecycleEventsRequest(_message.Message):
-    __slots__ = ("workspace_id", "after_sequence", "task_id")
+    __slots__ = ("workspace_id", "after_sequence", "task_id", "from_head")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_HEAD_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     after_sequence: int
     task_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., task_id: _Optional[str] = ...) -> None: ...
+    from_head: bool
+    def __init__(self, workspace_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., task_id: _Optional[str] = ..., from_head: _Optional[bool] = ...) -> None: ...
 
 class WatchLifecycleEventsResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "head_sequence")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    HEAD_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     event: LifecycleEvent
-    def __init__(self, event: _Optional[_Union[LifecycleEvent, _Mapping]] = ...) -> None: ...
+    head_sequence: int
+    def __init__(self, event: _Optional[_Union[LifecycleEvent, _Mapping]] = ..., head_sequence: _Optional[int] = ...) -> None: ...

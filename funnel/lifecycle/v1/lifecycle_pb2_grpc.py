@@ -319,6 +319,11 @@ class TaskLifecycleServiceServicer:
         then live events as they commit, with no gaps and no duplicates. The stream
         does not end by itself. To resume after a disconnect, call again with the
         last `sequence` received. An unknown task filter is not an error.
+        With `from_head`, the stream starts at the head instead: its first message
+        carries no event but `head_sequence`, and every event committed after it
+        follows. What a client reads (say, `GetTask`) after that first message is
+        therefore kept current by the stream: a view of tasks kept this way misses no
+        change, without reading the history first.
         A watcher that falls more than the server's buffer (1024 events by default)
         behind is ended with `RESOURCE_EXHAUSTED` (`WATCH_OVERFLOW`, metadata
         `resume_after_sequence`); commits are never slowed down by a watcher.
@@ -329,7 +334,8 @@ class TaskLifecycleServiceServicer:
         `resume_after_sequence`) after the last event it delivered; resume from
         that cursor like after any disconnect.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
-        `VALUE_OUT_OF_RANGE` (`after_sequence`), `WATCH_OVERFLOW`, `WATCHERS_EXHAUSTED`,
+        `VALUE_OUT_OF_RANGE` (`after_sequence`; with `from_head`, anything but 0),
+        `WATCH_OVERFLOW`, `WATCHERS_EXHAUSTED`,
         `SERVER_SHUTTING_DOWN`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
