@@ -52,6 +52,8 @@ class AttemptCommand:
     # Filled in by the shell: the lifecycle view read for this attempt and the
     # workspace's gate policy.
     lifecycle: LifecycleView | None = None
+    # The view came from the lifecycle projection, not a read made for this attempt.
+    lifecycle_projected: bool = False
     policy: WorkspacePolicy | None = None
     request: RequestKey | None = None
     # The agent that must hold the run (a caller acting as an agent), or None.
@@ -65,6 +67,12 @@ class AttemptCommand:
     completion_id: str = ""
     # The attempt's W3C traceparent, stored with the completion it commits (filled in by the shell).
     traceparent: str | None = None
+
+
+@dataclass(frozen=True)
+class StaleView:
+    """The projected lifecycle view is of another generation than the run's: it
+    has not seen that generation yet. Nothing was written; read it and judge again."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,7 @@ class CompletionCorrupted(Exception):
 
 def attempt(
     tx: CompletionTx, command: AttemptCommand, now: int, inline_settle_micros: int = 0
-) -> AttemptOutcome | Replay | Rejection:
+) -> AttemptOutcome | Replay | Rejection | StaleView:
     """Steps 1-5 under one write lock: the snapshot is loaded, judged and committed
     against the same state. Raises CompletionCorrupted (nothing is written).
 
@@ -113,6 +121,10 @@ def attempt(
     snapshot = load_snapshot(tx, command, now)
     if isinstance(snapshot, Rejection):
         return snapshot
+    # A projected view only ever holds what would let the attempt through (see
+    # core/projection.py) but the generation, which a lagging view may hold old.
+    if command.lifecycle_projected and snapshot.run.generation != snapshot.lifecycle.generation:
+        return StaleView()
     if command.external_basis is not None and snapshot_basis(snapshot) != command.external_basis:
         return reject(
             Reason.SNAPSHOT_CHANGED,

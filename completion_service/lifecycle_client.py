@@ -13,6 +13,7 @@ import logging
 import grpc
 
 from completion_service.core.model import LifecycleState, LifecycleView
+from completion_service.core.projection import Change, Record
 from completion_service.core.settlement import SettleAnswer, classify_failure
 from completion_service.outbound import LifecycleChannel
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -40,10 +41,40 @@ def view_of(task: lpb.Task, open_children: list[str]) -> LifecycleView:
     return LifecycleView(
         generation=task.generation,
         state=LifecycleState(task.state),
-        outcome=lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_") if task.outcome else None,
+        outcome=_outcome(task.outcome),
         cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
         open_attached_children=tuple(open_children),
     )
+
+
+def record_of(current: lpb.GetTaskResponse) -> Record:
+    task = current.task
+    return Record(
+        generation=task.generation,
+        revision=task.revision,
+        state=LifecycleState(task.state),
+        outcome=_outcome(task.outcome),
+        cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        open_children=frozenset(current.open_attached_child_task_ids),
+    )
+
+
+def change_of(event: lpb.LifecycleEvent) -> Change:
+    attached = event.HasField("parent") and event.parent.mode == lpb.PARENT_LINK_MODE_ATTACHED
+    return Change(
+        task_id=event.task_id,
+        generation=event.generation,
+        revision=event.revision,
+        state=LifecycleState(event.to_state),
+        outcome=_outcome(event.outcome),
+        cancellation_requested=event.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        from_terminal=event.from_state == lpb.GENERATION_STATE_TERMINAL,
+        attached_to=(event.parent.task_id, event.parent.generation) if attached else None,
+    )
+
+
+def _outcome(outcome: int) -> str | None:
+    return lpb.TerminalOutcome.Name(outcome).removeprefix("TERMINAL_OUTCOME_") if outcome else None
 
 
 class LifecycleClient:
@@ -90,6 +121,13 @@ class LifecycleClient:
 
     async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
         return await self._call(self._stub.GetTask, lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id))
+
+    def watch_from_head(self, workspace_id: str) -> grpc.aio.UnaryStreamCall:
+        """A workspace's lifecycle events from the head on, without a deadline: the
+        head marker, then every later event. Its failures are gRPC's own errors."""
+        return self._stub.WatchLifecycleEvents(
+            lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, from_head=True)
+        )
 
     @staticmethod
     def _cause(reason: str, **ids: str) -> lpb.Cause:

@@ -56,6 +56,10 @@ class CompletionConfig:
     lifecycle_address: str = "127.0.0.1:50051"
     outbound: OutboundSecurity = field(default_factory=OutboundSecurity)
     lifecycle_timeout: float = 5.0
+    # Workspaces whose lifecycle records are projected from the event stream (one
+    # stream each, under the lifecycle's cap of watchers per caller, which every
+    # replica shares); 0: every attempt reads its task from the lifecycle service.
+    projected_workspaces: int = 16
     policy_file: str | None = None
     settle_interval: float = 0.5
     stall_after: float | None = None
@@ -165,6 +169,7 @@ async def start(
         settle_lease=max(4 * config.lifecycle_timeout, 1.0),
         stall_after=config.stall_after,
         faults=faults,
+        projected_workspaces=config.projected_workspaces,
         metrics=Metrics(metrics.registry),
     )
     await authority.transcripts.discard_import(None)
@@ -219,6 +224,12 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
                         help=f"the lifecycle service ({ENV_PREFIX}_LIFECYCLE_ADDRESS)")
     parser.add_argument("--lifecycle-timeout", type=float, default=float(e("lifecycle_timeout", d.lifecycle_timeout)),
                         help=f"deadline in seconds of each lifecycle call ({ENV_PREFIX}_LIFECYCLE_TIMEOUT)")
+    parser.add_argument(
+        "--projected-workspaces", type=int, default=int(e("projected_workspaces", d.projected_workspaces)),
+        help="workspaces whose lifecycle records attempts read from a projection kept current by the lifecycle "
+        f"event stream, one stream each; 0 reads every attempt's task from the lifecycle service "
+        f"({ENV_PREFIX}_PROJECTED_WORKSPACES)",
+    )
     parser.add_argument("--policy-file", default=runtime.env_or(ENV_PREFIX, "policy_file", "") or None,
                         help=f"TOML gate policy per workspace ({ENV_PREFIX}_POLICY_FILE)")
     parser.add_argument("--settle-interval", type=float, default=float(e("settle_interval", d.settle_interval)),
@@ -254,6 +265,8 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         help="plaintext to external gates; refused unless each gate address is loopback",
     )
     args = parser.parse_args(argv)
+    if args.projected_workspaces < 0:
+        parser.error("--projected-workspaces must be 0 (off) or more")
     runtime.configure_logging(args.log_level, args.log_format)
     return CompletionConfig(
         listen=args.listen,
@@ -269,6 +282,7 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
             gates_insecure=args.gates_insecure,
         ),
         lifecycle_timeout=args.lifecycle_timeout,
+        projected_workspaces=args.projected_workspaces,
         policy_file=args.policy_file,
         settle_interval=args.settle_interval,
         stall_after=args.stall_after,

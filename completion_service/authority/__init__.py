@@ -1,5 +1,6 @@
 """The imperative shell of the completion authority, split along its seams:
 
+  projection.LifecycleProjection  lifecycle records kept current by the event stream
   leases.RunsAndLeases            claims (confirmed with the lifecycle), renewals, closing runs
   attempts.CompletionTransaction  the completion transaction and evidence
   settler.Settler                 settling committed completions; the outbox settler
@@ -19,8 +20,8 @@ from typing import Any
 
 from completion_service.authority.attempts import CompletionTransaction
 from completion_service.authority.leases import RunClosed, RunsAndLeases
-from completion_service.authority.lifecycle import read_task
 from completion_service.authority.metrics import Metrics
+from completion_service.authority.projection import LifecycleProjection
 from completion_service.authority.settler import Settler
 from completion_service.authority.sweeper import StallSweeper
 from completion_service.authority.transcripts import Transcripts
@@ -54,6 +55,8 @@ class CompletionAuthority:
         stall_after: float | None = None,
         faults: Faults = NO_FAULTS,
         metrics: Metrics | None = None,
+        projected_workspaces: int = 0,
+        projected_tasks: int = 10_000,
     ) -> None:
         ids = ids or RandomIds()
         self.store = store
@@ -64,20 +67,27 @@ class CompletionAuthority:
             store, lifecycle, clock, self.metrics, publish, owner=ids.new_id("settler"), lease_seconds=settle_lease,
             interval=settle_interval, faults=faults,
         )
-        self.completions = CompletionTransaction(
-            store, lifecycle, policies, clock, ids, external, self.settler, self.metrics, publish, faults
+        # Off (0 workspaces) unless the server asks: its streams run among the workers.
+        self.projection = LifecycleProjection(
+            lifecycle, self.metrics, workspaces=projected_workspaces, tasks_per_workspace=projected_tasks
         )
-        self.runs = RunsAndLeases(store, lifecycle, clock, ids, self.completions, faults)
+        self.completions = CompletionTransaction(
+            store, lifecycle, self.projection, policies, clock, ids, external, self.settler, self.metrics, publish,
+            faults,
+        )
+        self.runs = RunsAndLeases(store, lifecycle, self.projection, clock, ids, self.completions, faults)
         self.sweeper = StallSweeper(store, clock, stall_after, self.metrics)
         self.transcripts = Transcripts(store, clock, faults, metrics=self.metrics)
 
     async def lifecycle_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
         """The lifecycle record of a task, with lifecycle errors mapped to this service's."""
-        return await read_task(self.lifecycle, workspace_id, task_id)
+        return await self.projection.read(workspace_id, task_id)
 
     def workers(self, request_id_retention_seconds: float) -> list[tuple[str, Worker]]:
         """The background loops this authority needs, to run under one owner."""
         loops: list[tuple[str, Worker]] = [("settlement-outbox", self.settler.run_forever)]
+        if self.projection.enabled:
+            loops.append(("lifecycle-projection", self.projection.run_forever))
         if self.sweeper.enabled:
             loops.append(("stall-sweeper", self.sweeper.run_forever))
 

@@ -1,6 +1,7 @@
-"""The completion transaction's shell: reads the lifecycle view, consults the
-policy's external gates, commits the attempt (completions.attempt, one
-transaction), then settles what it committed. Also records evidence."""
+"""The completion transaction's shell: takes the lifecycle view (from the
+projection, else read), consults the policy's external gates, commits the attempt
+(completions.attempt, one transaction), then settles what it committed. Also
+records evidence."""
 
 from __future__ import annotations
 
@@ -10,13 +11,19 @@ import logging
 from collections.abc import Callable
 
 from completion_service import completions
-from completion_service.authority.lifecycle import read_task
 from completion_service.authority.metrics import Metrics
+from completion_service.authority.projection import LifecycleProjection
 from completion_service.authority.settler import Settler
-from completion_service.completions import AttemptCommand, AttemptOutcome, CompletionCorrupted, EvidenceCommand
+from completion_service.completions import (
+    AttemptCommand,
+    AttemptOutcome,
+    CompletionCorrupted,
+    EvidenceCommand,
+    StaleView,
+)
 from completion_service.core import gates
 from completion_service.core.gates import WorkspacePolicy, snapshot_basis
-from completion_service.core.model import CompletionEvent, EvidenceRecord, SettlementStatus, Snapshot
+from completion_service.core.model import CompletionEvent, EvidenceRecord, LifecycleView, SettlementStatus, Snapshot
 from completion_service.errors import Reason
 from completion_service.external_gates import ExternalGates
 from completion_service.lifecycle_client import LifecycleClient, view_of
@@ -36,6 +43,7 @@ class CompletionTransaction:
         self,
         store: CompletionStore,
         lifecycle: LifecycleClient,
+        projection: LifecycleProjection,
         policies: PolicyBook,
         clock: Clock,
         ids: IdSource,
@@ -47,6 +55,7 @@ class CompletionTransaction:
     ) -> None:
         self._store = store
         self._lifecycle = lifecycle
+        self._projection = projection
         self._policies = policies
         self._clock = clock
         self._ids = ids
@@ -60,17 +69,29 @@ class CompletionTransaction:
         # A repeated request_id is answered by the write transaction itself; checking
         # it up front would cost every attempt one more trip to the database thread.
         if command.lifecycle is None:  # CompleteRun passes the view it has just read
-            current = await read_task(self._lifecycle, command.workspace_id, command.task_id)
-            lifecycle = view_of(current.task, list(current.open_attached_child_task_ids))
-            command = dataclasses.replace(command, lifecycle=lifecycle)
+            projected = self._projection.view(command.workspace_id, command.task_id)
+            command = dataclasses.replace(
+                command,
+                lifecycle=projected if projected is not None else await self._read_view(command),
+                lifecycle_projected=projected is not None,
+            )
         policy = self._policies.for_workspace(command.workspace_id)
         command = dataclasses.replace(command, policy=policy)
         if policy.external_gates:
             command = await self._consult_external_gates(command, policy)
         try:
-            outcome = await self.commit(
-                dataclasses.replace(command, completion_id=self._ids.new_id("cmp"), traceparent=current_traceparent())
+            command = dataclasses.replace(
+                command, completion_id=self._ids.new_id("cmp"), traceparent=current_traceparent()
             )
+            outcome = await self.commit(command)
+            source = "projection" if command.lifecycle_projected else "read"
+            if isinstance(outcome, StaleView):
+                lifecycle = await self._read_view(command)
+                command = dataclasses.replace(command, lifecycle=lifecycle, lifecycle_projected=False)
+                outcome = await self.commit(command)
+                assert not isinstance(outcome, StaleView), "a view read for the attempt is never stale"
+                source = "stale"
+            self._metrics.lifecycle_view(source)
         except CompletionCorrupted as exc:
             self._metrics.corrupted()
             log.error(
@@ -95,7 +116,11 @@ class CompletionTransaction:
             outcome = dataclasses.replace(outcome, completion=completion)
         return outcome
 
-    async def commit(self, command: AttemptCommand) -> AttemptOutcome | Replay | Rejection:
+    async def _read_view(self, command: AttemptCommand) -> LifecycleView:
+        current = await self._projection.read(command.workspace_id, command.task_id)
+        return view_of(current.task, list(current.open_attached_child_task_ids))
+
+    async def commit(self, command: AttemptCommand) -> AttemptOutcome | Replay | Rejection | StaleView:
         """Steps 1-5: one write transaction judged at the moment it runs."""
         return await self._store.write(
             functools.partial(
@@ -105,7 +130,7 @@ class CompletionTransaction:
             after_commit=self._published,
         )
 
-    def _published(self, outcome: AttemptOutcome | Replay | Rejection) -> None:
+    def _published(self, outcome: AttemptOutcome | Replay | Rejection | StaleView) -> None:
         if isinstance(outcome, AttemptOutcome) and outcome.events:
             self._publish(list(outcome.events))
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from completion_service import runs
 from completion_service.authority.attempts import CompletionTransaction
-from completion_service.authority.lifecycle import close_refused, read_task, rejected, unavailable
+from completion_service.authority.lifecycle import close_refused, rejected, unavailable
+from completion_service.authority.projection import LifecycleProjection
 from completion_service.completions import AttemptCommand, AttemptOutcome
 from completion_service.core.model import (
     CompletionRecord,
@@ -68,6 +69,7 @@ class RunsAndLeases:
         self,
         store: CompletionStore,
         lifecycle: LifecycleClient,
+        projection: LifecycleProjection,
         clock: Clock,
         ids: IdSource,
         completions: CompletionTransaction,
@@ -75,6 +77,7 @@ class RunsAndLeases:
     ) -> None:
         self._store = store
         self._lifecycle = lifecycle
+        self._projection = projection
         self._clock = clock
         self._ids = ids
         self._completions = completions
@@ -100,7 +103,7 @@ class RunsAndLeases:
         if isinstance(remembered, Replay):
             await self._confirm_replayed_claim(workspace_id, run_of(remembered.response))
             return remembered
-        current = await read_task(self._lifecycle, workspace_id, task_id)
+        current = await self._projection.read(workspace_id, task_id)
         task = current.task
         if task.state == lpb.GENERATION_STATE_TERMINAL:
             raise ServiceError(
@@ -147,7 +150,7 @@ class RunsAndLeases:
         run = await self._store.read(lambda tx: tx.load_run(workspace_id, run_id))
         if run is None or not run.open:
             return
-        current = await read_task(self._lifecycle, workspace_id, run.task_id)
+        current = await self._projection.read(workspace_id, run.task_id)
         if current.task.generation != run.generation or current.task.state == lpb.GENERATION_STATE_TERMINAL:
             return
         try:

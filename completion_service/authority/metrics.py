@@ -60,6 +60,19 @@ class Metrics:
             "Age of the oldest pending settlement (0 when none is pending).",
             registry=r,
         )
+        self._views = Counter(
+            "funnel_completion_lifecycle_views",
+            "Lifecycle views attempts were judged on, by source: the projection kept current by the lifecycle "
+            "event stream; a read (GetTask), the projection could not serve it; stale, the projection's view was "
+            "of an older generation than the run's and was read again.",
+            ("source",),
+            registry=r,
+        )
+        self._projected = Gauge(
+            "funnel_completion_lifecycle_streams_live",
+            "Workspaces whose lifecycle event stream is live, so that their attempts may be judged on the projection.",
+            registry=r,
+        )
         self._open_runs = Gauge("funnel_completion_open_runs", "Runs not closed yet.", registry=r)
         self._leases = Gauge(
             "funnel_completion_active_leases", "Open runs whose lease has not expired.", registry=r
@@ -70,6 +83,12 @@ class Metrics:
         self._attempts.labels(decision.verdict.name, gate).inc()
         if gate == CIRCUIT_BREAKER:
             self._breaker_trips.inc()
+
+    def lifecycle_view(self, source: str) -> None:
+        self._views.labels(source).inc()
+
+    def lifecycle_streams_live(self, count: int) -> None:
+        self._projected.set(count)
 
     def settled(self, status: SettlementStatus) -> None:
         self._settlements.labels(status.name).inc()

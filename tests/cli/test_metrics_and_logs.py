@@ -114,8 +114,11 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
     assert value(completion, "grpc_server_handling_seconds_count", grpc_service=COMPLETION,
                  grpc_method="AttemptCompletion", grpc_type="unary") == 2
     for service, samples in ((LIFECYCLE, lifecycle), (COMPLETION, completion)):
-        in_flight = [v for (name, labels), v in samples.items() if name == "grpc_server_in_flight_requests"]
-        assert in_flight and set(in_flight) == {0}, service
+        in_flight = {dict(labels)["grpc_method"]: v for (name, labels), v in samples.items()
+                     if name == "grpc_server_in_flight_requests"}
+        # Nothing in flight but the completion service's stream of the demo workspace's lifecycle events.
+        watching = {"WatchLifecycleEvents": 1} if service == LIFECYCLE else {}
+        assert in_flight and {m: v for m, v in in_flight.items() if v} == watching, (service, in_flight)
 
     # -- the completion domain -------------------------------------------------------
     assert value(completion, "funnel_completion_attempts_total", verdict="SOFT_BLOCK", gate="evidence.required") == 1
@@ -143,7 +146,7 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
             assert groups == value(samples, "funnel_db_commit_group_size_count")
         assert value(samples, "funnel_db_size_bytes") > 0
         assert value(samples, "funnel_request_ids") is not None
-        assert value(samples, "funnel_watch_streams") == 0
+        assert value(samples, "funnel_watch_streams") == (1 if samples is lifecycle else 0)  # the projection's
 
     # -- the logs --------------------------------------------------------------------------
     logs = {name: log_lines(data / f"{name}.log") for name in ("lifecycle", "completion")}
@@ -155,8 +158,10 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
         assert events.count("start") == 1 and events.count("stopped") == 1, name
         requests = [entry for entry in entries if entry.get("event") == "rpc"]
         samples = lifecycle if name == "lifecycle" else completion
-        # One line per request: as many as the metrics counted (before the scrape: no call came after).
-        counted = sum(v for (metric, _), v in samples.items() if metric == "grpc_server_handled_total")
+        # One line per request: as many as the metrics counted (before the scrape: no call came after),
+        # and one for each stream still open then (it ended when the services stopped).
+        counted = sum(v for (metric, _), v in samples.items()
+                      if metric in ("grpc_server_handled_total", "grpc_server_in_flight_requests"))
         assert len(requests) == counted, name
         for entry in requests:
             assert {"service", "method", "code", "duration_ms", "workspace", "trace_id"} <= set(entry), entry

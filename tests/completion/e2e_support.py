@@ -272,6 +272,40 @@ class Funnel:
             timeout=CALL_TIMEOUT,
         )
 
+    # -- the completion service's lifecycle projection -----------------------
+
+    def completion_metric(self, name: str, **labels: str) -> float:
+        value = self.completion.authority.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def views(self, source: str) -> float:
+        """Lifecycle views attempts were judged on, from `projection` or a `read`."""
+        return self.completion_metric("funnel_completion_lifecycle_views_total", source=source)
+
+    async def projection_live(self, workspace: str = WS) -> None:
+        """Waits until the completion service follows `workspace`'s lifecycle events
+        (a stream opens the first time a workspace is asked about, once the
+        service's background work runs)."""
+        projection = self.completion.authority.projection
+        await eventually(lambda: _now(
+            projection.view(workspace, "probe") is None and projection.position(workspace) is not None
+        ))
+
+    async def projection_caught_up(self, workspace: str = WS) -> None:
+        """Waits until the completion service's projection of `workspace` reflects
+        every lifecycle event committed so far (or its stream is not live, so that
+        attempts read). An attempt's view may lag behind the lifecycle service by
+        the events still on their way (BRIEF §4: the lifecycle stays the fence);
+        tests that predict a gate's verdict after a change at the lifecycle wait."""
+        head = await self.lifecycle.store.read(lambda tx: tx.last_sequence())
+        projection = self.completion.authority.projection
+
+        def reached() -> bool:
+            position = projection.position(workspace)
+            return position is None or position >= head
+
+        await eventually(lambda: _now(reached()))
+
     # -- completion shortcuts ----------------------------------------------
 
     async def claim(self, task_id: str, *, workspace: str = WS, agent: str = "agent-1", ttl_seconds: int = 60,
@@ -371,6 +405,10 @@ class Funnel:
             [c.SerializeToString(deterministic=True) for c in completions.completions],
             [a.SerializeToString(deterministic=True) for a in await self.audit(workspace)],
         )
+
+
+async def _now(value):
+    return value
 
 
 def kinds(events: list[cpb.CompletionEvent]) -> list[str]:

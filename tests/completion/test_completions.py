@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from completion_service import completions, runs, settlements
-from completion_service.completions import AttemptOutcome, CompletionCorrupted, EvidenceCommand
+from completion_service.completions import AttemptOutcome, CompletionCorrupted, EvidenceCommand, StaleView
 from completion_service.core.gates import ExternalAnswer, ExternalGate, WorkspacePolicy, snapshot_basis
 from completion_service.core.model import (
     AgentAction,
@@ -81,6 +81,17 @@ async def test_an_attempt_on_a_run_it_cannot_name_is_refused_and_changes_nothing
     before = world.state()
     refused(await attempt(world, claimed, **changes), reason)
     assert world.state() == before
+
+
+async def test_a_projected_view_of_another_generation_than_the_runs_is_stale_and_changes_nothing(world):
+    claimed = await world.claimed()
+    before = world.state()
+    older = dataclasses.replace(ACTIVE, generation=0)
+    stale = await attempt(world, claimed, lifecycle=older, lifecycle_projected=True, request=key("Attempt", "r-1"))
+    assert isinstance(stale, StaleView) and world.state() == before
+    # The same view read for the attempt is judged: the run's generation is not current.
+    blocked = await attempt(world, claimed, lifecycle=older)
+    assert blocked.decision.details.decisive_gate == "lifecycle.generation_current"
 
 
 # -- decisions --------------------------------------------------------------------------

@@ -203,6 +203,7 @@ async def test_cancellation_requested_before_the_attempt_hard_blocks_and_commits
     f = funnel
     claim = await f.registered_and_claimed("task-1")
     await f.request_cancellation("task-1")
+    await f.projection_caught_up()  # the attempt's view reflects the request (else the lifecycle fences it)
     lifecycle_before = await f.lifecycle_events("task-1")
 
     blocked = await f.attempt(claim)
@@ -431,6 +432,7 @@ async def test_an_attached_active_child_blocks_the_parent_until_it_is_terminal(f
     parent = await f.registered_and_claimed("parent")
     await f.register("child", parent="parent", parent_generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)
     assert list((await f.task("parent")).open_attached_child_task_ids) == ["child"]
+    await f.projection_caught_up()
 
     blocked = await f.attempt(parent)
     assert blocked.decision.verdict == cpb.VERDICT_SOFT_BLOCK

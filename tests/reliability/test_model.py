@@ -898,6 +898,9 @@ class FunnelMachine(RuleBasedStateMachine):
             verdict, decisive, settlement, plan = self.completion_transaction(t, run, epoch, outcome, result,
                                                                                 state_version)
             expected = plan if isinstance(plan, str) else OK
+        # The model predicts the gates on the current lifecycle state: the attempt's
+        # projected view must have caught up with the lifecycle events committed so far.
+        self.run(lambda: self.f.projection_caught_up())
         got, response = self.call(lambda: self.f.cs.AttemptCompletion(request, timeout=CALL_TIMEOUT))
         self.expect(f"AttemptCompletion {run.run_id} {outcome} {result!r} {version}", expected, got, response)
         if got != OK:

@@ -1,0 +1,197 @@
+"""The projection of one workspace's lifecycle records (issue 13): what the
+lifecycle service last said about each task, kept current by its event stream,
+so that an attempt is judged without asking it again.
+
+Only a view the gates would let through is served (not terminal, no cancellation
+request, no open attached child): the lifecycle service fences every settlement
+again, so a projection that lags behind a change can cost a refused settlement,
+never a wrong block, and anything that would block is read fresh.
+
+A record enters only from a read (GetTask) that no change overtook: a change to
+the task or to one of its children delivered while the read was under way makes
+the read count for its own attempt only. A change the projection cannot place (a
+task it does not know resuming into a new generation: it may be a known task's
+attached child) empties it. The shell starts a new projection each time its event
+stream goes live from the head, and keeps none while the stream is down.
+
+Plain data only: the shell (authority/projection.py) converts events and reads."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from completion_service.core.model import LifecycleState, LifecycleView
+
+# GetTask lists at most this many open attached children: a full list may be cut short.
+LISTED_CHILDREN = 1000
+
+
+@dataclass(frozen=True)
+class Change:
+    """One lifecycle event, as the projection reads it."""
+
+    task_id: str
+    generation: int
+    revision: int
+    state: LifecycleState
+    outcome: str | None
+    cancellation_requested: bool
+    # The transition started from TERMINAL: a resume into a new generation.
+    from_terminal: bool = False
+    # A registration of an attached child: its parent's (task id, generation).
+    attached_to: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One task's lifecycle record as read or as changed since."""
+
+    generation: int
+    revision: int
+    state: LifecycleState
+    outcome: str | None
+    cancellation_requested: bool
+    open_children: frozenset[str] = frozenset()
+
+    def view(self) -> LifecycleView:
+        return LifecycleView(
+            generation=self.generation,
+            state=self.state,
+            outcome=self.outcome,
+            cancellation_requested=self.cancellation_requested,
+            open_attached_children=tuple(sorted(self.open_children)),
+        )
+
+
+@dataclass(eq=False)  # each read is itself: two reads of one task are two readings
+class Reading:
+    """A read of one task under way: the tasks changes named meanwhile."""
+
+    task_id: str
+    touched: set[str] = field(default_factory=set)
+    # The projection was emptied meanwhile: the change that did it was not placed.
+    void: bool = False
+
+
+class WorkspaceProjection:
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._records: collections.OrderedDict[str, Record] = collections.OrderedDict()
+        # Attached children of each projected task's current generation, open or
+        # not (a terminal child may resume), and the way back.
+        self._children: dict[str, set[str]] = {}
+        self._parent: dict[str, str] = {}
+        self._readings: list[Reading] = []
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def view(self, task_id: str) -> LifecycleView | None:
+        """The task's view if it may be served without a read, else None."""
+        record = self._records.get(task_id)
+        if record is None or not servable(record):
+            return None
+        self._records.move_to_end(task_id)
+        return record.view()
+
+    def begin_read(self, task_id: str) -> Reading:
+        reading = Reading(task_id)
+        self._readings.append(reading)
+        return reading
+
+    def end_read(self, reading: Reading, record: Record | None) -> None:
+        """Takes what the read returned (None: it failed) if no change overtook it."""
+        self._readings.remove(reading)
+        if record is None:
+            return
+        self._forget(reading.task_id)
+        overtaken = reading.void or reading.touched & ({reading.task_id} | record.open_children)
+        if overtaken or len(record.open_children) >= LISTED_CHILDREN:
+            return
+        self._records[reading.task_id] = record
+        self._children[reading.task_id] = set(record.open_children)
+        for child in record.open_children:
+            self._parent[child] = reading.task_id
+        while len(self._records) > self._capacity:
+            self._forget(next(iter(self._records)))
+
+    def apply(self, change: Change) -> None:
+        for reading in self._readings:
+            reading.touched.add(change.task_id)
+            if change.attached_to is not None:
+                reading.touched.add(change.attached_to[0])
+        parent = self._parent.get(change.task_id)
+        known = change.task_id in self._records or parent is not None
+        if change.from_terminal and not known:
+            self.clear()
+            return
+        record = self._records.get(change.task_id)
+        if record is not None and change.revision > record.revision:
+            if change.generation != record.generation:  # the children were the old generation's
+                self._drop_children(change.task_id)
+                record = after(record, change, frozenset())
+            else:
+                record = after(record, change, record.open_children)
+            self._records[change.task_id] = record
+        if parent is not None:
+            self._child_changed(parent, change)
+        if change.attached_to is not None:
+            self._child_registered(change)
+
+    def clear(self) -> None:
+        for reading in self._readings:
+            reading.void = True
+        self._records.clear()
+        self._children.clear()
+        self._parent.clear()
+
+    def _child_registered(self, change: Change) -> None:
+        assert change.attached_to is not None
+        parent_id, generation = change.attached_to
+        parent = self._records.get(parent_id)
+        if parent is None or parent.generation != generation:
+            return
+        self._children[parent_id].add(change.task_id)
+        self._parent[change.task_id] = parent_id
+        self._child_changed(parent_id, change)
+
+    def _child_changed(self, parent_id: str, change: Change) -> None:
+        parent = self._records[parent_id]
+        open_children = set(parent.open_children)
+        if change.state is LifecycleState.TERMINAL:
+            open_children.discard(change.task_id)
+        else:
+            open_children.add(change.task_id)
+        self._records[parent_id] = Record(
+            parent.generation, parent.revision, parent.state, parent.outcome, parent.cancellation_requested,
+            frozenset(open_children),
+        )
+
+    def _forget(self, task_id: str) -> None:
+        self._records.pop(task_id, None)
+        self._drop_children(task_id)
+
+    def _drop_children(self, task_id: str) -> None:
+        for child in self._children.pop(task_id, ()):
+            self._parent.pop(child, None)
+        if task_id in self._records:
+            self._children[task_id] = set()
+
+
+def servable(record: Record) -> bool:
+    """Whether the gates may be run on the record without a read: nothing in it
+    would block, so a lagging record can only let through what the lifecycle
+    service's own fences then refuse."""
+    return (
+        record.state is not LifecycleState.TERMINAL
+        and not record.cancellation_requested
+        and not record.open_children
+    )
+
+
+def after(record: Record, change: Change, open_children: frozenset[str]) -> Record:
+    return Record(
+        change.generation, change.revision, change.state, change.outcome, change.cancellation_requested,
+        open_children,
+    )
