@@ -270,7 +270,9 @@ async def run_attempt(config: dict) -> dict:
     if prep_failures:
         say(f"  preparation failures: {prep_failures.most_common(5)}")
     prepared = len(pool)
-    pool.reverse()  # pop() hands them out in registration order
+    # pop() hands out the newest claim first: an agent attempts soon after its claim,
+    # and what the completion service keeps of recent claims (its lifecycle
+    # projection, 10,000 tasks per workspace) is what the attempt meets then.
 
     async def op() -> None:
         if not pool:

@@ -56,7 +56,6 @@ class CompletionAuthority:
         faults: Faults = NO_FAULTS,
         metrics: Metrics | None = None,
         projected_workspaces: int = 0,
-        projected_tasks: int = 10_000,
     ) -> None:
         ids = ids or RandomIds()
         self.store = store
@@ -68,9 +67,7 @@ class CompletionAuthority:
             interval=settle_interval, faults=faults,
         )
         # Off (0 workspaces) unless the server asks: its streams run among the workers.
-        self.projection = LifecycleProjection(
-            lifecycle, self.metrics, workspaces=projected_workspaces, tasks_per_workspace=projected_tasks
-        )
+        self.projection = LifecycleProjection(lifecycle, self.metrics, workspaces=projected_workspaces)
         self.completions = CompletionTransaction(
             store, lifecycle, self.projection, policies, clock, ids, external, self.settler, self.metrics, publish,
             faults,

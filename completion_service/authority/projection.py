@@ -28,6 +28,8 @@ from completion_service.lifecycle_client import LifecycleClient, change_of, reco
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 
 log = logging.getLogger(__name__)
+# Records kept per workspace (~450 bytes each), the most recently read or served.
+TASKS_PER_WORKSPACE = 10_000
 
 
 @dataclass
@@ -47,7 +49,7 @@ class LifecycleProjection:
         metrics: Metrics,
         *,
         workspaces: int,
-        tasks_per_workspace: int,
+        tasks_per_workspace: int = TASKS_PER_WORKSPACE,
         retry_seconds: float = 1.0,
         idle_seconds: float = 60.0,
     ) -> None:

@@ -7,11 +7,12 @@ request, no open attached child): the lifecycle service fences every settlement
 again, so a projection that lags behind a change can cost a refused settlement,
 never a wrong block, and anything that would block is read fresh.
 
-A record enters only from a read (GetTask) that no change overtook: a change to
-the task or to one of its children delivered while the read was under way makes
-the read count for its own attempt only. A change the projection cannot place (a
-task it does not know resuming into a new generation: it may be a known task's
-attached child) empties it. The shell starts a new projection each time its event
+A record enters only from a read (GetTask) that no change overtook: a change
+delivered while the read was under way that the read may not reflect (a newer
+revision of the task, a child registered that it does not list, the end of a
+child it lists, any resume) makes the read count for its own attempt only. A
+change the projection cannot place (a task it does not know resuming into a new
+generation: it may be a known task's attached child) empties it. The shell starts a new projection each time its event
 stream goes live from the head, and keeps none while the stream is down.
 
 Plain data only: the shell (authority/projection.py) converts events and reads."""
@@ -27,7 +28,7 @@ from completion_service.core.model import LifecycleState, LifecycleView
 LISTED_CHILDREN = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     """One lifecycle event, as the projection reads it."""
 
@@ -43,7 +44,7 @@ class Change:
     attached_to: tuple[str, int] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per projected task: kept small
 class Record:
     """One task's lifecycle record as read or as changed since."""
 
@@ -66,12 +67,36 @@ class Record:
 
 @dataclass(eq=False)  # each read is itself: two reads of one task are two readings
 class Reading:
-    """A read of one task under way: the tasks changes named meanwhile."""
+    """A read of one task under way, and the changes delivered meanwhile."""
 
     task_id: str
-    touched: set[str] = field(default_factory=set)
-    # The projection was emptied meanwhile: the change that did it was not placed.
+    # Per task, the greatest revision a change delivered meanwhile carried.
+    revisions: dict[str, int] = field(default_factory=dict)
+    # (parent, child) of the attached children registered meanwhile.
+    registered: set[tuple[str, str]] = field(default_factory=set)
+    # The tasks that ended meanwhile.
+    ended: set[str] = field(default_factory=set)
+    # A task resumed, or the projection was emptied, meanwhile.
     void: bool = False
+
+    def note(self, change: Change) -> None:
+        self.revisions[change.task_id] = max(change.revision, self.revisions.get(change.task_id, 0))
+        if change.attached_to is not None:
+            self.registered.add((change.attached_to[0], change.task_id))
+        if change.state is LifecycleState.TERMINAL:
+            self.ended.add(change.task_id)
+        # A resumed task may be a child the read saw ended and does not list.
+        self.void = self.void or change.from_terminal
+
+    def overtaken(self, record: Record) -> bool:
+        """Whether a change delivered meanwhile may be missing from what it read."""
+        return (
+            self.void
+            or self.revisions.get(self.task_id, 0) > record.revision
+            or any(parent == self.task_id and child not in record.open_children
+                   for parent, child in self.registered)
+            or bool(self.ended & record.open_children)
+        )
 
 
 class WorkspaceProjection:
@@ -106,11 +131,11 @@ class WorkspaceProjection:
         if record is None:
             return
         self._forget(reading.task_id)
-        overtaken = reading.void or reading.touched & ({reading.task_id} | record.open_children)
-        if overtaken or len(record.open_children) >= LISTED_CHILDREN:
+        if reading.overtaken(record) or len(record.open_children) >= LISTED_CHILDREN:
             return
         self._records[reading.task_id] = record
-        self._children[reading.task_id] = set(record.open_children)
+        if record.open_children:
+            self._children[reading.task_id] = set(record.open_children)
         for child in record.open_children:
             self._parent[child] = reading.task_id
         while len(self._records) > self._capacity:
@@ -118,9 +143,7 @@ class WorkspaceProjection:
 
     def apply(self, change: Change) -> None:
         for reading in self._readings:
-            reading.touched.add(change.task_id)
-            if change.attached_to is not None:
-                reading.touched.add(change.attached_to[0])
+            reading.note(change)
         parent = self._parent.get(change.task_id)
         known = change.task_id in self._records or parent is not None
         if change.from_terminal and not known:
@@ -152,7 +175,7 @@ class WorkspaceProjection:
         parent = self._records.get(parent_id)
         if parent is None or parent.generation != generation:
             return
-        self._children[parent_id].add(change.task_id)
+        self._children.setdefault(parent_id, set()).add(change.task_id)
         self._parent[change.task_id] = parent_id
         self._child_changed(parent_id, change)
 
@@ -175,8 +198,6 @@ class WorkspaceProjection:
     def _drop_children(self, task_id: str) -> None:
         for child in self._children.pop(task_id, ()):
             self._parent.pop(child, None)
-        if task_id in self._records:
-            self._children[task_id] = set()
 
 
 def servable(record: Record) -> bool:

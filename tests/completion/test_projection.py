@@ -64,9 +64,11 @@ def test_only_a_view_nothing_in_which_would_block_is_served(result, served):
     [
         ([], True),
         ([change("other", 5)], True),
-        ([change("t", 3)], False),  # the task changed: the read may predate it
-        ([change("c", 1, REGISTERED, attached_to=("t", 1))], False),  # a new child
+        ([change("t", 3)], False),  # a newer revision than the read's
+        ([change("t", 2)], True),  # a change the read already reflects, delivered late
+        ([change("c", 1, REGISTERED, attached_to=("t", 1))], False),  # a child the read does not list
         ([change("c", 1, REGISTERED, attached_to=("other", 1))], True),
+        ([change("other", 5, ACTIVE, generation=2, from_terminal=True)], False),  # a resume: maybe a child
     ],
 )
 def test_a_read_overtaken_by_a_change_of_its_task_counts_for_its_attempt_only(during, kept):
@@ -87,10 +89,26 @@ def test_concurrent_reads_of_one_task_end_in_any_order():
 def test_a_read_overtaken_by_a_change_of_a_listed_child_is_not_kept():
     projection = WorkspaceProjection(10)
     read(projection, "t", record(children=["c"]), change("c", 3, TERMINAL))
+    assert projection.view("t") is None and len(projection) == 0  # the next attempt reads again
+    read(projection, "t", record(children=["c"]), change("c", 1, REGISTERED, attached_to=("t", 1)))
+    # The registration is the listed child's: the read was kept, and the child's end frees the task.
     assert projection.view("t") is None
+    projection.apply(change("c", 3, TERMINAL))
+    assert projection.view("t") is not None
     read(projection, "t", record(children=["c"]))
     projection.apply(change("c", 3, TERMINAL))
     assert projection.view("t") is not None
+
+
+def test_a_child_resuming_during_a_read_of_its_parent_voids_the_read():
+    projection = WorkspaceProjection(10)
+    read(projection, "t", record())
+    projection.apply(change("c", 1, REGISTERED, attached_to=("t", 1)))
+    projection.apply(change("c", 2, TERMINAL))
+    assert projection.view("t") is not None
+    # The read sees the child ended (it does not list it); the resume arrives meanwhile.
+    read(projection, "t", record(), change("c", 3, ACTIVE, generation=2, from_terminal=True))
+    assert projection.view("t") is None
 
 
 def test_changes_keep_a_kept_record_current():
