@@ -378,6 +378,8 @@ class CountingProxy:
         class Handler(grpc.GenericRpcHandler):
             def service(self, details):
                 method = details.method
+                if method.endswith("/WatchLifecycleEvents"):  # the completion service's projection
+                    return grpc.unary_stream_rpc_method_handler(self.stream(method))
                 forward = proxy.channel.unary_unary(method)
 
                 async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -394,6 +396,19 @@ class CountingProxy:
                     return response
 
                 return grpc.unary_unary_rpc_method_handler(call)
+
+            def stream(self, method: str):
+                forward = proxy.channel.unary_stream(method)
+
+                async def call(request: bytes, context: grpc.aio.ServicerContext):
+                    upstream = forward(request, metadata=tuple(context.invocation_metadata() or ()))
+                    try:
+                        async for message in upstream:
+                            yield message
+                    finally:
+                        upstream.cancel()
+
+                return call
 
         self.server.add_generic_rpc_handlers((Handler(),))
         server_credentials = grpc.ssl_server_credentials(
