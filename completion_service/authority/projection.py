@@ -30,6 +30,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 log = logging.getLogger(__name__)
 # Records kept per workspace (~450 bytes each), the most recently read or served.
 TASKS_PER_WORKSPACE = 10_000
+MAX_RETRY_SECONDS = 30.0
 
 
 @dataclass
@@ -126,6 +127,9 @@ class LifecycleProjection:
         return None
 
     async def _follow(self, workspace_id: str, stream: _Stream) -> None:
+        # Doubled after each stream that never went live (down, or refused by the
+        # lifecycle's cap of watchers), so that such a workspace is not retried every second.
+        delay = self._retry
         while True:
             call = self._lifecycle.watch_from_head(workspace_id)
             try:
@@ -134,6 +138,7 @@ class LifecycleProjection:
                         stream.projection = WorkspaceProjection(self._tasks)
                         stream.sequence = message.head_sequence
                         self._count_live()
+                        delay = self._retry
                     elif stream.projection is not None:
                         stream.projection.apply(change_of(message.event))
                         stream.sequence = message.event.sequence
@@ -144,10 +149,13 @@ class LifecycleProjection:
                 log.log(level, "lifecycle events of workspace %s not followed (%s); attempts read the lifecycle "
                         "service until the stream is back", workspace_id, _why(exc))
             finally:
+                went_live = stream.projection is not None
                 stream.projection = None
                 self._count_live()
                 call.cancel()
-            await asyncio.sleep(self._retry)
+            await asyncio.sleep(delay)
+            if not went_live:
+                delay = min(delay * 2, MAX_RETRY_SECONDS)
 
     def _count_live(self) -> None:
         self._metrics.lifecycle_streams_live(sum(s.projection is not None for s in self._streams.values()))

@@ -256,13 +256,14 @@ def test_a_served_view_is_what_a_read_returns_at_that_moment(steps):
 
 
 class Stream:
-    """One scripted WatchLifecycleEvents call: the head marker, then what the test sends."""
+    """One scripted WatchLifecycleEvents call: `first` (the head marker, or an error),
+    then what the test sends."""
 
-    def __init__(self, workspace_id: str) -> None:
+    def __init__(self, workspace_id: str, first) -> None:
         self.workspace_id = workspace_id
         self.cancelled = False
         self._items: asyncio.Queue = asyncio.Queue()
-        self.send(lpb.WatchLifecycleEventsResponse(head_sequence=7))
+        self.send(first)
 
     def send(self, item) -> None:
         self._items.put_nowait(item)
@@ -283,9 +284,12 @@ class Stream:
 class Lifecycle:
     def __init__(self) -> None:
         self.streams: list[Stream] = []
+        self.refusing = False  # every new stream fails before its head marker
 
     def watch_from_head(self, workspace_id: str) -> Stream:
-        self.streams.append(Stream(workspace_id))
+        head = lpb.WatchLifecycleEventsResponse(head_sequence=7)
+        first = RuntimeError("WATCHERS_EXHAUSTED") if self.refusing else head
+        self.streams.append(Stream(workspace_id, first))
         return self.streams[-1]
 
 
@@ -330,3 +334,15 @@ async def test_a_stream_that_ends_serves_nothing_until_it_is_live_again_with_a_n
     assert first.cancelled
     await until(lambda: projection.position("a") == 7)  # the next stream's head
     assert len(lifecycle.streams) == 2
+
+
+async def test_a_stream_refused_again_and_again_is_retried_less_and_less_often(shell):
+    lifecycle, projection = shell
+    lifecycle.refusing = True
+    lifecycle.streams[0].send(RuntimeError("the lifecycle service went away"))
+    await until(lambda: projection.position("a") is None)
+    await asyncio.sleep(0.5)
+    # Retried after 10, 20, 40, 80, 160 ms...: a handful of attempts, not fifty.
+    assert 3 <= len(lifecycle.streams) <= 8, len(lifecycle.streams)
+    lifecycle.refusing = False
+    await until(lambda: projection.position("a") == 7)
