@@ -68,13 +68,10 @@ class CompletionTransaction:
     async def attempt(self, command: AttemptCommand) -> AttemptOutcome | Replay:
         # A repeated request_id is answered by the write transaction itself; checking
         # it up front would cost every attempt one more trip to the database thread.
+        source = "read"
         if command.lifecycle is None:  # CompleteRun passes the view it has just read
-            projected = self._projection.view(command.workspace_id, command.task_id)
-            command = dataclasses.replace(
-                command,
-                lifecycle=projected if projected is not None else await self._read_view(command),
-                lifecycle_projected=projected is not None,
-            )
+            lifecycle, source = await self._lifecycle_view(command)
+            command = dataclasses.replace(command, lifecycle=lifecycle, lifecycle_projected=source != "read")
         policy = self._policies.for_workspace(command.workspace_id)
         command = dataclasses.replace(command, policy=policy)
         if policy.external_gates:
@@ -84,7 +81,6 @@ class CompletionTransaction:
                 command, completion_id=self._ids.new_id("cmp"), traceparent=current_traceparent()
             )
             outcome = await self.commit(command)
-            source = "projection" if command.lifecycle_projected else "read"
             if isinstance(outcome, StaleView):
                 lifecycle = await self._read_view(command)
                 command = dataclasses.replace(command, lifecycle=lifecycle, lifecycle_projected=False)
@@ -115,6 +111,22 @@ class CompletionTransaction:
             completion = await self._settler.settle(completion)
             outcome = dataclasses.replace(outcome, completion=completion)
         return outcome
+
+    async def _lifecycle_view(self, command: AttemptCommand) -> tuple[LifecycleView, str]:
+        """The view to judge the attempt on, and where it came from: the projection,
+        a read, or (the lifecycle service cannot be read) what the projection had
+        seen when its stream ended, so that the attempt commits with its settlement
+        pending rather than failing."""
+        projected = self._projection.view(command.workspace_id, command.task_id)
+        if projected is not None:
+            return projected, "projection"
+        try:
+            return await self._read_view(command), "read"
+        except ServiceError as exc:
+            seen = self._projection.last_seen(command.workspace_id, command.task_id)
+            if exc.rejection.reason is not Reason.LIFECYCLE_UNAVAILABLE or seen is None:
+                raise
+            return seen, "last_seen"
 
     async def _read_view(self, command: AttemptCommand) -> LifecycleView:
         current = await self._projection.read(command.workspace_id, command.task_id)

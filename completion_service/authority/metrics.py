@@ -64,7 +64,8 @@ class Metrics:
             "funnel_completion_lifecycle_views",
             "Lifecycle views attempts were judged on, by source: the projection kept current by the lifecycle "
             "event stream; a read (GetTask), the projection could not serve it; stale, the projection's view was "
-            "of an older generation than the run's and was read again.",
+            "of an older generation than the run's and was read again; last_seen, the lifecycle service could not "
+            "be read and the projection of the workspace's ended stream served it.",
             ("source",),
             registry=r,
         )

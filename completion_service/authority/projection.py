@@ -10,7 +10,10 @@ the least recently asked about is closed for a new workspace only if it has not
 been asked about for `idle_seconds`: many workspaces taking turns read instead of
 opening and closing streams on every attempt. While a workspace's stream is not live nothing
 is served from it or kept: a new projection starts each time the stream goes live
-again (the head marker), so a disconnect never leaves a stale record behind."""
+again (the head marker), so a disconnect never leaves a stale record behind. What
+the ended stream had seen is kept until then for one use only: an attempt that
+cannot read the lifecycle service (it is down) is judged on it, so that it commits
+(settlement pending) instead of failing; the lifecycle fences it once it is back."""
 
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ MAX_RETRY_SECONDS = 30.0
 class _Stream:
     # None while the stream is not live.
     projection: WorkspaceProjection | None = None
+    # The projection of the stream that ended last, until the next one is live.
+    last: WorkspaceProjection | None = None
     # The last lifecycle sequence the projection reflects (the head, then each event's).
     sequence: int = 0
     task: asyncio.Task | None = None
@@ -83,6 +88,12 @@ class LifecycleProjection:
         while its stream is not live (nothing is served from it then)."""
         stream = self._streams.get(workspace_id)
         return stream.sequence if stream is not None and stream.projection is not None else None
+
+    def last_seen(self, workspace_id: str, task_id: str) -> LifecycleView | None:
+        """The view the workspace's ended stream had seen, if it may be served: for an
+        attempt while the lifecycle service cannot be read."""
+        stream = self._streams.get(workspace_id)
+        return stream.last.view(task_id) if stream is not None and stream.last is not None else None
 
     def view(self, workspace_id: str, task_id: str) -> LifecycleView | None:
         """The task's view if the projection may serve it, else None (read it)."""
@@ -135,7 +146,7 @@ class LifecycleProjection:
             try:
                 async for message in call:
                     if not message.HasField("event"):  # the head marker: live from here on
-                        stream.projection = WorkspaceProjection(self._tasks)
+                        stream.projection, stream.last = WorkspaceProjection(self._tasks), None
                         stream.sequence = message.head_sequence
                         self._count_live()
                         delay = self._retry
@@ -150,6 +161,8 @@ class LifecycleProjection:
                         "service until the stream is back", workspace_id, _why(exc))
             finally:
                 went_live = stream.projection is not None
+                if went_live:
+                    stream.last = stream.projection
                 stream.projection = None
                 self._count_live()
                 call.cancel()

@@ -297,7 +297,8 @@ class Funnel:
         attempts read). An attempt's view may lag behind the lifecycle service by
         the events still on their way (BRIEF §4: the lifecycle stays the fence);
         tests that predict a gate's verdict after a change at the lifecycle wait."""
-        head = await self.lifecycle.store.read(lambda tx: tx.last_sequence())
+        events = await self.lifecycle.store.read(lambda tx: tx.events_after(workspace, 0, None, 1_000_000))
+        head = events[-1].sequence if events else 0  # the workspace's: its stream carries no other
         projection = self.completion.authority.projection
 
         def reached() -> bool:

@@ -10,7 +10,16 @@ from completion_service.core.model import LifecycleState
 from completion_service.core.projection import Record
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from tests.completion.e2e_support import CALL_TIMEOUT, OTHER_WS, WS, Funnel, decisive_gate, eventually
+from tests.completion.e2e_support import (
+    CALL_TIMEOUT,
+    OTHER_WS,
+    WS,
+    Code,
+    Funnel,
+    decisive_gate,
+    eventually,
+    rejected,
+)
 
 
 async def lifecycle_get_tasks(f: Funnel) -> float:
@@ -153,3 +162,27 @@ async def test_a_projected_view_behind_the_runs_generation_is_read_again(funnel)
     answer = await f.attempt(second)
     assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED and answer.completion.generation == 2
     assert (f.views("projection"), f.views("read"), f.views("stale")) == (projected, reads, 1)
+
+
+async def test_while_the_lifecycle_is_down_attempts_are_judged_on_what_the_projection_last_saw(funnel):
+    f = funnel
+    await f.projection_live()
+    claim = await f.registered_and_claimed("task-1")
+    # The first claim in a workspace opens its stream: the projection never saw this task.
+    unseen = await f.registered_and_claimed("task-2", workspace=OTHER_WS)
+    await f.projection_caught_up()
+    await f.stop_lifecycle()
+    await eventually(lambda: _now(f.completion.authority.projection.position(WS) is None))
+
+    answer = await f.attempt(claim)  # committed; its settlement waits for the lifecycle service
+    assert answer.decision.verdict == cpb.VERDICT_ALLOW
+    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+    assert f.views("last_seen") == 1
+    await rejected(f.attempt(unseen), Code.UNAVAILABLE, "LIFECYCLE_UNAVAILABLE")
+
+    await f.start_lifecycle()
+    async def settled():
+        completion = await f.completion_of("task-1")
+        return completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    await eventually(settled, clock=f.clock, advance_micros=1_000_000)
+    assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_TERMINAL
