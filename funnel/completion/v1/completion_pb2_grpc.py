@@ -202,14 +202,23 @@ class CompletionServiceServicer:
         is returned with `settlement` `PENDING`; the outbox settler finishes it.
         A repeated `request_id` returns the original decision with the
         completion's current settlement.
+        The lifecycle view the gates judge is this service's projection of the
+        task's lifecycle record, kept current by the lifecycle event stream, or a
+        read of the record when the projection cannot serve it. An attempt made
+        moments after a change at the lifecycle service (a cancellation request, a
+        new attached child) may be judged before the change arrived: it commits, the
+        lifecycle service refuses to settle it (`settlement` `REJECTED`), and the
+        decision says what to do next. While the lifecycle service cannot be
+        reached, a task the projection held is judged on what it last saw (the
+        completion commits with its settlement `PENDING`).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG` (`result`),
         `ENUM_UNSPECIFIED` (`outcome`), `VALUE_OUT_OF_RANGE` (`epoch`,
         `state_version`), `REQUEST_ID_REUSED`, `RUN_NOT_FOUND` (also a run of
         another task), `TASK_NOT_FOUND`, `COMPLETION_CONFLICT`,
         `COMPLETION_CORRUPTED`, `SNAPSHOT_CHANGED` (ABORTED: the lease or state
         version moved while external gates were consulted; retry),
-        `LIFECYCLE_UNAVAILABLE` (the lifecycle view could not be read; nothing was
-        committed), `RUN_NOT_HELD`.
+        `LIFECYCLE_UNAVAILABLE` (the lifecycle view could not be read, and the
+        projection held none; nothing was committed), `RUN_NOT_HELD`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
