@@ -108,12 +108,30 @@ class TokenFile:
         return True
 
 
+def keepalive_options(seconds: float) -> list[tuple[str, int]]:
+    """HTTP/2 pings every `seconds` while a call is open (the lifecycle projection's
+    streams always are), and the connection closed when one goes unanswered as
+    long (`ping_timeout_ms` is the bound gRPC 1.8x applies to them, measured): a
+    lifecycle service that froze, or a connection that died without a word, ends
+    the streams instead of leaving them quietly open. The servers admit pings this
+    often (funnel.runtime.server)."""
+    millis = max(1000, int(seconds * 1000))
+    return [
+        ("grpc.keepalive_time_ms", millis),
+        ("grpc.keepalive_timeout_ms", millis),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_time_between_pings_ms", millis),
+        ("grpc.http2.ping_timeout_ms", millis),
+    ]
+
+
 class LifecycleChannel:
     """The channel to the lifecycle service, re-opened when its TLS files change."""
 
-    def __init__(self, address: str, settings: OutboundSecurity) -> None:
+    def __init__(self, address: str, settings: OutboundSecurity, keepalive_seconds: float = 20.0) -> None:
         self._address = address
         self._settings = settings
+        self._options = RECONNECT_OPTIONS + keepalive_options(keepalive_seconds)
         self._token = TokenFile(settings.identity_token_file) if settings.identity_token_file else None
         self._signature = file_signature(settings.lifecycle_tls.paths)
         self.channel = self._open()
@@ -124,10 +142,10 @@ class LifecycleChannel:
         # Each call's span goes first: the lifecycle service's span of the call is its child.
         interceptors = [ClientSpans(), *(bearer_interceptors(lambda: token.token) if token else [])]
         if self._settings.lifecycle_insecure:
-            return grpc.aio.insecure_channel(self._address, options=RECONNECT_OPTIONS, interceptors=interceptors)
+            return grpc.aio.insecure_channel(self._address, options=self._options, interceptors=interceptors)
         tls = self._settings.lifecycle_tls
         return grpc.aio.secure_channel(
-            self._address, tls.load(), options=RECONNECT_OPTIONS + tls.options(), interceptors=interceptors
+            self._address, tls.load(), options=self._options + tls.options(), interceptors=interceptors
         )
 
     async def reload_if_changed(self, force: bool = False) -> bool:

@@ -56,6 +56,9 @@ class CompletionConfig:
     lifecycle_address: str = "127.0.0.1:50051"
     outbound: OutboundSecurity = field(default_factory=OutboundSecurity)
     lifecycle_timeout: float = 5.0
+    # Seconds between pings on the connection to the lifecycle service while a call
+    # is open; a ping unanswered as long ends the connection (outbound.keepalive_options).
+    lifecycle_keepalive: float = 20.0
     # Workspaces whose lifecycle records are projected from the event stream (one
     # stream each, under the lifecycle's cap of watchers per caller, which every
     # replica shares); 0: every attempt reads its task from the lifecycle service.
@@ -155,7 +158,7 @@ async def start(
         store = sqlite
         publish = publisher(broker)
         runtime.add_integrity_check(background, config.integrity_check, sqlite.check_integrity, metrics)
-    lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound)
+    lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound, config.lifecycle_keepalive)
     authority = CompletionAuthority(
         store,
         LifecycleClient(lifecycle_channel, timeout=config.lifecycle_timeout),
@@ -225,6 +228,11 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
     parser.add_argument("--lifecycle-timeout", type=float, default=float(e("lifecycle_timeout", d.lifecycle_timeout)),
                         help=f"deadline in seconds of each lifecycle call ({ENV_PREFIX}_LIFECYCLE_TIMEOUT)")
     parser.add_argument(
+        "--lifecycle-keepalive", type=float, default=float(e("lifecycle_keepalive", d.lifecycle_keepalive)),
+        help="seconds between pings to the lifecycle service while a call is open; one unanswered as long "
+        f"ends the connection (a frozen service, a dead link); at least 1 ({ENV_PREFIX}_LIFECYCLE_KEEPALIVE)",
+    )
+    parser.add_argument(
         "--projected-workspaces", type=int, default=int(e("projected_workspaces", d.projected_workspaces)),
         help="workspaces whose lifecycle records attempts read from a projection kept current by the lifecycle "
         f"event stream, one stream each; 0 reads every attempt's task from the lifecycle service "
@@ -267,6 +275,8 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
     args = parser.parse_args(argv)
     if args.projected_workspaces < 0:
         parser.error("--projected-workspaces must be 0 (off) or more")
+    if args.lifecycle_keepalive < 1:
+        parser.error("--lifecycle-keepalive must be at least 1 (second)")
     runtime.configure_logging(args.log_level, args.log_format)
     return CompletionConfig(
         listen=args.listen,
@@ -282,6 +292,7 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
             gates_insecure=args.gates_insecure,
         ),
         lifecycle_timeout=args.lifecycle_timeout,
+        lifecycle_keepalive=args.lifecycle_keepalive,
         projected_workspaces=args.projected_workspaces,
         policy_file=args.policy_file,
         settle_interval=args.settle_interval,

@@ -163,6 +163,10 @@ def new_server(
             ("grpc.max_concurrent_streams", security.settings.max_streams_per_connection),
             # A second process on the same port must fail, not silently share it.
             ("grpc.so_reuseport", 0),
+            # Clients may ping every second while a call is open (the completion
+            # service's keepalive toward its lifecycle streams); gRPC's default
+            # would end their connections for pinging more often than every 5 min.
+            ("grpc.http2.min_ping_interval_without_data_ms", 1000),
         ],
     )
 
