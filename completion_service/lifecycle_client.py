@@ -12,7 +12,7 @@ import logging
 
 import grpc
 
-from completion_service.core.model import LifecycleState, LifecycleView
+from completion_service.core.model import LifecycleState
 from completion_service.core.projection import Change, Record
 from completion_service.core.settlement import SettleAnswer, classify_failure
 from completion_service.outbound import LifecycleChannel
@@ -35,16 +35,6 @@ class LifecycleRejected(Exception):
 
 class LifecycleUnavailable(Exception):
     """No answer: the intent may or may not have been applied."""
-
-
-def view_of(task: lpb.Task, open_children: list[str]) -> LifecycleView:
-    return LifecycleView(
-        generation=task.generation,
-        state=LifecycleState(task.state),
-        outcome=_outcome(task.outcome),
-        cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
-        open_attached_children=tuple(open_children),
-    )
 
 
 def record_of(current: lpb.GetTaskResponse) -> Record:

@@ -199,30 +199,22 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
     async def WatchLifecycleEvents(self, request, context) -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
-        with self._watch_quota.admit(calls.served().principal.subject, workspace):
-            if request.from_head:
-                stream = follow_from_head(
-                    lambda: self._store.read(lambda tx: tx.last_sequence()),
-                    self._broker,
-                    workspace,
-                    task,
-                    lambda head: pb.WatchLifecycleEventsResponse(head_sequence=head),
-                    lambda item: item.event.sequence,
-                    WatchEnds(Reason, self._broker.capacity),
-                )
-                async for item in stream:
-                    yield item
-                return
-            async for item in follow(
+        sequence_of = lambda item: item.event.sequence  # noqa: E731
+        ends = WatchEnds(Reason, self._broker.capacity)
+        stream = (
+            follow_from_head(
+                lambda: self._store.read(lambda tx: tx.last_sequence()), self._broker, workspace, task,
+                lambda head: pb.WatchLifecycleEventsResponse(head_sequence=head), sequence_of, ends,
+            )
+            if request.from_head
+            else follow(
                 lambda cursor, limit: self._store.read(lambda tx: tx.events_after(workspace, cursor, task, limit)),
-                self._broker,
-                workspace,
-                task,
-                request.after_sequence,
-                lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)),
-                lambda item: item.event.sequence,
-                WatchEnds(Reason, self._broker.capacity),
-            ):
+                self._broker, workspace, task, request.after_sequence,
+                lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)), sequence_of, ends,
+            )
+        )
+        with self._watch_quota.admit(calls.served().principal.subject, workspace):
+            async for item in stream:
                 yield item
 
 

@@ -26,7 +26,7 @@ from completion_service.core.gates import WorkspacePolicy, snapshot_basis
 from completion_service.core.model import CompletionEvent, EvidenceRecord, LifecycleView, SettlementStatus, Snapshot
 from completion_service.errors import Reason
 from completion_service.external_gates import ExternalGates
-from completion_service.lifecycle_client import LifecycleClient, view_of
+from completion_service.lifecycle_client import LifecycleClient, record_of
 from completion_service.policy import PolicyBook
 from completion_service.storage.port import CompletionReadTx, CompletionStore
 from funnel.runtime.clock import Clock, IdSource
@@ -130,7 +130,7 @@ class CompletionTransaction:
 
     async def _read_view(self, command: AttemptCommand) -> LifecycleView:
         current = await self._projection.read(command.workspace_id, command.task_id)
-        return view_of(current.task, list(current.open_attached_child_task_ids))
+        return record_of(current).view()
 
     async def commit(self, command: AttemptCommand) -> AttemptOutcome | Replay | Rejection | StaleView:
         """Steps 1-5: one write transaction judged at the moment it runs."""

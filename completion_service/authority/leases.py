@@ -27,7 +27,7 @@ from completion_service.core.model import (
 from completion_service.core.runs import CloseStep, TaskEffect, cap_notes, close_effect, close_plan, tokens_total
 from completion_service.core.settlement import binding_decision
 from completion_service.errors import Reason
-from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, view_of
+from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, record_of
 from completion_service.request_ids import peek
 from completion_service.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
 from completion_service.storage.port import CompletionReadTx, CompletionStore, CompletionTx
@@ -276,7 +276,7 @@ class RunsAndLeases:
                             outcome=RequestedOutcome.COMPLETED,
                             result=capped_notes,
                             state_version=None,
-                            lifecycle=view_of(current.task, list(current.open_attached_child_task_ids)),
+                            lifecycle=record_of(current).view(),
                         )
                     )
                     # Without a request id there is nothing to remember: never a replay.

@@ -23,6 +23,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+import grpc
+
 from completion_service.authority.lifecycle import read_task
 from completion_service.authority.metrics import Metrics
 from completion_service.core.model import LifecycleView
@@ -104,15 +106,16 @@ class LifecycleProjection:
         """The lifecycle record read fresh (errors mapped as read_task's), kept by
         the projection unless a change overtook the read."""
         projection = self._projection(workspace_id)
-        reading = projection.begin_read(task_id) if projection is not None else None
+        if projection is None:
+            return await read_task(self._lifecycle, workspace_id, task_id)
+        reading = projection.begin_read(task_id)
         result = None
         try:
             current = await read_task(self._lifecycle, workspace_id, task_id)
             result = record_of(current)
             return current
         finally:
-            if projection is not None and reading is not None:
-                projection.end_read(reading, result)
+            projection.end_read(reading, result)
 
     def _projection(self, workspace_id: str) -> WorkspaceProjection | None:
         group = self._group
@@ -174,6 +177,7 @@ class LifecycleProjection:
         self._metrics.lifecycle_streams_live(sum(s.projection is not None for s in self._streams.values()))
 
 
-def _why(exc: BaseException) -> str:
-    code = getattr(exc, "code", None)
-    return f"{code().name}: {exc.details()}" if callable(code) else repr(exc)  # type: ignore[attr-defined]
+def _why(exc: Exception) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return repr(exc)
