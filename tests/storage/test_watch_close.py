@@ -154,3 +154,18 @@ async def test_the_drain_leaves_a_block_that_finishes_in_time_and_its_own_timeou
         async with drain.bounded(Cut):
             async with asyncio.timeout(0.01):
                 await asyncio.sleep(1)
+
+
+async def test_a_stream_from_the_head_opened_after_the_close_ends_at_the_head_it_announced():
+    broker = EventBroker[int](8)
+    broker.close()
+
+    async def head() -> int:
+        return 5
+
+    delivered: list[int] = []
+    events = watch.follow_from_head(head, broker, "ws", None, lambda h: -h, lambda e: e, WatchEnds(Reason, 8))
+    with pytest.raises(ServiceError) as ended:
+        await collect(events, delivered)
+    # The marker, then the shutdown: resuming after the head misses nothing and replays nothing.
+    assert delivered == [-5] and shutdown_cursor(ended.value) == 5
