@@ -274,10 +274,17 @@ def test_new_chat_registers_a_task_naming_the_original_and_cancellation_fences_a
     driver.completed(WS, "chat-1")
     open_live(page, f"{dashboard.url}/w/{WS}/t/chat-1")
     expect(badge(page)).to_have_text("completed")
-    form = page.locator("#task-head form", has=page.locator("button", has_text="New chat"))
-    fields = {name: form.locator(f"input[name={name}]").get_attribute("value")
-              for name in ("csrf", "generation", "revision", "request_id")}
-    form.locator("button").click()
+    # Read and sent in one step: a live update may replace the task head (and its
+    # form, with a fresh request id) between a read and a click.
+    fields = page.evaluate("""() => {
+        const button = [...document.querySelectorAll("#task-head form button")]
+            .find(b => b.textContent.includes("New chat"));
+        const form = button.closest("form");
+        const fields = Object.fromEntries(["csrf", "generation", "revision", "request_id"]
+            .map(name => [name, form.querySelector(`input[name=${name}]`).value]));
+        button.click();
+        return fields;
+    }""")
     expect(page).to_have_url(re.compile(rf"/w/{WS}/t/chat-1-chat-[0-9a-f]{{8}}$"))
     new_task = page.url.rsplit("/", 1)[1]
     expect(badge(page)).to_have_text("registered")
