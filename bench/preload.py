@@ -20,9 +20,9 @@ Consistency kept per clone:
     preloaded request therefore gets the stored answer, as for a real one.
 Timestamps are the template's (all clones share them). Tables the template did not
 touch get no rows. Columns that do not name the template (the request ids' scope
-`caller` and `method`, the events' and audit rows' `caller_subject`/`caller_role`)
-are copied as they are: the clones were made by the same callers as the template,
-so a replay by those callers (bench/client.py verify_preload) finds them.
+`caller` and `method`, the events' `caller_id`, the audit rows' `caller_subject`/
+`caller_role`) are copied as they are: the clones were made by the same callers as
+the template, so a replay by those callers (bench/client.py verify_preload) finds them.
 
 The schema is the services' own: before cloning, each database is opened with
 funnel.runtime.sqlite.Database.open and the service's migrations (a no-op on the
@@ -64,7 +64,7 @@ MIGRATIONS = {
 # Columns the clone reads by name (request_ids' shape since migration 0004 of both services).
 REQUIRED_COLUMNS = {
     "lifecycle": {
-        "lifecycle_events": {"sequence", "workspace_id", "task_id", "caller_subject", "caller_role"},
+        "lifecycle_events": {"sequence", "workspace_id", "task_id", "caller_id"},
         "request_ids": {"workspace_id", "caller", "method", "request_id", "fingerprint", "response", "created_at"},
     },
     "completion": {

@@ -39,6 +39,7 @@ from lifecycle_service.storage.sqlite import (
     CAUSE_TEXT_VALUES,
     EVENT_COLUMNS,
     EVENT_VALUES,
+    EVENTS,
     PROPAGATION_COLUMNS,
     SqliteLifecycleTx,
     propagation_from_row,
@@ -54,7 +55,7 @@ EVENTS_CHANNEL = "funnel_lifecycle_events"
 # the engine's migration lock.
 REQUEST_ID_LOCKS = 0x6C6963  # "lic"
 
-_INSERT_EVENT = f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ({', '.join(['?'] * 23)})"
+_INSERT_EVENT = f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ({', '.join(['?'] * 22)})"
 
 
 class PostgresLifecycleStore:
@@ -149,7 +150,7 @@ class PostgresLifecycleTx(SqliteLifecycleTx):
     def all_events_after(self, after_sequence: int, limit: int) -> list[LifecycleEvent]:
         """Every workspace's events after `after_sequence`, by sequence (for the tail)."""
         rows = self._db.execute(
-            f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE sequence > ? ORDER BY sequence LIMIT ?",
             (after_sequence, limit),
         )
         return [self._event(r) for r in rows]

@@ -44,17 +44,23 @@ _TASK_COLUMNS = (
     "workspace_id, task_id, generation, revision, state, outcome, cancellation_requested_at, work_status, "
     "parent_task_id, parent_generation, parent_mode, completion_id, created_at, updated_at"
 )
-EVENT_VALUES = (
+_EVENT_FIELDS = (
     "workspace_id, task_id, generation, revision, intent, from_state, to_state, outcome, "
     "cancellation_requested_at, work_status, cause_source, cause_reason, cause_originating_ids, "
-    "completion_id, authoritative_at, committed_at, request_id, caller_subject, caller_role, "
-    "parent_task_id, parent_generation, parent_mode"
+    "completion_id, authoritative_at, committed_at, request_id, {caller}, parent_task_id, parent_generation, "
+    "parent_mode"
 )
-EVENT_COLUMNS = "sequence, " + EVENT_VALUES
+# An event names its caller by number (callers holds each subject and role once);
+# events written before migration 0006 carry the text in their own row instead.
+EVENT_VALUES = _EVENT_FIELDS.format(caller="caller_id")
+EVENT_COLUMNS = "sequence, " + _EVENT_FIELDS.format(
+    caller="COALESCE(callers.subject, caller_subject), COALESCE(callers.role, caller_role)"
+)
+EVENTS = "lifecycle_events LEFT JOIN callers USING (caller_id)"
 # The caller's free text (cause source and reason): positions in _event_values and in a row.
 CAUSE_TEXT_VALUES = (10, 11)
 CAUSE_TEXT_COLUMNS = (11, 12)
-INSERT_EVENT = f"INSERT INTO lifecycle_events ({EVENT_VALUES}) VALUES ({', '.join(['?'] * 22)})"
+INSERT_EVENT = f"INSERT INTO lifecycle_events ({EVENT_VALUES}) VALUES ({', '.join(['?'] * 21)})"
 PROPAGATION_COLUMNS = (
     "id, workspace_id, parent_task_id, parent_generation, parent_sequence, child_task_id, child_generation, intent"
 )
@@ -141,7 +147,7 @@ class SqliteLifecycleTx:
 
     def terminal_event(self, task: TaskRecord) -> LifecycleEvent:
         row = self._db.execute(
-            f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? "
+            f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE workspace_id = ? AND task_id = ? "
             "AND generation = ? AND to_state = 'TERMINAL' ORDER BY sequence LIMIT 1",
             (task.workspace_id, task.task_id, task.generation),
         ).fetchone()
@@ -163,7 +169,7 @@ class SqliteLifecycleTx:
 
     def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
         sql = (
-            f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? AND revision > ? "
+            f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE workspace_id = ? AND task_id = ? AND revision > ? "
             "ORDER BY revision LIMIT ?"
         )
         return [self._event(r) for r in self._db.execute(sql, (workspace_id, task_id, after_revision, limit))]
@@ -173,13 +179,13 @@ class SqliteLifecycleTx:
     ) -> list[LifecycleEvent]:
         if task_id:
             sql = (
-                f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND task_id = ? "
+                f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE workspace_id = ? AND task_id = ? "
                 "AND sequence > ? ORDER BY sequence LIMIT ?"
             )
             params: tuple = (workspace_id, task_id, after_sequence, limit)
         else:
             sql = (
-                f"SELECT {EVENT_COLUMNS} FROM lifecycle_events WHERE workspace_id = ? AND sequence > ? "
+                f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE workspace_id = ? AND sequence > ? "
                 "ORDER BY sequence LIMIT ?"
             )
             params = (workspace_id, after_sequence, limit)
@@ -219,7 +225,21 @@ class SqliteLifecycleTx:
         return dataclasses.replace(event, sequence=cursor.lastrowid)
 
     def _event_values(self, event: LifecycleEvent) -> tuple:
-        return _event_values(event)
+        return _event_values(event, self._caller_id(event.caller))
+
+    def _caller_id(self, caller: Caller) -> int:
+        """The caller's number, made with its first event. Read first: after that
+        first event, a caller costs one indexed lookup and no write."""
+        find = "SELECT caller_id FROM callers WHERE subject = ? AND role = ?"
+        row = self._db.execute(find, (caller.subject, caller.role)).fetchone()
+        if row is None:
+            # ON CONFLICT: another replica's transaction may insert it first (PostgreSQL).
+            self._db.execute(
+                "INSERT INTO callers (subject, role) VALUES (?, ?) ON CONFLICT (subject, role) DO NOTHING",
+                (caller.subject, caller.role),
+            )
+            row = self._db.execute(find, (caller.subject, caller.role)).fetchone()
+        return int(row[0])
 
     # -- propagations ----------------------------------------------------------
 
@@ -292,7 +312,7 @@ def _conforms(store: SqliteLifecycleStore, tx: SqliteLifecycleTx) -> tuple[Lifec
     return store, tx
 
 
-def _event_values(event: LifecycleEvent) -> tuple:
+def _event_values(event: LifecycleEvent, caller_id: int) -> tuple:
     """Values for the columns of INSERT_EVENT (the event's fields but its sequence)."""
     return (
         event.workspace_id,
@@ -312,8 +332,7 @@ def _event_values(event: LifecycleEvent) -> tuple:
         event.authoritative_at,
         event.committed_at,
         event.request_id,
-        event.caller.subject,
-        event.caller.role,
+        caller_id,
         *_link_values(event.parent),
     )
 

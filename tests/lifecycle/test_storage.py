@@ -21,7 +21,7 @@ from funnel.auth.principal import Caller
 from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.postgres import PostgresDatabase, SqliteStyle
-from funnel.runtime.sqlite import migrations_in
+from funnel.runtime.sqlite import Migration, migrations_in
 from funnel.runtime.storage_errors import StorageRefused
 from lifecycle_service.authority import PROPAGATION_SOURCE, LifecycleAuthority
 from lifecycle_service.core import intents as i
@@ -1000,6 +1000,11 @@ async def test_sqlite_pending_propagations_survive_a_crash_and_are_replayed(sqli
 # -- upgrades ----------------------------------------------------------------------
 
 
+def _before(migrations: list[Migration], name: str) -> list[Migration]:
+    """The migrations a database had before the one called `name`."""
+    return migrations[: [m.name for m in migrations].index(name)]
+
+
 def _previous_release_rows(db, cause_text) -> None:
     """A parent, its attached child and the child's activation, as the release before
     registration events named the parent stored them."""
@@ -1022,7 +1027,7 @@ def _previous_release_rows(db, cause_text) -> None:
 async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engine, tmp_path):
     if engine == "sqlite":
         path = str(tmp_path / "lifecycle.sqlite3")
-        earlier = migrations_in(MIGRATIONS_PACKAGE)[:-1]
+        earlier = _before(migrations_in(MIGRATIONS_PACKAGE), "parent_on_registration_events")
         with sqlite3.connect(path, isolation_level=None) as db:
             for migration in earlier:
                 db.executescript(f"BEGIN;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;")
@@ -1032,7 +1037,7 @@ async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engin
         store = await SqliteLifecycleStore.open(path)
     else:
         url = await asyncio.to_thread(fresh_database)
-        earlier = migrations_in(PG_MIGRATIONS_PACKAGE)[:-1]
+        earlier = _before(migrations_in(PG_MIGRATIONS_PACKAGE), "parent_on_registration_events")
         database = await PostgresDatabase.open(url, PG_SCHEMA, earlier)
         try:
             await database.write(lambda conn: _previous_release_rows(SqliteStyle(conn), str.encode))
@@ -1046,5 +1051,69 @@ async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engin
         # History is immutable again once the upgrade has filled it in.
         with pytest.raises(Exception, match="immutable"):
             await store.write(lambda tx: tx._db.execute("UPDATE lifecycle_events SET parent_task_id = NULL"))
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine, tmp_path):
+    def earlier_event(db, cause_text) -> None:
+        SqliteLifecycleTx(db).insert_task(record("old"))
+        db.execute(
+            "INSERT INTO lifecycle_events (sequence, workspace_id, task_id, generation, revision, intent, to_state, "
+            "work_status, cause_source, cause_reason, cause_originating_ids, committed_at, caller_subject, "
+            "caller_role) VALUES (1, ?, 'old', 1, 1, 'REGISTER_TASK', 'REGISTERED', 'READY', ?, ?, '{}', ?, "
+            "'spiffe://before', 'host')",
+            (WS, cause_text("test"), cause_text("because"), T0),
+        )
+
+    if engine == "sqlite":
+        path = str(tmp_path / "lifecycle.sqlite3")
+        with sqlite3.connect(path, isolation_level=None) as db:
+            for migration in _before(migrations_in(MIGRATIONS_PACKAGE), "callers_stored_once"):
+                db.executescript(f"BEGIN;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;")
+            db.execute("BEGIN")
+            earlier_event(db, str)
+            db.execute("COMMIT")
+        store = await SqliteLifecycleStore.open(path)
+    else:
+        url = await asyncio.to_thread(fresh_database)
+        earlier = _before(migrations_in(PG_MIGRATIONS_PACKAGE), "callers_stored_once")
+        database = await PostgresDatabase.open(url, PG_SCHEMA, earlier)
+        try:
+            await database.write(lambda conn: earlier_event(SqliteStyle(conn), str.encode))
+            # The event sequence's counter, which the adapter takes the next number from.
+            await database.write(lambda conn: conn.execute("UPDATE lifecycle_event_sequence SET value = 1"))
+        finally:
+            await database.close()
+        store = await PostgresLifecycleStore.open(url)
+    agent, service = Caller("someone", "agent"), Caller("completion", "service")
+
+    def append(tx) -> None:
+        for n, caller in enumerate([agent, service, agent, service, agent]):
+            task = record(f"new-{n}")
+            tx.insert_task(task)
+            tx.append_event(event_of(task, caller=caller))
+
+    try:
+        await store.write(append)
+        events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
+        assert [(e.task_id, e.caller) for e in events] == [
+            ("old", Caller("spiffe://before", "host")), ("new-0", agent), ("new-1", service), ("new-2", agent),
+            ("new-3", service), ("new-4", agent)]
+        assert [(e.task_id, e.caller) for e in await store.read(lambda tx: tx.list_events(WS, "new-1", 0, 5))] == [
+            ("new-1", service)]
+
+        def stored(tx):
+            callers = tx._db.execute("SELECT subject, role FROM callers ORDER BY caller_id").fetchall()
+            texts = tx._db.execute(
+                "SELECT caller_subject, caller_role, caller_id IS NULL FROM lifecycle_events ORDER BY sequence"
+            ).fetchall()
+            return [tuple(r) for r in callers], [tuple(r) for r in texts]
+
+        callers, texts = await store.read(stored)
+        assert callers == [("someone", "agent"), ("completion", "service")]
+        # The text stays in the rows written before; later rows carry only the number.
+        assert texts == [("spiffe://before", "host", True)] + [("", "", False)] * 5
     finally:
         await store.close()
