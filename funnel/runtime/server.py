@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import enum
+import gc
 import logging
 import os
 import signal
@@ -388,11 +389,16 @@ def serve_process(
         running = await start()
         stop = install_signal_handlers(running.reloader.trigger)
         endpoint = running.metrics_endpoint
+        # What start-up made (modules, descriptors, the server, its stores) lives as
+        # long as the process: out of the collector's full passes, which would walk
+        # it each time, stalling every call in flight for ~30 ms (the attempt's p99).
+        gc.freeze()
         announce(name, listen, running.port, endpoint)
         log.info(
             "%s serving on port %d", name, running.port,
             extra=fields(event="start", service=name, port=running.port,
-                         metrics=endpoint.url if endpoint is not None else None),
+                         metrics=endpoint.url if endpoint is not None else None,
+                         frozen_objects=gc.get_freeze_count()),
         )
         await stop.wait()
         log.info(

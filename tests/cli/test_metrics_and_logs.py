@@ -156,6 +156,9 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
                 assert {"time", "level", "logger", "message"} <= set(entry), entry
         events = [entry.get("event") for entry in entries]
         assert events.count("start") == 1 and events.count("stopped") == 1, name
+        # Start-up's objects are kept out of the collector's full passes (funnel/runtime/server.py).
+        (start,) = [entry for entry in entries if entry.get("event") == "start"]
+        assert start["frozen_objects"] > 10_000, start
         requests = [entry for entry in entries if entry.get("event") == "rpc"]
         samples = lifecycle if name == "lifecycle" else completion
         # One line per request: as many as the metrics counted (before the scrape: no call came after),
