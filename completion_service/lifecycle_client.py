@@ -58,7 +58,6 @@ def change_of(event: lpb.LifecycleEvent) -> Change:
         state=LifecycleState(event.to_state),
         outcome=_outcome(event.outcome),
         cancellation_requested=event.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
-        from_terminal=event.from_state == lpb.GENERATION_STATE_TERMINAL,
         attached_to=(event.parent.task_id, event.parent.generation) if attached else None,
     )
 

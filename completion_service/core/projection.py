@@ -9,10 +9,11 @@ never a wrong block, and anything that would block is read fresh.
 
 A record enters only from a read (GetTask) that no change overtook: a change
 delivered while the read was under way that the read may not reflect (a newer
-revision of the task, a child registered that it does not list, the end of a
-child it lists, any resume) makes the read count for its own attempt only. A
-change the projection cannot place (a task it does not know resuming into a new
-generation: it may be a known task's attached child) empties it. The shell starts a new projection each time its event
+revision of the task, a child opened that it does not list, the end of a child
+it lists) makes the read count for its own attempt only. A child opens when it
+registers and when it resumes into a new generation: both events name its parent
+link (LifecycleEvent.parent), so an ended child of a projected task that resumes
+is seen as open again. The shell starts a new projection each time its event
 stream goes live from the head, and keeps none while the stream is down.
 
 Plain data only: the shell (authority/projection.py) converts events and reads."""
@@ -38,9 +39,8 @@ class Change:
     state: LifecycleState
     outcome: str | None
     cancellation_requested: bool
-    # The transition started from TERMINAL: a resume into a new generation.
-    from_terminal: bool = False
-    # A registration of an attached child: its parent's (task id, generation).
+    # An attached child opening (registered, or resumed into a new generation):
+    # its parent's (task id, generation).
     attached_to: tuple[str, int] | None = None
 
 
@@ -72,29 +72,24 @@ class Reading:
     task_id: str
     # Per task, the greatest revision a change delivered meanwhile carried.
     revisions: dict[str, int] = field(default_factory=dict)
-    # (parent, child) of the attached children registered meanwhile.
-    registered: set[tuple[str, str]] = field(default_factory=set)
+    # (parent, child) of the attached children opened meanwhile.
+    opened: set[tuple[str, str]] = field(default_factory=set)
     # The tasks that ended meanwhile.
     ended: set[str] = field(default_factory=set)
-    # A task resumed, or the projection was emptied, meanwhile.
-    void: bool = False
 
     def note(self, change: Change) -> None:
         self.revisions[change.task_id] = max(change.revision, self.revisions.get(change.task_id, 0))
         if change.attached_to is not None:
-            self.registered.add((change.attached_to[0], change.task_id))
+            self.opened.add((change.attached_to[0], change.task_id))
         if change.state is LifecycleState.TERMINAL:
             self.ended.add(change.task_id)
-        # A resumed task may be a child the read saw ended and does not list.
-        self.void = self.void or change.from_terminal
 
     def overtaken(self, record: Record) -> bool:
         """Whether a change delivered meanwhile may be missing from what it read."""
         return (
-            self.void
-            or self.revisions.get(self.task_id, 0) > record.revision
+            self.revisions.get(self.task_id, 0) > record.revision
             or any(parent == self.task_id and child not in record.open_children
-                   for parent, child in self.registered)
+                   for parent, child in self.opened)
             or bool(self.ended & record.open_children)
         )
 
@@ -145,10 +140,6 @@ class WorkspaceProjection:
         for reading in self._readings:
             reading.note(change)
         parent = self._parent.get(change.task_id)
-        known = change.task_id in self._records or parent is not None
-        if change.from_terminal and not known:
-            self.clear()
-            return
         record = self._records.get(change.task_id)
         if record is not None and change.revision > record.revision:
             if change.generation != record.generation:  # the children were the old generation's
@@ -157,19 +148,12 @@ class WorkspaceProjection:
             else:
                 record = after(record, change, record.open_children)
             self._records[change.task_id] = record
-        if parent is not None:
-            self._child_changed(parent, change)
         if change.attached_to is not None:
-            self._child_registered(change)
+            self._child_opened(change)
+        elif parent is not None:
+            self._child_changed(parent, change)
 
-    def clear(self) -> None:
-        for reading in self._readings:
-            reading.void = True
-        self._records.clear()
-        self._children.clear()
-        self._parent.clear()
-
-    def _child_registered(self, change: Change) -> None:
+    def _child_opened(self, change: Change) -> None:
         assert change.attached_to is not None
         parent_id, generation = change.attached_to
         parent = self._records.get(parent_id)

@@ -491,8 +491,15 @@ def _event(
         committed_at=now,
         request_id=intent.request_id,
         caller=intent.caller,
-        parent=task.parent if intent.kind is IntentKind.REGISTER_TASK else None,
+        parent=task.parent if _opens_to_parent(intent.kind, from_state) else None,
     )
+
+
+def _opens_to_parent(kind: IntentKind, from_state: GenerationState | None) -> bool:
+    """Whether the event names the task's parent link: a registration, and a resume
+    into a new generation (a child that had ended is open again). A watcher learns
+    from either that a parent has an open attached child, without reading the task."""
+    return kind is IntentKind.REGISTER_TASK or from_state is GenerationState.TERMINAL
 
 
 # Each handler takes the intent class of its kind (intents.BY_KIND), which a

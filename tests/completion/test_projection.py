@@ -27,9 +27,9 @@ def record(revision=2, state=ACTIVE, children=(), generation=1, cancel=False) ->
                   frozenset(children))
 
 
-def change(task_id, revision, state=ACTIVE, generation=1, cancel=False, from_terminal=False, attached_to=None):
+def change(task_id, revision, state=ACTIVE, generation=1, cancel=False, attached_to=None):
     return Change(task_id, generation, revision, state, "COMPLETED" if state is TERMINAL else None, cancel,
-                  from_terminal, attached_to)
+                  attached_to)
 
 
 def read(projection: WorkspaceProjection, task_id: str, result: Record, *during: Change) -> None:
@@ -68,7 +68,8 @@ def test_only_a_view_nothing_in_which_would_block_is_served(result, served):
         ([change("t", 2)], True),  # a change the read already reflects, delivered late
         ([change("c", 1, REGISTERED, attached_to=("t", 1))], False),  # a child the read does not list
         ([change("c", 1, REGISTERED, attached_to=("other", 1))], True),
-        ([change("other", 5, ACTIVE, generation=2, from_terminal=True)], False),  # a resume: maybe a child
+        ([change("c", 5, ACTIVE, generation=2, attached_to=("t", 1))], False),  # an unlisted child resumed
+        ([change("other", 5, ACTIVE, generation=2)], True),  # a resume naming no parent
     ],
 )
 def test_a_read_overtaken_by_a_change_of_its_task_counts_for_its_attempt_only(during, kept):
@@ -100,14 +101,14 @@ def test_a_read_overtaken_by_a_change_of_a_listed_child_is_not_kept():
     assert projection.view("t") is not None
 
 
-def test_a_child_resuming_during_a_read_of_its_parent_voids_the_read():
+def test_a_child_resuming_during_a_read_of_its_parent_overtakes_the_read():
     projection = WorkspaceProjection(10)
     read(projection, "t", record())
     projection.apply(change("c", 1, REGISTERED, attached_to=("t", 1)))
     projection.apply(change("c", 2, TERMINAL))
     assert projection.view("t") is not None
     # The read sees the child ended (it does not list it); the resume arrives meanwhile.
-    read(projection, "t", record(), change("c", 3, ACTIVE, generation=2, from_terminal=True))
+    read(projection, "t", record(), change("c", 3, ACTIVE, generation=2, attached_to=("t", 1)))
     assert projection.view("t") is None
 
 
@@ -130,7 +131,7 @@ def test_children_registered_ended_and_resumed_after_the_read():
     assert projection.view("t") is None
     projection.apply(change("c", 2, TERMINAL))
     assert projection.view("t").open_attached_children == ()
-    projection.apply(change("c", 3, ACTIVE, generation=2, from_terminal=True))
+    projection.apply(change("c", 3, ACTIVE, generation=2, attached_to=("t", 1)))
     assert projection.view("t") is None
     # A child of another generation of the parent, or a detached one, is no child here.
     projection.apply(change("c", 4, TERMINAL, generation=2))
@@ -142,20 +143,23 @@ def test_a_new_generation_of_the_parent_leaves_the_old_generations_children_behi
     projection = WorkspaceProjection(10)
     read(projection, "t", record(revision=2, children=["c"]))
     projection.apply(change("t", 3, TERMINAL))
-    projection.apply(change("t", 4, ACTIVE, generation=2, from_terminal=True))
+    projection.apply(change("t", 4, ACTIVE, generation=2))
     view = projection.view("t")
     assert view is not None and view.generation == 2
     projection.apply(change("c", 5, ACTIVE))  # the old generation's child: no longer counted
     assert projection.view("t") is not None
 
 
-def test_an_unknown_task_resuming_empties_the_projection_and_voids_the_reads_under_way():
+def test_a_resume_reaches_the_parent_it_names_and_nothing_else():
     projection = WorkspaceProjection(10)
     read(projection, "t", record())
     reading = projection.begin_read("u")
-    projection.apply(change("stranger", 3, ACTIVE, generation=2, from_terminal=True))
+    projection.apply(change("stranger", 3, ACTIVE, generation=2))  # a top-level task: it names no parent
     projection.end_read(reading, record())
-    assert projection.view("t") is None and projection.view("u") is None and len(projection) == 0
+    assert projection.view("t") is not None and projection.view("u") is not None
+    # A child the projection never saw (it had ended before "t" was read) resumes.
+    projection.apply(change("c", 3, ACTIVE, generation=2, attached_to=("t", 1)))
+    assert projection.view("t") is None and projection.view("u") is not None
 
 
 def test_the_least_recently_served_record_leaves_first_and_a_full_child_list_is_never_kept():
@@ -204,8 +208,8 @@ class Truth:
             parent = self.tasks.get(other)
             attached = (other, parent.generation) if op == "child" and parent and parent.state is not TERMINAL else None
             self.tasks[task_id] = Task(parent=attached)
-            return Change(task_id, 1, 1, REGISTERED, None, False, False, attached)
-        from_terminal = False
+            return Change(task_id, 1, 1, REGISTERED, None, False, attached)
+        opened = None
         if op == "activate" and task.state is not TERMINAL:
             task.state = ACTIVE
         elif op == "cancel" and task.state is not TERMINAL:
@@ -213,12 +217,13 @@ class Truth:
         elif op == "end" and task.state is not TERMINAL:
             task.state = TERMINAL
         elif op == "resume" and task.state is TERMINAL:
-            task.generation, task.state, task.cancel, from_terminal = task.generation + 1, ACTIVE, False, True
+            task.generation, task.state, task.cancel = task.generation + 1, ACTIVE, False
+            opened = task.parent  # as the lifecycle service names it on the resume's event
         else:
             return None
         task.revision += 1
         return Change(task_id, task.generation, task.revision, task.state,
-                      "COMPLETED" if task.state is TERMINAL else None, task.cancel, from_terminal)
+                      "COMPLETED" if task.state is TERMINAL else None, task.cancel, opened)
 
 
 IDS = ["a", "b", "c", "d", "e"]
@@ -228,7 +233,7 @@ STEP = st.tuples(st.sampled_from(["child", "top", "activate", "cancel", "end", "
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(STEP, max_size=60))
-# A child that ended before its parent was read resumes: only the projection's emptying catches it.
+# A child that ended before its parent was read resumes: only the resume's parent link tells.
 @example([("top", "a", "a", 0), ("child", "b", "a", 0), ("end", "b", "a", 0), ("read", "a", "a", 0),
           ("resume", "b", "a", 0)])
 def test_a_served_view_is_what_a_read_returns_at_that_moment(steps):

@@ -82,6 +82,28 @@ async def test_a_new_attached_child_reaches_the_projection_and_its_end_releases_
     assert f.views("projection") == projected + 1
 
 
+async def test_an_attached_child_resuming_reaches_the_projection_of_its_parent(funnel):
+    f = funnel
+    await f.projection_live()
+    parent = await f.registered_and_claimed("parent")
+    await f.register("child", parent="parent")
+    child = await f.claim("child", agent="agent-child")
+    assert (await f.attempt(child)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    await f.complete_run(child)
+    await f.projection_caught_up()
+    assert f.completion.authority.projection.view(WS, "parent") is not None
+    await f.lc.ResumeWithGeneration(lpb.ResumeWithGenerationRequest(
+        workspace_id=WS, task_id="child", generation=2, cause=lpb.Cause(source="test", reason="new feedback")),
+        timeout=CALL_TIMEOUT)
+    # The resume's event names the parent: the projection sees the child open again.
+    (resumed,) = [e for e in await f.lifecycle_events("child") if e.intent == lpb.INTENT_RESUME_WITH_GENERATION]
+    assert resumed.parent == lpb.ParentLink(task_id="parent", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)
+    await f.projection_caught_up()
+    assert f.completion.authority.projection.view(WS, "parent") is None
+    blocked = await f.attempt(parent)
+    assert decisive_gate(blocked.decision).gate_id == "lifecycle.no_active_children"
+
+
 async def test_a_change_the_projection_has_not_seen_is_fenced_by_the_lifecycle_service(funnel, monkeypatch):
     f = funnel
     await f.projection_live()
