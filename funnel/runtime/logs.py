@@ -81,6 +81,13 @@ def default_format() -> str:
 
 
 def configure(level: str, log_format: str) -> None:
+    # Neither format shows the caller's source line, thread or process: not looking
+    # them up makes each line ~20 % cheaper (the Logging HOWTO's "Optimization";
+    # a request's line is the largest single cost of the lifecycle service's calls).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -8,6 +8,7 @@ denied call's line says who was denied and why."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from funnel.runtime import logs
 from tests.postgres import fresh_database
 from tests.prometheus import Samples, scrape, value
 
@@ -221,3 +223,24 @@ def test_on_a_terminal_format_the_lines_read_as_text_and_a_busy_metrics_port_ref
         refused = subprocess.run([*service[:-1], f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
     assert refused.returncode == 1
     assert f"lifecycle_service refuses to start: cannot serve metrics on 127.0.0.1:{port}" in refused.stderr
+
+
+def test_a_log_line_does_not_look_up_its_callers_source_thread_or_process(monkeypatch):
+    # Neither format shows them; configure() turns the lookups off (funnel/runtime/logs.py).
+    for flag in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing"):
+        monkeypatch.setattr(logging, flag, getattr(logging, flag))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logs.configure("INFO", "json")
+    root.addHandler(Keep())
+    logging.getLogger("funnel.test").info("a line", extra=logs.fields(event="test"))
+    (record,) = records
+    assert (record.lineno, record.thread, record.process) == (0, None, None)
+    assert json.loads(root.handlers[0].format(record))["event"] == "test"
