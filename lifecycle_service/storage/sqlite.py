@@ -233,7 +233,8 @@ class SqliteLifecycleTx:
         find = "SELECT caller_id FROM callers WHERE subject = ? AND role = ?"
         row = self._db.execute(find, (caller.subject, caller.role)).fetchone()
         if row is None:
-            # ON CONFLICT: another replica's transaction may insert it first (PostgreSQL).
+            # On PostgreSQL the event counter's row lock, taken before, already orders
+            # the replicas' event writers; ON CONFLICT keeps the statement safe alone.
             self._db.execute(
                 "INSERT INTO callers (subject, role) VALUES (?, ?) ON CONFLICT (subject, role) DO NOTHING",
                 (caller.subject, caller.role),
