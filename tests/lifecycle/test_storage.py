@@ -1005,6 +1005,30 @@ def _before(migrations: list[Migration], name: str) -> list[Migration]:
     return migrations[: [m.name for m in migrations].index(name)]
 
 
+async def _upgraded_store(engine: str, tmp_path, upgrade: str, earlier_rows) -> LifecycleStore:
+    """A store opened (and so upgraded) on a database at the schema before the
+    migration called `upgrade`, holding what `earlier_rows(db, cause_text)` wrote."""
+    if engine == "sqlite":
+        path = str(tmp_path / "lifecycle.sqlite3")
+        with sqlite3.connect(path, isolation_level=None) as db:
+            for migration in _before(migrations_in(MIGRATIONS_PACKAGE), upgrade):
+                db.executescript(f"BEGIN;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;")
+            db.execute("BEGIN")
+            earlier_rows(db, str)
+            db.execute("COMMIT")
+        return await SqliteLifecycleStore.open(path)
+    url = await asyncio.to_thread(fresh_database)
+    database = await PostgresDatabase.open(url, PG_SCHEMA, _before(migrations_in(PG_MIGRATIONS_PACKAGE), upgrade))
+    try:
+        await database.write(lambda conn: earlier_rows(SqliteStyle(conn), str.encode))
+        # The counter the adapter takes the next event's sequence from.
+        await database.write(lambda conn: conn.execute(
+            "UPDATE lifecycle_event_sequence SET value = (SELECT COALESCE(MAX(sequence), 0) FROM lifecycle_events)"))
+    finally:
+        await database.close()
+    return await PostgresLifecycleStore.open(url)
+
+
 def _previous_release_rows(db, cause_text) -> None:
     """A parent, its attached child and the child's activation, as the release before
     registration events named the parent stored them."""
@@ -1025,25 +1049,7 @@ def _previous_release_rows(db, cause_text) -> None:
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engine, tmp_path):
-    if engine == "sqlite":
-        path = str(tmp_path / "lifecycle.sqlite3")
-        earlier = _before(migrations_in(MIGRATIONS_PACKAGE), "parent_on_registration_events")
-        with sqlite3.connect(path, isolation_level=None) as db:
-            for migration in earlier:
-                db.executescript(f"BEGIN;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;")
-            db.execute("BEGIN")
-            _previous_release_rows(db, str)
-            db.execute("COMMIT")
-        store = await SqliteLifecycleStore.open(path)
-    else:
-        url = await asyncio.to_thread(fresh_database)
-        earlier = _before(migrations_in(PG_MIGRATIONS_PACKAGE), "parent_on_registration_events")
-        database = await PostgresDatabase.open(url, PG_SCHEMA, earlier)
-        try:
-            await database.write(lambda conn: _previous_release_rows(SqliteStyle(conn), str.encode))
-        finally:
-            await database.close()
-        store = await PostgresLifecycleStore.open(url)
+    store = await _upgraded_store(engine, tmp_path, "parent_on_registration_events", _previous_release_rows)
     try:
         events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
         assert [(e.task_id, e.revision, e.parent) for e in events] == [
@@ -1067,26 +1073,7 @@ async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine,
             (WS, cause_text("test"), cause_text("because"), T0),
         )
 
-    if engine == "sqlite":
-        path = str(tmp_path / "lifecycle.sqlite3")
-        with sqlite3.connect(path, isolation_level=None) as db:
-            for migration in _before(migrations_in(MIGRATIONS_PACKAGE), "callers_stored_once"):
-                db.executescript(f"BEGIN;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;")
-            db.execute("BEGIN")
-            earlier_event(db, str)
-            db.execute("COMMIT")
-        store = await SqliteLifecycleStore.open(path)
-    else:
-        url = await asyncio.to_thread(fresh_database)
-        earlier = _before(migrations_in(PG_MIGRATIONS_PACKAGE), "callers_stored_once")
-        database = await PostgresDatabase.open(url, PG_SCHEMA, earlier)
-        try:
-            await database.write(lambda conn: earlier_event(SqliteStyle(conn), str.encode))
-            # The event sequence's counter, which the adapter takes the next number from.
-            await database.write(lambda conn: conn.execute("UPDATE lifecycle_event_sequence SET value = 1"))
-        finally:
-            await database.close()
-        store = await PostgresLifecycleStore.open(url)
+    store = await _upgraded_store(engine, tmp_path, "callers_stored_once", earlier_event)
     agent, service = Caller("someone", "agent"), Caller("completion", "service")
 
     def append(tx) -> None:
