@@ -77,10 +77,7 @@ class Database:
         self._connection = connection
         self.path = path
         self._commits = commits
-        # Writes waiting for a group. The event loop appends, the database thread
-        # takes (the writer pipeline, _commit_groups), hence the lock.
         self._pending: list[_Write[Any]] = []
-        self._pending_lock = threading.Lock()
         self._writer: asyncio.Task | None = None
         self._checkpointer: asyncio.Task | None = None
         # Set once the integrity check, or a write, met damage: every later write is refused.
@@ -172,96 +169,59 @@ class Database:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         future.add_done_callback(_consume_exception)
-        # The database thread judges the deadline, on its own clock.
-        now = loop.time()
-        wait = min(calls.lock_deadline() or float("inf"), now + DEFAULT_LOCK_WAIT) - now
-        with self._pending_lock:
-            self._pending.append(_Write(fn, after_commit, future, time.monotonic() + wait))
+        deadline = min(calls.lock_deadline() or float("inf"), loop.time() + DEFAULT_LOCK_WAIT)
+        self._pending.append(_Write(fn, after_commit, future, deadline))
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_pending(), name=f"sqlite-writer:{self.path}")
         return await asyncio.shield(future)
 
     async def _write_pending(self) -> None:
-        """The writer: hands the database thread a pipeline of groups while writes
-        are pending. It ends when none is left; write() starts it again."""
         loop = asyncio.get_running_loop()
         try:
             while self._pending:
                 if self._damage is not None:  # found while these waited: none of them is applied
-                    with self._pending_lock:
-                        refused, self._pending = self._pending, []
+                    refused, self._pending = self._pending, []
                     for write in refused:
                         if not write.future.done():
                             write.future.set_exception(StorageUnavailable(self._damage))
                     break
-                await self.run(functools.partial(self._commit_groups, loop=loop))
-        finally:
-            self._writer = None
-
-    def _commit_groups(self, db: sqlite3.Connection, loop: asyncio.AbstractEventLoop) -> None:
-        """On the database thread: commits groups of pending writes one after
-        another, each answered on the event loop as soon as it has committed, so the
-        next group starts right after the previous COMMIT instead of waiting for the
-        event loop to take the answer and hand the next group over. Stops when no
-        write is pending, after a failed group or damage (the event loop deals with
-        them first), or after PIPELINE_GROUPS groups, so that other work queued for
-        this thread (health probes, reads of an in-memory database) gets its turn."""
-        for _ in range(PIPELINE_GROUPS):
-            if self._damage is not None:
-                return
-            with self._pending_lock:
                 batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
-            if not batch:
-                return
-            now = time.monotonic()
-            expired = [w for w in batch if w.deadline <= now]
-            if expired:
-                loop.call_soon_threadsafe(_expire, expired)
-                batch = [w for w in batch if w.deadline > now]
+                batch = _live(batch, loop.time())
                 if not batch:
                     continue
-            wait_ms = max(1, int((min(w.deadline for w in batch) - now) * 1000))
-            started = time.perf_counter()
-            try:
-                outcomes = _commit_group(db, [w.fn for w in batch], wait_ms)
-            except _LockBusy:
-                # Nothing was applied: the writes try again, in order, while they have time.
-                with self._pending_lock:
-                    self._pending[:0] = batch
-                continue
-            except BaseException as exc:  # noqa: BLE001 - the commit itself failed: nothing of the group applied
-                loop.call_soon_threadsafe(self._failed, batch, exc)
-                return
-            loop.call_soon_threadsafe(self._committed, batch, outcomes, time.perf_counter() - started)
-            if any(isinstance(error, sqlite3.DatabaseError) and _is_damage(error) for _, error in outcomes):
-                return
-
-    def _committed(
-        self, batch: list[_Write[Any]], outcomes: list[tuple[object, Exception | None]], seconds: float
-    ) -> None:
-        """On the event loop, in commit order: answers a committed group's writes."""
-        if self._commits is not None:
-            self._commits(seconds, len(batch))
-        for write, (value, error) in zip(batch, outcomes, strict=True):
-            if error is not None:
-                if isinstance(error, sqlite3.OperationalError):
-                    error = StorageUnavailable(str(error))
-                write.future.set_exception(self._damaged_by(error) or error)
-                continue
-            if write.after_commit is not None:
+                wait_ms = max(1, int((min(w.deadline for w in batch) - loop.time()) * 1000))
+                started = time.perf_counter()
                 try:
-                    write.after_commit(value)
-                except Exception:  # publishing must not undo an acknowledged commit
-                    log.exception("after-commit hook failed")
-            write.future.set_result(value)
-
-    def _failed(self, batch: list[_Write[Any]], exc: BaseException) -> None:
-        """On the event loop: a group whose commit failed, nothing of it applied."""
-        if isinstance(exc, sqlite3.OperationalError):
-            exc = StorageUnavailable(str(exc))
-        failure = self._damaged_by(exc) or exc
-        for write in batch:
-            write.future.set_exception(failure if isinstance(failure, Exception) else StorageUnavailable(repr(failure)))
+                    outcomes = await self.run(
+                        functools.partial(_commit_group, fns=[w.fn for w in batch], wait_ms=wait_ms)
+                    )
+                except _LockBusy:
+                    # Nothing was applied: writes with time left try again, in order.
+                    self._pending[:0] = _live(batch, loop.time())
+                    continue
+                except BaseException as exc:  # noqa: BLE001 - the commit itself failed: nothing of the group applied
+                    failure = self._damaged_by(exc) or exc
+                    for write in batch:
+                        write.future.set_exception(
+                            failure if isinstance(failure, Exception) else StorageUnavailable(repr(failure))
+                        )
+                    continue
+                if self._commits is not None:
+                    self._commits(time.perf_counter() - started, len(batch))
+                for write, (value, error) in zip(batch, outcomes, strict=True):
+                    if error is not None:
+                        if isinstance(error, sqlite3.OperationalError):
+                            error = StorageUnavailable(str(error))
+                        write.future.set_exception(self._damaged_by(error) or error)
+                        continue
+                    if write.after_commit is not None:
+                        try:
+                            write.after_commit(value)
+                        except Exception:  # publishing must not undo an acknowledged commit
+                            log.exception("after-commit hook failed")
+                    write.future.set_result(value)
+        finally:
+            self._writer = None
 
     def _damaged_by(self, exc: BaseException) -> StorageUnavailable | None:
         """A write that met a damaged page (SQLite checks every page it reads) marks
@@ -329,9 +289,6 @@ class Database:
 # Large enough to amortize one fsync over a burst, small enough to bound the
 # latency of the first write in the group.
 MAX_GROUP = 64
-# Groups the database thread commits back to back before it lets other work
-# queued for it run (see Database._commit_groups).
-PIPELINE_GROUPS = 8
 
 
 @dataclass
@@ -339,7 +296,7 @@ class _Write(Generic[T]):
     fn: Callable[[sqlite3.Connection], T]
     after_commit: Callable[[T], None] | None
     future: asyncio.Future[T]
-    # time.monotonic() after which it no longer waits for the database lock.
+    # Event-loop time after which it no longer waits for the database lock.
     deadline: float
 
 
@@ -347,13 +304,17 @@ class _LockBusy(Exception):
     """BEGIN IMMEDIATE did not get the write lock in time; nothing was applied."""
 
 
-def _expire(writes: list[_Write[Any]]) -> None:
-    """On the event loop: writes whose lock deadline passed before their group began fail, unapplied."""
+def _live(writes: list[_Write[Any]], now: float) -> list[_Write[Any]]:
+    """The writes whose lock deadline has not passed; the others fail, unapplied."""
+    live = []
     for write in writes:
-        if not write.future.done():
+        if write.deadline > now:
+            live.append(write)
+        elif not write.future.done():
             write.future.set_exception(
                 StorageUnavailable("the database stayed locked until the caller's deadline; nothing was applied")
             )
+    return live
 
 
 def _consume_exception(future: asyncio.Future[Any]) -> None:

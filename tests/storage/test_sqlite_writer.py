@@ -1,14 +1,11 @@
 """The SQLite writer's group commit (funnel/runtime/sqlite.py) under many waves of
 concurrent writes: every write is answered, answers and after-commit hooks come
-in commit order, and a write that raises fails alone. The database thread starts
-the next group itself, and still lets other work on its connection run."""
+in commit order, and a write that raises fails alone."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
-import time
 
 from funnel.runtime.sqlite import Database
 
@@ -58,62 +55,3 @@ async def test_many_concurrent_writes_commit_answer_and_publish_in_commit_order(
 def _failing(db: sqlite3.Connection) -> int:
     db.execute("INSERT INTO t (name) VALUES ('undone')")
     raise ValueError("fails alone")
-
-
-async def test_the_database_thread_starts_the_next_group_while_the_event_loop_is_busy(tmp_path):
-    database = await open_scratch(tmp_path)
-    first_running, release_first, second_ran = threading.Event(), threading.Event(), threading.Event()
-
-    def first(db: sqlite3.Connection) -> int:
-        first_running.set()
-        release_first.wait(5)
-        return insert("first")(db)
-
-    def second(db: sqlite3.Connection) -> int:
-        second_ran.set()
-        return insert("second")(db)
-
-    try:
-        one = asyncio.ensure_future(database.write(first))
-        assert await asyncio.to_thread(first_running.wait, 5)
-        two = asyncio.ensure_future(database.write(second))
-        for _ in range(3):  # the second write is queued behind the first group
-            await asyncio.sleep(0)
-        release_first.set()
-        # The event loop blocks here: only the database thread can begin the second group.
-        assert second_ran.wait(5), "the second group waited for the event loop to hand it over"
-        assert (await one, await two) == (1, 2)
-    finally:
-        await database.close()
-
-
-async def test_a_steady_stream_of_writes_does_not_starve_other_work_on_the_connection(tmp_path):
-    database = await open_scratch(tmp_path)
-    most = 2000
-    probed = asyncio.Event()
-    writes: list[asyncio.Future[int]] = []
-
-    def slow_insert(name: str):
-        def fn(db: sqlite3.Connection) -> int:
-            time.sleep(0.002)  # writes arrive faster than they commit: some are always pending
-            return insert(name)(db)
-
-        return fn
-
-    async def produce() -> int:
-        while not probed.is_set() and len(writes) < most:
-            writes.append(asyncio.ensure_future(database.write(slow_insert(f"w{len(writes)}"))))
-            await asyncio.sleep(0.001)
-        return len(writes)
-
-    async def probe() -> None:
-        await asyncio.sleep(0.05)  # the stream is under way
-        await database.check_writable()
-        probed.set()
-
-    try:
-        produced, _ = await asyncio.gather(produce(), probe())
-        assert produced < most, "the health probe waited until the writes stopped coming"
-        assert sorted(await asyncio.gather(*writes)) == list(range(1, produced + 1))
-    finally:
-        await database.close()
