@@ -12,7 +12,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,6 +237,10 @@ class Services:
     lifecycle_startup_s: float
     completion_startup_s: float
     tls_dir: str = ""  # the local PKI the services trust (bench.common.Credentials)
+    # Where each service's log stood when it was spawned: the log files are appended
+    # to by every start in the data directory (the calibration's among them), so a
+    # line of this start is one past its offset.
+    log_offsets: dict[str, int] = field(default_factory=dict)
 
     @property
     def pids(self) -> dict[str, int]:
@@ -274,6 +278,7 @@ def start_services(
         pki = ensure_pki(data_dir)
     credentials = Credentials(pki.directory)
     policy = write_policy(data_dir)
+    offsets = {name: _size(data_dir / f"{name}.log") for name in ("lifecycle", "completion")}
     t0 = time.monotonic()
     lifecycle = spawn(
         "lifecycle_service",
@@ -316,18 +321,30 @@ def start_services(
         lifecycle.stop()
         raise
     completion_startup = time.monotonic() - t1
-    return Services(lifecycle, completion, lifecycle_startup, completion_startup, str(pki.directory))
+    return Services(lifecycle, completion, lifecycle_startup, completion_startup, str(pki.directory), offsets)
 
 
-def integrity_check_seconds(log_path: Path, timeout: float = 1800.0) -> float | None:
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def integrity_check_seconds(log_path: Path, since: int, timeout: float = 1800.0) -> float | None:
     """How long the service's integrity check after start took, from its log line
-    (`"event": "integrity_check"`, JSON logs), waiting for it up to `timeout`; None
-    when it reported damage or no result in time. The check reads the whole file in
-    the background: the measurement waits for it, so that points measure the steady
-    state rather than a service sharing its CPU with a one-off read of the file."""
+    (`"event": "integrity_check"`, JSON logs) written past byte `since` (the start's
+    own lines: earlier starts in the data directory wrote theirs before), waiting for
+    it up to `timeout`; None when it reported damage or no result in time. The check
+    reads the whole file in the background: the measurement waits for it, so that
+    points measure the steady state rather than a service sharing its CPU with a
+    one-off read of the file."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for line in log_path.read_text(errors="replace").splitlines():
+        with log_path.open("rb") as file:
+            file.seek(since)
+            lines = file.read().decode(errors="replace").splitlines()
+        for line in lines:
             if '"integrity_check"' not in line:
                 continue
             entry = json.loads(line)

@@ -324,7 +324,10 @@ def run_funnel(
             problems = phase["preload_check"]["problems"]
             log(f"  preloaded clone {verify['task_id']}: {problems if problems else 'consistent'}")
         if database_url is None:
-            checks = {name: integrity_check_seconds(data_dir / f"{name}.log") for name in ("lifecycle", "completion")}
+            checks = {
+                name: integrity_check_seconds(data_dir / f"{name}.log", services.log_offsets[name])
+                for name in ("lifecycle", "completion")
+            }
             phase["integrity_check_s"] = checks
             log("  integrity check after SERVING (in the background; the points start after it): "
                 + integrity_text(checks))
