@@ -1,9 +1,13 @@
 """Who a caller is, against real lifecycle service processes with the TLS, mTLS
-and token setup of `funnel up`: only a URI SAN of a client certificate proves
-the completion service's identity. A certificate of the trusted CA whose DNS,
-email or IP SAN equals `--completion-identity`, or whose URI SAN is another one
-(another trust domain, a longer path), is no proof, and its forged, back-dated
-`SettleCompletion` is refused and changes nothing."""
+and token setup of `funnel up`:
+
+1. only a URI SAN of a client certificate proves the completion service's
+   identity: a certificate of the trusted CA whose DNS, email or IP SAN equals
+   `--completion-identity`, or whose URI SAN is another one (another trust
+   domain, a longer path), is no proof, and its forged, back-dated
+   `SettleCompletion` is refused and changes nothing;
+2. a token whose `exp`, `nbf` or `iat` is not a finite time of the years
+   1970..9999 is `CREDENTIALS_INVALID`, every time it is sent."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import jwt
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -189,3 +194,34 @@ async def test_only_an_exact_uri_san_proves_the_completion_service(lifecycles, c
         assert lifecycle.snapshot() == before
         task = (await host.GetTask(pb.GetTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)).task
         assert task.state == pb.GENERATION_STATE_ACTIVE
+
+
+# -- 2. token times ----------------------------------------------------------------
+
+
+def signed(payload: str) -> str:
+    """A token of the test key whose payload is exactly this JSON text (no JSON
+    encoder writes 1e999)."""
+    key = credentials.KEY
+    return jwt.api_jws.PyJWS().encode(payload.encode(), key.private_key, algorithm=key.algorithm,
+                                      headers={"kid": key.key_id})
+
+
+def claims(times: str) -> str:
+    return f'{{"iss":"funnel","aud":"funnel","sub":"host-1","permissions":["{WS}:host"],{times}}}'
+
+
+@pytest.mark.parametrize("times", [
+    '"exp":NaN', '"exp":1e999', '"exp":1e300', '"exp":-1e999', '"exp":4102444800,"nbf":NaN',
+    '"exp":4102444800,"iat":-Infinity', '"exp":4102444800,"iat":true',
+])
+async def test_a_token_with_an_impossible_time_is_refused_every_time(lifecycles, times):
+    lifecycle = lifecycles(COMPLETION_IDENTITY)
+    async with channel(lifecycle.address, local_client(), signed(claims(times))) as ch:
+        # Several times: neither the first verification nor the cache lets it pass.
+        for _ in range(4):
+            assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)) == (
+                grpc.StatusCode.UNAUTHENTICATED, "CREDENTIALS_INVALID")
+    # The control: the same claims with a real expiry (2100-01-01) are served.
+    async with channel(lifecycle.address, local_client(), signed(claims('"exp":4102444800'))) as ch:
+        await stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)
