@@ -23,7 +23,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from funnel.auth.principal import Principal, parse_permissions, with_completion_service
+from funnel.auth.principal import Principal, parse_permissions, subject_problem, with_completion_service
 
 ALGORITHMS = ("EdDSA", "ES256")
 LEEWAY_SECONDS = 30
@@ -159,8 +159,11 @@ class TokenVerifier:
         times = _times(claims)
         _check_times(times, now)
         subject = claims["sub"]
-        if not isinstance(subject, str) or not subject:
-            raise Unauthenticated(Problem.INVALID, "the token's `sub` claim is empty")
+        if not isinstance(subject, str):
+            raise Unauthenticated(Problem.INVALID, "the token's `sub` claim is not a string")
+        problem = subject_problem(subject)
+        if problem is not None:
+            raise Unauthenticated(Problem.INVALID, f"the token's `sub` claim {problem}")
         permissions = claims.get("permissions", [])
         if not isinstance(permissions, list):
             raise Unauthenticated(Problem.INVALID, "the token's `permissions` claim is not a list")

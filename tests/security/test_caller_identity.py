@@ -7,12 +7,19 @@ and token setup of `funnel up`:
    domain, a longer path), is no proof, and its forged, back-dated
    `SettleCompletion` is refused and changes nothing;
 2. a token whose `exp`, `nbf` or `iat` is not a finite time of the years
-   1970..9999 is `CREDENTIALS_INVALID`, every time it is sent."""
+   1970..9999 is `CREDENTIALS_INVALID`, every time it is sent;
+3. a token whose `sub` is outside the safe set is `CREDENTIALS_INVALID`, and
+   whatever a caller sends stays one safe line in the service's log, in both
+   log formats."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
+import json
+import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,3 +232,63 @@ async def test_a_token_with_an_impossible_time_is_refused_every_time(lifecycles,
     # The control: the same claims with a real expiry (2100-01-01) are served.
     async with channel(lifecycle.address, local_client(), signed(claims('"exp":4102444800'))) as ch:
         await stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)
+
+
+# -- 3. subjects and log lines -----------------------------------------------------
+
+UNSAFE_SUBJECTS = ["agent\n2026-01-01T00:00:00Z INFO forged", "nul\x00", "\u202egnp.exe", "x" * 256, "t\u00e2che"]
+HOSTILE = "ws\n\u202e\x00\x85\u2028x"
+# The start of a line of `--log-format text`.
+TEXT_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
+
+
+def is_json_line(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+async def test_an_unsafe_subject_is_refused_and_every_log_line_stays_one_safe_line(lifecycles, log_format):
+    lifecycle = lifecycles(COMPLETION_IDENTITY, "--log-format", log_format)
+    for subject in UNSAFE_SUBJECTS:
+        async with channel(lifecycle.address, local_client(), credentials.token(subject, [f"{WS}:host"])) as ch:
+            assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)) == (
+                grpc.StatusCode.UNAUTHENTICATED, "CREDENTIALS_INVALID"), ascii(subject)
+    async with channel(lifecycle.address, local_client(), HOST) as ch:
+        # Ids that break the id rule are refused, and logged as the caller sent them.
+        assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=HOSTILE), timeout=T)) == (
+            grpc.StatusCode.INVALID_ARGUMENT, "FIELD_MALFORMED")
+        assert await refused(stub(ch).GetTask(pb.GetTaskRequest(workspace_id=WS, task_id=HOSTILE), timeout=T)) == (
+            grpc.StatusCode.INVALID_ARGUMENT, "FIELD_MALFORMED")
+    # A call's line may be written just after its answer: wait for the two refusals'.
+    lines = await lines_until(lifecycle, lambda ls: sum("INVALID_ARGUMENT FIELD_MALFORMED" in line for line in ls) == 2)
+    for line in lines:
+        assert line.isprintable(), ascii(line)
+        if log_format == "json":
+            assert is_json_line(line), line
+        else:
+            assert TEXT_LINE.match(line), line
+    if log_format == "json":
+        entries = [json.loads(line) for line in lines]
+        assert {e.get("workspace") for e in entries} >= {HOSTILE} and {e.get("task") for e in entries} >= {HOSTILE}
+        refusals = [e for e in entries if e.get("reason") == "CREDENTIALS_INVALID"]
+        assert len(refusals) == len(UNSAFE_SUBJECTS)
+        assert all("U+" in e["detail"] or "longer than" in e["detail"] for e in refusals), refusals
+    else:
+        assert sum("forged" in line for line in lines) == 0  # the subject is never written
+        assert sum(json.dumps(HOSTILE) in line for line in lines) == 2
+
+
+
+
+async def lines_until(lifecycle: Lifecycle, done: Callable[[list[str]], bool], within: float = T) -> list[str]:
+    """The log's lines once they are `done` (or after `within` seconds)."""
+    deadline = time.monotonic() + within
+    lines = lifecycle.log_lines()
+    while not done(lines) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        lines = lifecycle.log_lines()
+    return lines

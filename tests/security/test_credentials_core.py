@@ -194,6 +194,43 @@ def test_the_cache_answers_as_a_fresh_verification_would(key):
         assert got == want, moment
 
 
+# -- the subject of a token ---------------------------------------------------------
+
+SAFE_SUBJECTS = [
+    "a", "host-1", "host@acme", "operator@*", "demo-agent", "user+tag@example.com", "auth0|5f7c8ec7c33c6c004bb",
+    "spiffe://funnel.local/funnel/completion-service", "repo:octo-org/octo-repo:ref:refs/heads/main",
+    "system:serviceaccount:ns:name", "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66", "a%2Fb", "x=1;y=(2),[3]!$&'",
+    "~_.", "x" * 255,
+]
+UNSAFE_SUBJECTS = [
+    "", "a\nb", "a\rb", "line\n2026-01-01 INFO forged", "a\x00", "\x00", "a\tb", "a b", "a\x7f", "a\x85b",
+    "a\u202eb", "a\u2066b", "a\u200bb", "a\u2028b", "\ufeffa", "a\u00a0b", "t\u00e2che", "\u30bf\u30b9\u30af",
+    "\U0001f600", 'a"b', "a\\b", "<script>", "a`b", "a^b", "a{b}", "x" * 256,
+]
+
+
+@pytest.mark.parametrize("subject", SAFE_SUBJECTS)
+def test_a_subject_of_the_safe_set_is_taken_as_it_is(key, subject):
+    assert verifier_for(key).verify(key.issue(subject, [], 60, now=NOW)).subject == subject
+
+
+@pytest.mark.parametrize("subject", UNSAFE_SUBJECTS)
+def test_a_subject_outside_the_safe_set_is_refused(key, subject):
+    verifier = verifier_for(key)
+    token = key.issue(subject, [], 60, now=NOW)
+    for _ in range(2):  # the cache never holds it
+        with pytest.raises(Unauthenticated) as caught:
+            verifier.verify(token)
+        assert caught.value.problem is Problem.INVALID
+        # The refusal names the character by its code point, never repeats it.
+        assert caught.value.message.isprintable() and caught.value.message.isascii()
+
+
+@pytest.mark.parametrize("subject", ['7', 'null', '["a"]', '{"a":1}', 'true'])
+def test_a_subject_that_is_not_a_string_is_refused(key, subject):
+    assert problem_of(verifier_for(key), signed(key, f'"exp":{EXP}', subject=subject)) is Problem.INVALID
+
+
 def test_the_completion_service_role_comes_from_identity_not_from_permissions(key):
     by_token = verifier_for(key, service_by_token=True)
     by_certificate = verifier_for(key, service_by_token=False)

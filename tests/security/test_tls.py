@@ -303,6 +303,12 @@ REFUSALS = {
         lambda: ["--listen", "127.0.0.1:0", *_lifecycle_tls_only()],
         ["--jwks-file"],
     ),
+    "unsafe-completion-identity": (
+        "lifecycle_service",
+        lambda: [*_lifecycle_tls_only(), "--listen", "127.0.0.1:0", "--jwks-file", str(credentials.JWKS_FILE),
+                 "--completion-identity", "spiffe://funnel.local/completion\nservice"],
+        ["--completion-identity", "U+000A"],
+    ),
     "completion-plaintext-to-remote-lifecycle": (
         "completion_service",
         lambda: [
@@ -487,3 +493,14 @@ def test_token_issue_refuses_a_malformed_workspace(tmp_path):
     assert "workspace 'a/b'" in result.stderr
     assert result.stdout.strip() == ""
 
+
+@pytest.mark.parametrize("args, shown", [
+    (["--workspace", "acme", "--role", "agent", "--subject", "agent 7\u202e"], "U+0020"),
+    # The default subject, <role>@<workspace>, of a workspace id beyond ASCII.
+    (["--workspace", "t\u00e2che", "--role", "host"], "U+00E2"),
+])
+def test_token_issue_refuses_a_subject_the_services_would_refuse(tmp_path, args, shown):
+    result = funnel_cli("token", "issue", *args, "--data-dir", str(tmp_path))
+    assert result.returncode == 2, result.stdout
+    assert "subject" in result.stderr and shown in result.stderr and "--subject" in result.stderr
+    assert result.stdout.strip() == ""
