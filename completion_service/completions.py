@@ -285,15 +285,22 @@ def record_evidence(tx: CompletionTx, command: EvidenceCommand, now: int) -> Evi
     if seen is not None:
         return seen
     record = command.record
-    if command.holder is not None:
-        # An agent vouches only for its own open run of this task.
-        run = tx.load_run(record.workspace_id, record.run_id) if record.run_id else None
-        if run is None or run.task_id != record.task_id or run.agent_id != command.holder or not run.open:
-            return reject(
-                Reason.RUN_NOT_HELD,
-                "an agent records evidence only with an open run of the task that it holds (run_id)",
-                run_id=record.run_id or "",
-            )
+    run = tx.load_run(record.workspace_id, record.run_id) if record.run_id else None
+    # Evidence names the run that produced it: a run of the same task generation,
+    # never a made-up one (every caller), so that what it vouches for is real.
+    if record.run_id and (run is None or (run.task_id, run.generation) != (record.task_id, record.generation)):
+        return reject(
+            Reason.RUN_NOT_FOUND,
+            f"run {record.run_id!r} is not a run of task {record.task_id!r} generation {record.generation}",
+            run_id=record.run_id,
+        )
+    # An agent vouches only for its own open run.
+    if command.holder is not None and (run is None or run.agent_id != command.holder or not run.open):
+        return reject(
+            Reason.RUN_NOT_HELD,
+            "an agent records evidence only with an open run of the task that it holds (run_id)",
+            run_id=record.run_id or "",
+        )
     assert record.evidence_id, "the shell names the evidence"
     stored = dataclasses.replace(record, recorded_at=now)
     tx.insert_evidence(stored)

@@ -25,7 +25,7 @@ import grpc
 import jwt
 
 from funnel.auth.pki import ensure_local_pki
-from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE
+from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE, subject_problem
 from funnel.auth.tls import is_loopback
 from funnel.auth.tokens import SigningKeyError
 from funnel.runtime.postgres import redacted
@@ -186,13 +186,18 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     if args.workspace != ALL_WORKSPACES and id_problem(args.workspace):
         print(f"funnel token issue: workspace {args.workspace!r} {id_problem(args.workspace)}", file=sys.stderr)
         return 2
+    subject = args.subject or f"{args.role}@{args.workspace}"
+    # The services refuse a token whose subject is outside the safe set: do not mint one.
+    if subject_problem(subject):
+        print(f"funnel token issue: subject {subject!a} {subject_problem(subject)}; pass another --subject",
+              file=sys.stderr)
+        return 2
     data_dir = Path(args.data_dir)
     try:
         key = ensure_local_pki(data_dir / "tls").load_signing_key()
     except SigningKeyError as exc:
         print(f"funnel token issue: {exc}", file=sys.stderr)
         return 1
-    subject = args.subject or f"{args.role}@{args.workspace}"
     permissions = [f"{args.workspace}:{role}" for role in args.role.split(",")]
     print(key.issue(subject, permissions, args.ttl, issuer=args.issuer, audience=args.audience))
     return 0

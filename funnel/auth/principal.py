@@ -9,6 +9,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 ALL_WORKSPACES = "*"
+# A caller's subject (a token's `sub`, the completion service's identity) is
+# stored on every event it causes, keys its request ids and rate limit, and is
+# logged and shown: 1..255 characters (OpenID Connect's bound on `sub`) of
+# printable ASCII that is safe in logs, URLs and terminals. Besides letters and
+# digits: the punctuation of URIs (RFC 3986: SPIFFE ids, URNs, `repo:org/x:ref`),
+# `%` and `|` (`auth0|…`). No spaces, quotes, backslashes, `<>`, control, format
+# or bidirectional characters, nothing beyond ASCII.
+MAX_SUBJECT_LENGTH = 255
+SUBJECT_PUNCTUATION = frozenset("-._~:/?#[]@!$&'()*+,;=%|")
 
 
 class Role(enum.Enum):
@@ -52,6 +61,19 @@ class Principal:
         """The caller's grants as permission strings, for denial messages."""
         entries = sorted(f"{ws}:{role.value}" for ws, roles in self.grants.items() for role in roles)
         return ", ".join(entries) or "none"
+
+
+def subject_problem(value: str) -> str | None:
+    """Why `value` is not a safe subject, or None. The answer names a bad
+    character by its code point, never repeats it."""
+    if not value:
+        return "is empty"
+    if len(value) > MAX_SUBJECT_LENGTH:
+        return f"is longer than {MAX_SUBJECT_LENGTH} characters"
+    for ch in value:
+        if not (ch.isascii() and ch.isalnum()) and ch not in SUBJECT_PUNCTUATION:
+            return f"contains U+{ord(ch):04X}; subjects hold ASCII letters, digits and -._~:/?#[]@!$&'()*+,;=%| only"
+    return None
 
 
 def parse_permissions(entries: Iterable[object], is_workspace_id) -> dict[str, frozenset[Role]]:

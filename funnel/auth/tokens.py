@@ -1,9 +1,12 @@
 """Bearer tokens: JWTs verified against a JWKS file, and issued for local use.
 
-Verification is PyJWT's (signature, `exp`, `nbf`, `aud`, `iss`, with a small
-clock leeway); only EdDSA and ES256 are accepted. A verified token is cached by
-its text until it expires or the key set changes, so a client that reuses its
-token pays the signature check once, not on every call.
+Verification is PyJWT's (signature, `aud`, `iss`); only EdDSA and ES256 are
+accepted. The times (`exp`, `nbf`, `iat`) are checked here: finite numbers of
+the years 1970 to 9999, `exp` and `nbf` against the clock with a small leeway.
+A verified token is cached by its text until the key set changes, so a client
+that reuses its token pays the signature check once, not on every call; a cached
+token's times are checked on every call exactly as a fresh verification checks
+them, so the cache never accepts what verification would refuse.
 """
 
 from __future__ import annotations
@@ -20,13 +23,18 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from funnel.auth.principal import Principal, parse_permissions, with_completion_service
+from funnel.auth.principal import Principal, parse_permissions, subject_problem, with_completion_service
 
 ALGORITHMS = ("EdDSA", "ES256")
 LEEWAY_SECONDS = 30
 DEFAULT_ISSUER = "funnel"
 DEFAULT_AUDIENCE = "funnel"
 _CACHE_LIMIT = 10_000
+# The times a token may name: from 1970-01-01 to 9999-12-31T23:59:59Z. Outside
+# that a number is a forgery or a bug (1e300, or NaN, which compares false with
+# every time), never a real validity period.
+_LAST_SECOND = 253_402_300_799
+_TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 class Problem(enum.Enum):
@@ -61,9 +69,39 @@ def load_key_set(path: str | Path) -> jwt.PyJWKSet:
 
 
 @dataclass(frozen=True)
+class _Times:
+    expires_at: float
+    not_before: float | None
+
+
+@dataclass(frozen=True)
 class _Verified:
     principal: Principal
-    expires_at: float
+    times: _Times
+
+
+def _times(claims: dict) -> _Times:
+    """The token's validity period, or raises Unauthenticated (INVALID) for a time
+    claim that is not a finite number of the years 1970..9999 (booleans are not
+    numbers here, though Python counts them as ints)."""
+    for name in _TIME_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise Unauthenticated(Problem.INVALID, f"the token's `{name}` is not a number")
+        # NaN compares false with everything, infinities lie outside: both refused.
+        if not 0 <= value <= _LAST_SECOND:
+            raise Unauthenticated(Problem.INVALID, f"the token's `{name}` is not a time of the years 1970 to 9999")
+    return _Times(float(claims["exp"]), float(claims["nbf"]) if "nbf" in claims else None)
+
+
+def _check_times(times: _Times, now: float) -> None:
+    """Raises Unauthenticated if the token is expired or not valid yet at `now`."""
+    if now >= times.expires_at + LEEWAY_SECONDS:
+        raise Unauthenticated(Problem.EXPIRED, "the token has expired")
+    if times.not_before is not None and now < times.not_before - LEEWAY_SECONDS:
+        raise Unauthenticated(Problem.INVALID, "the token is not valid yet (nbf)")
 
 
 class TokenVerifier:
@@ -111,26 +149,33 @@ class TokenVerifier:
         now = self._clock()
         cached = self._cache.get(token)
         if cached is not None:
-            if now < cached.expires_at + LEEWAY_SECONDS:
-                return cached.principal
-            del self._cache[token]
-            raise Unauthenticated(Problem.EXPIRED, "the token has expired")
-        claims = self._decode(token, now)
+            try:
+                _check_times(cached.times, now)
+            except Unauthenticated:
+                del self._cache[token]  # from now on a fresh verification answers it
+                raise
+            return cached.principal
+        claims = self._decode(token)
+        times = _times(claims)
+        _check_times(times, now)
         subject = claims["sub"]
-        if not isinstance(subject, str) or not subject:
-            raise Unauthenticated(Problem.INVALID, "the token's `sub` claim is empty")
+        if not isinstance(subject, str):
+            raise Unauthenticated(Problem.INVALID, "the token's `sub` claim is not a string")
+        problem = subject_problem(subject)
+        if problem is not None:
+            raise Unauthenticated(Problem.INVALID, f"the token's `sub` claim {problem}")
         permissions = claims.get("permissions", [])
         if not isinstance(permissions, list):
             raise Unauthenticated(Problem.INVALID, "the token's `permissions` claim is not a list")
         principal = Principal(subject, parse_permissions(permissions, self._is_workspace_id))
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
-        self._cache[token] = _Verified(principal, float(claims["exp"]))
+        self._cache[token] = _Verified(principal, times)
         return principal
 
-    def _decode(self, token: str, now: float) -> dict:
+    def _decode(self, token: str) -> dict:
         """PyJWT checks the signature, audience and issuer; the times are checked
-        here against the injected clock (PyJWT would read the system's)."""
+        by the caller against the injected clock (PyJWT would read the system's)."""
         try:
             header = jwt.get_unverified_header(token)
             key = self._key_for(header.get("kid"))
@@ -153,13 +198,6 @@ class TokenVerifier:
             raise Unauthenticated(Problem.INVALID, f"the token has no {exc.claim!r} claim") from None
         except jwt.InvalidTokenError as exc:
             raise Unauthenticated(Problem.INVALID, f"the token is malformed: {exc}") from None
-        expires, not_before = claims["exp"], claims.get("nbf", 0)
-        if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (expires, not_before)):
-            raise Unauthenticated(Problem.INVALID, "the token's `exp` or `nbf` is not a number")
-        if now >= expires + LEEWAY_SECONDS:
-            raise Unauthenticated(Problem.EXPIRED, "the token has expired")
-        if now < not_before - LEEWAY_SECONDS:
-            raise Unauthenticated(Problem.INVALID, "the token is not valid yet (nbf)")
         return claims
 
     def _key_for(self, kid: object) -> jwt.PyJWK:

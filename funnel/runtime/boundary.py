@@ -58,6 +58,11 @@ TRANSPORT_LIMIT_FACTOR = 4
 # deadline, so that the UNAVAILABLE answer still reaches the caller in time.
 _LOCK_MARGIN_MAX = 0.1
 _LOCK_MARGIN_SHARE = 0.1
+# The auth-context property of a client certificate's URI SANs (gRPC core's
+# GRPC_PEER_URI_PROPERTY_NAME). Only a URI SAN names the completion service:
+# `x509_subject_alternative_name` mixes every SAN type, so a DNS, email or IP
+# SAN spelling the identity would pass for it.
+_URI_SANS = "peer_uri"
 
 
 class Authenticator:
@@ -65,10 +70,11 @@ class Authenticator:
 
     `verifier` None means authentication is off (loopback only): every caller
     is the anonymous operator. With `trust_certificates` (the listener verifies
-    client certificates), a certificate whose URI SAN is `completion_identity`
-    identifies the completion service (with a token, only one of that subject,
-    whose permissions add to its role); otherwise the completion service sends a
-    token whose `sub` is that identity (see TokenVerifier)."""
+    client certificates), a certificate one of whose URI SANs is exactly
+    `completion_identity` (no other SAN type counts) identifies the completion
+    service (with a token, only one of that subject, whose permissions add to
+    its role); otherwise the completion service sends a token whose `sub` is
+    that identity (see TokenVerifier)."""
 
     def __init__(
         self, verifier: TokenVerifier | None, completion_identity: str | None, trust_certificates: bool
@@ -82,7 +88,7 @@ class Authenticator:
             return unauthenticated_operator()
         metadata = context.invocation_metadata() or ()
         if self._trust_certificates and self._identity is not None:
-            names = context.auth_context().get("x509_subject_alternative_name", ())
+            names = context.auth_context().get(_URI_SANS, ())
             if self._identity in names:
                 identity = self._identity.decode()
                 if not any(key == "authorization" for key, _ in metadata):

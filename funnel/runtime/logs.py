@@ -1,7 +1,15 @@
 """The services' log lines: one JSON object per line for log collectors, or
 readable text on a terminal (`--log-format`). Structured values travel with a
 record as `extra=fields(name=value, …)`; each line also carries the trace id of
-the OpenTelemetry span current where it was logged, if there is one."""
+the OpenTelemetry span current where it was logged, if there is one.
+
+Every line is one line of printable text, whatever a caller sent: characters
+that are not printable (`str.isprintable`: control, format and bidirectional
+characters, line and paragraph separators, spaces other than U+0020,
+unassigned and private-use code points) are written as JSON `\\u` escapes. A
+JSON line still decodes to the values logged; a text line quotes a message or
+value it escaped. (In the text format a traceback follows its line, as in any
+Python log.)"""
 
 from __future__ import annotations
 
@@ -26,6 +34,22 @@ def trace_id() -> str | None:
     """The current span's trace id in W3C form (32 hex digits), or None outside a trace."""
     context = trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code > 0xFFFF:  # a JSON escape names UTF-16 code units: a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def one_line(text: str) -> str:
+    """`text` with every character that is not printable as a JSON `\\u` escape.
+    Inside a JSON string literal the result is the same string."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
 
 
 def _values(record: logging.LogRecord) -> dict[str, Any]:
@@ -53,7 +77,8 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        # JSON escapes control characters itself, not the rest of what one_line does.
+        return one_line(json.dumps(entry, ensure_ascii=False, default=str))
 
 
 class TextFormatter(logging.Formatter):
@@ -63,6 +88,8 @@ class TextFormatter(logging.Formatter):
         super().__init__(_TEXT)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
+        if not record.message.isprintable():
+            record = logging.makeLogRecord({**record.__dict__, "message": _quoted(record.message)})
         line = super().formatMessage(record)
         values = _values(record)
         if not values:
@@ -72,7 +99,11 @@ class TextFormatter(logging.Formatter):
 
 def _text(value: Any) -> str:
     text = str(value)
-    return json.dumps(text, ensure_ascii=False) if not text or any(c in text for c in ' "=\n') else text
+    return _quoted(text) if not text or not text.isprintable() or any(c in text for c in ' "=') else text
+
+
+def _quoted(text: str) -> str:
+    return one_line(json.dumps(text, ensure_ascii=False))
 
 
 def default_format() -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from funnel.auth import tokens
+from funnel.auth.principal import subject_problem
 from funnel.auth.tls import ServerTls, ServerTlsFiles, TlsError, file_signature, is_loopback
 from funnel.runtime.boundary import Admission, Authenticator
 from funnel.runtime.ratelimit import RateLimiter
@@ -144,6 +145,10 @@ class PreparedSecurity:
 
 def prepare(settings: ServerSecurity, listen: str, max_message_bytes: int) -> PreparedSecurity:
     """Loads the TLS files and the key set, or raises SecurityRefused."""
+    identity = settings.completion_identity
+    # The identity becomes the subject of the completion service's calls.
+    if identity is not None and subject_problem(identity):
+        raise SecurityRefused(f"--completion-identity {identity!a} {subject_problem(identity)}")
     plaintext_ok = is_loopback(listen)
     tls = None
     if settings.insecure:

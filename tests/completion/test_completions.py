@@ -213,36 +213,43 @@ async def test_a_terminal_generation_or_closed_run_blocks_without_a_completion(w
 # -- evidence ---------------------------------------------------------------------------
 
 
-def evidence(run_id: str | None, task_id: str = "t-1") -> EvidenceRecord:
-    return EvidenceRecord("evd-1", WS, task_id, 1, "tests", True, "cp-1", "ok", run_id, 0)
+def evidence(run_id: str | None, task_id: str = "t-1", generation: int = 1) -> EvidenceRecord:
+    return EvidenceRecord("evd-1", WS, task_id, generation, "tests", True, "cp-1", "ok", run_id, 0)
 
 
-@pytest.mark.parametrize(
-    ("case", "allowed"),
-    [("own open run", True), ("no run", False), ("another agent's run", False), ("another task's run", False),
-     ("closed run", False), ("a host (no holder)", True)],
-)
-async def test_an_agent_records_evidence_only_with_its_own_open_run_of_the_task(world, case, allowed):
+# case: (the caller's holder, the evidence given its own run and the other agent's, the refusal or None)
+EVIDENCE_CASES = {
+    "own open run": ("agent-1", lambda mine, other: evidence(mine), None),
+    "no run": ("agent-1", lambda mine, other: evidence(None), Reason.RUN_NOT_HELD),
+    "another agent's run": ("agent-1", lambda mine, other: evidence(other, task_id="t-2"), Reason.RUN_NOT_HELD),
+    "closed run": ("agent-1", lambda mine, other: evidence(mine), Reason.RUN_NOT_HELD),
+    "another task's run": ("agent-1", lambda mine, other: evidence(mine, task_id="t-2"), Reason.RUN_NOT_FOUND),
+    "another generation's run": ("agent-1", lambda mine, other: evidence(mine, generation=2), Reason.RUN_NOT_FOUND),
+    "an unknown run": ("agent-1", lambda mine, other: evidence("run-unknown"), Reason.RUN_NOT_FOUND),
+    "a host (no run)": (None, lambda mine, other: evidence(None), None),
+    "a host (an agent's run)": (None, lambda mine, other: evidence(other, task_id="t-2"), None),
+    "a host (a closed run)": (None, lambda mine, other: evidence(mine), None),
+    "a host (an unknown run)": (None, lambda mine, other: evidence("run-unknown"), Reason.RUN_NOT_FOUND),
+    "a host (another task's run)": (None, lambda mine, other: evidence(other), Reason.RUN_NOT_FOUND),
+    "a host (another generation's run)": (None, lambda mine, other: evidence(mine, generation=3),
+                                          Reason.RUN_NOT_FOUND),
+}
+
+
+@pytest.mark.parametrize("case", list(EVIDENCE_CASES))
+async def test_evidence_names_an_existing_run_of_its_task_and_an_agent_only_its_own_open_one(world, case):
     mine = await world.claimed()
     other = await world.claimed("t-2", agent="agent-2")
-    holder: str | None = "agent-1"
-    record = evidence(mine.run.run_id)
-    if case == "no run":
-        record = evidence(None)
-    elif case == "another agent's run":
-        record = evidence(other.run.run_id, task_id="t-2")
-    elif case == "another task's run":
-        record = evidence(mine.run.run_id, task_id="t-2")
-    elif case == "closed run":
+    holder, make, reason = EVIDENCE_CASES[case]
+    record = make(mine.run.run_id, other.run.run_id)
+    if "closed run" in case:
         await world.run(runs.close_run, command=close_command(mine.run.run_id))
-    elif case == "a host (no holder)":
-        holder, record = None, evidence(None)
     world.clock.advance(SECOND)
     before = world.state()
     result = await world.run(completions.record_evidence, command=EvidenceCommand(record, holder))
-    if allowed:
+    if reason is None:
         assert result == dataclasses.replace(record, recorded_at=START + SECOND)
-        assert await world.read(lambda tx: tx.load_evidence(WS, record.task_id, 1)) == [result]
+        assert await world.read(lambda tx: tx.load_evidence(WS, record.task_id, record.generation)) == [result]
     else:
-        refused(result, Reason.RUN_NOT_HELD)
+        refused(result, reason)
         assert world.state() == before

@@ -1088,6 +1088,27 @@ async def test_renew_and_evidence_request_ids_replay(funnel):
     await rejected(f.cs.RecordEvidence(record, timeout=CALL_TIMEOUT), Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
 
 
+
+async def test_evidence_naming_an_unknown_run_or_one_of_another_task_is_refused_and_changes_nothing(funnel):
+    f = funnel
+    claim = await f.registered_and_claimed("task-1")
+    elsewhere = await f.registered_and_claimed("task-2")
+
+    def record(run_id: str, generation: int = 1) -> cpb.RecordEvidenceRequest:
+        return cpb.RecordEvidenceRequest(workspace_id=WS, task_id="task-1", generation=generation, kind="tests",
+                                         verdict=cpb.EVIDENCE_VERDICT_PASSED, run_id=run_id,
+                                         request_id=f"evidence-{run_id}-{generation}")
+
+    before = table_dump(f.completion_db)
+    for refused in (record("run-that-never-was"), record(elsewhere.run.run_id), record(claim.run.run_id, 2)):
+        error = await rejected(f.cs.RecordEvidence(refused, timeout=CALL_TIMEOUT), Code.NOT_FOUND, "RUN_NOT_FOUND")
+        assert error_info(error).metadata["run_id"] == refused.run_id
+    assert table_dump(f.completion_db) == before
+    # The control: the task's own run of that generation is taken.
+    stored = (await f.cs.RecordEvidence(record(claim.run.run_id), timeout=CALL_TIMEOUT)).evidence
+    assert (stored.task_id, stored.run_id) == ("task-1", claim.run.run_id)
+
+
 # -- concurrency --------------------------------------------------------------------------
 
 

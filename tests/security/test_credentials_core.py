@@ -106,6 +106,131 @@ def test_replacing_the_key_set_revokes_cached_tokens(key):
     assert problem_of(verifier, token) is Problem.INVALID
 
 
+# -- the times of a token ----------------------------------------------------------
+#
+# `exp`, `nbf` and `iat` are finite numbers from 1970 to the end of 9999; JSON
+# texts PyJWT's parser accepts beyond that (NaN, Infinity, 1e999 = inf) are
+# written here as raw payload text, since no JSON encoder emits all of them.
+
+
+def signed(key: SigningKey, times: str, subject: str = '"a"') -> str:
+    """A token whose payload is this JSON text (times: raw `"exp": …` members)."""
+    payload = f'{{"iss":"funnel","aud":"funnel","sub":{subject},"permissions":[],{times}}}'
+    return jwt.api_jws.PyJWS().encode(payload.encode(), key.private_key, algorithm=key.algorithm,
+                                      headers={"kid": key.key_id})
+
+
+EXP = int(NOW) + 60
+LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
+
+
+@pytest.mark.parametrize("times, problem", [
+    (f'"exp":{EXP}', None),
+    (f'"exp":{EXP}.5,"nbf":{int(NOW)}.25,"iat":{int(NOW)}', None),
+    (f'"exp":{LAST_SECOND}', None),
+    ('"exp":0', Problem.EXPIRED),  # in range, long past
+    # Not finite: PyJWT reads these as float nan / inf.
+    ('"exp":NaN', Problem.INVALID),
+    ('"exp":1e999', Problem.INVALID),
+    ('"exp":Infinity', Problem.INVALID),
+    ('"exp":-1e999', Problem.INVALID),
+    ('"exp":-Infinity', Problem.INVALID),
+    # Finite, but not a time of years 1970..9999.
+    ('"exp":1e300', Problem.INVALID),
+    (f'"exp":{LAST_SECOND + 1}', Problem.INVALID),
+    (f'"exp":{10**400}', Problem.INVALID),
+    ('"exp":-1', Problem.INVALID),
+    # Not numbers.
+    ('"exp":true', Problem.INVALID),
+    ('"exp":false', Problem.INVALID),
+    (f'"exp":"{EXP}"', Problem.INVALID),
+    ('"exp":null', Problem.INVALID),
+    (f'"exp":[{EXP}]', Problem.INVALID),
+    ('"exp":{}', Problem.INVALID),
+    # nbf and iat: checked the same way when present.
+    (f'"exp":{EXP},"nbf":NaN', Problem.INVALID),
+    (f'"exp":{EXP},"nbf":-1e999', Problem.INVALID),
+    (f'"exp":{EXP},"nbf":1e999', Problem.INVALID),
+    (f'"exp":{EXP},"nbf":-5', Problem.INVALID),
+    (f'"exp":{EXP},"nbf":true', Problem.INVALID),
+    (f'"exp":{EXP},"nbf":"0"', Problem.INVALID),
+    (f'"exp":{EXP},"iat":NaN', Problem.INVALID),
+    (f'"exp":{EXP},"iat":1e999', Problem.INVALID),
+    (f'"exp":{EXP},"iat":1e300', Problem.INVALID),
+    (f'"exp":{EXP},"iat":-1', Problem.INVALID),
+    (f'"exp":{EXP},"iat":false', Problem.INVALID),
+    (f'"exp":{EXP},"iat":"now"', Problem.INVALID),
+    (f'"exp":{EXP},"iat":null', Problem.INVALID),
+])
+def test_token_times_are_finite_numbers_of_years_1970_to_9999(key, times, problem):
+    verifier = verifier_for(key)
+    token = signed(key, times)
+    # Asked again and again: the verification cache gives the same answer each time.
+    for _ in range(4):
+        if problem is None:
+            assert verifier.verify(token).subject == "a"
+        else:
+            assert problem_of(verifier, token) is problem
+
+
+def test_the_cache_answers_as_a_fresh_verification_would(key):
+    """A cached token is refused whenever verifying it afresh would refuse it:
+    before its `nbf` (a clock that moved back), after its `exp`."""
+    now = [NOW]
+    cached = verifier_for(key, clock=lambda: now[0])
+    token = key.issue("a", [], 3600, now=NOW)
+    assert cached.verify(token).subject == "a"
+    for moment in (NOW - 600, NOW + 10, NOW + 3600 + 31, NOW + 10):
+        now[0] = moment
+        fresh = verifier_for(key, clock=lambda: now[0])
+        try:
+            want: Problem | str = fresh.verify(token).subject
+        except Unauthenticated as refused:
+            want = refused.problem
+        try:
+            got: Problem | str = cached.verify(token).subject
+        except Unauthenticated as refused:
+            got = refused.problem
+        assert got == want, moment
+
+
+# -- the subject of a token ---------------------------------------------------------
+
+SAFE_SUBJECTS = [
+    "a", "host-1", "host@acme", "operator@*", "demo-agent", "user+tag@example.com", "auth0|5f7c8ec7c33c6c004bb",
+    "spiffe://funnel.local/funnel/completion-service", "repo:octo-org/octo-repo:ref:refs/heads/main",
+    "system:serviceaccount:ns:name", "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66", "a%2Fb", "x=1;y=(2),[3]!$&'",
+    "~_.", "x" * 255,
+]
+UNSAFE_SUBJECTS = [
+    "", "a\nb", "a\rb", "line\n2026-01-01 INFO forged", "a\x00", "\x00", "a\tb", "a b", "a\x7f", "a\x85b",
+    "a\u202eb", "a\u2066b", "a\u200bb", "a\u2028b", "\ufeffa", "a\u00a0b", "t\u00e2che", "\u30bf\u30b9\u30af",
+    "\U0001f600", 'a"b', "a\\b", "<script>", "a`b", "a^b", "a{b}", "x" * 256,
+]
+
+
+@pytest.mark.parametrize("subject", SAFE_SUBJECTS)
+def test_a_subject_of_the_safe_set_is_taken_as_it_is(key, subject):
+    assert verifier_for(key).verify(key.issue(subject, [], 60, now=NOW)).subject == subject
+
+
+@pytest.mark.parametrize("subject", UNSAFE_SUBJECTS)
+def test_a_subject_outside_the_safe_set_is_refused(key, subject):
+    verifier = verifier_for(key)
+    token = key.issue(subject, [], 60, now=NOW)
+    for _ in range(2):  # the cache never holds it
+        with pytest.raises(Unauthenticated) as caught:
+            verifier.verify(token)
+        assert caught.value.problem is Problem.INVALID
+        # The refusal names the character by its code point, never repeats it.
+        assert caught.value.message.isprintable() and caught.value.message.isascii()
+
+
+@pytest.mark.parametrize("subject", ['7', 'null', '["a"]', '{"a":1}', 'true'])
+def test_a_subject_that_is_not_a_string_is_refused(key, subject):
+    assert problem_of(verifier_for(key), signed(key, f'"exp":{EXP}', subject=subject)) is Problem.INVALID
+
+
 def test_the_completion_service_role_comes_from_identity_not_from_permissions(key):
     by_token = verifier_for(key, service_by_token=True)
     by_certificate = verifier_for(key, service_by_token=False)

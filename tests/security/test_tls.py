@@ -10,7 +10,6 @@ changes, a bad replacement refused), and `funnel token issue`."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import os
 import shutil
@@ -20,7 +19,6 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -36,8 +34,9 @@ from funnel.auth.pki import COMPLETION_IDENTITY, ensure_local_pki, issue_leaf
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
-from funnel_cli.supervisor import ServiceProcess, lifecycle_tls_arguments, spawn
+from funnel_cli.supervisor import ServiceProcess, lifecycle_tls_arguments
 from tests import credentials
+from tests.security.processes import lifecycle_process, log_text
 
 PKI = credentials.PKI
 CALL_TIMEOUT = 5.0
@@ -50,31 +49,6 @@ FRESH_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
 # -- helpers -----------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def lifecycle_process(tmp_path: Path, tls_args: list[str], *extra: str) -> Iterator[ServiceProcess]:
-    """A lifecycle service process on 127.0.0.1:0, stopped with SIGTERM at the end;
-    a clean run must also exit cleanly. Each test makes a served call before it
-    signals the process: the service prints that it serves a moment before it
-    handles SIGTERM and SIGHUP (until then either signal kills it outright)."""
-    process = spawn(
-        "lifecycle_service",
-        "lifecycle_service",
-        ["--listen", "127.0.0.1:0", "--database", str(tmp_path / "lifecycle.sqlite3"), *tls_args, *extra],
-        tmp_path / "lifecycle.log",
-    )
-    try:
-        yield process
-    finally:
-        code = process.stop(timeout=10)
-        if process.process.stdout is not None:
-            process.process.stdout.close()
-    assert code == 0, f"lifecycle_service exited with {code}:\n{log_text(process)[-2000:]}"
-
-
-def log_text(process: ServiceProcess) -> str:
-    return process.log_path.read_text(errors="replace") if process.log_path else ""
 
 
 def port_of(process: ServiceProcess) -> int:
@@ -329,6 +303,12 @@ REFUSALS = {
         lambda: ["--listen", "127.0.0.1:0", *_lifecycle_tls_only()],
         ["--jwks-file"],
     ),
+    "unsafe-completion-identity": (
+        "lifecycle_service",
+        lambda: [*_lifecycle_tls_only(), "--listen", "127.0.0.1:0", "--jwks-file", str(credentials.JWKS_FILE),
+                 "--completion-identity", "spiffe://funnel.local/completion\nservice"],
+        ["--completion-identity", "U+000A"],
+    ),
     "completion-plaintext-to-remote-lifecycle": (
         "completion_service",
         lambda: [
@@ -511,4 +491,16 @@ def test_token_issue_refuses_a_malformed_workspace(tmp_path):
     result = funnel_cli("token", "issue", "--workspace", "a/b", "--role", "host", "--data-dir", str(tmp_path))
     assert result.returncode != 0
     assert "workspace 'a/b'" in result.stderr
+    assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("args, shown", [
+    (["--workspace", "acme", "--role", "agent", "--subject", "agent 7\u202e"], "U+0020"),
+    # The default subject, <role>@<workspace>, of a workspace id beyond ASCII.
+    (["--workspace", "t\u00e2che", "--role", "host"], "U+00E2"),
+])
+def test_token_issue_refuses_a_subject_the_services_would_refuse(tmp_path, args, shown):
+    result = funnel_cli("token", "issue", *args, "--data-dir", str(tmp_path))
+    assert result.returncode == 2, result.stdout
+    assert "subject" in result.stderr and shown in result.stderr and "--subject" in result.stderr
     assert result.stdout.strip() == ""

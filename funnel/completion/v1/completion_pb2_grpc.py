@@ -184,12 +184,15 @@ class CompletionServiceServicer:
     def RecordEvidence(self, request, context):
         """Records one evidence fact (for example a test run) for a task generation at a
         checkpoint. Evidence counts only for the checkpoint it names; for each kind
-        the latest fact at that checkpoint counts. Append-only; the task and run are
-        not checked for existence, except that an agent must name a run of the
-        task that it holds (`run_id` required then).
+        the latest fact at that checkpoint counts. Append-only; the task is not
+        checked for existence. A `run_id`, if given, must name an existing run of
+        this task and generation (`RUN_NOT_FOUND` otherwise; nothing is stored); an
+        agent must name an open run of the task that it holds (`run_id` required
+        then).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `ENUM_UNSPECIFIED` (`verdict`), `VALUE_OUT_OF_RANGE` (`generation`),
-        `REQUEST_ID_REUSED`, `RUN_NOT_HELD`.
+        `REQUEST_ID_REUSED`, `RUN_NOT_FOUND` (also a run of another task or
+        generation), `RUN_NOT_HELD`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
