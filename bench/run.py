@@ -411,7 +411,7 @@ def measure_footprint(data_dir: Path, addresses: dict, request_ids: bool, tag: s
     """Bytes each completed task adds to the databases: the b-tree pages of every
     table and index (SQLite's dbstat) before and after a burst of whole stories,
     divided by the stories that finished. "Swept" leaves out the request-id tables,
-    which the retention sweep empties (brief §6), i.e. the steady state."""
+    which the retention sweep empties (docs/specification.md §8.4), i.e. the steady state."""
     before = {name: btree_bytes(data_dir / f"{name}.sqlite3") for name in ("lifecycle", "completion")}
     result = measure(
         {

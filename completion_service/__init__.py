@@ -1,1 +1,1 @@
-"""completion_service: the sole semantic completion authority (brief §4)."""
+"""completion_service: the sole semantic completion authority (docs/specification.md §1.3)."""

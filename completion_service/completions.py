@@ -1,4 +1,4 @@
-"""Units of work of the completion transaction (brief §4, steps 1-5) and of the
+"""Units of work of the completion transaction (docs/specification.md §5.1-§5.7) and of the
 evidence it judges: load one snapshot, let the gates decide, build the identity,
 judge duplicates, insert the durable `task_completions` row and its event, all in
 one transaction. Plain functions over storage/port.py; no I/O, no clock."""
@@ -239,7 +239,7 @@ def _record_attempt(tx: CompletionTx, snapshot: Snapshot, decision: Decision) ->
 
 
 def load_snapshot(tx: CompletionReadTx, command: AttemptCommand, now: int) -> Snapshot | Rejection:
-    """The one canonical view the gates judge (brief §4 step 1)."""
+    """The one canonical view the gates judge (docs/specification.md §5.2)."""
     run = tx.load_run(command.workspace_id, command.run_id)
     if run is None or run.task_id != command.task_id:
         return run_not_found(command.run_id)

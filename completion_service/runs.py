@@ -105,7 +105,7 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     )
     lease = Lease(command.task_id, run.run_id, verdict.epoch, verdict.expires_at)
     # The previous holder is gone: close the turn it left open before the new run
-    # starts its own (the repair of brief §4, at the hand-over).
+    # starts its own (the repair of docs/specification.md §4.5, at the hand-over).
     repaired = repair_transcript(tx, command.workspace_id, command.task_id, now)
     tx.insert_run(run)
     tx.save_lease(command.workspace_id, lease)

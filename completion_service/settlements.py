@@ -1,4 +1,4 @@
-"""Units of work of the settlement outbox (brief §4 steps 6-7): record the lifecycle
+"""Units of work of the settlement outbox (docs/specification.md §5.8): record the lifecycle
 service's answer for a pending completion exactly once, postpone a settlement the
 lifecycle did not answer, and claim the completions that are due. Plain functions
 over storage/port.py; the lifecycle call itself happens outside, in the shell."""

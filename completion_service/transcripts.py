@@ -89,7 +89,7 @@ def append(tx: CompletionTx, command: AppendCommand, now: int) -> Appended | Rep
 
 
 def repair(tx: CompletionTx, workspace_id: str, task_id: str, now: int) -> Repaired:
-    """Closes an interrupted final turn that no live lease owns (brief §4): an error
+    """Closes an interrupted final turn that no live lease owns (docs/specification.md §4.5): an error
     result for each open call, the open step's end, the turn's end (INTERRUPTED),
     all synthetic and durable. Decided under the write lock, so that of many
     concurrent loads exactly one repairs."""

@@ -1,5 +1,5 @@
 """Regenerates protos/funnel/completion/v1/identity_vectors.json, the test vectors
-that let any language recompute the completion identity (brief §4 step 4).
+that let any language recompute the completion identity (docs/specification.md §5.5).
 
 Usage: python scripts/generate_identity_vectors.py [--check]
 

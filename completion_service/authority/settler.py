@@ -1,4 +1,4 @@
-"""The settlement shell (brief §4 steps 6-7): submits a committed completion to the
+"""The settlement shell (docs/specification.md §5.8): submits a committed completion to the
 lifecycle service and records its answer through the settlement units; the
 outbox settler retries what got no answer, with the same request id, until it
 is settled exactly once."""

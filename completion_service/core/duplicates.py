@@ -1,4 +1,4 @@
-"""The duplicate and conflict policy for `task_completions` (brief §4 step 5):
+"""The duplicate and conflict policy for `task_completions` (docs/specification.md §5.6):
 one row per task generation; what a second attempt gets depends on what is stored."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Completion gates and the binding decision (brief §4, steps 2 and 3).
+"""Completion gates and the binding decision (docs/specification.md §5.3, §5.4).
 
 A gate is a pure function of the snapshot and the workspace policy. The registry
 fixes the evaluation order; a gate is active or retired there, and a workspace
@@ -232,7 +232,7 @@ BUILT_IN_GATES: tuple[Gate, ...] = (
     Gate("result.non_empty", 1, False, AgentAction.PROVIDE_RESULT, _result_present),
 )
 
-# Gates that guard the brief's safety rules; a workspace policy cannot switch them off.
+# Gates that guard the safety rules (docs/specification.md §5.3); a workspace policy cannot switch them off.
 MANDATORY_GATES = frozenset({"lease.live", "lifecycle.generation_current", "lifecycle.no_cancellation"})
 
 

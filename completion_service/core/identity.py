@@ -1,4 +1,4 @@
-"""The completion identity (brief §4 step 4): SHA-256 over the RFC 8785 (JCS)
+"""The completion identity (docs/specification.md §5.5): SHA-256 over the RFC 8785 (JCS)
 canonical JSON of a fixed, schema-versioned document. Never protobuf bytes: other
 languages must be able to recompute it (see identity_vectors.json next to the protos).
 """

@@ -1,4 +1,4 @@
-"""Rules for agent runs and leases (seed 001 `complete_task`, brief §4 runs)."""
+"""Rules for agent runs and leases (`complete_task`, docs/specification.md §4.1-§4.3)."""
 
 from __future__ import annotations
 

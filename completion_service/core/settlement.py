@@ -1,4 +1,4 @@
-"""How a lifecycle answer to a settlement is read (brief §4 step 6), and what the
+"""How a lifecycle answer to a settlement is read (docs/specification.md §5.8), and what the
 agent is told about a completion whose settlement is pending or was refused: a
 completion is reported complete only once the lifecycle service settled it."""
 

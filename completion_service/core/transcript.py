@@ -1,5 +1,5 @@
-"""The transcript grammar, interrupted-turn repair and reopening rules (seed 002,
-brief §4). Pure: events and tails in, tails, violations and events out.
+"""The transcript grammar, interrupted-turn repair and reopening rules (docs/specification.md
+§4.4, §4.5, §6). Pure: events and tails in, tails, violations and events out.
 
 A transcript is an append-only log of session events. Its tail (what is open)
 decides which events may follow:

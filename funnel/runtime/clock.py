@@ -1,4 +1,4 @@
-"""Injected time and identifiers (brief §2), so tests and simulations are deterministic."""
+"""Injected time and identifiers (docs/specification.md §2.7), so tests and simulations are deterministic."""
 
 from __future__ import annotations
 

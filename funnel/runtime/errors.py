@@ -1,4 +1,4 @@
-"""The error model of brief §2, free of gRPC so the pure cores can use it.
+"""The error model of docs/specification.md §2.2, free of gRPC so the pure cores can use it.
 
 Each service has one catalogue: an Enum whose members are `ReasonSpec` values.
 A member's name is the wire `ErrorInfo.reason`; its `code` is the canonical code.

@@ -1,4 +1,4 @@
-"""The request-id rule of brief §2, once for both services: a pure decision, the
+"""The request-id rule of docs/specification.md §2.3, once for both services: a pure decision, the
 unit-of-work helpers over a tiny storage protocol, and the sweep that forgets ids
 after their retention.
 

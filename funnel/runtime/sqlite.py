@@ -1,4 +1,4 @@
-"""SQLite as brief §2 wants it: WAL, `synchronous=FULL`, `BEGIN IMMEDIATE` for
+"""SQLite as docs/specification.md §2.8 wants it: WAL, `synchronous=FULL`, `BEGIN IMMEDIATE` for
 read-then-write transactions, versioned migrations applied at start, and a refusal
 to start when any of that cannot be had.
 

@@ -1,4 +1,4 @@
-"""The laws of brief §3 as one pure function: `decide(intent, situation, policy)`.
+"""The laws of docs/specification.md §3 as one pure function: `decide(intent, situation, policy)`.
 
 It returns a `Transition` (the next record, its one event, and the propagations the
 parent owes its attached children), `AlreadySettled` (the same settlement repeated:

@@ -295,7 +295,7 @@ class Funnel:
         """Waits until the completion service's projection of `workspace` reflects
         every lifecycle event committed so far (or its stream is not live, so that
         attempts read). An attempt's view may lag behind the lifecycle service by
-        the events still on their way (BRIEF §4: the lifecycle stays the fence);
+        the events still on their way (docs/specification.md §5.2: the lifecycle stays the fence);
         tests that predict a gate's verdict after a change at the lifecycle wait."""
         events = await self.lifecycle.store.read(lambda tx: tx.events_after(workspace, 0, None, 1_000_000))
         head = events[-1].sequence if events else 0  # the workspace's: its stream carries no other

@@ -40,7 +40,7 @@ from completion_service.core.settlement import LIFECYCLE_DOMAIN, SettleAnswer, c
 NOW = 1_700_000_000_000_000
 MINUTE = 60_000_000
 
-# --- duplicates (brief §4 step 5) -----------------------------------------------------
+# --- duplicates (docs/specification.md §5.6) ---------------------------------------
 
 STORED = CompletionKey("sha256:aaa", b'{"outcome":"COMPLETED"}', "COMPLETED")
 

@@ -1,4 +1,4 @@
-"""The built-in gates, the binding decision and the circuit breaker (brief §4 steps 2-3).
+"""The built-in gates, the binding decision and the circuit breaker (docs/specification.md §5.3, §5.4).
 
 Each case starts from a snapshot that every gate passes and changes one thing."""
 
