@@ -227,6 +227,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         agent_id=args.agent_id,
         lease_ttl=float(args.lease_ttl),
         http=bool(args.http),
+        allowed_hosts=tuple(args.allowed_host),
+        allowed_origins=tuple(args.allowed_origin),
     )
     if not args.http:
         if not has_token:
@@ -327,6 +329,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument(
         "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    mcp.add_argument(
+        "--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
+        help="--http: a Host header to answer, as clients send it (NAME:* for any port), besides the bound "
+        "address and, on loopback or 0.0.0.0, localhost, 127.0.0.1 and [::1] with the port; repeatable. "
+        "Others get 421 (DNS rebinding)",
+    )
+    mcp.add_argument(
+        "--allowed-origin", action="append", default=[], metavar="URL",
+        help="--http: an Origin header to answer besides http(s)://ALLOWED-HOST, e.g. https://app.example; "
+        "repeatable. Others get 403",
     )
     conn.add_arguments(mcp)
     mcp.set_defaults(run=cmd_mcp)

@@ -30,6 +30,7 @@ from funnel_mcp import answers
 from funnel_mcp.failures import RETRYABLE, failure, unavailable
 from funnel_mcp.idempotency import CALL_ID_META_KEY, call_identity, request_id
 from funnel_mcp.leases import HeldRun, LeaseKeeper
+from funnel_mcp.rebinding import transport_security
 
 log = logging.getLogger("funnel.mcp")
 
@@ -57,6 +58,9 @@ class Settings:
     lease_ttl: float = 120.0
     # Streamable HTTP instead of stdio.
     http: bool = False
+    # Host and Origin headers answered besides the bound address's own (funnel_mcp.rebinding).
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
 
 
 class Door:
@@ -399,4 +403,5 @@ def serve_stdio(settings: Settings) -> None:
 
 
 def serve_http(settings: Settings, host: str, port: int) -> None:
-    asyncio.run(build(settings).run_streamable_http_async(host=host, port=port))
+    security = transport_security(host, port, settings.allowed_hosts, settings.allowed_origins)
+    asyncio.run(build(settings).run_streamable_http_async(host=host, port=port, transport_security=security))

@@ -45,6 +45,7 @@ from funnel_mcp.answers import (
 from funnel_mcp.failures import ADVICE, INPUT_REASONS, RETRYABLE, Failure, failure, unavailable
 from funnel_mcp.idempotency import call_identity, request_id
 from funnel_mcp.leases import HeldRun, LeaseKeeper
+from funnel_mcp.rebinding import transport_security
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # 2023-11-14T22:13:20Z
@@ -631,6 +632,22 @@ def test_failure_of_an_error_without_details(code: grpc.StatusCode, message: str
 
 def test_retryable_codes() -> None:
     assert {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED} == RETRYABLE
+
+
+# ============================================================================= Host and Origin
+
+
+def test_every_bind_checks_host_and_origin_against_its_own_names_and_the_flags() -> None:
+    loopback = transport_security("127.0.0.2", 8080)
+    assert loopback.enable_dns_rebinding_protection
+    assert loopback.allowed_hosts == ["127.0.0.2:8080", "localhost:8080", "127.0.0.1:8080", "[::1]:8080"]
+    assert "http://127.0.0.2:8080" in loopback.allowed_origins and "https://localhost:8080" in loopback.allowed_origins
+    remote = transport_security("0.0.0.0", 8080, ["mcp.example.com", "mcp.internal:*"], ["https://app.example"])
+    assert remote.enable_dns_rebinding_protection
+    assert remote.allowed_hosts == ["localhost:8080", "127.0.0.1:8080", "[::1]:8080", "mcp.example.com",
+                                    "mcp.internal:*"]
+    assert {"https://mcp.example.com", "http://mcp.internal:*", "https://app.example"} <= set(remote.allowed_origins)
+    assert not any("0.0.0.0" in name for name in remote.allowed_hosts + remote.allowed_origins)
 
 
 # ============================================================================= leases
