@@ -10,27 +10,10 @@ import http.client
 import re
 from urllib.parse import urlencode
 
-import pytest
-
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from tests.ui.support import Dashboard, Driver, Services
+from tests.ui.support import Dashboard
 
 WS = "demo"
-
-
-@pytest.fixture(scope="module")
-def services(tmp_path_factory):
-    services = Services(tmp_path_factory.mktemp("ui-hosts") / "data")
-    services.start()
-    yield services
-    services.stop()
-
-
-@pytest.fixture(scope="module")
-def driver(services):
-    driver = Driver(services, services.token("test-host", ["*:host"]))
-    yield driver
-    driver.close()
 
 
 @contextlib.contextmanager
