@@ -226,6 +226,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         token_file=args.token_file,
         agent_id=args.agent_id,
         lease_ttl=float(args.lease_ttl),
+        session_idle_timeout=float(args.session_idle_timeout),
         http=bool(args.http),
         allowed_hosts=tuple(args.allowed_host),
         allowed_origins=tuple(args.allowed_origin),
@@ -326,6 +327,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=duration_seconds,
         default=duration_seconds("2m"),
         help="lease lifetime of claims, renewed by the server at a third of it: 90s, 5m",
+    )
+    mcp.add_argument(
+        "--session-idle-timeout",
+        type=duration_seconds,
+        default=duration_seconds("2m"),
+        help="--http: a session with no request in flight (an open GET stream is one), or a sessionless caller's "
+        "run that no call names, is abandoned after this and its runs are closed stalled, freeing their tasks "
+        "(default 2m). Over stdio a run ends when the host closes the pipe",
     )
     mcp.add_argument(
         "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
