@@ -231,7 +231,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         token_file=args.token_file,
         agent_id=args.agent_id,
         lease_ttl=float(args.lease_ttl),
+        session_idle_timeout=float(args.session_idle_timeout),
         http=bool(args.http),
+        allowed_hosts=tuple(args.allowed_host),
+        allowed_origins=tuple(args.allowed_origin),
     )
     if not args.http:
         if not has_token:
@@ -331,7 +334,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="lease lifetime of claims, renewed by the server at a third of it: 90s, 5m",
     )
     mcp.add_argument(
+        "--session-idle-timeout",
+        type=duration_seconds,
+        default=duration_seconds("2m"),
+        help="--http: a session with no request in flight (an open GET stream is one), or a sessionless caller's "
+        "run that no call names, is abandoned after this and its runs are closed stalled, freeing their tasks "
+        "(default 2m). Over stdio a run ends when the host closes the pipe",
+    )
+    mcp.add_argument(
         "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    mcp.add_argument(
+        "--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
+        help="--http: a Host header to answer, as clients send it (NAME:* for any port), besides the bound "
+        "address and, on loopback or 0.0.0.0, localhost, 127.0.0.1 and [::1] with the port; repeatable. "
+        "Others get 421 (DNS rebinding)",
+    )
+    mcp.add_argument(
+        "--allowed-origin", action="append", default=[], metavar="URL",
+        help="--http: an Origin header to answer besides http(s)://ALLOWED-HOST, e.g. https://app.example; "
+        "repeatable. Others get 403",
     )
     conn.add_arguments(mcp)
     mcp.set_defaults(run=cmd_mcp)

@@ -28,8 +28,10 @@ from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel_cli.connection import Connection
 from funnel_mcp import answers
 from funnel_mcp.failures import RETRYABLE, failure, unavailable
+from funnel_mcp.holders import holder
 from funnel_mcp.idempotency import CALL_ID_META_KEY, call_identity, request_id
-from funnel_mcp.leases import HeldRun, LeaseKeeper
+from funnel_mcp.leases import PROCESS, HeldRun, LeaseKeeper
+from funnel_mcp.rebinding import transport_security
 
 log = logging.getLogger("funnel.mcp")
 
@@ -55,8 +57,13 @@ class Settings:
     token_file: str | None = None
     agent_id: str | None = None
     lease_ttl: float = 120.0
+    # A sessionless caller's run, and an HTTP session, count as abandoned after this (funnel_mcp.leases).
+    session_idle_timeout: float = 120.0
     # Streamable HTTP instead of stdio.
     http: bool = False
+    # Host and Origin headers answered besides the bound address's own (funnel_mcp.rebinding).
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
 
 
 class Door:
@@ -107,6 +114,9 @@ class Door:
             raise ToolError("AGENT_ID_UNKNOWN: the token names no subject; the operator sets --agent-id.")
         return subject
 
+    def holder(self, ctx: Context) -> str:
+        return holder(ctx, self.keeper, self.settings.http)
+
     def request_id(self, ctx: Context, tool: str, arguments: dict[str, Any]) -> str:
         meta = ctx.request_context.meta or {}
         connection = (ctx.headers or {}).get("mcp-session-id") if self.settings.http else PROCESS_CONNECTION
@@ -131,9 +141,10 @@ class Door:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def run(self, run_id: str, token: str) -> cpb.Run:
+    async def run(self, run_id: str, token: str, holder: str) -> cpb.Run:
         """The run (task, generation, epoch come from it); an open run with a live
-        lease is renewed from now on, even if another process of this server claimed it."""
+        lease is renewed from now on for `holder`, even if another process of this
+        server claimed it."""
         response = await self.call(
             self.completion.GetRun,
             cpb.GetRunRequest(workspace_id=self.settings.workspace, run_id=run_id),
@@ -142,7 +153,7 @@ class Door:
         )
         run = response.run
         if not run.HasField("finish_time") and run.lease_expire_time.ToMicroseconds() > time.time() * 1_000_000:
-            self.keeper.hold(HeldRun(self.settings.workspace, run.run_id, run.epoch, token))
+            self.keeper.hold(HeldRun(self.settings.workspace, run.run_id, run.epoch, token), holder)
         return run
 
     async def renew(self, held: HeldRun) -> None:
@@ -156,6 +167,22 @@ class Door:
             timeout=CALL_TIMEOUT,
             metadata=(("authorization", f"Bearer {held.token}"),),
         )
+
+    async def withdraw(self, held: HeldRun, why: str) -> None:
+        """Closes the run of a holder that is gone as `stalled`: the task keeps its
+        status and, its run closed, is claimable at once (docs/mcp.md, Leases)."""
+        request = cpb.CompleteRunRequest(
+            workspace_id=held.workspace,
+            run_id=held.run_id,
+            outcome=cpb.RUN_OUTCOME_STALLED,
+            error=f"withdrawn by funnel mcp: {why}",
+            request_id=request_id("withdraw", held.workspace, {"runId": held.run_id}, "withdraw"),
+        )
+        try:
+            await self.call(self.completion.CompleteRun, request, held.token, "completion_service")
+        except ToolError as failed:
+            # Closed meanwhile, or the services refuse: the lease then lapses at its expiry.
+            log.info("could not withdraw run %s: %s", held.run_id, failed)
 
 
 def door(ctx: Context) -> Door:
@@ -216,10 +243,15 @@ def build(settings: Settings) -> MCPServer[Door]:
         lifecycle = connection.channel(settings.lifecycle_address)
         completion = connection.channel(settings.completion_address)
         try:
-            holder: list[Door] = []
-            async with LeaseKeeper(lambda held: holder[0].renew(held), settings.lease_ttl) as keeper:
-                holder.append(Door(settings, keeper, lifecycle, completion))
-                yield holder[0]
+            shared: list[Door] = []
+            async with LeaseKeeper(lambda held: shared[0].renew(held), lambda held, why: shared[0].withdraw(held, why),
+                                   settings.lease_ttl, settings.session_idle_timeout) as keeper:
+                shared.append(Door(settings, keeper, lifecycle, completion))
+                try:
+                    yield shared[0]
+                finally:
+                    # Over stdio the host closed the pipe (or the server stops): its runs go with it.
+                    keeper.end(PROCESS, "the host closed its stdio connection")
         finally:
             await lifecycle.close()
             await completion.close()
@@ -257,7 +289,8 @@ def build(settings: Settings) -> MCPServer[Door]:
             token,
             "completion_service",
         )
-        service.keeper.hold(HeldRun(settings.workspace, response.run.run_id, response.lease.epoch, token))
+        service.keeper.hold(HeldRun(settings.workspace, response.run.run_id, response.lease.epoch, token),
+                            service.holder(ctx))
         return answers.claimed_run(response)
 
     @server.tool(
@@ -323,7 +356,7 @@ def build(settings: Settings) -> MCPServer[Door]:
     ) -> answers.RecordedEvidence:
         service = door(ctx)
         token = service.token(ctx)
-        run = await service.run(runId, token)
+        run = await service.run(runId, token, service.holder(ctx))
         arguments = {"runId": runId, "kind": kind, "verdict": verdict, "checkpoint": checkpoint, "details": details}
         response = await service.call(
             service.completion.RecordEvidence,
@@ -359,7 +392,7 @@ def build(settings: Settings) -> MCPServer[Door]:
     ) -> answers.AttemptAnswer:
         service = door(ctx)
         token = service.token(ctx)
-        run = await service.run(runId, token)
+        run = await service.run(runId, token, service.holder(ctx))
         arguments = {"runId": runId, "result": result, "outcome": outcome, "stateVersion": stateVersion}
         request = cpb.AttemptCompletionRequest(
             workspace_id=settings.workspace,
@@ -399,4 +432,6 @@ def serve_stdio(settings: Settings) -> None:
 
 
 def serve_http(settings: Settings, host: str, port: int) -> None:
-    asyncio.run(build(settings).run_streamable_http_async(host=host, port=port))
+    security = transport_security(host, port, settings.allowed_hosts, settings.allowed_origins)
+    asyncio.run(build(settings).run_streamable_http_async(
+        host=host, port=port, transport_security=security, session_idle_timeout=settings.session_idle_timeout))

@@ -22,17 +22,20 @@ from urllib.parse import parse_qs, urlsplit
 import grpc
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from funnel.auth.hosts import LOOPBACK_NAMES
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.validation import id_problem
 from funnel_ui import render, view
 from funnel_ui.backend import Backend, Settings
 
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 PAGE_SIZE = 50
 # A list page follows at most this many rows live (its own page).
 MAX_FOLLOWED = 200
@@ -56,8 +59,8 @@ HTTP_STATUS = {
 class Context:
     settings: Settings
     workspaces: Sequence[str]
-    # Host names the dashboard answers to; None: any (a read-only dashboard served remotely).
-    allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
+    # Host names the dashboard answers to (funnel.auth.hosts); any other is refused.
+    allowed_hosts: Sequence[str] = LOOPBACK_NAMES
     # Put into every action form; a POST without it is refused (with the Origin check, against CSRF).
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     backend: Backend | None = None
@@ -212,34 +215,30 @@ def create_app(context: Context) -> Any:
             Mount("/static", static),
         ],
         lifespan=lifespan,
+        # Outermost first: a request must name one of the dashboard's own hosts (a page
+        # of another site that rebinds its DNS name to this address would otherwise be
+        # same-origin with the dashboard, read it and post its forms), then come from
+        # no other origin (its streams and actions serve this dashboard's pages only).
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(context.allowed_hosts),
+                               www_redirect=False),
+                    Middleware(OriginCheck)],
     )
-    return HostCheck(app, context.allowed_hosts)
+    return app
 
 
-class HostCheck:
-    """Answers only requests addressed to one of the dashboard's own host names:
-    a page of another site that rebinds its DNS name to 127.0.0.1 would otherwise
-    be same-origin with the dashboard, read it, and post its forms."""
+class OriginCheck:
+    """Refuses (403) a request whose Origin names another origin than the one it
+    is addressed to. A browser sends Origin on posts and on cross-origin
+    fetches and event streams; a plain navigation sends none and passes."""
 
-    def __init__(self, app: Any, allowed: frozenset[str] | None) -> None:
+    def __init__(self, app: Any) -> None:
         self.app = app
-        self.allowed = allowed
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.allowed is not None:
-            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-            if not host_allowed(host, self.allowed):
-                await Response("unknown host", 421)(scope, receive, send)
-                return
+        if scope["type"] == "http" and foreign_origin(Headers(scope=scope)):
+            await Response("cross-origin request refused", 403)(scope, receive, send)
+            return
         await self.app(scope, receive, send)
-
-
-def host_allowed(host_header: str, allowed: frozenset[str]) -> bool:
-    try:
-        name = urlsplit(f"//{host_header}").hostname
-    except ValueError:
-        return False
-    return name is not None and name in allowed
 
 
 def _choice(value: str, allowed: Sequence[str]) -> str:
@@ -253,8 +252,13 @@ def same_origin(headers: Any) -> bool:
     site = headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return False
+    return not foreign_origin(headers)
+
+
+def foreign_origin(headers: Any) -> bool:
+    """Whether the request names an Origin other than the one it is addressed to."""
     origin = headers.get("origin")
-    return origin is None or urlsplit(origin).netloc == headers.get("host", "")
+    return origin is not None and urlsplit(origin).netloc != headers.get("host", "")
 
 
 def _start_cursor(request: Request) -> view.Cursor:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from funnel.auth.hosts import own_names
 from funnel.auth.tls import is_loopback
 from funnel.runtime.validation import id_problem
 from funnel_cli import connection as conn
@@ -30,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "port 0: any free port)")
     parser.add_argument("--allow-remote", action="store_true",
                         help="serve on a non-loopback address (read-only: refused with an action credential)")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="a Host name to answer besides the listening address (and, on loopback or 0.0.0.0, "
+                        "localhost, 127.0.0.1, [::1]); *.example.com for its subdomains; repeatable. "
+                        "Others are refused (DNS rebinding)")
     parser.add_argument("--workspace", action="append",
                         default=[w for w in os.environ.get("FUNNEL_WORKSPACE", "").split(",") if w],
                         help="a workspace listed on the start page (repeatable; FUNNEL_WORKSPACE, comma separated)")
@@ -97,11 +102,11 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the web stack is needed by this command only.
     import uvicorn
 
-    from funnel_ui.app import LOOPBACK_NAMES, Context, create_app
+    from funnel_ui.app import Context, create_app
     from funnel_ui.backend import Settings
 
     settings = Settings(args.lifecycle, args.completion, connection, viewer, action)
-    allowed_hosts = None if args.allow_remote else LOOPBACK_NAMES | {host}
+    allowed_hosts = tuple(dict.fromkeys([*own_names(host), *args.allowed_host]))
     app = create_app(Context(settings, tuple(dict.fromkeys(args.workspace)), allowed_hosts))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -54,15 +54,16 @@ async def stdio_client(pair: Pair, token: str | None, *extra: str, workspace: st
 
 
 @contextlib.contextmanager
-def http_server(pair: Pair, log: Path, *extra: str) -> Any:
-    """`funnel mcp --http` without a configured token: each caller sends its own."""
-    port = unused_port()
+def http_server(pair: Pair, log: Path, *extra: str, host: str = "127.0.0.1", port: int | None = None) -> Any:
+    """`funnel mcp --http` on `host`; without a configured token in `extra`, each
+    caller sends its own."""
+    port = port or unused_port()
     env = {key: value for key, value in os.environ.items() if key != "FUNNEL_TOKEN"}
     with log.open("wb") as output:
-        process = subprocess.Popen([str(FUNNEL), *mcp_arguments(pair, "--http", f"127.0.0.1:{port}", *extra)],
+        process = subprocess.Popen([str(FUNNEL), *mcp_arguments(pair, "--http", f"{host}:{port}", *extra)],
                                    stdout=output, stderr=subprocess.STDOUT, env=env)
     try:
-        url = f"http://127.0.0.1:{port}/mcp"
+        url = f"http://{host}:{port}/mcp"
         deadline = time.monotonic() + 30
         while True:
             assert process.poll() is None, log.read_text()
@@ -83,11 +84,13 @@ def http_server(pair: Pair, log: Path, *extra: str) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def http_client(url: str, token: str | None) -> AsyncIterator[Client]:
+async def http_client(url: str, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
+    """The SDK's client; mode "auto" speaks the 2026-07-28 protocol (no session),
+    "legacy" opens a session (`Mcp-Session-Id`, a GET stream, DELETE at the end)."""
     headers = {"authorization": f"Bearer {token}"} if token else {}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=30) as http,
-        Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30) as client,
+        Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30, mode=mode) as client,
     ):
         yield client
 

@@ -209,7 +209,8 @@ async def test_malformed_arguments_are_refused_before_any_call(pair):
             {"outcome": "stalled"},
         ):
             assert error_text(await client.call_tool("complete_task", arguments))
-    assert not (await get_run(pair, run_id)).HasField("finish_time")
+        # Asked while the host is connected: closing the pipe withdraws the run.
+        assert not (await get_run(pair, run_id)).HasField("finish_time")
 
 
 async def test_the_server_renews_the_lease_while_the_run_is_open(pair):
@@ -231,19 +232,21 @@ async def test_the_server_renews_the_lease_while_the_run_is_open(pair):
 
 async def test_a_host_call_id_makes_a_retried_call_return_the_first_answer(pair):
     """A host that passes its own call id (`_meta` `io.funnel/callId`) gets the
-    first answer for a resent call, even after the server restarted; a new call
-    id is a new call."""
+    first answer for a resent call, even from another process of the server; a
+    new call id is a new call. (The first process stays up: a host that closes
+    its pipe takes its runs along.)"""
     t = await fresh_task(pair)
     meta = {"io.funnel/callId": "toolu_01"}
-    async with stdio_client(pair, agent_token()) as client:
-        first = ok(await client.call_tool("claim_task", {"taskId": t}, meta=meta))
-    async with stdio_client(pair, agent_token()) as client:  # a new process
-        again = ok(await client.call_tool("claim_task", {"taskId": t}, meta=meta))
-        other = error_text(await client.call_tool("claim_task", {"taskId": t}, meta={"io.funnel/callId": "toolu_02"}))
-        close = {"runId": first["runId"], "outcome": "stalled"}
-        closed = ok(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_03"}))
-        resent = ok(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_03"}))
-        twice = error_text(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_04"}))
+    async with stdio_client(pair, agent_token()) as first_process:
+        first = ok(await first_process.call_tool("claim_task", {"taskId": t}, meta=meta))
+        async with stdio_client(pair, agent_token()) as client:  # a new process
+            again = ok(await client.call_tool("claim_task", {"taskId": t}, meta=meta))
+            other = error_text(await client.call_tool("claim_task", {"taskId": t},
+                                                      meta={"io.funnel/callId": "toolu_02"}))
+            close = {"runId": first["runId"], "outcome": "stalled"}
+            closed = ok(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_03"}))
+            resent = ok(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_03"}))
+            twice = error_text(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_04"}))
     assert again == first and "LEASE_HELD" in other
     assert resent == closed and "RUN_ALREADY_FINISHED" in twice
     runs = await pair.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)

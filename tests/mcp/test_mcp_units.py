@@ -44,7 +44,8 @@ from funnel_mcp.answers import (
 )
 from funnel_mcp.failures import ADVICE, INPUT_REASONS, RETRYABLE, Failure, failure, unavailable
 from funnel_mcp.idempotency import call_identity, request_id
-from funnel_mcp.leases import HeldRun, LeaseKeeper
+from funnel_mcp.leases import PROCESS, SESSIONLESS, HeldRun, LeaseKeeper
+from funnel_mcp.rebinding import transport_security
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # 2023-11-14T22:13:20Z
@@ -633,9 +634,27 @@ def test_retryable_codes() -> None:
     assert {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED} == RETRYABLE
 
 
+# ============================================================================= Host and Origin
+
+
+def test_every_bind_checks_host_and_origin_against_its_own_names_and_the_flags() -> None:
+    loopback = transport_security("127.0.0.2", 8080)
+    assert loopback.enable_dns_rebinding_protection
+    assert loopback.allowed_hosts == ["127.0.0.2:8080", "localhost:8080", "127.0.0.1:8080", "[::1]:8080"]
+    assert "http://127.0.0.2:8080" in loopback.allowed_origins and "https://localhost:8080" in loopback.allowed_origins
+    remote = transport_security("0.0.0.0", 8080, ["mcp.example.com", "mcp.internal:*"], ["https://app.example"])
+    assert remote.enable_dns_rebinding_protection
+    assert remote.allowed_hosts == ["localhost:8080", "127.0.0.1:8080", "[::1]:8080", "mcp.example.com",
+                                    "mcp.internal:*"]
+    assert {"https://mcp.example.com", "http://mcp.internal:*", "https://app.example"} <= set(remote.allowed_origins)
+    assert not any("0.0.0.0" in name for name in remote.allowed_hosts + remote.allowed_origins)
+
+
 # ============================================================================= leases
 
 WAIT = 2.0  # seconds a test waits for something that should happen much sooner
+IDLE = 60.0  # a sessionless holder's idle timeout that these tests never reach
+SESSION = "session s1"
 
 
 def held_run(run_id: str, epoch: int = 1) -> HeldRun:
@@ -652,6 +671,7 @@ class FakeRenew:
         self.effects: dict[str, list[BaseException]] = {}
         self.blocking: set[str] = set()
         self.cancelled: list[str] = []
+        self.withdrawn: list[tuple[str, str, float]] = []
         self.changed = asyncio.Condition()
 
     async def __call__(self, run: HeldRun) -> None:
@@ -667,6 +687,14 @@ class FakeRenew:
         pending = self.effects.get(run.run_id)
         if pending:
             raise pending.pop(0)
+
+    async def withdraw(self, run: HeldRun, why: str) -> None:
+        """Records withdrawals as (run id, why, time); a `blocking` run's never returns."""
+        if run.run_id in self.blocking:
+            await asyncio.Event().wait()
+        self.withdrawn.append((run.run_id, why, self.loop.time()))
+        async with self.changed:
+            self.changed.notify_all()
 
     def times(self, run_id: str) -> list[float]:
         return [at for run, at in self.calls if run.run_id == run_id]
@@ -693,9 +721,9 @@ def status_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
 async def test_renews_every_third_of_the_ttl_while_held() -> None:
     renew = FakeRenew()
     ttl = 0.3
-    async with LeaseKeeper(renew, ttl) as keeper:
+    async with LeaseKeeper(renew, renew.withdraw, ttl, IDLE) as keeper:
         started = renew.loop.time()
-        keeper.hold(held_run("r1"))
+        keeper.hold(held_run("r1"), SESSION)
         assert keeper.held() == {"r1"}
         await renew.until(lambda: renew.count("r1") >= 3)
         assert keeper.held() == {"r1"}
@@ -707,9 +735,9 @@ async def test_renews_every_third_of_the_ttl_while_held() -> None:
 
 async def test_release_stops_renewal() -> None:
     renew = FakeRenew()
-    async with LeaseKeeper(renew, 0.15) as keeper:
-        keeper.hold(held_run("r1"))
-        keeper.hold(held_run("r2"))
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
+        keeper.hold(held_run("r1"), SESSION)
+        keeper.hold(held_run("r2"), SESSION)
         await renew.until(lambda: renew.count("r1") >= 1)
         keeper.release("r1")
         keeper.release("never-held")  # no-op
@@ -722,11 +750,11 @@ async def test_release_stops_renewal() -> None:
 
 async def test_release_then_hold_again_keeps_the_new_renewal() -> None:
     renew = FakeRenew()
-    async with LeaseKeeper(renew, 0.15) as keeper:
-        keeper.hold(held_run("r1", epoch=1))
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
+        keeper.hold(held_run("r1", epoch=1), SESSION)
         await renew.until(lambda: renew.count("r1") >= 1)
         keeper.release("r1")
-        keeper.hold(held_run("r1", epoch=2))  # before the old task has seen its cancellation
+        keeper.hold(held_run("r1", epoch=2), SESSION)  # before the old task has seen its cancellation
         await asyncio.sleep(0)
         assert keeper.held() == {"r1"}
         await renew.until(lambda: renew.count("r1") >= 3)
@@ -744,16 +772,16 @@ async def test_release_then_hold_again_keeps_the_new_renewal() -> None:
 async def test_a_non_retryable_error_stops_that_run_only(code: grpc.StatusCode) -> None:
     renew = FakeRenew()
     renew.effects["lost"] = [status_error(code)]
-    async with LeaseKeeper(renew, 0.15) as keeper:
-        keeper.hold(held_run("lost"))
-        keeper.hold(held_run("kept"))
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
+        keeper.hold(held_run("lost"), SESSION)
+        keeper.hold(held_run("kept"), SESSION)
         await eventually(lambda: "lost" not in keeper.held())
         assert keeper.held() == {"kept"}
         await renew.until(lambda: renew.count("kept") >= 3)
         assert renew.count("lost") == 1
         assert keeper.held() == {"kept"}
         # Lost, it can be held again (e.g. after a new claim).
-        keeper.hold(held_run("lost", epoch=2))
+        keeper.hold(held_run("lost", epoch=2), SESSION)
         await renew.until(lambda: renew.count("lost") >= 2)
         assert keeper.held() == {"kept", "lost"}
 
@@ -767,8 +795,8 @@ async def test_a_retryable_error_is_retried_after_the_retry_delay(
     monkeypatch.setattr(funnel_mcp.leases, "RETRY_DELAY", retry_delay)
     renew = FakeRenew()
     renew.effects["r1"] = [status_error(code), status_error(code)]
-    async with LeaseKeeper(renew, ttl) as keeper:
-        keeper.hold(held_run("r1"))
+    async with LeaseKeeper(renew, renew.withdraw, ttl, IDLE) as keeper:
+        keeper.hold(held_run("r1"), SESSION)
         await renew.until(lambda: renew.count("r1") >= 4)
         assert keeper.held() == {"r1"}
     first, second, third, fourth = renew.times("r1")
@@ -782,9 +810,9 @@ async def test_an_unexpected_exception_stops_that_run_only(caplog: pytest.LogCap
     renew = FakeRenew()
     renew.effects["broken"] = [RuntimeError("bug in renew")]
     caplog.set_level(logging.ERROR, logger="funnel.mcp.leases")
-    async with LeaseKeeper(renew, 0.15) as keeper:
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
         for run_id in ("a", "broken", "b"):
-            keeper.hold(held_run(run_id))
+            keeper.hold(held_run(run_id), SESSION)
         await eventually(lambda: "broken" not in keeper.held())
         await renew.until(lambda: renew.count("a") >= 3 and renew.count("b") >= 3)
         assert keeper.held() == {"a", "b"}
@@ -794,9 +822,9 @@ async def test_an_unexpected_exception_stops_that_run_only(caplog: pytest.LogCap
 
 async def test_hold_of_a_held_run_is_a_no_op() -> None:
     renew = FakeRenew()
-    async with LeaseKeeper(renew, 0.15) as keeper:
-        keeper.hold(held_run("r1", epoch=1))
-        keeper.hold(held_run("r1", epoch=2))
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
+        keeper.hold(held_run("r1", epoch=1), SESSION)
+        keeper.hold(held_run("r1", epoch=2), SESSION)
         assert keeper.held() == {"r1"}
         await renew.until(lambda: renew.count("r1") >= 3)
     # One renewal loop, with the first HeldRun: no second loop, no epoch swap.
@@ -807,8 +835,8 @@ async def test_hold_of_a_held_run_is_a_no_op() -> None:
 
 async def test_hold_outside_the_context_is_a_no_op() -> None:
     renew = FakeRenew()
-    keeper = LeaseKeeper(renew, 0.15)
-    keeper.hold(held_run("r1"))
+    keeper = LeaseKeeper(renew, renew.withdraw, 0.15, IDLE)
+    keeper.hold(held_run("r1"), SESSION)
     assert keeper.held() == set()
 
 
@@ -816,9 +844,9 @@ async def test_leaving_the_context_cancels_everything_promptly() -> None:
     renew = FakeRenew()
     renew.blocking.add("stuck")  # its renewal call never returns by itself
     loop = asyncio.get_running_loop()
-    async with LeaseKeeper(renew, 0.15) as keeper:
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
         for run_id in ("a", "b", "stuck"):
-            keeper.hold(held_run(run_id))
+            keeper.hold(held_run(run_id), SESSION)
         await renew.until(lambda: renew.count("stuck") >= 1 and renew.count("a") >= 1)
         leaving = loop.time()
     assert loop.time() - leaving < 0.05
@@ -827,3 +855,57 @@ async def test_leaving_the_context_cancels_everything_promptly() -> None:
     count = len(renew.calls)
     await asyncio.sleep(0.1)  # two renewal intervals
     assert len(renew.calls) == count
+
+
+async def test_the_end_of_a_holder_withdraws_its_runs_and_no_other() -> None:
+    renew = FakeRenew()
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
+        keeper.hold(held_run("a"), SESSION)
+        keeper.hold(held_run("b"), SESSION)
+        keeper.hold(held_run("c"), "session s2")
+        keeper.hold(held_run("a"), "session s2")  # touched by another session: keeps its holder
+        keeper.end(SESSION, "the MCP session that held it ended")
+        await renew.until(lambda: len(renew.withdrawn) == 2)
+        assert sorted(run_id for run_id, _, _ in renew.withdrawn) == ["a", "b"]
+        assert {why for _, why, _ in renew.withdrawn} == {"the MCP session that held it ended"}
+        await eventually(lambda: keeper.held() == {"c"})
+        count = renew.count("a") + renew.count("b")
+        await renew.until(lambda: renew.count("c") >= 3)
+        assert renew.count("a") + renew.count("b") == count
+        keeper.end("session s3", "never held anything")  # no-op
+        assert keeper.held() == {"c"}
+    assert len(renew.withdrawn) == 2  # leaving the context withdraws nothing more
+
+
+async def test_a_sessionless_run_is_withdrawn_once_no_call_names_it_for_the_idle_timeout() -> None:
+    renew = FakeRenew()
+    idle = 0.3
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, idle) as keeper:
+        keeper.hold(held_run("r1"), SESSIONLESS)
+        touches = []
+        for _ in range(4):  # each call naming the run moves the idle deadline
+            await asyncio.sleep(idle / 2)
+            keeper.hold(held_run("r1"), SESSIONLESS)
+            touches.append(renew.loop.time())
+        await renew.until(lambda: len(renew.withdrawn) == 1)
+        ((run_id, why, at),) = renew.withdrawn
+        assert run_id == "r1" and why == "no call named the run for 0.3 s"
+        assert at - touches[-1] >= idle * 0.9
+        assert renew.count("r1") >= 3  # renewed all along
+        await eventually(lambda: keeper.held() == set())
+
+
+async def test_leaving_the_context_lets_withdrawals_finish_within_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(funnel_mcp.leases, "WITHDRAW_GRACE", 0.2)
+    renew = FakeRenew()
+    renew.blocking.add("stuck")  # its withdrawal never returns by itself
+    loop = asyncio.get_running_loop()
+    async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
+        keeper.hold(held_run("ended"), PROCESS)
+        keeper.hold(held_run("stuck"), PROCESS)
+        keeper.hold(held_run("renewed"), SESSION)
+        keeper.end(PROCESS, "the host closed its stdio connection")
+        leaving = loop.time()
+    assert [run_id for run_id, _, _ in renew.withdrawn] == ["ended"]
+    assert loop.time() - leaving < 0.2 + 0.1
+    assert keeper.held() == set()

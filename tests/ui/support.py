@@ -95,14 +95,17 @@ class Dashboard:
     action_token: str | None
     port: int = field(default_factory=unused_port)
     process: subprocess.Popen | None = None
+    host: str = "127.0.0.1"
+    extra: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        command = [str(FUNNEL), "ui", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.services.data),
-                   "--lifecycle", self.services.lifecycle_address, "--completion", self.services.completion_address]
+        command = [str(FUNNEL), "ui", "--listen", f"{self.host}:{self.port}", "--data-dir", str(self.services.data),
+                   "--lifecycle", self.services.lifecycle_address, "--completion", self.services.completion_address,
+                   *self.extra]
         for workspace in self.workspaces:
             command += ["--workspace", workspace]
         if self.action_token:
