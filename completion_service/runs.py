@@ -1,4 +1,4 @@
-"""Units of work for agent runs and leases: claim, renew, withdraw a claim, close a
+"""Units of work for agent runs and leases: claim, renew, close a
 run (with its audit row) and close stalled runs. Each is a plain function over one
 transaction (storage/port.py): load, let the pure core decide, write, remember the
 response of a request id. No I/O, no clock: `now` and new ids come in."""
@@ -10,7 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from completion_service.core.model import AuditEntry, FinalStatus, Lease, RunOutcome, RunRecord
-from completion_service.core.runs import LeaseHeld, RenewalProblem, is_stalled, judge_claim, judge_renewal
+from completion_service.core.runs import (
+    LeaseGranted,
+    LeaseHeld,
+    RenewalProblem,
+    is_stalled,
+    judge_claim,
+    judge_renewal,
+)
 from completion_service.errors import Reason
 from completion_service.request_ids import answer, recalled
 from completion_service.storage.port import CompletionReadTx, CompletionTx
@@ -83,16 +90,9 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     seen = recalled(tx, command.request)
     if seen is not None:
         return seen
-    current = tx.load_lease(command.workspace_id, command.task_id)
-    holder = tx.load_run(command.workspace_id, current.run_id) if current is not None else None
-    verdict = judge_claim(current, holder is not None and holder.open, now, command.ttl_micros)
+    verdict = judge_lease(tx, command, now)
     if isinstance(verdict, LeaseHeld):
-        return reject(
-            Reason.LEASE_HELD,
-            f"run {verdict.holder.run_id} holds a live lease on task {command.task_id!r}",
-            holder_run_id=verdict.holder.run_id,
-            lease_expire_time=instant(verdict.holder.expires_at),
-        )
+        return lease_held(verdict, command.task_id)
     run = RunRecord(
         workspace_id=command.workspace_id,
         run_id=command.run_id,
@@ -112,27 +112,21 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     return answer(tx, command.request, command.render, Claimed(run, lease, repaired.repaired), now)
 
 
-def withdraw_claim(tx: CompletionTx, workspace_id: str, run_id: str, request: RequestKey | None, reason: str,
-                   now: int) -> None:
-    """Undoes a claim the lifecycle service refused: the run closes as cancelled,
-    its lease is released, and its request id is forgotten so a retry claims anew."""
-    run = tx.load_run(workspace_id, run_id)
-    if run is not None:
-        if run.open:
-            tx.update_run(
-                dataclasses.replace(
-                    run,
-                    finished_at=now,
-                    outcome=RunOutcome.CANCELLED,
-                    error=f"claim withdrawn: {reason}",
-                    lease_expires_at=min(run.lease_expires_at, now),
-                )
-            )
-        lease = tx.load_lease(workspace_id, run.task_id)
-        if lease is not None and lease.run_id == run_id and lease.expires_at > now:
-            tx.save_lease(workspace_id, dataclasses.replace(lease, expires_at=now))
-    if request is not None:
-        tx.forget_request(request)
+def judge_lease(tx: CompletionReadTx, command: ClaimCommand, now: int) -> LeaseGranted | LeaseHeld:
+    """Whether the claim would get the task's lease at `now`: the claim's own
+    verdict, and the check a claim makes before the lifecycle activates its task."""
+    current = tx.load_lease(command.workspace_id, command.task_id)
+    holder = tx.load_run(command.workspace_id, current.run_id) if current is not None else None
+    return judge_claim(current, holder is not None and holder.open, now, command.ttl_micros)
+
+
+def lease_held(verdict: LeaseHeld, task_id: str) -> Rejection:
+    return reject(
+        Reason.LEASE_HELD,
+        f"run {verdict.holder.run_id} holds a live lease on task {task_id!r}",
+        holder_run_id=verdict.holder.run_id,
+        lease_expire_time=instant(verdict.holder.expires_at),
+    )
 
 
 def renew(tx: CompletionTx, command: RenewCommand, now: int) -> Lease | Replay | Rejection:

@@ -24,7 +24,15 @@ from completion_service.core.model import (
     RunRecord,
     SettlementStatus,
 )
-from completion_service.core.runs import CloseStep, TaskEffect, cap_notes, close_effect, close_plan, tokens_total
+from completion_service.core.runs import (
+    CloseStep,
+    LeaseHeld,
+    TaskEffect,
+    cap_notes,
+    close_effect,
+    close_plan,
+    tokens_total,
+)
 from completion_service.core.settlement import binding_decision
 from completion_service.errors import Reason
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, record_of
@@ -48,6 +56,13 @@ class RunClosed:
     completion: CompletionRecord | None = None
     effect: TaskEffect | None = None
     effect_reason: str = ""
+
+
+def claim_refused(exc: LifecycleRejected, task_id: str) -> ServiceError:
+    """The lifecycle's refusal of what a claim needs, as this service's error."""
+    if exc.reason == "CANCELLATION_FENCED":
+        return ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message))
+    return rejected(exc, task_id)
 
 
 def _settlement_refused(decision: Decision, completion: CompletionRecord, run: RunRecord) -> ServiceError:
@@ -95,8 +110,11 @@ class RunsAndLeases:
         render: Callable[[Claimed], bytes],
         run_of: Callable[[bytes], str],
     ) -> Claimed | Replay:
-        """Claims the task and confirms it with the lifecycle service. A replayed
-        request returns the original response (`run_of` reads its run id)."""
+        """Claims the task. Every check comes before any write: the lifecycle view
+        and the lease here, then the lifecycle service's own, as it applies what the
+        claim needs (activating a registered generation, marking it IN_PROGRESS);
+        the claim commits last, so a refused claim leaves nothing behind. A
+        replayed request returns the original response (`run_of` reads its run id)."""
         remembered = await self._store.read(functools.partial(peek, key=request))
         if isinstance(remembered, Rejection):
             raise ServiceError(remembered)
@@ -119,17 +137,29 @@ class RunsAndLeases:
         command = ClaimCommand(
             workspace_id, task_id, agent_id, task.generation, ttl_micros, self._ids.new_id("run"), request, render
         )
+        verdict = await self._store.read(
+            functools.partial(runs.judge_lease, command=command, now=self._clock.now_micros())
+        )
+        if isinstance(verdict, LeaseHeld):
+            raise ServiceError(runs.lease_held(verdict, task_id))
+        try:
+            await self._start_work(workspace_id, task_id, command.run_id, task)
+        except LifecycleRejected as exc:
+            raise claim_refused(exc, task_id) from None
+        except LifecycleUnavailable as exc:
+            raise unavailable(exc) from None
+        # Only a race can refuse the claim now (another claim took the lease, or
+        # the same request id, meanwhile); what the lifecycle applied for it stays,
+        # as a claim that wins after it would apply it too.
         result = await self.commit_claim(command)
         if isinstance(result, Rejection):
             raise ServiceError(result)
         if isinstance(result, Replay):
             await self._confirm_replayed_claim(workspace_id, run_of(result.response))
-            return result
-        await self._confirm_claim(workspace_id, task_id, result.run.run_id, request, current)
         return result
 
     async def commit_claim(self, command: ClaimCommand) -> Claimed | Replay | Rejection:
-        """The claim's transaction (runs.claim), without the lifecycle confirmation."""
+        """The claim's transaction (runs.claim), without the lifecycle's part."""
         now = self._clock.now_micros()
 
         def unit(tx: CompletionTx) -> Claimed | Replay | Rejection:
@@ -142,77 +172,47 @@ class RunsAndLeases:
         return await self._store.write(unit)
 
     async def _confirm_replayed_claim(self, workspace_id: str, run_id: str) -> None:
-        """A retried claim returns its original response. If the original call died
-        before the lifecycle confirmation, the retry completes it; but a retry never
-        withdraws a granted claim: once the run closed or its generation moved on
+        """A retried claim returns its original response, and completes what the
+        lifecycle service was to apply for it if that is missing (a claim committed
+        by an earlier release, which asked the lifecycle after its commit). A retry
+        never undoes a granted claim: once the run closed or its generation moved on
         (terminal, replaced) there is nothing to confirm, and a lifecycle refusal
         leaves the claim as it is (its attempts stay gated by the lifecycle view)."""
         run = await self._store.read(lambda tx: tx.load_run(workspace_id, run_id))
         if run is None or not run.open:
             return
-        current = await self._projection.read(workspace_id, run.task_id)
-        if current.task.generation != run.generation or current.task.state == lpb.GENERATION_STATE_TERMINAL:
+        task = (await self._projection.read(workspace_id, run.task_id)).task
+        if task.generation != run.generation or task.state == lpb.GENERATION_STATE_TERMINAL:
             return
         try:
-            await self._confirm_claim(workspace_id, run.task_id, run.run_id, None, current, withdraw=False)
+            await self._start_work(workspace_id, run.task_id, run.run_id, task)
         except LifecycleRejected as exc:
             log.info("retried claim of run %s: the lifecycle refused its confirmation (%s)", run.run_id, exc.reason)
         except LifecycleUnavailable as exc:
             raise unavailable(exc) from None
 
-    async def _confirm_claim(
-        self,
-        workspace_id: str,
-        task_id: str,
-        run_id: str,
-        request: RequestKey | None,
-        current: lpb.GetTaskResponse | None = None,
-        withdraw: bool = True,
-    ) -> None:
+    async def _start_work(self, workspace_id: str, task_id: str, run_id: str, task: lpb.Task) -> None:
         """Activates a registered generation and marks the task IN_PROGRESS, with
-        request ids derived from the run so that retries apply it once. If the
-        lifecycle refuses or cannot be reached, the claim is withdrawn (unless
-        `withdraw` is false: then the lifecycle error is raised as it is)."""
-        try:
-            task = (current or await self._lifecycle.get_task(workspace_id, task_id)).task
-            if task.state == lpb.GENERATION_STATE_REGISTERED:
-                try:
-                    await self._lifecycle.activate(workspace_id, task_id, task.generation, run_id)
-                    return
-                except LifecycleRejected as exc:
-                    if exc.reason != "INVALID_TRANSITION":
-                        raise
-                    task = (await self._lifecycle.get_task(workspace_id, task_id)).task
-            if task.work_status != lpb.WORK_STATUS_IN_PROGRESS:
-                await self._lifecycle.set_work_status(
-                    workspace_id,
-                    task_id,
-                    task.generation,
-                    lpb.WORK_STATUS_IN_PROGRESS,
-                    f"{run_id}:in-progress",
-                    "claimed by an agent run",
-                    run_id,
-                )
-        except LifecycleRejected as exc:
-            if not withdraw:
-                raise
-            await self._withdraw(workspace_id, run_id, request, exc.reason)
-            if exc.reason == "CANCELLATION_FENCED":
-                raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message)) from None
-            raise rejected(exc, task_id) from None
-        except LifecycleUnavailable as exc:
-            if not withdraw:
-                raise
-            await self._withdraw(workspace_id, run_id, request, "lifecycle service unavailable")
-            raise unavailable(exc) from None
-
-    async def _withdraw(self, workspace_id: str, run_id: str, request: RequestKey | None, reason: str) -> None:
-        await self._store.write(
-            functools.partial(
-                runs.withdraw_claim, workspace_id=workspace_id, run_id=run_id, request=request, reason=reason,
-                now=self._clock.now_micros(),
+        request ids derived from the run so that retries apply it once. Raises the
+        lifecycle's refusal or silence as it is."""
+        if task.state == lpb.GENERATION_STATE_REGISTERED:
+            try:
+                await self._lifecycle.activate(workspace_id, task_id, task.generation, run_id)
+                return
+            except LifecycleRejected as exc:
+                if exc.reason != "INVALID_TRANSITION":  # else another claim activated it meanwhile
+                    raise
+                task = (await self._lifecycle.get_task(workspace_id, task_id)).task
+        if task.work_status != lpb.WORK_STATUS_IN_PROGRESS:
+            await self._lifecycle.set_work_status(
+                workspace_id,
+                task_id,
+                task.generation,
+                lpb.WORK_STATUS_IN_PROGRESS,
+                f"{run_id}:in-progress",
+                "claimed by an agent run",
+                run_id,
             )
-        )
 
     # -- renewals ------------------------------------------------------------------------
 

@@ -250,6 +250,7 @@ async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anythi
     assert shells.store.snapshot() == before
 
 
+@pytest.mark.parametrize("step", ["activate", "set_work_status"])
 @pytest.mark.parametrize(
     ("failure", "reason"),
     [
@@ -258,15 +259,17 @@ async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anythi
         (UNAVAILABLE, Reason.LIFECYCLE_UNAVAILABLE),
     ],
 )
-async def test_a_claim_the_lifecycle_does_not_confirm_is_withdrawn(shells, failure, reason):
+async def test_a_claim_the_lifecycle_refuses_or_does_not_answer_writes_nothing(shells, step, failure, reason):
     request = key("ClaimTask", "claim-1")
-    shells.lifecycle.fail["set_work_status"] = failure
+    if step == "activate":
+        shells.lifecycle.register("t-1", state=lpb.GENERATION_STATE_REGISTERED)
+    shells.lifecycle.fail[step] = failure
+    before = shells.store.snapshot()
     await raises(shells.claim(request=request), reason)
-    [run] = await shells.store.read(lambda tx: tx.load_runs(WS, "t-1", None, 10))
-    assert (run.outcome, run.error.startswith("claim withdrawn")) == (RunOutcome.CANCELLED, True)
-    # The request id was forgotten: the retry claims anew, and this time it holds.
+    assert shells.store.snapshot() == before
+    # The retry is a new claim, and this time it holds.
     retried = await shells.claim(request=request)
-    assert isinstance(retried, Claimed) and retried.lease.epoch == 2
+    assert isinstance(retried, Claimed) and retried.lease.epoch == 1
 
 
 async def test_a_replayed_claim_completes_a_missing_confirmation_but_never_withdraws(shells):

@@ -1,5 +1,5 @@
 """Unit tests of the runs-and-leases units of work (completion_service/runs.py) on
-the in-memory store: claim, renew, withdraw a claim, close a run, close stalled
+the in-memory store: claim, renew, close a run, close stalled
 runs. Refusals change nothing."""
 
 from __future__ import annotations
@@ -130,39 +130,6 @@ async def test_renew_refusals_change_nothing(world, case, reason):
         world.clock.advance(10 * SECOND)
     before = world.state()
     refused(await world.run(runs.renew, command=command), reason)
-    assert world.state() == before
-
-
-# -- withdraw a claim --------------------------------------------------------------
-
-
-async def test_a_withdrawn_claim_closes_the_run_releases_the_lease_and_forgets_the_request_id(world):
-    request = key("ClaimTask", "claim-1")
-    claimed = await world.claimed(request=request, ttl=60 * SECOND)
-    world.clock.advance(SECOND)
-    await world.run(runs.withdraw_claim, workspace_id=WS, run_id=claimed.run.run_id, request=request,
-                    reason="CANCELLATION_FENCED")
-    run = await world.read(lambda tx: tx.load_run(WS, claimed.run.run_id))
-    assert (run.outcome, run.finished_at, run.lease_expires_at, run.error) == (
-        RunOutcome.CANCELLED, START + SECOND, START + SECOND, "claim withdrawn: CANCELLATION_FENCED")
-    assert (await world.read(lambda tx: tx.load_lease(WS, "t-1"))).expires_at == START + SECOND
-    assert await world.read(lambda tx: tx.recall_request(WS, "host-1", "ClaimTask", "claim-1")) is None
-    # The task can be claimed at once, by anyone.
-    assert (await world.claimed(agent="agent-2")).lease.epoch == 2
-
-
-async def test_withdrawing_leaves_a_newer_holders_lease_and_a_closed_run_alone(world):
-    old = await world.claimed(ttl=SECOND)
-    world.clock.advance(2 * SECOND)
-    new = await world.claimed(agent="agent-2")
-    await world.run(runs.close_run, command=close_command(old.run.run_id))
-    closed = await world.read(lambda tx: tx.load_run(WS, old.run.run_id))
-    await world.run(runs.withdraw_claim, workspace_id=WS, run_id=old.run.run_id, request=None, reason="late")
-    assert await world.read(lambda tx: tx.load_run(WS, old.run.run_id)) == closed
-    assert await world.read(lambda tx: tx.load_lease(WS, "t-1")) == new.lease
-    # An unknown run: nothing to do.
-    before = world.state()
-    await world.run(runs.withdraw_claim, workspace_id=WS, run_id="run-unknown", request=None, reason="x")
     assert world.state() == before
 
 

@@ -614,36 +614,23 @@ class FunnelMachine(RuleBasedStateMachine):
             expected = OK
         got, response = self.call(lambda: self.f.claim(task_id, workspace=WS, ttl_seconds=ttl))
         self.expect(f"ClaimTask {task_id}", expected, got, response)
-        if expected in (OK, "LIFECYCLE_REJECTED"):
-            # The claim committed (and closed the turn the previous holder left open)
-            # before the lifecycle was asked; a refusal withdraws it: the run closes
-            # CANCELLED and its lease lapses, but the epoch was used.
+        if expected == "LIFECYCLE_REJECTED":
+            # The lifecycle refused the activation the claim needs, which comes before
+            # the claim commits: nothing was written, the epoch was not used.
+            self.expect("refused claim's lifecycle reason", m.judge(ACTIVATE, task_id, t.generation),
+                        error_info(response).metadata["lifecycle_reason"])
+        elif expected == OK:
+            # The claim closed the turn the previous holder left open.
             m.repair(t)
             t.epoch += 1
-            if got == OK:
-                run = response.run
-                assert (run.generation, response.lease.epoch) == (t.generation, t.epoch)
-                m.runs[run.run_id] = MRun(run.run_id, task_id, t.generation, t.epoch)
-                t.lease = (run.run_id, t.epoch, m.now + ttl * SECOND)
-                if t.state == REGISTERED:
-                    m.apply(ACTIVATE, task_id, t.generation, work_status="IN_PROGRESS")
-                elif t.work_status != "IN_PROGRESS":
-                    m.apply(SET_STATUS, task_id, t.generation, work_status="IN_PROGRESS")
-            else:
-                self.expect("withdrawn claim's lifecycle reason", m.judge(ACTIVATE, task_id, t.generation),
-                            error_info(response).metadata["lifecycle_reason"])
-                withdrawn = [
-                    r
-                    for r in self.run(
-                        lambda: self.f.cs.ListRuns(
-                            cpb.ListRunsRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
-                        )
-                    ).runs
-                    if r.epoch == t.epoch
-                ]
-                assert len(withdrawn) == 1 and withdrawn[0].outcome == cpb.RUN_OUTCOME_CANCELLED, withdrawn
-                m.runs[withdrawn[0].run_id] = MRun(withdrawn[0].run_id, task_id, t.generation, t.epoch, open=False)
-                t.lease = (withdrawn[0].run_id, t.epoch, m.now)
+            run = response.run
+            assert (run.generation, response.lease.epoch) == (t.generation, t.epoch)
+            m.runs[run.run_id] = MRun(run.run_id, task_id, t.generation, t.epoch)
+            t.lease = (run.run_id, t.epoch, m.now + ttl * SECOND)
+            if t.state == REGISTERED:
+                m.apply(ACTIVATE, task_id, t.generation, work_status="IN_PROGRESS")
+            elif t.work_status != "IN_PROGRESS":
+                m.apply(SET_STATUS, task_id, t.generation, work_status="IN_PROGRESS")
 
     @rule(pick=st.integers(0, 100), ttl=st.sampled_from([1, 30, 120]), stale_epoch=st.booleans())
     def renew(self, pick, ttl, stale_epoch):

@@ -107,9 +107,12 @@ class CompletionServiceServicer:
         """Opens an agent run on a task and grants it the task's coordination lease
         `(task, run_id, epoch)`. The epoch grows on every claim and fences older
         holders. Activates a `REGISTERED` generation and sets work status
-        `IN_PROGRESS` through the lifecycle service. If the lifecycle service refuses
-        that or does not answer, the claim is withdrawn (the run closes `CANCELLED`,
-        its lease lapses) and the error is returned. A transcript turn the previous
+        `IN_PROGRESS` through the lifecycle service, before the claim commits: every
+        check comes first (the task's state, the lease, then the lifecycle service's
+        own as it applies that), so a refused claim, a lifecycle refusal or silence
+        included, writes nothing here. Only a race can refuse a claim after the
+        lifecycle applied what it needed (another claim took the lease meanwhile,
+        and needs the same). A transcript turn the previous
         holder left open is closed first, in the claim's transaction, by the same
         synthetic events a load would write (see transcript.proto).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,

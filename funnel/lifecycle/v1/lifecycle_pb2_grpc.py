@@ -170,9 +170,10 @@ class TaskLifecycleServiceServicer:
         `GENERATION_TERMINAL` (naming the terminal generation instead of current + 1),
         `INVALID_TRANSITION` (not `SUSPENDED`), `CANCELLATION_FENCED`,
         `ACTIVE_ATTACHED_CHILD` (a new generation while an attached child of the
-        terminal one is not terminal), and for attached children
-        `PARENT_GENERATION_MISMATCH`, `PARENT_TERMINAL`,
-        `PARENT_CANCELLATION_FENCED`, `PARENT_NOT_ACTIVE`.
+        terminal one is not terminal), `ROLE_NOT_PERMITTED` (`on_behalf_of` from a
+        caller other than the completion service, or naming a role that may not
+        resume), and for attached children `PARENT_GENERATION_MISMATCH`,
+        `PARENT_TERMINAL`, `PARENT_CANCELLATION_FENCED`, `PARENT_NOT_ACTIVE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
