@@ -1,5 +1,5 @@
-"""The shell of runs and leases: claims confirmed with the lifecycle service (and
-withdrawn when it refuses), renewals, and closing a run (seed 001's
+"""The shell of runs and leases: claims, which commit only after the lifecycle
+service applied what they need, renewals, and closing a run (seed 001's
 `complete_task`), whose lifecycle change comes before the close commits."""
 
 from __future__ import annotations
