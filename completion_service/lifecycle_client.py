@@ -165,15 +165,27 @@ class LifecycleClient:
             ),
         )
 
-    async def settle_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str):
+    async def settle_cancellation(
+        self,
+        workspace_id: str,
+        task_id: str,
+        generation: int,
+        run_id: str,
+        *,
+        request_id: str | None = None,
+        reason: str = "agent run closed as cancelled",
+        completion_id: str = "",
+    ):
+        """By default the cancellation a run closed as cancelled settles; a fenced
+        generation's end names its own request id and reason."""
         return await self._call(
             self._stub.SettleCancellation,
             lpb.SettleCancellationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
-                request_id=f"{run_id}:cancel-settle",
-                cause=self._cause("agent run closed as cancelled", run_id=run_id),
+                request_id=request_id or f"{run_id}:cancel-settle",
+                cause=self._cause(reason, run_id=run_id, completion_id=completion_id),
             ),
         )
 

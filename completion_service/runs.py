@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from completion_service.core.model import AuditEntry, FinalStatus, Lease, RunOutcome, RunRecord
+from completion_service.core.model import AuditEntry, FinalStatus, Lease, RunOutcome, RunRecord, SettlementStatus
 from completion_service.core.runs import (
     LeaseGranted,
     LeaseHeld,
@@ -18,6 +18,7 @@ from completion_service.core.runs import (
     judge_claim,
     judge_renewal,
 )
+from completion_service.core.settlement import fence_refused
 from completion_service.errors import Reason
 from completion_service.request_ids import answer, recalled
 from completion_service.storage.port import CompletionReadTx, CompletionTx
@@ -82,6 +83,16 @@ class CloseCommand:
     caller: Caller
     request: RequestKey | None = None
     render: Callable[[RunRecord], bytes] | None = None
+    # The completion of the run's generation as the close was decided on
+    # (completion id and settlement), None for none: see close_run.
+    completion_seen: tuple[str, SettlementStatus] | None = None
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The lifecycle service refused the generation's completion for the
+    cancellation fence after the close was decided, so the close must be decided
+    again (it now settles the cancellation). Nothing was written."""
 
 
 def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay | Rejection:
@@ -160,8 +171,13 @@ def renew(tx: CompletionTx, command: RenewCommand, now: int) -> Lease | Replay |
     return answer(tx, command.request, command.render, renewed, now)
 
 
-def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | Replay | Rejection:
-    """Closes an open run and writes its audit row."""
+def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | Replay | Rejection | Replan:
+    """Closes an open run and writes its audit row.
+
+    A fenced refusal of the generation's completion that the close was not decided
+    on is Replan: recorded after the decision, it found this run still open (see
+    settlements.record_settlement), so ending the generation falls to this close.
+    Of the two transactions one sees the other, so the fence is always ended."""
     seen = recalled(tx, command.request)
     if seen is not None:
         return seen
@@ -170,6 +186,11 @@ def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | 
         return run_not_found(command.run_id)
     if not run.open:
         return already_finished(run)
+    completion = tx.load_completion(command.workspace_id, run.task_id, run.generation)
+    if fence_refused(completion) and completion is not None and (
+        (completion.completion_id, completion.settlement) != command.completion_seen
+    ):
+        return Replan()
     closed = dataclasses.replace(
         run,
         finished_at=now,

@@ -1,45 +1,22 @@
 """The shell of runs and leases: claims, which commit only after the lifecycle
-service applied what they need, renewals, and closing a run (seed 001's
-`complete_task`), whose lifecycle change comes before the close commits."""
+service applied what they need, and renewals (closing a run: closing.py)."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from completion_service import runs
-from completion_service.authority.attempts import CompletionTransaction
-from completion_service.authority.lifecycle import close_refused, rejected, unavailable
+from completion_service.authority.lifecycle import rejected, unavailable
 from completion_service.authority.projection import LifecycleProjection
-from completion_service.completions import AttemptCommand, AttemptOutcome
-from completion_service.core.model import (
-    CompletionRecord,
-    Decision,
-    FinalStatus,
-    Lease,
-    RequestedOutcome,
-    RunOutcome,
-    RunRecord,
-    SettlementStatus,
-)
-from completion_service.core.runs import (
-    CloseStep,
-    LeaseHeld,
-    TaskEffect,
-    cap_notes,
-    close_effect,
-    close_plan,
-    tokens_total,
-)
-from completion_service.core.settlement import binding_decision
+from completion_service.core.model import Lease
+from completion_service.core.runs import LeaseHeld
 from completion_service.errors import Reason
-from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, record_of
+from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.request_ids import peek
-from completion_service.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
-from completion_service.storage.port import CompletionReadTx, CompletionStore, CompletionTx
-from funnel.auth.principal import Caller
+from completion_service.runs import ClaimCommand, Claimed, RenewCommand
+from completion_service.storage.port import CompletionStore, CompletionTx
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
@@ -49,34 +26,11 @@ from funnel.runtime.idempotency import Replay, RequestKey
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RunClosed:
-    run: RunRecord
-    decision: Decision | None = None
-    completion: CompletionRecord | None = None
-    effect: TaskEffect | None = None
-    effect_reason: str = ""
-
-
 def claim_refused(exc: LifecycleRejected, task_id: str) -> ServiceError:
     """The lifecycle's refusal of what a claim needs, as this service's error."""
     if exc.reason == "CANCELLATION_FENCED":
         return ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message))
     return rejected(exc, task_id)
-
-
-def _settlement_refused(decision: Decision, completion: CompletionRecord, run: RunRecord) -> ServiceError:
-    return ServiceError(
-        reject(
-            Reason.LIFECYCLE_REJECTED,
-            f"closing run {run.run_id} committed completion {completion.completion_id}, and the lifecycle service "
-            f"refused to settle it; the run stays open. {decision.instruction}",
-            lifecycle_reason=completion.error_reason or "",
-            next_action=decision.next_action.name,
-            run_id=run.run_id,
-            completion_id=completion.completion_id,
-        )
-    )
 
 
 class RunsAndLeases:
@@ -87,7 +41,6 @@ class RunsAndLeases:
         projection: LifecycleProjection,
         clock: Clock,
         ids: IdSource,
-        completions: CompletionTransaction,
         faults: Faults = NO_FAULTS,
     ) -> None:
         self._store = store
@@ -95,7 +48,6 @@ class RunsAndLeases:
         self._projection = projection
         self._clock = clock
         self._ids = ids
-        self._completions = completions
         self._faults = faults
 
     # -- claims ------------------------------------------------------------------------
@@ -221,121 +173,3 @@ class RunsAndLeases:
         if isinstance(result, Rejection):
             raise ServiceError(result)
         return result
-
-    # -- closing runs ----------------------------------------------------------------------
-
-    async def complete_run(
-        self,
-        workspace_id: str,
-        run_id: str,
-        outcome: RunOutcome,
-        tokens: tuple[int | None, int | None, int | None],
-        notes: str,
-        error: str,
-        final_status: FinalStatus | None,
-        caller: Caller,
-        holder: str | None,
-        request: RequestKey | None,
-        render: Callable[[RunClosed], bytes],
-    ) -> RunClosed | Replay:
-        """Closes a run (seed 001's `complete_task`). The lifecycle change comes
-        first: if the lifecycle service refuses it, nothing is closed and the
-        refusal is the answer (LIFECYCLE_REJECTED), so that an agent is never told
-        its run closed while the task was left in another state than asked."""
-
-        def check(tx: CompletionReadTx) -> RunRecord | Replay | Rejection:
-            seen = peek(tx, request)
-            if seen is not None:
-                return seen
-            run = runs.owned_run(tx, workspace_id, run_id, holder)
-            if isinstance(run, RunRecord) and not run.open:
-                return runs.already_finished(run)
-            return run
-
-        run = await self._store.read(check)
-        if isinstance(run, Rejection):
-            raise ServiceError(run)
-        if isinstance(run, Replay):
-            return run
-        capped_notes, truncated = cap_notes(notes)
-        plan = close_plan(outcome, final_status)
-        decision = completion = None
-        try:
-            current = await self._lifecycle.get_task(workspace_id, run.task_id)
-            if plan.step is CloseStep.ATTEMPT_COMPLETION:
-                stored = await self._store.read(
-                    lambda tx: tx.load_completion(workspace_id, run.task_id, run.generation)
-                )
-                if stored is None or stored.settlement is not SettlementStatus.SETTLED:
-                    attempted = await self._completions.attempt(
-                        AttemptCommand(
-                            workspace_id=workspace_id,
-                            task_id=run.task_id,
-                            run_id=run.run_id,
-                            claimed_epoch=run.epoch,
-                            outcome=RequestedOutcome.COMPLETED,
-                            result=capped_notes,
-                            state_version=None,
-                            lifecycle=record_of(current).view(),
-                        )
-                    )
-                    # Without a request id there is nothing to remember: never a replay.
-                    assert isinstance(attempted, AttemptOutcome)
-                    decision, completion = attempted.decision, attempted.completion
-                    if completion is not None and completion.settlement is SettlementStatus.REJECTED:
-                        raise _settlement_refused(binding_decision(decision, completion), completion, run)
-                else:
-                    completion = stored
-            elif plan.step is CloseStep.SET_STATUS:
-                assert plan.status is not None, "a SET_STATUS plan names its status"
-                await self._lifecycle.set_work_status(
-                    workspace_id,
-                    run.task_id,
-                    run.generation,
-                    plan.status.value,
-                    f"{run.run_id}:final-status",
-                    f"agent run closed as {outcome.name}",
-                    run.run_id,
-                )
-            elif plan.step is CloseStep.CANCEL:
-                await self._cancel(workspace_id, run, current.task)
-            final = FinalStatus((await self._lifecycle.get_task(workspace_id, run.task_id)).task.work_status)
-        except LifecycleUnavailable as exc:
-            raise unavailable(exc) from None
-        except LifecycleRejected as exc:
-            raise close_refused(exc, run) from None
-        tokens_input, tokens_output, reported_total = tokens
-        effect, effect_reason = close_effect(plan, decision, completion)
-
-        def render_closed(closed: RunRecord) -> bytes:
-            return render(RunClosed(closed, decision, completion, effect, effect_reason))
-
-        command = CloseCommand(
-            workspace_id=workspace_id,
-            run_id=run_id,
-            outcome=outcome,
-            tokens_input=tokens_input,
-            tokens_output=tokens_output,
-            tokens_total=tokens_total(tokens_input, tokens_output, reported_total),
-            notes=capped_notes,
-            notes_truncated=truncated,
-            error=error,
-            final_status=final,
-            closed_by="agent",
-            caller=caller,
-            request=request,
-            render=render_closed,
-        )
-        closed = await self._store.write(
-            functools.partial(runs.close_run, command=command, now=self._clock.now_micros())
-        )
-        if isinstance(closed, Rejection):
-            raise ServiceError(closed)
-        if isinstance(closed, Replay):
-            return closed
-        return RunClosed(closed, decision, completion, effect, effect_reason)
-
-    async def _cancel(self, workspace_id: str, run: RunRecord, task: lpb.Task) -> None:
-        if task.cancellation != lpb.CANCELLATION_STATE_REQUESTED:
-            await self._lifecycle.request_cancellation(workspace_id, run.task_id, run.generation, run.run_id)
-        await self._lifecycle.settle_cancellation(workspace_id, run.task_id, run.generation, run.run_id)

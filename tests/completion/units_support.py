@@ -152,7 +152,8 @@ class FakeLifecycle:
         self.tasks[task_id].cancellation = lpb.CANCELLATION_STATE_REQUESTED
         return lpb.RequestCancellationResponse()
 
-    async def settle_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str) -> Any:
+    async def settle_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str,
+                                  **cause: Any) -> Any:
         self._called("settle_cancellation", task_id)
         task = self.tasks[task_id]
         task.state, task.outcome, task.work_status = (

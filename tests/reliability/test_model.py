@@ -947,7 +947,13 @@ class FunnelMachine(RuleBasedStateMachine):
         plan = decision = None
         # A lifecycle refusal of what the close needs is the answer: LIFECYCLE_REJECTED,
         # and the run stays open (what the lifecycle applied before the refusal stays).
+        # Under a cancellation fence no status is set, and a close that leaves no run
+        # holding the task settles the cancellation (issue 21).
         lifecycle_reason = ""
+
+        def fenced() -> bool:
+            return run.generation == t.generation and t.fenced and not t.terminal
+
         if not run.open:
             expected = "RUN_ALREADY_FINISHED"
         else:
@@ -961,7 +967,8 @@ class FunnelMachine(RuleBasedStateMachine):
                     if isinstance(plan, str):
                         expected = plan
                     elif settlement == "REJECTED":
-                        lifecycle_reason = plan[2] if isinstance(plan, tuple) else settled.error_reason
+                        refusal = plan[2] if isinstance(plan, tuple) else settled.error_reason
+                        lifecycle_reason = "" if refusal == "CANCELLATION_FENCED" else refusal
             elif target == "CANCELLED":
                 if not t.fenced:
                     lifecycle_reason = m.judge(REQUEST_CANCEL, t.task_id, run.generation)
@@ -974,13 +981,17 @@ class FunnelMachine(RuleBasedStateMachine):
                         if lifecycle_reason == OK:
                             m.apply(SETTLE_CANCEL, t.task_id, run.generation)
                         lifecycle_reason = ""
-            elif target is not None:
+            elif target is not None and not fenced():
                 lifecycle_reason = m.judge(SET_STATUS, t.task_id, run.generation)
                 if lifecycle_reason == OK:
                     m.apply(SET_STATUS, t.task_id, run.generation, work_status=target)
                     lifecycle_reason = ""
             if lifecycle_reason:
                 expected = "LIFECYCLE_REJECTED"
+            elif expected == OK and fenced():
+                lease = t.lease
+                if not (lease and lease[0] != run.run_id and m.runs[lease[0]].open and lease[2] > m.now):
+                    m.apply(SETTLE_CANCEL, t.task_id, run.generation)
         got, response = self.call(lambda: self.f.cs.CompleteRun(request, timeout=CALL_TIMEOUT))
         self.expect(f"CompleteRun {run.run_id} {outcome} {final}", expected, got, response)
         if got == "LIFECYCLE_REJECTED":

@@ -212,7 +212,10 @@ class TaskLifecycleServiceServicer:
         """Records the completion service's committed decision: the generation becomes
         `TERMINAL` with outcome `COMPLETED`, work status `DONE` and `completion_id`.
         Completion gates are never re-run. The same `completion_id` for a generation
-        already completed with it returns the original event.
+        already completed with it returns the original event. Refused by the
+        cancellation fence, a completion leaves the generation to its cancellation:
+        nothing else can end it, and the completion service settles it once no run
+        holds the task (see `CompleteRun`).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
         `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
