@@ -76,6 +76,13 @@ class _Decided:
     # The generation's completion as the close was decided on (runs.CloseCommand).
     seen: CompletionRecord | None
 
+    @property
+    def completion_seen(self) -> tuple[str, SettlementStatus] | None:
+        return (self.seen.completion_id, self.seen.settlement) if self.seen is not None else None
+
+    def closed(self, run: RunRecord) -> RunClosed:
+        return RunClosed(run, self.decision, self.completion, self.effect, self.effect_reason)
+
 
 def _fenced(task: lpb.Task, run: RunRecord) -> bool:
     """The run's generation is the current one, open, with its cancellation requested."""
@@ -98,6 +105,10 @@ def _settlement_refused(decision: Decision, completion: CompletionRecord, run: R
             completion_id=completion.completion_id,
         )
     )
+
+
+def _render(render: Callable[[RunClosed], bytes], decided: _Decided, run: RunRecord) -> bytes:
+    return render(decided.closed(run))
 
 
 class RunCloser:
@@ -140,6 +151,21 @@ class RunCloser:
         capped_notes, truncated = cap_notes(notes)
         plan = close_plan(outcome, final_status)
         tokens_input, tokens_output, reported_total = tokens
+        close = functools.partial(
+            CloseCommand,
+            workspace_id=workspace_id,
+            run_id=run_id,
+            outcome=outcome,
+            tokens_input=tokens_input,
+            tokens_output=tokens_output,
+            tokens_total=tokens_total(tokens_input, tokens_output, reported_total),
+            notes=capped_notes,
+            notes_truncated=truncated,
+            error=error,
+            closed_by="agent",
+            caller=caller,
+            request=request,
+        )
         # Decided twice at most: a fenced refusal recorded after the first decision
         # is final, so the second one has seen it (runs.close_run).
         for _ in range(2):
@@ -149,28 +175,10 @@ class RunCloser:
                 raise unavailable(exc) from None
             except LifecycleRejected as exc:
                 raise close_refused(exc, run) from None
-
-            def render_closed(closed: RunRecord, decided: _Decided = decided) -> bytes:
-                return render(RunClosed(closed, decided.decision, decided.completion, decided.effect,
-                                        decided.effect_reason))
-
-            seen = decided.seen
-            command = CloseCommand(
-                workspace_id=workspace_id,
-                run_id=run_id,
-                outcome=outcome,
-                tokens_input=tokens_input,
-                tokens_output=tokens_output,
-                tokens_total=tokens_total(tokens_input, tokens_output, reported_total),
-                notes=capped_notes,
-                notes_truncated=truncated,
-                error=error,
+            command = close(
                 final_status=decided.final,
-                closed_by="agent",
-                caller=caller,
-                request=request,
-                render=render_closed,
-                completion_seen=(seen.completion_id, seen.settlement) if seen is not None else None,
+                render=functools.partial(_render, render, decided),
+                completion_seen=decided.completion_seen,
             )
             closed = await self._store.write(
                 functools.partial(runs.close_run, command=command, now=self._clock.now_micros())
@@ -182,7 +190,7 @@ class RunCloser:
             raise ServiceError(closed)
         if isinstance(closed, Replay):
             return closed
-        return RunClosed(closed, decided.decision, decided.completion, decided.effect, decided.effect_reason)
+        return decided.closed(closed)
 
     async def _decide(
         self, workspace_id: str, run: RunRecord, outcome: RunOutcome, plan: ClosePlan, notes: str
@@ -194,34 +202,8 @@ class RunCloser:
         decision = completion = None
         settled_here = False
         if plan.step is CloseStep.ATTEMPT_COMPLETION:
-            if seen is not None and seen.settlement is SettlementStatus.PENDING:
-                # Committed already: its settlement, not a new attempt, decides.
-                completion = seen = await self._completions.settle(seen)
-                decision, settled_here = completion.decision if completion else None, True
-            elif seen is not None and seen.settlement is SettlementStatus.SETTLED:
-                completion = seen
-            else:
-                attempted = await self._completions.attempt(
-                    AttemptCommand(
-                        workspace_id=workspace_id,
-                        task_id=run.task_id,
-                        run_id=run.run_id,
-                        claimed_epoch=run.epoch,
-                        outcome=RequestedOutcome.COMPLETED,
-                        result=notes,
-                        state_version=None,
-                        lifecycle=record_of(current).view(),
-                    )
-                )
-                # Without a request id there is nothing to remember: never a replay.
-                assert isinstance(attempted, AttemptOutcome)
-                decision, completion = attempted.decision, attempted.completion
-                seen = completion or seen
-            if completion is not None and completion.settlement is SettlementStatus.REJECTED and not (
-                fence_refused(completion)
-            ):
-                assert decision is not None, "a refused completion comes with its decision"
-                raise _settlement_refused(binding_decision(decision, completion), completion, run)
+            decision, completion = await self._complete(workspace_id, run, seen, current, notes)
+            seen, settled_here = completion or seen, completion is not None
         elif plan.step is CloseStep.SET_STATUS and not _fenced(current.task, run):  # a fence refuses any status
             assert plan.status is not None, "a SET_STATUS plan names its status"
             await self._lifecycle.set_work_status(
@@ -236,14 +218,13 @@ class RunCloser:
         elif plan.step is CloseStep.CANCEL:
             await self._cancel(workspace_id, run, current.task)
         task = (await self._lifecycle.get_task(workspace_id, run.task_id)).task
-        fenced = _fenced(task, run)
         fence, holder_run_id = FenceEnd.NONE, ""
-        if fenced:
+        if _fenced(task, run):
             if seen is not None and seen.settlement is SettlementStatus.PENDING and not settled_here:
                 # It may have come before the fence: its answer decides first.
                 seen = await self._completions.settle(seen)
             other = await self._other_holder(run)
-            fence = fence_end(fenced, seen.settlement if seen is not None else None, other is not None)
+            fence = fence_end(True, seen.settlement if seen is not None else None, other is not None)
             holder_run_id = other.run_id if other is not None else ""
             if fence is FenceEnd.SETTLE_CANCELLATION:
                 await self._lifecycle.settle_cancellation(
@@ -255,6 +236,42 @@ class RunCloser:
                 task = (await self._lifecycle.get_task(workspace_id, run.task_id)).task
         effect, reason = close_effect(plan, decision, completion, fence, holder_run_id)
         return _Decided(decision, completion, FinalStatus(task.work_status), effect, reason, seen)
+
+    async def _complete(
+        self, workspace_id: str, run: RunRecord, stored: CompletionRecord | None, current: lpb.GetTaskResponse,
+        notes: str,
+    ) -> tuple[Decision | None, CompletionRecord | None]:
+        """DONE the only way there is: a settled completion. One committed already is
+        settled, not attempted again; otherwise the completion transaction runs with
+        the run's lease and the notes as result (and settles what it commits)."""
+        if stored is not None and stored.settlement is SettlementStatus.SETTLED:
+            return None, stored
+        if stored is not None and stored.settlement is SettlementStatus.PENDING:
+            completion = await self._completions.settle(stored)
+            decision = completion.decision if completion is not None else None
+        else:
+            attempted = await self._completions.attempt(
+                AttemptCommand(
+                    workspace_id=workspace_id,
+                    task_id=run.task_id,
+                    run_id=run.run_id,
+                    claimed_epoch=run.epoch,
+                    outcome=RequestedOutcome.COMPLETED,
+                    result=notes,
+                    state_version=None,
+                    lifecycle=record_of(current).view(),
+                )
+            )
+            # Without a request id there is nothing to remember: never a replay.
+            assert isinstance(attempted, AttemptOutcome)
+            decision, completion = attempted.decision, attempted.completion
+        # A refusal by the fence leaves the generation to its cancellation (_decide).
+        if completion is not None and completion.settlement is SettlementStatus.REJECTED and not (
+            fence_refused(completion)
+        ):
+            assert decision is not None, "a refused completion comes with its decision"
+            raise _settlement_refused(binding_decision(decision, completion), completion, run)
+        return decision, completion
 
     async def _completion_of(self, run: RunRecord) -> CompletionRecord | None:
         return await self._store.read(lambda tx: tx.load_completion(run.workspace_id, run.task_id, run.generation))
