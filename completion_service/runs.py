@@ -20,7 +20,7 @@ from completion_service.core.runs import (
 )
 from completion_service.core.settlement import fence_refused
 from completion_service.errors import Reason
-from completion_service.request_ids import answer, recalled
+from completion_service.request_ids import answer, peek, recalled
 from completion_service.storage.port import CompletionReadTx, CompletionTx
 from completion_service.transcripts import repair as repair_transcript
 from funnel.auth.principal import Caller
@@ -123,9 +123,20 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     return answer(tx, command.request, command.render, Claimed(run, lease, repaired.repaired), now)
 
 
+def claim_refusal(tx: CompletionReadTx, command: ClaimCommand, now: int) -> Replay | Rejection | None:
+    """What would answer the claim at `now` instead of granting it: its request id
+    (a replay, or REQUEST_ID_REUSED) or a live lease of another open run. Read
+    before the lifecycle service is asked for the claim; the claim's transaction
+    judges again."""
+    seen = peek(tx, command.request)
+    if seen is not None:
+        return seen
+    verdict = judge_lease(tx, command, now)
+    return lease_held(verdict, command.task_id) if isinstance(verdict, LeaseHeld) else None
+
+
 def judge_lease(tx: CompletionReadTx, command: ClaimCommand, now: int) -> LeaseGranted | LeaseHeld:
-    """Whether the claim would get the task's lease at `now`: the claim's own
-    verdict, and the check a claim makes before the lifecycle activates its task."""
+    """Whether the claim would get the task's lease at `now`."""
     current = tx.load_lease(command.workspace_id, command.task_id)
     holder = tx.load_run(command.workspace_id, current.run_id) if current is not None else None
     return judge_claim(current, holder is not None and holder.open, now, command.ttl_micros)

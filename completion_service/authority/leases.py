@@ -11,7 +11,6 @@ from completion_service import runs
 from completion_service.authority.lifecycle import rejected, unavailable
 from completion_service.authority.projection import LifecycleProjection
 from completion_service.core.model import Lease
-from completion_service.core.runs import LeaseHeld
 from completion_service.errors import Reason
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.request_ids import peek
@@ -89,11 +88,15 @@ class RunsAndLeases:
         command = ClaimCommand(
             workspace_id, task_id, agent_id, task.generation, ttl_micros, self._ids.new_id("run"), request, render
         )
-        verdict = await self._store.read(
-            functools.partial(runs.judge_lease, command=command, now=self._clock.now_micros())
+        # The request id again: a claim with it may have committed meanwhile.
+        refused = await self._store.read(
+            functools.partial(runs.claim_refusal, command=command, now=self._clock.now_micros())
         )
-        if isinstance(verdict, LeaseHeld):
-            raise ServiceError(runs.lease_held(verdict, task_id))
+        if isinstance(refused, Rejection):
+            raise ServiceError(refused)
+        if isinstance(refused, Replay):
+            await self._confirm_replayed_claim(workspace_id, run_of(refused.response))
+            return refused
         try:
             await self._start_work(workspace_id, task_id, command.run_id, task)
         except LifecycleRejected as exc:

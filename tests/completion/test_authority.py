@@ -273,6 +273,22 @@ async def test_a_claim_the_lifecycle_refuses_or_does_not_answer_writes_nothing(s
     assert isinstance(retried, Claimed) and retried.lease.epoch == 1
 
 
+async def test_a_claim_whose_request_id_committed_meanwhile_is_a_replay_not_a_held_lease(shells):
+    # Two replicas serving one retried request: the other one commits the claim
+    # after this one's first look at the request id.
+    request = key("ClaimTask", "claim-1")
+    real_get_task, first = shells.lifecycle.get_task, []
+
+    async def get_task(workspace_id: str, task_id: str):
+        if not first:
+            shells.lifecycle.get_task = real_get_task
+            first.append(await shells.claim(request=request))
+        return await real_get_task(workspace_id, task_id)
+
+    shells.lifecycle.get_task = get_task
+    assert await shells.claim(request=request) == Replay(first[0].run.run_id.encode())
+
+
 async def test_a_replayed_claim_completes_a_missing_confirmation_but_never_undoes_the_claim(shells):
     request = key("ClaimTask", "claim-1")
     shells.lifecycle.register("t-3", state=lpb.GENERATION_STATE_REGISTERED)
