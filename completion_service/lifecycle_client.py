@@ -16,6 +16,7 @@ from completion_service.core.model import LifecycleState
 from completion_service.core.projection import Change, Record
 from completion_service.core.settlement import SettleAnswer, classify_failure
 from completion_service.outbound import LifecycleChannel
+from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
@@ -164,15 +165,27 @@ class LifecycleClient:
             ),
         )
 
-    async def settle_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str):
+    async def settle_cancellation(
+        self,
+        workspace_id: str,
+        task_id: str,
+        generation: int,
+        run_id: str,
+        *,
+        request_id: str | None = None,
+        reason: str = "agent run closed as cancelled",
+        completion_id: str = "",
+    ):
+        """By default the cancellation a run closed as cancelled settles; a fenced
+        generation's end names its own request id and reason."""
         return await self._call(
             self._stub.SettleCancellation,
             lpb.SettleCancellationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
-                request_id=f"{run_id}:cancel-settle",
-                cause=self._cause("agent run closed as cancelled", run_id=run_id),
+                request_id=request_id or f"{run_id}:cancel-settle",
+                cause=self._cause(reason, run_id=run_id, completion_id=completion_id),
             ),
         )
 
@@ -207,8 +220,10 @@ class LifecycleClient:
         )
 
     async def resume_with_generation(
-        self, workspace_id: str, task_id: str, generation: int, request_id: str, reason: str
+        self, workspace_id: str, task_id: str, generation: int, request_id: str, reason: str, on_behalf_of: Caller
     ):
+        """A resume for this service's caller `on_behalf_of`, whom the lifecycle
+        service records on the event (after judging that it may resume)."""
         return await self._call(
             self._stub.ResumeWithGeneration,
             lpb.ResumeWithGenerationRequest(
@@ -217,6 +232,7 @@ class LifecycleClient:
                 generation=generation,
                 request_id=request_id,
                 cause=self._cause(reason),
+                on_behalf_of=lpb.Caller(subject=on_behalf_of.subject, role=on_behalf_of.role),
             ),
         )
 

@@ -1,4 +1,4 @@
-"""Units of work for agent runs and leases: claim, renew, withdraw a claim, close a
+"""Units of work for agent runs and leases: claim, renew, close a
 run (with its audit row) and close stalled runs. Each is a plain function over one
 transaction (storage/port.py): load, let the pure core decide, write, remember the
 response of a request id. No I/O, no clock: `now` and new ids come in."""
@@ -9,10 +9,18 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from completion_service.core.model import AuditEntry, FinalStatus, Lease, RunOutcome, RunRecord
-from completion_service.core.runs import LeaseHeld, RenewalProblem, is_stalled, judge_claim, judge_renewal
+from completion_service.core.model import AuditEntry, FinalStatus, Lease, RunOutcome, RunRecord, SettlementStatus
+from completion_service.core.runs import (
+    LeaseGranted,
+    LeaseHeld,
+    RenewalProblem,
+    is_stalled,
+    judge_claim,
+    judge_renewal,
+)
+from completion_service.core.settlement import fence_refused
 from completion_service.errors import Reason
-from completion_service.request_ids import answer, recalled
+from completion_service.request_ids import answer, peek, recalled
 from completion_service.storage.port import CompletionReadTx, CompletionTx
 from completion_service.transcripts import repair as repair_transcript
 from funnel.auth.principal import Caller
@@ -75,6 +83,16 @@ class CloseCommand:
     caller: Caller
     request: RequestKey | None = None
     render: Callable[[RunRecord], bytes] | None = None
+    # The completion of the run's generation as the close was decided on
+    # (completion id and settlement), None for none: see close_run.
+    completion_seen: tuple[str, SettlementStatus] | None = None
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The lifecycle service refused the generation's completion for the
+    cancellation fence after the close was decided, so the close must be decided
+    again (it now settles the cancellation). Nothing was written."""
 
 
 def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay | Rejection:
@@ -83,16 +101,9 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     seen = recalled(tx, command.request)
     if seen is not None:
         return seen
-    current = tx.load_lease(command.workspace_id, command.task_id)
-    holder = tx.load_run(command.workspace_id, current.run_id) if current is not None else None
-    verdict = judge_claim(current, holder is not None and holder.open, now, command.ttl_micros)
+    verdict = judge_lease(tx, command, now)
     if isinstance(verdict, LeaseHeld):
-        return reject(
-            Reason.LEASE_HELD,
-            f"run {verdict.holder.run_id} holds a live lease on task {command.task_id!r}",
-            holder_run_id=verdict.holder.run_id,
-            lease_expire_time=instant(verdict.holder.expires_at),
-        )
+        return lease_held(verdict, command.task_id)
     run = RunRecord(
         workspace_id=command.workspace_id,
         run_id=command.run_id,
@@ -112,27 +123,32 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     return answer(tx, command.request, command.render, Claimed(run, lease, repaired.repaired), now)
 
 
-def withdraw_claim(tx: CompletionTx, workspace_id: str, run_id: str, request: RequestKey | None, reason: str,
-                   now: int) -> None:
-    """Undoes a claim the lifecycle service refused: the run closes as cancelled,
-    its lease is released, and its request id is forgotten so a retry claims anew."""
-    run = tx.load_run(workspace_id, run_id)
-    if run is not None:
-        if run.open:
-            tx.update_run(
-                dataclasses.replace(
-                    run,
-                    finished_at=now,
-                    outcome=RunOutcome.CANCELLED,
-                    error=f"claim withdrawn: {reason}",
-                    lease_expires_at=min(run.lease_expires_at, now),
-                )
-            )
-        lease = tx.load_lease(workspace_id, run.task_id)
-        if lease is not None and lease.run_id == run_id and lease.expires_at > now:
-            tx.save_lease(workspace_id, dataclasses.replace(lease, expires_at=now))
-    if request is not None:
-        tx.forget_request(request)
+def claim_refusal(tx: CompletionReadTx, command: ClaimCommand, now: int) -> Replay | Rejection | None:
+    """What would answer the claim at `now` instead of granting it: its request id
+    (a replay, or REQUEST_ID_REUSED) or a live lease of another open run. Read
+    before the lifecycle service is asked for the claim; the claim's transaction
+    judges again."""
+    seen = peek(tx, command.request)
+    if seen is not None:
+        return seen
+    verdict = judge_lease(tx, command, now)
+    return lease_held(verdict, command.task_id) if isinstance(verdict, LeaseHeld) else None
+
+
+def judge_lease(tx: CompletionReadTx, command: ClaimCommand, now: int) -> LeaseGranted | LeaseHeld:
+    """Whether the claim would get the task's lease at `now`."""
+    current = tx.load_lease(command.workspace_id, command.task_id)
+    holder = tx.load_run(command.workspace_id, current.run_id) if current is not None else None
+    return judge_claim(current, holder is not None and holder.open, now, command.ttl_micros)
+
+
+def lease_held(verdict: LeaseHeld, task_id: str) -> Rejection:
+    return reject(
+        Reason.LEASE_HELD,
+        f"run {verdict.holder.run_id} holds a live lease on task {task_id!r}",
+        holder_run_id=verdict.holder.run_id,
+        lease_expire_time=instant(verdict.holder.expires_at),
+    )
 
 
 def renew(tx: CompletionTx, command: RenewCommand, now: int) -> Lease | Replay | Rejection:
@@ -166,8 +182,13 @@ def renew(tx: CompletionTx, command: RenewCommand, now: int) -> Lease | Replay |
     return answer(tx, command.request, command.render, renewed, now)
 
 
-def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | Replay | Rejection:
-    """Closes an open run and writes its audit row."""
+def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | Replay | Rejection | Replan:
+    """Closes an open run and writes its audit row.
+
+    A fenced refusal of the generation's completion that the close was not decided
+    on is Replan: recorded after the decision, it found this run still open (see
+    settlements.record_settlement), so ending the generation falls to this close.
+    Of the two transactions one sees the other, so the fence is always ended."""
     seen = recalled(tx, command.request)
     if seen is not None:
         return seen
@@ -176,6 +197,11 @@ def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | 
         return run_not_found(command.run_id)
     if not run.open:
         return already_finished(run)
+    completion = tx.load_completion(command.workspace_id, run.task_id, run.generation)
+    if fence_refused(completion) and completion is not None and (
+        (completion.completion_id, completion.settlement) != command.completion_seen
+    ):
+        return Replan()
     closed = dataclasses.replace(
         run,
         finished_at=now,

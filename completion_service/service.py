@@ -202,7 +202,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         def optional(field: str) -> int | None:
             return getattr(request, field) if request.HasField(field) else None
 
-        result = await self._authority.runs.complete_run(
+        result = await self._authority.closer.complete_run(
             request.workspace_id,
             request.run_id,
             RunOutcome(request.outcome),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from completion_service.core.model import CompletionEvent, CompletionEventKind, CompletionRecord, SettlementStatus
 from completion_service.core.settlement import refusal_decision
+from completion_service.holding import holding_run
 from completion_service.storage.port import CompletionTx
 
 
@@ -21,10 +22,20 @@ class Settlement:
     lifecycle_event_sequence: int | None = None
     error_reason: str | None = None
     error_message: str | None = None
+    # A refusal for the cancellation fence: the generation's cancellation has been
+    # settled (or is no longer the settler's to settle), so it may be recorded.
+    fence_ended: bool = False
 
     @property
     def rejected(self) -> bool:
         return self.error_reason is not None
+
+
+@dataclass(frozen=True)
+class CancellationOwed:
+    """The fence refused the completion and no run holds the task any more: no
+    close will end the generation, so its cancellation must be settled before the
+    refusal is recorded (the row stays pending until then). Nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -37,13 +48,21 @@ class Recorded:
 
 def record_settlement(
     tx: CompletionTx, completion: CompletionRecord, settlement: Settlement, now: int
-) -> Recorded | CompletionRecord | None:
+) -> Recorded | CompletionRecord | CancellationOwed | None:
     """Records the lifecycle's final answer while the completion is pending, with
     its one terminal event (COMPLETION_SETTLED or TERMINALIZATION_ERROR). Otherwise
-    it changes nothing and returns the row as stored (None if there is none)."""
+    it changes nothing and returns the row as stored (None if there is none).
+
+    A refusal for the cancellation fence while no run holds the task is
+    CancellationOwed (see there); while one does, that run's close ends the fence
+    (runs.close_run re-decides a close this refusal overtook)."""
     stored = _pending(tx, completion)
     if not isinstance(stored, _Pending):
         return stored
+    if settlement.error_reason == "CANCELLATION_FENCED" and not settlement.fence_ended and (
+        holding_run(tx, completion.workspace_id, completion.task_id, now) is None
+    ):
+        return CancellationOwed()
     status = SettlementStatus.REJECTED if settlement.rejected else SettlementStatus.SETTLED
     kind = CompletionEventKind.TERMINALIZATION_ERROR if settlement.rejected else CompletionEventKind.COMPLETION_SETTLED
     recorded = dataclasses.replace(

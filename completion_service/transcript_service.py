@@ -18,9 +18,11 @@ from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnav
 from completion_service.request_ids import peek
 from completion_service.service import holder, request_key
 from completion_service.transcripts import AppendCommand, Appended, version_mismatch
+from funnel.auth.table import RESUMING_ROLES
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime import calls
 from funnel.runtime.budget import ByteBudget
 from funnel.runtime.clock import IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
@@ -171,9 +173,12 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         self, workspace: str, task: lpb.Task, events: list[grammar.SessionEvent], expected_state_version: int | None
     ) -> int:
         """A batch for a terminal generation is accepted only when its first event
-        reopens a completed one; the task then moves to generation + 1 first. Every
-        check the append would make comes before that move, so that a refused batch
-        leaves the task as it was."""
+        reopens a completed one; the task then moves to generation + 1 first. That
+        is a resume, authorized as one (a role that may call ResumeWithGeneration,
+        which the lifecycle service checks again on the relayed caller), and every
+        check the append would make comes before it, so that a refused batch leaves
+        the task as it was. (A concurrent append can still refuse the batch after
+        the resume: the task is then reopened, and a retry appends normally.)"""
         refused = ServiceError(
             reject(
                 Reason.GENERATION_TERMINAL,
@@ -190,6 +195,17 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         completion_checkpoint = sequences.get(completion.checkpoint) if completion and completion.checkpoint else None
         if grammar.admits_terminal_append(outcome, events, completion_checkpoint, sequences) is None:
             raise refused
+        call = calls.served()
+        if call.role not in RESUMING_ROLES:
+            raise ServiceError(
+                reject(
+                    Reason.ROLE_NOT_PERMITTED,
+                    f"this batch would reopen completed generation {task.generation}, which is a resume: it needs "
+                    f"one of the roles {', '.join(r.value for r in RESUMING_ROLES)}, and {call.principal.subject!r} "
+                    f"acts as {call.role.value}; user feedback reaches a completed task through its host",
+                    permitted_roles=",".join(r.value for r in RESUMING_ROLES),
+                )
+            )
         state = await self._transcripts.state(workspace, task.task_id)
         if expected_state_version is not None and expected_state_version != state.state_version:
             raise ServiceError(version_mismatch(expected_state_version, state.state_version))
@@ -199,7 +215,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         following = task.generation + 1
         try:
             await self._lifecycle.resume_with_generation(
-                workspace, task.task_id, following, f"reopen:{task.task_id}:{following}", _REOPEN_CAUSE
+                workspace, task.task_id, following, f"reopen:{task.task_id}:{following}", _REOPEN_CAUSE, call.caller
             )
         except LifecycleRejected as exc:
             raise ServiceError(

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from completion_service.core.runs import judge_renewal
 from completion_service.core.transcript import (
     EventKind,
     SessionEvent,
@@ -19,6 +18,7 @@ from completion_service.core.transcript import (
 )
 from completion_service.core.transcript import repair as closers_of
 from completion_service.errors import Reason
+from completion_service.holding import holding_run
 from completion_service.request_ids import answer, recalled
 from completion_service.storage.port import CompletionReadTx, CompletionTx, TranscriptState
 from funnel.runtime.errors import Rejection, reject
@@ -133,14 +133,8 @@ def page(tx: CompletionReadTx, workspace_id: str, task_id: str, after_sequence: 
 
 def live_holder(tx: CompletionReadTx, workspace_id: str, task_id: str, now: int) -> str | None:
     """The agent of the open run holding the task's live lease, if any."""
-    lease = tx.load_lease(workspace_id, task_id)
-    if lease is None:
-        return None
-    run = tx.load_run(workspace_id, lease.run_id)
-    if run is None:
-        return None
-    live = judge_renewal(run.open, run.run_id, run.epoch, lease, now) is None
-    return run.agent_id if live else None
+    run = holding_run(tx, workspace_id, task_id, now)
+    return run.agent_id if run is not None else None
 
 
 def version_mismatch(expected: int, actual: int) -> Rejection:

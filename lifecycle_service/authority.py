@@ -75,14 +75,18 @@ class LifecycleAuthority:
         method: str,
         render: Callable[[TaskRecord, LifecycleEvent], bytes],
         fingerprint: bytes | None = None,
+        *,
+        requester: str | None = None,
     ) -> ApplyResult:
         """Applies a caller's intent; `render` serializes the response a repeat of its
         request id gets (with the request's `fingerprint`, set exactly when the intent
-        has a request id)."""
+        has a request id). The request id is scoped to `requester`, the authenticated
+        subject (by default the intent's caller; they differ on a relayed resume)."""
         request = None
         if intent.request_id:
             assert fingerprint is not None, "a request id comes with the request's fingerprint"
-            request = RequestKey(intent.workspace_id, intent.caller.subject, method, intent.request_id, fingerprint)
+            scope = requester or intent.caller.subject
+            request = RequestKey(intent.workspace_id, scope, method, intent.request_id, fingerprint)
         return await self._apply(Command(intent, self._decider(intent), render, request))
 
     async def _apply(self, command: Command) -> ApplyResult:

@@ -5,6 +5,7 @@ each); the ErrorInfo reason is the first problem's."""
 
 from __future__ import annotations
 
+from funnel.auth.principal import Caller, Role
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.paging import MAX_PAGE_SIZE
 from funnel.runtime.timestamps import timestamp_problem, to_micros
@@ -17,6 +18,8 @@ from lifecycle_service.errors import Reason
 MAX_CAUSE_REASON_LENGTH = 1024
 MAX_ORIGINATING_IDS = 16
 MAX_ORIGINATING_ID_VALUE_LENGTH = 256
+MAX_SUBJECT_LENGTH = 256
+ROLE_NAMES = frozenset(role.value for role in Role)
 
 _WORK_STATUSES = [status.value for status in WorkStatus]
 _SETTABLE = [status.value for status in SETTABLE_WORK_STATUSES]
@@ -123,6 +126,21 @@ def plain_intent(intent_type: type[i.Intent], request) -> i.Intent:
     _check_header(checker, request)
     raise_if_invalid(checker)
     return intent_type(generation=request.generation, **_header(request))
+
+
+def resume_with_generation(request: pb.ResumeWithGenerationRequest) -> tuple[i.Intent, Caller | None]:
+    """The resume intent, and the caller it is resumed for (`on_behalf_of`), if named."""
+    checker = Checker()
+    _check_header(checker, request)
+    named = None
+    if request.HasField("on_behalf_of"):
+        named = request.on_behalf_of
+        checker.text("on_behalf_of.subject", named.subject, MAX_SUBJECT_LENGTH, required=True)
+        if named.role not in ROLE_NAMES:
+            checker.malformed("on_behalf_of.role", f"on_behalf_of.role must be one of {', '.join(sorted(ROLE_NAMES))}")
+    raise_if_invalid(checker)
+    intent = i.ResumeWithGeneration(generation=request.generation, **_header(request))
+    return intent, Caller(named.subject, named.role) if named is not None else None
 
 
 def task_key(request) -> None:

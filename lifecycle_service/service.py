@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime import calls
@@ -29,6 +30,7 @@ from lifecycle_service.convert import event_to_proto, task_to_proto
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import LifecycleEvent, TaskRecord
 from lifecycle_service.errors import Reason
+from lifecycle_service.relay import judge_relay
 from lifecycle_service.storage.port import LifecycleReadTx
 from lifecycle_service.units import Committed, Replayed, Resettled, task_view
 
@@ -60,7 +62,15 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         self._watch_quota = watch_quota
         self._page_bytes = response_budget(max_message_bytes)
 
-    async def _mutate(self, method: str, request, context: grpc.aio.ServicerContext, response_type, intent: i.Intent):
+    async def _mutate(
+        self,
+        method: str,
+        request,
+        context: grpc.aio.ServicerContext,
+        response_type,
+        intent: i.Intent,
+        on_behalf_of: Caller | None = None,
+    ):
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
             raise ServiceError(reject(Reason.DEADLINE_EXPIRED, "the deadline expired before the intent was applied"))
@@ -71,9 +81,14 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         def render(task: TaskRecord, event: LifecycleEvent) -> bytes:
             return reply(task, event).SerializeToString(deterministic=True)
 
-        intent = dataclasses.replace(intent, caller=calls.served().caller)
+        served = calls.served()
+        if on_behalf_of is not None:
+            refused = judge_relay(served.role, on_behalf_of)
+            if refused is not None:
+                raise ServiceError(refused)
+        intent = dataclasses.replace(intent, caller=on_behalf_of or served.caller)
         digest = fingerprint(method, request.SerializeToString(deterministic=True)) if intent.request_id else None
-        result = await self._authority.apply(intent, method, render, digest)
+        result = await self._authority.apply(intent, method, render, digest, requester=served.principal.subject)
         if isinstance(result, Committed):
             self._authority.faults.hit("lifecycle.after_commit_before_reply")
         if isinstance(result, Committed | Resettled):
@@ -102,8 +117,10 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         return await self._mutate("SuspendGeneration", request, context, pb.SuspendGenerationResponse, intent)
 
     async def ResumeWithGeneration(self, request, context):
-        intent = requests.plain_intent(i.ResumeWithGeneration, request)
-        return await self._mutate("ResumeWithGeneration", request, context, pb.ResumeWithGenerationResponse, intent)
+        intent, on_behalf_of = requests.resume_with_generation(request)
+        return await self._mutate(
+            "ResumeWithGeneration", request, context, pb.ResumeWithGenerationResponse, intent, on_behalf_of
+        )
 
     async def RequestCancellation(self, request, context):
         intent = requests.plain_intent(i.RequestCancellation, request)

@@ -1,7 +1,8 @@
 """The imperative shell of the completion authority, split along its seams:
 
   projection.LifecycleProjection  lifecycle records kept current by the event stream
-  leases.RunsAndLeases            claims (confirmed with the lifecycle), renewals, closing runs
+  leases.RunsAndLeases            claims (the lifecycle's part first), renewals
+  closing.RunCloser               closing runs, and the cancellation fences they end
   attempts.CompletionTransaction  the completion transaction and evidence
   settler.Settler                 settling committed completions; the outbox settler
   sweeper.StallSweeper            closing stalled runs
@@ -19,7 +20,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from completion_service.authority.attempts import CompletionTransaction
-from completion_service.authority.leases import RunClosed, RunsAndLeases
+from completion_service.authority.closing import RunClosed, RunCloser
+from completion_service.authority.leases import RunsAndLeases
 from completion_service.authority.metrics import Metrics
 from completion_service.authority.projection import LifecycleProjection
 from completion_service.authority.settler import Settler
@@ -72,7 +74,8 @@ class CompletionAuthority:
             store, lifecycle, self.projection, policies, clock, ids, external, self.settler, self.metrics, publish,
             faults,
         )
-        self.runs = RunsAndLeases(store, lifecycle, self.projection, clock, ids, self.completions, faults)
+        self.runs = RunsAndLeases(store, lifecycle, self.projection, clock, ids, faults)
+        self.closer = RunCloser(store, lifecycle, clock, self.completions)
         self.sweeper = StallSweeper(store, clock, stall_after, self.metrics)
         self.transcripts = Transcripts(store, clock, faults, metrics=self.metrics)
 

@@ -23,7 +23,14 @@ from completion_service.completions import (
 )
 from completion_service.core import gates
 from completion_service.core.gates import WorkspacePolicy, snapshot_basis
-from completion_service.core.model import CompletionEvent, EvidenceRecord, LifecycleView, SettlementStatus, Snapshot
+from completion_service.core.model import (
+    CompletionEvent,
+    CompletionRecord,
+    EvidenceRecord,
+    LifecycleView,
+    SettlementStatus,
+    Snapshot,
+)
 from completion_service.errors import Reason
 from completion_service.external_gates import ExternalGates
 from completion_service.lifecycle_client import LifecycleClient, record_of
@@ -111,6 +118,10 @@ class CompletionTransaction:
             completion = await self._settler.settle(completion)
             outcome = dataclasses.replace(outcome, completion=completion)
         return outcome
+
+    async def settle(self, completion: CompletionRecord) -> CompletionRecord | None:
+        """Settles a committed completion now (step 6; the outbox's way, once)."""
+        return await self._settler.settle(completion)
 
     async def _lifecycle_view(self, command: AttemptCommand) -> tuple[LifecycleView, str]:
         """The view to judge the attempt on, and where it came from: the projection,

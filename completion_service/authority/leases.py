@@ -1,37 +1,21 @@
-"""The shell of runs and leases: claims confirmed with the lifecycle service (and
-withdrawn when it refuses), renewals, and closing a run (seed 001's
-`complete_task`), whose lifecycle change comes before the close commits."""
+"""The shell of runs and leases: claims, which commit only after the lifecycle
+service applied what they need, and renewals (closing a run: closing.py)."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from completion_service import runs
-from completion_service.authority.attempts import CompletionTransaction
-from completion_service.authority.lifecycle import close_refused, rejected, unavailable
+from completion_service.authority.lifecycle import rejected, unavailable
 from completion_service.authority.projection import LifecycleProjection
-from completion_service.completions import AttemptCommand, AttemptOutcome
-from completion_service.core.model import (
-    CompletionRecord,
-    Decision,
-    FinalStatus,
-    Lease,
-    RequestedOutcome,
-    RunOutcome,
-    RunRecord,
-    SettlementStatus,
-)
-from completion_service.core.runs import CloseStep, TaskEffect, cap_notes, close_effect, close_plan, tokens_total
-from completion_service.core.settlement import binding_decision
+from completion_service.core.model import Lease
 from completion_service.errors import Reason
-from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, record_of
+from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.request_ids import peek
-from completion_service.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
-from completion_service.storage.port import CompletionReadTx, CompletionStore, CompletionTx
-from funnel.auth.principal import Caller
+from completion_service.runs import ClaimCommand, Claimed, RenewCommand
+from completion_service.storage.port import CompletionStore, CompletionTx
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
@@ -41,27 +25,11 @@ from funnel.runtime.idempotency import Replay, RequestKey
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RunClosed:
-    run: RunRecord
-    decision: Decision | None = None
-    completion: CompletionRecord | None = None
-    effect: TaskEffect | None = None
-    effect_reason: str = ""
-
-
-def _settlement_refused(decision: Decision, completion: CompletionRecord, run: RunRecord) -> ServiceError:
-    return ServiceError(
-        reject(
-            Reason.LIFECYCLE_REJECTED,
-            f"closing run {run.run_id} committed completion {completion.completion_id}, and the lifecycle service "
-            f"refused to settle it; the run stays open. {decision.instruction}",
-            lifecycle_reason=completion.error_reason or "",
-            next_action=decision.next_action.name,
-            run_id=run.run_id,
-            completion_id=completion.completion_id,
-        )
-    )
+def claim_refused(exc: LifecycleRejected, task_id: str) -> ServiceError:
+    """The lifecycle's refusal of what a claim needs, as this service's error."""
+    if exc.reason == "CANCELLATION_FENCED":
+        return ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message))
+    return rejected(exc, task_id)
 
 
 class RunsAndLeases:
@@ -72,7 +40,6 @@ class RunsAndLeases:
         projection: LifecycleProjection,
         clock: Clock,
         ids: IdSource,
-        completions: CompletionTransaction,
         faults: Faults = NO_FAULTS,
     ) -> None:
         self._store = store
@@ -80,7 +47,6 @@ class RunsAndLeases:
         self._projection = projection
         self._clock = clock
         self._ids = ids
-        self._completions = completions
         self._faults = faults
 
     # -- claims ------------------------------------------------------------------------
@@ -95,8 +61,11 @@ class RunsAndLeases:
         render: Callable[[Claimed], bytes],
         run_of: Callable[[bytes], str],
     ) -> Claimed | Replay:
-        """Claims the task and confirms it with the lifecycle service. A replayed
-        request returns the original response (`run_of` reads its run id)."""
+        """Claims the task. Every check comes before any write: the lifecycle view
+        and the lease here, then the lifecycle service's own, as it applies what the
+        claim needs (activating a registered generation, marking it IN_PROGRESS);
+        the claim commits last, so a refused claim leaves nothing behind. A
+        replayed request returns the original response (`run_of` reads its run id)."""
         remembered = await self._store.read(functools.partial(peek, key=request))
         if isinstance(remembered, Rejection):
             raise ServiceError(remembered)
@@ -119,17 +88,33 @@ class RunsAndLeases:
         command = ClaimCommand(
             workspace_id, task_id, agent_id, task.generation, ttl_micros, self._ids.new_id("run"), request, render
         )
+        # The request id again: a claim with it may have committed meanwhile.
+        refused = await self._store.read(
+            functools.partial(runs.claim_refusal, command=command, now=self._clock.now_micros())
+        )
+        if isinstance(refused, Rejection):
+            raise ServiceError(refused)
+        if isinstance(refused, Replay):
+            await self._confirm_replayed_claim(workspace_id, run_of(refused.response))
+            return refused
+        try:
+            await self._start_work(workspace_id, task_id, command.run_id, task)
+        except LifecycleRejected as exc:
+            raise claim_refused(exc, task_id) from None
+        except LifecycleUnavailable as exc:
+            raise unavailable(exc) from None
+        # Only a race can refuse the claim now (another claim took the lease, or
+        # the same request id, meanwhile); what the lifecycle applied for it stays,
+        # as a claim that wins after it would apply it too.
         result = await self.commit_claim(command)
         if isinstance(result, Rejection):
             raise ServiceError(result)
         if isinstance(result, Replay):
             await self._confirm_replayed_claim(workspace_id, run_of(result.response))
-            return result
-        await self._confirm_claim(workspace_id, task_id, result.run.run_id, request, current)
         return result
 
     async def commit_claim(self, command: ClaimCommand) -> Claimed | Replay | Rejection:
-        """The claim's transaction (runs.claim), without the lifecycle confirmation."""
+        """The claim's transaction (runs.claim), without the lifecycle's part."""
         now = self._clock.now_micros()
 
         def unit(tx: CompletionTx) -> Claimed | Replay | Rejection:
@@ -142,77 +127,47 @@ class RunsAndLeases:
         return await self._store.write(unit)
 
     async def _confirm_replayed_claim(self, workspace_id: str, run_id: str) -> None:
-        """A retried claim returns its original response. If the original call died
-        before the lifecycle confirmation, the retry completes it; but a retry never
-        withdraws a granted claim: once the run closed or its generation moved on
+        """A retried claim returns its original response, and completes what the
+        lifecycle service was to apply for it if that is missing (a claim committed
+        by an earlier release, which asked the lifecycle after its commit). A retry
+        never undoes a granted claim: once the run closed or its generation moved on
         (terminal, replaced) there is nothing to confirm, and a lifecycle refusal
         leaves the claim as it is (its attempts stay gated by the lifecycle view)."""
         run = await self._store.read(lambda tx: tx.load_run(workspace_id, run_id))
         if run is None or not run.open:
             return
-        current = await self._projection.read(workspace_id, run.task_id)
-        if current.task.generation != run.generation or current.task.state == lpb.GENERATION_STATE_TERMINAL:
+        task = (await self._projection.read(workspace_id, run.task_id)).task
+        if task.generation != run.generation or task.state == lpb.GENERATION_STATE_TERMINAL:
             return
         try:
-            await self._confirm_claim(workspace_id, run.task_id, run.run_id, None, current, withdraw=False)
+            await self._start_work(workspace_id, run.task_id, run.run_id, task)
         except LifecycleRejected as exc:
             log.info("retried claim of run %s: the lifecycle refused its confirmation (%s)", run.run_id, exc.reason)
         except LifecycleUnavailable as exc:
             raise unavailable(exc) from None
 
-    async def _confirm_claim(
-        self,
-        workspace_id: str,
-        task_id: str,
-        run_id: str,
-        request: RequestKey | None,
-        current: lpb.GetTaskResponse | None = None,
-        withdraw: bool = True,
-    ) -> None:
+    async def _start_work(self, workspace_id: str, task_id: str, run_id: str, task: lpb.Task) -> None:
         """Activates a registered generation and marks the task IN_PROGRESS, with
-        request ids derived from the run so that retries apply it once. If the
-        lifecycle refuses or cannot be reached, the claim is withdrawn (unless
-        `withdraw` is false: then the lifecycle error is raised as it is)."""
-        try:
-            task = (current or await self._lifecycle.get_task(workspace_id, task_id)).task
-            if task.state == lpb.GENERATION_STATE_REGISTERED:
-                try:
-                    await self._lifecycle.activate(workspace_id, task_id, task.generation, run_id)
-                    return
-                except LifecycleRejected as exc:
-                    if exc.reason != "INVALID_TRANSITION":
-                        raise
-                    task = (await self._lifecycle.get_task(workspace_id, task_id)).task
-            if task.work_status != lpb.WORK_STATUS_IN_PROGRESS:
-                await self._lifecycle.set_work_status(
-                    workspace_id,
-                    task_id,
-                    task.generation,
-                    lpb.WORK_STATUS_IN_PROGRESS,
-                    f"{run_id}:in-progress",
-                    "claimed by an agent run",
-                    run_id,
-                )
-        except LifecycleRejected as exc:
-            if not withdraw:
-                raise
-            await self._withdraw(workspace_id, run_id, request, exc.reason)
-            if exc.reason == "CANCELLATION_FENCED":
-                raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, exc.message)) from None
-            raise rejected(exc, task_id) from None
-        except LifecycleUnavailable as exc:
-            if not withdraw:
-                raise
-            await self._withdraw(workspace_id, run_id, request, "lifecycle service unavailable")
-            raise unavailable(exc) from None
-
-    async def _withdraw(self, workspace_id: str, run_id: str, request: RequestKey | None, reason: str) -> None:
-        await self._store.write(
-            functools.partial(
-                runs.withdraw_claim, workspace_id=workspace_id, run_id=run_id, request=request, reason=reason,
-                now=self._clock.now_micros(),
+        request ids derived from the run so that retries apply it once. Raises the
+        lifecycle's refusal or silence as it is."""
+        if task.state == lpb.GENERATION_STATE_REGISTERED:
+            try:
+                await self._lifecycle.activate(workspace_id, task_id, task.generation, run_id)
+                return
+            except LifecycleRejected as exc:
+                if exc.reason != "INVALID_TRANSITION":  # else another claim activated it meanwhile
+                    raise
+                task = (await self._lifecycle.get_task(workspace_id, task_id)).task
+        if task.work_status != lpb.WORK_STATUS_IN_PROGRESS:
+            await self._lifecycle.set_work_status(
+                workspace_id,
+                task_id,
+                task.generation,
+                lpb.WORK_STATUS_IN_PROGRESS,
+                f"{run_id}:in-progress",
+                "claimed by an agent run",
+                run_id,
             )
-        )
 
     # -- renewals ------------------------------------------------------------------------
 
@@ -221,121 +176,3 @@ class RunsAndLeases:
         if isinstance(result, Rejection):
             raise ServiceError(result)
         return result
-
-    # -- closing runs ----------------------------------------------------------------------
-
-    async def complete_run(
-        self,
-        workspace_id: str,
-        run_id: str,
-        outcome: RunOutcome,
-        tokens: tuple[int | None, int | None, int | None],
-        notes: str,
-        error: str,
-        final_status: FinalStatus | None,
-        caller: Caller,
-        holder: str | None,
-        request: RequestKey | None,
-        render: Callable[[RunClosed], bytes],
-    ) -> RunClosed | Replay:
-        """Closes a run (seed 001's `complete_task`). The lifecycle change comes
-        first: if the lifecycle service refuses it, nothing is closed and the
-        refusal is the answer (LIFECYCLE_REJECTED), so that an agent is never told
-        its run closed while the task was left in another state than asked."""
-
-        def check(tx: CompletionReadTx) -> RunRecord | Replay | Rejection:
-            seen = peek(tx, request)
-            if seen is not None:
-                return seen
-            run = runs.owned_run(tx, workspace_id, run_id, holder)
-            if isinstance(run, RunRecord) and not run.open:
-                return runs.already_finished(run)
-            return run
-
-        run = await self._store.read(check)
-        if isinstance(run, Rejection):
-            raise ServiceError(run)
-        if isinstance(run, Replay):
-            return run
-        capped_notes, truncated = cap_notes(notes)
-        plan = close_plan(outcome, final_status)
-        decision = completion = None
-        try:
-            current = await self._lifecycle.get_task(workspace_id, run.task_id)
-            if plan.step is CloseStep.ATTEMPT_COMPLETION:
-                stored = await self._store.read(
-                    lambda tx: tx.load_completion(workspace_id, run.task_id, run.generation)
-                )
-                if stored is None or stored.settlement is not SettlementStatus.SETTLED:
-                    attempted = await self._completions.attempt(
-                        AttemptCommand(
-                            workspace_id=workspace_id,
-                            task_id=run.task_id,
-                            run_id=run.run_id,
-                            claimed_epoch=run.epoch,
-                            outcome=RequestedOutcome.COMPLETED,
-                            result=capped_notes,
-                            state_version=None,
-                            lifecycle=record_of(current).view(),
-                        )
-                    )
-                    # Without a request id there is nothing to remember: never a replay.
-                    assert isinstance(attempted, AttemptOutcome)
-                    decision, completion = attempted.decision, attempted.completion
-                    if completion is not None and completion.settlement is SettlementStatus.REJECTED:
-                        raise _settlement_refused(binding_decision(decision, completion), completion, run)
-                else:
-                    completion = stored
-            elif plan.step is CloseStep.SET_STATUS:
-                assert plan.status is not None, "a SET_STATUS plan names its status"
-                await self._lifecycle.set_work_status(
-                    workspace_id,
-                    run.task_id,
-                    run.generation,
-                    plan.status.value,
-                    f"{run.run_id}:final-status",
-                    f"agent run closed as {outcome.name}",
-                    run.run_id,
-                )
-            elif plan.step is CloseStep.CANCEL:
-                await self._cancel(workspace_id, run, current.task)
-            final = FinalStatus((await self._lifecycle.get_task(workspace_id, run.task_id)).task.work_status)
-        except LifecycleUnavailable as exc:
-            raise unavailable(exc) from None
-        except LifecycleRejected as exc:
-            raise close_refused(exc, run) from None
-        tokens_input, tokens_output, reported_total = tokens
-        effect, effect_reason = close_effect(plan, decision, completion)
-
-        def render_closed(closed: RunRecord) -> bytes:
-            return render(RunClosed(closed, decision, completion, effect, effect_reason))
-
-        command = CloseCommand(
-            workspace_id=workspace_id,
-            run_id=run_id,
-            outcome=outcome,
-            tokens_input=tokens_input,
-            tokens_output=tokens_output,
-            tokens_total=tokens_total(tokens_input, tokens_output, reported_total),
-            notes=capped_notes,
-            notes_truncated=truncated,
-            error=error,
-            final_status=final,
-            closed_by="agent",
-            caller=caller,
-            request=request,
-            render=render_closed,
-        )
-        closed = await self._store.write(
-            functools.partial(runs.close_run, command=command, now=self._clock.now_micros())
-        )
-        if isinstance(closed, Rejection):
-            raise ServiceError(closed)
-        if isinstance(closed, Replay):
-            return closed
-        return RunClosed(closed, decision, completion, effect, effect_reason)
-
-    async def _cancel(self, workspace_id: str, run: RunRecord, task: lpb.Task) -> None:
-        if task.cancellation != lpb.CANCELLATION_STATE_REQUESTED:
-            await self._lifecycle.request_cancellation(workspace_id, run.task_id, run.generation, run.run_id)
-        await self._lifecycle.settle_cancellation(workspace_id, run.task_id, run.generation, run.run_id)

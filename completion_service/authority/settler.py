@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from completion_service.authority.metrics import Metrics
 from completion_service.core.model import CompletionEvent, CompletionRecord, RequestedOutcome, SettlementStatus
 from completion_service.core.settlement import retry_delay_seconds
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
-from completion_service.settlements import Recorded, Settlement
+from completion_service.settlements import CancellationOwed, Recorded, Settlement
 from completion_service.storage.port import CompletionStore
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock
@@ -84,31 +85,15 @@ class Settler:
         except LifecycleRejected as exc:
             settlement = Settlement(error_reason=exc.reason, error_message=exc.message)
         except LifecycleUnavailable as exc:
-            self._metrics.settle_retried()
-            delay = retry_delay_seconds(completion.settle_attempts)
-            log.warning(
-                "settlement of %s pending (%s); retrying in %.1fs", completion.completion_id, exc, delay,
-                extra=_settlement_fields(completion, "PENDING", error=str(exc), retry_in_seconds=delay),
-            )
-            next_attempt_at = self._clock.now_micros() + int(delay * 1_000_000)
-            stored = await self._store.write(
-                functools.partial(
-                    settlements.postpone_settlement,
-                    completion=completion,
-                    next_attempt_at=next_attempt_at,
-                    error=str(exc),
-                )
-            )
-            self._wakeup.set()
-            return stored
+            return await self._postpone(completion, str(exc))
         self._faults.hit("completion.after_settle_before_publish")
-        recorded = await self._store.write(
-            functools.partial(
-                settlements.record_settlement, completion=completion, settlement=settlement,
-                now=self._clock.now_micros(),
-            ),
-            after_commit=self._published,
-        )
+        recorded = await self._record(completion, settlement)
+        if isinstance(recorded, CancellationOwed):
+            if not await self._end_fence(completion):
+                return await self._postpone(completion, "the settlement of the fenced generation's cancellation got "
+                                                        "no answer")
+            recorded = await self._record(completion, dataclasses.replace(settlement, fence_ended=True))
+        assert not isinstance(recorded, CancellationOwed), "an ended fence is recorded"
         if not isinstance(recorded, Recorded):
             return recorded
         status = recorded.completion.settlement
@@ -124,7 +109,57 @@ class Settler:
             )
         return recorded.completion
 
-    def _published(self, recorded: Recorded | CompletionRecord | None) -> None:
+    async def _record(
+        self, completion: CompletionRecord, settlement: Settlement
+    ) -> Recorded | CompletionRecord | CancellationOwed | None:
+        return await self._store.write(
+            functools.partial(
+                settlements.record_settlement, completion=completion, settlement=settlement,
+                now=self._clock.now_micros(),
+            ),
+            after_commit=self._published,
+        )
+
+    async def _postpone(self, completion: CompletionRecord, error: str) -> CompletionRecord | None:
+        """No answer: the row stays pending and the outbox retries it, backing off."""
+        self._metrics.settle_retried()
+        delay = retry_delay_seconds(completion.settle_attempts)
+        log.warning(
+            "settlement of %s pending (%s); retrying in %.1fs", completion.completion_id, error, delay,
+            extra=_settlement_fields(completion, "PENDING", error=error, retry_in_seconds=delay),
+        )
+        next_attempt_at = self._clock.now_micros() + int(delay * 1_000_000)
+        stored = await self._store.write(
+            functools.partial(
+                settlements.postpone_settlement, completion=completion, next_attempt_at=next_attempt_at, error=error
+            )
+        )
+        self._wakeup.set()
+        return stored
+
+    async def _end_fence(self, completion: CompletionRecord) -> bool:
+        """Settles the cancellation of a generation whose completion the fence
+        refused once no run holds the task (CancellationOwed); False without an
+        answer (the settlement is retried, and this with it)."""
+        try:
+            await self._lifecycle.settle_cancellation(
+                completion.workspace_id,
+                completion.task_id,
+                completion.generation,
+                completion.run_id,
+                request_id=f"{completion.completion_id}:fence-settle",
+                reason="the cancellation fence refused the completion and no run holds the task",
+                completion_id=completion.completion_id,
+            )
+        except LifecycleRejected as exc:
+            # Ended otherwise meanwhile (a host settled it, the task moved on): nothing is owed.
+            log.info("the fenced generation of %s ended otherwise (%s)", completion.completion_id, exc.reason,
+                     extra=_settlement_fields(completion, "REJECTED", reason=exc.reason))
+        except LifecycleUnavailable:
+            return False
+        return True
+
+    def _published(self, recorded: Recorded | CompletionRecord | CancellationOwed | None) -> None:
         if isinstance(recorded, Recorded):
             self._publish([recorded.event])
 

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from completion_service.core.model import CompletionRecord, Decision, FinalStatus, Lease, RunOutcome, SettlementStatus
+from completion_service.core.settlement import fence_refused
 
 NOTES_LIMIT = 2000
 
@@ -57,6 +58,43 @@ def close_plan(outcome: RunOutcome, final_status: FinalStatus | None) -> ClosePl
     return ClosePlan(CloseStep.SET_STATUS, target)
 
 
+class FenceEnd(enum.Enum):
+    """How a run's close (or a completion's refusal) ends its generation's
+    cancellation fence. Under the fence nothing but SettleCancellation, or a
+    completion that proves it came first, ends the generation (BRIEF §3 rules 3
+    and 4; lifecycle_service/core/rules.py): once no completion can still settle
+    and no run holds the task, the cancellation is settled, so that a fenced
+    generation never waits with no run for a host to settle it."""
+
+    # No fence on the run's generation (or it is no longer current or open).
+    NONE = "none"
+    # The pending completion proved it came first: its settlement ended the generation.
+    COMPLETED_FIRST = "completed_first"
+    # Nothing else can end the generation: settle its cancellation now.
+    SETTLE_CANCELLATION = "settle_cancellation"
+    # A committed completion is still pending: it may predate the fence, so its
+    # settlement decides (its refusal is followed by the cancellation's settlement).
+    AWAIT_SETTLEMENT = "await_settlement"
+    # Another open run holds a live lease on the task: its close decides.
+    AWAIT_HOLDER = "await_holder"
+
+
+def fence_end(fenced: bool, completion: SettlementStatus | None, other_holder: bool) -> FenceEnd:
+    """`fenced`: the generation was current, open and its cancellation requested
+    when the close looked; `completion`: the settlement of its completion, if one
+    was committed, once the close let a pending one settle; `other_holder`:
+    another open run holds a live lease on the task."""
+    if not fenced:
+        return FenceEnd.NONE
+    if completion is SettlementStatus.SETTLED:
+        return FenceEnd.COMPLETED_FIRST
+    if completion is SettlementStatus.PENDING:
+        return FenceEnd.AWAIT_SETTLEMENT
+    if other_holder:
+        return FenceEnd.AWAIT_HOLDER
+    return FenceEnd.SETTLE_CANCELLATION
+
+
 class TaskEffect(enum.Enum):
     """What closing a run did to its task (values equal the contract's)."""
 
@@ -69,10 +107,44 @@ class TaskEffect(enum.Enum):
 
 
 def close_effect(
-    plan: ClosePlan, decision: Decision | None, completion: CompletionRecord | None
+    plan: ClosePlan,
+    decision: Decision | None,
+    completion: CompletionRecord | None,
+    fence: FenceEnd = FenceEnd.NONE,
+    holder_run_id: str = "",
 ) -> tuple[TaskEffect, str]:
     """Whether a close ended the task or left it open, and why (one line). A
-    refused settlement never gets here: it fails the close."""
+    settlement refused for another reason than the fence never gets here: it
+    fails the close."""
+    if fence is FenceEnd.COMPLETED_FIRST:
+        assert completion is not None, "a completion came first"
+        return TaskEffect.DONE, (
+            f"completion {completion.completion_id} was committed before the task's cancellation request: its "
+            "settlement ended the generation COMPLETED"
+        )
+    if fence is FenceEnd.SETTLE_CANCELLATION:
+        refused = (
+            f" and the lifecycle service refused completion {completion.completion_id} for it"
+            if completion is not None and fence_refused(completion)
+            else ""
+        )
+        return TaskEffect.CANCELLED, (
+            f"the task's cancellation was requested{refused}; nothing else can end the generation, so closing its "
+            "last run settled the cancellation: the generation ended CANCELLED"
+        )
+    if fence is FenceEnd.AWAIT_SETTLEMENT:
+        assert completion is not None, "a pending settlement has its completion"
+        return TaskEffect.SETTLING, (
+            f"completion {completion.completion_id} is committed and not settled yet, and the task's cancellation "
+            "was requested: the lifecycle service decides which came first; if it refuses the completion, the "
+            "completion service settles the cancellation"
+        )
+    if fence is FenceEnd.AWAIT_HOLDER:
+        effect = TaskEffect.BLOCKED if plan.step is CloseStep.ATTEMPT_COMPLETION else TaskEffect.UNCHANGED
+        return effect, (
+            f"the task's cancellation was requested and run {holder_run_id} still holds its lease: that run's "
+            "close settles the cancellation"
+        )
     if plan.step is CloseStep.ATTEMPT_COMPLETION:
         if completion is not None and completion.settlement is SettlementStatus.SETTLED:
             return TaskEffect.DONE, f"completion {completion.completion_id} is settled: the task is DONE"

@@ -52,6 +52,16 @@ def retry_delay_seconds(attempts: int, base: float = 0.2, cap: float = 10.0) -> 
     return min(cap, base * (2.0 ** min(attempts, 16)))
 
 
+def fence_refused(completion: CompletionRecord | None) -> bool:
+    """Whether the lifecycle service refused this completion for the cancellation
+    fence: final, and what leaves the generation to its cancellation."""
+    return (
+        completion is not None
+        and completion.settlement is SettlementStatus.REJECTED
+        and completion.error_reason == "CANCELLATION_FENCED"
+    )
+
+
 def supersedable(completion: CompletionRecord) -> bool:
     """Whether a new attempt may replace this completion of the generation."""
     return completion.settlement is SettlementStatus.REJECTED and completion.error_reason in TRANSIENT_REFUSALS

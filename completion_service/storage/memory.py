@@ -153,9 +153,6 @@ class MemoryCompletionTx:
             raise DuplicateKey(f"request id {scope}")
         requests[scope] = _Remembered(key.fingerprint, response, created_at)
 
-    def forget_request(self, key: RequestKey) -> None:
-        self._writing().requests.pop((key.workspace_id, key.caller, key.method, key.request_id), None)
-
     def forget_requests(self, created_before: int, limit: int) -> int:
         requests = self._writing().requests
         old = sorted((r.created_at, scope) for scope, r in requests.items() if r.created_at < created_before)

@@ -25,7 +25,7 @@ from completion_service.core.model import (
     Verdict,
 )
 from completion_service.core.transcript import SessionEvent, Tail
-from funnel.runtime.idempotency import RequestKey, RequestMemory
+from funnel.runtime.idempotency import RequestMemory
 
 T = TypeVar("T")
 
@@ -159,8 +159,6 @@ class CompletionTx(CompletionReadTx, RequestMemory, Protocol):
     returns a Rejection. Violated keys raise the adapter's own error."""
 
     # -- request ids -----------------------------------------------------------------
-
-    def forget_request(self, key: RequestKey) -> None: ...
 
     def forget_requests(self, created_before: int, limit: int) -> int:
         """Forgets up to `limit` request ids remembered before `created_before`; returns how many."""

@@ -6,7 +6,7 @@ schema `funnel_completion`. `PostgresCompletionTx` is the SQLite adapter's row
 mapping (through `SqliteStyle`) with only the engine hooks overridden:
 
 - Compare-and-set in the database, never in process memory. Every write that
-  touches a task (claim, renew, withdraw, close, attempt, evidence, settlement,
+  touches a task (claim, renew, close, attempt, evidence, settlement,
   transcript append, repair, import) first takes a transaction advisory lock of
   the task, at its first load of the task's state (lease, run, completion, tail,
   attempts, evidence), and loads the rows it will change `FOR UPDATE`. The task

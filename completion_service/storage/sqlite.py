@@ -189,12 +189,6 @@ class SqliteCompletionTx:
             (key.workspace_id, key.caller, key.method, key.request_id, key.fingerprint, response, created_at),
         )
 
-    def forget_request(self, key: RequestKey) -> None:
-        self._db.execute(
-            "DELETE FROM request_ids WHERE workspace_id = ? AND caller = ? AND method = ? AND request_id = ?",
-            (key.workspace_id, key.caller, key.method, key.request_id),
-        )
-
     def forget_requests(self, created_before: int, limit: int) -> int:
         return self._db.execute(
             "DELETE FROM request_ids WHERE (workspace_id, caller, method, request_id) IN "

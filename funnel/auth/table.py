@@ -76,6 +76,14 @@ TABLE: dict[str, Rule] = {
 }
 
 
+# A transcript batch that reopens a completed generation is a resume: only these
+# roles may reopen one (the completion service relays the resume for them, and the
+# lifecycle service checks the named role against this again). The completion
+# service's own role is no resumer in its own right.
+RESUME = f"/{LIFECYCLE}/ResumeWithGeneration"
+RESUMING_ROLES = tuple(role for role in PRECEDENCE if role in TABLE[RESUME].roles and role is not C)
+
+
 @dataclass(frozen=True)
 class Granted:
     """The call may proceed as `role`. `holder_only`: the caller acts as an agent

@@ -1,8 +1,9 @@
 """Direct tests of the completion authority's shells (completion_service/authority)
 on the in-memory store with a scripted lifecycle service: the settler and its
 outbox, the completion transaction (inline settlement, corruption alarm, external
-gates), claims confirmed or withdrawn, closing runs, the stall sweeper, and the
-background workers the authority hands to its owner."""
+gates), claims (the lifecycle's part first), closing runs and the cancellation
+fences they end, the stall sweeper, and the background workers the authority
+hands to its owner."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ class Shells:
         return await self.store.read(lambda tx: tx.load_run(WS, run_id))
 
     async def close(self, claimed: Claimed, outcome=RunOutcome.SUCCEEDED, final_status=None, request=None):
-        return await self.authority.runs.complete_run(
+        return await self.authority.closer.complete_run(
             WS, claimed.run.run_id, outcome, (10, 5, None), "notes", "", final_status, Caller("agent-1", "agent"),
             None, request, lambda closed: f"{closed.run.run_id}:{closed.effect.name}".encode(),
         )
@@ -250,6 +251,7 @@ async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anythi
     assert shells.store.snapshot() == before
 
 
+@pytest.mark.parametrize("step", ["activate", "set_work_status"])
 @pytest.mark.parametrize(
     ("failure", "reason"),
     [
@@ -258,18 +260,36 @@ async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anythi
         (UNAVAILABLE, Reason.LIFECYCLE_UNAVAILABLE),
     ],
 )
-async def test_a_claim_the_lifecycle_does_not_confirm_is_withdrawn(shells, failure, reason):
+async def test_a_claim_the_lifecycle_refuses_or_does_not_answer_writes_nothing(shells, step, failure, reason):
     request = key("ClaimTask", "claim-1")
-    shells.lifecycle.fail["set_work_status"] = failure
+    if step == "activate":
+        shells.lifecycle.register("t-1", state=lpb.GENERATION_STATE_REGISTERED)
+    shells.lifecycle.fail[step] = failure
+    before = shells.store.snapshot()
     await raises(shells.claim(request=request), reason)
-    [run] = await shells.store.read(lambda tx: tx.load_runs(WS, "t-1", None, 10))
-    assert (run.outcome, run.error.startswith("claim withdrawn")) == (RunOutcome.CANCELLED, True)
-    # The request id was forgotten: the retry claims anew, and this time it holds.
+    assert shells.store.snapshot() == before
+    # The retry is a new claim, and this time it holds.
     retried = await shells.claim(request=request)
-    assert isinstance(retried, Claimed) and retried.lease.epoch == 2
+    assert isinstance(retried, Claimed) and retried.lease.epoch == 1
 
 
-async def test_a_replayed_claim_completes_a_missing_confirmation_but_never_withdraws(shells):
+async def test_a_claim_whose_request_id_committed_meanwhile_is_a_replay_not_a_held_lease(shells):
+    # Two replicas serving one retried request: the other one commits the claim
+    # after this one's first look at the request id.
+    request = key("ClaimTask", "claim-1")
+    real_get_task, first = shells.lifecycle.get_task, []
+
+    async def get_task(workspace_id: str, task_id: str):
+        if not first:
+            shells.lifecycle.get_task = real_get_task
+            first.append(await shells.claim(request=request))
+        return await real_get_task(workspace_id, task_id)
+
+    shells.lifecycle.get_task = get_task
+    assert await shells.claim(request=request) == Replay(first[0].run.run_id.encode())
+
+
+async def test_a_replayed_claim_completes_a_missing_confirmation_but_never_undoes_the_claim(shells):
     request = key("ClaimTask", "claim-1")
     shells.lifecycle.register("t-3", state=lpb.GENERATION_STATE_REGISTERED)
     # What a claim committed before its process died: the run, without the activation.
@@ -294,6 +314,54 @@ async def test_renewals_go_through_the_unit_and_refusals_raise(shells):
 
 
 # -- closing runs ---------------------------------------------------------------------------------
+
+
+async def test_a_close_overtaken_by_the_outboxs_fenced_refusal_is_decided_again_and_ends_the_task(shells):
+    # The race of issue 21, ordered: the close decides on a pending completion (its
+    # own settle gets no answer), then the outbox records the fence's refusal while
+    # the run still holds the task, then the close's transaction comes.
+    claimed = await shells.claim()
+    shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
+    pending = (await shells.attempt(claimed)).completion
+    assert pending.settlement is SettlementStatus.PENDING
+    shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
+    real_get_task, reads = shells.lifecycle.get_task, []
+
+    async def get_task(workspace_id: str, task_id: str):
+        reads.append(task_id)
+        if len(reads) == 2:  # the close has decided on the pending completion, and not committed
+            shells.lifecycle.tasks[task_id].cancellation = lpb.CANCELLATION_STATE_REQUESTED
+            shells.lifecycle.fail["settle_completion"] = LifecycleRejected("CANCELLATION_FENCED", "fenced")
+            stored = await shells.authority.settler.settle(pending)
+            assert (stored.settlement, stored.error_reason) == (SettlementStatus.REJECTED, "CANCELLATION_FENCED")
+        return await real_get_task(workspace_id, task_id)
+
+    shells.lifecycle.get_task = get_task
+    closed = await shells.close(claimed)
+    assert closed.effect is TaskEffect.CANCELLED
+    assert shells.lifecycle.called("settle_cancellation") == [("t-1",)]
+    task = shells.lifecycle.tasks["t-1"]
+    assert (task.state, task.outcome) == (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED)
+    assert not (await shells.run(claimed.run.run_id)).open
+
+
+async def test_the_outbox_settles_the_cancellation_of_a_fenced_refusal_after_the_run_closed(shells):
+    claimed = await shells.claim()
+    shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
+    pending = (await shells.attempt(claimed)).completion
+    shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
+    assert (await shells.close(claimed)).effect is TaskEffect.SETTLING
+    shells.lifecycle.tasks["t-1"].cancellation = lpb.CANCELLATION_STATE_REQUESTED
+    # Its cancellation's settlement gets no answer the first time: the refusal waits, pending.
+    shells.lifecycle.fail["settle_completion"] = LifecycleRejected("CANCELLATION_FENCED", "fenced")
+    shells.lifecycle.fail["settle_cancellation"] = UNAVAILABLE
+    stored = await shells.authority.settler.settle(pending)
+    assert stored.settlement is SettlementStatus.PENDING
+    shells.lifecycle.fail["settle_completion"] = LifecycleRejected("CANCELLATION_FENCED", "fenced")
+    stored = await shells.authority.settler.settle(stored)
+    assert (stored.settlement, stored.error_reason) == (SettlementStatus.REJECTED, "CANCELLATION_FENCED")
+    assert shells.lifecycle.called("settle_cancellation") == [("t-1",), ("t-1",)]
+    assert shells.lifecycle.tasks["t-1"].outcome == lpb.TERMINAL_OUTCOME_CANCELLED
 
 
 async def test_closing_a_succeeded_run_completes_the_task_through_the_completion_transaction(shells):

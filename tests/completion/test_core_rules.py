@@ -11,12 +11,15 @@ from hypothesis import strategies as st
 from completion_service.core.duplicates import CompletionKey, DuplicateVerdict, judge_duplicate
 from completion_service.core.model import (
     AgentAction,
+    CompletionRecord,
     Decision,
     FinalStatus,
     GateStatus,
     GateTrace,
     Lease,
+    RequestedOutcome,
     RunOutcome,
+    SettlementStatus,
     Verdict,
     decision_from_json,
     decision_to_json,
@@ -25,11 +28,15 @@ from completion_service.core.runs import (
     NOTES_LIMIT,
     ClosePlan,
     CloseStep,
+    FenceEnd,
     LeaseGranted,
     LeaseHeld,
     RenewalProblem,
+    TaskEffect,
     cap_notes,
+    close_effect,
     close_plan,
+    fence_end,
     is_stalled,
     judge_claim,
     judge_renewal,
@@ -334,3 +341,66 @@ def test_decision_json_uses_enum_names():
     assert '"status": "FAILED"' in text
     assert "évidence" in text
     assert decision_from_json(text) == decision
+
+
+# -- the end of a cancellation fence (issue 21) --------------------------------------
+
+PENDING, SETTLED, REJECTED = SettlementStatus.PENDING, SettlementStatus.SETTLED, SettlementStatus.REJECTED
+
+
+@pytest.mark.parametrize(
+    ("fenced", "completion", "other_holder", "end"),
+    [
+        # No fence on the run's (current, open) generation: the close does what its outcome asks.
+        (False, None, False, FenceEnd.NONE),
+        (False, PENDING, True, FenceEnd.NONE),
+        (False, REJECTED, False, FenceEnd.NONE),
+        # A pending completion may predate the fence: its settlement decides, whoever holds the task.
+        (True, PENDING, False, FenceEnd.AWAIT_SETTLEMENT),
+        (True, PENDING, True, FenceEnd.AWAIT_SETTLEMENT),
+        # It did: the generation is COMPLETED.
+        (True, SETTLED, False, FenceEnd.COMPLETED_FIRST),
+        (True, SETTLED, True, FenceEnd.COMPLETED_FIRST),
+        # Nothing can settle any more, another run still holds the task: its close ends the fence.
+        (True, None, True, FenceEnd.AWAIT_HOLDER),
+        (True, REJECTED, True, FenceEnd.AWAIT_HOLDER),
+        # Nothing can settle and no run holds the task: only the cancellation can end it, now.
+        (True, None, False, FenceEnd.SETTLE_CANCELLATION),
+        (True, REJECTED, False, FenceEnd.SETTLE_CANCELLATION),
+    ],
+)
+def test_the_end_of_a_cancellation_fence(fenced, completion, other_holder, end):
+    assert fence_end(fenced, completion, other_holder) is end
+
+
+def _completion(settlement: SettlementStatus, reason: str | None = None) -> CompletionRecord:
+    decision = Decision(verdict=Verdict.ALLOW, next_action=AgentAction.REPORT_COMPLETE, forbidden_actions=(),
+                        instruction="done", trace=(), decision_schema="v1", state_version=1,
+                        checkpoint="")
+    return CompletionRecord(
+        workspace_id="ws", task_id="t", generation=1, completion_id="cmp-1", identity="i", payload=b"p",
+        outcome=RequestedOutcome.COMPLETED, result="done", run_id="run-1", state_version=1, checkpoint="",
+        decision=decision, committed_at=NOW, settlement=settlement, error_reason=reason,
+    )
+
+
+@pytest.mark.parametrize(
+    ("fence", "completion", "effect", "says"),
+    [
+        (FenceEnd.SETTLE_CANCELLATION, None, TaskEffect.CANCELLED, "settled the cancellation"),
+        (FenceEnd.SETTLE_CANCELLATION, _completion(REJECTED, "CANCELLATION_FENCED"), TaskEffect.CANCELLED,
+         "refused completion cmp-1"),
+        (FenceEnd.AWAIT_SETTLEMENT, _completion(PENDING), TaskEffect.SETTLING, "settles the cancellation"),
+        (FenceEnd.COMPLETED_FIRST, _completion(SETTLED), TaskEffect.DONE, "before the task's cancellation request"),
+        (FenceEnd.AWAIT_HOLDER, None, TaskEffect.UNCHANGED, "run run-9 still holds its lease"),
+    ],
+)
+@pytest.mark.parametrize("outcome", [RunOutcome.FAILED, RunOutcome.STALLED])
+def test_what_a_close_says_about_the_fence_it_met(fence, completion, effect, says, outcome):
+    got, reason = close_effect(close_plan(outcome, None), None, completion, fence, "run-9")
+    assert got is effect and says in reason
+
+
+def test_a_successful_close_that_waits_for_another_holder_reports_the_block():
+    plan = close_plan(RunOutcome.SUCCEEDED, None)
+    assert close_effect(plan, None, None, FenceEnd.AWAIT_HOLDER, "run-9")[0] is TaskEffect.BLOCKED

@@ -813,24 +813,23 @@ async def test_a_failed_close_sets_blocked(funnel):
     assert not closed.HasField("decision") and not closed.HasField("completion")
 
 
-async def test_a_failed_close_under_a_cancellation_fence_is_refused_and_leaves_the_run_open(funnel):
+@pytest.mark.parametrize("outcome", [cpb.RUN_OUTCOME_FAILED, cpb.RUN_OUTCOME_STALLED, cpb.RUN_OUTCOME_SUCCEEDED])
+async def test_a_close_under_a_cancellation_fence_settles_the_cancellation(funnel, outcome):
+    # Under the fence no status can be set and no completion passes: the close of
+    # the last run is the end of the work, so it settles the cancellation (it used
+    # to refuse a FAILED close and leave a STALLED one ACTIVE with no run).
     f = funnel
     claim = await f.registered_and_claimed("task-1")
     await f.request_cancellation("task-1")
-    before = await f.get_run(claim.run.run_id)
-    error = await rejected(
-        f.complete_run(claim, outcome=cpb.RUN_OUTCOME_FAILED), Code.FAILED_PRECONDITION, "LIFECYCLE_REJECTED",
-        metadata={"lifecycle_reason", "run_id"},
-    )
-    assert error_info(error).metadata["lifecycle_reason"] == "CANCELLATION_FENCED"
-    assert "STALLED" in error.details()
-    # Nothing closed, nothing audited; the task is as it was.
-    assert await f.get_run(claim.run.run_id) == before
-    assert await f.audit(task_id="task-1") == []
-    assert (await f.task("task-1")).task.work_status == lpb.WORK_STATUS_IN_PROGRESS
-    # The way out the error names: a STALLED close leaves the task as it is.
-    closed = await f.complete_run(claim, outcome=cpb.RUN_OUTCOME_STALLED)
-    assert closed.final_status == cpb.FINAL_STATUS_IN_PROGRESS
+    closed = await f.complete_run(claim, outcome=outcome)
+    assert (closed.task_effect, closed.final_status) == (cpb.TASK_EFFECT_CANCELLED, cpb.FINAL_STATUS_CANCELLED)
+    task = (await f.task("task-1")).task
+    assert (task.state, task.outcome) == (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED)
+    [entry] = await f.audit(task_id="task-1")
+    assert dict(entry.metadata)["final_status"] == "CANCELLED"
+    events = await f.lifecycle_events("task-1")
+    assert [e.intent for e in events][-2:] == [lpb.INTENT_REQUEST_CANCELLATION, lpb.INTENT_SETTLE_CANCELLATION]
+    assert events[-1].request_id == f"{claim.run.run_id}:fence-settle"
 
 
 async def test_notes_of_exactly_the_request_limit_are_accepted_and_cut(funnel):

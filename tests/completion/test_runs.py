@@ -1,5 +1,5 @@
 """Unit tests of the runs-and-leases units of work (completion_service/runs.py) on
-the in-memory store: claim, renew, withdraw a claim, close a run, close stalled
+the in-memory store: claim, renew, close a run, close stalled
 runs. Refusals change nothing."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import dataclasses
 
 import pytest
 
-from completion_service import runs, transcripts
-from completion_service.core.model import FinalStatus, Lease, RunOutcome
+from completion_service import completions, runs, settlements, transcripts
+from completion_service.core.model import FinalStatus, Lease, RunOutcome, RunRecord, SettlementStatus
 from completion_service.core.transcript import EventKind, SessionEvent
 from completion_service.errors import Reason
 from completion_service.runs import Claimed, RenewCommand
+from completion_service.settlements import Settlement
 from completion_service.transcripts import AppendCommand
 from funnel.runtime.errors import Rejection, instant
 from funnel.runtime.idempotency import Replay
@@ -133,39 +134,6 @@ async def test_renew_refusals_change_nothing(world, case, reason):
     assert world.state() == before
 
 
-# -- withdraw a claim --------------------------------------------------------------
-
-
-async def test_a_withdrawn_claim_closes_the_run_releases_the_lease_and_forgets_the_request_id(world):
-    request = key("ClaimTask", "claim-1")
-    claimed = await world.claimed(request=request, ttl=60 * SECOND)
-    world.clock.advance(SECOND)
-    await world.run(runs.withdraw_claim, workspace_id=WS, run_id=claimed.run.run_id, request=request,
-                    reason="CANCELLATION_FENCED")
-    run = await world.read(lambda tx: tx.load_run(WS, claimed.run.run_id))
-    assert (run.outcome, run.finished_at, run.lease_expires_at, run.error) == (
-        RunOutcome.CANCELLED, START + SECOND, START + SECOND, "claim withdrawn: CANCELLATION_FENCED")
-    assert (await world.read(lambda tx: tx.load_lease(WS, "t-1"))).expires_at == START + SECOND
-    assert await world.read(lambda tx: tx.recall_request(WS, "host-1", "ClaimTask", "claim-1")) is None
-    # The task can be claimed at once, by anyone.
-    assert (await world.claimed(agent="agent-2")).lease.epoch == 2
-
-
-async def test_withdrawing_leaves_a_newer_holders_lease_and_a_closed_run_alone(world):
-    old = await world.claimed(ttl=SECOND)
-    world.clock.advance(2 * SECOND)
-    new = await world.claimed(agent="agent-2")
-    await world.run(runs.close_run, command=close_command(old.run.run_id))
-    closed = await world.read(lambda tx: tx.load_run(WS, old.run.run_id))
-    await world.run(runs.withdraw_claim, workspace_id=WS, run_id=old.run.run_id, request=None, reason="late")
-    assert await world.read(lambda tx: tx.load_run(WS, old.run.run_id)) == closed
-    assert await world.read(lambda tx: tx.load_lease(WS, "t-1")) == new.lease
-    # An unknown run: nothing to do.
-    before = world.state()
-    await world.run(runs.withdraw_claim, workspace_id=WS, run_id="run-unknown", request=None, reason="x")
-    assert world.state() == before
-
-
 # -- close a run -----------------------------------------------------------------------
 
 
@@ -214,3 +182,34 @@ async def test_stalled_runs_close_as_stalled_only_after_the_grace_and_in_batches
     audit = await world.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
     assert [(a.run_id, a.caller) for a in audit] == [
         (stalled[0].run.run_id, runs.SELF), (stalled[1].run.run_id, runs.SELF)]
+
+
+# -- a close overtaken by a fenced refusal (issue 21) -------------------------------------
+
+FENCED = Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced")
+
+
+async def test_a_close_overtaken_by_a_fenced_refusal_is_decided_again_and_writes_nothing(world):
+    claimed = await world.claimed()
+    completion = (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
+    # The outbox records the fence's refusal while the run still holds the task...
+    recorded = await world.run(settlements.record_settlement, completion=completion, settlement=FENCED)
+    assert isinstance(recorded, settlements.Recorded)
+    before = world.state()
+    # ...after the close was decided on the pending completion (or on none): decided again.
+    for seen in ((completion.completion_id, SettlementStatus.PENDING), None):
+        replan = await world.run(runs.close_run, command=close_command(claimed.run.run_id, completion_seen=seen))
+        assert isinstance(replan, runs.Replan)
+        assert world.state() == before
+    # Decided on the refusal, it closes.
+    seen = (completion.completion_id, SettlementStatus.REJECTED)
+    closed = await world.run(runs.close_run, command=close_command(claimed.run.run_id, completion_seen=seen))
+    assert isinstance(closed, RunRecord) and not closed.open
+
+
+async def test_a_close_decided_on_a_pending_completion_that_is_still_pending_closes(world):
+    claimed = await world.claimed()
+    completion = (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
+    seen = (completion.completion_id, SettlementStatus.PENDING)
+    closed = await world.run(runs.close_run, command=close_command(claimed.run.run_id, completion_seen=seen))
+    assert isinstance(closed, RunRecord) and not closed.open

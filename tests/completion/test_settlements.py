@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 
-from completion_service import completions, settlements
+from completion_service import completions, runs, settlements
 from completion_service.core.model import AgentAction, CompletionEventKind, SettlementStatus
 from completion_service.settlements import Recorded, Settlement
-from tests.completion.units_support import SECOND, START, WS, World
+from tests.completion.units_support import SECOND, START, WS, World, close_command
 
 
 @pytest.fixture
@@ -102,3 +102,36 @@ async def test_due_completions_are_claimed_earliest_first_up_to_the_limit(world)
         lambda tx: settlements.claim_due(tx, START + 5 * SECOND, "settler-1", SECOND, limit))
     assert [c.completion_id for c in await claim(10)] == [second.completion_id, first.completion_id]
     assert [c.completion_id for c in await claim(1)] == [second.completion_id]
+
+
+# -- a fenced refusal after the run closed (issue 21) --------------------------------------
+
+FENCED = Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced")
+
+
+@pytest.mark.parametrize("how", ["closed", "lease expired"])
+async def test_a_fenced_refusal_with_no_run_holding_the_task_owes_the_cancellation_first(world, how):
+    claimed = await world.claimed(ttl=10 * SECOND)
+    completion = (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
+    if how == "closed":
+        await world.run(runs.close_run, command=close_command(
+            claimed.run.run_id, completion_seen=(completion.completion_id, SettlementStatus.PENDING)))
+    else:
+        world.clock.advance(11 * SECOND)
+    before = world.state()
+    owed = await world.run(settlements.record_settlement, completion=completion, settlement=FENCED)
+    assert isinstance(owed, settlements.CancellationOwed)
+    assert world.state() == before  # still pending: the outbox retries until the fence is ended
+    # Once the shell settled the cancellation, the refusal is recorded.
+    ended = dataclasses.replace(FENCED, fence_ended=True)
+    recorded = await world.run(settlements.record_settlement, completion=completion, settlement=ended)
+    assert isinstance(recorded, Recorded)
+    assert (recorded.completion.settlement, recorded.completion.error_reason) == (
+        SettlementStatus.REJECTED, "CANCELLATION_FENCED")
+
+
+@pytest.mark.parametrize("settlement", [FENCED, Settlement(error_reason="STALE_GENERATION", error_message="old")])
+async def test_a_refusal_while_a_run_holds_the_task_is_recorded_at_once(world, settlement):
+    completion = await committed(world)
+    recorded = await world.run(settlements.record_settlement, completion=completion, settlement=settlement)
+    assert isinstance(recorded, Recorded)

@@ -890,20 +890,6 @@ async def test_a_renew_request_id_replays_the_original_lease(env):
     assert (await env.lease("t-1")).expires_at == renewed.expires_at
 
 
-async def test_a_withdrawn_claim_releases_the_lease_and_forgets_its_request_id(env):
-    claimed = await env.claimed(request_id="req-1")
-    await env.write(
-        runs.withdraw_claim, workspace_id=WS, run_id=claimed.run.run_id,
-        request=key("ClaimTask", "req-1", b"the claim's fingerprint"), reason="CANCELLATION_FENCED",
-    )
-    run = await env.run(claimed.run.run_id)
-    assert (run.open, run.outcome, run.error) == (False, RunOutcome.CANCELLED, "claim withdrawn: CANCELLATION_FENCED")
-    assert (await env.lease("t-1")).expires_at == START
-    assert await peeked(env, key("ClaimTask", "req-1", b"anything")) is None
-    retried = await env.claimed(request_id="req-1")  # a retry claims anew
-    assert retried.lease.epoch == 2
-
-
 async def test_old_request_ids_are_forgotten_in_batches(env):
     for index in range(5):
         request = key("ClaimTask", f"req-{index}", b"fp")

@@ -138,7 +138,7 @@ class FakeLifecycle:
         self._called("activate", task_id, generation, run_id)
         task = self.tasks[task_id]
         task.state, task.work_status = lpb.GENERATION_STATE_ACTIVE, lpb.WORK_STATUS_IN_PROGRESS
-        return lpb.ActivateGenerationResponse(event=self._event(task))
+        return lpb.ActivateGenerationResponse(event=self._event(task), task=task)
 
     async def set_work_status(self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str,
                               reason: str, run_id: str) -> Any:
@@ -152,7 +152,8 @@ class FakeLifecycle:
         self.tasks[task_id].cancellation = lpb.CANCELLATION_STATE_REQUESTED
         return lpb.RequestCancellationResponse()
 
-    async def settle_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str) -> Any:
+    async def settle_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str,
+                                  **cause: Any) -> Any:
         self._called("settle_cancellation", task_id)
         task = self.tasks[task_id]
         task.state, task.outcome, task.work_status = (

@@ -614,36 +614,23 @@ class FunnelMachine(RuleBasedStateMachine):
             expected = OK
         got, response = self.call(lambda: self.f.claim(task_id, workspace=WS, ttl_seconds=ttl))
         self.expect(f"ClaimTask {task_id}", expected, got, response)
-        if expected in (OK, "LIFECYCLE_REJECTED"):
-            # The claim committed (and closed the turn the previous holder left open)
-            # before the lifecycle was asked; a refusal withdraws it: the run closes
-            # CANCELLED and its lease lapses, but the epoch was used.
+        if expected == "LIFECYCLE_REJECTED":
+            # The lifecycle refused the activation the claim needs, which comes before
+            # the claim commits: nothing was written, the epoch was not used.
+            self.expect("refused claim's lifecycle reason", m.judge(ACTIVATE, task_id, t.generation),
+                        error_info(response).metadata["lifecycle_reason"])
+        elif expected == OK:
+            # The claim closed the turn the previous holder left open.
             m.repair(t)
             t.epoch += 1
-            if got == OK:
-                run = response.run
-                assert (run.generation, response.lease.epoch) == (t.generation, t.epoch)
-                m.runs[run.run_id] = MRun(run.run_id, task_id, t.generation, t.epoch)
-                t.lease = (run.run_id, t.epoch, m.now + ttl * SECOND)
-                if t.state == REGISTERED:
-                    m.apply(ACTIVATE, task_id, t.generation, work_status="IN_PROGRESS")
-                elif t.work_status != "IN_PROGRESS":
-                    m.apply(SET_STATUS, task_id, t.generation, work_status="IN_PROGRESS")
-            else:
-                self.expect("withdrawn claim's lifecycle reason", m.judge(ACTIVATE, task_id, t.generation),
-                            error_info(response).metadata["lifecycle_reason"])
-                withdrawn = [
-                    r
-                    for r in self.run(
-                        lambda: self.f.cs.ListRuns(
-                            cpb.ListRunsRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
-                        )
-                    ).runs
-                    if r.epoch == t.epoch
-                ]
-                assert len(withdrawn) == 1 and withdrawn[0].outcome == cpb.RUN_OUTCOME_CANCELLED, withdrawn
-                m.runs[withdrawn[0].run_id] = MRun(withdrawn[0].run_id, task_id, t.generation, t.epoch, open=False)
-                t.lease = (withdrawn[0].run_id, t.epoch, m.now)
+            run = response.run
+            assert (run.generation, response.lease.epoch) == (t.generation, t.epoch)
+            m.runs[run.run_id] = MRun(run.run_id, task_id, t.generation, t.epoch)
+            t.lease = (run.run_id, t.epoch, m.now + ttl * SECOND)
+            if t.state == REGISTERED:
+                m.apply(ACTIVATE, task_id, t.generation, work_status="IN_PROGRESS")
+            elif t.work_status != "IN_PROGRESS":
+                m.apply(SET_STATUS, task_id, t.generation, work_status="IN_PROGRESS")
 
     @rule(pick=st.integers(0, 100), ttl=st.sampled_from([1, 30, 120]), stale_epoch=st.booleans())
     def renew(self, pick, ttl, stale_epoch):
@@ -960,7 +947,13 @@ class FunnelMachine(RuleBasedStateMachine):
         plan = decision = None
         # A lifecycle refusal of what the close needs is the answer: LIFECYCLE_REJECTED,
         # and the run stays open (what the lifecycle applied before the refusal stays).
+        # Under a cancellation fence no status is set, and a close that leaves no run
+        # holding the task settles the cancellation (issue 21).
         lifecycle_reason = ""
+
+        def fenced() -> bool:
+            return run.generation == t.generation and t.fenced and not t.terminal
+
         if not run.open:
             expected = "RUN_ALREADY_FINISHED"
         else:
@@ -974,7 +967,8 @@ class FunnelMachine(RuleBasedStateMachine):
                     if isinstance(plan, str):
                         expected = plan
                     elif settlement == "REJECTED":
-                        lifecycle_reason = plan[2] if isinstance(plan, tuple) else settled.error_reason
+                        refusal = plan[2] if isinstance(plan, tuple) else settled.error_reason
+                        lifecycle_reason = "" if refusal == "CANCELLATION_FENCED" else refusal
             elif target == "CANCELLED":
                 if not t.fenced:
                     lifecycle_reason = m.judge(REQUEST_CANCEL, t.task_id, run.generation)
@@ -987,13 +981,17 @@ class FunnelMachine(RuleBasedStateMachine):
                         if lifecycle_reason == OK:
                             m.apply(SETTLE_CANCEL, t.task_id, run.generation)
                         lifecycle_reason = ""
-            elif target is not None:
+            elif target is not None and not fenced():
                 lifecycle_reason = m.judge(SET_STATUS, t.task_id, run.generation)
                 if lifecycle_reason == OK:
                     m.apply(SET_STATUS, t.task_id, run.generation, work_status=target)
                     lifecycle_reason = ""
             if lifecycle_reason:
                 expected = "LIFECYCLE_REJECTED"
+            elif expected == OK and fenced():
+                lease = t.lease
+                if not (lease and lease[0] != run.run_id and m.runs[lease[0]].open and lease[2] > m.now):
+                    m.apply(SETTLE_CANCEL, t.task_id, run.generation)
         got, response = self.call(lambda: self.f.cs.CompleteRun(request, timeout=CALL_TIMEOUT))
         self.expect(f"CompleteRun {run.run_id} {outcome} {final}", expected, got, response)
         if got == "LIFECYCLE_REJECTED":

@@ -879,7 +879,6 @@ def _check_acknowledged(L, C, ledger: Ledger, found: Findings) -> None:
             found.fail("duplicated", f"run {run_id} has {count} audit rows")
     for run_id, in C.execute(
         "SELECT run_id FROM agent_runs WHERE workspace_id = ? AND finished_at IS NOT NULL "
-        "AND coalesce(error, '') NOT LIKE 'claim withdrawn:%' "
         "AND run_id NOT IN (SELECT run_id FROM audit_log WHERE workspace_id = ?)",
         (ws, ws),
     ):

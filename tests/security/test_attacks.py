@@ -322,6 +322,56 @@ async def test_events_and_audit_rows_record_the_authenticated_caller(secured):
     assert (entry.caller.subject, entry.caller.role) == (AGENT, "agent")
 
 
+@pytest.mark.parametrize("who", ["host", "operator"])
+async def test_a_transcript_that_reopens_a_task_names_its_caller_on_the_resume_event(secured, who):
+    funnel = await secured()
+    host, agent, claim = await story(funnel)
+    await agent.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
+        workspace_id=WS, task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
+        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+    caller = funnel.clients({"host": HOST, "operator": OPERATOR}[who])
+    reopened = await caller.ts.AppendTranscript(tpb.AppendTranscriptRequest(
+        workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_feedback=tpb.UserFeedback(text="not quite"))]),
+        timeout=T)
+    assert (reopened.resumed, reopened.generation) == (True, 2)
+    events = (await host.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"),
+                                                timeout=T)).events
+    resume = events[-1]
+    assert resume.intent == lpb.INTENT_RESUME_WITH_GENERATION
+    assert (resume.caller.subject, resume.caller.role) == (f"{who}-1", who)
+    # Submitted by the completion service, whose request id it stays.
+    assert (resume.cause.source, resume.request_id) == ("completion_service", "reopen:t-1:2")
+
+
+async def test_only_the_completion_service_names_the_caller_of_a_resume(secured):
+    funnel = await secured()
+    host, agent, claim = await story(funnel)
+    await agent.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
+        workspace_id=WS, task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
+        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+    before = funnel.snapshot()
+
+    def resume(subject: str, role: str) -> lpb.ResumeWithGenerationRequest:
+        return lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id="t-1", generation=2,
+                                               on_behalf_of=lpb.Caller(subject=subject, role=role))
+
+    error = await denied(host.lc.ResumeWithGeneration(resume("host-9", "host"), timeout=T),
+                         Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED")
+    assert error_info(error).metadata["permitted_roles"] == "completion-service"
+    service = funnel.clients(credentials.token(COMPLETION_IDENTITY, []))
+    for role in ("agent", "viewer", "completion-service"):
+        error = await denied(service.lc.ResumeWithGeneration(resume("someone", role), timeout=T),
+                             Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED")
+        assert error_info(error).metadata["permitted_roles"] == "operator,host"
+    await denied(service.lc.ResumeWithGeneration(resume("someone", "root"), timeout=T),
+                 Code.INVALID_ARGUMENT, "FIELD_MALFORMED")
+    await denied(service.lc.ResumeWithGeneration(resume("", "host"), timeout=T),
+                 Code.INVALID_ARGUMENT, "FIELD_REQUIRED")
+    assert funnel.snapshot() == before
+    resumed = await service.lc.ResumeWithGeneration(resume("host-9", "host"), timeout=T)
+    assert (resumed.event.caller.subject, resumed.event.caller.role) == ("host-9", "host")
+
+
 # -- the database lock ------------------------------------------------------------
 
 

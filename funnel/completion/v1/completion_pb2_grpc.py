@@ -107,9 +107,12 @@ class CompletionServiceServicer:
         """Opens an agent run on a task and grants it the task's coordination lease
         `(task, run_id, epoch)`. The epoch grows on every claim and fences older
         holders. Activates a `REGISTERED` generation and sets work status
-        `IN_PROGRESS` through the lifecycle service. If the lifecycle service refuses
-        that or does not answer, the claim is withdrawn (the run closes `CANCELLED`,
-        its lease lapses) and the error is returned. A transcript turn the previous
+        `IN_PROGRESS` through the lifecycle service, before the claim commits: every
+        check comes first (the task's state, the lease, then the lifecycle service's
+        own as it applies that), so a refused claim, a lifecycle refusal or silence
+        included, writes nothing here. Only a race can refuse a claim after the
+        lifecycle applied what it needed (another claim took the lease meanwhile,
+        and needs the same). A transcript turn the previous
         holder left open is closed first, in the claim's transaction, by the same
         synthetic events a load would write (see transcript.proto).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
@@ -144,13 +147,25 @@ class CompletionServiceServicer:
         real final status. `DONE` is reached only by a settled completion: a
         `SUCCEEDED` close (or `final_status` `DONE`) without one runs the completion
         transaction with the run's lease and the notes as result; if the gates deny
-        it the run still closes and `decision` says why. `FAILED` -> `BLOCKED`;
-        `CANCELLED` -> cancellation requested and settled; `STALLED` -> unchanged.
+        it the run still closes and `decision` says why; a completion committed
+        earlier whose settlement is pending is settled instead of attempted again.
+        `FAILED` -> `BLOCKED`; `CANCELLED` -> cancellation requested and settled;
+        `STALLED` -> unchanged.
+        Under a cancellation fence (the run's generation is current, open and its
+        cancellation requested) no status is set, whatever the outcome. A pending
+        completion of the generation is settled first: if it proves it came before
+        the fence the task completes (`TASK_EFFECT_DONE`). Then, unless another open
+        run holds a live lease on the task (`TASK_EFFECT_UNCHANGED` or `BLOCKED`:
+        that run's close does it) or the completion's settlement is still
+        unanswered (`TASK_EFFECT_SETTLING`: if the lifecycle service refuses it, the
+        outbox does it), the close settles the cancellation: `TASK_EFFECT_CANCELLED`,
+        final status `CANCELLED`. No host action is needed to end a fenced task.
         If the lifecycle service refuses the status change (or the settlement of
-        the completion), the call fails with `LIFECYCLE_REJECTED` (metadata
-        `lifecycle_reason`, `next_action`) and the run stays open: close it again
-        with another outcome (`STALLED` leaves the task as it is). `task_effect`
-        says whether the close ended the task or left it open, and why.
+        the completion for another reason than the fence), the call fails with
+        `LIFECYCLE_REJECTED` (metadata `lifecycle_reason`, `next_action`) and the
+        run stays open: close it again with another outcome (`STALLED` leaves the
+        task as it is). `task_effect` says whether the close ended the task or left
+        it open, and why.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG` (`notes` above
         1048576 characters, `error`), `ENUM_UNSPECIFIED` (`outcome`, `final_status`),
         `VALUE_OUT_OF_RANGE` (negative tokens), `REQUEST_ID_REUSED`, `RUN_NOT_FOUND`,

@@ -75,7 +75,8 @@ class TranscriptServiceServicer:
         `expected_state_version` is stale; metadata `expected`, `actual`),
         `TRANSCRIPT_GRAMMAR_VIOLATION`, `GENERATION_TERMINAL`, `LIFECYCLE_REJECTED`,
         `LIFECYCLE_UNAVAILABLE`, `RUN_NOT_HELD` (an agent without the task's live
-        lease), field errors (`FIELD_REQUIRED`, `FIELD_MALFORMED` with the event
+        lease), `ROLE_NOT_PERMITTED` (an agent's batch that would reopen a completed
+        generation), field errors (`FIELD_REQUIRED`, `FIELD_MALFORMED` with the event
         index in the field path, `FIELD_TOO_LONG`, `ENUM_UNSPECIFIED`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

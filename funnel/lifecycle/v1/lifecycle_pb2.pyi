@@ -373,20 +373,22 @@ class SuspendGenerationResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., event: _Optional[_Union[LifecycleEvent, _Mapping]] = ...) -> None: ...
 
 class ResumeWithGenerationRequest(_message.Message):
-    __slots__ = ("workspace_id", "task_id", "generation", "request_id", "expected_revision", "cause")
+    __slots__ = ("workspace_id", "task_id", "generation", "request_id", "expected_revision", "cause", "on_behalf_of")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
     CAUSE_FIELD_NUMBER: _ClassVar[int]
+    ON_BEHALF_OF_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     task_id: str
     generation: int
     request_id: str
     expected_revision: int
     cause: Cause
-    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., request_id: _Optional[str] = ..., expected_revision: _Optional[int] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ...) -> None: ...
+    on_behalf_of: Caller
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., request_id: _Optional[str] = ..., expected_revision: _Optional[int] = ..., cause: _Optional[_Union[Cause, _Mapping]] = ..., on_behalf_of: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
 
 class ResumeWithGenerationResponse(_message.Message):
     __slots__ = ("task", "event")

@@ -170,9 +170,10 @@ class TaskLifecycleServiceServicer:
         `GENERATION_TERMINAL` (naming the terminal generation instead of current + 1),
         `INVALID_TRANSITION` (not `SUSPENDED`), `CANCELLATION_FENCED`,
         `ACTIVE_ATTACHED_CHILD` (a new generation while an attached child of the
-        terminal one is not terminal), and for attached children
-        `PARENT_GENERATION_MISMATCH`, `PARENT_TERMINAL`,
-        `PARENT_CANCELLATION_FENCED`, `PARENT_NOT_ACTIVE`.
+        terminal one is not terminal), `ROLE_NOT_PERMITTED` (`on_behalf_of` from a
+        caller other than the completion service, or naming a role that may not
+        resume), and for attached children `PARENT_GENERATION_MISMATCH`,
+        `PARENT_TERMINAL`, `PARENT_CANCELLATION_FENCED`, `PARENT_NOT_ACTIVE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -211,7 +212,10 @@ class TaskLifecycleServiceServicer:
         """Records the completion service's committed decision: the generation becomes
         `TERMINAL` with outcome `COMPLETED`, work status `DONE` and `completion_id`.
         Completion gates are never re-run. The same `completion_id` for a generation
-        already completed with it returns the original event.
+        already completed with it returns the original event. Refused by the
+        cancellation fence, a completion leaves the generation to its cancellation:
+        nothing else can end it, and the completion service settles it once no run
+        holds the task (see `CompleteRun`).
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE`, `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
         `REVISION_MISMATCH`, `STALE_GENERATION`, `FUTURE_GENERATION`,
