@@ -61,8 +61,8 @@ def close_plan(outcome: RunOutcome, final_status: FinalStatus | None) -> ClosePl
 class FenceEnd(enum.Enum):
     """How a run's close (or a completion's refusal) ends its generation's
     cancellation fence. Under the fence nothing but SettleCancellation, or a
-    completion that proves it came first, ends the generation (BRIEF §3 rules 3
-    and 4; lifecycle_service/core/rules.py): once no completion can still settle
+    completion that proves it came first, ends the generation (specification.md §3.6;
+    lifecycle_service/core/rules.py): once no completion can still settle
     and no run holds the task, the cancellation is settled, so that a fenced
     generation never waits with no run for a host to settle it."""
 
