@@ -5,6 +5,7 @@ kind of damage: a torn final line."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from google.protobuf import json_format
@@ -57,25 +58,26 @@ def is_torn(raw: bytes) -> bool:
 
 @dataclass
 class LineSplitter:
-    """Feeds bytes, yields complete lines with their numbers; keeps at most one
-    partial line in memory."""
+    """Takes bytes, gives complete lines with their numbers, one at a time; keeps
+    at most one partial line (and the chunk being split) in memory."""
 
     pending: bytearray = field(default_factory=bytearray)
     line_number: int = 0
 
-    def feed(self, chunk: bytes) -> list[tuple[int, bytes]]:
+    def feed(self, chunk: bytes) -> None:
         self.pending += chunk
-        lines = []
-        while True:
-            end = self.pending.find(b"\n")
-            if end < 0:
-                break
+
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """The complete lines fed so far, each taken out of the buffer as it is given
+        (one copy of it, never two); then refuses a partial line grown too long."""
+        while (end := self.pending.find(b"\n")) >= 0:
             self.line_number += 1
-            lines.append((self.line_number, bytes(self.pending[:end])))
+            with memoryview(self.pending) as view:
+                line = bytes(view[:end])
             del self.pending[: end + 1]
+            yield self.line_number, line
         if len(self.pending) > MAX_LINE_BYTES:
             raise LineDamaged(self.line_number + 1, f"longer than {MAX_LINE_BYTES} bytes")
-        return lines
 
     def final(self) -> tuple[int, bytes] | None:
         """The last line if the input did not end with a newline."""

@@ -71,7 +71,11 @@ class CompletionConfig:
     watch_buffer: int = runtime.WATCH_BUFFER
     max_watchers_per_caller: int = runtime.MAX_WATCHERS_PER_CALLER
     max_watchers_per_workspace: int = runtime.MAX_WATCHERS_PER_WORKSPACE
+    # What transcript imports in flight may hold together, and one caller's and one
+    # workspace's share of it; each import holds at least the message limit.
     import_buffer_bytes: int = 64 * 1024 * 1024
+    import_buffer_per_caller_bytes: int = 16 * 1024 * 1024
+    import_buffer_per_workspace_bytes: int = 32 * 1024 * 1024
     request_id_retention_seconds: float = idempotency.DEFAULT_RETENTION_SECONDS
     health_interval: float = 2.0
     # SQLite: the full integrity check after SERVING ("after-start") or none ("off").
@@ -97,6 +101,7 @@ class RunningCompletion:
     drain: Drain
     metrics: ServiceMetrics
     metrics_endpoint: MetricsEndpoint | None
+    import_budget: ByteBudget
 
     @property
     def address(self) -> str:
@@ -180,9 +185,11 @@ async def start(
     completion = CompletionService(authority, broker, quota, config.max_message_bytes)
     completion_pb2_grpc.add_CompletionServiceServicer_to_server(completion, server)
     drain = Drain()
-    transcripts = TranscriptService(
-        authority, ids, ByteBudget(config.import_buffer_bytes), drain, config.max_message_bytes
+    budget = ByteBudget(
+        config.import_buffer_bytes, config.import_buffer_per_caller_bytes, config.import_buffer_per_workspace_bytes
     )
+    authority.metrics.import_buffer.set_function(lambda: budget.used)
+    transcripts = TranscriptService(authority, ids, budget, drain, config.max_message_bytes)
     transcript_pb2_grpc.add_TranscriptServiceServicer_to_server(transcripts, server)
     health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
     if config.reflection:
@@ -206,7 +213,7 @@ async def start(
     background.start()
     return RunningCompletion(
         server, port, authority, store, health, lifecycle_channel, gate_channels, background, reloader, broker, drain,
-        metrics=metrics, metrics_endpoint=endpoint,
+        metrics=metrics, metrics_endpoint=endpoint, import_budget=budget,
     )
 
 
@@ -250,6 +257,20 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         type=int,
         default=int(e("import_buffer_bytes", d.import_buffer_bytes)),
         help=f"bytes all transcript imports in flight may buffer together ({ENV_PREFIX}_IMPORT_BUFFER_BYTES)",
+    )
+    parser.add_argument(
+        "--import-buffer-per-caller-bytes",
+        type=int,
+        default=int(e("import_buffer_per_caller_bytes", d.import_buffer_per_caller_bytes)),
+        help="of those, what the imports of one caller may hold "
+        f"({ENV_PREFIX}_IMPORT_BUFFER_PER_CALLER_BYTES)",
+    )
+    parser.add_argument(
+        "--import-buffer-per-workspace-bytes",
+        type=int,
+        default=int(e("import_buffer_per_workspace_bytes", d.import_buffer_per_workspace_bytes)),
+        help="of those, what the imports into one workspace may hold "
+        f"({ENV_PREFIX}_IMPORT_BUFFER_PER_WORKSPACE_BYTES)",
     )
     outbound = parser.add_argument_group("outbound security (docs/security.md)")
     outbound.add_argument("--lifecycle-ca", default=e("lifecycle_ca", "") or None,
@@ -303,6 +324,8 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         max_watchers_per_caller=args.max_watchers_per_caller,
         max_watchers_per_workspace=args.max_watchers_per_workspace,
         import_buffer_bytes=args.import_buffer_bytes,
+        import_buffer_per_caller_bytes=args.import_buffer_per_caller_bytes,
+        import_buffer_per_workspace_bytes=args.import_buffer_per_workspace_bytes,
         request_id_retention_seconds=args.request_id_retention,
         health_interval=args.health_interval,
         integrity_check=args.integrity_check,

@@ -8,12 +8,13 @@ import functools
 from collections.abc import AsyncIterator
 
 from completion_service.authority import CompletionAuthority
-from completion_service.authority.transcripts import Transcripts
 from completion_service.convert import session_event_from_proto, session_event_to_proto
 from completion_service.core import transcript as grammar
-from completion_service.core.transcript import EventKind, Tail, Violation, grammar_rejection
+from completion_service.core.transcript import Violation, grammar_rejection
 from completion_service.errors import Reason
-from completion_service.jsonl import LineDamaged, LineSplitter, is_torn, parse_line, to_line
+from completion_service.event_rules import check_event
+from completion_service.imports import StreamedImport, least_held_bytes
+from completion_service.jsonl import LineDamaged, to_line
 from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.request_ids import peek
 from completion_service.service import holder, request_key
@@ -23,7 +24,7 @@ from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime import calls
-from funnel.runtime.budget import ByteBudget
+from funnel.runtime.budget import GLOBAL, PER_CALLER, PER_WORKSPACE, ByteBudget, Shortfall
 from funnel.runtime.clock import IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.idempotency import Replay
@@ -42,53 +43,13 @@ from funnel.runtime.validation import Checker, malformed_page_token
 
 SERVICE_NAME = "funnel.completion.v1.TranscriptService"
 MAX_BATCH = 1000
-MAX_TEXT = 1024 * 1024
-MAX_TOOL_NAME = 256
 _EXPORT_PAGE = 500
-_IMPORT_BATCH = 1000
-# A staged batch is written out at this size too, so that large events do not
-# pile up in memory; and every import holds at least this much of the budget.
-_IMPORT_FLUSH_BYTES = 1024 * 1024
-IMPORT_BASE_RESERVATION = 1024 * 1024
 _REOPEN_CAUSE = "the transcript reopened the completed generation"
 # To an upload handler, a client stream that broke off (the client cancelled, its
 # deadline passed, a message exceeded the size limit) ends exactly like a complete
 # one; gRPC cancels the handler a moment later. An import waits this long before
 # committing, so that a truncated file is discarded instead of imported.
 STREAM_END_GRACE_SECONDS = 0.05
-
-
-def check_event(checker: Checker, prefix: str, event: tpb.SessionEvent, *, imported: bool) -> None:
-    """Field rules of one event. Appended events leave the assigned fields unset;
-    imported ones carry them."""
-    body_name = event.WhichOneof("body")
-    if body_name is None:
-        checker.require(f"{prefix}.body", False)
-        return
-    body = getattr(event, body_name)
-    for field, value in body.ListFields():
-        path = f"{prefix}.{body_name}.{field.name}"
-        if field.name.endswith("_id"):
-            checker.identifier(path, value)
-        elif field.name == "tool_name":
-            checker.text(path, value, MAX_TOOL_NAME)
-        elif field.type == field.TYPE_STRING:
-            checker.text(path, value, MAX_TEXT)
-    for id_field in ("turn_id", "step_id", "call_id", "checkpoint_id"):
-        if id_field in body.DESCRIPTOR.fields_by_name and not getattr(body, id_field):
-            checker.require(f"{prefix}.{body_name}.{id_field}", False)
-    if body_name == "tool_call" and not body.tool_name:
-        checker.require(f"{prefix}.tool_call.tool_name", False)
-    if body_name == "turn_end":
-        checker.enum(f"{prefix}.turn_end.reason", body.reason, [r.value for r in grammar.TurnEndReason])
-    if imported:
-        checker.integer(f"{prefix}.sequence", event.sequence, minimum=1)
-        checker.integer(f"{prefix}.generation", event.generation, minimum=1)
-    else:
-        if event.sequence or event.generation or event.HasField("record_time"):
-            checker.malformed(prefix, f"{prefix}: sequence, generation and record_time are assigned by the service")
-        if event.synthetic:
-            checker.malformed(f"{prefix}.synthetic", "only repair writes synthetic events")
 
 
 class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
@@ -107,6 +68,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         self._ids = ids
         self._import_budget = import_budget
         self._drain = drain
+        self._max_message_bytes = max_message_bytes
         self._page_bytes = response_budget(max_message_bytes)
 
     async def _task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
@@ -306,21 +268,22 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         workspace, task_id = target.workspace_id, target.task_id
         # The budget first: a flood of imports is refused here, before each of
         # them would ask the lifecycle service about its task.
-        reservation = self._import_budget.reserve(IMPORT_BASE_RESERVATION)
-        if reservation is None:
-            raise self._budget_exhausted()
+        reservation = self._import_budget.reserve(least_held_bytes(self._max_message_bytes), _caller(), workspace)
+        if isinstance(reservation, Shortfall):
+            raise self._budget_exhausted(reservation)
+        importer = StreamedImport(self._transcripts, self._ids.new_id("import"), reservation, self._max_message_bytes)
         try:
             await self._task(workspace, task_id)
             state = await self._transcripts.state(workspace, task_id)
-        except BaseException:
-            reservation.release()
-            raise
-        if state.tail.last_sequence:
-            reservation.release()
-            raise ServiceError(
-                reject(Reason.TRANSCRIPT_NOT_EMPTY, f"task {task_id!r} already has a transcript", task_id=task_id)
-            )
-        importer = _Import(self._transcripts, self._ids.new_id("import"))
+            if state.tail.last_sequence:
+                raise ServiceError(
+                    reject(Reason.TRANSCRIPT_NOT_EMPTY, f"task {task_id!r} already has a transcript", task_id=task_id)
+                )
+            return await self._import(importer, request_iterator, context, workspace, task_id)
+        finally:
+            importer.close()
+
+    async def _import(self, importer: StreamedImport, request_iterator, context, workspace: str, task_id: str):
         try:
             # A stopping server lets the client finish sending within its grace
             # (funnel.runtime.shutdown); the rest is all or nothing as always.
@@ -328,12 +291,11 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
                 async for message in request_iterator:
                     if message.WhichOneof("part") != "jsonl_chunk":
                         raise _line_error(importer.splitter.line_number + 1, "the target may only come first")
-                    # What this import holds while it splits the chunk: its partial
-                    # line, its unflushed batch and the chunk itself.
-                    if not reservation.grow_to(importer.held_bytes() + len(message.jsonl_chunk)):
-                        raise self._budget_exhausted()
-                    for number, raw in importer.splitter.feed(message.jsonl_chunk):
-                        await importer.accept(number, raw)
+                    importer.feed(message)
+                    del message  # not kept while the lines are staged: the importer has the bytes
+                    shortfall = await importer.take_lines()
+                    if shortfall is not None:
+                        raise self._budget_exhausted(shortfall)
             warnings = await importer.finish()
             await _stream_really_ended(context)
             version = await self._transcripts.commit_import(
@@ -345,22 +307,24 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         except BaseException:
             await self._transcripts.discard_import(importer.import_id)
             raise
-        finally:
-            reservation.release()
         if isinstance(version, Rejection):
             # The refused commit was rolled back with everything in it: drop the staged rows here.
             await self._transcripts.discard_import(importer.import_id)
             raise ServiceError(version)
         return tpb.ImportTranscriptResponse(imported_events=importer.count, state_version=version, warnings=warnings)
 
-    def _budget_exhausted(self) -> ServiceError:
-        limit = self._import_budget.limit
+    def _budget_exhausted(self, shortfall: Shortfall) -> ServiceError:
+        holders = {
+            GLOBAL: "the transcript imports in flight hold the whole import buffer",
+            PER_CALLER: "your transcript imports in flight hold your share of the import buffer",
+            PER_WORKSPACE: "the workspace's transcript imports in flight hold its share of the import buffer",
+        }[shortfall.scope]
         return ServiceError(
             reject(
                 Reason.IMPORT_BUFFER_EXHAUSTED,
-                f"the transcript imports in flight hold the whole import buffer ({limit} bytes); nothing was "
-                "imported, retry later",
-                limit_bytes=limit,
+                f"{holders} ({shortfall.limit} bytes); nothing was imported, retry later",
+                scope=shortfall.scope,
+                limit_bytes=shortfall.limit,
             )
         )
 
@@ -406,71 +370,6 @@ def _line_error(line: int, problem: str) -> ServiceError:
     )
 
 
-class _Import:
-    """Validates a streamed JSONL file line by line against the grammar, staging
-    accepted events in batches so memory stays bounded by one batch."""
-
-    def __init__(self, transcripts: Transcripts, import_id: str) -> None:
-        self._transcripts = transcripts
-        self.import_id = import_id
-        self.splitter = LineSplitter()
-        self.tail = Tail()
-        self.checkpoints: dict[str, int] = {}
-        self.count = 0
-        self._generation = 0
-        self._batch: list[grammar.SessionEvent] = []
-        self._batch_bytes = 0
-
-    def held_bytes(self) -> int:
-        return len(self.splitter.pending) + self._batch_bytes
-
-    async def accept(self, number: int, raw: bytes) -> None:
-        self._batch_bytes += len(raw)
-        await self.accept_message(number, parse_line(raw, number))
-
-    async def accept_message(self, number: int, message: tpb.SessionEvent) -> None:
-        checker = Checker()
-        check_event(checker, f"line {number}", message, imported=True)
-        if checker.violations:
-            raise LineDamaged(number, checker.violations[0].description)
-        event = session_event_from_proto(message)
-        if event.sequence != self.tail.last_sequence + 1:
-            raise LineDamaged(number, f"sequence {event.sequence}, expected {self.tail.last_sequence + 1}")
-        if event.generation < self._generation:
-            raise LineDamaged(number, f"generation {event.generation} after generation {self._generation}")
-        following = grammar.validate(self.tail, [event], self.checkpoints)
-        if isinstance(following, Violation):
-            raise ServiceError(grammar_rejection(following, line=number))
-        if event.kind is EventKind.CHECKPOINT:
-            self.checkpoints.setdefault(event.ref, event.sequence)
-        self.tail, self._generation = following, event.generation
-        self._batch.append(event)
-        self.count += 1
-        if len(self._batch) >= _IMPORT_BATCH or self._batch_bytes >= _IMPORT_FLUSH_BYTES:
-            await self._flush()
-
-    async def _flush(self) -> None:
-        if self._batch:
-            await self._transcripts.stage_import(self.import_id, self._batch)
-            self._batch = []
-        self._batch_bytes = 0
-
-    async def finish(self) -> list[str]:
-        warnings = []
-        last = self.splitter.final()
-        if last is not None:
-            number, raw = last
-            try:
-                message = parse_line(raw, number)
-            except LineDamaged as torn:
-                # A final line without its newline that opens a JSON object and
-                # never closes it is a torn write; a complete event on it is checked
-                # like any other line, and anything else on it is damage.
-                if not is_torn(raw):
-                    raise
-                warnings.append(f"line {number} is torn ({torn.problem}); it was dropped")
-            else:
-                await self.accept_message(number, message)
-        await self._flush()
-        return warnings
-
+def _caller() -> str:
+    """Whose share of the import buffer an import takes: its caller's subject."""
+    return calls.served().principal.subject

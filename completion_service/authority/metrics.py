@@ -74,6 +74,11 @@ class Metrics:
             "Workspaces whose lifecycle event stream is live, so that their attempts may be judged on the projection.",
             registry=r,
         )
+        self.import_buffer = Gauge(
+            "funnel_completion_import_buffer_bytes",
+            "Bytes of the import buffer the transcript imports in flight hold (docs/security.md, Limits).",
+            registry=r,
+        )
         self._open_runs = Gauge("funnel_completion_open_runs", "Runs not closed yet.", registry=r)
         self._leases = Gauge(
             "funnel_completion_active_leases", "Open runs whose lease has not expired.", registry=r

@@ -19,8 +19,9 @@ reported to the service's `CallObserver` (funnel.runtime.observe: the RPC
 metrics and the request's log line), denied calls included.
 
 Client streams (transcript imports) are admitted on their first message and
-ended when the client sends nothing for the idle timeout. Health and reflection
-are outside the boundary: they answer anyone.
+ended when the client sends nothing for the idle timeout, or less than the
+minimum rate (funnel/runtime/pace.py). Health and reflection are outside the
+boundary: they answer anyone.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import enum
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -45,6 +46,7 @@ from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import DroppedReply
 from funnel.runtime.grpc_errors import to_status
 from funnel.runtime.observe import CallObserver, FinishedCall
+from funnel.runtime.pace import Late, Pace
 from funnel.runtime.ratelimit import RateLimiter
 from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.validation import Checker
@@ -52,8 +54,10 @@ from funnel.runtime.validation import Checker
 log = logging.getLogger(__name__)
 # gRPC's own limit on incoming messages is this multiple of the service's limit:
 # up to it, an oversize message is answered with ErrorInfo (MESSAGE_TOO_LARGE);
-# beyond it gRPC refuses the message before the service sees it.
-TRANSPORT_LIMIT_FACTOR = 4
+# beyond it gRPC refuses the message before the service sees it. gRPC receives a
+# message whole before the service sees it, so this is also the most one call
+# can make the process hold for a single message.
+TRANSPORT_LIMIT_FACTOR = 2
 # A write gives up waiting for the database lock this long before the caller's
 # deadline, so that the UNAVAILABLE answer still reaches the caller in time.
 _LOCK_MARGIN_MAX = 0.1
@@ -102,8 +106,8 @@ class Admission:
     authenticator: Authenticator
     limiter: RateLimiter | None
     max_message_bytes: int
-    # Seconds a client stream may stay silent before it is ended.
-    stream_idle_seconds: float = 30.0
+    # When a client stream's next message is due (funnel/runtime/pace.py).
+    stream_pace: Pace = field(default_factory=lambda: Pace(30.0))
 
 
 class Boundary(grpc.aio.ServerInterceptor):
@@ -139,7 +143,8 @@ class Boundary(grpc.aio.ServerInterceptor):
                         self._admit(method, request, context)
                         return await inner(request, context)
                     except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                        await self._abort(context, method, exc)
+                        failure = self._failure(context, method, exc)
+                    await _abort(context, failure)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary, request_deserializer=deserializer, response_serializer=serializer
@@ -153,8 +158,10 @@ class Boundary(grpc.aio.ServerInterceptor):
                         self._admit(method, request, context)
                         async for item in inner_stream(request, context):
                             yield item
+                        return
                     except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                        await self._abort(context, method, exc)
+                        failure = self._failure(context, method, exc)
+                    await _abort(context, failure)
 
             return grpc.unary_stream_rpc_method_handler(
                 stream, request_deserializer=deserializer, response_serializer=serializer
@@ -166,12 +173,13 @@ class Boundary(grpc.aio.ServerInterceptor):
                 with self._observed(method, "client_stream", None, context):
                     try:
                         principal = self._authenticate(method, context)
-                        messages = aiter(request_iterator)
-                        first = await self._next(messages)
+                        stream = _ClientStream(asyncio.get_running_loop().time())
+                        first = await self._next(context, stream)
                         self._authorize(method, principal, None if first is None else self._decoded(first), context)
-                        return await inner_upload(self._rest(first, messages), context)
+                        return await inner_upload(self._rest(context, stream, first), context)
                     except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                        await self._abort(context, method, exc)
+                        failure = self._failure(context, method, exc)
+                    await _abort(context, failure)
 
             return grpc.stream_unary_rpc_method_handler(
                 upload, request_deserializer=deserializer, response_serializer=serializer
@@ -264,27 +272,56 @@ class Boundary(grpc.aio.ServerInterceptor):
 
     # -- client streams ----------------------------------------------------
 
-    async def _next(self, messages: AsyncIterator[Any]) -> Any:
-        idle = self._admission.stream_idle_seconds
+    async def _next(self, context: grpc.aio.ServicerContext, stream: _ClientStream) -> Any:
+        """The next message of a client stream (None at its end), read with
+        `context.read()`: gRPC's request iterator would keep the last message it
+        gave alive until the next one arrives, a second copy of every chunk."""
+        pace = self._admission.stream_pace
+        loop = asyncio.get_running_loop()
+        deadline, late = pace.due(stream.started, stream.received, loop.time())
         try:
             # asyncio.timeout, not wait_for: the read stays in the handler's own task,
             # where gRPC's cancellation of a broken-off stream must arrive.
-            async with asyncio.timeout(idle):
-                return await anext(messages, None)
+            async with asyncio.timeout_at(deadline):
+                message = await context.read()
         except TimeoutError:
-            raise ServiceError(
-                reject(
-                    self._catalogue["STREAM_IDLE"],
-                    f"the client stream sent nothing for {idle:g} seconds; it was ended and nothing was applied",
-                    idle_timeout_seconds=f"{idle:g}",
-                )
-            ) from None
+            pass
+        else:
+            if message is grpc.aio.EOF:
+                return None
+            stream.received += (message.size or 0) if isinstance(message, _Refused) else message.ByteSize()
+            return message
+        # Raised outside the except block: as the TimeoutError's context it would keep
+        # the timeout's frame, and through it the task and every buffer of the call,
+        # in a reference cycle that only the garbage collector frees.
+        raise ServiceError(self._late(late, stream, loop.time()))
 
-    async def _rest(self, first: Any, messages: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        message = first
-        while message is not None:
-            yield self._decoded(message)
-            message = await self._next(messages)
+    def _late(self, late: Late, stream: _ClientStream, now: float) -> Rejection:
+        pace = self._admission.stream_pace
+        if late is Late.IDLE:
+            idle = pace.idle_seconds
+            return reject(
+                self._catalogue["STREAM_IDLE"],
+                f"the client stream sent nothing for {idle:g} seconds; it was ended and nothing was applied",
+                idle_timeout_seconds=f"{idle:g}",
+            )
+        rate = pace.min_bytes_per_second
+        return reject(
+            self._catalogue["STREAM_IDLE"],
+            f"the client stream sent {stream.received} bytes in {now - stream.started:.0f} seconds, less than "
+            f"{rate:g} bytes per second; it was ended and nothing was applied",
+            min_bytes_per_second=f"{rate:g}",
+            received_bytes=stream.received,
+        )
+
+    async def _rest(self, context: grpc.aio.ServicerContext, stream: _ClientStream, first: Any) -> AsyncIterator[Any]:
+        # The message given out is not kept here while the handler works on it (a
+        # suspended generator keeps its locals): the handler alone decides how long
+        # a chunk lives.
+        held = [first]
+        while held[0] is not None:
+            yield self._decoded(held.pop())
+            held.append(await self._next(context, stream))
 
     # -- errors ------------------------------------------------------------
 
@@ -293,13 +330,14 @@ class Boundary(grpc.aio.ServerInterceptor):
             raise ServiceError(request.rejection(self._catalogue, self._admission.max_message_bytes))
         return request
 
-    async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
+    def _failure(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> grpc.Status:
+        """The status a failed handler ends with (an abort of its own passes through)."""
         if isinstance(exc, grpc.aio.AbortError):
             _noted().status(context.code() or grpc.StatusCode.UNKNOWN)
             raise exc
         if isinstance(exc, DroppedReply):
             _noted().status(grpc.StatusCode.UNAVAILABLE)
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"reply dropped by fault injection at {exc}")
+            return _Dropped(f"reply dropped by fault injection at {exc}")
         if isinstance(exc, ServiceError):
             rejection = exc.rejection
         elif isinstance(exc, StorageUnavailable):
@@ -312,7 +350,33 @@ class Boundary(grpc.aio.ServerInterceptor):
             log.exception("%s: unexpected fault", method)
             rejection = Rejection(self._catalogue["INTERNAL_FAULT"], "internal fault; see the server log")
         _noted().status(grpc.StatusCode[rejection.code.name], rejection.reason.name, rejection.message)
-        await context.abort_with_status(to_status(rejection, self._domain))
+        return to_status(rejection, self._domain)
+
+
+async def _abort(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
+    """Ends the call with `status`. Called after the handler's except block, never in
+    it: gRPC keeps the abort's exception in the call's state, which its traceback
+    refers back to, a cycle only the garbage collector breaks; chained to the
+    handler's exception it would keep every frame of the handler, and the buffers
+    they hold (a transcript import's chunks), alive until then."""
+    await context.abort_with_status(status)
+
+
+@dataclass(frozen=True)
+class _Dropped(grpc.Status):
+    """What a reply dropped by fault injection ends with: UNAVAILABLE, no details."""
+
+    details: str
+    code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+    trailing_metadata: tuple = ()
+
+
+@dataclass
+class _ClientStream:
+    """When a client stream opened, and the bytes it has sent since."""
+
+    started: float
+    received: int = 0
 
 
 class _Seen:

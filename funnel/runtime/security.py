@@ -17,6 +17,7 @@ from funnel.auth import tokens
 from funnel.auth.principal import subject_problem
 from funnel.auth.tls import ServerTls, ServerTlsFiles, TlsError, file_signature, is_loopback
 from funnel.runtime.boundary import Admission, Authenticator
+from funnel.runtime.pace import Pace
 from funnel.runtime.ratelimit import RateLimiter
 from funnel.runtime.validation import id_problem
 
@@ -47,6 +48,9 @@ class ServerSecurity:
     # connection: the cap must not throttle it under load.
     max_streams_per_connection: int = 1000
     stream_idle_seconds: float = 30.0
+    # A client stream slower than this on average, once its first idle timeout is
+    # over, is ended (funnel/runtime/pace.py); 0: no minimum.
+    stream_min_bytes_per_second: float = 1024.0
     reload_interval: float = 2.0
 
 
@@ -84,6 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser, env: Callable[[str, str], str
     group.add_argument("--stream-idle-seconds", type=float,
                        default=float(env("stream_idle_seconds", str(d.stream_idle_seconds))),
                        help="a client stream (transcript import) silent this long is ended")
+    group.add_argument("--stream-min-bytes-per-second", type=float,
+                       default=float(env("stream_min_bytes_per_second", str(d.stream_min_bytes_per_second))),
+                       help="a client stream that has sent less than this per second on average, once its first idle "
+                       "timeout is over, is ended (0: no minimum)")
     group.add_argument("--reload-interval", type=float, default=float(env("reload_interval", str(d.reload_interval))),
                        help="seconds between checks for changed certificate and JWKS files (SIGHUP reloads at once)")
 
@@ -103,6 +111,7 @@ def from_arguments(args: argparse.Namespace, completion_identity: str | None = N
         rate_burst=args.rate_burst,
         max_streams_per_connection=args.max_streams_per_connection,
         stream_idle_seconds=args.stream_idle_seconds,
+        stream_min_bytes_per_second=args.stream_min_bytes_per_second,
         reload_interval=args.reload_interval,
     )
 
@@ -208,7 +217,8 @@ def prepare(settings: ServerSecurity, listen: str, max_message_bytes: int) -> Pr
         trust_certificates=tls is not None and settings.tls_client_ca is not None,
     )
     limiter = RateLimiter(settings.rate_limit, settings.rate_burst) if settings.rate_limit > 0 else None
-    admission = Admission(authenticator, limiter, max_message_bytes, settings.stream_idle_seconds)
+    pace = Pace(settings.stream_idle_seconds, settings.stream_min_bytes_per_second)
+    admission = Admission(authenticator, limiter, max_message_bytes, pace)
     return PreparedSecurity(tls, admission, reloadables, settings)
 
 

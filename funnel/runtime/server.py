@@ -22,7 +22,7 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from funnel.runtime import logs
+from funnel.runtime import logs, memory
 from funnel.runtime import security as security_settings
 from funnel.runtime.background import Background
 from funnel.runtime.boundary import TRANSPORT_LIMIT_FACTOR, Boundary
@@ -158,7 +158,8 @@ def new_server(
         ],
         options=[
             # Up to this, an oversize request reaches the boundary and is answered
-            # with ErrorInfo (MESSAGE_TOO_LARGE); beyond it gRPC refuses it alone.
+            # with ErrorInfo (MESSAGE_TOO_LARGE); beyond it gRPC refuses it alone,
+            # from its length prefix, before receiving it.
             ("grpc.max_receive_message_length", limit * TRANSPORT_LIMIT_FACTOR),
             ("grpc.max_send_message_length", limit),
             ("grpc.max_concurrent_streams", security.settings.max_streams_per_connection),
@@ -168,6 +169,11 @@ def new_server(
             # service's keepalive toward its lifecycle streams); gRPC's default
             # would end their connections for pinging more often than every 5 min.
             ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+            # Without bandwidth probing the flow-control windows stay small: gRPC
+            # then holds little for a stream whose handler is not reading (a
+            # refused import's client still sending), instead of up to megabytes
+            # for each once a fast connection has grown them.
+            ("grpc.http2.bdp_probe", 0),
         ],
     )
 
@@ -413,6 +419,7 @@ def serve_process(
     )
     try:
         require_fast_protobuf()
+        memory.return_freed_memory()
         tracing = configure_tracing(name)  # the process's name is its default service.name
         try:
             run(serve())

@@ -1,4 +1,5 @@
-"""The `secured` fixture of the security tests (tests/security/support.py has the rest)."""
+"""The fixtures of the security tests: `secured` (both services in-process) and
+`pair` (both as real processes over TLS); tests/security/support.py has the rest."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
 from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel
+from tests.reliability.harness import Pair
 from tests.security.support import SecuredFunnel
 
 
@@ -45,3 +47,18 @@ async def secured(tmp_path):
     yield start
     for secured in reversed(started):
         await secured.close()
+
+
+@pytest.fixture
+async def pair(tmp_path):
+    """Starts real service processes (tests/reliability/harness.py), stopped at the end."""
+    started: list[Pair] = []
+
+    async def start(**kwargs) -> Pair:
+        pair = await Pair(tmp_path / f"pair-{len(started)}", **kwargs).start()
+        started.append(pair)
+        return pair
+
+    yield start
+    for pair in started:
+        await pair.stop()

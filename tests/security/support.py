@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -38,6 +39,14 @@ def credential_tokens() -> dict[str, str | None]:
         "operator": credentials.token("operator-1", [f"{WS}:operator"]),
         "completion-service": credentials.token(COMPLETION_IDENTITY, []),
     }
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident memory of process `pid`."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
 
 
 @dataclass

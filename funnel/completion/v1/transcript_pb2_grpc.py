@@ -114,8 +114,10 @@ class TranscriptServiceServicer:
         a warning; any other damage fails with its line number and imports
         nothing. Events keep their sequence (1..n), generation, synthetic flag and
         record time, so an export imports back identically. Imports in flight
-        share a bounded buffer (`IMPORT_BUFFER_EXHAUSTED` when it is taken), and a
-        stream that sends nothing for the idle timeout is ended (`STREAM_IDLE`).
+        share a bounded buffer, of which one caller and one workspace may hold a
+        share (`IMPORT_BUFFER_EXHAUSTED` when it is taken); a stream that sends
+        nothing for the idle timeout, or less than the minimum rate, is ended
+        (`STREAM_IDLE`).
         An import is all or nothing, also when the server stops: one in flight may
         finish within the server's shutdown grace; one still sending when the grace
         is about to end is ended with `UNAVAILABLE` (`SERVER_SHUTTING_DOWN`) and
