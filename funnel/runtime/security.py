@@ -51,6 +51,14 @@ class ServerSecurity:
     # A client stream slower than this on average, once its first idle timeout is
     # over, is ended (funnel/runtime/pace.py); 0: no minimum.
     stream_min_bytes_per_second: float = 1024.0
+    # Connections (funnel/runtime/server.py, connection_options): a new one must
+    # finish its TLS and HTTP/2 handshake within the first; one without a call is
+    # closed after the second; a peer that leaves a ping unanswered for the fourth,
+    # once the third has passed without traffic, is cut off.
+    handshake_timeout_seconds: float = 10.0
+    connection_idle_seconds: float = 300.0
+    keepalive_seconds: float = 60.0
+    keepalive_timeout_seconds: float = 20.0
     reload_interval: float = 2.0
 
 
@@ -92,6 +100,20 @@ def add_arguments(parser: argparse.ArgumentParser, env: Callable[[str, str], str
                        default=float(env("stream_min_bytes_per_second", str(d.stream_min_bytes_per_second))),
                        help="a client stream that has sent less than this per second on average, once its first idle "
                        "timeout is over, is ended (0: no minimum)")
+    group.add_argument("--handshake-timeout-seconds", type=float,
+                       default=float(env("handshake_timeout_seconds", str(d.handshake_timeout_seconds))),
+                       help="a connection that has not finished its TLS and HTTP/2 handshake by then is closed")
+    group.add_argument("--connection-idle-seconds", type=float,
+                       default=float(env("connection_idle_seconds", str(d.connection_idle_seconds))),
+                       help="a connection without a call for this long is closed (the client reconnects when it "
+                       "needs to)")
+    group.add_argument("--keepalive-seconds", type=float,
+                       default=float(env("keepalive_seconds", str(d.keepalive_seconds))),
+                       help="the server pings a connection quiet this long, and closes it when the ping stays "
+                       "unanswered for --keepalive-timeout-seconds")
+    group.add_argument("--keepalive-timeout-seconds", type=float,
+                       default=float(env("keepalive_timeout_seconds", str(d.keepalive_timeout_seconds))),
+                       help="how long a keepalive ping may stay unanswered")
     group.add_argument("--reload-interval", type=float, default=float(env("reload_interval", str(d.reload_interval))),
                        help="seconds between checks for changed certificate and JWKS files (SIGHUP reloads at once)")
 
@@ -112,6 +134,10 @@ def from_arguments(args: argparse.Namespace, completion_identity: str | None = N
         max_streams_per_connection=args.max_streams_per_connection,
         stream_idle_seconds=args.stream_idle_seconds,
         stream_min_bytes_per_second=args.stream_min_bytes_per_second,
+        handshake_timeout_seconds=args.handshake_timeout_seconds,
+        connection_idle_seconds=args.connection_idle_seconds,
+        keepalive_seconds=args.keepalive_seconds,
+        keepalive_timeout_seconds=args.keepalive_timeout_seconds,
         reload_interval=args.reload_interval,
     )
 

@@ -174,8 +174,28 @@ def new_server(
             # refused import's client still sending), instead of up to megabytes
             # for each once a fast connection has grown them.
             ("grpc.http2.bdp_probe", 0),
+            *connection_options(security.settings),
         ],
     )
+
+
+def connection_options(settings: security_settings.ServerSecurity) -> list[tuple[str, int]]:
+    """Connections end instead of lingering: one that does not finish its TLS and
+    HTTP/2 handshake in time (a client that connects and sends nothing), one
+    without a call for the idle timeout (the client reconnects when it needs to),
+    and one whose peer stops answering pings (gone without closing, with its
+    watch streams still open)."""
+    ms = lambda seconds: int(seconds * 1000)  # noqa: E731
+    return [
+        ("grpc.server_handshake_timeout_ms", ms(settings.handshake_timeout_seconds)),
+        ("grpc.max_connection_idle_ms", ms(settings.connection_idle_seconds)),
+        ("grpc.keepalive_time_ms", ms(settings.keepalive_seconds)),
+        ("grpc.keepalive_timeout_ms", ms(settings.keepalive_timeout_seconds)),
+        # gRPC also waits this long for any ping's answer (a minute by default).
+        ("grpc.http2.ping_timeout_ms", ms(settings.keepalive_timeout_seconds)),
+        # Keepalive pings go on while only quiet streams are open, not just twice.
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
 
 
 class Health:
