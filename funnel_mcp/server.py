@@ -25,6 +25,7 @@ from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime.http import serve_asgi
 from funnel_cli.connection import Connection
 from funnel_mcp import answers
 from funnel_mcp.failures import RETRYABLE, failure, unavailable
@@ -433,5 +434,8 @@ def serve_stdio(settings: Settings) -> None:
 
 def serve_http(settings: Settings, host: str, port: int) -> None:
     security = transport_security(host, port, settings.allowed_hosts, settings.allowed_origins)
-    asyncio.run(build(settings).run_streamable_http_async(
-        host=host, port=port, transport_security=security, session_idle_timeout=settings.session_idle_timeout))
+    server = build(settings)
+    # What run_streamable_http_async does, with the request timeouts of funnel/runtime/http.py.
+    app = server.streamable_http_app(host=host, transport_security=security,
+                                     session_idle_timeout=settings.session_idle_timeout)
+    asyncio.run(serve_asgi(app, host, port, log_level=server.settings.log_level.lower()))

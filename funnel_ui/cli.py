@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the web stack is needed by this command only.
     import uvicorn
 
+    from funnel.runtime.http import uvicorn_config
     from funnel_ui.app import Context, create_app
     from funnel_ui.backend import Settings
 
@@ -120,6 +121,6 @@ def run(args: argparse.Namespace) -> int:
     where = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
     mode = "actions enabled" if action is not None else "read only"
     print(f"funnel ui serving on http://{where}:{bound_port} ({mode})", flush=True)
-    config = uvicorn.Config(app, log_level="warning", loop="asyncio", lifespan="on", timeout_graceful_shutdown=1)
+    config = uvicorn_config(app, log_level="warning", loop="asyncio", lifespan="on", timeout_graceful_shutdown=1)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

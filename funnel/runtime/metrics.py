@@ -25,11 +25,14 @@ scrapes never touch the database."""
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
+import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -40,9 +43,11 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
-    start_http_server,
+    make_wsgi_app,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 
+from funnel.runtime.http import REQUEST_SECONDS
 from funnel.runtime.storage_errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -191,9 +196,9 @@ class CannotServeMetrics(RuntimeError):
 
 
 class MetricsEndpoint:
-    """`/metrics` over plain HTTP, served by prometheus_client's WSGI server on a
-    thread of its own; this object owns the thread: `stop` shuts the server down,
-    closes its socket and joins the thread."""
+    """`/metrics` over plain HTTP, served by a WSGI server on a thread of its own
+    (with the request timeout of funnel/runtime/http.py); this object owns the
+    thread: `stop` shuts the server down, closes its socket and joins the thread."""
 
     def __init__(self, server: WSGIServer, thread: threading.Thread, host: str) -> None:
         self._server = server
@@ -207,7 +212,7 @@ class MetricsEndpoint:
         if not host or not port.isdigit():
             raise CannotServeMetrics(f"--metrics-listen wants HOST:PORT, not {listen!r}")
         try:
-            server, thread = start_http_server(int(port), host, registry)
+            server, thread = _serve_wsgi(host, int(port), make_wsgi_app(registry))
         except OSError as exc:
             raise CannotServeMetrics(f"cannot serve metrics on {listen}: {exc}") from None
         return cls(server, thread, host)
@@ -228,3 +233,58 @@ class MetricsEndpoint:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+def _serve_wsgi(host: str, port: int, app: Any) -> tuple[WSGIServer, threading.Thread]:
+    """What prometheus_client's start_http_server does, with a handler that ends
+    a connection whose request has not arrived whole in time (funnel/runtime/http.py)."""
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    server = make_server(str(address[0]), port, app, Server, handler_class=_TimedHandler)
+    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
+    return server, thread
+
+
+class _TimedHandler(WSGIRequestHandler):
+    """One request per connection, which must arrive within REQUEST_SECONDS; quiet
+    (prometheus_client's handler logs nothing either)."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = io.BufferedReader(_ReadBefore(self.connection, time.monotonic() + REQUEST_SECONDS))
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self.connection.settimeout(REQUEST_SECONDS)  # the answer is written without the request's deadline
+        return parsed
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _ReadBefore(io.RawIOBase):
+    """A socket's reads, none of them past `deadline`."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
