@@ -46,6 +46,14 @@ WORKING_BYTES = 1024 * 1024
 EVENT_OVERHEAD_BYTES = 512
 
 
+class OutOfBuffer(Exception):
+    """The import needs more of the buffer than its scopes have left."""
+
+    def __init__(self, shortfall: Shortfall) -> None:
+        super().__init__(shortfall)
+        self.shortfall = shortfall
+
+
 def least_held_bytes(message_limit: int) -> int:
     """What an import holds at least: its reservation when it is admitted."""
     return message_limit + WORKING_BYTES
@@ -83,25 +91,32 @@ class StreamedImport:
         buffered = len(self.splitter.pending) + 2 * self._batch_bytes
         return max(least_held_bytes(self._message_limit), self._message_limit + buffered)
 
-    def shortfall(self) -> Shortfall | None:
-        """Holds held_bytes() in the reservation; the Shortfall when the budget lacks it."""
-        return self._reservation.hold(self.held_bytes())
+    def hold(self) -> None:
+        """Holds held_bytes() in the reservation; OutOfBuffer when the budget lacks it."""
+        shortfall = self._reservation.hold(self.held_bytes())
+        if shortfall is not None:
+            raise OutOfBuffer(shortfall)
 
     def feed(self, message: tpb.ImportTranscriptRequest) -> None:
         """Takes a chunk's bytes out of its message (the caller drops the message:
         one copy of them lives on, counted as pending)."""
         self.splitter.feed(message.jsonl_chunk)
 
-    async def take_lines(self) -> Shortfall | None:
-        """Accepts each complete line fed so far, staging full batches; stops at
-        the first that the reservation cannot hold."""
+    async def take_lines(self) -> None:
+        """Accepts each complete line fed so far and stages full batches; raises
+        OutOfBuffer at the first the reservation cannot hold."""
         for number, raw in self.splitter.lines():
-            if self._accept(number, parse_line(raw, number)):
-                await self._flush()
-            shortfall = self.shortfall()
-            if shortfall is not None:
-                return shortfall
-        return self.shortfall()  # the partial line left, and room for the next message
+            full = self._accept(number, parse_line(raw, number))
+            del raw  # not kept while the batch is written
+            await self._held_while(full)
+        self.hold()  # the partial line left, and room for the next message
+
+    async def _held_while(self, full: bool) -> None:
+        """Holds the batch as it is (its write is when it costs the most), then
+        writes it out if it is full."""
+        self.hold()
+        if full:
+            await self._flush()
 
     def _accept(self, number: int, message: tpb.SessionEvent) -> bool:
         """Checks one line's event against the grammar and adds it to the batch;
@@ -148,7 +163,7 @@ class StreamedImport:
                 warnings.append(f"line {number} is torn ({torn.problem}); it was dropped")
             else:
                 self._accept(number, message)
-        await self._flush()
+        await self._held_while(True)
         return warnings
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from completion_service.core import transcript as grammar
 from completion_service.core.transcript import Violation, grammar_rejection
 from completion_service.errors import Reason
 from completion_service.event_rules import check_event
-from completion_service.imports import StreamedImport, least_held_bytes
+from completion_service.imports import OutOfBuffer, StreamedImport, least_held_bytes
 from completion_service.jsonl import LineDamaged, to_line
 from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.request_ids import peek
@@ -293,9 +293,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
                         raise _line_error(importer.splitter.line_number + 1, "the target may only come first")
                     importer.feed(message)
                     del message  # not kept while the lines are staged: the importer has the bytes
-                    shortfall = await importer.take_lines()
-                    if shortfall is not None:
-                        raise self._budget_exhausted(shortfall)
+                    await importer.take_lines()
             warnings = await importer.finish()
             await _stream_really_ended(context)
             version = await self._transcripts.commit_import(
@@ -304,6 +302,9 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         except LineDamaged as damage:
             await self._transcripts.discard_import(importer.import_id)
             raise _line_error(damage.line, damage.problem) from None
+        except OutOfBuffer as short:
+            await self._transcripts.discard_import(importer.import_id)
+            raise self._budget_exhausted(short.shortfall) from None
         except BaseException:
             await self._transcripts.discard_import(importer.import_id)
             raise

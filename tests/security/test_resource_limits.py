@@ -174,6 +174,42 @@ async def test_imports_in_flight_share_a_bounded_buffer(secured):
     held[1].cancel()
 
 
+async def test_an_import_is_charged_for_its_decoded_events_not_their_bytes_on_the_wire(secured):
+    """A text of 1 Mi characters is 1 MiB on the wire either way; with one
+    character above U+FFFF it is 4 MiB in memory, twice while it is staged: with
+    room for a message, 12 MiB, more than the 11 MiB buffer. The plain one, 6 MiB,
+    is imported."""
+    limit = 11 * MB
+    funnel = await secured(completion={"import_buffer_bytes": limit, "import_buffer_per_caller_bytes": 2 * limit,
+                                       "import_buffer_per_workspace_bytes": 2 * limit})
+    await funnel.f.register("t-wide")
+    await funnel.f.register("t-plain")
+    host = funnel.clients(HOST)
+
+    def one_event(text: str) -> bytes:
+        return to_line(tpb.SessionEvent(sequence=1, generation=1, user_message=tpb.UserMessage(text=text)))
+
+    wide, plain = one_event("w" * (MB - 1) + "\U0001F600"), one_event("p" * MB)
+    assert len(wide) - len(plain) == 3  # the same size on the wire, within a character
+    error = await failure(send_file(host.ts, "t-wide", wide))
+    info = error_info(error)
+    assert (info.reason, dict(info.metadata)) == (
+        "IMPORT_BUFFER_EXHAUSTED", {"scope": "global", "limit_bytes": str(limit)})
+    await until_buffer_holds(funnel, 0)
+    assert (await send_file(host.ts, "t-plain", plain)).imported_events == 1
+
+
+async def send_file(ts, task_id: str, data: bytes, chunk: int = 256 * 1024):
+    """Imports `data` in chunks; the line ends in the last one, so that a refusal
+    comes after every write (grpc-aio hides one that comes before a write: grpc/grpc#36066)."""
+    async def requests():
+        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=task_id))
+        for start in range(0, len(data), chunk):
+            yield tpb.ImportTranscriptRequest(jsonl_chunk=data[start : start + chunk])
+
+    return await ts.ImportTranscript(requests(), timeout=60)
+
+
 async def test_a_caller_and_a_workspace_hold_at_most_their_share_of_the_import_buffer(secured):
     """The defaults: 64 MiB in all, 16 MiB per caller, 32 MiB per workspace, 5 MiB
     per import at least. One caller's stalled imports fill its share; another
