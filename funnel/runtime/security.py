@@ -55,7 +55,7 @@ class ServerSecurity:
     # finish its TLS and HTTP/2 handshake within the first; one without a call is
     # closed after the second; a peer that leaves a ping unanswered for the fourth,
     # once the third has passed without traffic, is cut off.
-    handshake_timeout_seconds: float = 10.0
+    handshake_timeout_seconds: float = 20.0
     connection_idle_seconds: float = 300.0
     keepalive_seconds: float = 60.0
     keepalive_timeout_seconds: float = 20.0

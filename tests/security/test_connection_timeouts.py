@@ -32,7 +32,7 @@ async def closed_by_server(reader: asyncio.StreamReader) -> None:
 
 async def test_silent_tcp_connections_are_closed_after_the_handshake_timeout(pair):
     p = await pair()
-    timeout = ServerSecurity().handshake_timeout_seconds  # the documented default, 10 s
+    timeout = ServerSecurity().handshake_timeout_seconds  # the documented default, 20 s
     connections = []
     for service in (p.lifecycle, p.completion):
         for _ in range(SILENT_PER_SERVICE):
