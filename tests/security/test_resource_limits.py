@@ -252,7 +252,10 @@ async def test_an_import_that_trickles_below_the_minimum_rate_is_ended(secured):
     await funnel.f.register("t-1")
     await funnel.f.register("t-2")
     host = funnel.clients(HOST)
-    line = b'{"sequence":"1","generation":"1","user_message":{"text":"drip"}}\n'
+
+    def events(count: int) -> bytes:
+        return b"".join(to_line(tpb.SessionEvent(sequence=n, generation=1, user_message=tpb.UserMessage(text=f"e{n}")))
+                        for n in range(1, count + 1))
 
     async def paced(task_id: str, data: bytes, size: int):
         async def requests():
@@ -263,7 +266,7 @@ async def test_an_import_that_trickles_below_the_minimum_rate_is_ended(secured):
 
         return await asyncio.wait_for(host.ts.ImportTranscript(requests(), timeout=60), 30)
 
-    error = await failure(paced("t-1", line * 100, 1))
+    error = await failure(paced("t-1", events(100), 1))
     info = error_info(error)
     assert (error.code(), info.reason, info.metadata["min_bytes_per_second"]) == (
         Code.DEADLINE_EXCEEDED, "STREAM_IDLE", "200")
@@ -271,12 +274,10 @@ async def test_an_import_that_trickles_below_the_minimum_rate_is_ended(secured):
     await until_buffer_holds(funnel, 0)
     page = await host.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T)
     assert list(page.events) == []
-    events = [tpb.SessionEvent(sequence=n, generation=1, user_message=tpb.UserMessage(text=f"steady {n}"))
-              for n in range(1, 21)]
-    data = b"".join(to_line(event) for event in events)
+    data = events(30)
     assert len(data) > 1000  # sent for over 2 s: past the first idle timeout
     answer = await paced("t-2", data, 100)
-    assert answer.imported_events == 20
+    assert answer.imported_events == 30
 
 
 async def until_buffer_holds(funnel, size: int) -> None:
