@@ -258,20 +258,10 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         default=int(e("import_buffer_bytes", d.import_buffer_bytes)),
         help=f"bytes all transcript imports in flight may buffer together ({ENV_PREFIX}_IMPORT_BUFFER_BYTES)",
     )
-    parser.add_argument(
-        "--import-buffer-per-caller-bytes",
-        type=int,
-        default=int(e("import_buffer_per_caller_bytes", d.import_buffer_per_caller_bytes)),
-        help="of those, what the imports of one caller may hold "
-        f"({ENV_PREFIX}_IMPORT_BUFFER_PER_CALLER_BYTES)",
-    )
-    parser.add_argument(
-        "--import-buffer-per-workspace-bytes",
-        type=int,
-        default=int(e("import_buffer_per_workspace_bytes", d.import_buffer_per_workspace_bytes)),
-        help="of those, what the imports into one workspace may hold "
-        f"({ENV_PREFIX}_IMPORT_BUFFER_PER_WORKSPACE_BYTES)",
-    )
+    for scope in ("caller", "workspace"):
+        name = f"import_buffer_per_{scope}_bytes"
+        parser.add_argument(f"--import-buffer-per-{scope}-bytes", type=int, default=int(e(name, getattr(d, name))),
+                            help=f"of those, what the imports of one {scope} may hold ({ENV_PREFIX}_{name.upper()})")
     outbound = parser.add_argument_group("outbound security (docs/security.md)")
     outbound.add_argument("--lifecycle-ca", default=e("lifecycle_ca", "") or None,
                           help="PEM CA bundle that signed the lifecycle service's certificate (default: system roots)")

@@ -96,24 +96,20 @@ def add_arguments(parser: argparse.ArgumentParser, env: Callable[[str, str], str
     group.add_argument("--stream-idle-seconds", type=float,
                        default=float(env("stream_idle_seconds", str(d.stream_idle_seconds))),
                        help="a client stream (transcript import) silent this long is ended")
-    group.add_argument("--stream-min-bytes-per-second", type=float,
-                       default=float(env("stream_min_bytes_per_second", str(d.stream_min_bytes_per_second))),
-                       help="a client stream that has sent less than this per second on average, once its first idle "
-                       "timeout is over, is ended (0: no minimum)")
-    group.add_argument("--handshake-timeout-seconds", type=float,
-                       default=float(env("handshake_timeout_seconds", str(d.handshake_timeout_seconds))),
-                       help="a connection that has not finished its TLS and HTTP/2 handshake by then is closed")
-    group.add_argument("--connection-idle-seconds", type=float,
-                       default=float(env("connection_idle_seconds", str(d.connection_idle_seconds))),
-                       help="a connection without a call for this long is closed (the client reconnects when it "
-                       "needs to)")
-    group.add_argument("--keepalive-seconds", type=float,
-                       default=float(env("keepalive_seconds", str(d.keepalive_seconds))),
-                       help="the server pings a connection quiet this long, and closes it when the ping stays "
-                       "unanswered for --keepalive-timeout-seconds")
-    group.add_argument("--keepalive-timeout-seconds", type=float,
-                       default=float(env("keepalive_timeout_seconds", str(d.keepalive_timeout_seconds))),
-                       help="how long a keepalive ping may stay unanswered")
+    # Flags named after their ServerSecurity field, with its default.
+    for field_name, meaning in (
+        ("stream_min_bytes_per_second", "a client stream that has sent less than this per second on average, once "
+         "its first idle timeout is over, is ended (0: no minimum)"),
+        ("handshake_timeout_seconds", "a connection that has not finished its TLS and HTTP/2 handshake by then is "
+         "closed"),
+        ("connection_idle_seconds", "a connection without a call for this long is closed (the client reconnects "
+         "when it needs to)"),
+        ("keepalive_seconds", "the server pings a connection quiet this long, and closes it when the ping stays "
+         "unanswered for --keepalive-timeout-seconds"),
+        ("keepalive_timeout_seconds", "how long a keepalive ping may stay unanswered"),
+    ):
+        group.add_argument("--" + field_name.replace("_", "-"), type=float,
+                           default=float(env(field_name, str(getattr(d, field_name)))), help=meaning)
     group.add_argument("--reload-interval", type=float, default=float(env("reload_interval", str(d.reload_interval))),
                        help="seconds between checks for changed certificate and JWKS files (SIGHUP reloads at once)")
 

@@ -19,6 +19,7 @@ from funnel.runtime.grpc_errors import error_info
 from tests import credentials
 from tests.prometheus import scrape, value
 from tests.security.support import rss_bytes
+from tests.transcripts.support import import_bytes
 
 MB = 1024 * 1024
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text(encoding="utf-8")
@@ -101,28 +102,14 @@ async def whole(ts, workspace: str, task_id: str, data: bytes) -> int:
     deadline = time.monotonic() + 240
     while True:
         try:
-            return (await send_file(ts, workspace, task_id, data)).imported_events
+            answer = await import_bytes(ts, task_id, data, workspace=workspace, chunk=CHUNK, timeout=120)
+            return answer.imported_events
         except grpc.aio.AioRpcError as error:
             info = error_info(error)
             refused = hidden_refusal(error) or (info is not None and info.reason == "IMPORT_BUFFER_EXHAUSTED")
             if not refused or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(0.2)
-
-
-async def send_file(ts, workspace: str, task_id: str, data: bytes) -> tpb.ImportTranscriptResponse:
-    call = None
-
-    async def requests():
-        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace, task_id=task_id))
-        for start in range(0, len(data), CHUNK):
-            # Not after the answer: grpc-aio would hide a refusal behind INTERNAL (grpc/grpc#36066).
-            if call is not None and call.done():
-                return
-            yield tpb.ImportTranscriptRequest(jsonl_chunk=data[start : start + CHUNK])
-
-    call = ts.ImportTranscript(requests(), timeout=120)
-    return await call
 
 
 async def test_floods_of_stalled_and_admitted_imports_stay_under_the_documented_memory_bound(pair):

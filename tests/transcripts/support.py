@@ -167,7 +167,8 @@ async def export_bytes(ts, task_id: str, *, workspace: str = WS) -> bytes:
     return b"".join(chunks)
 
 
-async def import_bytes(ts, task_id: str, data: bytes, *, workspace: str = WS, chunk: int = 7):
+async def import_bytes(ts, task_id: str, data: bytes, *, workspace: str = WS, chunk: int = 7,
+                       timeout: float = CALL_TIMEOUT):
     """Streams `data` in deliberately odd-sized chunks, so that lines straddle messages.
     Stops sending once the server has answered (a rejection of a bad line comes
     early): grpc-aio turns a write that fails after the server's status into
@@ -181,5 +182,5 @@ async def import_bytes(ts, task_id: str, data: bytes, *, workspace: str = WS, ch
                 return
             yield tpb.ImportTranscriptRequest(jsonl_chunk=data[start : start + chunk])
 
-    call = ts.ImportTranscript(requests(), timeout=CALL_TIMEOUT)
+    call = ts.ImportTranscript(requests(), timeout=timeout)
     return await call
