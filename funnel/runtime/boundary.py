@@ -364,7 +364,7 @@ async def _abort(context: grpc.aio.ServicerContext, status: grpc.Status) -> None
 
 @dataclass(frozen=True)
 class _Dropped(grpc.Status):
-    """What a reply dropped by fault injection ends with: UNAVAILABLE, no details."""
+    """What a reply dropped by fault injection ends with: UNAVAILABLE, without ErrorInfo."""
 
     details: str
     code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
