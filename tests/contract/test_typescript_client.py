@@ -158,7 +158,7 @@ def test_request_id_vectors_are_what_the_mcp_server_derives() -> None:
     )
 
 
-def test_the_tarball_ships_built_code_and_types_only(tarball: Path) -> None:
+def test_the_tarball_ships_the_built_code_with_its_types(tarball: Path) -> None:
     with tarfile.open(tarball) as archive:
         names = {name.removeprefix("package/") for name in archive.getnames()}
     manifest = json.loads((PACKAGE / "package.json").read_text())
@@ -184,11 +184,11 @@ def test_engines_are_what_the_dependencies_require() -> None:
     no EBADENGINE on any Node the package admits."""
     lock = json.loads((PACKAGE / "package-lock.json").read_text())["packages"]
     ours = _floor(lock[""]["engines"], "@funnel/client")
-    runtime = [_floor(p["engines"], path) for path, p in lock.items() if path and not p.get("dev") and "engines" in p]
+    floors = {path: _floor(p["engines"], path) for path, p in lock.items() if path and "node" in p.get("engines", {})}
+    runtime = [floor for path, floor in floors.items() if not lock[path].get("dev")]
     assert runtime and ours == max(runtime)
-    for path, package in lock.items():
-        if path and "engines" in package and "node" in package["engines"]:
-            assert _floor(package["engines"], path) <= ours, f"{path} needs Node {package['engines']['node']}"
+    for path, floor in floors.items():
+        assert floor <= ours, f"{path} needs Node {lock[path]['engines']['node']}"
     assert json.loads((CONSUMER / "package.json").read_text())["engines"] == lock[""]["engines"]
 
 
