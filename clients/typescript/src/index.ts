@@ -1,5 +1,6 @@
-// @funnel/client: generated types and clients for funnel's two services, and
-// errorDetails() for their errors. The generated modules are re-exported as
+// @funnel/client: generated types and clients for funnel's two services,
+// errorDetails() for their errors, a session object for a claimed run and the
+// request ids `funnel mcp` derives. The generated modules are re-exported as
 // namespaces because both packages define `ErrorReason`, `ErrorDetails` and `Caller`.
 export * as lifecycle from "./gen/funnel/lifecycle/v1/lifecycle_pb.js";
 export * as completion from "./gen/funnel/completion/v1/completion_pb.js";
@@ -18,3 +19,17 @@ export {
   type TranscriptClient,
 } from "./connect.js";
 export { errorDetails, type FunnelErrorDetails } from "./errors.js";
+// The error class and codes of the Connect copy this package was built and tested
+// with: `instanceof` against another copy of @connectrpc/connect would be false.
+export { Code, ConnectError } from "@connectrpc/connect";
+export { callIdentity, CALL_ID_META_KEY, requestId, type CallId, type JsonValue } from "./idempotency.js";
+export {
+  claimTask,
+  resumeRun,
+  RunSession,
+  type AttemptInput,
+  type ClaimInput,
+  type CloseInput,
+  type EvidenceInput,
+  type SessionCallOptions,
+} from "./session.js";

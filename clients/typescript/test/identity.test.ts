@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
-import { canonicalBytes, identity, IDENTITY_KEYS, type IdentityInput } from "./identity.js";
+import { canonicalBytes, identity, IDENTITY_KEYS, type IdentityInput } from "../consumer/identity.js";
 
 // dist/test/ -> the repository's protos/ unless the environment names the file.
 const VECTORS_PATH = process.env.FUNNEL_IDENTITY_VECTORS

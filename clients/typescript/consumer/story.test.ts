@@ -1,13 +1,17 @@
-// The golden story of funnel_cli/demo.py against real services, through the
-// generated clients, plus errors decoded with errorDetails(). The services and
-// credentials come from the environment (tests/contract/test_typescript_client.py
-// starts them); without FUNNEL_LIFECYCLE_ADDRESS the tests are skipped.
+// The golden story of funnel_cli/demo.py against real services, as a project
+// that installed the packed @funnel/client writes it: the agent works through a
+// RunSession (claim, renew, evidence, attempts, close) with call ids, so repeats
+// are answered with the first answer; errors decoded with errorDetails(). The
+// services and credentials come from the environment
+// (tests/contract/test_typescript_client.py starts them and installs the package
+// here); without FUNNEL_LIFECYCLE_ADDRESS the tests are skipped.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
-import { ConnectError } from "@connectrpc/connect";
-import { completion, completionClient, errorDetails, lifecycle, lifecycleClient } from "../src/index.js";
+import {
+  claimTask, completion, completionClient, ConnectError, errorDetails, lifecycle, lifecycleClient, resumeRun,
+} from "@funnel/client";
 import { identity, jsonNumber } from "./identity.js";
 
 const env = process.env;
@@ -74,30 +78,39 @@ describe("golden story against real services", { skip: configured ? false : "FUN
     assert.equal(registered.task?.revision, 1n);
     say(`1. register ${taskId}: generation 1, REGISTERED, revision 1`);
 
-    // 2. The agent claims it as itself.
-    const claim = await agent.claimTask(
-      { workspaceId: WORKSPACE, taskId, agentId, leaseTtl: { seconds: 60n } },
-      CALL,
-    );
-    const run = claim.run!;
-    const epoch = claim.lease!.epoch;
-    assert.equal(run.agentId, agentId);
+    // 2. The agent claims it as itself; the session keeps run, generation and epoch.
+    const session = await claimTask(agent, { workspaceId: WORKSPACE, taskId, agentId, leaseTtlSeconds: 60 }, { ...CALL, callId: "claim" });
+    assert.equal(session.agentId, agentId);
+    assert.equal(session.taskId, taskId);
+    assert.equal(session.generation, 1n);
+    assert.ok(session.epoch >= 1n);
     const active = await hostLifecycle.getTask({ workspaceId: WORKSPACE, taskId }, CALL);
     assert.equal(active.task?.state, lifecycle.GenerationState.ACTIVE);
     assert.equal(active.task?.workStatus, lifecycle.WorkStatus.IN_PROGRESS);
-    say(`2. claim ${run.runId} (epoch ${epoch}): ACTIVE, IN_PROGRESS`);
+    // The same call id again is the same request: the first claim's answer, not LEASE_HELD.
+    const replayed = await claimTask(agent, { workspaceId: WORKSPACE, taskId, agentId, leaseTtlSeconds: 60 }, { ...CALL, callId: "claim" });
+    assert.equal(replayed.runId, session.runId);
+    assert.equal(replayed.epoch, session.epoch);
+    const held = await failure(() => claimTask(agent, { workspaceId: WORKSPACE, taskId, agentId }, { ...CALL, callId: "claim-2" }));
+    assert.equal(held.reason, "LEASE_HELD");
+    say(`2. claim ${session.runId} (epoch ${session.epoch}): ACTIVE, IN_PROGRESS; the repeat replayed, another claim LEASE_HELD`);
 
-    const attempt = () =>
-      agent.attemptCompletion(
-        {
-          workspaceId: WORKSPACE, taskId, runId: run.runId, epoch,
-          outcome: completion.RequestedOutcome.COMPLETED, result: "Implemented the change; all tests pass.",
-        },
-        CALL,
-      );
+    // The lease is renewed with the session's epoch; a host that restarted resumes the run.
+    const claimedUntil = session.leaseExpireTime!.seconds;
+    const renewed = await session.renew(CALL);
+    assert.equal(renewed.lease?.epoch, session.epoch);
+    assert.ok(session.leaseExpireTime!.seconds >= claimedUntil);
+    const resumed = await resumeRun(agent, WORKSPACE, session.runId, 60, CALL);
+    assert.deepEqual(
+      [resumed.taskId, resumed.generation, resumed.epoch, resumed.agentId],
+      [session.taskId, session.generation, session.epoch, session.agentId],
+    );
+
+    const attempt = (callId: string) =>
+      session.attemptCompletion({ result: "Implemented the change; all tests pass." }, { ...CALL, callId });
 
     // 3. Without evidence the policy (required_evidence = ["tests"]) soft-blocks.
-    const blocked = await attempt();
+    const blocked = await attempt("attempt-1");
     assert.equal(blocked.decision?.verdict, completion.Verdict.SOFT_BLOCK, blocked.decision?.instruction);
     assert.equal(blocked.decision?.nextAction, completion.AgentAction.RECORD_EVIDENCE);
     assert.equal(blocked.completion, undefined);
@@ -105,23 +118,22 @@ describe("golden story against real services", { skip: configured ? false : "FUN
     assert.deepEqual(decisive.map((gate) => gate.gateId), ["evidence.required"]);
     say(`3. attempt: SOFT_BLOCK, next action RECORD_EVIDENCE: ${blocked.decision!.instruction}`);
 
-    // 4. The host records passing tests at the current (empty) checkpoint.
-    const evidence = await host.recordEvidence(
-      {
-        workspaceId: WORKSPACE, taskId, generation: run.generation, kind: "tests",
-        verdict: completion.EvidenceVerdict.PASSED, details: "node --test: all passed", runId: run.runId,
-      },
-      CALL,
+    // 4. The agent records passing tests at the current (empty) checkpoint.
+    const evidence = await session.recordEvidence(
+      { kind: "tests", verdict: completion.EvidenceVerdict.PASSED, details: "node --test: all passed" },
+      { ...CALL, callId: "evidence-1" },
     );
     assert.equal(evidence.evidence?.kind, "tests");
+    assert.equal(evidence.evidence?.runId, session.runId);
+    assert.equal(evidence.evidence?.generation, session.generation);
     say(`4. evidence ${evidence.evidence?.evidenceId}: tests PASSED`);
 
     // 5. Allowed: the completion is committed...
-    const allowed = await attempt();
+    const allowed = await attempt("attempt-2");
     assert.equal(allowed.decision?.verdict, completion.Verdict.ALLOW, allowed.decision?.instruction);
     let done = allowed.completion!;
     assert.equal(done.outcome, completion.RequestedOutcome.COMPLETED);
-    assert.equal(done.runId, run.runId);
+    assert.equal(done.runId, session.runId);
     // ...with the identity the vectors describe, recomputed here.
     assert.equal(
       done.identity,
@@ -145,7 +157,7 @@ describe("golden story against real services", { skip: configured ? false : "FUN
     }
     for (let tries = 0; done.settlement === completion.SettlementStatus.PENDING && tries < 100; tries++) {
       await new Promise((resolve) => setTimeout(resolve, 100));
-      done = (await host.getCompletion({ workspaceId: WORKSPACE, taskId, generation: run.generation }, CALL)).completion!;
+      done = (await host.getCompletion({ workspaceId: WORKSPACE, taskId, generation: session.generation }, CALL)).completion!;
     }
     assert.equal(name(completion.SettlementStatus, done.settlement), "SETTLED");
     assert.ok(done.lifecycleRevision > 0n);
@@ -173,13 +185,15 @@ describe("golden story against real services", { skip: configured ? false : "FUN
     assert.deepEqual(watched.map((e) => e.sequence), history.events.map((e) => e.sequence));
 
     // 8. complete_task: the run closes and the task's final status is DONE.
-    const closed = await agent.completeRun(
+    const close = () => session.complete(
       {
-        workspaceId: WORKSPACE, runId: run.runId, outcome: completion.RunOutcome.SUCCEEDED,
-        tokensInput: 1200n, tokensOutput: 300n, tokensTotal: 1500n, notes: "Implemented the change; all tests pass.",
+        outcome: completion.RunOutcome.SUCCEEDED, tokensInput: 1200, tokensOutput: 300, tokensTotal: 1500,
+        notes: "Implemented the change; all tests pass.",
       },
-      CALL,
+      { ...CALL, callId: "close" },
     );
+    const closed = await close();
+    assert.equal(closed.runId, session.runId);
     assert.equal(name(completion.FinalStatus, closed.finalStatus), "DONE");
     assert.equal(closed.tokensTotal, 1500n);
     const final = await hostLifecycle.getTask({ workspaceId: WORKSPACE, taskId }, CALL);
@@ -187,17 +201,20 @@ describe("golden story against real services", { skip: configured ? false : "FUN
     assert.equal(final.task?.completionId, done.completionId);
     say(`8. complete_task ${closed.runId}: final status DONE, ${closed.tokensTotal} tokens`);
 
-    // A second close is an error: FAILED_PRECONDITION / RUN_ALREADY_FINISHED.
+    // The same close again (same call id) is answered as the first time...
+    const closedAgain = await close();
+    assert.deepEqual(closedAgain.finishTime, closed.finishTime);
+    // ...a new close is an error: FAILED_PRECONDITION / RUN_ALREADY_FINISHED.
     const again = await failure(() =>
-      agent.completeRun({ workspaceId: WORKSPACE, runId: run.runId, outcome: completion.RunOutcome.SUCCEEDED }, CALL),
+      session.complete({ outcome: completion.RunOutcome.SUCCEEDED }, { ...CALL, callId: "close-2" }),
     );
     assert.equal(again.codeName, "FAILED_PRECONDITION");
     assert.equal(again.reason, "RUN_ALREADY_FINISHED");
     assert.equal(again.reason, completion.ErrorReason[completion.ErrorReason.RUN_ALREADY_FINISHED]);
     assert.equal(again.errorInfo?.domain, "funnel.completion.v1");
-    assert.equal(again.errorInfo?.metadata.run_id, run.runId);
+    assert.equal(again.errorInfo?.metadata.run_id, session.runId);
     assert.equal(again.badRequest, undefined);
-    say(`9. complete_task again: ${again.codeName} / ${again.reason}: ${again.message}`);
+    say(`9. complete_task again: the same call replayed; a new one ${again.codeName} / ${again.reason}: ${again.message}`);
   });
 
   it("a call without a token: UNAUTHENTICATED / CREDENTIALS_MISSING, on both services", async () => {
@@ -228,9 +245,7 @@ describe("golden story against real services", { skip: configured ? false : "FUN
     const { hostLifecycle, agent } = setup();
     const taskId = `ts-${randomUUID().slice(0, 8)}`;
     await hostLifecycle.registerTask({ workspaceId: WORKSPACE, taskId }, CALL);
-    const details = await failure(() =>
-      agent.claimTask({ workspaceId: WORKSPACE, taskId, agentId: "someone-else", leaseTtl: { seconds: 60n } }, CALL),
-    );
+    const details = await failure(() => claimTask(agent, { workspaceId: WORKSPACE, taskId, agentId: "someone-else" }, CALL));
     assert.equal(details.codeName, "PERMISSION_DENIED");
     assert.equal(details.reason, "AGENT_ID_MISMATCH");
     assert.equal(details.errorInfo?.metadata.agent_id, "someone-else");

@@ -1,6 +1,7 @@
 // The completion identity, recomputed as the protos describe it (message
 // CompletionIdentity, identity_vectors.json): SHA-256 over the RFC 8785 (JCS)
-// JSON of eight fields, as `sha256:<hex>`. Shared by the vector test and the story.
+// JSON of eight fields, as `sha256:<hex>`. Shared by the vector test (test/) and
+// the story that the consumer project runs against the installed package.
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 
