@@ -64,7 +64,7 @@ from funnel.runtime.paging import encode_token
 from lifecycle_service.errors import Reason as LifecycleReason
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
-from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel
+from tests.completion.e2e_support import CLOCK_START_MICROS, Funnel, eventually, query
 from tests.completion.e2e_support import WS as E2E_WS
 
 SEED = int(os.environ.get("FUNNEL_HOSTILE_SEED", "20240611"))
@@ -1375,16 +1375,25 @@ async def test_an_import_stream_that_breaks_off_imports_nothing(start_funnel_pai
         page = await ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=E2E_WS, task_id="task-a"), timeout=10)
         return len(page.events), page.state_version
 
+    async def staged(rows: int) -> bool:
+        """Whether the staging table holds `rows` rows: 1000 once the first part is
+        staged, none again once the handler has let the broken-off import go."""
+        count = await asyncio.to_thread(query, f.completion_db, "SELECT count(*) FROM transcript_staging")
+        return count == [(rows,)]
+
     stop = asyncio.Event()
     call = ts.ImportTranscript(upload(stop), timeout=30)
-    await asyncio.sleep(0.5)
+    await eventually(lambda: staged(1000), timeout=30)
     call.cancel()
-    await asyncio.sleep(0.5)
+    await eventually(lambda: staged(0), timeout=30)
     assert await tail() == (0, 0)
+    # The deadline passes while the handler holds the first part.
+    deadline = ts.ImportTranscript(upload(asyncio.Event()), timeout=5)
+    await eventually(lambda: staged(1000), timeout=30)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await ts.ImportTranscript(upload(asyncio.Event()), timeout=0.5)
+        await deadline
     assert caught.value.code() == Code.DEADLINE_EXCEEDED
-    await asyncio.sleep(0.5)
+    await eventually(lambda: staged(0), timeout=30)
     assert await tail() == (0, 0)
     # The whole file, sent again, is imported in full.
     stop.set()
