@@ -635,7 +635,7 @@ def test_retryable_codes() -> None:
 
 # ============================================================================= leases
 
-WAIT = 2.0  # seconds a test waits for something that should happen much sooner
+WAIT = 10.0  # seconds a test waits for something that should happen much sooner, on a loaded machine too
 
 
 def held_run(run_id: str, epoch: int = 1) -> HeldRun:
@@ -686,11 +686,35 @@ async def eventually(predicate: Callable[[], bool], timeout: float = WAIT) -> No
         await asyncio.sleep(0.005)
 
 
+class RecordedSleeps:
+    """funnel_mcp.leases' asyncio, but each sleep asked for is recorded by run: what
+    the keeper decided to wait, which no load changes (it can only lengthen the wait)."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, list[float]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def sleep(self, delay: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.asked.setdefault(task.get_name().removeprefix("lease "), []).append(delay)
+        await asyncio.sleep(delay)
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> RecordedSleeps:
+    recorded = RecordedSleeps()
+    monkeypatch.setattr(funnel_mcp.leases, "asyncio", recorded)
+    return recorded
+
+
 def status_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=f"{code.name} from fake")
 
 
-async def test_renews_every_third_of_the_ttl_while_held() -> None:
+async def test_renews_every_third_of_the_ttl_while_held(sleeps: RecordedSleeps) -> None:
     renew = FakeRenew()
     ttl = 0.3
     async with LeaseKeeper(renew, ttl) as keeper:
@@ -701,7 +725,8 @@ async def test_renews_every_third_of_the_ttl_while_held() -> None:
         assert keeper.held() == {"r1"}
     times = renew.times("r1")
     gaps = [later - earlier for earlier, later in itertools.pairwise([started, *times])]
-    assert all(ttl / 3 * 0.9 <= gap <= ttl / 3 + 0.15 for gap in gaps), gaps
+    assert all(ttl / 3 * 0.9 <= gap for gap in gaps), gaps
+    assert sleeps.asked["r1"][:3] == [ttl / 3] * 3
     assert all(run == held_run("r1") for run, _ in renew.calls)
 
 
@@ -760,7 +785,7 @@ async def test_a_non_retryable_error_stops_that_run_only(code: grpc.StatusCode) 
 
 @pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED])
 async def test_a_retryable_error_is_retried_after_the_retry_delay(
-    code: grpc.StatusCode, monkeypatch: pytest.MonkeyPatch
+    code: grpc.StatusCode, monkeypatch: pytest.MonkeyPatch, sleeps: RecordedSleeps
 ) -> None:
     retry_delay = 0.02
     ttl = 0.3  # renewals every 0.1 s
@@ -772,10 +797,11 @@ async def test_a_retryable_error_is_retried_after_the_retry_delay(
         await renew.until(lambda: renew.count("r1") >= 4)
         assert keeper.held() == {"r1"}
     first, second, third, fourth = renew.times("r1")
-    assert retry_delay * 0.9 <= second - first < ttl / 3 * 0.7
-    assert retry_delay * 0.9 <= third - second < ttl / 3 * 0.7
+    assert retry_delay * 0.9 <= second - first
+    assert retry_delay * 0.9 <= third - second
     # Once a renewal succeeds, the next one waits a third of the ttl again.
     assert fourth - third >= ttl / 3 * 0.9
+    assert sleeps.asked["r1"][:4] == [ttl / 3, retry_delay, retry_delay, ttl / 3]
 
 
 async def test_an_unexpected_exception_stops_that_run_only(caplog: pytest.LogCaptureFixture) -> None:
@@ -815,15 +841,12 @@ async def test_hold_outside_the_context_is_a_no_op() -> None:
 async def test_leaving_the_context_cancels_everything_promptly() -> None:
     renew = FakeRenew()
     renew.blocking.add("stuck")  # its renewal call never returns by itself
-    loop = asyncio.get_running_loop()
     async with LeaseKeeper(renew, 0.15) as keeper:
         for run_id in ("a", "b", "stuck"):
             keeper.hold(held_run(run_id))
         await renew.until(lambda: renew.count("stuck") >= 1 and renew.count("a") >= 1)
-        leaving = loop.time()
-    assert loop.time() - leaving < 0.05
+    # Left at all: it did not wait for the stuck call, which never returns by itself.
     assert keeper.held() == set()
     assert renew.cancelled == ["stuck"]
-    count = len(renew.calls)
-    await asyncio.sleep(0.1)  # two renewal intervals
-    assert len(renew.calls) == count
+    # And nothing is left that could renew later.
+    assert [task.get_name() for task in asyncio.all_tasks() if task.get_name().startswith("lease ")] == []
