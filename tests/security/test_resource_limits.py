@@ -100,8 +100,15 @@ async def test_watchers_are_capped_per_caller_and_per_workspace(secured):
     )
     assert dict(error_info(error).metadata) == {"scope": "per_workspace", "limit": "3"}
     first.cancel()
-    await asyncio.sleep(0.2)  # the server sees the cancellation and frees the slot
-    await watch(host)
+    # Admitted again once the server has seen the cancellation and freed the slot.
+    deadline = time.monotonic() + T
+    while True:
+        try:
+            await watch(host)
+            break
+        except grpc.aio.AioRpcError as refused:
+            assert error_info(refused).reason == "WATCHERS_EXHAUSTED" and time.monotonic() < deadline, refused
+            await asyncio.sleep(0.05)
     for call in opened:
         call.cancel()
 
