@@ -373,7 +373,7 @@ async def test_propagations_are_delivered_by_the_background_loop():
     background.start()
     try:
         await shell.apply(do(i.SettleFailure, "p"), "SettleFailure", render)
-        for _ in range(3000)  # 30 s of polls: enough on a loaded machine:
+        for _ in range(3000):  # 30 s of polls: enough on a loaded machine
             children = [await shell.store.read(lambda tx, c=c: tx.load_task(WS, c)) for c in ("c1", "c2")]
             if all(child.terminal for child in children):
                 break

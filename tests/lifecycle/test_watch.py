@@ -343,20 +343,18 @@ async def test_stopping_the_server_ends_every_watcher_at_once_with_its_cursor(st
     everything = await history(c)
     watchers = [watch(c), watch(c, after=everything[1].sequence), watch(c, task_id="t1")]
     seen = [await w.take(n) for w, n in zip(watchers, (4, 2, 2), strict=True)]
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    # A grace far longer than the streams may take: they must not wait for it.
+    # A grace far longer than the streams may take: they must not wait for it
+    # (ended within a third of it, however loaded the machine).
     stopping = asyncio.create_task(running.stop(30.0))
     try:
         for w, events in zip(watchers, seen, strict=True):
-            async with asyncio.timeout(1):
+            async with asyncio.timeout(10):
                 await w._pump
-            assert loop.time() - started < 1.0
             assert w.error is not None and w.error.code() == Code.UNAVAILABLE, w.error
             info = error_info(w.error)
             assert (info.reason, info.domain) == ("SERVER_SHUTTING_DOWN", "funnel.lifecycle.v1")
             assert info.metadata["resume_after_sequence"] == str(events[-1].sequence)
-        async with asyncio.timeout(1):
+        async with asyncio.timeout(10):
             await stopping
     finally:
         for w in watchers:
