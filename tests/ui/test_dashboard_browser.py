@@ -59,7 +59,7 @@ def viewer_dashboard(services):
 
 @pytest.fixture(scope="module")
 def browser():
-    assert Path(CHROMIUM).exists(), "CI installs Debian's chromium (.ci/run)"
+    assert Path(CHROMIUM).exists(), "scripts/test.sh installs Debian's chromium"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield browser
