@@ -405,6 +405,38 @@ async def test_stopping_ends_a_running_integrity_check_at_once(tmp_path, monkeyp
         await database.close()
 
 
+async def test_an_integrity_check_stopped_while_it_opens_the_file_waits_for_the_opening(tmp_path, monkeypatch):
+    """Stopped (a service stopping just after it started) while its connection's
+    thread still opens the file, the check ends only once that thread has answered:
+    else the thread answers an event loop that may be closed by then (an exception
+    on the thread, seen on a loaded machine at the end of short tests)."""
+    database = await Database.open(str(tmp_path / "db.sqlite3"), [])
+    opening, may_open = threading.Event(), threading.Event()
+    connect = sqlite3.connect
+
+    def held_open(location, *args, **kwargs):
+        if "mode=ro" in str(location):  # the check's own connection, not the database's
+            opening.set()
+            assert may_open.wait(60)
+        return connect(location, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", held_open)
+    try:
+        check = asyncio.ensure_future(database.check_integrity())
+        assert await asyncio.to_thread(opening.wait, 60)
+        check.cancel()
+        for _ in range(10):  # the cancellation reaches the check, which would end at once
+            await asyncio.sleep(0)
+        ended_while_opening = check.done()
+        may_open.set()
+        with pytest.raises(asyncio.CancelledError):
+            await check
+        assert not ended_while_opening
+    finally:
+        may_open.set()
+        await database.close()
+
+
 async def test_a_write_that_meets_damage_refuses_the_writes_after_it(tmp_path):
     database = await Database.open(str(tmp_path / "db.sqlite3"), migrations_in(LIFECYCLE_MIGRATIONS))
 
