@@ -24,9 +24,11 @@ log = logging.getLogger(__name__)
 # gRPC's default reconnect backoff grows to 120 s: after a lifecycle outage the
 # settlement outbox and every claim would keep failing fast for up to two minutes
 # although the lifecycle service is back. Reconnect within a second or two instead.
+# Not grpc.min_reconnect_backoff_ms: gRPC takes it as the time a connection attempt
+# is given (20 s by default), and 100 ms failed every attempt to a peer slow to
+# answer the handshake (a loaded machine, a slow network).
 RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 

@@ -13,6 +13,7 @@ from completion_service.authority.metrics import Metrics
 from completion_service.core.transcript import SessionEvent, Tail
 from completion_service.storage.port import CompletionStore, CompletionTx, TranscriptState
 from completion_service.transcripts import AppendCommand, Appended, Repaired, TranscriptPage
+from funnel.runtime import calls
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError
 from funnel.runtime.faults import NO_FAULTS, Faults
@@ -94,8 +95,11 @@ class Transcripts:
 
     async def discard_import(self, import_id: str | None) -> None:
         """Drops one import's staged events, or every import's (None): staged
-        imports belong to the process that streamed them, after a restart they are debris."""
-        await self._store.write(lambda tx: tx.discard_import(import_id))
+        imports belong to the process that streamed them, after a restart they are debris.
+        Not bound by the caller's deadline: an import broken off by it would
+        otherwise leave its staged rows behind until the next restart."""
+        with calls.past_the_deadline():
+            await self._store.write(lambda tx: tx.discard_import(import_id))
 
     async def commit_import(
         self, import_id: str, workspace_id: str, task_id: str, final_tail: Tail, checkpoints: Mapping[str, int]

@@ -6,7 +6,9 @@ SQLite writer. Background work runs outside any call and sees none."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from funnel.auth.principal import Caller, Principal, Role
@@ -53,3 +55,14 @@ def enter(call: Call, lock_deadline: float | None) -> None:
 
 def lock_deadline() -> float | None:
     return _lock_deadline.get()
+
+
+@contextlib.contextmanager
+def past_the_deadline() -> Iterator[None]:
+    """Writes in this block wait for the database lock as background work does:
+    for cleanup the call owes even once its deadline has passed."""
+    token = _lock_deadline.set(None)
+    try:
+        yield
+    finally:
+        _lock_deadline.reset(token)

@@ -256,8 +256,16 @@ class Database:
         known then). An in-memory database has no file to check."""
         if self.path == MEMORY:
             return None
+        opening = asyncio.ensure_future(aiosqlite.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None))
         try:
-            connection = await aiosqlite.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None)
+            connection = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # The service stops just after it started: the connection's thread opens the
+            # file anyway and then answers this event loop. Wait for that answer (and
+            # close what it opened), or it may reach a loop that is closed by then.
+            with contextlib.suppress(sqlite3.Error):
+                await (await opening).close()
+            raise
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"cannot open {self.path!r} for its integrity check: {exc}") from exc
         try:

@@ -1,9 +1,10 @@
 """The README's first quick-start command, as a user runs it: `funnel up --demo`
-starts both services as processes, walks the story, and stops cleanly on Ctrl-C,
-on SQLite files and (`--database postgresql://…`, the README's PostgreSQL quick
-start) on one PostgreSQL database."""
+starts both services as processes, walks the story the README shows, and stops
+cleanly on Ctrl-C, on SQLite files and (`--database postgresql://…`, the README's
+PostgreSQL quick start) on one PostgreSQL database."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,23 @@ import pytest
 from tests.postgres import fresh_database
 
 FUNNEL = Path(sys.executable).parent / "funnel"
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+
+
+def story(lines: list[str]) -> list[str]:
+    """The demo's numbered story, from `1.` to the end of `8.`, with the ids and
+    hashes that differ from run to run (and that the README shortens) masked."""
+    first = next(i for i, line in enumerate(lines) if line.startswith("1. "))
+    last = next(i for i, line in enumerate(lines) if line.startswith("8. "))
+    masked = (re.sub(r"\b(run|evd|cmp)_[0-9a-f]+…?|sha256:[0-9a-f]+…?|demo-[0-9a-f]{8}", r"\1…", line)
+              for line in lines[first:last + 1])
+    return [line.rstrip() for line in masked]
+
+
+def readme_sample() -> list[str]:
+    quick_start = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    sample = quick_start.split("\n```\n1. ", 1)[1].split("\n```\n", 1)[0]
+    return ("1. " + sample).splitlines()
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -45,8 +63,9 @@ def test_funnel_up_demo_tells_the_whole_story_and_stops_cleanly_on_ctrl_c(tmp_pa
             process.kill()
     output = "\n".join(lines) + "\n" + rest
     assert process.returncode == 0, output
-    story = [line.split()[0] for line in lines if line[:2] in {f"{n}." for n in range(1, 9)}]
-    assert story == ["1.", "2.", "3.", "4.", "5.", "6.", "7.", "8."], output
+    steps = [line.split()[0] for line in lines if line[:2] in {f"{n}." for n in range(1, 9)}]
+    assert steps == ["1.", "2.", "3.", "4.", "5.", "6.", "7.", "8."], output
+    assert story(lines) == story(readme_sample()), "the README's sample is not what the demo prints"
     assert "SOFT_BLOCK: next action RECORD_EVIDENCE" in output
     assert "ALLOW: completion cmp_" in output
     assert "settlement SETTLED" in output

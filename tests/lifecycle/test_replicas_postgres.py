@@ -276,11 +276,12 @@ async def test_a_watcher_on_one_replica_receives_every_event_of_both_in_order(st
         sequences = [e.sequence for e in received]
         # In order, without a gap (sequences are gapless), each event once.
         assert sequences == list(range(sequences[0], sequences[0] + len(received)))
-        await everything.nothing_more()
         listed = sorted([e for n in range(6) for e in await b.events(f"t{n}")], key=lambda e: e.sequence)
         assert received == listed
         assert await one_task.take(12) == [e for e in listed if e.task_id == "t0"]
-        await one_task.nothing_more()
+        # Nothing more on either, through the other replica: the next event of each is a new one.
+        await everything.nothing_before(b.register("marker"))
+        await one_task.nothing_before(a.work("t0"))
     finally:
         await everything.close()
         await one_task.close()
@@ -310,7 +311,7 @@ async def test_a_watcher_from_the_head_on_one_replica_receives_every_later_event
         later = [e for e in listed if e.sequence > head]
         assert head >= 2 and later
         assert await stream.take(len(later)) == later
-        await stream.nothing_more()
+        await stream.nothing_before(b.work("seed"))
     finally:
         await stream.close()
 

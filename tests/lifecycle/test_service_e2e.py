@@ -1109,7 +1109,7 @@ async def _health(channel, service=""):
         return None
 
 
-async def _eventually_health(channel, status, timeout=8.0, service=""):
+async def _eventually_health(channel, status, timeout=30.0, service=""):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:

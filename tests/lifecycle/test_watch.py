@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
+from typing import Any
 
 import grpc
 import pytest
@@ -70,9 +72,14 @@ class Watcher:
         assert self.error is not None, "the stream ended without an error"
         return self.error
 
-    async def nothing_more(self, wait: float = 0.3) -> None:
-        await asyncio.sleep(wait)
-        assert self._queue.empty(), self._queue.get_nowait()
+    async def nothing_before(self, commit: Awaitable[Any]) -> pb.LifecycleEvent:
+        """Nothing more arrives, shown without a fixed wait: `commit` writes one event
+        the stream must deliver, after all it was due, so any extra event would come
+        before it. Returns that event."""
+        task = (await commit).task
+        [event] = await self.take(1)
+        assert (event.task_id, event.revision) == (task.task_id, task.revision), event
+        return event
 
     async def close(self) -> None:
         self.call.cancel()
@@ -111,12 +118,11 @@ async def test_backlog_then_live_events(c):
     try:
         backlog = await stream.take(3)
         assert [e.revision for e in backlog] == [1, 2, 3]
-        await stream.nothing_more()
-        await c.work("t1", pb.WORK_STATUS_BLOCKED)
+        live = [await stream.nothing_before(c.work("t1", pb.WORK_STATUS_BLOCKED))]
         await c.suspend("t1")
         await c.register("t2")
-        live = await stream.take(3)
-        await stream.nothing_more()
+        live += await stream.take(2)
+        live.append(await stream.nothing_before(c.register("t3")))
     finally:
         await stream.close()
     assert backlog + live == await history(c)
@@ -131,7 +137,7 @@ async def test_a_cursor_skips_what_the_watcher_has_seen(c):
     stream = watch(c, after=everything[1].sequence)
     try:
         assert await stream.take(3) == everything[2:]
-        await stream.nothing_more()
+        await stream.nothing_before(c.work("t1", pb.WORK_STATUS_BLOCKED))
     finally:
         await stream.close()
 
@@ -147,7 +153,8 @@ async def test_the_task_filter(c):
         await c.work("t2", pb.WORK_STATUS_BLOCKED)
         await c.suspend("t1")
         rest = await stream.take(2)
-        await stream.nothing_more()
+        await c.work("t2")  # filtered out too
+        rest.append(await stream.nothing_before(c.request_cancellation("t1")))
     finally:
         await stream.close()
     assert first + rest == await c.events("t1")
@@ -164,8 +171,10 @@ async def test_workspaces_are_isolated(c):
         await c.work("t1", pb.WORK_STATUS_BLOCKED)
         got_mine = await mine.take(3)
         got_theirs = await theirs.take(3)
-        await mine.nothing_more(0.2)
-        await theirs.nothing_more(0.2)
+        await other.register("theirs-only")
+        got_theirs += await theirs.take(1)
+        got_mine.append(await mine.nothing_before(c.register("marker")))  # and not theirs-only before it
+        got_theirs.append(await theirs.nothing_before(other.register("marker")))
     finally:
         await mine.close()
         await theirs.close()
@@ -176,7 +185,7 @@ async def test_workspaces_are_isolated(c):
     stream = watch(c, task_id="only-elsewhere")
     try:
         await other.register("only-elsewhere")
-        await stream.nothing_more(0.2)
+        await stream.nothing_before(c.register("only-elsewhere"))  # its own workspace's, first
     finally:
         await stream.close()
 
@@ -192,7 +201,7 @@ async def test_resume_after_a_disconnect_has_no_gap_and_no_duplicate(c):
     resumed = watch(c, after=seen[-1].sequence)
     try:
         seen += await resumed.take(4)
-        await resumed.nothing_more()
+        seen.append(await resumed.nothing_before(c.work("t1")))
     finally:
         await resumed.close()
     assert seen == await history(c)
@@ -236,12 +245,11 @@ async def test_from_the_head_the_stream_starts_with_the_head_and_delivers_only_l
     try:
         head = await stream.head()
         assert head == (await history(c, OTHER_WS))[-1].sequence
-        await stream.nothing_more()
-        await c.work("t1")
+        live = [await stream.nothing_before(c.work("t1"))]
         await c.register("t2")  # filtered out
         await c.suspend("t1")
-        live = await stream.take(2)
-        await stream.nothing_more()
+        live += await stream.take(1)
+        live.append(await stream.nothing_before(c.request_cancellation("t1")))
     finally:
         await stream.close()
     assert live == (await c.events("t1"))[2:]
@@ -323,10 +331,10 @@ async def test_a_watcher_that_does_not_read_overflows_and_resumes_without_a_gap(
     resumed = watch(c, after=cursor)
     try:
         rest = await resumed.take(len(everything) - len(received))
-        await resumed.nothing_more(0.2)
+        rest.append(await resumed.nothing_before(c.work("t1")))
     finally:
         await resumed.close()
-    assert received + rest == everything
+    assert received + rest == await history(c)
     # Ended and cancelled streams leave no subscription behind.
     for _ in range(100):
         if running.broker.subscriber_count == 0:
@@ -343,20 +351,18 @@ async def test_stopping_the_server_ends_every_watcher_at_once_with_its_cursor(st
     everything = await history(c)
     watchers = [watch(c), watch(c, after=everything[1].sequence), watch(c, task_id="t1")]
     seen = [await w.take(n) for w, n in zip(watchers, (4, 2, 2), strict=True)]
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    # A grace far longer than the streams may take: they must not wait for it.
+    # A grace far longer than the streams may take: they must not wait for it
+    # (ended within a third of it, however loaded the machine).
     stopping = asyncio.create_task(running.stop(30.0))
     try:
         for w, events in zip(watchers, seen, strict=True):
-            async with asyncio.timeout(1):
+            async with asyncio.timeout(10):
                 await w._pump
-            assert loop.time() - started < 1.0
             assert w.error is not None and w.error.code() == Code.UNAVAILABLE, w.error
             info = error_info(w.error)
             assert (info.reason, info.domain) == ("SERVER_SHUTTING_DOWN", "funnel.lifecycle.v1")
             assert info.metadata["resume_after_sequence"] == str(events[-1].sequence)
-        async with asyncio.timeout(1):
+        async with asyncio.timeout(10):
             await stopping
     finally:
         for w in watchers:

@@ -652,7 +652,7 @@ def test_every_bind_checks_host_and_origin_against_its_own_names_and_the_flags()
 
 # ============================================================================= leases
 
-WAIT = 2.0  # seconds a test waits for something that should happen much sooner
+WAIT = 10.0  # seconds a test waits for something that should happen much sooner, on a loaded machine too
 IDLE = 60.0  # a sessionless holder's idle timeout that these tests never reach
 SESSION = "session s1"
 
@@ -714,11 +714,35 @@ async def eventually(predicate: Callable[[], bool], timeout: float = WAIT) -> No
         await asyncio.sleep(0.005)
 
 
+class RecordedSleeps:
+    """funnel_mcp.leases' asyncio, but each sleep asked for is recorded by run: what
+    the keeper decided to wait, which no load changes (it can only lengthen the wait)."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, list[float]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def sleep(self, delay: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.asked.setdefault(task.get_name().removeprefix("lease "), []).append(delay)
+        await asyncio.sleep(delay)
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> RecordedSleeps:
+    recorded = RecordedSleeps()
+    monkeypatch.setattr(funnel_mcp.leases, "asyncio", recorded)
+    return recorded
+
+
 def status_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=f"{code.name} from fake")
 
 
-async def test_renews_every_third_of_the_ttl_while_held() -> None:
+async def test_renews_every_third_of_the_ttl_while_held(sleeps: RecordedSleeps) -> None:
     renew = FakeRenew()
     ttl = 0.3
     async with LeaseKeeper(renew, renew.withdraw, ttl, IDLE) as keeper:
@@ -729,7 +753,8 @@ async def test_renews_every_third_of_the_ttl_while_held() -> None:
         assert keeper.held() == {"r1"}
     times = renew.times("r1")
     gaps = [later - earlier for earlier, later in itertools.pairwise([started, *times])]
-    assert all(ttl / 3 * 0.9 <= gap <= ttl / 3 + 0.15 for gap in gaps), gaps
+    assert all(ttl / 3 * 0.9 <= gap for gap in gaps), gaps
+    assert sleeps.asked["r1"][:3] == [ttl / 3] * 3
     assert all(run == held_run("r1") for run, _ in renew.calls)
 
 
@@ -788,7 +813,7 @@ async def test_a_non_retryable_error_stops_that_run_only(code: grpc.StatusCode) 
 
 @pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED])
 async def test_a_retryable_error_is_retried_after_the_retry_delay(
-    code: grpc.StatusCode, monkeypatch: pytest.MonkeyPatch
+    code: grpc.StatusCode, monkeypatch: pytest.MonkeyPatch, sleeps: RecordedSleeps
 ) -> None:
     retry_delay = 0.02
     ttl = 0.3  # renewals every 0.1 s
@@ -800,10 +825,11 @@ async def test_a_retryable_error_is_retried_after_the_retry_delay(
         await renew.until(lambda: renew.count("r1") >= 4)
         assert keeper.held() == {"r1"}
     first, second, third, fourth = renew.times("r1")
-    assert retry_delay * 0.9 <= second - first < ttl / 3 * 0.7
-    assert retry_delay * 0.9 <= third - second < ttl / 3 * 0.7
+    assert retry_delay * 0.9 <= second - first
+    assert retry_delay * 0.9 <= third - second
     # Once a renewal succeeds, the next one waits a third of the ttl again.
     assert fourth - third >= ttl / 3 * 0.9
+    assert sleeps.asked["r1"][:4] == [ttl / 3, retry_delay, retry_delay, ttl / 3]
 
 
 async def test_an_unexpected_exception_stops_that_run_only(caplog: pytest.LogCaptureFixture) -> None:
@@ -843,18 +869,15 @@ async def test_hold_outside_the_context_is_a_no_op() -> None:
 async def test_leaving_the_context_cancels_everything_promptly() -> None:
     renew = FakeRenew()
     renew.blocking.add("stuck")  # its renewal call never returns by itself
-    loop = asyncio.get_running_loop()
     async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
         for run_id in ("a", "b", "stuck"):
             keeper.hold(held_run(run_id), SESSION)
         await renew.until(lambda: renew.count("stuck") >= 1 and renew.count("a") >= 1)
-        leaving = loop.time()
-    assert loop.time() - leaving < 0.05
+    # Left at all: it did not wait for the stuck call, which never returns by itself.
     assert keeper.held() == set()
     assert renew.cancelled == ["stuck"]
-    count = len(renew.calls)
-    await asyncio.sleep(0.1)  # two renewal intervals
-    assert len(renew.calls) == count
+    # And nothing is left that could renew later.
+    assert [task.get_name() for task in asyncio.all_tasks() if task.get_name().startswith("lease ")] == []
 
 
 async def test_the_end_of_a_holder_withdraws_its_runs_and_no_other() -> None:
@@ -899,13 +922,11 @@ async def test_leaving_the_context_lets_withdrawals_finish_within_the_grace(monk
     monkeypatch.setattr(funnel_mcp.leases, "WITHDRAW_GRACE", 0.2)
     renew = FakeRenew()
     renew.blocking.add("stuck")  # its withdrawal never returns by itself
-    loop = asyncio.get_running_loop()
     async with LeaseKeeper(renew, renew.withdraw, 0.15, IDLE) as keeper:
         keeper.hold(held_run("ended"), PROCESS)
         keeper.hold(held_run("stuck"), PROCESS)
         keeper.hold(held_run("renewed"), SESSION)
         keeper.end(PROCESS, "the host closed its stdio connection")
-        leaving = loop.time()
+    # Left at all: the stuck withdrawal was given up after the grace, the other one finished.
     assert [run_id for run_id, _, _ in renew.withdrawn] == ["ended"]
-    assert loop.time() - leaving < 0.2 + 0.1
     assert keeper.held() == set()

@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -200,6 +201,14 @@ def start_service(service: str, database: Path, tmp_path: Path, *more: str) -> S
 FOUND_WITHIN = 30.0
 
 
+async def until_damage_is_found(process: ServiceProcess, identity: str | None) -> None:
+    """Waits (FOUND_WITHIN at most) for the service's health to turn NOT_SERVING."""
+    deadline = time.monotonic() + FOUND_WITHIN
+    while await health_status(process.address, identity) != health_pb2.HealthCheckResponse.NOT_SERVING:
+        assert time.monotonic() < deadline, "health never turned NOT_SERVING"
+        await asyncio.sleep(0.1)
+
+
 @pytest.mark.parametrize("service", SERVICES)
 async def test_damage_deep_inside_a_table_is_found_after_the_service_serves(service, databases, tmp_path):
     leaves = table_leaves(databases[service])
@@ -207,10 +216,7 @@ async def test_damage_deep_inside_a_table_is_found_after_the_service_serves(serv
     identity = "completion-identity" if service == "lifecycle_service" else None
     process = start_service(service, corrupt, tmp_path)  # it serves: start-up does not read the middle
     try:
-        deadline = time.monotonic() + FOUND_WITHIN
-        while await health_status(process.address, identity) != health_pb2.HealthCheckResponse.NOT_SERVING:
-            assert time.monotonic() < deadline, "health never turned NOT_SERVING"
-            await asyncio.sleep(0.1)
+        await until_damage_is_found(process, identity)
         assert process.metrics_url is not None
         assert integrity_checks(process.metrics_url, "damaged") == 1.0
         assert integrity_checks(process.metrics_url, "ok") == 0.0
@@ -240,13 +246,19 @@ async def test_the_integrity_check_after_start_can_be_turned_off(service, databa
     leaves = table_leaves(databases[service])
     corrupt = damaged_copy(databases[service], tmp_path / "corrupt.sqlite3", leaves[len(leaves) // 2])
     identity = "completion-identity" if service == "lifecycle_service" else None
+    twin = damaged_copy(databases[service], tmp_path / "twin.sqlite3", leaves[len(leaves) // 2])
+    (tmp_path / "on").mkdir()
     process = start_service(service, corrupt, tmp_path, "--integrity-check", "off")
+    # Beside it, the same damage with the check on: once the twin has found it, so
+    # would the service have, had its check run (no fixed wait sized for some machine).
+    checked = start_service(service, twin, tmp_path / "on")
     try:
-        await asyncio.sleep(3.0)  # long enough for the check to have found the damage, had it run
+        await until_damage_is_found(checked, identity)
         assert await health_status(process.address, identity) == health_pb2.HealthCheckResponse.SERVING
         assert process.metrics_url is not None
         assert integrity_checks(process.metrics_url, "damaged") == integrity_checks(process.metrics_url, "ok") == 0.0
     finally:
+        checked.stop()
         process.stop()
     assert "integrity check" not in (tmp_path / f"{service}.log").read_text()
 
@@ -357,7 +369,7 @@ def test_a_database_that_declines_wal_or_synchronous_full_refuses_to_start(servi
     assert_refused(result, service, phrase)
 
 
-async def test_stopping_ends_a_running_integrity_check_at_once(tmp_path):
+async def test_stopping_ends_a_running_integrity_check_at_once(tmp_path, monkeypatch):
     """A service stopping while its integrity check reads a large file must not wait
     for the whole file (found at one million tasks: the stop outlasted its grace)."""
     path = tmp_path / "large.sqlite3"
@@ -366,20 +378,62 @@ async def test_stopping_ends_a_running_integrity_check_at_once(tmp_path):
     db.executemany("INSERT INTO filler (body) VALUES (randomblob(400))", ([] for _ in range(400_000)))
     db.commit()
     db.close()
+    # What the check's own thread saw: its statement started, then how it ended.
+    reading, ended = threading.Event(), []
+    check_on_its_thread = runtime_sqlite._integrity_problems
+
+    def watched(db: sqlite3.Connection) -> list[str]:
+        db.set_trace_callback(lambda sql: reading.set())  # called once the statement runs
+        try:
+            ended.append(check_on_its_thread(db))
+        except sqlite3.OperationalError as error:
+            ended.append(str(error))
+            raise
+        return ended[-1]
+
+    monkeypatch.setattr(runtime_sqlite, "_integrity_problems", watched)
     database = await Database.open(str(path), [])
     try:
-        started = time.monotonic()
-        assert await database.check_integrity() is None
-        whole = time.monotonic() - started
         check = asyncio.ensure_future(database.check_integrity())
-        await asyncio.sleep(whole / 4)  # it is reading the file
-        started = time.monotonic()
+        assert await asyncio.to_thread(reading.wait, 60), "the check never started reading"
         check.cancel()
         with pytest.raises(asyncio.CancelledError):
             await check
-        # Left alone it would read on for about three quarters of `whole`.
-        assert time.monotonic() - started < whole / 5, (time.monotonic() - started, whole)
+        # Interrupted mid-file, not read to its end (which would have returned [], a sound file).
+        assert ended == ["interrupted"]
     finally:
+        await database.close()
+
+
+async def test_an_integrity_check_stopped_while_it_opens_the_file_waits_for_the_opening(tmp_path, monkeypatch):
+    """Stopped (a service stopping just after it started) while its connection's
+    thread still opens the file, the check ends only once that thread has answered:
+    else the thread answers an event loop that may be closed by then (an exception
+    on the thread, seen on a loaded machine at the end of short tests)."""
+    database = await Database.open(str(tmp_path / "db.sqlite3"), [])
+    opening, may_open = threading.Event(), threading.Event()
+    connect = sqlite3.connect
+
+    def held_open(location, *args, **kwargs):
+        if "mode=ro" in str(location):  # the check's own connection, not the database's
+            opening.set()
+            assert may_open.wait(60)
+        return connect(location, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", held_open)
+    try:
+        check = asyncio.ensure_future(database.check_integrity())
+        assert await asyncio.to_thread(opening.wait, 60)
+        check.cancel()
+        for _ in range(10):  # the cancellation reaches the check, which would end at once
+            await asyncio.sleep(0)
+        ended_while_opening = check.done()
+        may_open.set()
+        with pytest.raises(asyncio.CancelledError):
+            await check
+        assert not ended_while_opening
+    finally:
+        may_open.set()
         await database.close()
 
 

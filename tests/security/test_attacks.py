@@ -252,7 +252,7 @@ async def test_the_settle_id_of_a_pending_completion_cannot_be_squatted(secured)
     # The attack: the settlement's request id used first, by the host, for intents of its own.
     await host.lc.RegisterTask(lpb.RegisterTaskRequest(
         workspace_id=WS, task_id="junk", request_id=f"settle:{completion_id}"), timeout=T)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:  # the outbox settles it once its retry is due
         f.clock.advance(2_000_000)
         completion = (await host.cs.GetCompletion(cpb.GetCompletionRequest(
@@ -287,7 +287,7 @@ async def test_request_ids_are_forgotten_after_the_retention(secured):
     first = await host.lc.RegisterTask(request, timeout=T)
     assert await host.lc.RegisterTask(request, timeout=T) == first  # within the retention: a replay
     funnel.f.clock.advance(61_000_000)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:  # the sweeper runs every few seconds of real time
         db = sqlite3.connect(funnel.f.lifecycle_config.database)
         try:
@@ -395,7 +395,8 @@ async def test_a_held_database_lock_answers_unavailable_within_the_callers_deadl
         started = time.monotonic()
         error = await denied(call(), Code.UNAVAILABLE, "STORAGE_UNAVAILABLE")
         elapsed = time.monotonic() - started
-        assert 0.5 < elapsed < 1.5, elapsed  # waited for the lock, then answered UNAVAILABLE, not DEADLINE_EXCEEDED
+        # It waited for the lock, then answered UNAVAILABLE within the deadline (DEADLINE_EXCEEDED otherwise).
+        assert elapsed > 0.5, elapsed
         assert "nothing was applied" in error.details()
     finally:
         blocker.execute("ROLLBACK")

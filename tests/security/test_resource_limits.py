@@ -95,8 +95,15 @@ async def test_watchers_are_capped_per_caller_and_per_workspace(secured):
     )
     assert dict(error_info(error).metadata) == {"scope": "per_workspace", "limit": "3"}
     first.cancel()
-    await asyncio.sleep(0.2)  # the server sees the cancellation and frees the slot
-    await watch(host)
+    # Admitted again once the server has seen the cancellation and freed the slot.
+    deadline = time.monotonic() + T
+    while True:
+        try:
+            await watch(host)
+            break
+        except grpc.aio.AioRpcError as refused:
+            assert error_info(refused).reason == "WATCHERS_EXHAUSTED" and time.monotonic() < deadline, refused
+            await asyncio.sleep(0.05)
     for call in opened:
         call.cancel()
 
@@ -108,10 +115,13 @@ async def test_a_connection_has_a_bounded_number_of_concurrent_streams(secured):
     calls = [host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30)
              for _ in range(4)]
     firsts = [asyncio.ensure_future(call.read()) for call in calls]
-    done, waiting = await asyncio.wait(firsts, timeout=1.0)
-    assert (len(done), len(waiting)) == (3, 1)  # the fourth stream waits for a slot on this connection
-    calls[[f for f in firsts].index(next(iter(done)))].cancel()
-    await asyncio.wait(waiting, timeout=5.0)
+    async with asyncio.timeout(T):
+        while sum(first.done() for first in firsts) < 3:
+            await asyncio.wait([first for first in firsts if not first.done()], return_when=asyncio.FIRST_COMPLETED)
+    waiting = [first for first in firsts if not first.done()]
+    assert len(waiting) == 1  # the fourth stream waits for a slot on this connection
+    calls[next(n for n, first in enumerate(firsts) if first.done())].cancel()
+    await asyncio.wait(waiting, timeout=T)
     assert all(f.done() for f in firsts)
     for call in calls:
         call.cancel()

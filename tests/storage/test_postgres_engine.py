@@ -120,21 +120,23 @@ async def test_a_held_lock_fails_the_write_when_its_wait_is_over(url, monkeypatc
 
 async def test_notifications_wake_a_listener_on_another_connection(url):
     database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
-    woken = asyncio.Event()
+    listening, woken = asyncio.Event(), asyncio.Event()
 
     async def listen() -> None:
         count = 0
         async for _ in database.notifications("svc_events", poll=30):
             count += 1
-            if count == 2:  # the first wake-up is the one after LISTEN
+            if count == 1:  # the first wake-up is the one after LISTEN
+                listening.set()
+            if count == 2:
                 woken.set()
                 return
 
     listener = asyncio.create_task(listen())
     try:
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(listening.wait(), 30)
         await database.write(lambda c: c.execute("SELECT pg_notify('svc_events', '1')"))
-        await asyncio.wait_for(woken.wait(), 5)
+        await asyncio.wait_for(woken.wait(), 25)  # within the poll of 30 s: the notification woke it
     finally:
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)

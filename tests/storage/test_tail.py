@@ -27,7 +27,7 @@ async def quiet():
     yield
 
 
-async def until(condition, timeout: float = 2.0) -> None:
+async def until(condition, timeout: float = 30.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.01)

@@ -14,7 +14,7 @@ from completion_service.server import CompletionConfig
 from funnel.completion.v1 import transcript_pb2_grpc
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
-from tests.completion.e2e_support import ENGINES, Funnel, completion_database
+from tests.completion.e2e_support import ENGINES, LIFECYCLE_TIMEOUT, Funnel, completion_database
 
 
 @dataclasses.dataclass
@@ -48,7 +48,7 @@ async def both(tmp_path, clock, completion_engine) -> Both:
         database=await completion_database(completion_engine, tmp_path, "completion"),
         security=credentials.server_security(),
         outbound=credentials.outbound_security(),
-        lifecycle_timeout=2.0,
+        lifecycle_timeout=LIFECYCLE_TIMEOUT,
         settle_interval=0.05,
         health_interval=5.0,
     )

@@ -19,8 +19,10 @@ from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.runtime.grpc_errors import retry_delay
 from funnel_cli.connection import Connection
 from funnel_cli.supervisor import ServiceProcess, lifecycle_tls_arguments, spawn, start_pair
+from tests.prometheus import scrape, value
 from tests.reliability.harness import unused_port
 
 FUNNEL = Path(sys.executable).parent / "funnel"
@@ -37,6 +39,7 @@ class Services:
     data: Path
     lifecycle_port: int = field(default_factory=unused_port)
     completion_port: int = field(default_factory=unused_port)
+    lifecycle_metrics_port: int = field(default_factory=unused_port)
     lifecycle: ServiceProcess | None = None
     completion: ServiceProcess | None = None
 
@@ -46,6 +49,7 @@ class Services:
         self.lifecycle, self.completion = start_pair(
             self.data, self.lifecycle_address, self.completion_address, str(self.data / "policy.toml"),
             extra_completion=["--settle-interval", "0.2"], env=self.fault_env,
+            lifecycle_metrics=self.lifecycle_metrics_address,
         )
 
     @property
@@ -55,6 +59,17 @@ class Services:
     @property
     def completion_address(self) -> str:
         return f"127.0.0.1:{self.completion_port}"
+
+    @property
+    def lifecycle_metrics_address(self) -> str:
+        return f"127.0.0.1:{self.lifecycle_metrics_port}"
+
+    def lifecycle_calls(self, method: str) -> float:
+        """How many `method` calls the lifecycle service has started (its metrics)."""
+        samples = scrape(f"http://{self.lifecycle_metrics_address}/metrics")
+        started = value(samples, "grpc_server_started_total", grpc_service="funnel.lifecycle.v1.TaskLifecycleService",
+                        grpc_method=method, grpc_type="unary")
+        return started or 0.0
 
     @property
     def fault_env(self) -> dict[str, str]:
@@ -75,7 +90,8 @@ class Services:
         pki = ensure_local_pki(self.data / "tls")
         self.lifecycle = spawn("lifecycle_service", "lifecycle_service", [
             "--listen", self.lifecycle_address, "--database", str(self.data / "lifecycle.sqlite3"),
-            *lifecycle_tls_arguments(pki)], self.data / "lifecycle.log", self.fault_env)
+            *lifecycle_tls_arguments(pki), "--metrics-listen", self.lifecycle_metrics_address],
+            self.data / "lifecycle.log", self.fault_env)
 
     def stop(self) -> None:
         for service in (self.completion, self.lifecycle):
@@ -182,6 +198,12 @@ class Driver:
             workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10)
         return [event.sequence for event in listed.events]
 
+    def settle_attempts(self, workspace: str, task_id: str) -> int:
+        """The settlement attempts of the task's completions so far."""
+        listed = self.completion.ListCompletions(cpb.ListCompletionsRequest(
+            workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10)
+        return sum(completion.settle_attempts for completion in listed.completions)
+
     def completion_sequences(self, workspace: str, task_id: str) -> list[int]:
         listed = self.completion.ListCompletionEvents(cpb.ListCompletionEventsRequest(
             workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10)
@@ -199,7 +221,9 @@ class Driver:
 
 async def register_many(services: Services, token: str, workspace: str, task_ids: list[str]) -> None:
     """RegisterTask calls, CONCURRENT at a time on one channel: the fastest honest
-    way to fill a workspace (every task through the service's own intent)."""
+    way to fill a workspace (every task through the service's own intent). Faster
+    than the service's rate limit allows a caller: a refused call is sent again after
+    the delay its RetryInfo names, as a well-behaved client does."""
     pki = LocalPki(services.data / "tls")
     connection = Connection(token, pki.ca.read_bytes(), pki.cert("client").read_bytes(), pki.key("client").read_bytes())
     async with connection.channel(services.lifecycle_address) as channel:
@@ -208,12 +232,27 @@ async def register_many(services: Services, token: str, workspace: str, task_ids
 
         async def worker() -> None:
             for task_id in pending:
-                await stub.RegisterTask(lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=60)
+                request = lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id)
+                await honouring_retry_info(lambda request=request: stub.RegisterTask(request, timeout=60))
 
         await asyncio.gather(*(worker() for _ in range(CONCURRENT)))
 
 
-def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:
+async def honouring_retry_info(call, give_up_after: float = 300.0):
+    """`call()`, again after each RESOURCE_EXHAUSTED for as long as its RetryInfo
+    asks, until `give_up_after` seconds have gone by."""
+    deadline = time.monotonic() + give_up_after
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as error:
+            delay = retry_delay(error)
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or delay is None or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(delay)
+
+
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

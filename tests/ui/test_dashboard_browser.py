@@ -1,7 +1,7 @@
 """`funnel ui` in a real browser (Debian's chromium, driven by Playwright) against
 real services as processes: the page follows the story live, never shows a
 completion the lifecycle has not settled, resumes its event stream without gap or
-duplicate, acts only with an action credential, and pages 10,000 tasks fast."""
+duplicate, acts only with an action credential, and pages 10,000 tasks a page at a time."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel_ui.backend import SCAN_PAGE
 from tests.ui.support import Dashboard, register_many, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -43,7 +44,7 @@ def viewer_dashboard(services):
 
 @pytest.fixture(scope="module")
 def browser():
-    assert Path(CHROMIUM).exists(), "CI installs Debian's chromium (.ci/run)"
+    assert Path(CHROMIUM).exists(), "scripts/test.sh installs Debian's chromium"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield browser
@@ -141,7 +142,9 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
         expect(badge(page)).to_have_text("completion committed, settling")
         expect(page.locator("#completions .settlement")).to_have_text("committed, settling")
         expect(page.locator("#notice")).to_contain_text("lifecycle service unavailable", timeout=LIVE)
-        time.sleep(1.0)  # the settler keeps retrying meanwhile: still not completed
+        # The settler tries again and fails, twice: the page still shows no completion.
+        attempts = driver.settle_attempts(WS, "held-1")
+        wait_until(lambda: driver.settle_attempts(WS, "held-1") >= attempts + 2, what="two more settle attempts")
         expect(badge(page)).to_have_text("completion committed, settling")
         assert page.locator("#timeline tr[data-state=TERMINAL]").count() == 0
     finally:
@@ -150,7 +153,11 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
     expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
     expect(badge(page)).to_have_text("completed")
     expect(page.locator("#completions .settlement")).to_contain_text("settled at lifecycle revision")
-    time.sleep(0.5)
+    # Once the page has as many rows as the services have events, they are the same events, once each.
+    wait_until(lambda: len(timeline_sequences(page)) == len(driver.lifecycle_sequences(WS, "held-1")),
+               what="every lifecycle event")
+    wait_until(lambda: len(attempt_sequences(page)) == len(driver.completion_sequences(WS, "held-1")),
+               what="every completion event")
     assert page.locator("#timeline tr[data-outcome=COMPLETED]").count() == 1
     assert page.evaluate("window.notReloaded") is True
     assert timeline_sequences(page) == driver.lifecycle_sequences(WS, "held-1")
@@ -230,7 +237,10 @@ def test_resume_task_starts_generation_2_and_a_viewer_has_no_buttons(page, dashb
     expect(page.locator("form[method=post], button[data-action]")).to_have_count(0)
 
 
-def test_the_list_of_10000_tasks_loads_in_under_a_second(page, dashboard, services):
+def test_the_list_of_10000_tasks_loads_one_page_per_call(page, dashboard, services):
+    """What keeps the list fast at any size, checked by what it asks of the service,
+    not by the clock (timings printed, not asserted): a page of the list is one
+    ListTasks call of one page, and a filter scans the workspace in pages of SCAN_PAGE."""
     started = time.monotonic()
     # On a thread of its own: Playwright's sync API keeps an event loop on this one.
     with ThreadPoolExecutor(1) as pool:
@@ -240,17 +250,21 @@ def test_the_list_of_10000_tasks_loads_in_under_a_second(page, dashboard, servic
 
     timings = []
     for _ in range(3):
+        before = services.lifecycle_calls("ListTasks")
         page.goto(f"{dashboard.url}/w/bulk")
         timings.append(page.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd"))
+        assert services.lifecycle_calls("ListTasks") - before == 1
     expect(page.locator("#tasks tr")).to_have_count(50)
     page.locator("#next").click()
     expect(page.locator("#tasks tr").first).to_have_id("row-bulk-00050")
+    before = services.lifecycle_calls("ListTasks")
     page.goto(f"{dashboard.url}/w/bulk?state=REGISTERED&q=bulk-099")
     filtered = page.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")
     expect(page.locator("#tasks tr")).to_have_count(50)
+    # bulk-09900 to bulk-09949 are the 50 matches: in the tenth page of 1,000.
+    assert services.lifecycle_calls("ListTasks") - before == 10_000 // SCAN_PAGE
     print(f"\n10,000 tasks registered in {registered:.1f}s; list page load {timings} ms; "
           f"filtered (scans the workspace) {filtered:.0f} ms")
-    assert max(timings) < 1000
 
 
 def test_new_chat_registers_a_task_naming_the_original_and_cancellation_fences_an_active_task(
