@@ -715,8 +715,11 @@ async def eventually(predicate: Callable[[], bool], timeout: float = WAIT) -> No
 
 
 class RecordedSleeps:
-    """funnel_mcp.leases' asyncio, but each sleep asked for is recorded by run: what
-    the keeper decided to wait, which no load changes (it can only lengthen the wait)."""
+    """funnel_mcp.leases' asyncio, but each wait the keeper asks for (the timeout it
+    waits for a wake-up under) is recorded by run: what the keeper decided to wait,
+    which no load changes (it can only lengthen the wait). The keeper reads the clock
+    twice, with no await between, to compute it: the two readings differ by a few
+    microseconds, hence `approx`."""
 
     def __init__(self) -> None:
         self.asked: dict[str, list[float]] = {}
@@ -724,11 +727,11 @@ class RecordedSleeps:
     def __getattr__(self, name: str) -> Any:
         return getattr(asyncio, name)
 
-    async def sleep(self, delay: float) -> None:
+    def timeout(self, delay: float) -> Any:
         task = asyncio.current_task()
         assert task is not None
         self.asked.setdefault(task.get_name().removeprefix("lease "), []).append(delay)
-        await asyncio.sleep(delay)
+        return asyncio.timeout(delay)
 
 
 @pytest.fixture
@@ -754,7 +757,7 @@ async def test_renews_every_third_of_the_ttl_while_held(sleeps: RecordedSleeps) 
     times = renew.times("r1")
     gaps = [later - earlier for earlier, later in itertools.pairwise([started, *times])]
     assert all(ttl / 3 * 0.9 <= gap for gap in gaps), gaps
-    assert sleeps.asked["r1"][:3] == [ttl / 3] * 3
+    assert sleeps.asked["r1"][:3] == pytest.approx([ttl / 3] * 3, rel=0.05)
     assert all(run == held_run("r1") for run, _ in renew.calls)
 
 
@@ -829,7 +832,7 @@ async def test_a_retryable_error_is_retried_after_the_retry_delay(
     assert retry_delay * 0.9 <= third - second
     # Once a renewal succeeds, the next one waits a third of the ttl again.
     assert fourth - third >= ttl / 3 * 0.9
-    assert sleeps.asked["r1"][:4] == [ttl / 3, retry_delay, retry_delay, ttl / 3]
+    assert sleeps.asked["r1"][:4] == pytest.approx([ttl / 3, retry_delay, retry_delay, ttl / 3], rel=0.05)
 
 
 async def test_an_unexpected_exception_stops_that_run_only(caplog: pytest.LogCaptureFixture) -> None:

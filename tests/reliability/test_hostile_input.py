@@ -52,6 +52,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+import completion_service.imports
 from completion_service.errors import Reason as CompletionReason
 from completion_service.server import CompletionConfig
 from funnel.completion.v1 import completion_pb2 as cpb
@@ -1344,10 +1345,13 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
         await f.close()
 
 
-async def test_an_import_stream_that_breaks_off_imports_nothing(start_funnel_pair):
+async def test_an_import_stream_that_breaks_off_imports_nothing(start_funnel_pair, monkeypatch):
     """A client that cancels, or whose deadline passes, in the middle of an upload
     must not leave a truncated transcript behind: to the handler the broken-off
     stream ends like a complete one."""
+    # Batches are cut by their count alone here (the decoded-bytes cut would end a
+    # batch of these events at ~420), so that the part sent is one whole batch.
+    monkeypatch.setattr(completion_service.imports, "BATCH_DECODED_BYTES", 2**40)
     f, ts = start_funnel_pair
     await f.register("task-a")
     await f.register("task-src")
