@@ -113,7 +113,6 @@ def test_word_over_whole_enums(enum: Any, prefix: str) -> None:
         (RunOutcomeWord, RUN_OUTCOMES, cpb.RunOutcome, "RUN_OUTCOME_"),
         (FinalStatusWord, FINAL_STATUSES, cpb.FinalStatus, "FINAL_STATUS_"),
         (EvidenceVerdictWord, EVIDENCE_VERDICTS, cpb.EvidenceVerdict, "EVIDENCE_VERDICT_"),
-        (RequestedOutcomeWord, REQUESTED_OUTCOMES, cpb.RequestedOutcome, "REQUESTED_OUTCOME_"),
     ],
 )
 def test_vocabularies_match_their_maps_and_enums(literal: Any, mapping: dict[str, int], enum: Any, prefix: str) -> None:
@@ -123,6 +122,20 @@ def test_vocabularies_match_their_maps_and_enums(literal: Any, mapping: dict[str
         assert word(enum.Name(value), prefix) == key
     # ...and every specified value of the enum has a word.
     assert set(mapping.values()) == {v for v in enum.values() if v != 0}
+
+
+def test_every_tool_speaks_the_outcome_words_of_complete_task() -> None:
+    """attempt_completion's and get_task's outcomes are seed 001's run outcomes
+    where they mean the same (COMPLETED is `succeeded`), and cover their enums."""
+    assert set(get_args(RequestedOutcomeWord)) == set(REQUESTED_OUTCOMES) <= set(get_args(RunOutcomeWord))
+    assert set(REQUESTED_OUTCOMES.values()) == {v for v in cpb.RequestedOutcome.values() if v != 0}
+    assert REQUESTED_OUTCOMES["succeeded"] == cpb.REQUESTED_OUTCOME_COMPLETED
+    assert set(answers.TERMINAL_OUTCOMES) == {v for v in lpb.TerminalOutcome.values() if v != 0}
+    assert set(answers.TERMINAL_OUTCOMES.values()) - {"timed_out"} <= set(get_args(RunOutcomeWord))
+    assert answers.TERMINAL_OUTCOMES[lpb.TERMINAL_OUTCOME_COMPLETED] == "succeeded"
+    # The former word still works; anything else is left for validation to refuse.
+    assert [answers.former_requested_outcome(v) for v in ("completed", "succeeded", "done", 3)] == [
+        "succeeded", "succeeded", "done", 3]
 
 
 INSTANT_FORMAT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
@@ -295,7 +308,10 @@ def test_closed_run(with_decision: bool) -> None:
         "notesTruncated": True,
         "taskEffect": "status_set",
         "taskEffectReason": "the task was set in_progress",
-        "decision": {**BLOCKED, "missing": FULL_MISSING} if with_decision else None,
+        "nextStep": "Nothing required: the task stays in_progress and no run holds it; a new run (claim_task) "
+        "continues it.",
+        # No action in it: the run is closed.
+        "decision": {"verdict": "hard_block", "missing": FULL_MISSING} if with_decision else None,
     }
 
 
@@ -365,7 +381,7 @@ def test_recorded_evidence(verdict: cpb.EvidenceVerdict, expected: str) -> None:
         (lpb.GENERATION_STATE_ACTIVE, lpb.TERMINAL_OUTCOME_UNSPECIFIED, "active", None),
         # An outcome on a task that is not terminal is not reported.
         (lpb.GENERATION_STATE_SUSPENDED, lpb.TERMINAL_OUTCOME_FAILED, "suspended", None),
-        (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, "terminal", "completed"),
+        (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, "terminal", "succeeded"),
         (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED, "terminal", "cancelled"),
         (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_FAILED, "terminal", "failed"),
         (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_TIMED_OUT, "terminal", "timed_out"),
@@ -387,7 +403,7 @@ def test_task_truth_states(
             outcome=outcome,
             cancellation=lpb.CANCELLATION_STATE_NONE,
             work_status=lpb.WORK_STATUS_IN_PROGRESS,
-            completion_id="cmp-1" if terminal_outcome == "completed" else "",
+            completion_id="cmp-1" if terminal_outcome == "succeeded" else "",
         ),
         open_attached_child_task_ids=["c-1", "c-2"],
     )
@@ -399,7 +415,7 @@ def test_task_truth_states(
         "terminalOutcome": terminal_outcome,
         "cancellationRequested": False,
         "workStatus": "in_progress",
-        "completionId": "cmp-1" if terminal_outcome == "completed" else None,
+        "completionId": "cmp-1" if terminal_outcome == "succeeded" else None,
         "openChildTaskIds": ["c-1", "c-2"],
     }
 
