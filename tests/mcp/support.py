@@ -105,6 +105,15 @@ def initialize_request() -> dict[str, Any]:
                                                                                            "version": "1"}}}
 
 
+def request_2026(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A whole request of the 2026-07-28 protocol (no session, nothing before it):
+    the client's protocol version, info and capabilities travel in `_meta`."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+
+
 async def fresh_task(pair: Pair, workspace: str = WS) -> str:
     """A newly registered task (the services are shared by the tests of a module)."""
     task_id = f"task-{uuid.uuid4().hex[:12]}"

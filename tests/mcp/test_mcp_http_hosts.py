@@ -24,6 +24,7 @@ from tests.mcp.support import (
     http_server,
     initialize_request,
     ok,
+    request_2026,
 )
 from tests.reliability.harness import unused_port
 
@@ -34,12 +35,7 @@ PROTOCOL = "2026-07-28"
 
 
 def claim_request(task_id: str) -> dict:
-    """A whole `tools/call` of the 2026-07-28 protocol: no session, nothing before it."""
-    meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL,
-            "io.modelcontextprotocol/clientInfo": {"name": "rebind", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {}}
-    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "claim_task", "arguments": {"taskId": task_id}, "_meta": meta}}
+    return request_2026("tools/call", {"name": "claim_task", "arguments": {"taskId": task_id}})
 
 
 async def post(url: str, body: dict, headers: dict[str, str]) -> httpx2.Response:

@@ -30,6 +30,7 @@ from tests.mcp.support import (
     initialize_request,
     mcp_arguments,
     ok,
+    request_2026,
 )
 from tests.reliability.harness import unused_port
 
@@ -45,11 +46,7 @@ def initialize() -> str:
 
 
 def list_tools_2026() -> str:
-    """`tools/list` of the 2026-07-28 protocol: no session, nothing before it."""
-    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {}}
-    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}})
+    return json.dumps(request_2026("tools/list", {}))
 
 
 async def test_no_valid_token_is_401_naming_the_resource_metadata_which_names_the_authorization_server(
