@@ -158,7 +158,11 @@ def register(server: MCPServer[Door]) -> None:
     ) -> answers.AttemptAnswer:
         door, caller = acting(ctx)
         run = await door.run(runId, caller, door.holder(ctx))
-        arguments = {"runId": runId, "result": result, "outcome": outcome, "stateVersion": stateVersion}
+        # The request id hashes the service's word (`completed`), not the tool's: ids
+        # stay those of 0.1.0 and of clients/typescript's session, which derives them.
+        arguments = {"runId": runId, "result": result, "stateVersion": stateVersion,
+                     "outcome": answers.word(cpb.RequestedOutcome.Name(answers.REQUESTED_OUTCOMES[outcome]),
+                                             "REQUESTED_OUTCOME_")}
         request = cpb.AttemptCompletionRequest(
             workspace_id=caller.workspace,
             task_id=run.task_id,

@@ -11,7 +11,11 @@ import subprocess
 
 import pytest
 
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel_mcp.idempotency import request_id
+from tests import credentials
 from tests.mcp.support import (
     AGENT,
     CALL_TIMEOUT,
@@ -114,6 +118,35 @@ async def test_every_tool_says_succeeded_for_a_task_that_succeeded(pair):
             assert ok(await client.call_tool("get_task", {"taskId": task_id}))["terminalOutcome"] == "succeeded"
     outcome = listed["attempt_completion"].input_schema["properties"]["outcome"]
     assert outcome["enum"] == ["succeeded", "failed"] and outcome["default"] == "succeeded"
+
+
+async def test_attempt_completion_request_ids_hash_the_services_outcome_word(pair):
+    """The tool says `succeeded`; its request id is still derived from `completed`,
+    the service's word, as 0.1.0 and clients/typescript's session derive it: the
+    service replays the tool call's answer to a direct call with that id."""
+    t = await fresh_task(pair)
+    token = agent_token()
+    channel = credentials.tls_channel(pair.completion.address, token, identity=None)
+    try:
+        async with stdio_client(pair, token) as client:
+            claimed = ok(await client.call_tool("claim_task", {"taskId": t}))
+            blocked = ok(await client.call_tool("attempt_completion", {"runId": claimed["runId"], "result": "done"},
+                                                meta={"io.funnel/callId": "toolu_a"}))
+            ok(await client.call_tool("record_evidence", {"runId": claimed["runId"], "kind": "tests",
+                                                          "verdict": "passed",
+                                                          "checkpoint": blocked["missing"]["evidenceCheckpoint"]}))
+            arguments = {"runId": claimed["runId"], "result": "done", "outcome": "completed", "stateVersion": None}
+            replayed = await completion_pb2_grpc.CompletionServiceStub(channel).AttemptCompletion(
+                cpb.AttemptCompletionRequest(
+                    workspace_id=WS, task_id=t, run_id=claimed["runId"], epoch=claimed["leaseEpoch"],
+                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done",
+                    request_id=request_id("attempt_completion", WS, arguments, "host:toolu_a")),
+                timeout=CALL_TIMEOUT)
+    finally:
+        await channel.close()
+    assert blocked["verdict"] == "soft_block"
+    # The first answer, not a new decision (the evidence is there now: it would allow).
+    assert replayed.decision.verdict == cpb.VERDICT_SOFT_BLOCK and not replayed.HasField("completion")
 
 
 def log_lines(text: str) -> list[dict]:
