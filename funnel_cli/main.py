@@ -26,7 +26,6 @@ import jwt
 
 from funnel.auth.pki import ensure_local_pki
 from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE, subject_problem
-from funnel.auth.tls import is_loopback
 from funnel.auth.tokens import SigningKeyError
 from funnel.runtime.postgres import redacted
 from funnel.runtime.validation import id_problem
@@ -35,6 +34,7 @@ from funnel_cli import operate
 from funnel_cli.demo import WORKSPACE, DemoCallers, DemoFailed, run_demo
 from funnel_cli.supervisor import StartupFailed, start_pair, wait_serving
 from funnel_cli.transcripts import export_transcript, import_transcript, report_import
+from funnel_mcp import cli as mcp_cli
 from funnel_ui import cli as ui_cli
 
 
@@ -203,58 +203,6 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_mcp(args: argparse.Namespace) -> int:
-    # Imported here: the MCP SDK is needed by this command only.
-    from funnel_mcp import server as mcp_server
-
-    def refuse(message: str) -> int:
-        # Never on stdout: over stdio that is the protocol channel.
-        print(f"funnel mcp: {message}", file=sys.stderr)
-        return 2
-
-    if not args.workspace:
-        return refuse("--workspace (or FUNNEL_WORKSPACE) is required")
-    if id_problem(args.workspace):
-        return refuse(f"workspace {args.workspace!r} {id_problem(args.workspace)}")
-    try:
-        connection = conn.from_arguments(args, local_operator=False)
-    except conn.ConnectionSetupError as exc:
-        return refuse(str(exc))
-    if args.token_file:
-        connection = connection.with_token(None)  # read again on every call: rotation needs no restart
-    has_token = bool(connection.token or args.token_file)
-    settings = mcp_server.Settings(
-        workspace=args.workspace,
-        lifecycle_address=args.lifecycle,
-        completion_address=args.completion,
-        connection=connection,
-        token_file=args.token_file,
-        agent_id=args.agent_id,
-        lease_ttl=float(args.lease_ttl),
-        session_idle_timeout=float(args.session_idle_timeout),
-        http=bool(args.http),
-        allowed_hosts=tuple(args.allowed_host),
-        allowed_origins=tuple(args.allowed_origin),
-    )
-    if not args.http:
-        if not has_token:
-            return refuse("the agent's token is required: --token, FUNNEL_TOKEN or --token-file")
-        mcp_server.serve_stdio(settings)
-        return 0
-    host, _, port = args.http.rpartition(":")
-    if not host or not port.isdigit():
-        return refuse(f"--http wants HOST:PORT, not {args.http!r}")
-    host = host.strip("[]")
-    if has_token and not is_loopback(args.http):
-        # Whoever reaches the port would act with the configured token.
-        return refuse(
-            "a configured token is served on loopback only; remote callers send their own "
-            "`Authorization: Bearer` header (start without --token)"
-        )
-    mcp_server.serve_http(settings, host, int(port))
-    return 0
-
-
 def _roles(text: str) -> str:
     roles = text.split(",")
     unknown = [role for role in roles if role not in GRANTABLE]
@@ -305,58 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
         "mcp",
         help="serve the agent's MCP tools (stdio, or Streamable HTTP with --http)",
         description="An MCP server whose tools (claim_task, complete_task, record_evidence, attempt_completion, "
-        "get_task) call the services with the agent's token. Over stdio it serves the host that spawned it.",
+        "get_task) call the services with the agent's token. Over stdio it serves the host that spawned it; "
+        "over Streamable HTTP (--http) it is an OAuth resource server and every caller sends its own token.",
     )
-    mcp.add_argument(
-        "--workspace",
-        default=os.environ.get("FUNNEL_WORKSPACE"),
-        help="the workspace the tools act in (FUNNEL_WORKSPACE)",
-    )
-    mcp.add_argument(
-        "--agent-id",
-        default=os.environ.get("FUNNEL_AGENT_ID"),
-        help="the agent_id of claims (FUNNEL_AGENT_ID; default: the token's subject)",
-    )
-    mcp.add_argument(
-        "--lifecycle",
-        default=os.environ.get("FUNNEL_LIFECYCLE", "127.0.0.1:50051"),
-        help="lifecycle_service address (FUNNEL_LIFECYCLE)",
-    )
-    mcp.add_argument(
-        "--completion",
-        default=os.environ.get("FUNNEL_COMPLETION", "127.0.0.1:50052"),
-        help="completion_service address (FUNNEL_COMPLETION)",
-    )
-    mcp.add_argument(
-        "--lease-ttl",
-        type=duration_seconds,
-        default=duration_seconds("2m"),
-        help="lease lifetime of claims, renewed by the server at a third of it: 90s, 5m",
-    )
-    mcp.add_argument(
-        "--session-idle-timeout",
-        type=duration_seconds,
-        default=duration_seconds("2m"),
-        help="--http: a session with no request in flight (an open GET stream is one), or a sessionless caller's "
-        "run that no call names, is abandoned after this and its runs are closed stalled, freeing their tasks "
-        "(default 2m). Over stdio a run ends when the host closes the pipe",
-    )
-    mcp.add_argument(
-        "--http", metavar="HOST:PORT", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio"
-    )
-    mcp.add_argument(
-        "--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
-        help="--http: a Host header to answer, as clients send it (NAME:* for any port), besides the bound "
-        "address and, on loopback or 0.0.0.0, localhost, 127.0.0.1 and [::1] with the port; repeatable. "
-        "Others get 421 (DNS rebinding)",
-    )
-    mcp.add_argument(
-        "--allowed-origin", action="append", default=[], metavar="URL",
-        help="--http: an Origin header to answer besides http(s)://ALLOWED-HOST, e.g. https://app.example; "
-        "repeatable. Others get 403",
-    )
-    conn.add_arguments(mcp)
-    mcp.set_defaults(run=cmd_mcp)
+    mcp_cli.add_arguments(mcp, duration_seconds)
+    mcp.set_defaults(run=mcp_cli.run)
     ui = commands.add_parser(
         "ui", help="serve the live dashboard (tasks, lifecycle timelines, completions) on loopback",
         description="A web dashboard, a client of both services: task lists, lifecycle timelines, completion "

@@ -4,21 +4,24 @@ from the tools' words back to the protobuf enums. No I/O here."""
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime import errors
+from funnel_mcp import closing
 
 # --- the tools' vocabularies --------------------------------------------------
 
 RunOutcomeWord = Literal["succeeded", "failed", "cancelled", "stalled"]
 FinalStatusWord = Literal["done", "blocked", "ready", "in_progress", "cancelled"]
 EvidenceVerdictWord = Literal["passed", "failed"]
-RequestedOutcomeWord = Literal["completed", "failed"]
+# One vocabulary: attempt_completion and get_task say what complete_task (seed 001) says.
+RequestedOutcomeWord = Literal["succeeded", "failed"]
 
 RUN_OUTCOMES = {
     "succeeded": cpb.RUN_OUTCOME_SUCCEEDED,
@@ -34,7 +37,32 @@ FINAL_STATUSES = {
     "cancelled": cpb.FINAL_STATUS_CANCELLED,
 }
 EVIDENCE_VERDICTS = {"passed": cpb.EVIDENCE_VERDICT_PASSED, "failed": cpb.EVIDENCE_VERDICT_FAILED}
-REQUESTED_OUTCOMES = {"completed": cpb.REQUESTED_OUTCOME_COMPLETED, "failed": cpb.REQUESTED_OUTCOME_FAILED}
+REQUESTED_OUTCOMES = {"succeeded": cpb.REQUESTED_OUTCOME_COMPLETED, "failed": cpb.REQUESTED_OUTCOME_FAILED}
+# attempt_completion's word before 0.2.0, still accepted (not listed in the schema).
+FORMER_REQUESTED_OUTCOMES = {"completed": "succeeded"}
+TERMINAL_OUTCOMES = {
+    lpb.TERMINAL_OUTCOME_COMPLETED: "succeeded",
+    lpb.TERMINAL_OUTCOME_FAILED: "failed",
+    lpb.TERMINAL_OUTCOME_CANCELLED: "cancelled",
+    lpb.TERMINAL_OUTCOME_TIMED_OUT: "timed_out",
+}
+
+
+def former_requested_outcome(value: Any) -> Any:
+    return FORMER_REQUESTED_OUTCOMES.get(value, value) if isinstance(value, str) else value
+
+
+def title(name: str, *_: object) -> str:
+    """A field's title from its name: `tokensTotal` -> `Tokens total`, `runId` -> `Run ID`."""
+    words = [part.lower() for part in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)]
+    text = " ".join("ID" if part == "id" else "IDs" if part == "ids" else part for part in words)
+    return text[:1].upper() + text[1:]
+
+
+class Answer(BaseModel):
+    """A tool's answer; its fields' titles are words, not pydantic's `Runid`."""
+
+    model_config = ConfigDict(field_title_generator=title)
 
 
 def word(enum_name: str, prefix: str) -> str:
@@ -52,7 +80,7 @@ def instant(timestamp: Timestamp) -> str:
 # --- claim_task ---------------------------------------------------------------
 
 
-class ClaimedRun(BaseModel):
+class ClaimedRun(Answer):
     runId: str = Field(description="The run this agent now holds; pass it to every other tool.")
     taskId: str
     generation: int = Field(description="The task generation the run works on.")
@@ -75,7 +103,7 @@ def claimed_run(response: cpb.ClaimTaskResponse) -> ClaimedRun:
 # --- complete_task ------------------------------------------------------------
 
 
-class Missing(BaseModel):
+class Missing(Answer):
     """What a block is about, in structured form (empty lists when not relevant)."""
 
     decisiveGate: str = Field(description="The gate that decided, e.g. `evidence.required` or `lifecycle.settlement`.")
@@ -94,7 +122,7 @@ class Missing(BaseModel):
     gateFeedback: str | None = Field(description="An external gate's feedback, if one decided.")
 
 
-class DecisionAnswer(BaseModel):
+class DecisionAnswer(Answer):
     verdict: Literal["allow", "soft_block", "hard_block"]
     nextAction: str = Field(description="The single action to take now, e.g. `record_evidence` or `report_complete`.")
     instruction: str = Field(description="One line saying what to do.")
@@ -127,38 +155,50 @@ def decision_answer(decision: cpb.Decision) -> DecisionAnswer:
     )
 
 
-class ClosedRun(BaseModel):
+class GatesVerdict(Answer):
+    """What the completion gates decided when a close ran them: no action, the run is closed."""
+
+    verdict: Literal["allow", "soft_block", "hard_block"]
+    missing: Missing | None = Field(description="Set on every block: what it is about.")
+
+
+class ClosedRun(Answer):
     runId: str
     finishedAt: str = Field(description="When the run closed (RFC 3339).")
     finalStatus: str = Field(description="The task's real backlog status after the close.")
     tokensTotal: int = Field(description="The recorded total: the reported total, else input + output.")
     notesTruncated: bool = Field(description="True when the notes were cut at 2000 characters.")
     taskEffect: str = Field(
-        description="What the close did to the task: done, settling, blocked, status_set, cancelled or unchanged."
+        description="What the close did to the task: done, settling (done once the lifecycle service settles), "
+        "not_completed (the completion gates refused; the task stays open), status_set, cancelled or unchanged."
     )
     taskEffectReason: str = Field(description="One line saying why.")
-    decision: DecisionAnswer | None = Field(
+    nextStep: str = Field(description="What, if anything, is left to do about the task, and by whom.")
+    decision: GatesVerdict | None = Field(
         description="Set when the close ran the completion gates (a succeeded close)."
     )
 
 
 def closed_run(response: cpb.CompleteRunResponse) -> ClosedRun:
+    final_status = word(cpb.FinalStatus.Name(response.final_status), "FINAL_STATUS_")
+    gates = decision_answer(response.decision) if response.HasField("decision") else None
     return ClosedRun(
         runId=response.run_id,
         finishedAt=instant(response.finish_time),
-        finalStatus=word(cpb.FinalStatus.Name(response.final_status), "FINAL_STATUS_"),
+        finalStatus=final_status,
         tokensTotal=response.tokens_total,
         notesTruncated=response.notes_truncated,
-        taskEffect=word(cpb.TaskEffect.Name(response.task_effect), "TASK_EFFECT_"),
-        taskEffectReason=response.task_effect_reason,
-        decision=decision_answer(response.decision) if response.HasField("decision") else None,
+        taskEffect=closing.effect_word(response),
+        taskEffectReason=closing.effect_reason(response, final_status),
+        nextStep=closing.next_step(response, final_status),
+        decision=GatesVerdict(verdict=gates.verdict, missing=gates.missing) if gates else None,
     )
 
 
 # --- record_evidence ----------------------------------------------------------
 
 
-class RecordedEvidence(BaseModel):
+class RecordedEvidence(Answer):
     evidenceId: str
     taskId: str
     generation: int
@@ -202,17 +242,17 @@ def attempt_answer(response: cpb.AttemptCompletionResponse) -> AttemptAnswer:
 # --- get_task -----------------------------------------------------------------
 
 
-class TaskTruth(BaseModel):
+class TaskTruth(Answer):
     taskId: str
     generation: int
     revision: int
     state: str = Field(description="registered, active, suspended or terminal.")
-    terminalOutcome: str | None = Field(description="completed, failed, cancelled or timed_out once terminal.")
+    terminalOutcome: str | None = Field(description="succeeded, failed, cancelled or timed_out once terminal.")
     cancellationRequested: bool = Field(
         description="True once cancellation of this generation is requested: stop work."
     )
     workStatus: str = Field(description="The backlog status: ready, in_progress, blocked, done or cancelled.")
-    completionId: str | None = Field(description="The settled completion, when the outcome is completed.")
+    completionId: str | None = Field(description="The settled completion, when the outcome is succeeded.")
     openChildTaskIds: list[str] = Field(
         description="Attached children that are not terminal; the task cannot complete before them."
     )
@@ -226,7 +266,7 @@ def task_truth(response: lpb.GetTaskResponse) -> TaskTruth:
         generation=task.generation,
         revision=task.revision,
         state=word(lpb.GenerationState.Name(task.state), "GENERATION_STATE_"),
-        terminalOutcome=word(lpb.TerminalOutcome.Name(task.outcome), "TERMINAL_OUTCOME_") if terminal else None,
+        terminalOutcome=TERMINAL_OUTCOMES.get(task.outcome) if terminal else None,
         cancellationRequested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
         workStatus=word(lpb.WorkStatus.Name(task.work_status), "WORK_STATUS_"),
         completionId=task.completion_id or None,

@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from funnel.runtime.grpc_errors import error_info
 
@@ -34,13 +37,31 @@ ADVICE = {
     "CREDENTIALS_MISSING": "This MCP server has no credentials for the services: the operator must configure a token.",
     "CREDENTIALS_INVALID": "The services reject this MCP server's token: the operator must configure a valid one.",
     "CREDENTIALS_EXPIRED": "This MCP server's token expired: the operator must renew it.",
-    "WORKSPACE_NOT_GRANTED": "The token does not grant this workspace: the operator must configure the right one.",
+    "WORKSPACE_NOT_GRANTED": "The token does not grant the workspace this server serves (--workspace): use a token "
+    "for it, or a server started for the token's workspace.",
     "ROLE_NOT_PERMITTED": "The token's role does not allow this call.",
 }
 INPUT_REASONS = {"FIELD_REQUIRED", "FIELD_MALFORMED", "FIELD_TOO_LONG", "ENUM_UNSPECIFIED", "VALUE_OUT_OF_RANGE"}
 
 # Codes on which nothing was applied and the same request may simply be sent again.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+# The reason of arguments that do not fit a tool's input schema.
+ARGUMENTS_INVALID = "ARGUMENTS_INVALID"
+
+
+class Refused(ToolError):
+    """A tool's failure as the model reads it; `reason` comes first in the text
+    and names the failure in the server's log."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(text)
+        self.reason = reason
+
+
+def refusal(reason: str, message: str) -> Refused:
+    """A failure of this server's own (no service call): `REASON: message.`"""
+    return Refused(reason, f"{reason}: {message.rstrip('.')}.")
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,9 @@ class Failure:
             parts.append(advice)
         return " ".join(parts)
 
+    def refused(self) -> Refused:
+        return Refused(self.reason, self.text())
+
 
 def failure(error: grpc.aio.AioRpcError) -> Failure:
     """The reason (ErrorInfo), code, message and metadata of a failed call."""
@@ -82,3 +106,20 @@ def unavailable(service: str) -> Failure:
         f"{service} did not answer in time, even after retries; whether the call took effect is unknown",
         (("advice", "read the state (get_task) before repeating the call"),),
     )
+
+
+def invalid_arguments(tool: str, error: ValidationError) -> str:
+    """Arguments that do not fit the input schema, in the SDK's `Error executing
+    tool` frame, as plain words: each field and what it should be. (Pydantic's own
+    text names its generated model and links its documentation; the values are
+    the caller's own and are not repeated.)"""
+    problems = "; ".join(_problem(item) for item in error.errors(include_url=False))
+    return f"Error executing tool {tool}: {ARGUMENTS_INVALID}: {problems}. Fix the arguments and call again."
+
+
+def _problem(item: ErrorDetails) -> str:
+    field = ".".join(str(part) for part in item["loc"]) or "arguments"
+    if item["type"] == "missing":
+        return f"`{field}` is required"
+    message = item["msg"].removeprefix("Input ")  # "Input should be …": the field should be …
+    return f"`{field}` {message[:1].lower()}{message[1:]}"

@@ -35,6 +35,12 @@ def _rule(*roles: Role, holder_only: bool = False) -> Rule:
 
 
 READ = _rule(V, H, O, C)
+# An agent reads and watches the lifecycle of its workspace's tasks, as it reads
+# any one of them, so that it learns its task finished without a host's token.
+# Not "only tasks it holds a run on": the lifecycle service knows no runs. A
+# watch of the whole workspace shows an agent its task ids, their histories and
+# who caused each change (docs/security.md).
+LIFECYCLE_READ = _rule(V, A, H, O, C)
 
 TABLE: dict[str, Rule] = {
     # The lifecycle authority. Settlements of completion and failure facts (and
@@ -50,10 +56,10 @@ TABLE: dict[str, Rule] = {
     f"/{LIFECYCLE}/SettleTimeout": _rule(H, O),
     f"/{LIFECYCLE}/PropagateParentTermination": _rule(O),
     f"/{LIFECYCLE}/SetWorkStatus": _rule(H, O, C),
-    f"/{LIFECYCLE}/GetTask": _rule(V, A, H, O, C),
+    f"/{LIFECYCLE}/GetTask": LIFECYCLE_READ,
     f"/{LIFECYCLE}/ListTasks": READ,
-    f"/{LIFECYCLE}/ListLifecycleEvents": READ,
-    f"/{LIFECYCLE}/WatchLifecycleEvents": READ,
+    f"/{LIFECYCLE}/ListLifecycleEvents": LIFECYCLE_READ,
+    f"/{LIFECYCLE}/WatchLifecycleEvents": LIFECYCLE_READ,
     # Runs, evidence and the completion transaction.
     f"/{COMPLETION}/ClaimTask": _rule(A, H, O, holder_only=True),
     f"/{COMPLETION}/RenewLease": _rule(A, H, O, holder_only=True),

@@ -19,7 +19,7 @@ from funnel_mcp.idempotency import CALL_ID_META_KEY, call_identity, request_id
 
 PATH = Path(__file__).with_name("request_id_vectors.json")
 
-# The argument shapes are those funnel_mcp/server.py builds for its tools (every
+# The argument shapes are those funnel_mcp/tools.py builds for its tools (every
 # parameter, None when not given), which the TypeScript session mirrors.
 REQUEST_IDS: list[tuple[str, str, str, dict[str, Any], str]] = [
     ("claim_task", "claim_task", "acme", {"taskId": "fix-login"}, "host:toolu_01"),

@@ -34,10 +34,11 @@ def agent_token(subject: str = AGENT, workspace: str = WS, role: str = "agent") 
     return credentials.token(subject, [f"{workspace}:{role}"])
 
 
-def mcp_arguments(pair: Pair, *extra: str, workspace: str = WS) -> list[str]:
+def mcp_arguments(pair: Pair, *extra: str, workspace: str | None = WS) -> list[str]:
+    """`funnel mcp` against `pair`; `workspace` None starts it without --workspace."""
     pki = credentials.PKI
     return [
-        "mcp", "--workspace", workspace,
+        "mcp", *(("--workspace", workspace) if workspace else ()),
         "--lifecycle", pair.lifecycle.address, "--completion", pair.completion.address,
         "--ca", str(pki.ca), "--cert", str(pki.cert("client")), "--key", str(pki.key("client")),
         *extra,
@@ -54,14 +55,16 @@ async def stdio_client(pair: Pair, token: str | None, *extra: str, workspace: st
 
 
 @contextlib.contextmanager
-def http_server(pair: Pair, log: Path, *extra: str, host: str = "127.0.0.1", port: int | None = None) -> Any:
-    """`funnel mcp --http` on `host`; without a configured token in `extra`, each
-    caller sends its own."""
+def http_server(pair: Pair, log: Path, *extra: str, host: str = "127.0.0.1", port: int | None = None,
+                workspace: str | None = WS) -> Any:
+    """`funnel mcp --http` on `host`, verifying callers' tokens with the services'
+    JWKS (FUNNEL_JWKS_FILE); each caller sends its own token."""
     port = port or unused_port()
     env = {key: value for key, value in os.environ.items() if key != "FUNNEL_TOKEN"}
+    env["FUNNEL_JWKS_FILE"] = str(credentials.JWKS_FILE)
+    arguments = mcp_arguments(pair, "--http", f"{host}:{port}", *extra, workspace=workspace)
     with log.open("wb") as output:
-        process = subprocess.Popen([str(FUNNEL), *mcp_arguments(pair, "--http", f"{host}:{port}", *extra)],
-                                   stdout=output, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen([str(FUNNEL), *arguments], stdout=output, stderr=subprocess.STDOUT, env=env)
     try:
         url = f"http://{host}:{port}/mcp"
         deadline = time.monotonic() + 30
@@ -93,6 +96,22 @@ async def http_client(url: str, token: str | None, mode: str = "auto") -> AsyncI
         Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30, mode=mode) as client,
     ):
         yield client
+
+
+def initialize_request() -> dict[str, Any]:
+    """A raw `initialize` of the 2025-11-25 protocol, for tests that post by hand."""
+    return {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe",
+                                                                                           "version": "1"}}}
+
+
+def request_2026(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A whole request of the 2026-07-28 protocol (no session, nothing before it):
+    the client's protocol version, info and capabilities travel in `_meta`."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
 
 
 async def fresh_task(pair: Pair, workspace: str = WS) -> str:

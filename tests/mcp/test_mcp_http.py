@@ -3,21 +3,16 @@ client, each caller sending its own bearer token."""
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
-
 import pytest
 
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from tests.mcp.support import (
     CALL_TIMEOUT,
-    FUNNEL,
     agent_token,
     error_text,
     fresh_task,
     http_client,
     http_server,
-    mcp_arguments,
     ok,
 )
 
@@ -43,7 +38,7 @@ async def test_the_whole_story_over_streamable_http(pair, tmp_path):
             again = error_text(await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded"}))
             assert "RUN_ALREADY_FINISHED" in again
             truth = ok(await client.call_tool("get_task", {"taskId": t}))
-            assert (truth["state"], truth["terminalOutcome"]) == ("terminal", "completed")
+            assert (truth["state"], truth["terminalOutcome"]) == ("terminal", "succeeded")
     task = (await pair.lc.GetTask(lpb.GetTaskRequest(workspace_id="acme", task_id=t), timeout=CALL_TIMEOUT)).task
     assert task.work_status == lpb.WORK_STATUS_DONE
 
@@ -60,23 +55,3 @@ async def test_a_host_call_id_makes_http_retries_exactly_once(pair, tmp_path):
             unnamed = error_text(await client.call_tool("claim_task", {"taskId": t}))
     assert again == first
     assert "LEASE_HELD" in unnamed
-
-
-async def test_a_caller_without_a_token_gets_a_tool_error(pair, tmp_path):
-    t = await fresh_task(pair)
-    with http_server(pair, tmp_path / "mcp.log") as url:
-        async with http_client(url, None) as client:
-            text = error_text(await client.call_tool("get_task", {"taskId": t}))
-        async with http_client(url, "not-a-jwt") as client:
-            forged = error_text(await client.call_tool("get_task", {"taskId": t}))
-    assert "CREDENTIALS_MISSING" in text
-    assert "CREDENTIALS_INVALID (UNAUTHENTICATED)" in forged
-
-
-async def test_a_configured_token_is_never_served_beyond_loopback(pair):
-    result = await asyncio.to_thread(
-        subprocess.run,[str(FUNNEL), *mcp_arguments(pair, "--http", "0.0.0.0:8765", "--token", agent_token())],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert result.returncode == 2
-    assert "loopback only" in result.stderr

@@ -1,8 +1,8 @@
 """`funnel mcp --http` answers only requests addressed to one of its own names
 (DNS rebinding): a page of another site whose name resolves to the server's
 address sends that name as Host, and its own origin as Origin. Checked on a
-loopback address the SDK does not protect by itself (127.0.0.2), with the
-configured token that such a page would otherwise act with."""
+loopback address the SDK does not protect by itself (127.0.0.2), with a valid
+token (a page that got hold of one must still be refused)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,17 @@ from mcp.client.streamable_http import streamable_http_client
 
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from tests.mcp.support import CALL_TIMEOUT, WS, agent_token, fresh_task, http_client, http_server, ok
+from tests.mcp.support import (
+    CALL_TIMEOUT,
+    WS,
+    agent_token,
+    fresh_task,
+    http_client,
+    http_server,
+    initialize_request,
+    ok,
+    request_2026,
+)
 from tests.reliability.harness import unused_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -25,22 +35,12 @@ PROTOCOL = "2026-07-28"
 
 
 def claim_request(task_id: str) -> dict:
-    """A whole `tools/call` of the 2026-07-28 protocol: no session, nothing before it."""
-    meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL,
-            "io.modelcontextprotocol/clientInfo": {"name": "rebind", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {}}
-    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "claim_task", "arguments": {"taskId": task_id}, "_meta": meta}}
-
-
-def initialize_request() -> dict:
-    return {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "rebind",
-                                                                                           "version": "1"}}}
+    return request_2026("tools/call", {"name": "claim_task", "arguments": {"taskId": task_id}})
 
 
 async def post(url: str, body: dict, headers: dict[str, str]) -> httpx2.Response:
-    base = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+            "authorization": f"Bearer {agent_token()}"}
     if body["method"] != "initialize":
         base |= {"mcp-protocol-version": PROTOCOL, "mcp-method": body["method"], "mcp-name": body["params"]["name"]}
     async with httpx2.AsyncClient(timeout=30) as http:
@@ -56,7 +56,7 @@ async def test_a_foreign_host_or_origin_on_127_0_0_2_is_refused_and_runs_no_tool
     t = await fresh_task(pair)
     port = unused_port()
     own = f"{HOST}:{port}"
-    with http_server(pair, tmp_path / "mcp.log", "--token", agent_token(), host=HOST, port=port) as url:
+    with http_server(pair, tmp_path / "mcp.log", host=HOST, port=port) as url:
         rebound = {"host": f"rebind.evil.example:{port}"}
         foreign_origin = {"host": own, "origin": f"http://rebind.evil.example:{port}"}
         assert (await post(url, claim_request(t), rebound)).status_code == 421

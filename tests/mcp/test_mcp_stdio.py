@@ -83,7 +83,7 @@ async def test_the_whole_story_to_done_with_evidence(pair):
                                                              "tokensTotal": 900}))
         assert (closed["finalStatus"], closed["taskEffect"], closed["tokensTotal"]) == ("done", "done", 900)
         truth = ok(await client.call_tool("get_task", {"taskId": t}))
-    assert truth["state"] == "terminal" and truth["terminalOutcome"] == "completed"
+    assert truth["state"] == "terminal" and truth["terminalOutcome"] == "succeeded"
     assert truth["workStatus"] == "done" and truth["completionId"] == allowed["completionId"]
     task = await get_task(pair, t)
     assert task.outcome == lpb.TERMINAL_OUTCOME_COMPLETED and task.work_status == lpb.WORK_STATUS_DONE
@@ -95,8 +95,9 @@ async def test_succeeded_without_evidence_closes_the_run_but_the_task_stays_open
         run_id = ok(await client.call_tool("claim_task", {"taskId": t}))["runId"]
         closed = ok(await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded",
                                                              "finalStatus": "done"}))
-    assert closed["finalStatus"] == "in_progress" and closed["taskEffect"] == "blocked"
-    assert closed["decision"]["nextAction"] == "record_evidence"
+    assert closed["finalStatus"] == "in_progress" and closed["taskEffect"] == "not_completed"
+    assert closed["decision"]["missing"]["missingEvidenceKinds"] == ["tests"]
+    assert closed["nextStep"].startswith("A new run finishes it: claim_task, record_evidence")
     assert (await get_task(pair, t)).state == lpb.GENERATION_STATE_ACTIVE
 
 
