@@ -142,7 +142,7 @@ async def start(
     except TlsError as exc:
         raise OutboundRefused(str(exc)) from None
     metrics = ServiceMetrics()
-    server = runtime.new_server(security, DOMAIN, Reason, "/funnel.completion.v1.", metrics.rpc)
+    server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
@@ -183,14 +183,14 @@ async def start(
     await authority.transcripts.discard_import(None)
     quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
     completion = CompletionService(authority, broker, quota, config.max_message_bytes)
-    completion_pb2_grpc.add_CompletionServiceServicer_to_server(completion, server)
+    boundary.add(server, completion_pb2_grpc.add_CompletionServiceServicer_to_server, completion)
     drain = Drain()
     budget = ByteBudget(
         config.import_buffer_bytes, config.import_buffer_per_caller_bytes, config.import_buffer_per_workspace_bytes
     )
     authority.metrics.import_buffer.set_function(lambda: budget.used)
     transcripts = TranscriptService(authority, ids, budget, drain, config.max_message_bytes)
-    transcript_pb2_grpc.add_TranscriptServiceServicer_to_server(transcripts, server)
+    boundary.add(server, transcript_pb2_grpc.add_TranscriptServiceServicer_to_server, transcripts)
     health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
     if config.reflection:
         runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])

@@ -99,7 +99,7 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     clock = clock or SystemClock()
     security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
     metrics = ServiceMetrics()
-    server = runtime.new_server(security, DOMAIN, Reason, f"/{SERVICE_NAME}/", metrics.rpc)
+    server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
     port = runtime.bind(server, config.listen, security)
     broker: EventBroker = EventBroker(config.watch_buffer)
     faults = from_environment()
@@ -139,7 +139,7 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     )
     quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
     service = LifecycleService(authority, broker, quota, config.max_message_bytes)
-    lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server(service, server)
+    boundary.add(server, lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server, service)
     health = runtime.Health(server, [SERVICE_NAME])
     if config.reflection:
         runtime.enable_reflection(server, [SERVICE_NAME])

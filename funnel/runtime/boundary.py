@@ -27,28 +27,27 @@ boundary: they answer anyone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
-from funnel.auth.principal import Principal, Role, completion_service, unauthenticated_operator
-from funnel.auth.table import Denied, authorize
+from funnel.auth.principal import ALL_WORKSPACES, Principal, Role, completion_service, unauthenticated_operator
+from funnel.auth.table import Denied, Granted, authorize
 from funnel.auth.tokens import TokenVerifier, Unauthenticated, bearer_token
 from funnel.runtime import calls
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import DroppedReply
 from funnel.runtime.grpc_errors import to_status
-from funnel.runtime.observe import CallObserver, FinishedCall
+from funnel.runtime.observe import CallObserver, ObservedMethod
 from funnel.runtime.pace import Late, Pace
 from funnel.runtime.ratelimit import RateLimiter
 from funnel.runtime.storage_errors import StorageUnavailable
+from funnel.runtime.tracing import Begun, ServerSpans
 from funnel.runtime.validation import Checker
 
 log = logging.getLogger(__name__)
@@ -86,18 +85,21 @@ class Authenticator:
         self.verifier = verifier
         self._identity = completion_identity.encode() if completion_identity else None
         self._trust_certificates = trust_certificates
+        # One principal each, not one per call: the boundary's decisions are
+        # remembered per principal (_Decisions).
+        self._anonymous = unauthenticated_operator()
+        self._service = completion_service(completion_identity) if completion_identity else None
 
-    def principal(self, context: grpc.aio.ServicerContext) -> Principal:
+    def principal(self, context: grpc.aio.ServicerContext, metadata: Any) -> Principal:
+        """`metadata`: the call's invocation metadata."""
         if self.verifier is None:
-            return unauthenticated_operator()
-        metadata = context.invocation_metadata() or ()
-        if self._trust_certificates and self._identity is not None:
+            return self._anonymous
+        if self._trust_certificates and self._service is not None:
             names = context.auth_context().get(_URI_SANS, ())
-            if self._identity in names:
-                identity = self._identity.decode()
+            if self._identity is not None and self._identity in names:
                 if not any(key == "authorization" for key, _ in metadata):
-                    return completion_service(identity)
-                return self.verifier.verify(bearer_token(metadata), certified=identity)
+                    return self._service
+                return self.verifier.verify(bearer_token(metadata), certified=self._service.subject)
         return self.verifier.verify(bearer_token(metadata))
 
 
@@ -110,76 +112,116 @@ class Admission:
     stream_pace: Pace = field(default_factory=lambda: Pace(30.0))
 
 
-class Boundary(grpc.aio.ServerInterceptor):
-    """Applies admission and the error model to every handler under `method_prefix`."""
+class Boundary:
+    """Applies admission, the error model, tracing and observation to every
+    handler of the services it registers. Each handler is wrapped once, when its
+    service is added (`add`), not per call as a gRPC server interceptor would:
+    the per-call work is only what the call itself needs."""
 
     def __init__(
         self,
         domain: str,
         catalogue: type[enum.Enum],
-        method_prefix: str,
         admission: Admission,
         observer: CallObserver | None = None,
+        spans: ServerSpans | None = None,
     ) -> None:
         self._domain = domain
         self._catalogue = catalogue
-        self._prefix = method_prefix
         self._admission = admission
         self._observer = observer or CallObserver(None)
+        self._spans = spans or ServerSpans()
+        self._decisions = _Decisions()
 
-    async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
-        handler = await continuation(details)
-        if handler is None or not details.method.startswith(self._prefix):
-            return handler
-        method = details.method
+    def add(self, server: grpc.aio.Server, add_servicer: Callable[[Any, Any], None], servicer: Any) -> None:
+        """Registers `servicer` on `server` as `add_servicer` (a generated
+        `add_…Servicer_to_server`) would, with every handler behind the boundary."""
+        registrations = _Registrations()
+        add_servicer(servicer, registrations)
+        for service, handlers in registrations.services:
+            wrapped = {name: self._wrap(f"/{service}/{name}", handler) for name, handler in handlers.items()}
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
+            server.add_registered_method_handlers(service, wrapped)
+
+    def _wrap(self, method: str, handler: Any) -> Any:
+        """`handler`: a grpc.RpcMethodHandler whose behaviours are coroutines (types-grpcio
+        types them as the synchronous API's)."""
         deserializer = _guarded(handler.request_deserializer, self._admission.max_message_bytes)
         serializer = handler.response_serializer
         if handler.unary_unary is not None:
             inner = handler.unary_unary
+            observed = self._observer.method(method, "unary")
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                with self._observed(method, "unary", request, context):
+                seen = self._started(method, observed, request, context)
+                escaped = None
+                try:
                     try:
-                        self._admit(method, request, context)
+                        self._admit(method, seen, request, context)
                         return await inner(request, context)
                     except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                        failure = self._failure(context, method, exc)
+                        failure = self._failure(seen, context, method, exc)
                     await _abort(context, failure)
+                except BaseException as exc:
+                    escaped = exc
+                    raise
+                finally:
+                    self._finished(seen, observed, context, escaped)
+                    escaped = None  # not kept in a cycle with this frame
 
             return grpc.unary_unary_rpc_method_handler(
                 unary, request_deserializer=deserializer, response_serializer=serializer
             )
         if handler.unary_stream is not None:
             inner_stream = handler.unary_stream
+            observed = self._observer.method(method, "server_stream")
 
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                with self._observed(method, "server_stream", request, context):
+                seen = self._started(method, observed, request, context)
+                escaped = None
+                try:
                     try:
-                        self._admit(method, request, context)
+                        self._admit(method, seen, request, context)
                         async for item in inner_stream(request, context):
                             yield item
                         return
                     except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                        failure = self._failure(context, method, exc)
+                        failure = self._failure(seen, context, method, exc)
                     await _abort(context, failure)
+                except BaseException as exc:
+                    escaped = exc
+                    raise
+                finally:
+                    self._finished(seen, observed, context, escaped)
+                    escaped = None  # not kept in a cycle with this frame
 
             return grpc.unary_stream_rpc_method_handler(
                 stream, request_deserializer=deserializer, response_serializer=serializer
             )
         if handler.stream_unary is not None:
             inner_upload = handler.stream_unary
+            observed = self._observer.method(method, "client_stream")
 
             async def upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-                with self._observed(method, "client_stream", None, context):
+                seen = self._started(method, observed, None, context)
+                escaped = None
+                try:
                     try:
-                        principal = self._authenticate(method, context)
+                        principal = self._authenticate(seen, context)
                         stream = _ClientStream(asyncio.get_running_loop().time())
                         first = await self._next(context, stream)
-                        self._authorize(method, principal, None if first is None else self._decoded(first), context)
+                        request = None if first is None else self._decoded(first)
+                        self._authorize(method, seen, principal, request, context)
                         return await inner_upload(self._rest(context, stream, first), context)
                     except Exception as exc:  # noqa: BLE001 - translated, never leaked
-                        failure = self._failure(context, method, exc)
+                        failure = self._failure(seen, context, method, exc)
                     await _abort(context, failure)
+                except BaseException as exc:
+                    escaped = exc
+                    raise
+                finally:
+                    self._finished(seen, observed, context, escaped)
+                    escaped = None  # not kept in a cycle with this frame
 
             return grpc.stream_unary_rpc_method_handler(
                 upload, request_deserializer=deserializer, response_serializer=serializer
@@ -188,58 +230,67 @@ class Boundary(grpc.aio.ServerInterceptor):
 
     # -- observation -------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _observed(
-        self, method: str, rpc_type: str, request: Any, context: grpc.aio.ServicerContext
-    ) -> Iterator[None]:
-        """Reports the call's start and, however it ends, its finish to the observer."""
-        seen = _Seen(request=None if isinstance(request, _Refused) else request)
-        _seen.set(seen)
+    def _started(
+        self, method: str, observed: ObservedMethod, request: Any, context: grpc.aio.ServicerContext
+    ) -> _Seen:
+        """The call's record, its span begun and its start observed."""
+        metadata = context.invocation_metadata() or ()
+        seen = _Seen(None if isinstance(request, _Refused) else request, metadata)
         # Read now: a stream's context must not be touched once its call has ended.
-        peer = context.peer()
-        started = time.perf_counter()
-        self._observer.started(method, rpc_type)
-        try:
-            yield
-        except grpc.aio.AbortError:
-            raise  # its status was noted by _abort
-        except (asyncio.CancelledError, GeneratorExit):
+        seen.peer = context.peer()
+        seen.span = self._spans.begin(method, metadata)
+        observed.started()
+        return seen
+
+    def _finished(
+        self,
+        seen: _Seen,
+        observed: ObservedMethod,
+        context: grpc.aio.ServicerContext,
+        escaped: BaseException | None,
+    ) -> None:
+        """Reports how the call ended, however it ended: to its span and the observer."""
+        span_code = seen.code
+        if isinstance(escaped, grpc.aio.AbortError):
+            pass  # the status it carries was noted when it was raised
+        elif isinstance(escaped, (asyncio.CancelledError, GeneratorExit)):
             seen.status(grpc.StatusCode.CANCELLED)
-            raise
-        except BaseException:
-            seen.status(grpc.StatusCode.UNKNOWN)
-            raise
-        finally:
-            call = calls.current()
-            self._observer.finished(
-                FinishedCall(
-                    method,
-                    rpc_type,
-                    seen.code.name,
-                    seen.reason,
-                    seen.detail,
-                    time.perf_counter() - started,
-                    seen.principal.subject if seen.principal is not None else None,
-                    call.role.value if call is not None else None,
-                    peer,
-                    seen.request,
-                )
+            remaining = context.time_remaining() if isinstance(escaped, asyncio.CancelledError) else None
+            span_code = (
+                grpc.StatusCode.DEADLINE_EXCEEDED
+                if remaining is not None and remaining <= 0
+                else grpc.StatusCode.CANCELLED
             )
+        elif escaped is not None:
+            seen.status(grpc.StatusCode.UNKNOWN)
+            span_code = seen.code
+        call = calls.current()
+        observed.finished(
+            seen.code.name,
+            seen.reason,
+            seen.detail,
+            time.perf_counter() - seen.started,
+            seen.principal.subject if seen.principal is not None else None,
+            call.role.value if call is not None else None,
+            seen.peer,
+            seen.request,
+        )
+        self._spans.end(seen.span, span_code, seen.detail)
 
     # -- admission ---------------------------------------------------------
 
-    def _admit(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
-        principal = self._authenticate(method, context)
-        self._authorize(method, principal, self._decoded(request), context)
+    def _admit(self, method: str, seen: _Seen, request: Any, context: grpc.aio.ServicerContext) -> None:
+        principal = self._authenticate(seen, context)
+        self._authorize(method, seen, principal, self._decoded(request), context)
 
-    def _authenticate(self, method: str, context: grpc.aio.ServicerContext) -> Principal:
+    def _authenticate(self, seen: _Seen, context: grpc.aio.ServicerContext) -> Principal:
         try:
-            principal = self._admission.authenticator.principal(context)
+            principal = self._admission.authenticator.principal(context, seen.metadata)
         except Unauthenticated as exc:
             raise ServiceError(reject(self._catalogue[exc.problem.value], exc.message)) from None
-        _noted().principal = principal
+        seen.principal = principal
         limiter = self._admission.limiter
-        if limiter is not None and Role.COMPLETION_SERVICE not in principal.roles_in("*"):
+        if limiter is not None and Role.COMPLETION_SERVICE not in principal.grants.get(ALL_WORKSPACES, ()):
             wait = limiter.take(principal.subject)
             if wait is not None:
                 raise ServiceError(
@@ -253,15 +304,19 @@ class Boundary(grpc.aio.ServerInterceptor):
                 )
         return principal
 
-    def _authorize(self, method: str, principal: Principal, request: Any, context: grpc.aio.ServicerContext) -> None:
-        _noted().request = request
-        workspace = _workspace_of(request)
-        checker = Checker()
-        checker.identifier(workspace[0], workspace[1])
-        checker.raise_for(self._catalogue)
-        decision = authorize(principal, method, workspace[1])
+    def _authorize(
+        self, method: str, seen: _Seen, principal: Principal, request: Any, context: grpc.aio.ServicerContext
+    ) -> None:
+        seen.request = request
+        field_path, workspace = _workspace_of(request)
+        decision = self._decisions.known(principal, method, workspace)
+        if decision is None:
+            checker = Checker()
+            checker.identifier(field_path, workspace)
+            checker.raise_for(self._catalogue)
+            decision = self._decisions.decide(principal, method, workspace)
         if isinstance(decision, Denied):
-            metadata = {"workspace_id": workspace[1]}
+            metadata = {"workspace_id": workspace}
             if decision.permitted_roles:
                 metadata["permitted_roles"] = ",".join(decision.permitted_roles)
             raise ServiceError(Rejection(self._catalogue[decision.reason], decision.message, metadata))
@@ -330,13 +385,13 @@ class Boundary(grpc.aio.ServerInterceptor):
             raise ServiceError(request.rejection(self._catalogue, self._admission.max_message_bytes))
         return request
 
-    def _failure(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> grpc.Status:
+    def _failure(self, seen: _Seen, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> grpc.Status:
         """The status a failed handler ends with (an abort of its own passes through)."""
         if isinstance(exc, grpc.aio.AbortError):
-            _noted().status(context.code() or grpc.StatusCode.UNKNOWN)
+            seen.status(context.code() or grpc.StatusCode.UNKNOWN)
             raise exc
         if isinstance(exc, DroppedReply):
-            _noted().status(grpc.StatusCode.UNAVAILABLE)
+            seen.status(grpc.StatusCode.UNAVAILABLE)
             return _Dropped(f"reply dropped by fault injection at {exc}")
         if isinstance(exc, ServiceError):
             rejection = exc.rejection
@@ -349,7 +404,7 @@ class Boundary(grpc.aio.ServerInterceptor):
         else:
             log.exception("%s: unexpected fault", method)
             rejection = Rejection(self._catalogue["INTERNAL_FAULT"], "internal fault; see the server log")
-        _noted().status(grpc.StatusCode[rejection.code.name], rejection.reason.name, rejection.message)
+        seen.status(grpc.StatusCode[rejection.code.name], rejection.reason.name, rejection.message)
         return to_status(rejection, self._domain)
 
 
@@ -382,9 +437,15 @@ class _ClientStream:
 class _Seen:
     """What the boundary learned about the call it serves, for the observer."""
 
-    def __init__(self, request: Any) -> None:
+    __slots__ = ("code", "detail", "metadata", "peer", "principal", "reason", "request", "span", "started")
+
+    def __init__(self, request: Any, metadata: Any) -> None:
+        self.started = time.perf_counter()
         self.request = request
+        self.metadata = metadata
         self.principal: Principal | None = None
+        self.peer = ""
+        self.span: Begun | None = None
         self.code = grpc.StatusCode.OK
         self.reason = ""
         self.detail = ""
@@ -395,12 +456,43 @@ class _Seen:
         self.detail = detail
 
 
-# Set per RPC by Boundary._observed (each RPC runs in its own task).
-_seen: contextvars.ContextVar[_Seen] = contextvars.ContextVar("funnel_boundary_seen")
+class _Decisions:
+    """The authorization table's answers (funnel.auth.table.authorize, a pure
+    function of the principal, the RPC and the workspace), remembered: a caller's
+    principal is one object for as long as its token is cached (TokenVerifier),
+    and it asks the same few questions call after call. Only a workspace id that
+    passed validation is ever remembered. Keyed by the principal's identity, which
+    the entry keeps alive, so an id is never reused while its entry stands."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, str, str], tuple[Principal, Granted | Denied]] = {}
+
+    def known(self, principal: Principal, method: str, workspace: str) -> Granted | Denied | None:
+        entry = self._known.get((id(principal), method, workspace))
+        return entry[1] if entry is not None and entry[0] is principal else None
+
+    def decide(self, principal: Principal, method: str, workspace: str) -> Granted | Denied:
+        decision = authorize(principal, method, workspace)
+        if len(self._known) >= self.LIMIT:
+            self._known.clear()
+        self._known[(id(principal), method, workspace)] = (principal, decision)
+        return decision
 
 
-def _noted() -> _Seen:
-    return _seen.get()
+class _Registrations:
+    """Stands in for the server a generated `add_…Servicer_to_server` registers on:
+    keeps each service's method handlers, for Boundary.add to wrap and register."""
+
+    def __init__(self) -> None:
+        self.services: list[tuple[str, dict[str, Any]]] = []
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        """The same handlers again, as a generic handler (registered by Boundary.add)."""
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.services.append((service, handlers))
 
 
 def _workspace_of(request: Any) -> tuple[str, str]:

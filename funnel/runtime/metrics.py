@@ -89,37 +89,35 @@ class RpcMetrics:
             "grpc_server_in_flight_requests", "RPCs started and not finished.", call, registry=registry
         )
 
-        # The labelled children, looked up once: `labels()` takes a lock and builds
-        # a key on every call, a measurable share of a small RPC's CPU. Bounded by
-        # the services' methods, codes and catalogued reasons.
-        self._per_call: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
-        self._per_outcome: dict[tuple[str, str, str, str, str], Any] = {}
+    def method(self, service: str, method: str, rpc_type: str) -> MethodMetrics:
+        """The series of one method, their labelled children looked up once (when
+        it is registered): `labels()` takes a lock and builds a key each time."""
+        return MethodMetrics(self, (service, method, rpc_type))
 
-    def _call(self, service: str, method: str, rpc_type: str) -> tuple[Any, Any, Any]:
-        key = (service, method, rpc_type)
-        children = self._per_call.get(key)
-        if children is None:
-            children = self._per_call[key] = (
-                self._started.labels(*key),
-                self._in_flight.labels(*key),
-                self._seconds.labels(*key),
-            )
-        return children
 
-    def started(self, service: str, method: str, rpc_type: str) -> None:
-        started, in_flight, _ = self._call(service, method, rpc_type)
-        started.inc()
-        in_flight.inc()
+class MethodMetrics:
+    """The per-RPC series of one method."""
 
-    def finished(self, service: str, method: str, rpc_type: str, code: str, reason: str, seconds: float) -> None:
-        _, in_flight, handling = self._call(service, method, rpc_type)
-        in_flight.dec()
-        key = (service, method, rpc_type, code, reason)
-        handled = self._per_outcome.get(key)
+    def __init__(self, metrics: RpcMetrics, call: tuple[str, str, str]) -> None:
+        self._call = call
+        self._handled_series = metrics._handled
+        self._started = metrics._started.labels(*call)
+        self._in_flight = metrics._in_flight.labels(*call)
+        self._seconds = metrics._seconds.labels(*call)
+        # By (code, reason): bounded by the codes and the catalogued reasons.
+        self._handled: dict[tuple[str, str], Any] = {}
+
+    def started(self) -> None:
+        self._started.inc()
+        self._in_flight.inc()
+
+    def finished(self, code: str, reason: str, seconds: float) -> None:
+        self._in_flight.dec()
+        handled = self._handled.get((code, reason))
         if handled is None:
-            handled = self._per_outcome[key] = self._handled.labels(*key)
+            handled = self._handled[(code, reason)] = self._handled_series.labels(*self._call, code, reason)
         handled.inc()
-        handling.observe(seconds)
+        self._seconds.observe(seconds)
 
 
 class ServiceMetrics:

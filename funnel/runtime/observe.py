@@ -6,11 +6,10 @@ denied and why)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from funnel.runtime.logs import fields
-from funnel.runtime.metrics import RpcMetrics
+from funnel.runtime import logs
+from funnel.runtime.metrics import MethodMetrics, RpcMetrics
 
 log = logging.getLogger("funnel.request")
 
@@ -20,75 +19,73 @@ DENIED = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED"
 FAULTS = frozenset({"INTERNAL", "UNKNOWN", "DATA_LOSS", "UNAVAILABLE"})
 
 
-@dataclass(frozen=True)
-class FinishedCall:
-    # The full gRPC method, `/package.Service/Method`.
-    path: str
-    # unary, server_stream or client_stream (go-grpc-prometheus's grpc_type).
-    rpc_type: str
-    # The status code's name (OK, PERMISSION_DENIED, …) and the ErrorInfo reason ("" for OK).
-    code: str
-    reason: str
-    # The status message the caller got ("" for OK).
-    detail: str
-    seconds: float
-    # Who called: the authenticated subject and the role the call was admitted under
-    # (None when authentication failed or the call was denied before a role was chosen).
-    subject: str | None
-    role: str | None
-    peer: str
-    # The request (a client stream's first message), if it was decoded.
-    request: Any
-
-    @property
-    def service(self) -> str:
-        return self.path.rsplit("/", 2)[-2]
-
-    @property
-    def method(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
-
-
 class CallObserver:
     def __init__(self, rpc: RpcMetrics | None) -> None:
         self._rpc = rpc
 
-    def started(self, path: str, rpc_type: str) -> None:
-        if self._rpc is not None:
-            service, method = path.rsplit("/", 2)[-2:]
-            self._rpc.started(service, method, rpc_type)
+    def method(self, path: str, rpc_type: str) -> ObservedMethod:
+        """What observes the calls of one method (`/package.Service/Method`), made
+        once when the method is registered."""
+        service, method = path.rsplit("/", 2)[-2:]
+        return ObservedMethod(service, method, self._rpc.method(service, method, rpc_type) if self._rpc else None)
 
-    def finished(self, call: FinishedCall) -> None:
+
+class ObservedMethod:
+    """The per-RPC metrics and the request's log line of one method."""
+
+    def __init__(self, service: str, method: str, rpc: MethodMetrics | None) -> None:
+        self.service = service
+        self.method = method
+        self._rpc = rpc
+
+    def started(self) -> None:
         if self._rpc is not None:
-            self._rpc.finished(call.service, call.method, call.rpc_type, call.code, call.reason, call.seconds)
+            self._rpc.started()
+
+    def finished(
+        self,
+        code: str,
+        reason: str,
+        detail: str,
+        seconds: float,
+        subject: str | None,
+        role: str | None,
+        peer: str,
+        request: Any,
+    ) -> None:
+        """`code`: the status code's name (OK, PERMISSION_DENIED, …) and `reason` the
+        ErrorInfo reason ("" for OK); `detail` the status message the caller got;
+        `subject` and `role` who called (None when authentication failed or the call
+        was denied before a role was chosen); `request` the request (a client
+        stream's first message) if it was decoded."""
+        if self._rpc is not None:
+            self._rpc.finished(code, reason, seconds)
         level = logging.INFO
-        if call.code in DENIED:
+        if code in DENIED:
             level = logging.WARNING
-        elif call.code in FAULTS:
+        elif code in FAULTS:
             level = logging.ERROR
         if not log.isEnabledFor(level):
             return
-        workspace, task, run = request_scope(call.request)
-        summary = f"{call.method} {call.code}" + (f" {call.reason}" if call.reason else "")
-        log.log(
+        workspace, task, run = request_scope(request)
+        logs.log(
+            log,
             level,
-            summary,
-            extra=fields(
-                event="rpc",
-                service=call.service,
-                method=call.method,
-                code=call.code,
-                reason=call.reason,
-                detail=call.detail,
-                subject=call.subject,
-                role=call.role,
-                # Without a subject, the address is all there is to say who called.
-                peer=call.peer if call.subject is None else None,
-                workspace=workspace,
-                task=task,
-                run=run,
-                duration_ms=round(call.seconds * 1000, 3),
-            ),
+            f"{self.method} {code} {reason}" if reason else f"{self.method} {code}",
+            event="rpc",
+            service=self.service,
+            method=self.method,
+            code=code,
+            reason=reason,
+            detail=detail,
+            subject=subject,
+            role=role,
+            # Without a subject, the address is all there is to say who called.
+            peer=peer if subject is None else None,
+            workspace=workspace,
+            task=task,
+            run=run,
+            duration_ms=round(seconds * 1000, 3),
         )
 
 

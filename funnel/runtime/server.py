@@ -146,16 +146,14 @@ def new_server(
     security: PreparedSecurity,
     domain: str,
     catalogue: type[enum.Enum],
-    method_prefix: str,
     rpc_metrics: RpcMetrics | None = None,
-) -> grpc.aio.Server:
+) -> tuple[grpc.aio.Server, Boundary]:
+    """The server, and the boundary its services are added through
+    (`boundary.add(server, add_…Servicer_to_server, servicer)`); what is added to
+    the server directly (health, reflection) answers anyone."""
     limit = security.admission.max_message_bytes
-    return grpc.aio.server(
-        # Tracing first: the call's span is current while the boundary and the handler run.
-        interceptors=[
-            ServerSpans(method_prefix),
-            Boundary(domain, catalogue, method_prefix, security.admission, CallObserver(rpc_metrics)),
-        ],
+    boundary = Boundary(domain, catalogue, security.admission, CallObserver(rpc_metrics), ServerSpans())
+    server = grpc.aio.server(
         options=[
             # Up to this, an oversize request reaches the boundary and is answered
             # with ErrorInfo (MESSAGE_TOO_LARGE); beyond it gRPC refuses it alone,
@@ -177,6 +175,7 @@ def new_server(
             *connection_options(security.settings),
         ],
     )
+    return server, boundary
 
 
 def connection_options(settings: security_settings.ServerSecurity) -> list[tuple[str, int]]:

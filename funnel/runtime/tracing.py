@@ -5,29 +5,29 @@ metadata between them, and a way to continue a trace later from a stored
 `traceparent` (the settlement outbox, completion_service/authority/settler.py).
 
 Configured only by the standard OTEL_* environment variables
-(`configure_tracing`). With no exporter configured, no SDK is installed and the
-interceptors make no spans at all: they only pass a caller's trace context on
-(to the lifecycle service, into the log lines), which costs a few microseconds
-a call.
+(`configure_tracing`). With no exporter configured, no SDK is installed and no
+span is made at all: a caller's trace context is only passed on (to the
+lifecycle service, into the log lines), and a call that carries none costs
+nothing here.
 
-The interceptors are our own, over the API's propagators, rather than
+The hooks are our own, over the API's propagators, rather than
 opentelemetry-instrumentation-grpc's: its aio server interceptor learns a call's
 status only through `abort`/`set_code` on its wrapped context, while the
 boundary (funnel/runtime/boundary.py) answers every rejection with
 `abort_with_status`, so each refused call would be traced as OK. Here the
-status is read from the call's context after the handler, whatever aborted it."""
+boundary hands the span the status the call ended with."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import json
 import logging
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import Token
 from typing import Any
 
 import grpc
@@ -157,64 +157,62 @@ def _one_json_line(span: Any) -> str:
 # -- the server side ------------------------------------------------------------------
 
 
-class ServerSpans(grpc.aio.ServerInterceptor):
-    """A SERVER span for every call of a method under `method_prefix`, a child of
-    the caller's span when the call carries its context. The first interceptor
-    of a server: the span is current while the boundary and the handler run."""
+class ServerSpans:
+    """A SERVER span for every call of a service, a child of the caller's span
+    when the call carries its context; current while the boundary and the
+    handler run (funnel/runtime/boundary.py calls `begin` first and `end` last,
+    once per call: no interceptor of its own)."""
 
-    def __init__(self, method_prefix: str) -> None:
-        self._prefix = method_prefix
+    def __init__(self) -> None:
         self._recording = _sdk_installed()
+        # The metadata keys the configured propagators read (traceparent, tracestate,
+        # baggage): a call that carries none of them has no context to pass on.
+        self._fields = frozenset(propagate.get_global_textmap().fields)
 
-    async def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
-        handler = await continuation(details)
-        if handler is None or not details.method.startswith(self._prefix):
-            return handler
-        method = details.method
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._one_response(method, handler.unary_unary), request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            inner_stream = handler.unary_stream
+    def begin(self, method: str, metadata: Any) -> Begun | None:
+        """Makes the call's span (or, with nothing recorded, the caller's context)
+        current; None when there is nothing to make current."""
+        fields = self._fields
+        carried = any(key in fields for key, _ in metadata)
+        if not self._recording:
+            if not carried:
+                return None
+            # Nothing would be recorded (a no-op span still costs several times the
+            # rest): the caller's context is passed on as it came, for the calls this
+            # one makes and for the log lines (trace id).
+            return Begun(None, otel_context.attach(propagate.extract(tuple(metadata), getter=_GETTER)))
+        parent = propagate.extract(tuple(metadata), getter=_GETTER) if carried else None
+        service, name = method.lstrip("/").split("/", 1)
+        span = _TRACER.start_span(
+            f"{service}/{name}",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        return Begun(span, otel_context.attach(trace.set_span_in_context(span, parent)))
 
-            async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                with _server_span(method, context, self._recording) as span:
-                    try:
-                        async for item in inner_stream(request, context):
-                            yield item
-                    except BaseException as exc:
-                        _ended(span, context, exc)
-                        raise
-                    _ended(span, context, None)
+    @staticmethod
+    def end(begun: Begun | None, code: grpc.StatusCode, details: str) -> None:
+        """Records the call's gRPC code on its span and ends it."""
+        if begun is None:
+            return
+        span = begun.span
+        if span is not None:
+            span.set_attribute("rpc.grpc.status_code", code.value[0])
+            if code in _SERVER_ERRORS:
+                span.set_status(Status(StatusCode.ERROR, f"{code.name}: {details}"))
+            span.end()
+        otel_context.detach(begun.token)
 
-            return grpc.unary_stream_rpc_method_handler(
-                stream, request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._one_response(method, handler.stream_unary), request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
 
-    def _one_response(self, method: str, inner: Callable[..., Any]) -> Callable[..., Any]:
-        """A unary or client-stream handler in a server span (the request is a
-        message or, for a client stream, an iterator of them)."""
+class Begun:
+    __slots__ = ("span", "token")
 
-        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            with _server_span(method, context, self._recording) as span:
-                try:
-                    response = await inner(request, context)
-                except BaseException as exc:
-                    _ended(span, context, exc)
-                    raise
-                _ended(span, context, None)
-                return response
-
-        return call
+    def __init__(self, span: Span | None, token: Token[otel_context.Context]) -> None:
+        self.span = span
+        self.token = token
 
 
 class _MetadataGetter(Getter[Sequence[tuple[str, Any]]]):
@@ -233,48 +231,6 @@ def _sdk_installed() -> bool:
     """Whether spans are recorded: `configure_tracing` (called before a service
     builds its server and channels) installed the SDK's provider."""
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-
-
-@contextmanager
-def _server_span(method: str, context: grpc.aio.ServicerContext, recording: bool) -> Iterator[Span | None]:
-    parent = propagate.extract(tuple(context.invocation_metadata() or ()), getter=_GETTER)
-    if not recording:
-        # Nothing would be recorded (a no-op span still costs several times the
-        # rest): the caller's context is passed on as it came, for the calls this
-        # one makes and for the log lines (trace id).
-        token = otel_context.attach(parent)
-        try:
-            yield None
-        finally:
-            otel_context.detach(token)
-        return
-    service, name = method.lstrip("/").split("/", 1)
-    with _TRACER.start_as_current_span(
-        f"{service}/{name}",
-        context=parent,
-        kind=SpanKind.SERVER,
-        attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        yield span
-
-
-def _ended(span: Span | None, context: grpc.aio.ServicerContext, exc: BaseException | None) -> None:
-    """Records the call's gRPC code: the one its handler aborted with or set, or
-    what an escaping exception means."""
-    if span is None:
-        return
-    code = context.code()
-    if isinstance(exc, asyncio.CancelledError):
-        remaining = context.time_remaining()
-        expired = remaining is not None and remaining <= 0
-        code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
-    elif code is None:
-        code = grpc.StatusCode.OK if exc is None else grpc.StatusCode.UNKNOWN
-    span.set_attribute("rpc.grpc.status_code", code.value[0])
-    if code in _SERVER_ERRORS:
-        span.set_status(Status(StatusCode.ERROR, f"{code.name}: {context.details() or ''}"))
 
 
 # -- the client side -------------------------------------------------------------------
