@@ -9,6 +9,7 @@ with the same request id, which the lifecycle service deduplicates."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import grpc
 
@@ -22,8 +23,10 @@ from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.timestamps import to_timestamp
+from funnel.runtime.tracing import OutboundCalls
 
 SOURCE = "completion_service"
+SERVICE_NAME = "funnel.lifecycle.v1.TaskLifecycleService"
 log = logging.getLogger(__name__)
 
 
@@ -76,6 +79,8 @@ class LifecycleClient:
         self._timeout = timeout
         self._stub_channel: grpc.aio.Channel | None = None
         self._stub_cache: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
+        # Each call's span goes first: the lifecycle service's span of the call is its child.
+        self._calls = OutboundCalls()
 
     @property
     def timeout(self) -> float:
@@ -90,9 +95,11 @@ class LifecycleClient:
             self._stub_channel, self._stub_cache = channel, stub
         return stub
 
-    async def _call(self, method, request):
+    async def _call(self, name: str, request: Any) -> Any:
         try:
-            return await method(request, timeout=self._timeout)
+            return await self._calls.unary(
+                SERVICE_NAME, name, getattr(self._stub, name), request, self._timeout, self._channel.metadata()
+            )
         except grpc.aio.AioRpcError as error:
             if error.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 # A configuration problem, never the lifecycle's verdict on a fact:
@@ -110,13 +117,15 @@ class LifecycleClient:
             raise LifecycleUnavailable(f"{error.code().name}: {error.details()}") from None
 
     async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
-        return await self._call(self._stub.GetTask, lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id))
+        return await self._call(
+            "GetTask", lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id))
 
     def watch_from_head(self, workspace_id: str) -> grpc.aio.UnaryStreamCall:
         """A workspace's lifecycle events from the head on, without a deadline: the
         head marker, then every later event. Its failures are gRPC's own errors."""
         return self._stub.WatchLifecycleEvents(
-            lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, from_head=True)
+            lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, from_head=True),
+            metadata=self._channel.metadata(),
         )
 
     @staticmethod
@@ -127,7 +136,7 @@ class LifecycleClient:
         self, workspace_id: str, task_id: str, generation: int, run_id: str
     ) -> lpb.ActivateGenerationResponse:
         return await self._call(
-            self._stub.ActivateGeneration,
+            "ActivateGeneration",
             lpb.ActivateGenerationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
@@ -142,7 +151,7 @@ class LifecycleClient:
         self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str, reason: str, run_id: str
     ) -> lpb.SetWorkStatusResponse:
         return await self._call(
-            self._stub.SetWorkStatus,
+            "SetWorkStatus",
             lpb.SetWorkStatusRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
@@ -155,7 +164,7 @@ class LifecycleClient:
 
     async def request_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str):
         return await self._call(
-            self._stub.RequestCancellation,
+            "RequestCancellation",
             lpb.RequestCancellationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
@@ -179,7 +188,7 @@ class LifecycleClient:
         """By default the cancellation a run closed as cancelled settles; a fenced
         generation's end names its own request id and reason."""
         return await self._call(
-            self._stub.SettleCancellation,
+            "SettleCancellation",
             lpb.SettleCancellationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
@@ -193,7 +202,7 @@ class LifecycleClient:
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, authoritative_at: int, run_id: str
     ) -> lpb.SettleCompletionResponse:
         return await self._call(
-            self._stub.SettleCompletion,
+            "SettleCompletion",
             lpb.SettleCompletionRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
@@ -209,7 +218,7 @@ class LifecycleClient:
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, run_id: str
     ) -> lpb.SettleFailureResponse:
         return await self._call(
-            self._stub.SettleFailure,
+            "SettleFailure",
             lpb.SettleFailureRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
@@ -225,7 +234,7 @@ class LifecycleClient:
         """A resume for this service's caller `on_behalf_of`, whom the lifecycle
         service records on the event (after judging that it may resume)."""
         return await self._call(
-            self._stub.ResumeWithGeneration,
+            "ResumeWithGeneration",
             lpb.ResumeWithGenerationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import grpc
 
-from funnel.auth.client import bearer_interceptors
 from funnel.auth.tls import ClientTlsFiles, TlsError, file_signature, is_loopback
 from funnel.runtime.tracing import ClientSpans
 
@@ -140,15 +139,17 @@ class LifecycleChannel:
         self._retired: list[grpc.aio.Channel] = []
 
     def _open(self) -> grpc.aio.Channel:
-        token = self._token
-        # Each call's span goes first: the lifecycle service's span of the call is its child.
-        interceptors = [ClientSpans(), *(bearer_interceptors(lambda: token.token) if token else [])]
+        # No interceptors: calls carry their metadata (metadata(); spans and the
+        # trace context, LifecycleClient), which costs far less per call.
         if self._settings.lifecycle_insecure:
-            return grpc.aio.insecure_channel(self._address, options=self._options, interceptors=interceptors)
+            return grpc.aio.insecure_channel(self._address, options=self._options)
         tls = self._settings.lifecycle_tls
-        return grpc.aio.secure_channel(
-            self._address, tls.load(), options=self._options + tls.options(), interceptors=interceptors
-        )
+        return grpc.aio.secure_channel(self._address, tls.load(), options=self._options + tls.options())
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """What every call on the channel sends: this service's bearer token, when it
+        proves itself with one (--identity-token-file), re-read as it rotates."""
+        return (("authorization", f"Bearer {self._token.token}"),) if self._token is not None else ()
 
     async def reload_if_changed(self, force: bool = False) -> bool:
         if self._token is not None:

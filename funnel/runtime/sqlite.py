@@ -77,8 +77,13 @@ class Database:
         self._connection = connection
         self.path = path
         self._commits = commits
+        # Writes waiting for a group. The event loop appends, the database thread
+        # takes (the writer pipeline, _commit_groups), hence the lock.
         self._pending: list[_Write[Any]] = []
+        self._pending_lock = threading.Lock()
         self._writer: asyncio.Task | None = None
+        # Set by close(): its one run, which every caller of close() waits for.
+        self._closing: asyncio.Task | None = None
         self._checkpointer: asyncio.Task | None = None
         # Set once the integrity check, or a write, met damage: every later write is refused.
         self._damage: str | None = None
@@ -166,62 +171,141 @@ class Database:
         found damage, every write fails at once with StorageUnavailable."""
         if self._damage is not None:
             raise StorageUnavailable(self._damage)
+        if self._closing is not None:
+            raise StorageUnavailable(f"database {self.path!r} is closed; nothing was applied")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         future.add_done_callback(_consume_exception)
-        deadline = min(calls.lock_deadline() or float("inf"), loop.time() + DEFAULT_LOCK_WAIT)
-        self._pending.append(_Write(fn, after_commit, future, deadline))
+        # The database thread judges the deadline, on its own clock.
+        now = loop.time()
+        wait = min(calls.lock_deadline() or float("inf"), now + DEFAULT_LOCK_WAIT) - now
+        with self._pending_lock:
+            self._pending.append(_Write(fn, after_commit, future, time.monotonic() + wait))
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_pending(), name=f"sqlite-writer:{self.path}")
         return await asyncio.shield(future)
 
     async def _write_pending(self) -> None:
+        """The writer: hands the database thread turns of groups (_commit_groups)
+        while writes are pending, and ends when none is; write() starts it again.
+        However it ends, every write it was given is answered: committed groups by
+        the database thread's posts, the rest failed unapplied. Cancelled (the event
+        loop going away), it first lets the turn on the database thread finish."""
         loop = asyncio.get_running_loop()
         try:
-            while self._pending:
+            while self._has_pending():
                 if self._damage is not None:  # found while these waited: none of them is applied
-                    refused, self._pending = self._pending, []
-                    for write in refused:
-                        if not write.future.done():
-                            write.future.set_exception(StorageUnavailable(self._damage))
+                    self._refuse_pending(StorageUnavailable(self._damage))
                     break
-                batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
-                batch = _live(batch, loop.time())
-                if not batch:
-                    continue
-                wait_ms = max(1, int((min(w.deadline for w in batch) - loop.time()) * 1000))
-                started = time.perf_counter()
+                turn: asyncio.Future[None] = loop.create_future()
+                connection = self._connection
+                # On aiosqlite's own queue (see run()), without a future of its own: the
+                # turn answers through _post alone, which survives a closed event loop.
+                connection._tx.put_nowait((None, functools.partial(self._commit_groups, connection._conn, loop, turn)))
                 try:
-                    outcomes = await self.run(
-                        functools.partial(_commit_group, fns=[w.fn for w in batch], wait_ms=wait_ms)
+                    await asyncio.shield(turn)
+                except asyncio.CancelledError:
+                    await _finished(turn)
+                    self._refuse_pending(
+                        StorageUnavailable(f"the writer of {self.path!r} was stopped; nothing was applied")
                     )
-                except _LockBusy:
-                    # Nothing was applied: writes with time left try again, in order.
-                    self._pending[:0] = _live(batch, loop.time())
-                    continue
-                except BaseException as exc:  # noqa: BLE001 - the commit itself failed: nothing of the group applied
-                    failure = self._damaged_by(exc) or exc
-                    for write in batch:
-                        write.future.set_exception(
-                            failure if isinstance(failure, Exception) else StorageUnavailable(repr(failure))
-                        )
-                    continue
-                if self._commits is not None:
-                    self._commits(time.perf_counter() - started, len(batch))
-                for write, (value, error) in zip(batch, outcomes, strict=True):
-                    if error is not None:
-                        if isinstance(error, sqlite3.OperationalError):
-                            error = StorageUnavailable(str(error))
-                        write.future.set_exception(self._damaged_by(error) or error)
-                        continue
-                    if write.after_commit is not None:
-                        try:
-                            write.after_commit(value)
-                        except Exception:  # publishing must not undo an acknowledged commit
-                            log.exception("after-commit hook failed")
-                    write.future.set_result(value)
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the turn failed outside any group (a defect)
+                    log.error("the writer's turn on %s failed: %r", self.path, exc)
+                    self._refuse_pending(StorageUnavailable(f"the writer of {self.path!r} failed: {exc!r}"))
         finally:
             self._writer = None
+
+    def _has_pending(self) -> bool:
+        with self._pending_lock:
+            return bool(self._pending)
+
+    def _refuse_pending(self, failure: Exception) -> None:
+        """Fails every write not yet taken, unapplied."""
+        with self._pending_lock:
+            refused, self._pending = self._pending, []
+        for write in refused:
+            if not write.future.done():
+                write.future.set_exception(failure)
+
+    def _commit_groups(
+        self, db: sqlite3.Connection, loop: asyncio.AbstractEventLoop, turn: asyncio.Future[None]
+    ) -> None:
+        """On the database thread: commits groups of pending writes back to back,
+        each answered on the event loop as soon as it has committed, so the next
+        group starts right after the previous COMMIT instead of waiting for the
+        event loop to take the answer and hand the next group over. Stops when no
+        write is pending, after a failed group or damage (the event loop deals with
+        them first), after PIPELINE_GROUPS groups (so that other work queued for
+        this thread, health probes and reads of an in-memory database, gets its
+        turn), or once the event loop is closed (nobody is left to answer). `turn`
+        is set when it stops, whatever happened."""
+        try:
+            for _ in range(PIPELINE_GROUPS):
+                if self._damage is not None:
+                    return
+                with self._pending_lock:
+                    batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
+                if not batch:
+                    return
+                now = time.monotonic()
+                expired = [w for w in batch if w.deadline <= now]
+                if expired:
+                    if not _post(loop, _expire, expired):
+                        return
+                    batch = [w for w in batch if w.deadline > now]
+                    if not batch:
+                        continue
+                wait_ms = max(1, int((min(w.deadline for w in batch) - now) * 1000))
+                started = time.perf_counter()
+                try:
+                    outcomes = _commit_group(db, [w.fn for w in batch], wait_ms)
+                except _LockBusy:
+                    # Nothing was applied: the writes try again, in order, while they have time.
+                    with self._pending_lock:
+                        self._pending[:0] = batch
+                    continue
+                except BaseException as exc:  # noqa: BLE001 - the commit itself failed: nothing of the group applied
+                    _post(loop, self._failed, batch, exc)
+                    return
+                if not _post(loop, self._committed, batch, outcomes, time.perf_counter() - started):
+                    return
+                if any(isinstance(error, sqlite3.DatabaseError) and _is_damage(error) for _, error in outcomes):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - told to the writer, which fails what is left
+            _post(loop, _settle, turn, exc)
+        finally:
+            _post(loop, _settle, turn)
+
+    def _committed(
+        self, batch: list[_Write[Any]], outcomes: list[tuple[object, Exception | None]], seconds: float
+    ) -> None:
+        """On the event loop, in commit order: answers a committed group's writes."""
+        if self._commits is not None:
+            try:
+                self._commits(seconds, len(batch))
+            except Exception:  # a metric must not leave the group's callers unanswered
+                log.exception("commit observer failed")
+        for write, (value, error) in zip(batch, outcomes, strict=True):
+            if error is not None:
+                if isinstance(error, sqlite3.OperationalError):
+                    error = StorageUnavailable(str(error))
+                write.future.set_exception(self._damaged_by(error) or error)
+                continue
+            if write.after_commit is not None:
+                try:
+                    write.after_commit(value)
+                except Exception:  # publishing must not undo an acknowledged commit
+                    log.exception("after-commit hook failed")
+            write.future.set_result(value)
+
+    def _failed(self, batch: list[_Write[Any]], exc: BaseException) -> None:
+        """On the event loop: a group whose commit failed, nothing of it applied."""
+        if isinstance(exc, sqlite3.OperationalError):
+            exc = StorageUnavailable(str(exc))
+        failure = self._damaged_by(exc) or exc
+        for write in batch:
+            write.future.set_exception(failure if isinstance(failure, Exception) else StorageUnavailable(repr(failure)))
 
     def _damaged_by(self, exc: BaseException) -> StorageUnavailable | None:
         """A write that met a damaged page (SQLite checks every page it reads) marks
@@ -285,8 +369,17 @@ class Database:
         return self._damage
 
     async def close(self) -> None:
-        if self._writer is not None:
-            await self._writer
+        """Answers every write given so far (the writer drains them), then closes
+        the connection; later writes fail at once. Shielded: a caller cancelled
+        meanwhile leaves the closing to finish, and every caller waits for the one
+        closing."""
+        if self._closing is None:
+            self._closing = asyncio.create_task(self._close(), name=f"sqlite-close:{self.path}")
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        while self._writer is not None:
+            await asyncio.shield(self._writer)
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -297,6 +390,9 @@ class Database:
 # Large enough to amortize one fsync over a burst, small enough to bound the
 # latency of the first write in the group.
 MAX_GROUP = 64
+# Groups the database thread commits back to back before it lets other work
+# queued for it run (see Database._commit_groups).
+PIPELINE_GROUPS = 8
 
 
 @dataclass
@@ -304,7 +400,7 @@ class _Write(Generic[T]):
     fn: Callable[[sqlite3.Connection], T]
     after_commit: Callable[[T], None] | None
     future: asyncio.Future[T]
-    # Event-loop time after which it no longer waits for the database lock.
+    # time.monotonic() after which it no longer waits for the database lock.
     deadline: float
 
 
@@ -312,17 +408,41 @@ class _LockBusy(Exception):
     """BEGIN IMMEDIATE did not get the write lock in time; nothing was applied."""
 
 
-def _live(writes: list[_Write[Any]], now: float) -> list[_Write[Any]]:
-    """The writes whose lock deadline has not passed; the others fail, unapplied."""
-    live = []
+def _expire(writes: list[_Write[Any]]) -> None:
+    """On the event loop: writes whose lock deadline passed before their group began fail, unapplied."""
     for write in writes:
-        if write.deadline > now:
-            live.append(write)
-        elif not write.future.done():
+        if not write.future.done():
             write.future.set_exception(
                 StorageUnavailable("the database stayed locked until the caller's deadline; nothing was applied")
             )
-    return live
+
+
+def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> bool:
+    """Runs `callback(*args)` on `loop` soon, from the database thread; False once the
+    loop is closed (then nobody is left to answer, and the thread must go on: an
+    exception here would end aiosqlite's thread for every later operation)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _settle(turn: asyncio.Future[None], failure: BaseException | None = None) -> None:
+    if turn.done():
+        return
+    if failure is None:
+        turn.set_result(None)
+    else:
+        turn.set_exception(failure)
+
+
+async def _finished(turn: asyncio.Future[None]) -> None:
+    """Waits for the database thread's turn to end, cancelled or not: its groups
+    commit and are answered whatever happens to the task that handed them over."""
+    while not turn.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(turn)
 
 
 def _consume_exception(future: asyncio.Future[Any]) -> None:

@@ -1,13 +1,20 @@
 """The SQLite writer's group commit (funnel/runtime/sqlite.py) under many waves of
 concurrent writes: every write is answered, answers and after-commit hooks come
-in commit order, and a write that raises fails alone."""
+in commit order, and a write that raises fails alone. The database thread starts
+the next group itself, still lets other work on its connection run, and however
+the writer or the event loop ends, every write given to it is answered."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+import time
 
-from funnel.runtime.sqlite import Database
+import pytest
+
+from funnel.runtime.sqlite import MAX_GROUP, PIPELINE_GROUPS, Database
+from funnel.runtime.storage_errors import StorageUnavailable
 
 
 async def open_scratch(tmp_path) -> Database:
@@ -55,3 +62,165 @@ async def test_many_concurrent_writes_commit_answer_and_publish_in_commit_order(
 def _failing(db: sqlite3.Connection) -> int:
     db.execute("INSERT INTO t (name) VALUES ('undone')")
     raise ValueError("fails alone")
+
+
+async def test_the_database_thread_starts_the_next_group_while_the_event_loop_is_busy(tmp_path):
+    database = await open_scratch(tmp_path)
+    first_running, release_first, second_ran = threading.Event(), threading.Event(), threading.Event()
+
+    def first(db: sqlite3.Connection) -> int:
+        first_running.set()
+        release_first.wait(5)
+        return insert("first")(db)
+
+    def second(db: sqlite3.Connection) -> int:
+        second_ran.set()
+        return insert("second")(db)
+
+    try:
+        one = asyncio.ensure_future(database.write(first))
+        assert await asyncio.to_thread(first_running.wait, 5)
+        two = asyncio.ensure_future(database.write(second))
+        for _ in range(3):  # the second write is queued behind the first group
+            await asyncio.sleep(0)
+        release_first.set()
+        # The event loop blocks here: only the database thread can begin the second group.
+        assert second_ran.wait(5), "the second group waited for the event loop to hand it over"
+        assert (await one, await two) == (1, 2)
+    finally:
+        await database.close()
+
+
+async def test_a_steady_stream_of_writes_does_not_starve_other_work_on_the_connection(tmp_path):
+    database = await open_scratch(tmp_path)
+    most = 2000
+    probed = asyncio.Event()
+    writes: list[asyncio.Future[int]] = []
+
+    def slow_insert(name: str):
+        def fn(db: sqlite3.Connection) -> int:
+            time.sleep(0.002)  # writes arrive faster than they commit: some are always pending
+            return insert(name)(db)
+
+        return fn
+
+    async def produce() -> int:
+        while not probed.is_set() and len(writes) < most:
+            writes.append(asyncio.ensure_future(database.write(slow_insert(f"w{len(writes)}"))))
+            await asyncio.sleep(0.001)
+        return len(writes)
+
+    async def probe() -> None:
+        await asyncio.sleep(0.05)  # the stream is under way
+        await database.check_writable()
+        probed.set()
+
+    try:
+        produced, _ = await asyncio.gather(produce(), probe())
+        assert produced < most, "the health probe waited until the writes stopped coming"
+        assert sorted(await asyncio.gather(*writes)) == list(range(1, produced + 1))
+    finally:
+        await database.close()
+
+
+# Writes queued behind a held group: more than one turn of the database thread takes.
+QUEUED = 2 * PIPELINE_GROUPS * MAX_GROUP
+
+
+def blocker() -> tuple[threading.Event, threading.Event, object]:
+    """A write that holds the database thread until released: (running, release, fn)."""
+    running, release = threading.Event(), threading.Event()
+
+    def fn(db: sqlite3.Connection) -> int:
+        running.set()
+        release.wait(10)
+        return insert("held")(db)
+
+    return running, release, fn
+
+
+async def test_a_cancelled_writer_answers_every_write_it_was_given(tmp_path):
+    """The writer task cancelled (the event loop going away) while a group is on the
+    database thread and more writes wait: the group commits and is answered with its
+    results, the writes behind it fail unapplied; none is left waiting."""
+    database = await open_scratch(tmp_path)
+    running, release, held = blocker()
+    try:
+        first = asyncio.ensure_future(database.write(held))
+        assert await asyncio.to_thread(running.wait, 10)
+        # More than one turn of the database thread takes (PIPELINE_GROUPS x MAX_GROUP).
+        queued = [asyncio.ensure_future(database.write(insert(f"q{n}"))) for n in range(QUEUED)]
+        await asyncio.sleep(0)
+        database._writer.cancel()
+        release.set()
+        results = await asyncio.wait_for(asyncio.gather(first, *queued, return_exceptions=True), 30)
+        assert results[0] == 1
+        committed = [r for r in results[1:] if isinstance(r, int)]
+        refused = [r for r in results[1:] if isinstance(r, Exception)]
+        assert all(isinstance(r, StorageUnavailable) for r in refused) and len(committed) + len(refused) == QUEUED
+        rows = await database.read(lambda db: db.execute("SELECT count(*) FROM t").fetchone()[0])
+        assert rows == 1 + len(committed)  # what was answered committed is there, nothing more
+    finally:
+        release.set()
+        await database.close()
+
+
+async def test_closing_answers_every_queued_write_and_refuses_later_ones(tmp_path):
+    database = await open_scratch(tmp_path)
+    running, release, held = blocker()
+    first = asyncio.ensure_future(database.write(held))
+    assert await asyncio.to_thread(running.wait, 10)
+    queued = [asyncio.ensure_future(database.write(insert(f"q{n}"))) for n in range(QUEUED)]
+    closing = asyncio.ensure_future(database.close())
+    await asyncio.sleep(0)
+    with pytest.raises(StorageUnavailable, match="closed"):
+        await database.write(insert("late"))
+    release.set()
+    await asyncio.wait_for(closing, 30)
+    assert sorted(await asyncio.gather(first, *queued)) == list(range(1, QUEUED + 2))
+
+
+async def test_a_cancelled_close_still_closes_and_answers_everything(tmp_path):
+    database = await open_scratch(tmp_path)
+    running, release, held = blocker()
+    first = asyncio.ensure_future(database.write(held))
+    assert await asyncio.to_thread(running.wait, 10)
+    queued = [asyncio.ensure_future(database.write(insert(f"q{n}"))) for n in range(QUEUED)]
+    closing = asyncio.ensure_future(database.close())
+    await asyncio.sleep(0)
+    closing.cancel()
+    release.set()
+    assert sorted(await asyncio.wait_for(asyncio.gather(first, *queued), 30)) == list(range(1, QUEUED + 2))
+    await asyncio.wait_for(database.close(), 30)  # the one closing, finished
+    with pytest.raises(ValueError, match="no active connection"):  # aiosqlite's word for a closed one
+        await database._connection.execute("SELECT 1")
+
+
+def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path):
+    """The event loop closes while a group is on the database thread: the group's
+    answer has no loop to go to, and the thread (aiosqlite's, shared by every later
+    operation on the connection) must survive posting it."""
+    failures: list[threading.ExceptHookArgs] = []
+    previous, threading.excepthook = threading.excepthook, failures.append
+    running, release, held = blocker()
+    try:
+        loop = asyncio.new_event_loop()
+        database = loop.run_until_complete(open_scratch(tmp_path))
+        loop.create_task(database.write(held))
+        loop.run_until_complete(asyncio.to_thread(running.wait, 10))
+        loop.create_task(database.write(insert("behind")))
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()  # with the group still on the database thread
+        release.set()
+        thread = database._connection._thread
+        thread.join(0.5)
+        assert thread.is_alive() and failures == []
+        # The thread still runs work: the connection is closed from a new loop.
+        fresh = asyncio.new_event_loop()
+        fresh.run_until_complete(database._connection.close())
+        fresh.close()
+        thread.join(10)
+        assert not thread.is_alive() and failures == []
+    finally:
+        release.set()
+        threading.excepthook = previous
