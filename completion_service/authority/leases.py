@@ -21,6 +21,7 @@ from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import Replay, RequestKey
+from funnel.runtime.keyed_locks import KeyedLocks
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,11 @@ class RunsAndLeases:
         self._clock = clock
         self._ids = ids
         self._faults = faults
+        # Claims of one task, or with one request id, take turns in this process:
+        # between its checks and its commit a claim asks the lifecycle service,
+        # and a rival committing in between would refuse it after the lifecycle
+        # applied what it asked (see claim).
+        self._claiming = KeyedLocks()
 
     # -- claims ------------------------------------------------------------------------
 
@@ -65,7 +71,29 @@ class RunsAndLeases:
         and the lease here, then the lifecycle service's own, as it applies what the
         claim needs (activating a registered generation, marking it IN_PROGRESS);
         the claim commits last, so a refused claim leaves nothing behind. A
-        replayed request returns the original response (`run_of` reads its run id)."""
+        replayed request returns the original response (`run_of` reads its run id).
+
+        Rival claims (of the task, or with the request id) in this process wait
+        for each other. Replicas of one database cannot: there a rival committed
+        on another replica between this claim's checks and its commit still
+        refuses it after the lifecycle applied the activation or IN_PROGRESS that
+        the rival needed too (docs/specification.md §4.2)."""
+        keys = [("task", workspace_id, task_id)]
+        if request is not None:
+            keys.append(("request", request.workspace_id, request.caller, request.method, request.request_id))
+        async with self._claiming.hold(*keys):
+            return await self._claim(workspace_id, task_id, agent_id, ttl_micros, request, render, run_of)
+
+    async def _claim(
+        self,
+        workspace_id: str,
+        task_id: str,
+        agent_id: str,
+        ttl_micros: int,
+        request: RequestKey | None,
+        render: Callable[[Claimed], bytes],
+        run_of: Callable[[bytes], str],
+    ) -> Claimed | Replay:
         remembered = await self._store.read(functools.partial(peek, key=request))
         if isinstance(remembered, Rejection):
             raise ServiceError(remembered)
@@ -103,9 +131,7 @@ class RunsAndLeases:
             raise claim_refused(exc, task_id) from None
         except LifecycleUnavailable as exc:
             raise unavailable(exc) from None
-        # Only a race can refuse the claim now (another claim took the lease, or
-        # the same request id, meanwhile); what the lifecycle applied for it stays,
-        # as a claim that wins after it would apply it too.
+        # Only a rival on another replica can refuse the claim now (see claim).
         result = await self.commit_claim(command)
         if isinstance(result, Rejection):
             raise ServiceError(result)

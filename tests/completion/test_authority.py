@@ -274,6 +274,39 @@ async def test_a_claim_the_lifecycle_refuses_or_does_not_answer_writes_nothing(s
     assert isinstance(retried, Claimed) and retried.lease.epoch == 1
 
 
+@pytest.mark.parametrize(
+    ("rival", "reason"),
+    [
+        (("t-1", key("ClaimTask", "claim-2")), Reason.LEASE_HELD),  # the same task
+        (("t-2", key("ClaimTask", "claim-1", digest=b"other")), Reason.REQUEST_ID_REUSED),  # the same request id
+    ],
+)
+async def test_rival_claims_take_turns_so_the_refused_one_asks_the_lifecycle_nothing(shells, rival, reason):
+    # The first claim is held up inside its lifecycle call; without turns the rival
+    # would pass its checks meanwhile, ask the lifecycle too, and be refused at its
+    # commit with the lifecycle's part applied.
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_set_work_status = shells.lifecycle.set_work_status
+
+    async def set_work_status(*args, **kwargs):
+        entered.set()
+        await release.wait()
+        return await real_set_work_status(*args, **kwargs)
+
+    shells.lifecycle.set_work_status = set_work_status
+    first = asyncio.create_task(shells.claim("t-1", request=key("ClaimTask", "claim-1")))
+    await entered.wait()
+    second = asyncio.create_task(shells.claim(rival[0], request=rival[1]))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not second.done()
+    release.set()
+    assert isinstance(await first, Claimed)
+    await raises(second, reason)
+    assert [args[0] for args in shells.lifecycle.called("set_work_status")] == ["t-1"]
+    assert len(shells.authority.runs._claiming) == 0
+
+
 async def test_a_claim_whose_request_id_committed_meanwhile_is_a_replay_not_a_held_lease(shells):
     # Two replicas serving one retried request: the other one commits the claim
     # after this one's first look at the request id.
