@@ -146,6 +146,8 @@ def event_to_proto(e: CompletionEvent) -> pb.CompletionEvent:
         error_reason=e.error_reason or "",
         error_message=e.error_message or "",
         commit_time=to_timestamp(e.committed_at),
+        run_outcome=proto_enum(pb.RunOutcome, e.run_outcome.value if e.run_outcome else 0),
+        evidence_id=e.evidence_id or "",
     )
 
 

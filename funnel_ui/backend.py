@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -93,10 +93,12 @@ class Heads:
 
     lifecycle: int = 0
     completion: int = 0
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 class Backend:
+    """Entered (`async with`) for the dashboard's lifetime: its channels, and the
+    one TaskGroup that owns its background watches (the workspaces' heads)."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         connection = settings.connection
@@ -112,17 +114,25 @@ class Backend:
             self._channels.append(_channel(connection, settings.lifecycle_address, settings.action_token))
             self._act = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[-1])
         self._heads: dict[str, Heads] = {}
+        self._owner = asyncio.TaskGroup()
+        self._followers: list[asyncio.Task[None]] = []
 
     @property
     def can_act(self) -> bool:
         return self._act is not None
 
-    async def close(self) -> None:
-        for heads in self._heads.values():
-            for task in heads.tasks:
-                task.cancel()
-        for channel in self._channels:
-            await channel.close()
+    async def __aenter__(self) -> Backend:
+        await self._owner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._followers:
+            task.cancel()
+        try:
+            await self._owner.__aexit__(None, None, None)
+        finally:
+            for channel in self._channels:
+                await channel.close()
 
     # -- the task list ---------------------------------------------------
 
@@ -199,7 +209,8 @@ class Backend:
                     if kind == "event":
                         heads.completion = item.sequence
 
-            heads.tasks = [asyncio.create_task(follow_lifecycle()), asyncio.create_task(follow_completion())]
+            self._followers += [self._owner.create_task(follow_lifecycle(), name=f"heads-lifecycle-{workspace}"),
+                                self._owner.create_task(follow_completion(), name=f"heads-completion-{workspace}")]
         return heads
 
     # -- one task --------------------------------------------------------

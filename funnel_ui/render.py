@@ -5,6 +5,7 @@ escaping) or `url()` (a path segment); nothing else is interpolated."""
 
 from __future__ import annotations
 
+import datetime
 import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,6 +33,27 @@ def when(stamp: Timestamp) -> str:
     if stamp.seconds == 0 and stamp.nanos == 0:
         return ""
     return stamp.ToDatetime().strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def at(unix: float) -> str:
+    """A point in time (UTC, the services' clock) and its age, which the browser
+    keeps current (ui.js, from `data-at`)."""
+    if not unix:
+        return ""
+    moment = datetime.datetime.fromtimestamp(unix, datetime.UTC)
+    full = moment.strftime("%Y-%m-%d %H:%M:%S") + "Z"
+    return (f'<time datetime="{moment.isoformat()}" title="{full}">{moment.strftime("%m-%d %H:%M:%S")}</time>'
+            f' <span class=age data-at="{unix:.3f}"></span>')
+
+
+def span(seconds: float) -> str:
+    """A duration for people: 42 s, 3 min 5 s, 2 h 10 min, 3 d 4 h."""
+    whole = max(0, int(seconds))
+    for unit, size, smaller, small_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
+        if whole >= size:
+            rest = (whole % size) // small_size
+            return f"{whole // size} {unit}" + (f" {rest} {smaller}" if rest else "")
+    return f"{whole} s"
 
 
 def page(title: str, body: str, stream: str = "") -> str:
@@ -76,8 +98,13 @@ def task_row(workspace: str, lifecycle: view.Lifecycle, settlements: Mapping[str
         f"<td>{badge(view.task_badge(lifecycle, settlements))}</td>"
         f"<td class=num>{lifecycle.generation}</td><td class=num>{lifecycle.revision}</td>"
         f"<td>{e(lifecycle.state.lower())}</td><td>{e(lifecycle.outcome.lower())}</td>"
-        f"<td>{e(lifecycle.work_status.lower())}</td></tr>"
+        f"<td>{e(lifecycle.work_status.lower())}</td>"
+        f"<td class=created>{at(lifecycle.created)}</td><td class=changed>{at(lifecycle.changed)}</td></tr>"
     )
+
+
+def shown(count: int) -> str:
+    return f"<span id=shown>{count} shown</span>"
 
 
 def task_list(
@@ -87,6 +114,7 @@ def task_list(
     settlements: Mapping[str, Mapping[str, view.Settlement]],
     next_cursor: view.PageCursor | None,
     stream_cursor: view.Cursor,
+    first_page: bool = True,
 ) -> str:
     query = {k: v for k, v in (("state", filter_.state), ("outcome", filter_.outcome),
                                ("work_status", filter_.work_status), ("q", filter_.text)) if v}
@@ -101,13 +129,17 @@ def task_list(
         f'{_select("work_status", WORK, filter_.work_status)} '
         f'<input name=q value="{e(filter_.text)}" placeholder="task id contains"> <button>Filter</button></form>'
     )
+    # The range of ids this page stands for: a task that comes to belong in it is inserted live.
+    bounds = {"first": "" if first_page or not tasks else tasks[0].task_id,
+              "last": tasks[-1].task_id if next_cursor is not None and tasks else ""}
     stream = f'{url("w", workspace, "stream")}?' + urlencode(
-        {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks)})
+        {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks), **query, **bounds})
     body = (
         f"<h1>Tasks of {e(workspace)}</h1>{form}"
         "<table class=tasks><thead><tr><th>task</th><th>status</th><th>gen</th><th>rev</th><th>state</th>"
-        f"<th>outcome</th><th>work status</th></tr></thead><tbody id=tasks>{rows}</tbody></table>"
-        f'<p class=paging>{len(tasks)} shown · {paging}</p>'
+        "<th>outcome</th><th>work status</th><th>created</th><th>last change</th></tr></thead>"
+        f"<tbody id=tasks>{rows}</tbody></table>"
+        f'<p class=paging>{shown(len(tasks))} · {paging}</p>'
     )
     return page(f"tasks of {workspace}", body, stream)
 
@@ -196,8 +228,12 @@ def completion_event_row(event: cpb.CompletionEvent) -> str:
         what = f"settled at lifecycle revision {event.lifecycle_revision} (event #{event.lifecycle_event_sequence})"
     elif event.kind == cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
         what = f"terminalization error {e(event.error_reason)}: {e(event.error_message)}"
+    elif event.kind == cpb.COMPLETION_EVENT_KIND_RUN_CLOSED:
+        what = f"closed {e(enum_name(cpb.RunOutcome, event.run_outcome, 'RUN_OUTCOME_').lower())}"
+    elif event.kind == cpb.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED:
+        what = f"evidence <span class=id>{e(event.evidence_id)}</span>"
     else:
-        what = ""
+        what = ""  # RUN_CLAIMED, and kinds this dashboard does not know yet (shown by name or number)
     return (
         f'<tr id="ce-{event.sequence}" data-kind="{e(kind)}"><td class=num>#{event.sequence}</td>'
         f"<td class=num>{event.generation}</td><td>{e(kind.lower().replace('_', ' '))}</td><td>{what}</td>"
@@ -229,21 +265,39 @@ def _settlement(completion: cpb.Completion, known: Mapping[str, view.Settlement]
     return read if seen is None or view.rank(read) >= view.rank(seen) else seen
 
 
-def runs_section(runs: Sequence[cpb.Run]) -> str:
-    rows = "".join(
-        f"<tr><td class=id>{e(r.run_id)}</td><td>{e(r.agent_id)}</td><td class=num>{r.generation}</td>"
-        f"<td class=num>{r.epoch}</td><td>{e(when(r.claim_time))}</td><td>{e(when(r.lease_expire_time))}</td>"
-        f"<td>{e(when(r.finish_time))}</td>"
-        f"<td>{e('' if not r.outcome else enum_name(cpb.RunOutcome, r.outcome, 'RUN_OUTCOME_').lower())}</td>"
-        f"<td>{e(enum_name(cpb.FinalStatus, r.final_status, 'FINAL_STATUS_').lower() if r.final_status else '')}</td>"
-        f"<td class=num>{r.tokens_total}</td><td>{e(r.notes)}{' (truncated)' if r.notes_truncated else ''}</td>"
-        f"<td>{e(r.error)}</td></tr>"
-        for r in runs
+def _lease(run: cpb.Run, now: float) -> str:
+    state = view.lease_state(run, now)
+    expiry = view.seconds(run.lease_expire_time)
+    if state == "closed":
+        return "—"
+    if state == "live":
+        return f"live, expires {at(expiry)}"
+    return f"<span class=warn>expired, not swept</span> {at(expiry)}"
+
+
+def run_row(run: cpb.Run, now: float) -> str:
+    outcome = "" if not run.outcome else enum_name(cpb.RunOutcome, run.outcome, "RUN_OUTCOME_").lower()
+    final = enum_name(cpb.FinalStatus, run.final_status, "FINAL_STATUS_").lower() if run.final_status else ""
+    claimed = view.seconds(run.claim_time)
+    ended = view.seconds(run.finish_time) if run.HasField("finish_time") else now
+    return (
+        f'<tr id="run-{e(run.run_id)}" data-lease="{e(view.lease_state(run, now))}" '
+        f'data-lease-expires="{view.seconds(run.lease_expire_time):.3f}" data-outcome="{e(outcome)}">'
+        f"<td class=id>{e(run.run_id)}</td><td>{e(run.agent_id)}</td><td class=num>{run.generation}</td>"
+        f"<td class=num>{run.epoch}</td><td>{at(claimed)}</td><td class=lease>{_lease(run, now)}</td>"
+        f"<td>{at(view.seconds(run.finish_time))}</td>"
+        f"<td class=num>{span(ended - claimed)}{'' if run.HasField('finish_time') else ' so far'}</td>"
+        f"<td>{e(outcome)}</td><td>{e(final)}</td><td class=num>{run.tokens_total}</td>"
+        f"<td>{e(run.notes)}{' (truncated)' if run.notes_truncated else ''}</td><td>{e(run.error)}</td></tr>"
     )
+
+
+def runs_section(runs: Sequence[cpb.Run], now: float) -> str:
+    rows = "".join(run_row(r, now) for r in runs)
     return (
         "<section id=runs><h2>Runs</h2><table><tr><th>run</th><th>agent</th><th>gen</th><th>lease epoch</th>"
-        "<th>claimed</th><th>lease expires</th><th>closed</th><th>outcome</th><th>final status</th><th>tokens</th>"
-        f"<th>notes</th><th>error</th></tr>{rows}</table></section>"
+        "<th>claimed</th><th>lease</th><th>closed</th><th>duration</th><th>outcome</th><th>final status</th>"
+        f"<th>tokens</th><th>notes</th><th>error</th></tr>{rows}</table></section>"
     )
 
 
@@ -282,8 +336,9 @@ def task_page(
         "<table><thead><tr><th>seq</th><th>rev</th><th>gen</th><th>intent</th><th>transition</th><th>outcome</th>"
         "<th>work status</th><th>cause</th><th>caller</th><th>committed</th></tr></thead>"
         f"<tbody id=timeline>{timeline}</tbody></table></section>"
-        "<section><h2>Completion attempts and events</h2><table><thead><tr><th>seq</th><th>gen</th><th>kind</th>"
-        "<th>decision</th><th>completion</th><th>run</th><th>committed</th></tr></thead>"
+        "<section><h2>Completion events</h2><p class=note>Claims, closes, evidence, attempts and settlements, "
+        "as the completion service committed them.</p><table><thead><tr><th>seq</th><th>gen</th><th>kind</th>"
+        "<th>what</th><th>completion</th><th>run</th><th>committed</th></tr></thead>"
         f"<tbody id=attempts>{attempts}</tbody></table></section>{completions}{runs}"
         "<section id=transcript><h2>Transcript</h2><table><tr><th>seq</th><th>gen</th><th>event</th><th></th>"
         f"<th>recorded</th></tr>{lines}</table>{more}</section>"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from funnel.completion.v1 import completion_pb2 as cpb
@@ -42,6 +42,14 @@ class Lifecycle:
     work_status: str = "READY"
     cancellation_requested: bool = False
     completion_id: str = ""
+    # Unix seconds: registration, and the commit of the revision shown (0: unknown).
+    created: float = 0.0
+    changed: float = 0.0
+
+
+def seconds(stamp: object) -> float:
+    """A protobuf Timestamp as Unix seconds (0.0 when unset)."""
+    return stamp.seconds + stamp.nanos / 1e9  # type: ignore[attr-defined]
 
 
 def lifecycle_from_task(task: lpb.Task) -> Lifecycle:
@@ -54,6 +62,8 @@ def lifecycle_from_task(task: lpb.Task) -> Lifecycle:
         work_status=enum_name(lpb.WorkStatus, task.work_status, "WORK_STATUS_"),
         cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
         completion_id=task.completion_id,
+        created=seconds(task.create_time),
+        changed=seconds(task.update_time),
     )
 
 
@@ -68,6 +78,7 @@ def lifecycle_from_event(event: lpb.LifecycleEvent) -> Lifecycle:
         work_status=enum_name(lpb.WorkStatus, event.work_status, "WORK_STATUS_"),
         cancellation_requested=event.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
         completion_id=event.completion_id,
+        changed=seconds(event.commit_time),
     )
 
 
@@ -79,8 +90,13 @@ def _outcome(value: int) -> str:
 
 def newer(current: Lifecycle | None, candidate: Lifecycle) -> Lifecycle:
     """Revisions grow by one per committed transition, so the higher one is the
-    truth whatever order a read and a replayed event arrive in."""
-    return candidate if current is None or candidate.revision > current.revision else current
+    truth whatever order a read and a replayed event arrive in. (An event does
+    not carry the registration time: a read's is kept.)"""
+    if current is None:
+        return candidate
+    if candidate.revision <= current.revision:
+        return current
+    return candidate if candidate.created or not current.created else replace(candidate, created=current.created)
 
 
 @dataclass(frozen=True)
@@ -286,3 +302,45 @@ def take_matching(
             if len(chosen) == wanted:
                 return chosen, index + 1 if index + 1 < len(tasks) else None
     return chosen, None
+
+
+# -- runs and their leases -------------------------------------------------------------
+
+
+def lease_state(run: cpb.Run, now: float) -> str:
+    """`closed`, `live` (the lease had not lapsed at `now`, as last read) or
+    `expired` (lapsed, the run not closed yet: the stall sweeper has not come)."""
+    if run.HasField("finish_time"):
+        return "closed"
+    return "live" if seconds(run.lease_expire_time) > now else "expired"
+
+
+def lease_deadline(runs: Iterable[cpb.Run], now: float) -> float | None:
+    """When the soonest live lease of these runs lapses unless renewed: the page
+    reads the runs again then, and so shows a renewal (which commits no event)
+    or the lapse."""
+    expiries = [seconds(r.lease_expire_time) for r in runs if lease_state(r, now) == "live"]
+    return min(expiries) if expiries else None
+
+
+@dataclass(frozen=True)
+class ListedPage:
+    """What one list page shows: the tasks matching its filter from `first` to
+    `last` by task id ("" for an open end: the first page, the last page). A
+    task that comes to match is inserted live when it falls in that range."""
+
+    filter: Filter = Filter()
+    first: str = ""
+    last: str = ""
+
+    def admits(self, lifecycle: Lifecycle) -> bool:
+        task_id = lifecycle.task_id
+        in_range = (not self.first or task_id >= self.first) and (not self.last or task_id <= self.last)
+        return in_range and matches(self.filter, lifecycle)
+
+
+def next_in_order(task_id: str, shown: Iterable[str]) -> str | None:
+    """The shown task a new row goes before (ListTasks orders by task id: code
+    points, as both databases compare the ids' UTF-8 bytes), or None for the end."""
+    after = [other for other in shown if other > task_id]
+    return min(after) if after else None

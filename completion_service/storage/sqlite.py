@@ -61,7 +61,7 @@ COMPLETION_COLUMNS = (
 )
 EVENT_COLUMNS = (
     "sequence, workspace_id, task_id, generation, kind, run_id, completion_id, outcome, decision, lifecycle_revision, "
-    "lifecycle_event_sequence, error_reason, error_message, committed_at"
+    "lifecycle_event_sequence, error_reason, error_message, committed_at, run_outcome, evidence_id"
 )
 _EVIDENCE_COLUMNS = (
     "evidence_id, workspace_id, task_id, generation, kind, passed, checkpoint, details, run_id, recorded_at"
@@ -440,7 +440,7 @@ class SqliteCompletionTx:
     def append_event(self, event: CompletionEvent) -> CompletionEvent:
         e = event
         row = self._db.execute(
-            f"INSERT INTO completion_events ({EVENT_COLUMNS}) VALUES ({', '.join('?' * 14)}) RETURNING sequence",
+            f"INSERT INTO completion_events ({EVENT_COLUMNS}) VALUES ({', '.join('?' * 16)}) RETURNING sequence",
             (
                 self._next_number("completion_events"),
                 e.workspace_id,
@@ -456,6 +456,8 @@ class SqliteCompletionTx:
                 e.error_reason,
                 self._put_text(e.error_message),
                 e.committed_at,
+                e.run_outcome.name if e.run_outcome else None,
+                e.evidence_id,
             ),
         ).fetchone()
         return dataclasses.replace(e, sequence=row[0])
@@ -688,6 +690,8 @@ class SqliteCompletionTx:
             error_reason=r[11],
             error_message=self._get_text(r[12]),
             committed_at=r[13],
+            run_outcome=RunOutcome[r[14]] if r[14] else None,
+            evidence_id=r[15],
         )
 
     def _session_event_values(self, e: SessionEvent) -> tuple[object, ...]:

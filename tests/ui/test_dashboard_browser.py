@@ -66,6 +66,10 @@ def open_live(page: Page, url: str) -> None:
     page.evaluate("window.notReloaded = true")
 
 
+def seconds(stamp) -> float:
+    return stamp.seconds + stamp.nanos / 1e9
+
+
 def badge(page: Page):
     return page.locator("#task-head .badge")
 
@@ -103,6 +107,118 @@ def test_the_page_follows_the_story_as_each_state_commits(page, dashboard, drive
     assert page.evaluate("window.notReloaded") is True
     assert timeline_sequences(page) == driver.lifecycle_sequences(WS, "story-1")
 
+
+def test_a_claim_that_commits_after_its_lifecycle_events_shows_its_run(page, dashboard, driver, services):
+    """A claim asks the lifecycle service first and commits its run last: the page
+    has the lifecycle events (and has read the runs) before the run exists. The
+    claim's own completion event, not a re-read timed by lifecycle events, must
+    bring the run."""
+    driver.register(WS, "late-run-1")
+    open_live(page, f"{dashboard.url}/w/{WS}/t/late-run-1")
+    with ThreadPoolExecutor(1) as pool, services.completion_writes_held():
+        claiming = pool.submit(driver.claim, WS, "late-run-1")
+        # Both lifecycle events are on the page, and the runs were read with each.
+        expect(page.locator("#task-head")).to_contain_text("in_progress", timeout=LIVE)
+        assert "agent-1" not in page.locator("#runs").inner_text()
+    claim = claiming.result()
+    expect(page.locator("#runs")).to_contain_text(claim.run.run_id, timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_a_renewed_lease_shows_its_new_expiry_once_the_old_one_has_passed(page, dashboard, driver):
+    """A renewal commits no event (one per renewal would outweigh the rest of a
+    task's events): the page reads the runs again when the lease it shows lapses,
+    and so shows the renewal then."""
+    driver.register(WS, "renew-1")
+    claim = driver.claim(WS, "renew-1", seconds=3)
+    open_live(page, f"{dashboard.url}/w/{WS}/t/renew-1")
+    run = page.locator(f"#run-{claim.run.run_id}")
+    expect(run).to_have_attribute("data-lease", "live")
+    renewed = driver.renew(WS, claim, 120)
+    expect(run).to_have_attribute("data-lease-expires", f"{seconds(renewed.lease.expire_time):.3f}", timeout=LIVE)
+    expect(run).to_have_attribute("data-lease", "live")
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_a_lease_that_lapses_shows_expired_and_not_swept(page, dashboard, driver):
+    driver.register(WS, "lapse-1")
+    claim = driver.claim(WS, "lapse-1", seconds=2)
+    open_live(page, f"{dashboard.url}/w/{WS}/t/lapse-1")
+    run = page.locator(f"#run-{claim.run.run_id}")
+    expect(run).to_have_attribute("data-lease", "live")
+    expect(run).to_have_attribute("data-lease", "expired", timeout=LIVE)
+    expect(run.locator(".lease")).to_contain_text("expired, not swept")
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_a_stalled_close_shows_without_reload(page, dashboard, driver):
+    """A STALLED close changes nothing at the lifecycle service: only its own
+    completion event can tell the page."""
+    driver.register(WS, "stalled-1")
+    claim = driver.claim(WS, "stalled-1")
+    open_live(page, f"{dashboard.url}/w/{WS}/t/stalled-1")
+    run = page.locator(f"#run-{claim.run.run_id}")
+    expect(run).to_have_attribute("data-lease", "live")
+    driver.complete_run(WS, claim, cpb.RUN_OUTCOME_STALLED)
+    expect(run).to_have_attribute("data-outcome", "stalled", timeout=LIVE)
+    expect(page.locator("#attempts tr[data-kind=RUN_CLOSED]")).to_contain_text("closed stalled")
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_a_failed_close_that_commits_after_its_lifecycle_event_shows_without_reload(
+    page, dashboard, driver, services
+):
+    """A close applies the work status first and commits last: the page has the
+    lifecycle event (BLOCKED) before the run is closed."""
+    driver.register(WS, "failed-1")
+    claim = driver.claim(WS, "failed-1")
+    open_live(page, f"{dashboard.url}/w/{WS}/t/failed-1")
+    run = page.locator(f"#run-{claim.run.run_id}")
+    expect(run).to_have_attribute("data-lease", "live")
+    with ThreadPoolExecutor(1) as pool, services.completion_writes_held():
+        closing = pool.submit(driver.complete_run, WS, claim, cpb.RUN_OUTCOME_FAILED)
+        expect(page.locator("#task-head")).to_contain_text("blocked", timeout=LIVE)
+    closing.result()
+    expect(run).to_have_attribute("data-outcome", "failed", timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_recorded_evidence_shows_without_reload(page, dashboard, driver):
+    driver.register(WS, "evidence-1")
+    claim = driver.claim(WS, "evidence-1")
+    open_live(page, f"{dashboard.url}/w/{WS}/t/evidence-1")
+    driver.evidence(WS, claim)
+    expect(page.locator("#attempts tr[data-kind=EVIDENCE_RECORDED]")).to_have_count(1, timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
+
+
+def row_ids(page: Page) -> list[str]:
+    return page.locator("#tasks > tr").evaluate_all("rs => rs.map(r => r.id.slice(4))")
+
+
+def test_new_tasks_enter_the_list_where_its_order_puts_them(page, dashboard, driver):
+    for task_id in ("enter-b", "enter-d"):
+        driver.register(WS, task_id)
+    open_live(page, f"{dashboard.url}/w/{WS}?q=enter-")
+    assert row_ids(page) == ["enter-b", "enter-d"]
+    driver.register(WS, "enter-c")
+    driver.register(WS, "enter-a")
+    driver.register(WS, "elsewhere-1")  # not in the filter: never shown
+    driver.register(WS, "enter-e")
+    wait_until(lambda: row_ids(page) == ["enter-a", "enter-b", "enter-c", "enter-d", "enter-e"], LIVE / 1000,
+               "the new tasks in order")
+    expect(page.locator("#shown")).to_have_text("5 shown")
+    expect(page.locator("#row-enter-c .badge")).to_have_text("registered")
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_a_task_that_changes_into_the_filter_enters_the_list(page, dashboard, driver):
+    driver.register(WS, "into-1")
+    open_live(page, f"{dashboard.url}/w/{WS}?state=ACTIVE&q=into-")
+    assert row_ids(page) == []
+    driver.claim(WS, "into-1")
+    expect(page.locator("#row-into-1 .badge")).to_have_text("active", timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
 
 
 def test_the_synthetic_closer_of_an_interrupted_turn_is_marked(page, dashboard, driver):

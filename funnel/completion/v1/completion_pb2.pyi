@@ -85,6 +85,9 @@ class CompletionEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPLETION_EVENT_KIND_COMPLETION_COMMITTED: _ClassVar[CompletionEventKind]
     COMPLETION_EVENT_KIND_COMPLETION_SETTLED: _ClassVar[CompletionEventKind]
     COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR: _ClassVar[CompletionEventKind]
+    COMPLETION_EVENT_KIND_RUN_CLAIMED: _ClassVar[CompletionEventKind]
+    COMPLETION_EVENT_KIND_RUN_CLOSED: _ClassVar[CompletionEventKind]
+    COMPLETION_EVENT_KIND_EVIDENCE_RECORDED: _ClassVar[CompletionEventKind]
 
 class TaskEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -186,6 +189,9 @@ COMPLETION_EVENT_KIND_DECISION_BLOCKED: CompletionEventKind
 COMPLETION_EVENT_KIND_COMPLETION_COMMITTED: CompletionEventKind
 COMPLETION_EVENT_KIND_COMPLETION_SETTLED: CompletionEventKind
 COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR: CompletionEventKind
+COMPLETION_EVENT_KIND_RUN_CLAIMED: CompletionEventKind
+COMPLETION_EVENT_KIND_RUN_CLOSED: CompletionEventKind
+COMPLETION_EVENT_KIND_EVIDENCE_RECORDED: CompletionEventKind
 TASK_EFFECT_UNSPECIFIED: TaskEffect
 TASK_EFFECT_DONE: TaskEffect
 TASK_EFFECT_SETTLING: TaskEffect
@@ -463,7 +469,7 @@ class Evidence(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., evidence_id: _Optional[str] = ..., kind: _Optional[str] = ..., verdict: _Optional[_Union[EvidenceVerdict, str]] = ..., checkpoint: _Optional[str] = ..., details: _Optional[str] = ..., run_id: _Optional[str] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CompletionEvent(_message.Message):
-    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "kind", "run_id", "completion_id", "outcome", "decision", "lifecycle_revision", "lifecycle_event_sequence", "error_reason", "error_message", "commit_time")
+    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "kind", "run_id", "completion_id", "outcome", "decision", "lifecycle_revision", "lifecycle_event_sequence", "error_reason", "error_message", "commit_time", "run_outcome", "evidence_id")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +484,8 @@ class CompletionEvent(_message.Message):
     ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    RUN_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_ID_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     workspace_id: str
     task_id: str
@@ -492,7 +500,9 @@ class CompletionEvent(_message.Message):
     error_reason: str
     error_message: str
     commit_time: _timestamp_pb2.Timestamp
-    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., kind: _Optional[_Union[CompletionEventKind, str]] = ..., run_id: _Optional[str] = ..., completion_id: _Optional[str] = ..., outcome: _Optional[_Union[RequestedOutcome, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., lifecycle_revision: _Optional[int] = ..., lifecycle_event_sequence: _Optional[int] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    run_outcome: RunOutcome
+    evidence_id: str
+    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., kind: _Optional[_Union[CompletionEventKind, str]] = ..., run_id: _Optional[str] = ..., completion_id: _Optional[str] = ..., outcome: _Optional[_Union[RequestedOutcome, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., lifecycle_revision: _Optional[int] = ..., lifecycle_event_sequence: _Optional[int] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_outcome: _Optional[_Union[RunOutcome, str]] = ..., evidence_id: _Optional[str] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
     __slots__ = ("audit_id", "workspace_id", "action", "run_id", "task_id", "metadata", "record_time", "caller")

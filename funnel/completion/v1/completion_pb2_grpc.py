@@ -114,7 +114,8 @@ class CompletionServiceServicer:
         lifecycle applied what it needed (another claim took the lease meanwhile,
         and needs the same). A transcript turn the previous
         holder left open is closed first, in the claim's transaction, by the same
-        synthetic events a load would write (see transcript.proto).
+        synthetic events a load would write (see transcript.proto). The claim's
+        transaction commits a `RUN_CLAIMED` event.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE` (`lease_ttl`), `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
         `GENERATION_TERMINAL`, `CANCELLATION_REQUESTED`, `LEASE_HELD` (another open
@@ -128,7 +129,8 @@ class CompletionServiceServicer:
 
     def RenewLease(self, request, context):
         """Extends the live lease of an open run to now + `lease_ttl`; the epoch stays.
-        An expired lease cannot be renewed: claim again.
+        An expired lease cannot be renewed: claim again. Commits no completion
+        event (see `CompletionEvent`): the new expiry is read with the run.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE` (`epoch`, `lease_ttl`), `REQUEST_ID_REUSED`,
         `RUN_NOT_FOUND`, `RUN_ALREADY_FINISHED`, `LEASE_NOT_CURRENT` (a newer claim
@@ -165,7 +167,7 @@ class CompletionServiceServicer:
         `LIFECYCLE_REJECTED` (metadata `lifecycle_reason`, `next_action`) and the
         run stays open: close it again with another outcome (`STALLED` leaves the
         task as it is). `task_effect` says whether the close ended the task or left
-        it open, and why.
+        it open, and why. The close's transaction commits a `RUN_CLOSED` event.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG` (`notes` above
         1048576 characters, `error`), `ENUM_UNSPECIFIED` (`outcome`, `final_status`),
         `VALUE_OUT_OF_RANGE` (negative tokens), `REQUEST_ID_REUSED`, `RUN_NOT_FOUND`,
@@ -203,7 +205,7 @@ class CompletionServiceServicer:
         checked for existence. A `run_id`, if given, must name an existing run of
         this task and generation (`RUN_NOT_FOUND` otherwise; nothing is stored); an
         agent must name an open run of the task that it holds (`run_id` required
-        then).
+        then). Commits an `EVIDENCE_RECORDED` event with the fact.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `ENUM_UNSPECIFIED` (`verdict`), `VALUE_OUT_OF_RANGE` (`generation`),
         `REQUEST_ID_REUSED`, `RUN_NOT_FOUND` (also a run of another task or
