@@ -127,6 +127,7 @@ def evidence_to_proto(e: EvidenceRecord) -> pb.Evidence:
         details=e.details,
         run_id=e.run_id or "",
         record_time=to_timestamp(e.recorded_at),
+        recorded_by=pb.Caller(subject=e.recorded_by.subject, role=e.recorded_by.role),
     )
 
 

@@ -142,7 +142,7 @@ def create_app(context: Context) -> Any:
         return _html(render.task_page(
             workspace, lifecycle, head, data.events, data.completion_events,
             render.completions_section(data.completions, settlements), render.runs_section(data.runs, time.time()),
-            data.transcript, data.transcript_more, data.cursor,
+            render.evidence_section(data.evidence), data.transcript, data.transcript_more, data.cursor,
         ))
 
     async def task_stream(request: Request) -> Response:

@@ -72,6 +72,7 @@ class TaskData:
     completion_events: list[cpb.CompletionEvent]
     completions: list[cpb.Completion]
     runs: list[cpb.Run]
+    evidence: list[cpb.Evidence]
     transcript: list[tpb.SessionEvent]
     transcript_more: bool
     advice: tpb.ResolveResumeResponse | None
@@ -218,15 +219,14 @@ class Backend:
     async def task_data(self, workspace: str, task_id: str) -> TaskData:
         task = await self.lifecycle.GetTask(
             lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
-        events, completion_events, completions, runs, (transcript, more), advice = await asyncio.gather(
-            self._lifecycle_events(workspace, task_id),
-            self._completion_events(workspace, task_id),
-            self.completions(workspace, task_id),
-            self.runs(workspace, task_id),
-            self._transcript(workspace, task_id),
-            self.advice(workspace, view.lifecycle_from_task(task.task)),
+        (events, completion_events, completions), (runs, evidence), ((transcript, more), advice) = await asyncio.gather(
+            asyncio.gather(self._lifecycle_events(workspace, task_id), self._completion_events(workspace, task_id),
+                           self.completions(workspace, task_id)),
+            asyncio.gather(self.runs(workspace, task_id), self.evidence(workspace, task_id)),
+            asyncio.gather(self._transcript(workspace, task_id),
+                           self.advice(workspace, view.lifecycle_from_task(task.task))),
         )
-        return TaskData(task, events, completion_events, completions, runs, transcript, more, advice)
+        return TaskData(task, events, completion_events, completions, runs, evidence, transcript, more, advice)
 
     async def _lifecycle_events(self, workspace: str, task_id: str) -> list[lpb.LifecycleEvent]:
         return await every_page(
@@ -257,6 +257,13 @@ class Backend:
             lambda token: self.completion.ListRuns(cpb.ListRunsRequest(
                 workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
             "runs",
+        )
+
+    async def evidence(self, workspace: str, task_id: str) -> list[cpb.Evidence]:
+        return await every_page(
+            lambda token: self.completion.ListEvidence(cpb.ListEvidenceRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
+            "evidence",
         )
 
     async def _transcript(self, workspace: str, task_id: str) -> tuple[list[tpb.SessionEvent], bool]:

@@ -198,7 +198,7 @@ def lifecycle_row(event: lpb.LifecycleEvent) -> str:
         f"<td>{e(enum_name(lpb.Intent, event.intent, 'INTENT_').lower())}</td><td>{e(transition)}</td>"
         f"<td>{e(outcome.lower())}</td>"
         f"<td>{e(enum_name(lpb.WorkStatus, event.work_status, 'WORK_STATUS_').lower())}</td>"
-        f"<td class=id>{_cause(event.cause)}</td><td class=id>{e(event.caller.subject)} ({e(event.caller.role)})</td>"
+        f"<td class=id>{_cause(event.cause)}</td><td class=id>{_who(event.caller)}</td>"
         f"<td>{e(when(event.commit_time))}</td></tr>"
     )
 
@@ -301,6 +301,31 @@ def runs_section(runs: Sequence[cpb.Run], now: float) -> str:
     )
 
 
+def evidence_section(evidence: Sequence[cpb.Evidence]) -> str:
+    rows = "".join(
+        f'<tr data-evidence="{e(fact.evidence_id)}"><td>{e(fact.kind)}</td>'
+        f"<td>{badge(_verdict(fact.verdict))}</td><td class=num>{fact.generation}</td>"
+        f"<td class=id>{e(fact.checkpoint or '—')}</td><td>{e(fact.details)}</td><td class=id>{e(fact.run_id)}</td>"
+        f"<td class=id>{_who(fact.recorded_by)}</td><td>{at(view.seconds(fact.record_time))}</td></tr>"
+        for fact in evidence
+    )
+    return (
+        "<section id=evidence><h2>Evidence</h2><p class=note>For each kind the latest fact at the checkpoint "
+        "the completion is judged at counts.</p><table><tr><th>kind</th><th>status</th><th>gen</th>"
+        "<th>checkpoint</th><th>details</th><th>run</th><th>recorded by</th><th>recorded</th></tr>"
+        f"{rows}</table></section>"
+    )
+
+
+def _verdict(verdict: int) -> view.Badge:
+    word = enum_name(cpb.EvidenceVerdict, verdict, "EVIDENCE_VERDICT_").lower()
+    return view.Badge(word, "completed" if word == "passed" else "failed")
+
+
+def _who(caller: cpb.Caller | lpb.Caller) -> str:
+    return f"{e(caller.subject)} ({e(caller.role)})" if caller.subject else "—"
+
+
 def transcript_row(event: tpb.SessionEvent) -> str:
     kind = event.WhichOneof("body") or "unknown"
     body = MessageToDict(getattr(event, kind)) if kind != "unknown" else {}
@@ -322,6 +347,7 @@ def task_page(
     completion_events: Sequence[cpb.CompletionEvent],
     completions: str,
     runs: str,
+    evidence: str,
     transcript: Sequence[tpb.SessionEvent],
     transcript_more: bool,
     cursor: view.Cursor,
@@ -339,7 +365,7 @@ def task_page(
         "<section><h2>Completion events</h2><p class=note>Claims, closes, evidence, attempts and settlements, "
         "as the completion service committed them.</p><table><thead><tr><th>seq</th><th>gen</th><th>kind</th>"
         "<th>what</th><th>completion</th><th>run</th><th>committed</th></tr></thead>"
-        f"<tbody id=attempts>{attempts}</tbody></table></section>{completions}{runs}"
+        f"<tbody id=attempts>{attempts}</tbody></table></section>{completions}{runs}{evidence}"
         "<section id=transcript><h2>Transcript</h2><table><tr><th>seq</th><th>gen</th><th>event</th><th></th>"
         f"<th>recorded</th></tr>{lines}</table>{more}</section>"
     )

@@ -170,7 +170,7 @@ class TaskStream(Stream):
             (self.lifecycle,) = await self.backend.tasks(self.workspace, [self.task_filter]) or (None,)
         except grpc.aio.AioRpcError:
             self.lifecycle = None  # the lifecycle service is away; its events will bring the state
-        self.stale = {"completions", "runs", "advice", "head"}
+        self.stale = {"completions", "runs", "evidence", "advice", "head"}
         return await self.flush(time.time())
 
     def deadline(self) -> float | None:
@@ -188,6 +188,8 @@ class TaskStream(Stream):
             self.stale |= {"completions", "head"}
         elif event.kind in RUN_KINDS:
             self.stale.add("runs")
+        elif event.kind == cpb.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED:
+            self.stale.add("evidence")
         return [{"op": "append", "target": "attempts", "html": render.completion_event_row(event)}]
 
     async def flush(self, now: float) -> list[Op]:
@@ -197,6 +199,7 @@ class TaskStream(Stream):
         reads: dict[str, Callable[[], Awaitable[Any]]] = {
             "runs": lambda: backend.runs(ws, task),
             "completions": lambda: backend.completions(ws, task),
+            "evidence": lambda: backend.evidence(ws, task),
         }
         if self.lifecycle is not None:
             lifecycle = self.lifecycle
@@ -217,6 +220,8 @@ class TaskStream(Stream):
                 self.completions = value
                 ops.append({"op": "replace", "id": "completions",
                             "html": render.completions_section(self.completions, self.settlements)})
+            elif name == "evidence":
+                ops.append({"op": "replace", "id": "evidence", "html": render.evidence_section(value)})
             else:
                 self.advice = value
                 self.stale.add("head")

@@ -282,6 +282,8 @@ class EvidenceRecord:
     details: str
     run_id: str | None
     recorded_at: int
+    # Who recorded it (empty for facts stored before callers were).
+    recorded_by: Caller = Caller()
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ TABLE: dict[str, Rule] = {
     f"/{COMPLETION}/GetRun": _rule(V, A, H, O),
     f"/{COMPLETION}/ListRuns": _rule(V, H, O),
     f"/{COMPLETION}/RecordEvidence": _rule(A, H, O, holder_only=True),
+    f"/{COMPLETION}/ListEvidence": _rule(V, H, O),
     f"/{COMPLETION}/AttemptCompletion": _rule(A, H, O, holder_only=True),
     f"/{COMPLETION}/GetCompletion": _rule(V, A, H, O),
     f"/{COMPLETION}/ListCompletions": _rule(V, H, O),

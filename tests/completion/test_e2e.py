@@ -1104,6 +1104,27 @@ async def test_renew_and_evidence_request_ids_replay(funnel):
 
 
 
+async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_in_pages(funnel):
+    f = funnel
+    claim = await f.registered_and_claimed("task-1")
+    recorded = [await f.evidence(claim, kind=kind) for kind in ("tests", "lint", "review")]
+    await f.evidence(await f.registered_and_claimed("task-2"))  # another task's
+
+    def page(token: str = "", **kw) -> cpb.ListEvidenceRequest:
+        return cpb.ListEvidenceRequest(workspace_id=WS, task_id="task-1", page_size=2, page_token=token, **kw)
+
+    first = await f.cs.ListEvidence(page(), timeout=CALL_TIMEOUT)
+    second = await f.cs.ListEvidence(page(first.next_page_token), timeout=CALL_TIMEOUT)
+    assert [*first.evidence, *second.evidence] == recorded and not second.next_page_token
+    assert (recorded[0].recorded_by.subject, recorded[0].recorded_by.role) == (COMPLETION_IDENTITY, "operator")
+    assert [e.kind for e in (await f.cs.ListEvidence(page(generation=1), timeout=CALL_TIMEOUT)).evidence] == [
+        "tests", "lint"]
+    assert list((await f.cs.ListEvidence(page(generation=2), timeout=CALL_TIMEOUT)).evidence) == []
+    # A token is for its listing only.
+    await rejected(f.cs.ListEvidence(page(first.next_page_token, generation=1), timeout=CALL_TIMEOUT),
+                   Code.INVALID_ARGUMENT, "FIELD_MALFORMED")
+
+
 async def test_evidence_naming_an_unknown_run_or_one_of_another_task_is_refused_and_changes_nothing(funnel):
     f = funnel
     claim = await f.registered_and_claimed("task-1")

@@ -929,6 +929,28 @@ async def test_evidence_counts_for_its_generation_and_is_listed_in_order(env):
     assert events[0].evidence_id == first.evidence_id and len({e.evidence_id for e in events}) == 3
 
 
+async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_after_a_cursor(env):
+    def record(kind, generation=1, task_id="t-1"):
+        return EvidenceRecord("", WS, task_id, generation, kind, True, "cp-1", "d", None, 0, Caller("agent-1", "agent"))
+
+    first = (await env.evidence(record("tests"))).record
+    env.clock.advance(SECOND)
+    second = (await env.evidence(record("lint", generation=2))).record
+    third = (await env.evidence(record("review", generation=2))).record  # the same instant: by id
+    await env.evidence(record("tests", task_id="t-2"))
+
+    def listed(generation=None, after=None, limit=10, workspace=WS):
+        return env.read(lambda tx: tx.list_evidence(workspace, "t-1", generation, after, limit))
+
+    assert await listed() == [first, second, third]
+    assert first.recorded_by == Caller("agent-1", "agent")
+    assert await listed(generation=2) == [second, third]
+    assert await listed(after=(first.recorded_at, first.evidence_id)) == [second, third]
+    assert await listed(after=(second.recorded_at, second.evidence_id), generation=2) == [third]
+    assert await listed(limit=1) == [first]
+    assert await listed(workspace="ws-other") == []
+
+
 async def test_evidence_counts_only_at_the_checkpoint_it_names(env):
     policy = WorkspacePolicy(required_evidence=("tests",))
     claimed = await env.claimed()

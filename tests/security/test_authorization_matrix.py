@@ -51,6 +51,7 @@ ALLOWED: dict[str, set[str]] = {
     "GetRun": {"viewer", "agent", "host", "operator"},
     "ListRuns": {"viewer", "host", "operator"},
     "RecordEvidence": {"agent", "host", "operator"},
+    "ListEvidence": {"viewer", "host", "operator"},
     "AttemptCompletion": {"agent", "host", "operator"},
     "GetCompletion": {"viewer", "agent", "host", "operator"},
     "ListCompletions": {"viewer", "host", "operator"},
@@ -166,6 +167,7 @@ class World:
             "RecordEvidence": lambda: cpb.RecordEvidenceRequest(
                 workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
                 run_id=self.run_id),
+            "ListEvidence": lambda: cpb.ListEvidenceRequest(workspace_id=WS, task_id="t-1"),
             "AttemptCompletion": lambda: cpb.AttemptCompletionRequest(
                 workspace_id=WS, task_id="t-1", run_id=self.run_id, epoch=self.epoch,
                 outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"),

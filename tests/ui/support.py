@@ -192,8 +192,8 @@ class Driver:
             workspace_id=workspace, task_id=claim.run.task_id, run_id=claim.run.run_id, epoch=claim.lease.epoch,
             outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done; all tests pass"), metadata=self.metadata, timeout=10)
 
-    def evidence(self, workspace: str, claim: cpb.ClaimTaskResponse) -> None:
-        self.completion.RecordEvidence(cpb.RecordEvidenceRequest(
+    def evidence(self, workspace: str, claim: cpb.ClaimTaskResponse) -> cpb.RecordEvidenceResponse:
+        return self.completion.RecordEvidence(cpb.RecordEvidenceRequest(
             workspace_id=workspace, task_id=claim.run.task_id, generation=claim.run.generation, kind="tests",
             verdict=cpb.EVIDENCE_VERDICT_PASSED, details="pytest: 42 passed", run_id=claim.run.run_id),
             metadata=self.metadata, timeout=10)

@@ -187,8 +187,12 @@ def test_recorded_evidence_shows_without_reload(page, dashboard, driver):
     driver.register(WS, "evidence-1")
     claim = driver.claim(WS, "evidence-1")
     open_live(page, f"{dashboard.url}/w/{WS}/t/evidence-1")
-    driver.evidence(WS, claim)
-    expect(page.locator("#attempts tr[data-kind=EVIDENCE_RECORDED]")).to_have_count(1, timeout=LIVE)
+    fact = driver.evidence(WS, claim).evidence
+    row = page.locator(f"#evidence tr[data-evidence='{fact.evidence_id}']")
+    expect(row).to_have_count(1, timeout=LIVE)
+    for shown in ("tests", "passed", "pytest: 42 passed", claim.run.run_id, "test-host (host)"):
+        expect(row).to_contain_text(shown)
+    expect(page.locator("#attempts tr[data-kind=EVIDENCE_RECORDED]")).to_have_count(1)
     assert page.evaluate("window.notReloaded") is True
 
 

@@ -445,7 +445,7 @@ class CompletionIdentity(_message.Message):
     def __init__(self, schema: _Optional[str] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., state_version: _Optional[int] = ..., checkpoint: _Optional[str] = ..., outcome: _Optional[str] = ..., decision_schema: _Optional[str] = ...) -> None: ...
 
 class Evidence(_message.Message):
-    __slots__ = ("workspace_id", "task_id", "generation", "evidence_id", "kind", "verdict", "checkpoint", "details", "run_id", "record_time")
+    __slots__ = ("workspace_id", "task_id", "generation", "evidence_id", "kind", "verdict", "checkpoint", "details", "run_id", "record_time", "recorded_by")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +456,7 @@ class Evidence(_message.Message):
     DETAILS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     RECORD_TIME_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_BY_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     task_id: str
     generation: int
@@ -466,7 +467,8 @@ class Evidence(_message.Message):
     details: str
     run_id: str
     record_time: _timestamp_pb2.Timestamp
-    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., evidence_id: _Optional[str] = ..., kind: _Optional[str] = ..., verdict: _Optional[_Union[EvidenceVerdict, str]] = ..., checkpoint: _Optional[str] = ..., details: _Optional[str] = ..., run_id: _Optional[str] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    recorded_by: Caller
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., evidence_id: _Optional[str] = ..., kind: _Optional[str] = ..., verdict: _Optional[_Union[EvidenceVerdict, str]] = ..., checkpoint: _Optional[str] = ..., details: _Optional[str] = ..., run_id: _Optional[str] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recorded_by: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
 
 class CompletionEvent(_message.Message):
     __slots__ = ("sequence", "workspace_id", "task_id", "generation", "kind", "run_id", "completion_id", "outcome", "decision", "lifecycle_revision", "lifecycle_event_sequence", "error_reason", "error_message", "commit_time", "run_outcome", "evidence_id")
@@ -680,6 +682,28 @@ class RecordEvidenceResponse(_message.Message):
     EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     evidence: Evidence
     def __init__(self, evidence: _Optional[_Union[Evidence, _Mapping]] = ...) -> None: ...
+
+class ListEvidenceRequest(_message.Message):
+    __slots__ = ("workspace_id", "task_id", "generation", "page_size", "page_token")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    task_id: str
+    generation: int
+    page_size: int
+    page_token: str
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListEvidenceResponse(_message.Message):
+    __slots__ = ("evidence", "next_page_token")
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    evidence: _containers.RepeatedCompositeFieldContainer[Evidence]
+    next_page_token: str
+    def __init__(self, evidence: _Optional[_Iterable[_Union[Evidence, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AttemptCompletionRequest(_message.Message):
     __slots__ = ("workspace_id", "task_id", "run_id", "epoch", "outcome", "result", "state_version", "request_id")

@@ -66,6 +66,11 @@ class CompletionServiceStub:
                 request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.SerializeToString,
                 response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.FromString,
                 _registered_method=True)
+        self.ListEvidence = channel.unary_unary(
+                '/funnel.completion.v1.CompletionService/ListEvidence',
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.FromString,
+                _registered_method=True)
         self.AttemptCompletion = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/AttemptCompletion',
                 request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.AttemptCompletionRequest.SerializeToString,
@@ -215,6 +220,18 @@ class CompletionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListEvidence(self, request, context):
+        """Lists one task's evidence facts (optionally one generation's), oldest first
+        by (`record_time`, `evidence_id`), each with who recorded it. The task is
+        not checked for existence (an unknown one lists nothing), as evidence is
+        recorded without that check. Changes nothing.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, page token),
+        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`generation`, `page_size`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AttemptCompletion(self, request, context):
         """Runs the completion transaction (see the file comment) for a run holding
         the task's lease. A block is a normal response (`decision.verdict`), not an
@@ -342,6 +359,11 @@ def add_CompletionServiceServicer_to_server(servicer, server):
                     servicer.RecordEvidence,
                     request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.FromString,
                     response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.SerializeToString,
+            ),
+            'ListEvidence': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvidence,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.SerializeToString,
             ),
             'AttemptCompletion': grpc.unary_unary_rpc_method_handler(
                     servicer.AttemptCompletion,
@@ -538,6 +560,33 @@ class CompletionService:
             '/funnel.completion.v1.CompletionService/RecordEvidence',
             funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.SerializeToString,
             funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvidence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/funnel.completion.v1.CompletionService/ListEvidence',
+            funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.FromString,
             options,
             channel_credentials,
             insecure,
