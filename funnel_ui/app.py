@@ -5,6 +5,7 @@ and render.py how; the only state it keeps is per open event stream."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import secrets
 import time
@@ -35,8 +36,6 @@ from funnel_ui.backend import Backend, Settings
 from funnel_ui.streams import ListStream, TaskStream
 
 PAGE_SIZE = 50
-# A list page follows at most this many rows live (its own page).
-MAX_FOLLOWED = 200
 HTTP_STATUS = {
     grpc.StatusCode.NOT_FOUND: 404,
     grpc.StatusCode.PERMISSION_DENIED: 403,
@@ -115,14 +114,21 @@ def create_app(context: Context) -> Any:
         heads = backend.heads(workspace)
         # Read before listing: the stream then replays at worst what the list already shows.
         cursor = view.Cursor(heads.lifecycle, heads.completion)
+        token = query.get("page", "")[:4096]
         try:
-            tasks, next_cursor = await backend.list_page(
-                workspace, filter_, view.decode_page_cursor(query.get("page", "")), PAGE_SIZE)
-            settlements = await backend.settlements(workspace, tasks)
+            try:
+                tasks, next_token = await backend.list_page(workspace, filter_, token, PAGE_SIZE)
+            except grpc.aio.AioRpcError as error:
+                if not token or error.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                    raise
+                # A page link of another filter or order (or garbage): from the top instead.
+                token = ""
+                tasks, next_token = await backend.list_page(workspace, filter_, token, PAGE_SIZE)
+            counts, settlements = await asyncio.gather(backend.counts(workspace), backend.settlements(workspace, tasks))
         except grpc.aio.AioRpcError as error:
             return _rpc_error_page(error, "/")
-        return _html(render.task_list(workspace, filter_, tasks, settlements, next_cursor, cursor,
-                                      first_page=not query.get("page")))
+        return _html(render.task_list(workspace, filter_, tasks, settlements, next_token, cursor, counts,
+                                      first_page=not token))
 
     async def task_page(request: Request) -> Response:
         ids = _ids(request, "workspace", "task")
@@ -159,9 +165,10 @@ def create_app(context: Context) -> Any:
             return Response(status_code=404)
         query = request.query_params
         followed = [t for t in query.get("tasks", "").split(",") if t and not id_problem(t)]
-        page = view.ListedPage(_filter(query), query.get("first", ""), query.get("last", ""))
+        page = view.ListedPage(_filter(query), query.get("first", ""), query.get("last", ""),
+                               first_page=query.get("page") != "later")
         return EventSourceResponse(
-            ListStream(context, ids[0], page, followed[:MAX_FOLLOWED]).run(_start_cursor(request)), ping=15,
+            ListStream(context, ids[0], page, followed).run(_start_cursor(request)), ping=15,
             send_timeout=30)
 
     async def act(request: Request) -> Response:
@@ -236,11 +243,15 @@ def _choice(value: str, allowed: Sequence[str]) -> str:
 
 
 def _filter(query: Any) -> view.Filter:
-    """A list page's filter from its query; unknown values filter nothing."""
+    """A list page's filter from its query; unknown values filter nothing, and a
+    prefix that is no id's beginning is dropped."""
+    prefix = query.get("q", "").strip()[:128]
     return view.Filter(
         state=_choice(query.get("state", ""), render.STATES),
         outcome=_choice(query.get("outcome", ""), render.OUTCOMES),
-        work_status=_choice(query.get("work_status", ""), render.WORK), text=query.get("q", "")[:128],
+        work_status=_choice(query.get("work_status", ""), render.WORK),
+        prefix="" if id_problem(prefix) else prefix,
+        order=_choice(query.get("sort", ""), view.ORDERS) or "id",
     )
 
 

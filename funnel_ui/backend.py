@@ -31,8 +31,6 @@ CALL_TIMEOUT = 10.0
 # adds failed connection attempts to its log.
 RESUME_DELAY = 0.5
 TRANSCRIPT_LIMIT = 1000
-# ListTasks' largest page: a filtered page scans the workspace in as few calls as possible.
-SCAN_PAGE = 1000
 
 TokenSource = Callable[[], str]
 
@@ -138,34 +136,15 @@ class Backend:
     # -- the task list ---------------------------------------------------
 
     async def list_page(
-        self, workspace: str, filter_: view.Filter, cursor: view.PageCursor, size: int
-    ) -> tuple[list[view.Lifecycle], view.PageCursor | None]:
-        """One page of the list, paged by the service: without a filter one
-        ListTasks call of `size`; with one, pages of SCAN_PAGE until `size` match."""
-        if not filter_.active:
-            listed = await self.lifecycle.ListTasks(
-                lpb.ListTasksRequest(workspace_id=workspace, page_size=size, page_token=cursor.token),
-                timeout=CALL_TIMEOUT,
-            )
-            tasks = [view.lifecycle_from_task(task) for task in listed.tasks]
-            return tasks, view.PageCursor(listed.next_page_token) if listed.next_page_token else None
-        chosen: list[view.Lifecycle] = []
-        token, skip = cursor.token, cursor.skip
-        while True:
-            listed = await self.lifecycle.ListTasks(
-                lpb.ListTasksRequest(workspace_id=workspace, page_size=SCAN_PAGE, page_token=token),
-                timeout=CALL_TIMEOUT,
-            )
-            tasks = [view.lifecycle_from_task(task) for task in listed.tasks]
-            more, stop = view.take_matching(tasks, skip, filter_, size - len(chosen))
-            chosen += more
-            if stop is not None:
-                return chosen, view.PageCursor(token, stop)
-            if not listed.next_page_token:
-                return chosen, None
-            token, skip = listed.next_page_token, 0
-            if len(chosen) == size:
-                return chosen, view.PageCursor(token)
+        self, workspace: str, filter_: view.Filter, token: str, size: int
+    ) -> tuple[list[view.Lifecycle], str]:
+        """One page of the list and the token of the next ("" on the last): one
+        ListTasks call, filtered and ordered by the service."""
+        listed = await self.lifecycle.ListTasks(filter_.list_request(workspace, size, token), timeout=CALL_TIMEOUT)
+        return [view.lifecycle_from_task(task) for task in listed.tasks], listed.next_page_token
+
+    async def counts(self, workspace: str) -> lpb.CountTasksResponse:
+        return await self.lifecycle.CountTasks(lpb.CountTasksRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
 
     async def settlements(
         self, workspace: str, tasks: Sequence[view.Lifecycle]

@@ -107,35 +107,69 @@ def shown(count: int) -> str:
     return f"<span id=shown>{count} shown</span>"
 
 
+def counts(workspace: str, counted: lpb.CountTasksResponse) -> str:
+    """How many tasks the workspace has in each lifecycle state (terminal ones by
+    outcome) and each work status, each a link to the list so filtered."""
+    by_state: dict[str, int] = {}
+    by_outcome: dict[str, int] = {}
+    by_work: dict[str, int] = {}
+    for count in counted.counts:
+        state = enum_name(lpb.GenerationState, count.state, "GENERATION_STATE_")
+        by_state[state] = by_state.get(state, 0) + count.tasks
+        if count.outcome:
+            outcome = enum_name(lpb.TerminalOutcome, count.outcome, "TERMINAL_OUTCOME_")
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + count.tasks
+        work = enum_name(lpb.WorkStatus, count.work_status, "WORK_STATUS_")
+        by_work[work] = by_work.get(work, 0) + count.tasks
+
+    def links(name: str, values: Sequence[str], found: Mapping[str, int]) -> str:
+        return " ".join(
+            f'<a class=count data-{name.replace("_", "-")}="{e(v)}" href="{url("w", workspace)}?'
+            f'{e(urlencode({name: v}))}">{e(v.lower().replace("_", " "))} <b>{found.get(v, 0)}</b></a>'
+            for v in values
+        )
+
+    return (
+        f"<section id=counts><p><span class=total>{counted.total} tasks</span> · state: "
+        f"{links('state', STATES, by_state)} · outcome: {links('outcome', OUTCOMES, by_outcome)}</p>"
+        f"<p>work status: {links('work_status', WORK, by_work)}</p></section>"
+    )
+
+
 def task_list(
     workspace: str,
     filter_: view.Filter,
     tasks: Sequence[view.Lifecycle],
     settlements: Mapping[str, Mapping[str, view.Settlement]],
-    next_cursor: view.PageCursor | None,
+    next_token: str,
     stream_cursor: view.Cursor,
+    counted: lpb.CountTasksResponse,
     first_page: bool = True,
 ) -> str:
-    query = {k: v for k, v in (("state", filter_.state), ("outcome", filter_.outcome),
-                               ("work_status", filter_.work_status), ("q", filter_.text)) if v}
+    query = filter_.query
     rows = "".join(task_row(workspace, t, settlements.get(t.task_id, {})) for t in tasks)
     paging = f'<a href="{url("w", workspace)}?{e(urlencode(query))}">first page</a>'
-    if next_cursor is not None:
-        following = urlencode({**query, "page": next_cursor.encode()})
+    if next_token:
+        following = urlencode({**query, "page": next_token})
         paging += f' · <a id=next href="{url("w", workspace)}?{e(following)}">next page</a>'
+    orders = {"id": "by task id", "changed": "last change first"}
+    sort = "".join(f'<option value="{v}"{" selected" if v == filter_.order else ""}>{label}</option>'
+                   for v, label in orders.items())
     form = (
         f'<form class=filters method=get action="{url("w", workspace)}">'
         f'{_select("state", STATES, filter_.state)} {_select("outcome", OUTCOMES, filter_.outcome)} '
         f'{_select("work_status", WORK, filter_.work_status)} '
-        f'<input name=q value="{e(filter_.text)}" placeholder="task id contains"> <button>Filter</button></form>'
+        f'<input name=q value="{e(filter_.prefix)}" placeholder="task id starts with"> '
+        f"<select name=sort>{sort}</select> <button>Filter</button></form>"
     )
-    # The range of ids this page stands for: a task that comes to belong in it is inserted live.
+    # The range this page stands for: a task that comes to belong in it is inserted live.
     bounds = {"first": "" if first_page or not tasks else tasks[0].task_id,
-              "last": tasks[-1].task_id if next_cursor is not None and tasks else ""}
+              "last": tasks[-1].task_id if next_token and tasks else "",
+              **({} if first_page else {"page": "later"})}
     stream = f'{url("w", workspace, "stream")}?' + urlencode(
         {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks), **query, **bounds})
     body = (
-        f"<h1>Tasks of {e(workspace)}</h1>{form}"
+        f"<h1>Tasks of {e(workspace)}</h1>{counts(workspace, counted)}{form}"
         "<table class=tasks><thead><tr><th>task</th><th>status</th><th>gen</th><th>rev</th><th>state</th>"
         "<th>outcome</th><th>work status</th><th>created</th><th>last change</th></tr></thead>"
         f"<tbody id=tasks>{rows}</tbody></table>"
@@ -248,14 +282,27 @@ def completions_section(completions: Sequence[cpb.Completion], settlements: Mapp
         f"<td class=num>{c.generation}</td>"
         f"<td>{e(enum_name(cpb.RequestedOutcome, c.outcome, 'REQUESTED_OUTCOME_').lower())}</td>"
         f"<td class=settlement>{e(view.settlement_label(_settlement(c, settlements)))}</td>"
-        f"<td class=id>{e(c.run_id)}</td><td>{e(when(c.commit_time))}</td><td>{e(c.result)}</td></tr>"
+        f"<td class=id>{e(c.run_id)}</td><td>{at(view.seconds(c.commit_time))}</td>"
+        f"<td class=settling>{_settling(c)}</td><td>{e(c.result)}</td></tr>"
         for c in completions
     )
     return (
         "<section id=completions><h2>Completions and their settlement</h2>"
         "<table><tr><th>completion</th><th>gen</th><th>outcome</th><th>settlement</th><th>run</th>"
-        f"<th>committed</th><th>result</th></tr>{rows}</table></section>"
+        f"<th>committed</th><th>with the lifecycle service</th><th>result</th></tr>{rows}</table></section>"
     )
+
+
+def _settling(completion: cpb.Completion) -> str:
+    """How the settlement went, as read: while pending, the unanswered calls and the
+    next one (what `funnel outbox` shows); once answered, when and how long after."""
+    committed = view.seconds(completion.commit_time)
+    if completion.settlement == cpb.SETTLEMENT_STATUS_PENDING:
+        error = f"; last: {e(completion.last_settle_error)}" if completion.last_settle_error else ""
+        return (f"pending: {completion.settle_attempts} call(s) unanswered, next "
+                f"{at(view.seconds(completion.next_settle_time))}{error}")
+    answered = view.seconds(completion.settle_time)
+    return f"answered {span(answered - committed)} after the commit" if answered else ""
 
 
 def _settlement(completion: cpb.Completion, known: Mapping[str, view.Settlement]) -> view.Settlement:

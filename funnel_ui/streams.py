@@ -236,20 +236,28 @@ class TaskStream(Stream):
 
 
 class ListStream(Stream):
-    """A list page: re-renders the rows it shows when their task changes, and
-    inserts, where the order puts it, a task that now belongs on the page (newly
-    registered, or changed into the filter) once a read confirms it."""
+    """A list page: re-renders the rows it shows when their task changes (in
+    last-change order, moved to the top of the first page), inserts where the
+    order puts it a task that now belongs on the page (newly registered, or
+    changed into the filter) once a read confirms it, keeps at most MAX_ROWS
+    rows, and re-reads the counts once per message that had lifecycle events."""
 
     coalesce = 0.25
+    MAX_ROWS = 200
 
     def __init__(self, context: Context, workspace: str, page: view.ListedPage, followed: Sequence[str]) -> None:
         super().__init__(context, workspace)
         self.page = page
         self.rows: dict[str, view.Lifecycle] = {}
-        self.followed = list(followed)
+        self.followed = list(followed)[:self.MAX_ROWS]
         self.settlements: dict[str, dict[str, view.Settlement]] = {}
         self.changed: set[str] = set()
         self.candidates: set[str] = set()
+        self.counts_stale = False
+
+    @property
+    def by_change(self) -> bool:
+        return self.page.filter.order == "changed"
 
     async def start(self) -> list[Op]:
         try:
@@ -260,11 +268,17 @@ class ListStream(Stream):
         self.rows = {task.task_id: task for task in tasks}
         return [self._row(task_id) for task_id in self.rows]
 
+    def _html(self, task_id: str) -> str:
+        return render.task_row(self.workspace, self.rows[task_id], self.settlements.get(task_id, {}))
+
     def _row(self, task_id: str) -> Op:
-        return {"op": "replace", "id": f"row-{task_id}", "html": render.task_row(
-            self.workspace, self.rows[task_id], self.settlements.get(task_id, {}))}
+        return {"op": "replace", "id": f"row-{task_id}", "html": self._html(task_id)}
+
+    def _to_top(self, task_id: str) -> Op:
+        return {"op": "insert", "target": "tasks", "before": "", "at": "start", "html": self._html(task_id)}
 
     def on_lifecycle(self, event: Any) -> list[Op]:
+        self.counts_stale = True
         seen = view.lifecycle_from_event(event)
         if event.task_id in self.rows:
             self.rows[event.task_id] = view.newer(self.rows[event.task_id], seen)
@@ -281,20 +295,43 @@ class ListStream(Stream):
         return []
 
     async def flush(self, now: float) -> list[Op]:
-        ops = [self._row(task_id) for task_id in sorted(self.changed)]
-        self.changed.clear()
+        changed, self.changed = self.changed, set()
+        if self.by_change and self.page.first_page:
+            # Oldest change first, each to the top: the newest ends up first.
+            ops = [self._to_top(t) for t in sorted(changed, key=lambda t: (self.rows[t].changed, t))]
+        else:
+            ops = [self._row(task_id) for task_id in sorted(changed)]
+        ops += await self._enter()
+        if self.counts_stale:
+            counted = await _read(lambda: self.backend.counts(self.workspace))
+            if counted is not None:
+                self.counts_stale = False
+                ops.append({"op": "replace", "id": "counts", "html": render.counts(self.workspace, counted)})
+        return ops
+
+    async def _enter(self) -> list[Op]:
         if not self.candidates:
-            return ops
+            return []
         # An event seen from before the list was read may no longer hold: a read decides.
         wanted, self.candidates = sorted(self.candidates), set()
         read = await _read(lambda: self.backend.tasks(self.workspace, wanted))
         entering = [t for t in read or () if t.task_id not in self.rows and self.page.admits(t)]
         if not entering:
-            return ops
+            return []
         self.settlements.update(await _read(lambda: self.backend.settlements(self.workspace, entering)) or {})
-        for task in entering:
+        ops: list[Op] = []
+        for task in sorted(entering, key=lambda t: (t.changed, t.task_id)):
             self.rows[task.task_id] = task
+            if self.by_change:
+                ops.append(self._to_top(task.task_id))
+                continue
             before = view.next_in_order(task.task_id, self.rows)
             ops.append({"op": "insert", "target": "tasks", "before": f"row-{before}" if before else "",
-                        "html": render.task_row(self.workspace, task, self.settlements.get(task.task_id, {}))})
+                        "html": self._html(task.task_id)})
+        # The page keeps its size bounded: the rows at its end (by its order) go.
+        while len(self.rows) > self.MAX_ROWS:
+            last = min(self.rows.values(), key=lambda t: (t.changed, t.task_id)) if self.by_change else \
+                self.rows[max(self.rows)]
+            del self.rows[last.task_id]
+            ops.append({"op": "remove", "id": f"row-{last.task_id}"})
         return [*ops, {"op": "replace", "id": "shown", "html": render.shown(len(self.rows))}]

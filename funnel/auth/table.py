@@ -52,6 +52,7 @@ TABLE: dict[str, Rule] = {
     f"/{LIFECYCLE}/SetWorkStatus": _rule(H, O, C),
     f"/{LIFECYCLE}/GetTask": _rule(V, A, H, O, C),
     f"/{LIFECYCLE}/ListTasks": READ,
+    f"/{LIFECYCLE}/CountTasks": READ,
     f"/{LIFECYCLE}/ListLifecycleEvents": READ,
     f"/{LIFECYCLE}/WatchLifecycleEvents": READ,
     # Runs, evidence and the completion transaction.

@@ -51,10 +51,20 @@
         const old = document.getElementById(op.id);
         if (old) old.outerHTML = op.html;
       } else if (op.op === "insert") {
+        // A row of that id already shown moves: the server sends it where it belongs now.
         const target = document.getElementById(op.target);
+        const holder = document.createElement("tbody");
+        holder.innerHTML = op.html;
+        const row = holder.firstElementChild;
+        const shown = row && row.id ? document.getElementById(row.id) : null;
+        if (shown) shown.remove();
         const before = op.before ? document.getElementById(op.before) : null;
-        if (before) before.insertAdjacentHTML("beforebegin", op.html);
-        else if (target) target.insertAdjacentHTML("beforeend", op.html);
+        if (before) before.before(row);
+        else if (target && op.at === "start") target.prepend(row);
+        else if (target) target.append(row);
+      } else if (op.op === "remove") {
+        const old = document.getElementById(op.id);
+        if (old) old.remove();
       }
     }
     notice.textContent = update.notice;

@@ -43,6 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "SetWorkStatus": {"host", "operator", "completion-service"},
     "GetTask": {"viewer", "agent", "host", "operator", "completion-service"},
     "ListTasks": {"viewer", "host", "operator", "completion-service"},
+    "CountTasks": {"viewer", "host", "operator", "completion-service"},
     "ListLifecycleEvents": {"viewer", "host", "operator", "completion-service"},
     "WatchLifecycleEvents": {"viewer", "host", "operator", "completion-service"},
     "ClaimTask": {"agent", "host", "operator"},
@@ -154,6 +155,7 @@ class World:
             "SetWorkStatus": lambda: lpb.SetWorkStatusRequest(**plain, work_status=lpb.WORK_STATUS_BLOCKED),
             "GetTask": lambda: lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"),
             "ListTasks": lambda: lpb.ListTasksRequest(workspace_id=WS),
+            "CountTasks": lambda: lpb.CountTasksRequest(workspace_id=WS),
             "ListLifecycleEvents": lambda: lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"),
             "WatchLifecycleEvents": lambda: lpb.WatchLifecycleEventsRequest(workspace_id=WS),
             "ClaimTask": lambda: cpb.ClaimTaskRequest(
