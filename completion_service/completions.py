@@ -97,6 +97,14 @@ class EvidenceCommand:
     render: Callable[[EvidenceRecord], bytes] | None = None
 
 
+@dataclass(frozen=True)
+class EvidenceStored:
+    """A stored evidence fact and its EVIDENCE_RECORDED event (to publish once committed)."""
+
+    record: EvidenceRecord
+    event: CompletionEvent
+
+
 class CompletionCorrupted(Exception):
     """A stored completion carries this attempt's identity with another payload."""
 
@@ -280,7 +288,7 @@ def _snapshot(tx: CompletionReadTx, command: AttemptCommand, run: RunRecord, lif
     )
 
 
-def record_evidence(tx: CompletionTx, command: EvidenceCommand, now: int) -> EvidenceRecord | Replay | Rejection:
+def record_evidence(tx: CompletionTx, command: EvidenceCommand, now: int) -> EvidenceStored | Replay | Rejection:
     seen = recalled(tx, command.request)
     if seen is not None:
         return seen
@@ -304,4 +312,9 @@ def record_evidence(tx: CompletionTx, command: EvidenceCommand, now: int) -> Evi
     assert record.evidence_id, "the shell names the evidence"
     stored = dataclasses.replace(record, recorded_at=now)
     tx.insert_evidence(stored)
-    return answer(tx, command.request, command.render, stored, now)
+    event = tx.append_event(CompletionEvent(
+        stored.workspace_id, stored.task_id, stored.generation, CompletionEventKind.EVIDENCE_RECORDED,
+        stored.run_id or "", now, evidence_id=stored.evidence_id,
+    ))
+    answer(tx, command.request, command.render, stored, now)
+    return EvidenceStored(stored, event)

@@ -127,6 +127,7 @@ def evidence_to_proto(e: EvidenceRecord) -> pb.Evidence:
         details=e.details,
         run_id=e.run_id or "",
         record_time=to_timestamp(e.recorded_at),
+        recorded_by=pb.Caller(subject=e.recorded_by.subject, role=e.recorded_by.role),
     )
 
 
@@ -146,6 +147,8 @@ def event_to_proto(e: CompletionEvent) -> pb.CompletionEvent:
         error_reason=e.error_reason or "",
         error_message=e.error_message or "",
         commit_time=to_timestamp(e.committed_at),
+        run_outcome=proto_enum(pb.RunOutcome, e.run_outcome.value if e.run_outcome else 0),
+        evidence_id=e.evidence_id or "",
     )
 
 

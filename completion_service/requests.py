@@ -121,6 +121,13 @@ def get_completion(request: pb.GetCompletionRequest) -> None:
     checker.raise_for(Reason)
 
 
+def list_evidence(request: pb.ListEvidenceRequest) -> None:
+    checker = _listing_checks(request, ())
+    checker.identifier("task_id", request.task_id)
+    checker.integer("generation", request.generation, minimum=0)
+    checker.raise_for(Reason)
+
+
 def listing(request, *optional_id_fields: str) -> None:
     _listing_checks(request, optional_id_fields).raise_for(Reason)
 

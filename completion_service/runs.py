@@ -9,7 +9,16 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from completion_service.core.model import AuditEntry, FinalStatus, Lease, RunOutcome, RunRecord, SettlementStatus
+from completion_service.core.model import (
+    AuditEntry,
+    CompletionEvent,
+    CompletionEventKind,
+    FinalStatus,
+    Lease,
+    RunOutcome,
+    RunRecord,
+    SettlementStatus,
+)
 from completion_service.core.runs import (
     LeaseGranted,
     LeaseHeld,
@@ -52,6 +61,8 @@ class Claimed:
     lease: Lease
     # The previous holder had left a turn open: the claim closed it (transcript repair).
     repaired: bool = False
+    # The RUN_CLAIMED event the claim appended (to publish once committed).
+    events: tuple[CompletionEvent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,14 @@ class CloseCommand:
 
 
 @dataclass(frozen=True)
+class Closed:
+    """A run a transaction closed, and the RUN_CLOSED event it appended (to publish once committed)."""
+
+    run: RunRecord
+    event: CompletionEvent
+
+
+@dataclass(frozen=True)
 class Replan:
     """The lifecycle service refused the generation's completion for the
     cancellation fence after the close was decided, so the close must be decided
@@ -120,7 +139,10 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     repaired = repair_transcript(tx, command.workspace_id, command.task_id, now)
     tx.insert_run(run)
     tx.save_lease(command.workspace_id, lease)
-    return answer(tx, command.request, command.render, Claimed(run, lease, repaired.repaired), now)
+    event = tx.append_event(CompletionEvent(
+        run.workspace_id, run.task_id, run.generation, CompletionEventKind.RUN_CLAIMED, run.run_id, now
+    ))
+    return answer(tx, command.request, command.render, Claimed(run, lease, repaired.repaired, (event,)), now)
 
 
 def claim_refusal(tx: CompletionReadTx, command: ClaimCommand, now: int) -> Replay | Rejection | None:
@@ -182,7 +204,7 @@ def renew(tx: CompletionTx, command: RenewCommand, now: int) -> Lease | Replay |
     return answer(tx, command.request, command.render, renewed, now)
 
 
-def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | Replay | Rejection | Replan:
+def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> Closed | Replay | Rejection | Replan:
     """Closes an open run and writes its audit row.
 
     A fenced refusal of the generation's completion that the close was not decided
@@ -214,11 +236,12 @@ def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> RunRecord | 
         error=command.error,
         final_status=command.final_status,
     )
-    _close(tx, closed, command.closed_by, command.caller, now)
-    return answer(tx, command.request, command.render, closed, now)
+    event = _close(tx, closed, command.closed_by, command.caller, now)
+    answer(tx, command.request, command.render, closed, now)
+    return Closed(closed, event)
 
 
-def close_stalled_runs(tx: CompletionTx, now: int, stall_after_micros: int, limit: int) -> list[RunRecord]:
+def close_stalled_runs(tx: CompletionTx, now: int, stall_after_micros: int, limit: int) -> list[Closed]:
     """Closes runs whose lease expired longer than `stall_after_micros` ago as
     STALLED, leaving their tasks as they are; returns the closed runs."""
     closed = []
@@ -232,12 +255,12 @@ def close_stalled_runs(tx: CompletionTx, now: int, stall_after_micros: int, limi
             tokens_total=0,
             error=f"lease expired at {run.lease_expires_at}; closed by the stall sweeper",
         )
-        _close(tx, stalled, "stall_sweeper", SELF, now)
-        closed.append(stalled)
+        closed.append(Closed(stalled, _close(tx, stalled, "stall_sweeper", SELF, now)))
     return closed
 
 
-def _close(tx: CompletionTx, closed: RunRecord, closed_by: str, caller: Caller, now: int) -> None:
+def _close(tx: CompletionTx, closed: RunRecord, closed_by: str, caller: Caller, now: int) -> CompletionEvent:
+    """Stores the closed run with its audit row and appends its RUN_CLOSED event."""
     tx.update_run(closed)
     metadata = {
         "outcome": closed.outcome.name if closed.outcome else "",
@@ -255,6 +278,10 @@ def _close(tx: CompletionTx, closed: RunRecord, closed_by: str, caller: Caller, 
             caller=caller,
         )
     )
+    return tx.append_event(CompletionEvent(
+        closed.workspace_id, closed.task_id, closed.generation, CompletionEventKind.RUN_CLOSED, closed.run_id, now,
+        run_outcome=closed.outcome,
+    ))
 
 
 # -- reads ----------------------------------------------------------------------------

@@ -259,6 +259,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             details=request.details,
             run_id=request.run_id or None,
             recorded_at=0,
+            recorded_by=calls.served().caller,
         )
         result = await self._authority.completions.record_evidence(
             record,
@@ -269,6 +270,23 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         if isinstance(result, Replay):
             return pb.RecordEvidenceResponse.FromString(result.response)
         return pb.RecordEvidenceResponse(evidence=evidence_to_proto(result))
+
+    async def ListEvidence(self, request, context):
+        requests.list_evidence(request)
+        listing = ["evidence", request.workspace_id, request.task_id, str(request.generation)]
+        cursor = _token(request, listing, list)
+        size = page_size(request.page_size)
+        after = (cursor[0], cursor[1]) if cursor else None
+        page = page_of(
+            await self._store.read(lambda tx: tx.list_evidence(
+                request.workspace_id, request.task_id, request.generation or None, after, size + 1)),
+            size,
+        )
+        items, protos, more = self._fit(page, evidence_to_proto)
+        return pb.ListEvidenceResponse(
+            evidence=protos,
+            next_page_token=encode_token(listing, [items[-1].recorded_at, items[-1].evidence_id]) if more else "",
+        )
 
     async def AttemptCompletion(self, request, context):
         requests.attempt_completion(request)

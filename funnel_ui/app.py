@@ -5,12 +5,10 @@ and render.py how; the only state it keeps is per open event stream."""
 
 from __future__ import annotations
 
-import abc
 import asyncio
-import contextlib
 import hmac
-import json
 import secrets
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -20,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import grpc
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
@@ -35,15 +33,9 @@ from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.validation import id_problem
 from funnel_ui import render, view
 from funnel_ui.backend import Backend, Settings
+from funnel_ui.streams import ListStream, TaskStream
 
 PAGE_SIZE = 50
-# A list page follows at most this many rows live (its own page).
-MAX_FOLLOWED = 200
-# The browser's EventSource waits this long (ms) before reconnecting.
-RECONNECT_MS = 500
-# Bounded: a browser that stops reading stalls its watches, which the services
-# then end with WATCH_OVERFLOW; the watch resumes from its cursor once read again.
-QUEUE_SIZE = 256
 HTTP_STATUS = {
     grpc.StatusCode.NOT_FOUND: 404,
     grpc.StatusCode.PERMISSION_DENIED: 403,
@@ -96,13 +88,11 @@ def create_app(context: Context) -> Any:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # gRPC's aio channels belong to the running loop: made here, not before.
-        context.backend = Backend(context.settings)
-        for workspace in context.workspaces:
-            context.backend.heads(workspace)
-        try:
+        async with Backend(context.settings) as backend:
+            context.backend = backend
+            for workspace in context.workspaces:
+                backend.heads(workspace)
             yield
-        finally:
-            await context.backend.close()
 
     async def index(request: Request) -> Response:
         return _html(render.index(context.workspaces))
@@ -119,22 +109,26 @@ def create_app(context: Context) -> Any:
             return _html(render.error_page("Not a workspace id", request.path_params["workspace"]), 404)
         (workspace,) = ids
         query = request.query_params
-        filter_ = view.Filter(
-            state=_choice(query.get("state", ""), render.STATES),
-            outcome=_choice(query.get("outcome", ""), render.OUTCOMES),
-            work_status=_choice(query.get("work_status", ""), render.WORK), text=query.get("q", "")[:128],
-        )
+        filter_ = _filter(query)
         backend = context.live
         heads = backend.heads(workspace)
         # Read before listing: the stream then replays at worst what the list already shows.
         cursor = view.Cursor(heads.lifecycle, heads.completion)
+        token = query.get("page", "")[:4096]
         try:
-            tasks, next_cursor = await backend.list_page(
-                workspace, filter_, view.decode_page_cursor(query.get("page", "")), PAGE_SIZE)
-            settlements = await backend.settlements(workspace, tasks)
+            try:
+                tasks, next_token = await backend.list_page(workspace, filter_, token, PAGE_SIZE)
+            except grpc.aio.AioRpcError as error:
+                if not token or error.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                    raise
+                # A page link of another filter or order (or garbage): from the top instead.
+                token = ""
+                tasks, next_token = await backend.list_page(workspace, filter_, token, PAGE_SIZE)
+            counts, settlements = await asyncio.gather(backend.counts(workspace), backend.settlements(workspace, tasks))
         except grpc.aio.AioRpcError as error:
             return _rpc_error_page(error, "/")
-        return _html(render.task_list(workspace, filter_, tasks, settlements, next_cursor, cursor))
+        return _html(render.task_list(workspace, filter_, tasks, settlements, next_token, cursor, counts,
+                                      first_page=not token))
 
     async def task_page(request: Request) -> Response:
         ids = _ids(request, "workspace", "task")
@@ -153,8 +147,8 @@ def create_app(context: Context) -> Any:
                                 uuid.uuid4().hex)
         return _html(render.task_page(
             workspace, lifecycle, head, data.events, data.completion_events,
-            render.completions_section(data.completions, settlements), render.runs_section(data.runs),
-            data.transcript, data.transcript_more, data.cursor,
+            render.completions_section(data.completions, settlements), render.runs_section(data.runs, time.time()),
+            render.evidence_section(data.evidence), data.transcript, data.transcript_more, data.cursor,
         ))
 
     async def task_stream(request: Request) -> Response:
@@ -169,9 +163,12 @@ def create_app(context: Context) -> Any:
         ids = _ids(request, "workspace")
         if ids is None:
             return Response(status_code=404)
-        followed = [t for t in request.query_params.get("tasks", "").split(",") if t and not id_problem(t)]
+        query = request.query_params
+        followed = [t for t in query.get("tasks", "").split(",") if t and not id_problem(t)]
+        page = view.ListedPage(_filter(query), query.get("first", ""), query.get("last", ""),
+                               first_page=query.get("page") != "later")
         return EventSourceResponse(
-            ListStream(context, ids[0], followed[:MAX_FOLLOWED]).run(_start_cursor(request)), ping=15,
+            ListStream(context, ids[0], page, followed).run(_start_cursor(request)), ping=15,
             send_timeout=30)
 
     async def act(request: Request) -> Response:
@@ -245,6 +242,19 @@ def _choice(value: str, allowed: Sequence[str]) -> str:
     return value if value in allowed else ""
 
 
+def _filter(query: Any) -> view.Filter:
+    """A list page's filter from its query; unknown values filter nothing, and a
+    prefix that is no id's beginning is dropped."""
+    prefix = query.get("q", "").strip()[:128]
+    return view.Filter(
+        state=_choice(query.get("state", ""), render.STATES),
+        outcome=_choice(query.get("outcome", ""), render.OUTCOMES),
+        work_status=_choice(query.get("work_status", ""), render.WORK),
+        prefix="" if id_problem(prefix) else prefix,
+        order=_choice(query.get("sort", ""), view.ORDERS) or "id",
+    )
+
+
 def same_origin(headers: Any) -> bool:
     """A browser names the page a POST comes from: Sec-Fetch-Site, or Origin
     against Host. A request naming another site is refused; one that names none
@@ -265,161 +275,3 @@ def _start_cursor(request: Request) -> view.Cursor:
     """Last-Event-ID (a reconnecting EventSource) wins over the page's own cursor."""
     return (view.parse_cursor(request.headers.get("last-event-id"))
             or view.parse_cursor(request.query_params.get("after")) or view.Cursor())
-
-
-async def _merged(backend: Backend, workspace: str, task_id: str, cursor: view.Cursor) -> AsyncIterator[Any]:
-    """Both watches as one sequence of (source, kind, item)."""
-    queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue(QUEUE_SIZE)
-
-    async def pump(source: str, events: AsyncIterator[tuple[str, Any]]) -> None:
-        async for kind, item in events:
-            await queue.put((source, kind, item))
-
-    pumps = [
-        asyncio.create_task(pump("lifecycle", backend.watch_lifecycle(workspace, task_id, cursor.lifecycle))),
-        asyncio.create_task(pump("completion", backend.watch_completion(workspace, task_id, cursor.completion))),
-    ]
-    try:
-        while True:
-            yield await queue.get()
-    finally:
-        for task in pumps:
-            task.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
-
-
-class _Stream(abc.ABC):
-    """What every stream shares: the cursor (each message's id), and the notices.
-    A subclass renders the operations for its page."""
-
-    def __init__(self, context: Context, workspace: str, task_filter: str = "") -> None:
-        self.context = context
-        self.backend = context.live
-        self.workspace = workspace
-        self.task_filter = task_filter  # "" follows the whole workspace
-        self.notices: dict[str, str] = {}
-
-    def message(self, cursor: view.Cursor, ops: list[dict[str, str]], first: bool = False) -> ServerSentEvent:
-        notice = " · ".join(text for text in self.notices.values() if text)
-        return ServerSentEvent(json.dumps({"ops": ops, "notice": notice}), id=cursor.event_id(),
-                               retry=RECONNECT_MS if first else None)
-
-    async def run(self, cursor: view.Cursor) -> AsyncIterator[ServerSentEvent]:
-        yield self.message(cursor, await self.start(), first=True)
-        async for source, kind, item in _merged(self.backend, self.workspace, self.task_filter, cursor):
-            if kind == "event":
-                if source == "lifecycle":
-                    cursor = view.Cursor(item.sequence, cursor.completion)
-                    ops = await self.on_lifecycle(item)
-                else:
-                    cursor = view.Cursor(cursor.lifecycle, item.sequence)
-                    ops = await self.on_completion(item)
-            else:
-                self.notices[source] = item
-                ops = []
-            if ops or kind != "event":
-                yield self.message(cursor, ops)
-
-    @abc.abstractmethod
-    async def start(self) -> list[dict[str, str]]:
-        """The first message's operations: the page as it stands at the cursor."""
-
-    @abc.abstractmethod
-    async def on_lifecycle(self, event: Any) -> list[dict[str, str]]:
-        """The operations one committed lifecycle event causes on this page."""
-
-    @abc.abstractmethod
-    async def on_completion(self, event: Any) -> list[dict[str, str]]:
-        """The operations one committed completion event causes on this page."""
-
-
-class TaskStream(_Stream):
-    """One task page: appends timeline and attempt rows, re-renders the head."""
-
-    def __init__(self, context: Context, workspace: str, task_id: str) -> None:
-        super().__init__(context, workspace, task_id)
-        self.lifecycle: view.Lifecycle | None = None
-        self.settlements: dict[str, view.Settlement] = {}
-        self.completions: list[Any] = []
-        self.advice: Any = None
-
-    async def start(self) -> list[dict[str, str]]:
-        # A fresh read: after a reconnect the head must not wait for the next event.
-        try:
-            (self.lifecycle,) = await self.backend.tasks(self.workspace, [self.task_filter]) or (None,)
-        except grpc.aio.AioRpcError:
-            self.lifecycle = None  # the lifecycle service is away; its events will bring the state
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            self.completions = await self.backend.completions(self.workspace, self.task_filter)
-            self.settlements = {c.completion_id: view.settlement_from_completion(c) for c in self.completions}
-        await self._refresh_advice()
-        return self._head()
-
-    async def _refresh_advice(self) -> None:
-        if self.lifecycle is not None:
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                self.advice = await self.backend.advice(self.workspace, self.lifecycle)
-
-    def _head(self) -> list[dict[str, str]]:
-        if self.lifecycle is None:
-            return []
-        actions = view.task_actions(self.lifecycle, self.advice, self.backend.can_act)
-        return [{"op": "replace", "id": "task-head", "html": render.task_head(
-            self.workspace, self.lifecycle, self.settlements, actions, self.context.csrf, uuid.uuid4().hex)}]
-
-    async def on_lifecycle(self, event: Any) -> list[dict[str, str]]:
-        before = self.lifecycle
-        self.lifecycle = view.newer(self.lifecycle, view.lifecycle_from_event(event))
-        if self.lifecycle is not before:
-            await self._refresh_advice()
-        ops = [{"op": "append", "target": "timeline", "html": render.lifecycle_row(event)}]
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            # Claims and closed runs show up as lifecycle transitions (activation, work status).
-            ops.append({"op": "replace", "id": "runs",
-                        "html": render.runs_section(await self.backend.runs(self.workspace, self.task_filter))})
-        return ops + self._head()
-
-    async def on_completion(self, event: Any) -> list[dict[str, str]]:
-        self.settlements = view.apply_completion_event(self.settlements, event)
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            self.completions = await self.backend.completions(self.workspace, self.task_filter)
-        return [
-            {"op": "append", "target": "attempts", "html": render.completion_event_row(event)},
-            {"op": "replace", "id": "completions",
-             "html": render.completions_section(self.completions, self.settlements)},
-        ] + self._head()
-
-
-class ListStream(_Stream):
-    """A list page: re-renders the rows it shows when their task changes."""
-
-    def __init__(self, context: Context, workspace: str, followed: Sequence[str]) -> None:
-        super().__init__(context, workspace)
-        self.rows: dict[str, view.Lifecycle] = {}
-        self.followed = set(followed)
-        self.settlements: dict[str, dict[str, view.Settlement]] = {}
-
-    async def start(self) -> list[dict[str, str]]:
-        try:
-            tasks = await self.backend.tasks(self.workspace, sorted(self.followed))
-            self.settlements = await self.backend.settlements(self.workspace, tasks)
-        except grpc.aio.AioRpcError:
-            return []  # the events will bring the rows up to date
-        self.rows = {task.task_id: task for task in tasks}
-        return [self._row(task_id) for task_id in self.rows]
-
-    def _row(self, task_id: str) -> dict[str, str]:
-        return {"op": "replace", "id": f"row-{task_id}", "html": render.task_row(
-            self.workspace, self.rows[task_id], self.settlements.get(task_id, {}))}
-
-    async def on_lifecycle(self, event: Any) -> list[dict[str, str]]:
-        if event.task_id not in self.followed:
-            return []
-        self.rows[event.task_id] = view.newer(self.rows.get(event.task_id), view.lifecycle_from_event(event))
-        return [self._row(event.task_id)]
-
-    async def on_completion(self, event: Any) -> list[dict[str, str]]:
-        if event.task_id not in self.followed:
-            return []
-        self.settlements[event.task_id] = view.apply_completion_event(self.settlements.get(event.task_id, {}), event)
-        return [self._row(event.task_id)] if event.task_id in self.rows else []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -31,8 +31,6 @@ CALL_TIMEOUT = 10.0
 # adds failed connection attempts to its log.
 RESUME_DELAY = 0.5
 TRANSCRIPT_LIMIT = 1000
-# ListTasks' largest page: a filtered page scans the workspace in as few calls as possible.
-SCAN_PAGE = 1000
 
 TokenSource = Callable[[], str]
 
@@ -72,6 +70,7 @@ class TaskData:
     completion_events: list[cpb.CompletionEvent]
     completions: list[cpb.Completion]
     runs: list[cpb.Run]
+    evidence: list[cpb.Evidence]
     transcript: list[tpb.SessionEvent]
     transcript_more: bool
     advice: tpb.ResolveResumeResponse | None
@@ -93,10 +92,12 @@ class Heads:
 
     lifecycle: int = 0
     completion: int = 0
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 class Backend:
+    """Entered (`async with`) for the dashboard's lifetime: its channels, and the
+    one TaskGroup that owns its background watches (the workspaces' heads)."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         connection = settings.connection
@@ -112,49 +113,38 @@ class Backend:
             self._channels.append(_channel(connection, settings.lifecycle_address, settings.action_token))
             self._act = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[-1])
         self._heads: dict[str, Heads] = {}
+        self._owner = asyncio.TaskGroup()
+        self._followers: list[asyncio.Task[None]] = []
 
     @property
     def can_act(self) -> bool:
         return self._act is not None
 
-    async def close(self) -> None:
-        for heads in self._heads.values():
-            for task in heads.tasks:
-                task.cancel()
-        for channel in self._channels:
-            await channel.close()
+    async def __aenter__(self) -> Backend:
+        await self._owner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._followers:
+            task.cancel()
+        try:
+            await self._owner.__aexit__(None, None, None)
+        finally:
+            for channel in self._channels:
+                await channel.close()
 
     # -- the task list ---------------------------------------------------
 
     async def list_page(
-        self, workspace: str, filter_: view.Filter, cursor: view.PageCursor, size: int
-    ) -> tuple[list[view.Lifecycle], view.PageCursor | None]:
-        """One page of the list, paged by the service: without a filter one
-        ListTasks call of `size`; with one, pages of SCAN_PAGE until `size` match."""
-        if not filter_.active:
-            listed = await self.lifecycle.ListTasks(
-                lpb.ListTasksRequest(workspace_id=workspace, page_size=size, page_token=cursor.token),
-                timeout=CALL_TIMEOUT,
-            )
-            tasks = [view.lifecycle_from_task(task) for task in listed.tasks]
-            return tasks, view.PageCursor(listed.next_page_token) if listed.next_page_token else None
-        chosen: list[view.Lifecycle] = []
-        token, skip = cursor.token, cursor.skip
-        while True:
-            listed = await self.lifecycle.ListTasks(
-                lpb.ListTasksRequest(workspace_id=workspace, page_size=SCAN_PAGE, page_token=token),
-                timeout=CALL_TIMEOUT,
-            )
-            tasks = [view.lifecycle_from_task(task) for task in listed.tasks]
-            more, stop = view.take_matching(tasks, skip, filter_, size - len(chosen))
-            chosen += more
-            if stop is not None:
-                return chosen, view.PageCursor(token, stop)
-            if not listed.next_page_token:
-                return chosen, None
-            token, skip = listed.next_page_token, 0
-            if len(chosen) == size:
-                return chosen, view.PageCursor(token)
+        self, workspace: str, filter_: view.Filter, token: str, size: int
+    ) -> tuple[list[view.Lifecycle], str]:
+        """One page of the list and the token of the next ("" on the last): one
+        ListTasks call, filtered and ordered by the service."""
+        listed = await self.lifecycle.ListTasks(filter_.list_request(workspace, size, token), timeout=CALL_TIMEOUT)
+        return [view.lifecycle_from_task(task) for task in listed.tasks], listed.next_page_token
+
+    async def counts(self, workspace: str) -> lpb.CountTasksResponse:
+        return await self.lifecycle.CountTasks(lpb.CountTasksRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
 
     async def settlements(
         self, workspace: str, tasks: Sequence[view.Lifecycle]
@@ -199,7 +189,8 @@ class Backend:
                     if kind == "event":
                         heads.completion = item.sequence
 
-            heads.tasks = [asyncio.create_task(follow_lifecycle()), asyncio.create_task(follow_completion())]
+            self._followers += [self._owner.create_task(follow_lifecycle(), name=f"heads-lifecycle-{workspace}"),
+                                self._owner.create_task(follow_completion(), name=f"heads-completion-{workspace}")]
         return heads
 
     # -- one task --------------------------------------------------------
@@ -207,15 +198,14 @@ class Backend:
     async def task_data(self, workspace: str, task_id: str) -> TaskData:
         task = await self.lifecycle.GetTask(
             lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
-        events, completion_events, completions, runs, (transcript, more), advice = await asyncio.gather(
-            self._lifecycle_events(workspace, task_id),
-            self._completion_events(workspace, task_id),
-            self.completions(workspace, task_id),
-            self.runs(workspace, task_id),
-            self._transcript(workspace, task_id),
-            self.advice(workspace, view.lifecycle_from_task(task.task)),
+        (events, completion_events, completions), (runs, evidence), ((transcript, more), advice) = await asyncio.gather(
+            asyncio.gather(self._lifecycle_events(workspace, task_id), self._completion_events(workspace, task_id),
+                           self.completions(workspace, task_id)),
+            asyncio.gather(self.runs(workspace, task_id), self.evidence(workspace, task_id)),
+            asyncio.gather(self._transcript(workspace, task_id),
+                           self.advice(workspace, view.lifecycle_from_task(task.task))),
         )
-        return TaskData(task, events, completion_events, completions, runs, transcript, more, advice)
+        return TaskData(task, events, completion_events, completions, runs, evidence, transcript, more, advice)
 
     async def _lifecycle_events(self, workspace: str, task_id: str) -> list[lpb.LifecycleEvent]:
         return await every_page(
@@ -246,6 +236,13 @@ class Backend:
             lambda token: self.completion.ListRuns(cpb.ListRunsRequest(
                 workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
             "runs",
+        )
+
+    async def evidence(self, workspace: str, task_id: str) -> list[cpb.Evidence]:
+        return await every_page(
+            lambda token: self.completion.ListEvidence(cpb.ListEvidenceRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
+            "evidence",
         )
 
     async def _transcript(self, workspace: str, task_id: str) -> tuple[list[tpb.SessionEvent], bool]:

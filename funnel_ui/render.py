@@ -5,6 +5,7 @@ escaping) or `url()` (a path segment); nothing else is interpolated."""
 
 from __future__ import annotations
 
+import datetime
 import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,6 +33,27 @@ def when(stamp: Timestamp) -> str:
     if stamp.seconds == 0 and stamp.nanos == 0:
         return ""
     return stamp.ToDatetime().strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def at(unix: float) -> str:
+    """A point in time (UTC, the services' clock) and its age, which the browser
+    keeps current (ui.js, from `data-at`)."""
+    if not unix:
+        return ""
+    moment = datetime.datetime.fromtimestamp(unix, datetime.UTC)
+    full = moment.strftime("%Y-%m-%d %H:%M:%S") + "Z"
+    return (f'<time datetime="{moment.isoformat()}" title="{full}">{moment.strftime("%m-%d %H:%M:%S")}</time>'
+            f' <span class=age data-at="{unix:.3f}"></span>')
+
+
+def span(seconds: float) -> str:
+    """A duration for people: 42 s, 3 min 5 s, 2 h 10 min, 3 d 4 h."""
+    whole = max(0, int(seconds))
+    for unit, size, smaller, small_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
+        if whole >= size:
+            rest = (whole % size) // small_size
+            return f"{whole // size} {unit}" + (f" {rest} {smaller}" if rest else "")
+    return f"{whole} s"
 
 
 def page(title: str, body: str, stream: str = "") -> str:
@@ -76,7 +98,41 @@ def task_row(workspace: str, lifecycle: view.Lifecycle, settlements: Mapping[str
         f"<td>{badge(view.task_badge(lifecycle, settlements))}</td>"
         f"<td class=num>{lifecycle.generation}</td><td class=num>{lifecycle.revision}</td>"
         f"<td>{e(lifecycle.state.lower())}</td><td>{e(lifecycle.outcome.lower())}</td>"
-        f"<td>{e(lifecycle.work_status.lower())}</td></tr>"
+        f"<td>{e(lifecycle.work_status.lower())}</td>"
+        f"<td class=created>{at(lifecycle.created)}</td><td class=changed>{at(lifecycle.changed)}</td></tr>"
+    )
+
+
+def shown(count: int) -> str:
+    return f"<span id=shown>{count} shown</span>"
+
+
+def counts(workspace: str, counted: lpb.CountTasksResponse) -> str:
+    """How many tasks the workspace has in each lifecycle state (terminal ones by
+    outcome) and each work status, each a link to the list so filtered."""
+    by_state: dict[str, int] = {}
+    by_outcome: dict[str, int] = {}
+    by_work: dict[str, int] = {}
+    for count in counted.counts:
+        state = enum_name(lpb.GenerationState, count.state, "GENERATION_STATE_")
+        by_state[state] = by_state.get(state, 0) + count.tasks
+        if count.outcome:
+            outcome = enum_name(lpb.TerminalOutcome, count.outcome, "TERMINAL_OUTCOME_")
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + count.tasks
+        work = enum_name(lpb.WorkStatus, count.work_status, "WORK_STATUS_")
+        by_work[work] = by_work.get(work, 0) + count.tasks
+
+    def links(name: str, values: Sequence[str], found: Mapping[str, int]) -> str:
+        return " ".join(
+            f'<a class=count data-{name.replace("_", "-")}="{e(v)}" href="{url("w", workspace)}?'
+            f'{e(urlencode({name: v}))}">{e(v.lower().replace("_", " "))} <b>{found.get(v, 0)}</b></a>'
+            for v in values
+        )
+
+    return (
+        f"<section id=counts><p><span class=total>{counted.total} tasks</span> · state: "
+        f"{links('state', STATES, by_state)} · outcome: {links('outcome', OUTCOMES, by_outcome)}</p>"
+        f"<p>work status: {links('work_status', WORK, by_work)}</p></section>"
     )
 
 
@@ -85,29 +141,39 @@ def task_list(
     filter_: view.Filter,
     tasks: Sequence[view.Lifecycle],
     settlements: Mapping[str, Mapping[str, view.Settlement]],
-    next_cursor: view.PageCursor | None,
+    next_token: str,
     stream_cursor: view.Cursor,
+    counted: lpb.CountTasksResponse,
+    first_page: bool = True,
 ) -> str:
-    query = {k: v for k, v in (("state", filter_.state), ("outcome", filter_.outcome),
-                               ("work_status", filter_.work_status), ("q", filter_.text)) if v}
+    query = filter_.query
     rows = "".join(task_row(workspace, t, settlements.get(t.task_id, {})) for t in tasks)
     paging = f'<a href="{url("w", workspace)}?{e(urlencode(query))}">first page</a>'
-    if next_cursor is not None:
-        following = urlencode({**query, "page": next_cursor.encode()})
+    if next_token:
+        following = urlencode({**query, "page": next_token})
         paging += f' · <a id=next href="{url("w", workspace)}?{e(following)}">next page</a>'
+    orders = {"id": "by task id", "changed": "last change first"}
+    sort = "".join(f'<option value="{v}"{" selected" if v == filter_.order else ""}>{label}</option>'
+                   for v, label in orders.items())
     form = (
         f'<form class=filters method=get action="{url("w", workspace)}">'
         f'{_select("state", STATES, filter_.state)} {_select("outcome", OUTCOMES, filter_.outcome)} '
         f'{_select("work_status", WORK, filter_.work_status)} '
-        f'<input name=q value="{e(filter_.text)}" placeholder="task id contains"> <button>Filter</button></form>'
+        f'<input name=q value="{e(filter_.prefix)}" placeholder="task id starts with"> '
+        f"<select name=sort>{sort}</select> <button>Filter</button></form>"
     )
+    # The range this page stands for: a task that comes to belong in it is inserted live.
+    bounds = {"first": "" if first_page or not tasks else tasks[0].task_id,
+              "last": tasks[-1].task_id if next_token and tasks else "",
+              **({} if first_page else {"page": "later"})}
     stream = f'{url("w", workspace, "stream")}?' + urlencode(
-        {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks)})
+        {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks), **query, **bounds})
     body = (
-        f"<h1>Tasks of {e(workspace)}</h1>{form}"
+        f"<h1>Tasks of {e(workspace)}</h1>{counts(workspace, counted)}{form}"
         "<table class=tasks><thead><tr><th>task</th><th>status</th><th>gen</th><th>rev</th><th>state</th>"
-        f"<th>outcome</th><th>work status</th></tr></thead><tbody id=tasks>{rows}</tbody></table>"
-        f'<p class=paging>{len(tasks)} shown · {paging}</p>'
+        "<th>outcome</th><th>work status</th><th>created</th><th>last change</th></tr></thead>"
+        f"<tbody id=tasks>{rows}</tbody></table>"
+        f'<p class=paging>{shown(len(tasks))} · {paging}</p>'
     )
     return page(f"tasks of {workspace}", body, stream)
 
@@ -166,7 +232,7 @@ def lifecycle_row(event: lpb.LifecycleEvent) -> str:
         f"<td>{e(enum_name(lpb.Intent, event.intent, 'INTENT_').lower())}</td><td>{e(transition)}</td>"
         f"<td>{e(outcome.lower())}</td>"
         f"<td>{e(enum_name(lpb.WorkStatus, event.work_status, 'WORK_STATUS_').lower())}</td>"
-        f"<td class=id>{_cause(event.cause)}</td><td class=id>{e(event.caller.subject)} ({e(event.caller.role)})</td>"
+        f"<td class=id>{_cause(event.cause)}</td><td class=id>{_who(event.caller)}</td>"
         f"<td>{e(when(event.commit_time))}</td></tr>"
     )
 
@@ -196,8 +262,12 @@ def completion_event_row(event: cpb.CompletionEvent) -> str:
         what = f"settled at lifecycle revision {event.lifecycle_revision} (event #{event.lifecycle_event_sequence})"
     elif event.kind == cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
         what = f"terminalization error {e(event.error_reason)}: {e(event.error_message)}"
+    elif event.kind == cpb.COMPLETION_EVENT_KIND_RUN_CLOSED:
+        what = f"closed {e(enum_name(cpb.RunOutcome, event.run_outcome, 'RUN_OUTCOME_').lower())}"
+    elif event.kind == cpb.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED:
+        what = f"evidence <span class=id>{e(event.evidence_id)}</span>"
     else:
-        what = ""
+        what = ""  # RUN_CLAIMED, and kinds this dashboard does not know yet (shown by name or number)
     return (
         f'<tr id="ce-{event.sequence}" data-kind="{e(kind)}"><td class=num>#{event.sequence}</td>'
         f"<td class=num>{event.generation}</td><td>{e(kind.lower().replace('_', ' '))}</td><td>{what}</td>"
@@ -212,14 +282,27 @@ def completions_section(completions: Sequence[cpb.Completion], settlements: Mapp
         f"<td class=num>{c.generation}</td>"
         f"<td>{e(enum_name(cpb.RequestedOutcome, c.outcome, 'REQUESTED_OUTCOME_').lower())}</td>"
         f"<td class=settlement>{e(view.settlement_label(_settlement(c, settlements)))}</td>"
-        f"<td class=id>{e(c.run_id)}</td><td>{e(when(c.commit_time))}</td><td>{e(c.result)}</td></tr>"
+        f"<td class=id>{e(c.run_id)}</td><td>{at(view.seconds(c.commit_time))}</td>"
+        f"<td class=settling>{_settling(c)}</td><td>{e(c.result)}</td></tr>"
         for c in completions
     )
     return (
         "<section id=completions><h2>Completions and their settlement</h2>"
         "<table><tr><th>completion</th><th>gen</th><th>outcome</th><th>settlement</th><th>run</th>"
-        f"<th>committed</th><th>result</th></tr>{rows}</table></section>"
+        f"<th>committed</th><th>with the lifecycle service</th><th>result</th></tr>{rows}</table></section>"
     )
+
+
+def _settling(completion: cpb.Completion) -> str:
+    """How the settlement went, as read: while pending, the unanswered calls and the
+    next one (what `funnel outbox` shows); once answered, when and how long after."""
+    committed = view.seconds(completion.commit_time)
+    if completion.settlement == cpb.SETTLEMENT_STATUS_PENDING:
+        error = f"; last: {e(completion.last_settle_error)}" if completion.last_settle_error else ""
+        return (f"pending: {completion.settle_attempts} call(s) unanswered, next "
+                f"{at(view.seconds(completion.next_settle_time))}{error}")
+    answered = view.seconds(completion.settle_time)
+    return f"answered {span(answered - committed)} after the commit" if answered else ""
 
 
 def _settlement(completion: cpb.Completion, known: Mapping[str, view.Settlement]) -> view.Settlement:
@@ -229,22 +312,65 @@ def _settlement(completion: cpb.Completion, known: Mapping[str, view.Settlement]
     return read if seen is None or view.rank(read) >= view.rank(seen) else seen
 
 
-def runs_section(runs: Sequence[cpb.Run]) -> str:
-    rows = "".join(
-        f"<tr><td class=id>{e(r.run_id)}</td><td>{e(r.agent_id)}</td><td class=num>{r.generation}</td>"
-        f"<td class=num>{r.epoch}</td><td>{e(when(r.claim_time))}</td><td>{e(when(r.lease_expire_time))}</td>"
-        f"<td>{e(when(r.finish_time))}</td>"
-        f"<td>{e('' if not r.outcome else enum_name(cpb.RunOutcome, r.outcome, 'RUN_OUTCOME_').lower())}</td>"
-        f"<td>{e(enum_name(cpb.FinalStatus, r.final_status, 'FINAL_STATUS_').lower() if r.final_status else '')}</td>"
-        f"<td class=num>{r.tokens_total}</td><td>{e(r.notes)}{' (truncated)' if r.notes_truncated else ''}</td>"
-        f"<td>{e(r.error)}</td></tr>"
-        for r in runs
+def _lease(run: cpb.Run, now: float) -> str:
+    state = view.lease_state(run, now)
+    expiry = view.seconds(run.lease_expire_time)
+    if state == "closed":
+        return "—"
+    if state == "live":
+        return f"live, expires {at(expiry)}"
+    return f"<span class=warn>expired, not swept</span> {at(expiry)}"
+
+
+def run_row(run: cpb.Run, now: float) -> str:
+    outcome = "" if not run.outcome else enum_name(cpb.RunOutcome, run.outcome, "RUN_OUTCOME_").lower()
+    final = enum_name(cpb.FinalStatus, run.final_status, "FINAL_STATUS_").lower() if run.final_status else ""
+    claimed = view.seconds(run.claim_time)
+    ended = view.seconds(run.finish_time) if run.HasField("finish_time") else now
+    return (
+        f'<tr id="run-{e(run.run_id)}" data-lease="{e(view.lease_state(run, now))}" '
+        f'data-lease-expires="{view.seconds(run.lease_expire_time):.3f}" data-outcome="{e(outcome)}">'
+        f"<td class=id>{e(run.run_id)}</td><td>{e(run.agent_id)}</td><td class=num>{run.generation}</td>"
+        f"<td class=num>{run.epoch}</td><td>{at(claimed)}</td><td class=lease>{_lease(run, now)}</td>"
+        f"<td>{at(view.seconds(run.finish_time))}</td>"
+        f"<td class=num>{span(ended - claimed)}{'' if run.HasField('finish_time') else ' so far'}</td>"
+        f"<td>{e(outcome)}</td><td>{e(final)}</td><td class=num>{run.tokens_total}</td>"
+        f"<td>{e(run.notes)}{' (truncated)' if run.notes_truncated else ''}</td><td>{e(run.error)}</td></tr>"
     )
+
+
+def runs_section(runs: Sequence[cpb.Run], now: float) -> str:
+    rows = "".join(run_row(r, now) for r in runs)
     return (
         "<section id=runs><h2>Runs</h2><table><tr><th>run</th><th>agent</th><th>gen</th><th>lease epoch</th>"
-        "<th>claimed</th><th>lease expires</th><th>closed</th><th>outcome</th><th>final status</th><th>tokens</th>"
-        f"<th>notes</th><th>error</th></tr>{rows}</table></section>"
+        "<th>claimed</th><th>lease</th><th>closed</th><th>duration</th><th>outcome</th><th>final status</th>"
+        f"<th>tokens</th><th>notes</th><th>error</th></tr>{rows}</table></section>"
     )
+
+
+def evidence_section(evidence: Sequence[cpb.Evidence]) -> str:
+    rows = "".join(
+        f'<tr data-evidence="{e(fact.evidence_id)}"><td>{e(fact.kind)}</td>'
+        f"<td>{badge(_verdict(fact.verdict))}</td><td class=num>{fact.generation}</td>"
+        f"<td class=id>{e(fact.checkpoint or '—')}</td><td>{e(fact.details)}</td><td class=id>{e(fact.run_id)}</td>"
+        f"<td class=id>{_who(fact.recorded_by)}</td><td>{at(view.seconds(fact.record_time))}</td></tr>"
+        for fact in evidence
+    )
+    return (
+        "<section id=evidence><h2>Evidence</h2><p class=note>For each kind the latest fact at the checkpoint "
+        "the completion is judged at counts.</p><table><tr><th>kind</th><th>status</th><th>gen</th>"
+        "<th>checkpoint</th><th>details</th><th>run</th><th>recorded by</th><th>recorded</th></tr>"
+        f"{rows}</table></section>"
+    )
+
+
+def _verdict(verdict: int) -> view.Badge:
+    word = enum_name(cpb.EvidenceVerdict, verdict, "EVIDENCE_VERDICT_").lower()
+    return view.Badge(word, "completed" if word == "passed" else "failed")
+
+
+def _who(caller: cpb.Caller | lpb.Caller) -> str:
+    return f"{e(caller.subject)} ({e(caller.role)})" if caller.subject else "—"
 
 
 def transcript_row(event: tpb.SessionEvent) -> str:
@@ -268,6 +394,7 @@ def task_page(
     completion_events: Sequence[cpb.CompletionEvent],
     completions: str,
     runs: str,
+    evidence: str,
     transcript: Sequence[tpb.SessionEvent],
     transcript_more: bool,
     cursor: view.Cursor,
@@ -282,9 +409,10 @@ def task_page(
         "<table><thead><tr><th>seq</th><th>rev</th><th>gen</th><th>intent</th><th>transition</th><th>outcome</th>"
         "<th>work status</th><th>cause</th><th>caller</th><th>committed</th></tr></thead>"
         f"<tbody id=timeline>{timeline}</tbody></table></section>"
-        "<section><h2>Completion attempts and events</h2><table><thead><tr><th>seq</th><th>gen</th><th>kind</th>"
-        "<th>decision</th><th>completion</th><th>run</th><th>committed</th></tr></thead>"
-        f"<tbody id=attempts>{attempts}</tbody></table></section>{completions}{runs}"
+        "<section><h2>Completion events</h2><p class=note>Claims, closes, evidence, attempts and settlements, "
+        "as the completion service committed them.</p><table><thead><tr><th>seq</th><th>gen</th><th>kind</th>"
+        "<th>what</th><th>completion</th><th>run</th><th>committed</th></tr></thead>"
+        f"<tbody id=attempts>{attempts}</tbody></table></section>{completions}{runs}{evidence}"
         "<section id=transcript><h2>Transcript</h2><table><tr><th>seq</th><th>gen</th><th>event</th><th></th>"
         f"<th>recorded</th></tr>{lines}</table>{more}</section>"
     )

@@ -8,10 +8,7 @@ terminalization error on a *non-terminal* lifecycle; the words "completed",
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from funnel.completion.v1 import completion_pb2 as cpb
@@ -42,6 +39,14 @@ class Lifecycle:
     work_status: str = "READY"
     cancellation_requested: bool = False
     completion_id: str = ""
+    # Unix seconds: registration, and the commit of the revision shown (0: unknown).
+    created: float = 0.0
+    changed: float = 0.0
+
+
+def seconds(stamp: object) -> float:
+    """A protobuf Timestamp as Unix seconds (0.0 when unset)."""
+    return stamp.seconds + stamp.nanos / 1e9  # type: ignore[attr-defined]
 
 
 def lifecycle_from_task(task: lpb.Task) -> Lifecycle:
@@ -54,6 +59,8 @@ def lifecycle_from_task(task: lpb.Task) -> Lifecycle:
         work_status=enum_name(lpb.WorkStatus, task.work_status, "WORK_STATUS_"),
         cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
         completion_id=task.completion_id,
+        created=seconds(task.create_time),
+        changed=seconds(task.update_time),
     )
 
 
@@ -68,6 +75,7 @@ def lifecycle_from_event(event: lpb.LifecycleEvent) -> Lifecycle:
         work_status=enum_name(lpb.WorkStatus, event.work_status, "WORK_STATUS_"),
         cancellation_requested=event.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
         completion_id=event.completion_id,
+        changed=seconds(event.commit_time),
     )
 
 
@@ -79,8 +87,13 @@ def _outcome(value: int) -> str:
 
 def newer(current: Lifecycle | None, candidate: Lifecycle) -> Lifecycle:
     """Revisions grow by one per committed transition, so the higher one is the
-    truth whatever order a read and a replayed event arrive in."""
-    return candidate if current is None or candidate.revision > current.revision else current
+    truth whatever order a read and a replayed event arrive in. (An event does
+    not carry the registration time: a read's is kept.)"""
+    if current is None:
+        return candidate
+    if candidate.revision <= current.revision:
+        return current
+    return candidate if candidate.created or not current.created else replace(candidate, created=current.created)
 
 
 @dataclass(frozen=True)
@@ -227,62 +240,91 @@ def parse_cursor(text: str | None) -> Cursor | None:
     return Cursor(int(left), int(right))
 
 
+ORDERS = ("id", "changed")
+
+
 @dataclass(frozen=True)
 class Filter:
+    """A list page's filters (the service applies them: ListTasks) and its order:
+    `id` (by task id) or `changed` (most recent change first)."""
+
     state: str = ""
     outcome: str = ""
     work_status: str = ""
-    text: str = ""
+    prefix: str = ""
+    order: str = "id"
 
     @property
-    def active(self) -> bool:
-        return bool(self.state or self.outcome or self.work_status or self.text)
+    def query(self) -> dict[str, str]:
+        """The filter as the list page's query parameters (only those set)."""
+        fields = (("state", self.state), ("outcome", self.outcome), ("work_status", self.work_status),
+                  ("q", self.prefix), ("sort", "" if self.order == "id" else self.order))
+        return {name: value for name, value in fields if value}
+
+    def list_request(self, workspace: str, size: int, token: str) -> lpb.ListTasksRequest:
+        return lpb.ListTasksRequest(
+            workspace_id=workspace, page_size=size, page_token=token,
+            state=f"GENERATION_STATE_{self.state}" if self.state else None,
+            outcome=f"TERMINAL_OUTCOME_{self.outcome}" if self.outcome else None,
+            work_status=f"WORK_STATUS_{self.work_status}" if self.work_status else None,
+            task_id_prefix=self.prefix,
+            order=lpb.TASK_ORDER_LAST_CHANGE if self.order == "changed" else lpb.TASK_ORDER_UNSPECIFIED,
+        )
 
 
 def matches(filter_: Filter, lifecycle: Lifecycle) -> bool:
+    """What ListTasks would say of this task under `filter_` (for live rows)."""
     return (
         (not filter_.state or lifecycle.state == filter_.state)
         and (not filter_.outcome or lifecycle.outcome == filter_.outcome)
         and (not filter_.work_status or lifecycle.work_status == filter_.work_status)
-        and (not filter_.text or filter_.text.lower() in lifecycle.task_id.lower())
+        and lifecycle.task_id.startswith(filter_.prefix)
     )
 
 
 @dataclass(frozen=True)
-class PageCursor:
-    """A position in the task list: the ListTasks page token and how many tasks
-    of that page were already shown (a filtered page may stop mid-page)."""
+class ListedPage:
+    """What one list page shows, for its live updates. In task-id order: the
+    matching tasks from `first` to `last` ("" for an open end: the first page,
+    the last page). In last-change order: the first page is where every change
+    goes (to its top); a later page only follows its rows."""
 
-    token: str = ""
-    skip: int = 0
+    filter: Filter = Filter()
+    first: str = ""
+    last: str = ""
+    first_page: bool = True
 
-    def encode(self) -> str:
-        raw = json.dumps([self.token, self.skip]).encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_page_cursor(text: str) -> PageCursor:
-    """Anything unreadable starts from the top rather than failing the page."""
-    if not text:
-        return PageCursor()
-    try:
-        token, skip = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, TypeError, binascii.Error):
-        return PageCursor()
-    if not isinstance(token, str) or not isinstance(skip, int) or skip < 0:
-        return PageCursor()
-    return PageCursor(token, skip)
+    def admits(self, lifecycle: Lifecycle) -> bool:
+        if not matches(self.filter, lifecycle):
+            return False
+        if self.filter.order == "changed":
+            return self.first_page
+        task_id = lifecycle.task_id
+        return (not self.first or task_id >= self.first) and (not self.last or task_id <= self.last)
 
 
-def take_matching(
-    tasks: list[Lifecycle], start: int, filter_: Filter, wanted: int
-) -> tuple[list[Lifecycle], int | None]:
-    """Up to `wanted` matching tasks from tasks[start:], and the index to continue
-    from in this page (None when the page was used up)."""
-    chosen: list[Lifecycle] = []
-    for index in range(start, len(tasks)):
-        if matches(filter_, tasks[index]):
-            chosen.append(tasks[index])
-            if len(chosen) == wanted:
-                return chosen, index + 1 if index + 1 < len(tasks) else None
-    return chosen, None
+def next_in_order(task_id: str, shown: Iterable[str]) -> str | None:
+    """In task-id order, the shown task a new row goes before (None: the end).
+    ListTasks orders by code points, as both databases compare the ids' UTF-8 bytes."""
+    after = [other for other in shown if other > task_id]
+    return min(after) if after else None
+
+
+# -- runs and their leases -------------------------------------------------------------
+
+
+def lease_state(run: cpb.Run, now: float) -> str:
+    """`closed`, `live` (the lease had not lapsed at `now`, as last read) or
+    `expired` (lapsed, the run not closed yet: the stall sweeper has not come)."""
+    if run.HasField("finish_time"):
+        return "closed"
+    return "live" if seconds(run.lease_expire_time) > now else "expired"
+
+
+def lease_deadline(runs: Iterable[cpb.Run], now: float) -> float | None:
+    """When the soonest live lease of these runs lapses unless renewed: the page
+    reads the runs again then, and so shows a renewal (which commits no event)
+    or the lapse."""
+    expiries = [seconds(r.lease_expire_time) for r in runs if lease_state(r, now) == "live"]
+    return min(expiries) if expiries else None
+

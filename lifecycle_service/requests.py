@@ -12,8 +12,9 @@ from funnel.runtime.timestamps import timestamp_problem, to_micros
 from funnel.runtime.validation import MAX_ID_LENGTH, Checker
 from lifecycle_service.convert import cause_from_proto, parent_from_proto
 from lifecycle_service.core import intents as i
-from lifecycle_service.core.model import SETTABLE_WORK_STATUSES, LinkMode, WorkStatus
+from lifecycle_service.core.model import SETTABLE_WORK_STATUSES, GenerationState, LinkMode, Outcome, WorkStatus
 from lifecycle_service.errors import Reason
+from lifecycle_service.storage.port import TaskQuery
 
 MAX_CAUSE_REASON_LENGTH = 1024
 MAX_ORIGINATING_IDS = 16
@@ -154,11 +155,31 @@ def page(checker: Checker, page_size: int) -> None:
     checker.integer("page_size", page_size, minimum=0, maximum=MAX_PAGE_SIZE)
 
 
-def list_tasks(request: pb.ListTasksRequest) -> None:
+def list_tasks(request: pb.ListTasksRequest) -> tuple[TaskQuery, bool]:
+    """The listing's filters, and whether it is in last-change order."""
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("parent_task_id", request.parent_task_id, required=False)
     page(checker, request.page_size)
+    checker.enum("state", request.state, [s.value for s in GenerationState], required=False)
+    checker.enum("outcome", request.outcome, [o.value for o in Outcome], required=False)
+    checker.enum("work_status", request.work_status, _WORK_STATUSES, required=False)
+    checker.identifier("task_id_prefix", request.task_id_prefix, required=False)
+    checker.enum("order", request.order, list(pb.TaskOrder.values()), required=False)
+    raise_if_invalid(checker)
+    query = TaskQuery(
+        parent_task_id=request.parent_task_id or None,
+        state=GenerationState(request.state) if request.state else None,
+        outcome=Outcome(request.outcome) if request.outcome else None,
+        work_status=WorkStatus(request.work_status) if request.work_status else None,
+        task_id_prefix=request.task_id_prefix,
+    )
+    return query, request.order == pb.TASK_ORDER_LAST_CHANGE
+
+
+def count_tasks(request: pb.CountTasksRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
     raise_if_invalid(checker)
 
 

@@ -22,6 +22,7 @@ from funnel.runtime.paging import (
     page_size,
     response_budget,
 )
+from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.validation import malformed_page_token
 from funnel.runtime.watch import EventBroker, WatchEnds, WatchQuota, follow, follow_from_head
 from lifecycle_service import requests
@@ -164,24 +165,48 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         )
 
     async def ListTasks(self, request, context):
-        requests.list_tasks(request)
+        query, by_change = requests.list_tasks(request)
+        # The filters and the order are part of the listing, so a token is valid only
+        # for the ones it came from; without them the listing is as before they
+        # existed (tokens issued then stay valid).
         listing = ["tasks", request.workspace_id, request.parent_task_id]
-        after = ""
+        narrowed = (request.state, request.outcome, request.work_status, request.task_id_prefix, request.order)
+        if any(narrowed):
+            listing += [str(value) for value in narrowed]
+        cursor: object = None
         if request.page_token:
-            cursor = decode_token(request.page_token, listing, str)
+            cursor = decode_token(request.page_token, listing, int if by_change else str)
             if cursor is None:
                 raise malformed_page_token(Reason)
-            after = cursor
         size = page_size(request.page_size)
-        workspace_id, parent_task_id = request.workspace_id, request.parent_task_id or None
-        tasks = await self._store.read(lambda tx: tx.list_tasks(workspace_id, after, size + 1, parent_task_id))
-        more = len(tasks) > size
-        protos = [task_to_proto(t) for t in tasks[:size]]
+        workspace_id = request.workspace_id
+        if by_change:
+            before = cursor if isinstance(cursor, int) else None
+            listed = await self._store.read(lambda tx: tx.list_tasks_by_change(workspace_id, query, before, size + 1))
+        else:
+            after = cursor if isinstance(cursor, str) else ""
+            listed = [(0, task) for task in await self._store.read(
+                lambda tx: tx.list_tasks(workspace_id, query, after, size + 1))]
+        more = len(listed) > size
+        protos = [task_to_proto(task) for _, task in listed[:size]]
         fit = fitting(protos, self._page_bytes)
-        more, tasks, protos = more or fit < len(protos), tasks[:fit], protos[:fit]
-        return pb.ListTasksResponse(
-            tasks=protos,
-            next_page_token=encode_token(listing, tasks[-1].task_id) if more else "",
+        more, listed, protos = more or fit < len(protos), listed[:fit], protos[:fit]
+        last_sequence, last_task = listed[-1] if listed else (0, None)
+        token = "" if not more or last_task is None else encode_token(
+            listing, last_sequence if by_change else last_task.task_id)
+        return pb.ListTasksResponse(tasks=protos, next_page_token=token)
+
+    async def CountTasks(self, request, context):
+        requests.count_tasks(request)
+        counts = await self._store.read(lambda tx: tx.count_tasks(request.workspace_id))
+        return pb.CountTasksResponse(
+            counts=[
+                pb.TaskCount(state=proto_enum(pb.GenerationState, c.state.value),
+                             outcome=proto_enum(pb.TerminalOutcome, c.outcome.value if c.outcome else 0),
+                             work_status=proto_enum(pb.WorkStatus, c.work_status.value), tasks=c.tasks)
+                for c in counts
+            ],
+            total=sum(c.tasks for c in counts),
         )
 
     async def ListLifecycleEvents(self, request, context):

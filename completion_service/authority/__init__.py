@@ -74,9 +74,9 @@ class CompletionAuthority:
             store, lifecycle, self.projection, policies, clock, ids, external, self.settler, self.metrics, publish,
             faults,
         )
-        self.runs = RunsAndLeases(store, lifecycle, self.projection, clock, ids, faults)
-        self.closer = RunCloser(store, lifecycle, clock, self.completions)
-        self.sweeper = StallSweeper(store, clock, stall_after, self.metrics)
+        self.runs = RunsAndLeases(store, lifecycle, self.projection, clock, ids, publish, faults)
+        self.closer = RunCloser(store, lifecycle, clock, self.completions, publish)
+        self.sweeper = StallSweeper(store, clock, stall_after, self.metrics, publish)
         self.transcripts = Transcripts(store, clock, faults, metrics=self.metrics)
 
     async def lifecycle_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:

@@ -19,6 +19,7 @@ from completion_service.completions import (
     AttemptOutcome,
     CompletionCorrupted,
     EvidenceCommand,
+    EvidenceStored,
     StaleView,
 )
 from completion_service.core import gates
@@ -185,8 +186,13 @@ class CompletionTransaction:
             dataclasses.replace(record, evidence_id=self._ids.new_id("evd")), holder, request, render
         )
         result = await self._store.write(
-            functools.partial(completions.record_evidence, command=command, now=self._clock.now_micros())
+            functools.partial(completions.record_evidence, command=command, now=self._clock.now_micros()),
+            after_commit=self._published_evidence,
         )
         if isinstance(result, Rejection):
             raise ServiceError(result)
-        return result
+        return result.record if isinstance(result, EvidenceStored) else result
+
+    def _published_evidence(self, stored: EvidenceStored | Replay | Rejection) -> None:
+        if isinstance(stored, EvidenceStored):
+            self._publish([stored.event])

@@ -22,6 +22,7 @@ from completion_service.authority.attempts import CompletionTransaction
 from completion_service.authority.lifecycle import close_refused, unavailable
 from completion_service.completions import AttemptCommand, AttemptOutcome
 from completion_service.core.model import (
+    CompletionEvent,
     CompletionRecord,
     Decision,
     FinalStatus,
@@ -46,7 +47,7 @@ from completion_service.errors import Reason
 from completion_service.holding import holding_run
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, record_of
 from completion_service.request_ids import peek
-from completion_service.runs import CloseCommand, Replan
+from completion_service.runs import CloseCommand, Closed, Replan
 from completion_service.storage.port import CompletionReadTx, CompletionStore
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -113,12 +114,18 @@ def _render(render: Callable[[RunClosed], bytes], decided: _Decided, run: RunRec
 
 class RunCloser:
     def __init__(
-        self, store: CompletionStore, lifecycle: LifecycleClient, clock: Clock, completions: CompletionTransaction
+        self,
+        store: CompletionStore,
+        lifecycle: LifecycleClient,
+        clock: Clock,
+        completions: CompletionTransaction,
+        publish: Callable[[list[CompletionEvent]], None],
     ) -> None:
         self._store = store
         self._lifecycle = lifecycle
         self._clock = clock
         self._completions = completions
+        self._publish = publish
 
     async def complete_run(
         self,
@@ -181,7 +188,8 @@ class RunCloser:
                 completion_seen=decided.completion_seen,
             )
             closed = await self._store.write(
-                functools.partial(runs.close_run, command=command, now=self._clock.now_micros())
+                functools.partial(runs.close_run, command=command, now=self._clock.now_micros()),
+                after_commit=self._published,
             )
             if not isinstance(closed, Replan):
                 break
@@ -190,7 +198,11 @@ class RunCloser:
             raise ServiceError(closed)
         if isinstance(closed, Replay):
             return closed
-        return decided.closed(closed)
+        return decided.closed(closed.run)
+
+    def _published(self, closed: Closed | Replay | Rejection | Replan) -> None:
+        if isinstance(closed, Closed):
+            self._publish([closed.event])
 
     async def _decide(
         self, workspace_id: str, run: RunRecord, outcome: RunOutcome, plan: ClosePlan, notes: str

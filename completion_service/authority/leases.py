@@ -10,7 +10,7 @@ from collections.abc import Callable
 from completion_service import runs
 from completion_service.authority.lifecycle import rejected, unavailable
 from completion_service.authority.projection import LifecycleProjection
-from completion_service.core.model import Lease
+from completion_service.core.model import CompletionEvent, Lease
 from completion_service.errors import Reason
 from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.request_ids import peek
@@ -41,9 +41,11 @@ class RunsAndLeases:
         projection: LifecycleProjection,
         clock: Clock,
         ids: IdSource,
+        publish: Callable[[list[CompletionEvent]], None],
         faults: Faults = NO_FAULTS,
     ) -> None:
         self._store = store
+        self._publish = publish
         self._lifecycle = lifecycle
         self._projection = projection
         self._clock = clock
@@ -150,7 +152,11 @@ class RunsAndLeases:
                 self._faults.hit("completion.transcript_repair")
             return claimed
 
-        return await self._store.write(unit)
+        return await self._store.write(unit, after_commit=self._published)
+
+    def _published(self, claimed: Claimed | Replay | Rejection) -> None:
+        if isinstance(claimed, Claimed):
+            self._publish(list(claimed.events))
 
     async def _confirm_replayed_claim(self, workspace_id: str, run_id: str) -> None:
         """A retried claim returns its original response, and completes what the

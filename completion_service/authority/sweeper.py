@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 
 from completion_service import runs
 from completion_service.authority.metrics import Metrics
+from completion_service.core.model import CompletionEvent
 from completion_service.storage.port import CompletionStore
 from funnel.runtime.clock import Clock
 from funnel.runtime.logs import fields
@@ -18,8 +20,16 @@ BATCH = 100
 
 
 class StallSweeper:
-    def __init__(self, store: CompletionStore, clock: Clock, stall_after: float | None, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: CompletionStore,
+        clock: Clock,
+        stall_after: float | None,
+        metrics: Metrics,
+        publish: Callable[[list[CompletionEvent]], None],
+    ) -> None:
         self._store = store
+        self._publish = publish
         self._clock = clock
         self._stall_after = stall_after
         self._metrics = metrics
@@ -38,9 +48,10 @@ class StallSweeper:
                 now=self._clock.now_micros(),
                 stall_after_micros=int(self._stall_after * 1_000_000),
                 limit=BATCH,
-            )
+            ),
+            after_commit=lambda closed: self._publish([c.event for c in closed]),
         )
-        for run in closed:
+        for run in (c.run for c in closed):
             log.info(
                 "closed stalled run %s of task %s", run.run_id, run.task_id,
                 extra=fields(event="stall_sweep", workspace=run.workspace_id, task=run.task_id, run=run.run_id),

@@ -201,6 +201,10 @@ class CompletionEventKind(enum.Enum):
     COMPLETION_COMMITTED = 2
     COMPLETION_SETTLED = 3
     TERMINALIZATION_ERROR = 4
+    # What happens to runs and evidence, for watchers (never terminal).
+    RUN_CLAIMED = 5
+    RUN_CLOSED = 6
+    EVIDENCE_RECORDED = 7
 
 
 @dataclass(frozen=True)
@@ -278,6 +282,8 @@ class EvidenceRecord:
     details: str
     run_id: str | None
     recorded_at: int
+    # Who recorded it (empty for facts stored before callers were).
+    recorded_by: Caller = Caller()
 
 
 @dataclass(frozen=True)
@@ -296,6 +302,10 @@ class CompletionEvent:
     error_reason: str | None = None
     error_message: str | None = None
     sequence: int = 0
+    # RUN_CLOSED: how the run closed.
+    run_outcome: RunOutcome | None = None
+    # EVIDENCE_RECORDED: the fact stored.
+    evidence_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -221,6 +221,16 @@ class MemoryCompletionTx:
     def load_evidence(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]:
         return list(self._s.evidence.get((workspace_id, task_id, generation), ()))
 
+    def list_evidence(
+        self, workspace_id: str, task_id: str, generation: int | None, after: tuple[int, str] | None, limit: int
+    ) -> list[EvidenceRecord]:
+        facts = sorted(
+            (record for (ws, task, gen), records in self._s.evidence.items()
+             if (ws, task) == (workspace_id, task_id) and generation in (None, gen) for record in records),
+            key=lambda r: (r.recorded_at, r.evidence_id),
+        )
+        return [r for r in facts if after is None or (r.recorded_at, r.evidence_id) > after][:limit]
+
     def insert_evidence(self, record: EvidenceRecord) -> None:
         state = self._writing()
         if record.evidence_id in state.evidence_ids:

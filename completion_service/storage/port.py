@@ -98,6 +98,12 @@ class CompletionReadTx(Protocol):
         """A generation's evidence in the order it was recorded."""
         ...
 
+    def list_evidence(
+        self, workspace_id: str, task_id: str, generation: int | None, after: tuple[int, str] | None, limit: int
+    ) -> list[EvidenceRecord]:
+        """A task's evidence (one generation's if given) by (recorded_at, evidence_id), after the cursor."""
+        ...
+
     def load_attempts(self, workspace_id: str, task_id: str, generation: int) -> list[AttemptRecord]:
         """A generation's judged attempts in the order they were made."""
         ...

@@ -61,10 +61,11 @@ COMPLETION_COLUMNS = (
 )
 EVENT_COLUMNS = (
     "sequence, workspace_id, task_id, generation, kind, run_id, completion_id, outcome, decision, lifecycle_revision, "
-    "lifecycle_event_sequence, error_reason, error_message, committed_at"
+    "lifecycle_event_sequence, error_reason, error_message, committed_at, run_outcome, evidence_id"
 )
 _EVIDENCE_COLUMNS = (
-    "evidence_id, workspace_id, task_id, generation, kind, passed, checkpoint, details, run_id, recorded_at"
+    "evidence_id, workspace_id, task_id, generation, kind, passed, checkpoint, details, run_id, recorded_at, "
+    "caller_subject, caller_role"
 )
 _ATTEMPT_COLUMNS = (
     "workspace_id, task_id, generation, run_id, checkpoint, result_digest, verdict, state_version, attempted_at"
@@ -269,14 +270,30 @@ class SqliteCompletionTx:
             "ORDER BY sequence",
             (workspace_id, task_id, generation),
         )
-        return [
-            EvidenceRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], self._get_text(r[7]), r[8], r[9])
-            for r in rows
-        ]
+        return [self._evidence(r) for r in rows]
+
+    def list_evidence(
+        self, workspace_id: str, task_id: str, generation: int | None, after: tuple[int, str] | None, limit: int
+    ) -> list[EvidenceRecord]:
+        sql = f"SELECT {_EVIDENCE_COLUMNS} FROM evidence WHERE workspace_id = ? AND task_id = ?"
+        params: list[object] = [workspace_id, task_id]
+        if generation is not None:
+            sql += " AND generation = ?"
+            params.append(generation)
+        if after is not None:
+            sql += " AND (recorded_at, evidence_id) > (?, ?)"
+            params += list(after)
+        sql += " ORDER BY recorded_at, evidence_id LIMIT ?"
+        params.append(limit)
+        return [self._evidence(r) for r in self._db.execute(sql, params)]
+
+    def _evidence(self, r: Sequence[Any]) -> EvidenceRecord:
+        return EvidenceRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], self._get_text(r[7]), r[8], r[9],
+                              Caller(r[10], r[11]))
 
     def insert_evidence(self, record: EvidenceRecord) -> None:
         self._db.execute(
-            f"INSERT INTO evidence ({_EVIDENCE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO evidence ({_EVIDENCE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.evidence_id,
                 record.workspace_id,
@@ -288,6 +305,8 @@ class SqliteCompletionTx:
                 self._put_text(record.details),
                 record.run_id,
                 record.recorded_at,
+                record.recorded_by.subject,
+                record.recorded_by.role,
             ),
         )
 
@@ -440,7 +459,7 @@ class SqliteCompletionTx:
     def append_event(self, event: CompletionEvent) -> CompletionEvent:
         e = event
         row = self._db.execute(
-            f"INSERT INTO completion_events ({EVENT_COLUMNS}) VALUES ({', '.join('?' * 14)}) RETURNING sequence",
+            f"INSERT INTO completion_events ({EVENT_COLUMNS}) VALUES ({', '.join('?' * 16)}) RETURNING sequence",
             (
                 self._next_number("completion_events"),
                 e.workspace_id,
@@ -456,6 +475,8 @@ class SqliteCompletionTx:
                 e.error_reason,
                 self._put_text(e.error_message),
                 e.committed_at,
+                e.run_outcome.name if e.run_outcome else None,
+                e.evidence_id,
             ),
         ).fetchone()
         return dataclasses.replace(e, sequence=row[0])
@@ -688,6 +709,8 @@ class SqliteCompletionTx:
             error_reason=r[11],
             error_message=self._get_text(r[12]),
             committed_at=r[13],
+            run_outcome=RunOutcome[r[14]] if r[14] else None,
+            evidence_id=r[15],
         )
 
     def _session_event_values(self, e: SessionEvent) -> tuple[object, ...]:

@@ -58,6 +58,7 @@ TABLE: dict[str, Rule] = {
     f"/{LIFECYCLE}/SetWorkStatus": _rule(H, O, C),
     f"/{LIFECYCLE}/GetTask": LIFECYCLE_READ,
     f"/{LIFECYCLE}/ListTasks": READ,
+    f"/{LIFECYCLE}/CountTasks": READ,
     f"/{LIFECYCLE}/ListLifecycleEvents": LIFECYCLE_READ,
     f"/{LIFECYCLE}/WatchLifecycleEvents": LIFECYCLE_READ,
     # Runs, evidence and the completion transaction.
@@ -67,6 +68,7 @@ TABLE: dict[str, Rule] = {
     f"/{COMPLETION}/GetRun": _rule(V, A, H, O),
     f"/{COMPLETION}/ListRuns": _rule(V, H, O),
     f"/{COMPLETION}/RecordEvidence": _rule(A, H, O, holder_only=True),
+    f"/{COMPLETION}/ListEvidence": _rule(V, H, O),
     f"/{COMPLETION}/AttemptCompletion": _rule(A, H, O, holder_only=True),
     f"/{COMPLETION}/GetCompletion": _rule(V, A, H, O),
     f"/{COMPLETION}/ListCompletions": _rule(V, H, O),

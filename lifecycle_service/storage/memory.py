@@ -8,6 +8,7 @@ For the application-layer unit tests and the conformance suite; not durable."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from lifecycle_service.storage.port import (
     LifecycleStore,
     LifecycleTx,
     PendingPropagation,
+    TaskCount,
+    TaskQuery,
 )
 
 T = TypeVar("T")
@@ -132,20 +135,37 @@ class MemoryLifecycleTx:
                 return event
         raise InvariantViolated(f"terminal task {task.task_id!r} has no terminal event")
 
-    def list_tasks(
-        self, workspace_id: str, after_task_id: str, limit: int, parent_task_id: str | None
-    ) -> list[TaskRecord]:
+    def list_tasks(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
         found = sorted(
-            (
-                task
-                for (workspace, task_id), task in self._s.tasks.items()
-                if workspace == workspace_id
-                and task_id > after_task_id
-                and (not parent_task_id or (task.parent is not None and task.parent.task_id == parent_task_id))
-            ),
+            (task for (workspace, task_id), task in self._s.tasks.items()
+             if workspace == workspace_id and task_id > after_task_id and query.matches(task)),
             key=lambda task: task.task_id,
         )
         return found[:limit]
+
+    def list_tasks_by_change(
+        self, workspace_id: str, query: TaskQuery, before_sequence: int | None, limit: int
+    ) -> list[tuple[int, TaskRecord]]:
+        found: list[tuple[int, TaskRecord]] = []
+        for event in reversed(self._s.events):
+            if len(found) == limit:
+                break
+            if event.workspace_id != workspace_id or event.sequence >= (before_sequence or event.sequence + 1):
+                continue
+            task = self._s.tasks[(workspace_id, event.task_id)]
+            if task.revision == event.revision and query.matches(task):
+                found.append((event.sequence, task))
+        return found
+
+    def count_tasks(self, workspace_id: str) -> list[TaskCount]:
+        counted = collections.Counter(
+            (task.state, task.outcome, task.work_status)
+            for (workspace, _), task in self._s.tasks.items() if workspace == workspace_id
+        )
+        return sorted(
+            (TaskCount(state, outcome, work, n) for (state, outcome, work), n in counted.items()),
+            key=lambda c: (c.state.value, c.outcome.value if c.outcome else 0, c.work_status.value),
+        )
 
     def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
         history = self._s.history.get((workspace_id, task_id), ())

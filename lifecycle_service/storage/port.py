@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from funnel.runtime.idempotency import RequestMemory
-from lifecycle_service.core.model import ChildRef, IntentKind, LifecycleEvent, Propagation, TaskRecord
+from lifecycle_service.core.model import (
+    ChildRef,
+    GenerationState,
+    IntentKind,
+    LifecycleEvent,
+    Outcome,
+    Propagation,
+    TaskRecord,
+    WorkStatus,
+)
 
 T = TypeVar("T")
 
@@ -36,6 +45,36 @@ class PendingPropagation:
     parent_sequence: int
     child: ChildRef
     intent: IntentKind
+
+
+@dataclass(frozen=True)
+class TaskQuery:
+    """Which tasks a listing wants: every filter given must hold (None, "": any)."""
+
+    parent_task_id: str | None = None
+    state: GenerationState | None = None
+    outcome: Outcome | None = None
+    work_status: WorkStatus | None = None
+    task_id_prefix: str = ""
+
+    def matches(self, task: TaskRecord) -> bool:
+        return (
+            (self.parent_task_id is None or (task.parent is not None and task.parent.task_id == self.parent_task_id))
+            and self.state in (None, task.state)
+            and self.outcome in (None, task.outcome)
+            and self.work_status in (None, task.work_status)
+            and task.task_id.startswith(self.task_id_prefix)
+        )
+
+
+@dataclass(frozen=True)
+class TaskCount:
+    """How many tasks of a workspace share one (state, outcome, work status)."""
+
+    state: GenerationState
+    outcome: Outcome | None
+    work_status: WorkStatus
+    tasks: int
 
 
 @dataclass(frozen=True)
@@ -65,10 +104,23 @@ class LifecycleReadTx(Protocol):
         """The event that made the task's current generation terminal (InvariantViolated if none)."""
         ...
 
-    def list_tasks(
-        self, workspace_id: str, after_task_id: str, limit: int, parent_task_id: str | None
-    ) -> list[TaskRecord]:
-        """Tasks by task id, after `after_task_id`; only the children of `parent_task_id` if given."""
+    def list_tasks(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
+        """Tasks matching `query` by task id, after `after_task_id`. Served from
+        indexes: the primary key's order, or an index of the state, the outcome or
+        the work status (open tasks and abnormal endings; completed tasks are in
+        none, their filters read the key's order)."""
+        ...
+
+    def list_tasks_by_change(
+        self, workspace_id: str, query: TaskQuery, before_sequence: int | None, limit: int
+    ) -> list[tuple[int, TaskRecord]]:
+        """Tasks matching `query`, most recent change first: (the sequence of its
+        latest event, the task), before `before_sequence`. Read from the event
+        history newest first, so a page costs the changes it passes over."""
+        ...
+
+    def count_tasks(self, workspace_id: str) -> list[TaskCount]:
+        """The workspace's tasks counted by (state, outcome, work status), in that order."""
         ...
 
     def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:

@@ -16,6 +16,7 @@ from funnel.auth.principal import Caller
 from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in
 from lifecycle_service.core.model import (
+    SETTABLE_WORK_STATUSES,
     Cause,
     ChildRef,
     GenerationState,
@@ -35,6 +36,8 @@ from lifecycle_service.storage.port import (
     LifecycleStore,
     LifecycleTx,
     PendingPropagation,
+    TaskCount,
+    TaskQuery,
 )
 
 T = TypeVar("T")
@@ -44,6 +47,7 @@ _TASK_COLUMNS = (
     "workspace_id, task_id, generation, revision, state, outcome, cancellation_requested_at, work_status, "
     "parent_task_id, parent_generation, parent_mode, completion_id, created_at, updated_at"
 )
+_TASK_COLUMNS_OF_T = ", ".join(f"t.{column.strip()}" for column in _TASK_COLUMNS.split(","))
 _EVENT_FIELDS = (
     "workspace_id, task_id, generation, revision, intent, from_state, to_state, outcome, "
     "cancellation_requested_at, work_status, cause_source, cause_reason, cause_originating_ids, "
@@ -155,17 +159,36 @@ class SqliteLifecycleTx:
             raise InvariantViolated(f"terminal task {task.task_id!r} has no terminal event")
         return self._event(row)
 
-    def list_tasks(
-        self, workspace_id: str, after_task_id: str, limit: int, parent_task_id: str | None
-    ) -> list[TaskRecord]:
-        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE workspace_id = ? AND task_id > ?"
-        params: list[object] = [workspace_id, after_task_id]
-        if parent_task_id:
-            sql += " AND parent_task_id = ?"
-            params.append(parent_task_id)
-        sql += " ORDER BY task_id LIMIT ?"
-        params.append(limit)
-        return [_task_from_row(r) for r in self._db.execute(sql, params)]
+    def list_tasks(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
+        terms, params = _task_terms(query, "")
+        sql = (f"SELECT {_TASK_COLUMNS} FROM tasks WHERE workspace_id = ? AND task_id > ?{terms} "
+               "ORDER BY task_id LIMIT ?")
+        return [_task_from_row(r) for r in self._db.execute(sql, [workspace_id, after_task_id, *params, limit])]
+
+    def list_tasks_by_change(
+        self, workspace_id: str, query: TaskQuery, before_sequence: int | None, limit: int
+    ) -> list[tuple[int, TaskRecord]]:
+        terms, params = _task_terms(query, "t.")
+        # CROSS JOIN: SQLite keeps this join order (the history newest first, each
+        # event's task by its key); a task is listed at its latest event only.
+        sql = (
+            f"SELECT e.sequence, {_TASK_COLUMNS_OF_T} FROM lifecycle_events e CROSS JOIN tasks t "
+            "WHERE e.workspace_id = ? AND e.sequence < ? AND t.workspace_id = e.workspace_id "
+            f"AND t.task_id = e.task_id AND t.revision = e.revision{terms} ORDER BY e.sequence DESC LIMIT ?"
+        )
+        before = before_sequence if before_sequence is not None else MAX_SEQUENCE
+        rows = self._db.execute(sql, [workspace_id, before, *params, limit])
+        return [(r[0], _task_from_row(r[1:])) for r in rows]
+
+    def count_tasks(self, workspace_id: str) -> list[TaskCount]:
+        rows = self._db.execute(
+            "SELECT state, outcome, work_status, COUNT(*) FROM tasks WHERE workspace_id = ? "
+            "GROUP BY state, outcome, work_status",
+            (workspace_id,),
+        )
+        counts = [TaskCount(GenerationState[r[0]], Outcome[r[1]] if r[1] else None, WorkStatus[r[2]], r[3])
+                  for r in rows]
+        return sorted(counts, key=_count_order)
 
     def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
         sql = (
@@ -370,6 +393,49 @@ def _task_values(task: TaskRecord) -> tuple:
         task.workspace_id,
         task.task_id,
     )
+
+
+# What the partial indexes of migration 0007 hold: a query names the condition
+# itself, so that SQLite (which matches it as written) may use the index.
+_OPEN_STATE = "{t}state != 'TERMINAL'"
+_OPEN_WORK = "{t}work_status IN ('READY', 'IN_PROGRESS', 'BLOCKED')"
+_ABNORMAL_END = "{t}outcome IN ('CANCELLED', 'FAILED', 'TIMED_OUT')"
+# Greater than any id's code points (ids have no U+10FFFF): the end of a prefix's range.
+_PREFIX_END = "\U0010ffff"
+# Greater than any sequence an event can have (integer inputs stay below 2^53).
+MAX_SEQUENCE = 2**63 - 1
+
+
+def _task_terms(query: TaskQuery, t: str) -> tuple[str, list[object]]:
+    """The query's filters as " AND ..." terms on the tasks columns (prefixed `t`)."""
+    terms: list[str] = []
+    params: list[object] = []
+    if query.parent_task_id is not None:
+        terms.append(f"{t}parent_task_id = ?")
+        params.append(query.parent_task_id)
+    if query.state is not None:
+        terms.append(f"{t}state = ?")
+        params.append(query.state.name)
+        if query.state is not GenerationState.TERMINAL:
+            terms.append(_OPEN_STATE.format(t=t))
+    if query.outcome is not None:
+        terms.append(f"{t}outcome = ?")
+        params.append(query.outcome.name)
+        if query.outcome is not Outcome.COMPLETED:
+            terms.append(_ABNORMAL_END.format(t=t))
+    if query.work_status is not None:
+        terms.append(f"{t}work_status = ?")
+        params.append(query.work_status.name)
+        if query.work_status in SETTABLE_WORK_STATUSES:
+            terms.append(_OPEN_WORK.format(t=t))
+    if query.task_id_prefix:
+        terms.append(f"{t}task_id >= ? AND {t}task_id < ?")
+        params += [query.task_id_prefix, query.task_id_prefix + _PREFIX_END]
+    return "".join(f" AND {term}" for term in terms), params
+
+
+def _count_order(count: TaskCount) -> tuple[int, int, int]:
+    return count.state.value, count.outcome.value if count.outcome else 0, count.work_status.value
 
 
 def _task_from_row(r: Sequence[Any]) -> TaskRecord:

@@ -121,7 +121,8 @@ async def test_an_allowed_attempt_commits_settles_and_publishes_in_commit_order(
     assert outcome.inserted and outcome.completion.settlement is SettlementStatus.SETTLED
     assert outcome.completion == await shells.completion()
     assert shells.lifecycle.called("settle_completion") == [("t-1", outcome.completion.completion_id)]
-    assert kinds(shells.published) == [CompletionEventKind.COMPLETION_COMMITTED, CompletionEventKind.COMPLETION_SETTLED]
+    assert kinds(shells.published) == [CompletionEventKind.RUN_CLAIMED, CompletionEventKind.COMPLETION_COMMITTED,
+                                       CompletionEventKind.COMPLETION_SETTLED]
     assert shells.published == await shells.store.read(lambda tx: tx.load_events(WS, 0, None, 10))
     assert counted(shells.authority, "funnel_completion_settlements_total", {"status": "SETTLED"}) == 1
 
@@ -152,7 +153,7 @@ async def test_an_unanswered_settlement_stays_pending_and_the_outbox_settles_it_
     pending = outcome.completion
     assert (pending.settlement, pending.settle_attempts) == (SettlementStatus.PENDING, 1)
     assert counted(shells.authority, "funnel_completion_settlement_retries_total", None) == 1
-    assert kinds(shells.published) == [CompletionEventKind.COMPLETION_COMMITTED]
+    assert kinds(shells.published) == [CompletionEventKind.RUN_CLAIMED, CompletionEventKind.COMPLETION_COMMITTED]
     # Not due before its backoff; then settled once, by the outbox.
     settler = shells.authority.settler
     assert await settler.settle_due() == 0
@@ -345,6 +346,34 @@ async def test_renewals_go_through_the_unit_and_refusals_raise(shells):
     assert renewed.expires_at == START + 20 * SECOND
     await raises(shells.authority.runs.renew(RenewCommand(WS, claimed.run.run_id, 2, SECOND)),
                  Reason.LEASE_NOT_CURRENT)
+
+
+async def test_claims_closes_evidence_and_sweeps_publish_their_events_as_stored():
+    """What a watcher follows a task's runs and evidence by: each committed change
+    is published once it committed, exactly as stored; a replay, a refusal and a
+    renewal publish nothing."""
+    shells = Shells(stall_after=1.0)
+    shells.lifecycle.register("t-1")
+    shells.lifecycle.register("t-2")
+    request = key("ClaimTask", "claim-1")
+    claimed = await shells.claim(ttl=SECOND, request=request)
+    await shells.claim(ttl=SECOND, request=request)  # a replay
+    await raises(shells.claim(), Reason.LEASE_HELD)
+    await shells.authority.runs.renew(RenewCommand(WS, claimed.run.run_id, 1, SECOND))
+    evidence = EvidenceRecord("", WS, "t-1", 1, "tests", True, "", "ok", claimed.run.run_id, 0)
+    stored = await shells.authority.completions.record_evidence(evidence, None, None, lambda e: b"")
+    await shells.close(claimed, RunOutcome.FAILED)
+    stalled = await shells.claim("t-2", ttl=SECOND)
+    shells.world.clock.advance(3 * SECOND)
+    assert await shells.authority.sweeper.sweep() == 1
+    assert [(e.kind, e.run_id, e.run_outcome, e.evidence_id) for e in shells.published] == [
+        (CompletionEventKind.RUN_CLAIMED, claimed.run.run_id, None, None),
+        (CompletionEventKind.EVIDENCE_RECORDED, claimed.run.run_id, None, stored.evidence_id),
+        (CompletionEventKind.RUN_CLOSED, claimed.run.run_id, RunOutcome.FAILED, None),
+        (CompletionEventKind.RUN_CLAIMED, stalled.run.run_id, None, None),
+        (CompletionEventKind.RUN_CLOSED, stalled.run.run_id, RunOutcome.STALLED, None),
+    ]
+    assert shells.published == await shells.store.read(lambda tx: tx.load_events(WS, 0, None, 100))
 
 
 # -- closing runs ---------------------------------------------------------------------------------

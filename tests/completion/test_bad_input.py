@@ -122,6 +122,13 @@ def evidence(w: World, **kw) -> cpb.RecordEvidenceRequest:
     return cpb.RecordEvidenceRequest(**fields)
 
 
+def list_evidence(w: World, **kw) -> cpb.ListEvidenceRequest:
+    return cpb.ListEvidenceRequest(**{"workspace_id": WS, "task_id": "task-1", **kw})
+
+
+EVIDENCE_TOKEN = encode_token(["evidence", WS, "task-1", "0"], [1, "evd_1"])
+
+
 def attempt(w: World, **kw) -> cpb.AttemptCompletionRequest:
     fields = dict(workspace_id=WS, task_id="task-1", run_id=w.run.run_id, epoch=w.run.epoch,
                   outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done")
@@ -255,6 +262,20 @@ CASES = [
         "FIELD_MALFORMED",
         "page_token",
     ),
+    # ListEvidence
+    *id_cases("ListEvidence", list_evidence, "workspace_id"),
+    *id_cases("ListEvidence", list_evidence, "task_id"),
+    ("ListEvidence", lambda w: list_evidence(w, generation=-1), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
+    ("ListEvidence", lambda w: list_evidence(w, page_size=1001), INVALID, "VALUE_OUT_OF_RANGE", "page_size"),
+    ("ListEvidence", lambda w: list_evidence(w, page_token="not a token!"), INVALID, "FIELD_MALFORMED",
+     "page_token"),
+    # A token is bound to its listing: another task, another generation.
+    ("ListEvidence", lambda w: list_evidence(w, task_id="task-2", page_token=EVIDENCE_TOKEN), INVALID,
+     "FIELD_MALFORMED", "page_token"),
+    ("ListEvidence", lambda w: list_evidence(w, generation=1, page_token=EVIDENCE_TOKEN), INVALID,
+     "FIELD_MALFORMED", "page_token"),
+    ("ListEvidence", lambda w: list_evidence(w, page_token=encode_token(["evidence", WS, "task-1", "0"], 5)),
+     INVALID, "FIELD_MALFORMED", "page_token"),
     # RecordEvidence
     *id_cases("RecordEvidence", evidence, "workspace_id"),
     *id_cases("RecordEvidence", evidence, "task_id"),
@@ -412,7 +433,8 @@ async def test_bad_input_is_rejected_with_its_reason_and_changes_nothing(world, 
     assert world.snapshot() == before
 
 
-RPCS = ["ClaimTask", "RenewLease", "CompleteRun", "GetRun", "ListRuns", "RecordEvidence", "AttemptCompletion",
+RPCS = ["ClaimTask", "RenewLease", "CompleteRun", "GetRun", "ListRuns", "RecordEvidence", "ListEvidence",
+        "AttemptCompletion",
         "GetCompletion", "ListCompletions", "ListAuditLog", "ListCompletionEvents", "WatchCompletionEvents"]
 
 
@@ -447,7 +469,8 @@ async def test_another_workspace_sees_nothing(world):
     assert foreign.run_id not in [r.run_id for r in runs.runs] and len(runs.runs) == 2
     completions = await f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)
     assert list(completions.completions) == []
-    assert await f.completion_events(workspace=WS) == []
+    # This workspace's own two claims, nothing of the other's.
+    assert {e.run_id for e in await f.completion_events(workspace=WS)} == {r.run_id for r in runs.runs}
     assert [r.run_id for r in (await f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=OTHER_WS),
                                                    timeout=CALL_TIMEOUT)).runs] == [foreign.run_id]
 

@@ -50,7 +50,7 @@ async def test_a_refusal_for_open_children_says_wait_and_a_later_attempt_complet
     assert [t.gate_id for t in decision.trace if t.decisive] == ["lifecycle.settlement"]
     # The completion event tells the same.
     events = await f.completion_events(task_id="parent")
-    assert kinds(events) == ["COMPLETION_COMMITTED", "TERMINALIZATION_ERROR"]
+    assert kinds(events) == ["RUN_CLAIMED", "COMPLETION_COMMITTED", "TERMINALIZATION_ERROR"]
     assert events[-1].decision.next_action == cpb.AGENT_ACTION_WAIT_FOR_CHILDREN
     # Once the child is terminal, a new attempt completes: the refused completion gives way.
     await settle_child(f, "child")
@@ -60,7 +60,7 @@ async def test_a_refusal_for_open_children_says_wait_and_a_later_attempt_complet
     assert (done.decision.verdict, done.decision.next_action) == (cpb.VERDICT_ALLOW, REPORT)
     assert (await f.task("parent")).task.completion_id == done.completion.completion_id
     assert kinds(await f.completion_events(task_id="parent")) == [
-        "COMPLETION_COMMITTED", "TERMINALIZATION_ERROR", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "RUN_CLAIMED", "COMPLETION_COMMITTED", "TERMINALIZATION_ERROR", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
 
 
 async def test_a_refusal_after_a_cancellation_says_stop_for_good(start_funnel):
@@ -158,7 +158,8 @@ async def test_block_details_reach_the_client(strict_funnel):
         newer.run.run_id, newer.lease.epoch)
     # Events carry the same details.
     events = await f.completion_events(task_id="task-1")
-    assert events[0].decision.details == blocked.decision.details
+    assert kinds(events)[:2] == ["RUN_CLAIMED", "DECISION_BLOCKED"]
+    assert events[1].decision.details == blocked.decision.details
     assert (await f.cs.GetRun(cpb.GetRunRequest(workspace_id=WS, run_id=claim.run.run_id), timeout=CALL_TIMEOUT)).run
 
 
@@ -177,11 +178,12 @@ async def test_completion_events_can_be_listed_with_the_watch_cursor(strict_funn
         if not page.has_more:
             break
         cursor = page.events[-1].sequence
-    assert kinds(listed) == ["DECISION_BLOCKED"] * 3 + ["COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+    assert kinds(listed) == ["RUN_CLAIMED"] + ["DECISION_BLOCKED"] * 3 + [
+        "EVIDENCE_RECORDED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
     # The same cursor resumes the watch: nothing before it, everything after it.
     watch = f.cs.WatchCompletionEvents(
         cpb.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=listed[2].sequence), timeout=CALL_TIMEOUT)
-    resumed = [(await watch.read()).event for _ in range(2)]
+    resumed = [(await watch.read()).event for _ in listed[3:]]
     watch.cancel()
     assert resumed == listed[3:]
     one_task = await f.cs.ListCompletionEvents(

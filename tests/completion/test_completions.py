@@ -248,8 +248,12 @@ async def test_evidence_names_an_existing_run_of_its_task_and_an_agent_only_its_
     before = world.state()
     result = await world.run(completions.record_evidence, command=EvidenceCommand(record, holder))
     if reason is None:
-        assert result == dataclasses.replace(record, recorded_at=START + SECOND)
-        assert await world.read(lambda tx: tx.load_evidence(WS, record.task_id, record.generation)) == [result]
+        assert result.record == dataclasses.replace(record, recorded_at=START + SECOND)
+        assert await world.read(lambda tx: tx.load_evidence(WS, record.task_id, record.generation)) == [result.record]
+        # Its event names the fact and the run it vouches for, and is stored with it.
+        assert (result.event.kind, result.event.evidence_id, result.event.run_id) == (
+            CompletionEventKind.EVIDENCE_RECORDED, record.evidence_id, record.run_id or "")
+        assert (await world.read(lambda tx: tx.load_events(WS, 0, record.task_id, 100)))[-1] == result.event
     else:
         refused(result, reason)
         assert world.state() == before

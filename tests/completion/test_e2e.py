@@ -108,7 +108,8 @@ async def test_the_full_story(strict_funnel):
     assert (await f.completion_of("task-1")).completion_id == completion.completion_id  # no second completion
 
     assert kinds(await f.completion_events(task_id="task-1")) == [
-        "DECISION_BLOCKED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "RUN_CLAIMED", "DECISION_BLOCKED", "EVIDENCE_RECORDED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED",
+        "RUN_CLOSED"]
 
 
 async def test_claim_activates_a_registered_generation_and_sets_in_progress(funnel):
@@ -222,7 +223,7 @@ async def test_cancellation_requested_before_the_attempt_hard_blocks_and_commits
     assert await f.lifecycle_events("task-1") == lifecycle_before
     task = (await f.task("task-1")).task
     assert (task.state, task.cancellation) == (lpb.GENERATION_STATE_ACTIVE, lpb.CANCELLATION_STATE_REQUESTED)
-    assert kinds(await f.completion_events(task_id="task-1")) == ["DECISION_BLOCKED", "DECISION_BLOCKED"]
+    assert kinds(await f.completion_events(task_id="task-1")) == ["RUN_CLAIMED", "DECISION_BLOCKED", "DECISION_BLOCKED"]
 
 
 async def commit_while_lifecycle_is_down(f: Funnel, task_id: str = "task-1"):
@@ -262,7 +263,8 @@ async def test_completion_committed_then_cancellation_requested_then_settled_com
     [settlement] = [e for e in await f.lifecycle_events("task-1") if e.intent == lpb.INTENT_SETTLE_COMPLETION]
     assert micros(settlement.authoritative_time) == committed_at
     assert settlement.sequence == completion.lifecycle_event_sequence
-    assert kinds(await f.completion_events(task_id="task-1")) == ["COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+    assert kinds(await f.completion_events(task_id="task-1")) == [
+        "RUN_CLAIMED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
 
 
 async def test_completion_whose_order_against_the_cancellation_is_unprovable_is_fenced(start_funnel):
@@ -282,7 +284,7 @@ async def test_completion_whose_order_against_the_cancellation_is_unprovable_is_
     assert completion.lifecycle_revision == 0
 
     events = await f.completion_events(task_id="task-1")
-    assert kinds(events) == ["COMPLETION_COMMITTED", "TERMINALIZATION_ERROR"]
+    assert kinds(events) == ["RUN_CLAIMED", "COMPLETION_COMMITTED", "TERMINALIZATION_ERROR"]
     assert events[-1].error_reason == "CANCELLATION_FENCED"
     assert events[-1].completion_id == completion.completion_id
     task = (await f.task("task-1")).task
@@ -305,7 +307,7 @@ async def test_lifecycle_down_after_the_commit_settles_exactly_once_after_restar
     # While the lifecycle is down the settler keeps retrying (with backoff) and
     # nothing terminal is published.
     await settler_retried(f, times=2)
-    assert kinds(await f.completion_events(task_id="task-1")) == ["COMPLETION_COMMITTED"]
+    assert kinds(await f.completion_events(task_id="task-1")) == ["RUN_CLAIMED", "COMPLETION_COMMITTED"]
     assert (await f.completion_of("task-1")).settlement == cpb.SETTLEMENT_STATUS_PENDING
 
     await f.start_lifecycle()  # same port, same database
@@ -319,7 +321,7 @@ async def test_lifecycle_down_after_the_commit_settles_exactly_once_after_restar
     assert [e.intent for e in lifecycle].count(lpb.INTENT_SETTLE_COMPLETION) == 1
     assert [e.completion_id for e in lifecycle if e.to_state == lpb.GENERATION_STATE_TERMINAL] == [completion_id]
     events = await f.completion_events(task_id="task-1")
-    assert kinds(events) == ["COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+    assert kinds(events) == ["RUN_CLAIMED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
     assert events[-1].lifecycle_event_sequence == completion.lifecycle_event_sequence
     assert counted(f.completion.authority, "funnel_completion_settlements_total", {"status": "SETTLED"}) == 1
 
@@ -394,7 +396,8 @@ async def test_a_repeated_attempt_returns_the_pending_completion_and_settles_it(
     assert again.completion.result == answer.completion.result  # the stored row, not this attempt's
     assert again.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
     assert [e.intent for e in await f.lifecycle_events("task-1")].count(lpb.INTENT_SETTLE_COMPLETION) == 1
-    assert kinds(await f.completion_events(task_id="task-1")) == ["COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+    assert kinds(await f.completion_events(task_id="task-1")) == [
+        "RUN_CLAIMED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
 
 
 async def test_a_corrupted_completion_fails_closed_with_an_alarm(funnel, caplog):
@@ -427,7 +430,7 @@ async def test_an_attempt_while_the_lifecycle_is_unreachable_commits_nothing(sta
         await f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)
     ).completions == []
     assert len((await f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)).runs) == 1
-    assert await f.completion_events(quiet=0.1) == []
+    assert kinds(await f.completion_events(quiet=0.1)) == ["RUN_CLAIMED"]  # the first claim's only
 
 
 # -- children, gates, breaker, failure -------------------------------------------------
@@ -574,7 +577,8 @@ async def test_the_circuit_breaker_hard_blocks_repeated_blocked_attempts(start_f
     assert tripped.decision.next_action == cpb.AGENT_ACTION_STOP_AND_REPORT
     assert decisive_gate(tripped.decision).gate_id == "completion.circuit_breaker"
     assert not tripped.HasField("completion")
-    assert kinds(await f.completion_events(task_id="task-1")) == ["DECISION_BLOCKED"] * 3
+    assert kinds(await f.completion_events(task_id="task-1")) == [
+        "RUN_CLAIMED", "DECISION_BLOCKED", "DECISION_BLOCKED", "EVIDENCE_RECORDED", "DECISION_BLOCKED"]
 
     # The breaker counts repeats of the same result: a new result is judged afresh.
     fresh = await f.attempt(claim, result="tests pass at the current checkpoint")
@@ -595,7 +599,7 @@ async def test_a_failed_outcome_settles_with_settle_failure(strict_funnel):
     [event] = [e for e in await f.lifecycle_events("task-1") if e.to_state == lpb.GENERATION_STATE_TERMINAL]
     assert (event.intent, event.sequence) == (lpb.INTENT_SETTLE_FAILURE, completion.lifecycle_event_sequence)
     events = await f.completion_events(task_id="task-1")
-    assert kinds(events) == ["COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+    assert kinds(events) == ["RUN_CLAIMED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
     assert events[-1].outcome == cpb.REQUESTED_OUTCOME_FAILED
 
 
@@ -631,7 +635,7 @@ def follow(f: Funnel, **request) -> Follower:
 
 async def test_watch_streams_backlog_then_live_and_resumes_from_a_cursor(strict_funnel):
     f = strict_funnel
-    claim = await f.registered_and_claimed("task-1")
+    claim = await f.registered_and_claimed("task-1")  # RUN_CLAIMED (backlog)
     other_ws = await f.registered_and_claimed("task-1", workspace=OTHER_WS)
     await f.attempt(claim)  # DECISION_BLOCKED (backlog)
     await f.attempt(other_ws)  # another workspace: never on this stream
@@ -639,18 +643,22 @@ async def test_watch_streams_backlog_then_live_and_resumes_from_a_cursor(strict_
     watch = follow(f, workspace_id=WS)
     filtered = follow(f, workspace_id=WS, task_id="task-2")
     try:
-        [backlog] = await watch.next(1)
+        claimed, backlog = await watch.next(2)
+        assert (claimed.kind, claimed.run_id, claimed.generation) == (
+            cpb.COMPLETION_EVENT_KIND_RUN_CLAIMED, claim.run.run_id, 1)
         assert (backlog.kind, backlog.task_id, backlog.workspace_id) == (
             cpb.COMPLETION_EVENT_KIND_DECISION_BLOCKED, "task-1", WS)
         assert backlog.decision.next_action == cpb.AGENT_ACTION_RECORD_EVIDENCE and backlog.completion_id == ""
 
-        await f.evidence(claim)
+        evidence = await f.evidence(claim)
         allowed = await f.attempt(claim)
-        live = await watch.next(2)
+        recorded, *live = await watch.next(3)
+        assert (recorded.kind, recorded.evidence_id, recorded.run_id) == (
+            cpb.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED, evidence.evidence_id, claim.run.run_id)
         assert [e.kind for e in live] == [cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED,
                                           cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED]
         assert {e.completion_id for e in live} == {allowed.completion.completion_id}
-        sequences = [backlog.sequence] + [e.sequence for e in live]
+        sequences = [claimed.sequence, backlog.sequence, recorded.sequence] + [e.sequence for e in live]
         assert sequences == sorted(set(sequences))
 
         # The terminal event names the lifecycle event that made the generation
@@ -668,19 +676,20 @@ async def test_watch_streams_backlog_then_live_and_resumes_from_a_cursor(strict_
         second = await f.registered_and_claimed("task-2")
         await f.evidence(second)
         await f.attempt(second)
-        [e1, e2] = await filtered.next(2)  # only task-2, from the beginning
-        assert {e1.task_id, e2.task_id} == {"task-2"}
-        more = await watch.next(2)
-        assert [e.task_id for e in more] == ["task-2", "task-2"] and more[0].sequence > terminal.sequence
+        # Claimed, evidence recorded, committed, settled: only task-2, from the beginning.
+        assert {e.task_id for e in await filtered.next(4)} == {"task-2"}
+        more = await watch.next(4)
+        assert [e.task_id for e in more] == ["task-2"] * 4 and more[0].sequence > terminal.sequence
     finally:
         await watch.close()
         await filtered.close()
 
     # Resume after a disconnect: exactly what follows the cursor.
     resumed = await f.completion_events(after=live[0].sequence)
-    assert [e.sequence for e in resumed] == [live[1].sequence, more[0].sequence, more[1].sequence]
+    assert [e.sequence for e in resumed] == [live[1].sequence] + [e.sequence for e in more]
     assert resumed[0] == live[1]
-    assert kinds(await f.completion_events(workspace=OTHER_WS)) == ["COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+    assert kinds(await f.completion_events(workspace=OTHER_WS)) == [
+        "RUN_CLAIMED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
 
 
 async def test_no_terminal_event_is_published_before_the_lifecycle_commit(funnel):
@@ -688,8 +697,9 @@ async def test_no_terminal_event_is_published_before_the_lifecycle_commit(funnel
     watch = follow(f, workspace_id=WS)
     try:
         _, answer = await commit_while_lifecycle_is_down(f)
-        [committed] = await watch.next(1)
-        assert committed.kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED
+        claimed, committed = await watch.next(2)
+        assert (claimed.kind, committed.kind) == (
+            cpb.COMPLETION_EVENT_KIND_RUN_CLAIMED, cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED)
         # The settler retries against the dead lifecycle, twice: each a chance to publish too early.
         await settler_retried(f, times=2)
         await f.start_lifecycle()
@@ -698,7 +708,7 @@ async def test_no_terminal_event_is_published_before_the_lifecycle_commit(funnel
         [terminal] = await watch.next(1)
         assert (terminal.kind, terminal.completion_id) == (
             cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, answer.completion.completion_id)
-        assert [committed, terminal] == await f.completion_events(task_id="task-1")
+        assert [claimed, committed, terminal] == await f.completion_events(task_id="task-1")
         assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_TERMINAL
     finally:
         await watch.close()
@@ -904,7 +914,7 @@ async def test_a_successful_close_that_the_gates_deny_still_closes_and_reports_t
     await rejected(f.completion_of("task-1"), Code.NOT_FOUND, "COMPLETION_NOT_FOUND")
     [entry] = await f.audit(task_id="task-1")
     assert dict(entry.metadata) == {"outcome": "SUCCEEDED", "final_status": "IN_PROGRESS", "closed_by": "agent"}
-    assert kinds(await f.completion_events(task_id="task-1")) == ["DECISION_BLOCKED"]
+    assert kinds(await f.completion_events(task_id="task-1")) == ["RUN_CLAIMED", "DECISION_BLOCKED", "RUN_CLOSED"]
 
 
 async def test_close_while_the_lifecycle_is_unreachable_closes_nothing(funnel):
@@ -1025,14 +1035,15 @@ async def test_attempt_completion_request_id_replays_the_original_decision(stric
     assert await f.attempt(claim, request_id="attempt-1") == blocked
     await f.evidence(claim)
     assert await f.attempt(claim, request_id="attempt-1") == blocked  # the original answer, not a new evaluation
-    assert kinds(await f.completion_events(task_id="task-1")) == ["DECISION_BLOCKED"]
+    assert kinds(await f.completion_events(task_id="task-1")) == [
+        "RUN_CLAIMED", "DECISION_BLOCKED", "EVIDENCE_RECORDED"]
     await rejected(f.attempt(claim, result="other", request_id="attempt-1"), Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
 
     allowed = await f.attempt(claim, request_id="attempt-2")
     assert allowed.decision.verdict == cpb.VERDICT_ALLOW
     assert await f.attempt(claim, request_id="attempt-2") == allowed
     assert kinds(await f.completion_events(task_id="task-1")) == [
-        "DECISION_BLOCKED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "RUN_CLAIMED", "DECISION_BLOCKED", "EVIDENCE_RECORDED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
 
 
 async def test_a_replayed_attempt_reports_the_current_settlement(funnel):
@@ -1091,6 +1102,27 @@ async def test_renew_and_evidence_request_ids_replay(funnel):
     record.verdict = cpb.EVIDENCE_VERDICT_FAILED
     await rejected(f.cs.RecordEvidence(record, timeout=CALL_TIMEOUT), Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
 
+
+
+async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_in_pages(funnel):
+    f = funnel
+    claim = await f.registered_and_claimed("task-1")
+    recorded = [await f.evidence(claim, kind=kind) for kind in ("tests", "lint", "review")]
+    await f.evidence(await f.registered_and_claimed("task-2"))  # another task's
+
+    def page(token: str = "", **kw) -> cpb.ListEvidenceRequest:
+        return cpb.ListEvidenceRequest(workspace_id=WS, task_id="task-1", page_size=2, page_token=token, **kw)
+
+    first = await f.cs.ListEvidence(page(), timeout=CALL_TIMEOUT)
+    second = await f.cs.ListEvidence(page(first.next_page_token), timeout=CALL_TIMEOUT)
+    assert [*first.evidence, *second.evidence] == recorded and not second.next_page_token
+    assert (recorded[0].recorded_by.subject, recorded[0].recorded_by.role) == (COMPLETION_IDENTITY, "operator")
+    assert [e.kind for e in (await f.cs.ListEvidence(page(generation=1), timeout=CALL_TIMEOUT)).evidence] == [
+        "tests", "lint"]
+    assert list((await f.cs.ListEvidence(page(generation=2), timeout=CALL_TIMEOUT)).evidence) == []
+    # A token is for its listing only.
+    await rejected(f.cs.ListEvidence(page(first.next_page_token, generation=1), timeout=CALL_TIMEOUT),
+                   Code.INVALID_ARGUMENT, "FIELD_MALFORMED")
 
 
 async def test_evidence_naming_an_unknown_run_or_one_of_another_task_is_refused_and_changes_nothing(funnel):

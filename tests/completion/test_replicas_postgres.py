@@ -153,9 +153,10 @@ async def test_the_same_attempt_and_close_request_ids_at_both_replicas_have_one_
 
     results = await asyncio.gather(*(close(env, claimed) for claimed in claims for env in (a, b)))
     for pair in zip(results[::2], results[1::2], strict=True):
-        assert sorted(type(r).__name__ for r in pair) == ["Replay", "RunRecord"], pair
-    # One completion with one event per task, one close with one audit row per run.
-    assert await table_counts(a) == {"runs": 5, "completions": 5, "events": 5, "audit": 5}
+        assert sorted(type(r).__name__ for r in pair) == ["Closed", "Replay"], pair
+    # One completion per task, one close with one audit row per run; three events
+    # per task: its claim, its completion, its run's close.
+    assert await table_counts(a) == {"runs": 5, "completions": 5, "events": 15, "audit": 5}
 
 
 # -- leases, the duplicate policy, the circuit breaker ------------------------------------
@@ -256,7 +257,7 @@ async def test_stalled_runs_are_swept_once_by_replicas_sweeping_together(replica
         return env.write(runs.close_stalled_runs, stall_after_micros=SECOND, limit=limit)
 
     swept = await asyncio.gather(sweep(a, 20), sweep(b, 20), sweep(a, 20), sweep(b, 20))
-    closed = [run.run_id for batch in swept for run in batch]
+    closed = [c.run.run_id for batch in swept for c in batch]
     assert sorted(closed) == sorted(c.run.run_id for c in stalled)  # each exactly once
     audit = await a.read(lambda tx: tx.load_audit(WS, None, None, 0, 1000))
     assert sorted(e.run_id for e in audit) == sorted(closed)
@@ -344,15 +345,15 @@ async def test_a_watcher_on_either_replica_receives_every_event_of_both_in_order
         # Concurrent commits through both replicas, mostly through B.
         await asyncio.gather(*(finish(s.a if n % 3 == 0 else s.b, task_id) for n, task_id in enumerate(tasks)))
         stored = await s.second.store.read(lambda tx: tx.load_events(WS, 0, None, 1000))
-        assert len(stored) == 2 * len(tasks)  # each task: committed, settled
+        assert len(stored) == 3 * len(tasks)  # each task: claimed, committed, settled
         for watcher in (on_a, on_b):
             received = await watcher.take(len(stored))
             # In order, without a gap (sequences are gapless), each event once.
             assert [e.sequence for e in received] == list(range(1, len(stored) + 1))
             assert [(e.sequence, e.task_id, e.completion_id) for e in received] == [
-                (e.sequence, e.task_id, e.completion_id) for e in stored]
+                (e.sequence, e.task_id, e.completion_id or "") for e in stored]
             await watcher.nothing_more()
-        assert [e.sequence for e in await one_task.take(2)] == [e.sequence for e in stored if e.task_id == "t-1"]
+        assert [e.sequence for e in await one_task.take(3)] == [e.sequence for e in stored if e.task_id == "t-1"]
         await one_task.nothing_more()
     finally:
         for watcher in (on_a, on_b, one_task):
@@ -412,7 +413,8 @@ async def test_replicas_starting_together_migrate_once_and_report_health_from_th
         applied = await stores[0].database.read(
             lambda conn: conn.execute("SELECT version, name FROM schema_migrations").fetchall()
         )
-        assert applied == [(1, "initial"), (2, "completion_traceparent"), (3, "settlement_outbox_view")]
+        assert applied == [(1, "initial"), (2, "completion_traceparent"), (3, "settlement_outbox_view"),
+                           (4, "run_and_evidence_events")]
     finally:
         for store in stores:
             await store.close()

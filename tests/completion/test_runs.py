@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from completion_service import completions, runs, settlements, transcripts
-from completion_service.core.model import FinalStatus, Lease, RunOutcome, RunRecord, SettlementStatus
+from completion_service.core.model import FinalStatus, Lease, RunOutcome, SettlementStatus
 from completion_service.core.transcript import EventKind, SessionEvent
 from completion_service.errors import Reason
 from completion_service.runs import Claimed, RenewCommand
@@ -144,7 +144,7 @@ async def test_closing_a_run_stores_what_the_agent_reported_and_an_audit_row(wor
     command = close_command(claimed.run.run_id, outcome=RunOutcome.FAILED, final_status=FinalStatus.BLOCKED,
                             notes="n" * 10, notes_truncated=True, error="boom", request=request,
                             render=lambda run: f"closed {run.run_id}".encode())
-    closed = await world.run(runs.close_run, command=command)
+    closed = (await world.run(runs.close_run, command=command)).run
     assert (closed.finished_at, closed.outcome, closed.final_status, closed.notes_truncated, closed.error) == (
         START + SECOND, RunOutcome.FAILED, FinalStatus.BLOCKED, True, "boom")
     assert await world.read(lambda tx: tx.load_run(WS, claimed.run.run_id)) == closed
@@ -174,9 +174,9 @@ async def test_stalled_runs_close_as_stalled_only_after_the_grace_and_in_batches
     # Expired at 1, 2 and 3 s; 4 s in, with a 2 s grace, only the first two are stalled; one per batch.
     first = await world.run(runs.close_stalled_runs, stall_after_micros=2 * SECOND, limit=1)
     second = await world.run(runs.close_stalled_runs, stall_after_micros=2 * SECOND, limit=1)
-    assert [r.run_id for r in first + second] == [stalled[0].run.run_id, stalled[1].run.run_id]
+    assert [c.run.run_id for c in first + second] == [stalled[0].run.run_id, stalled[1].run.run_id]
     assert await world.run(runs.close_stalled_runs, stall_after_micros=2 * SECOND, limit=10) == []
-    assert [r.outcome for r in first + second] == [RunOutcome.STALLED, RunOutcome.STALLED]
+    assert [c.run.outcome for c in first + second] == [RunOutcome.STALLED, RunOutcome.STALLED]
     assert (await world.read(lambda tx: tx.load_run(WS, stalled[2].run.run_id))).open
     assert (await world.read(lambda tx: tx.load_run(WS, renewed.run.run_id))).open
     audit = await world.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
@@ -204,7 +204,7 @@ async def test_a_close_overtaken_by_a_fenced_refusal_is_decided_again_and_writes
     # Decided on the refusal, it closes.
     seen = (completion.completion_id, SettlementStatus.REJECTED)
     closed = await world.run(runs.close_run, command=close_command(claimed.run.run_id, completion_seen=seen))
-    assert isinstance(closed, RunRecord) and not closed.open
+    assert isinstance(closed, runs.Closed) and not closed.run.open
 
 
 async def test_a_close_decided_on_a_pending_completion_that_is_still_pending_closes(world):
@@ -212,4 +212,4 @@ async def test_a_close_decided_on_a_pending_completion_that_is_still_pending_clo
     completion = (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
     seen = (completion.completion_id, SettlementStatus.PENDING)
     closed = await world.run(runs.close_run, command=close_command(claimed.run.run_id, completion_seen=seen))
-    assert isinstance(closed, RunRecord) and not closed.open
+    assert isinstance(closed, runs.Closed) and not closed.run.open

@@ -291,7 +291,7 @@ async def test_close_run_and_its_audit_row_commit_together_or_not_at_all(env):
     assert (await env.run(claimed.run.run_id)).open
     assert await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10)) == []
 
-    assert not (await env.close(claimed.run.run_id)).open
+    assert not (await env.close(claimed.run.run_id)).run.open
     assert len(await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))) == 1
 
 
@@ -323,12 +323,14 @@ async def test_concurrent_writes_commit_in_order_each_alone_and_hooks_run_in_com
 
 
 async def test_event_sequences_grow_in_commit_order_and_a_completion_has_one_terminal_event(env):
-    committed = await env.attempt(await env.claimed())
-    blocked = await env.attempt(await env.claimed("t-2"), claimed_epoch=9)
+    first = await env.claimed()
+    committed = await env.attempt(first)
+    second = await env.claimed("t-2")
+    blocked = await env.attempt(second, claimed_epoch=9)
     settled = await env.settle(committed.completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))
     events = await env.events()
-    assert events == [*committed.events, *blocked.events, settled.event]
-    assert events[0].sequence < events[1].sequence < events[2].sequence
+    assert events == [*first.events, *committed.events, *second.events, *blocked.events, settled.event]
+    assert [e.sequence for e in events] == sorted({e.sequence for e in events})
 
     before = await env.state()
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
@@ -450,7 +452,10 @@ async def test_stalled_runs_are_claimed_oldest_expiry_first_and_closed_with_an_a
     env.clock.advance(4 * SECOND)
     # Only t-2's lease expired more than one second ago.
     closed = await env.write(runs.close_stalled_runs, stall_after_micros=SECOND, limit=10)
-    assert [r.run_id for r in closed] == [early.run.run_id]
+    assert [c.run.run_id for c in closed] == [early.run.run_id]
+    assert [(e.kind, e.run_outcome) for e in await env.events("t-2")] == [
+        (CompletionEventKind.RUN_CLAIMED, None), (CompletionEventKind.RUN_CLOSED, RunOutcome.STALLED)]
+    assert (await env.events("t-2"))[-1] == closed[0].event
     stored = await env.run(early.run.run_id)
     assert (stored.outcome, stored.finished_at, stored.tokens_total) == (RunOutcome.STALLED, START + 4 * SECOND, 0)
     assert (await env.run(late.run.run_id)).open
@@ -467,8 +472,8 @@ async def test_stalled_runs_are_claimed_oldest_expiry_first_and_closed_with_an_a
 async def test_close_run_closes_the_run_and_writes_its_audit_row(env):
     claimed = await env.claimed()
     env.clock.advance(3 * SECOND)
-    closed = await env.close(claimed.run.run_id, tokens_input=100, tokens_output=50, tokens_total=1000, notes="n",
-                             error="e", outcome=RunOutcome.FAILED)
+    closed = (await env.close(claimed.run.run_id, tokens_input=100, tokens_output=50, tokens_total=1000, notes="n",
+                              error="e", outcome=RunOutcome.FAILED)).run
     assert closed.finished_at == START + 3 * SECOND and not closed.open
     stored = await env.run(claimed.run.run_id)
     assert stored == closed
@@ -526,9 +531,9 @@ async def test_an_allowed_attempt_commits_one_pending_completion_and_a_committed
     assert await env.completion() == completion
     events = await env.events()
     assert [(e.kind, e.completion_id) for e in events] == [
-        (CompletionEventKind.COMPLETION_COMMITTED, completion.completion_id)
+        (CompletionEventKind.RUN_CLAIMED, None), (CompletionEventKind.COMPLETION_COMMITTED, completion.completion_id)
     ]
-    assert list(outcome.events) == events
+    assert list(claimed.events) + list(outcome.events) == events
     assert await env.due(START) == [completion]
 
 
@@ -540,7 +545,8 @@ async def test_same_identity_returns_the_existing_completion(env):
     assert again.existing and not again.inserted and again.events == ()
     assert again.completion == first
     assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))) == 1
-    assert [e.kind for e in await env.events()] == [CompletionEventKind.COMPLETION_COMMITTED]
+    assert [e.kind for e in await env.events()] == [
+        CompletionEventKind.RUN_CLAIMED, CompletionEventKind.COMPLETION_COMMITTED]
 
 
 async def test_different_identity_with_the_same_outcome_keeps_the_existing_completion(env):
@@ -689,11 +695,12 @@ async def test_settlement_is_recorded_exactly_once_with_one_terminal_event(env):
     assert await env.state() == before
     events = await env.events()
     assert [e.kind for e in events] == [
+        CompletionEventKind.RUN_CLAIMED,
         CompletionEventKind.COMPLETION_COMMITTED,
         CompletionEventKind.COMPLETION_SETTLED,
     ]
-    assert (events[1].lifecycle_revision, events[1].lifecycle_event_sequence) == (3, 7)
-    assert recorded.event == events[1]
+    assert (events[2].lifecycle_revision, events[2].lifecycle_event_sequence) == (3, 7)
+    assert recorded.event == events[2]
 
 
 async def test_a_rejected_settlement_records_a_terminalization_error_and_never_a_settled_event(env):
@@ -706,7 +713,8 @@ async def test_a_rejected_settlement_records_a_terminalization_error_and_never_a
     assert recorded.event.decision.next_action is AgentAction.STOP_AND_REPORT
     assert await env.settle(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7)) == rejected
     assert [e.kind for e in await env.events()] == [
-        CompletionEventKind.COMPLETION_COMMITTED, CompletionEventKind.TERMINALIZATION_ERROR]
+        CompletionEventKind.RUN_CLAIMED, CompletionEventKind.COMPLETION_COMMITTED,
+        CompletionEventKind.TERMINALIZATION_ERROR]
 
 
 async def test_a_postponed_settlement_is_due_again_only_at_its_time(env):
@@ -870,7 +878,7 @@ async def test_an_attempt_request_id_replays_the_original_decision(env):
 async def test_a_close_request_id_replays_and_refuses_another_request(env):
     claimed = await env.claimed()
     fp = key("CompleteRun", "close-1", fingerprint("CompleteRun", b"close"))
-    closed = await env.close(claimed.run.run_id, request=fp, render=render_run)
+    closed = (await env.close(claimed.run.run_id, request=fp, render=render_run)).run
     before = await env.state()
     replay = await env.close(claimed.run.run_id, request=fp, render=render_run)
     assert isinstance(replay, Replay)
@@ -909,12 +917,38 @@ async def test_evidence_counts_for_its_generation_and_is_listed_in_order(env):
     def record(kind, generation=1, passed=True):
         return EvidenceRecord("", WS, "t-1", generation, kind, passed, "cp-1", "details", None, 0)
 
-    first = await env.evidence(record("tests"))
+    first = (await env.evidence(record("tests"))).record
     await env.evidence(record("lint", passed=False))
     await env.evidence(record("tests", generation=2))
     listed = await env.read(lambda tx: tx.load_evidence(WS, "t-1", 1))
     assert [(e.kind, e.passed, e.generation) for e in listed] == [("tests", True, 1), ("lint", False, 1)]
     assert listed[0] == first and first.recorded_at == START and first.evidence_id
+    # One event per fact, naming it.
+    events = await env.events("t-1")
+    assert [(e.kind, e.generation) for e in events] == [(CompletionEventKind.EVIDENCE_RECORDED, g) for g in (1, 1, 2)]
+    assert events[0].evidence_id == first.evidence_id and len({e.evidence_id for e in events}) == 3
+
+
+async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_after_a_cursor(env):
+    def record(kind, generation=1, task_id="t-1"):
+        return EvidenceRecord("", WS, task_id, generation, kind, True, "cp-1", "d", None, 0, Caller("agent-1", "agent"))
+
+    first = (await env.evidence(record("tests"))).record
+    env.clock.advance(SECOND)
+    second = (await env.evidence(record("lint", generation=2))).record
+    third = (await env.evidence(record("review", generation=2))).record  # the same instant: by id
+    await env.evidence(record("tests", task_id="t-2"))
+
+    def listed(generation=None, after=None, limit=10, workspace=WS):
+        return env.read(lambda tx: tx.list_evidence(workspace, "t-1", generation, after, limit))
+
+    assert await listed() == [first, second, third]
+    assert first.recorded_by == Caller("agent-1", "agent")
+    assert await listed(generation=2) == [second, third]
+    assert await listed(after=(first.recorded_at, first.evidence_id)) == [second, third]
+    assert await listed(after=(second.recorded_at, second.evidence_id), generation=2) == [third]
+    assert await listed(limit=1) == [first]
+    assert await listed(workspace="ws-other") == []
 
 
 async def test_evidence_counts_only_at_the_checkpoint_it_names(env):
@@ -1044,12 +1078,14 @@ async def test_a_staged_import_becomes_the_transcript_in_one_commit_or_is_discar
 
 
 async def test_events_are_listed_per_workspace_or_task_after_a_sequence(env):
-    first = (await env.attempt(await env.claimed("t-1"))).events[0]
-    second = (await env.attempt(await env.claimed("t-2"))).events[0]
-    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 10)) == [first, second]
-    assert await env.read(lambda tx: tx.load_events(WS, 0, "t-2", 10)) == [second]
-    assert await env.read(lambda tx: tx.load_events(WS, first.sequence, None, 10)) == [second]
-    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 1)) == [first]
+    one = await env.claimed("t-1")
+    first = [*one.events, *(await env.attempt(one)).events]
+    two = await env.claimed("t-2")
+    second = [*two.events, *(await env.attempt(two)).events]
+    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 10)) == [*first, *second]
+    assert await env.read(lambda tx: tx.load_events(WS, 0, "t-2", 10)) == second
+    assert await env.read(lambda tx: tx.load_events(WS, first[-1].sequence, None, 10)) == second
+    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 1)) == first[:1]
     assert await env.read(lambda tx: tx.load_events("ws-other", 0, None, 10)) == []
 
 

@@ -269,6 +269,57 @@ async def test_list_tasks_filters_by_parent(c):
     )
 
 
+async def test_list_tasks_filters_orders_by_last_change_and_counts_on_the_server(c):
+    await c.register("t-ready")
+    await c.active("t-active")
+    await c.active("t-failed")
+    await c.fail("t-failed")
+    await c.register("u-other")
+    await c.work("t-active", pb.WORK_STATUS_BLOCKED)  # the latest change
+
+    async def ids(**kw) -> list[str]:
+        return [t.task_id for t in (await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, **kw))).tasks]
+
+    assert await ids(state=pb.GENERATION_STATE_ACTIVE) == ["t-active"]
+    assert await ids(outcome=pb.TERMINAL_OUTCOME_FAILED) == ["t-failed"]
+    assert await ids(work_status=pb.WORK_STATUS_BLOCKED) == ["t-active", "t-failed"]
+    assert await ids(task_id_prefix="t-") == ["t-active", "t-failed", "t-ready"]
+    assert await ids(state=pb.GENERATION_STATE_REGISTERED, task_id_prefix="u") == ["u-other"]
+    assert await ids(order=pb.TASK_ORDER_LAST_CHANGE) == ["t-active", "u-other", "t-failed", "t-ready"]
+    # Pages of a filtered listing in last-change order; the token is for that listing only.
+    first = await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, task_id_prefix="t-", page_size=2,
+                                                  order=pb.TASK_ORDER_LAST_CHANGE))
+    rest = await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, task_id_prefix="t-", page_size=2,
+                                                 order=pb.TASK_ORDER_LAST_CHANGE, page_token=first.next_page_token))
+    assert [t.task_id for t in (*first.tasks, *rest.tasks)] == ["t-active", "t-failed", "t-ready"]
+    assert not rest.next_page_token
+    for other in ({"page_size": 2, "task_id_prefix": "t-"}, {"order": pb.TASK_ORDER_LAST_CHANGE}):
+        await rejected(c.ListTasks(pb.ListTasksRequest(workspace_id=WS, page_token=first.next_page_token, **other)),
+                       Code.INVALID_ARGUMENT, "FIELD_MALFORMED", field="page_token")
+
+    counted = await c.stub.CountTasks(pb.CountTasksRequest(workspace_id=WS))
+    assert counted.total == 4
+    assert [(n.state, n.outcome, n.work_status, n.tasks) for n in counted.counts] == [
+        (pb.GENERATION_STATE_REGISTERED, 0, pb.WORK_STATUS_READY, 2),
+        (pb.GENERATION_STATE_ACTIVE, 0, pb.WORK_STATUS_BLOCKED, 1),
+        (pb.GENERATION_STATE_TERMINAL, pb.TERMINAL_OUTCOME_FAILED, pb.WORK_STATUS_BLOCKED, 1),
+    ]
+    assert (await c.stub.CountTasks(pb.CountTasksRequest(workspace_id=OTHER_WS))).total == 0
+
+
+@pytest.mark.parametrize(("fields", "reason", "field"), [
+    ({"state": 9}, "ENUM_UNSPECIFIED", "state"),
+    ({"outcome": 9}, "ENUM_UNSPECIFIED", "outcome"),
+    ({"work_status": 9}, "ENUM_UNSPECIFIED", "work_status"),
+    ({"order": 9}, "ENUM_UNSPECIFIED", "order"),
+    ({"task_id_prefix": "has space"}, "FIELD_MALFORMED", "task_id_prefix"),
+    ({"task_id_prefix": "x" * 129}, "FIELD_TOO_LONG", "task_id_prefix"),
+])
+async def test_list_tasks_refuses_a_filter_it_does_not_know(c, fields, reason, field):
+    await rejected(c.ListTasks(pb.ListTasksRequest(workspace_id=WS, **fields)), Code.INVALID_ARGUMENT, reason,
+                   field=field)
+
+
 async def test_list_lifecycle_events_pages_through_a_history(c):
     await c.active("t1")
     for n in range(5):

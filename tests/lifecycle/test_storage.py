@@ -42,7 +42,7 @@ from lifecycle_service.core.model import (
 from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
 from lifecycle_service.storage.memory import MemoryLifecycleStore
-from lifecycle_service.storage.port import InvariantViolated, LifecycleStore
+from lifecycle_service.storage.port import InvariantViolated, LifecycleStore, TaskCount, TaskQuery
 from lifecycle_service.storage.postgres import MIGRATIONS_PACKAGE as PG_MIGRATIONS_PACKAGE
 from lifecycle_service.storage.postgres import SCHEMA as PG_SCHEMA
 from lifecycle_service.storage.postgres import PostgresLifecycleStore
@@ -130,7 +130,7 @@ async def everything(store: LifecycleStore, workspace=WS):
     """What a failed transaction must not have changed."""
 
     def read(tx):
-        tasks = tx.list_tasks(workspace, "", 10_000, None)
+        tasks = tx.list_tasks(workspace, TaskQuery(), "", 10_000)
         return (
             tasks,
             tx.events_after(workspace, 0, None, 10_000),
@@ -211,7 +211,7 @@ async def test_listing_tasks_pages_by_task_id_and_filters_by_parent(backend):
     await put(backend, record("a", workspace="other"))
 
     def ids(after, limit, parent=None, workspace=WS):
-        return backend.read(lambda tx: [t.task_id for t in tx.list_tasks(workspace, after, limit, parent)])
+        return backend.read(lambda tx: [t.task_id for t in tx.list_tasks(workspace, TaskQuery(parent), after, limit)])
 
     assert await ids("", 10) == ["a", "b", "c", "p"]
     assert await ids("a", 2) == ["b", "c"]
@@ -219,6 +219,97 @@ async def test_listing_tasks_pages_by_task_id_and_filters_by_parent(backend):
     assert await ids("b", 10, "p") == ["c"]
     assert await ids("", 10, "nobody") == []
     assert await ids("", 10, workspace="other") == ["a"]
+
+
+TERMINAL = GenerationState.TERMINAL
+# (task id, state, outcome, work status): every kind of task a filter tells apart.
+MIXED = [
+    ("a-1", GenerationState.REGISTERED, None, WorkStatus.READY),
+    ("a-2", GenerationState.ACTIVE, None, WorkStatus.IN_PROGRESS),
+    ("a-3", GenerationState.ACTIVE, None, WorkStatus.BLOCKED),
+    ("b-1", GenerationState.SUSPENDED, None, WorkStatus.READY),
+    ("b-2", TERMINAL, Outcome.COMPLETED, WorkStatus.DONE),
+    ("b-3", TERMINAL, Outcome.FAILED, WorkStatus.BLOCKED),
+    ("c-1", TERMINAL, Outcome.CANCELLED, WorkStatus.CANCELLED),
+    ("c-2", TERMINAL, Outcome.TIMED_OUT, WorkStatus.BLOCKED),
+    ("c-3", TERMINAL, Outcome.COMPLETED, WorkStatus.DONE),
+]
+
+
+async def put_mixed(backend) -> None:
+    for task_id, state, outcome, work in MIXED:
+        await put(backend, record(task_id, state=state, outcome=outcome, work_status=work,
+                                  completion_id="cmp" if outcome is Outcome.COMPLETED else None))
+    await put(backend, record("a-1", workspace="other"))
+
+
+@pytest.mark.parametrize("query", [
+    TaskQuery(state=GenerationState.ACTIVE), TaskQuery(state=TERMINAL), TaskQuery(state=GenerationState.REGISTERED),
+    TaskQuery(outcome=Outcome.COMPLETED), TaskQuery(outcome=Outcome.FAILED), TaskQuery(outcome=Outcome.TIMED_OUT),
+    TaskQuery(work_status=WorkStatus.BLOCKED), TaskQuery(work_status=WorkStatus.DONE),
+    TaskQuery(work_status=WorkStatus.READY), TaskQuery(task_id_prefix="b-"), TaskQuery(task_id_prefix="c-3"),
+    TaskQuery(task_id_prefix="d"), TaskQuery(state=TERMINAL, work_status=WorkStatus.BLOCKED),
+    TaskQuery(state=GenerationState.ACTIVE, outcome=Outcome.FAILED),
+    TaskQuery(outcome=Outcome.FAILED, task_id_prefix="b"),
+], ids=repr)
+async def test_listing_tasks_filters_by_state_outcome_work_status_and_id_prefix_in_pages(backend, query):
+    await put_mixed(backend)
+    expected = [task_id for task_id, state, outcome, work in MIXED
+                if query.state in (None, state) and query.outcome in (None, outcome)
+                and query.work_status in (None, work) and task_id.startswith(query.task_id_prefix)]
+
+    def ids(after, limit):
+        return backend.read(lambda tx: [t.task_id for t in tx.list_tasks(WS, query, after, limit)])
+
+    assert await ids("", 100) == expected
+    paged, after = [], ""
+    while page := await ids(after, 2):
+        paged, after = paged + page, page[-1]
+    assert paged == expected
+
+
+async def test_listing_tasks_by_last_change_is_newest_change_first_once_each_in_pages(backend):
+    await put_mixed(backend)
+    # Changes after registration: a-1, then b-2, then a-1 again (each a new revision).
+    a1 = record("a-1", revision=2, work_status=WorkStatus.IN_PROGRESS)
+    await put(backend, a1)
+    await put(backend, record("b-2", revision=2, state=TERMINAL, outcome=Outcome.COMPLETED,
+                              work_status=WorkStatus.DONE, completion_id="cmp"))
+    latest = await put(backend, dataclasses.replace(a1, revision=3, work_status=WorkStatus.BLOCKED, updated_at=T0 + 3))
+    registered_newest_first = [task_id for task_id, *_ in reversed(MIXED) if task_id not in ("a-1", "b-2")]
+
+    def listed(query=None, before=None, limit=100):
+        return backend.read(lambda tx: tx.list_tasks_by_change(WS, query or TaskQuery(), before, limit))
+
+    everything = await listed()
+    assert [task.task_id for _, task in everything] == ["a-1", "b-2", *registered_newest_first]
+    assert everything[0] == (latest.sequence, dataclasses.replace(a1, revision=3, work_status=WorkStatus.BLOCKED,
+                                                                  updated_at=T0 + 3))
+    sequences = [sequence for sequence, _ in everything]
+    assert sequences == sorted(sequences, reverse=True)
+    paged, before = [], None
+    while page := await listed(before=before, limit=3):
+        paged, before = paged + page, page[-1][0]
+    assert paged == everything
+    blocked = await listed(TaskQuery(work_status=WorkStatus.BLOCKED))
+    assert [task.task_id for _, task in blocked] == ["a-1", "c-2", "b-3", "a-3"]
+    assert await backend.read(lambda tx: tx.list_tasks_by_change("nobody", TaskQuery(), None, 10)) == []
+
+
+async def test_tasks_are_counted_by_state_outcome_and_work_status(backend):
+    await put_mixed(backend)
+    counts = await backend.read(lambda tx: tx.count_tasks(WS))
+    assert counts == [
+        TaskCount(GenerationState.REGISTERED, None, WorkStatus.READY, 1),
+        TaskCount(GenerationState.ACTIVE, None, WorkStatus.IN_PROGRESS, 1),
+        TaskCount(GenerationState.ACTIVE, None, WorkStatus.BLOCKED, 1),
+        TaskCount(GenerationState.SUSPENDED, None, WorkStatus.READY, 1),
+        TaskCount(TERMINAL, Outcome.COMPLETED, WorkStatus.DONE, 2),
+        TaskCount(TERMINAL, Outcome.CANCELLED, WorkStatus.CANCELLED, 1),
+        TaskCount(TERMINAL, Outcome.FAILED, WorkStatus.BLOCKED, 1),
+        TaskCount(TERMINAL, Outcome.TIMED_OUT, WorkStatus.BLOCKED, 1),
+    ]
+    assert await backend.read(lambda tx: tx.count_tasks("nobody")) == []
 
 
 async def test_open_attached_children_are_the_current_generations_unsettled_attached_ones(backend):
@@ -938,6 +1029,36 @@ async def test_sqlite_reopening_keeps_the_data_and_migrates_nothing_twice(sqlite
             assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize(("query", "by_change", "index"), [
+    (TaskQuery(), False, "PRIMARY KEY"),
+    (TaskQuery(state=GenerationState.ACTIVE), False, "tasks_open_by_state"),
+    (TaskQuery(work_status=WorkStatus.BLOCKED), False, "tasks_open_by_work_status"),
+    (TaskQuery(outcome=Outcome.FAILED), False, "tasks_ended_by_outcome"),
+    (TaskQuery(task_id_prefix="bulk-09"), False, "PRIMARY KEY"),
+    # Completed tasks are in no partial index: the key's order, filtered (they are the bulk).
+    (TaskQuery(state=TERMINAL), False, "PRIMARY KEY"),
+    (TaskQuery(), True, "lifecycle_events_by_workspace"),
+    (TaskQuery(state=GenerationState.ACTIVE), True, "lifecycle_events_by_workspace"),
+], ids=repr)
+async def test_sqlite_a_filtered_page_is_read_from_an_index_in_its_order(sqlite_path, query, by_change, index):
+    """What keeps a filtered page as cheap as an unfiltered one: the query walks an
+    index in the listing's order (a search, never a scan of the workspace, and no
+    sort of what it found)."""
+    await (await SqliteLifecycleStore.open(sqlite_path)).close()
+    run: list[str] = []
+    with sqlite3.connect(sqlite_path) as db:
+        db.set_trace_callback(run.append)
+        tx = SqliteLifecycleTx(db)
+        if by_change:
+            tx.list_tasks_by_change(WS, query, None, 50)
+        else:
+            tx.list_tasks(WS, query, "", 50)
+        db.set_trace_callback(None)
+        [sql] = run
+        plan = " / ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}"))
+    assert index in plan and "TEMP B-TREE" not in plan and "SCAN" not in plan, plan
 
 
 async def test_sqlite_an_in_memory_database_serves_reads_and_writes():

@@ -30,6 +30,7 @@ from lifecycle_service.core.model import (
 from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
 from lifecycle_service.storage.memory import MemoryLifecycleStore
+from lifecycle_service.storage.port import TaskQuery
 from lifecycle_service.units import (
     Command,
     Committed,
@@ -76,7 +77,7 @@ class World:
 
     async def snapshot(self):
         def read(tx):
-            tasks = tx.list_tasks(WS, "", 1000, None)
+            tasks = tx.list_tasks(WS, TaskQuery(), "", 1000)
             return tasks, tx.events_after(WS, 0, None, 1000)
 
         return await self.store.read(read)

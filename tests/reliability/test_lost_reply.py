@@ -192,7 +192,8 @@ def settled_once(pair: Pair, task_id: str, completion: cpb.Completion) -> None:
             "BY sequence",
             (WS, task_id),
         ).fetchall()
-        assert kinds == [("COMPLETION_COMMITTED", None), ("COMPLETION_SETTLED", completion.lifecycle_event_sequence)]
+        assert kinds == [("RUN_CLAIMED", None), ("EVIDENCE_RECORDED", None), ("COMPLETION_COMMITTED", None),
+                         ("COMPLETION_SETTLED", completion.lifecycle_event_sequence)]
         task = L.execute(
             "SELECT state, outcome, completion_id FROM tasks WHERE workspace_id = ? AND task_id = ?", (WS, task_id)
         ).fetchone()

@@ -626,6 +626,7 @@ class FunnelMachine(RuleBasedStateMachine):
             run = response.run
             assert (run.generation, response.lease.epoch) == (t.generation, t.epoch)
             m.runs[run.run_id] = MRun(run.run_id, task_id, t.generation, t.epoch)
+            m.completion_events += 1  # RUN_CLAIMED
             t.lease = (run.run_id, t.epoch, m.now + ttl * SECOND)
             if t.state == REGISTERED:
                 m.apply(ACTIVATE, task_id, t.generation, work_status="IN_PROGRESS")
@@ -775,6 +776,7 @@ class FunnelMachine(RuleBasedStateMachine):
             verdict=cpb.EVIDENCE_VERDICT_PASSED if passed else cpb.EVIDENCE_VERDICT_FAILED, request_id=self.rid(),
         ), timeout=CALL_TIMEOUT))
         self.expect(f"RecordEvidence {task_id}", OK, got, response)  # not checked against the task
+        self.model.completion_events += 1  # EVIDENCE_RECORDED
         if t is not None:
             t.evidence.append((generation, "tests", passed, checkpoint))
 
@@ -1005,6 +1007,7 @@ class FunnelMachine(RuleBasedStateMachine):
         if got != OK:
             return
         run.open = False
+        m.completion_events += 1  # RUN_CLOSED
         if decision is not None:
             verdict, decisive, settlement = decision
             self.expect("close verdict", verdict, cpb.Verdict.Name(response.decision.verdict).removeprefix("VERDICT_"))

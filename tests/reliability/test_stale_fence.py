@@ -312,7 +312,7 @@ async def test_a_settlement_for_generation_1_delayed_until_just_after_the_resume
     assert completion.terminalization_error_reason == "STALE_GENERATION"
     assert {k: v for k, v in s.state().items() if k in ("tasks", "lifecycle_events")} == lifecycle_before
     kinds = s.rows(s.completion_db, "SELECT kind FROM completion_events WHERE workspace_id = ? ORDER BY sequence", WS)
-    assert kinds == [("COMPLETION_COMMITTED",), ("TERMINALIZATION_ERROR",)]
+    assert kinds == [("RUN_CLAIMED",), ("EVIDENCE_RECORDED",), ("COMPLETION_COMMITTED",), ("TERMINALIZATION_ERROR",)]
     current = await task(s, "t")
     assert (current.generation, current.state, current.completion_id) == (2, lpb.GENERATION_STATE_ACTIVE, "")
 

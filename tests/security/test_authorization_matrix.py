@@ -43,6 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "SetWorkStatus": {"host", "operator", "completion-service"},
     "GetTask": {"viewer", "agent", "host", "operator", "completion-service"},
     "ListTasks": {"viewer", "host", "operator", "completion-service"},
+    "CountTasks": {"viewer", "host", "operator", "completion-service"},
     "ListLifecycleEvents": {"viewer", "agent", "host", "operator", "completion-service"},
     "WatchLifecycleEvents": {"viewer", "agent", "host", "operator", "completion-service"},
     "ClaimTask": {"agent", "host", "operator"},
@@ -51,6 +52,7 @@ ALLOWED: dict[str, set[str]] = {
     "GetRun": {"viewer", "agent", "host", "operator"},
     "ListRuns": {"viewer", "host", "operator"},
     "RecordEvidence": {"agent", "host", "operator"},
+    "ListEvidence": {"viewer", "host", "operator"},
     "AttemptCompletion": {"agent", "host", "operator"},
     "GetCompletion": {"viewer", "agent", "host", "operator"},
     "ListCompletions": {"viewer", "host", "operator"},
@@ -153,6 +155,7 @@ class World:
             "SetWorkStatus": lambda: lpb.SetWorkStatusRequest(**plain, work_status=lpb.WORK_STATUS_BLOCKED),
             "GetTask": lambda: lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"),
             "ListTasks": lambda: lpb.ListTasksRequest(workspace_id=WS),
+            "CountTasks": lambda: lpb.CountTasksRequest(workspace_id=WS),
             "ListLifecycleEvents": lambda: lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"),
             "WatchLifecycleEvents": lambda: lpb.WatchLifecycleEventsRequest(workspace_id=WS),
             "ClaimTask": lambda: cpb.ClaimTaskRequest(
@@ -166,6 +169,7 @@ class World:
             "RecordEvidence": lambda: cpb.RecordEvidenceRequest(
                 workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
                 run_id=self.run_id),
+            "ListEvidence": lambda: cpb.ListEvidenceRequest(workspace_id=WS, task_id="t-1"),
             "AttemptCompletion": lambda: cpb.AttemptCompletionRequest(
                 workspace_id=WS, task_id="t-1", run_id=self.run_id, epoch=self.epoch,
                 outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"),

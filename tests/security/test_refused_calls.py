@@ -38,7 +38,8 @@ TOKENS = {
     "other-agent": credentials.token("agent-2", [f"{WS}:agent"]),
     "completion-service": credentials.token(COMPLETION_IDENTITY, []),
 }
-READS = {"GetTask", "ListTasks", "ListLifecycleEvents", "WatchLifecycleEvents", "GetRun", "ListRuns",
+READS = {"GetTask", "ListTasks", "CountTasks", "ListLifecycleEvents", "WatchLifecycleEvents", "GetRun", "ListRuns",
+         "ListEvidence",
          "GetCompletion", "ListCompletions", "ListAuditLog", "ListCompletionEvents", "WatchCompletionEvents",
          "ExportTranscript", "ResolveResume"}
 # LoadTranscript reads, but may write (the repair of an interrupted turn).

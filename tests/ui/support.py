@@ -4,9 +4,11 @@ synchronous gRPC driver that walks tasks through the story as a host."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +100,18 @@ class Services:
             if service is not None:
                 service.stop()
 
+    @contextmanager
+    def completion_writes_held(self):
+        """Holds the completion database's write lock (as a backup or a long
+        transaction of another process would): the service's reads go on, its
+        commits wait for the lock (up to their deadline) and land once it is let go."""
+        db = sqlite3.connect(self.data / "completion.sqlite3", isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            yield
+        finally:
+            db.close()  # rolls back what was never written
+
     def token(self, subject: str, permissions: list[str]) -> str:
         return LocalPki(self.data / "tls").load_signing_key().issue(subject, permissions, 3600)
 
@@ -168,9 +182,9 @@ class Driver:
             workspace_id=workspace, task_id=task_id, cause=lpb.Cause(source="test", reason="a task to finish")),
             metadata=self.metadata, timeout=10)
 
-    def claim(self, workspace: str, task_id: str) -> cpb.ClaimTaskResponse:
+    def claim(self, workspace: str, task_id: str, seconds: int = 60) -> cpb.ClaimTaskResponse:
         return self.completion.ClaimTask(cpb.ClaimTaskRequest(
-            workspace_id=workspace, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=60)),
+            workspace_id=workspace, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=seconds)),
             metadata=self.metadata, timeout=10)
 
     def attempt(self, workspace: str, claim: cpb.ClaimTaskResponse) -> cpb.AttemptCompletionResponse:
@@ -178,16 +192,22 @@ class Driver:
             workspace_id=workspace, task_id=claim.run.task_id, run_id=claim.run.run_id, epoch=claim.lease.epoch,
             outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done; all tests pass"), metadata=self.metadata, timeout=10)
 
-    def evidence(self, workspace: str, claim: cpb.ClaimTaskResponse) -> None:
-        self.completion.RecordEvidence(cpb.RecordEvidenceRequest(
+    def evidence(self, workspace: str, claim: cpb.ClaimTaskResponse) -> cpb.RecordEvidenceResponse:
+        return self.completion.RecordEvidence(cpb.RecordEvidenceRequest(
             workspace_id=workspace, task_id=claim.run.task_id, generation=claim.run.generation, kind="tests",
             verdict=cpb.EVIDENCE_VERDICT_PASSED, details="pytest: 42 passed", run_id=claim.run.run_id),
             metadata=self.metadata, timeout=10)
 
-    def complete_run(self, workspace: str, claim: cpb.ClaimTaskResponse) -> None:
-        self.completion.CompleteRun(cpb.CompleteRunRequest(
-            workspace_id=workspace, run_id=claim.run.run_id, outcome=cpb.RUN_OUTCOME_SUCCEEDED, tokens_total=1500,
+    def complete_run(self, workspace: str, claim: cpb.ClaimTaskResponse,
+                     outcome: int = cpb.RUN_OUTCOME_SUCCEEDED) -> cpb.CompleteRunResponse:
+        return self.completion.CompleteRun(cpb.CompleteRunRequest(
+            workspace_id=workspace, run_id=claim.run.run_id, outcome=outcome, tokens_total=1500,
             notes="Implemented the change."), metadata=self.metadata, timeout=10)
+
+    def renew(self, workspace: str, claim: cpb.ClaimTaskResponse, seconds: int) -> cpb.RenewLeaseResponse:
+        return self.completion.RenewLease(cpb.RenewLeaseRequest(
+            workspace_id=workspace, run_id=claim.run.run_id, epoch=claim.lease.epoch,
+            lease_ttl=Duration(seconds=seconds)), metadata=self.metadata, timeout=10)
 
     def append(self, workspace: str, task_id: str, *events: tpb.SessionEvent) -> None:
         self.transcripts.AppendTranscript(tpb.AppendTranscriptRequest(

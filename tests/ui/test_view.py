@@ -5,6 +5,7 @@ the cursors and pages its streams and lists move by."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -60,17 +61,31 @@ def test_a_rejected_completion_shows_the_terminalization_error():
     assert (badge.kind, badge.detail) == ("rejected", "terminalization error ACTIVE_ATTACHED_CHILD: refused")
 
 
+TERMINAL_WORDS = re.compile(r"\b(completed|cancelled|failed|timed out|done)\b")
+
+
 def test_no_completion_fact_makes_a_task_terminal():
-    """Every combination of completion facts on every non-terminal lifecycle state:
-    never a terminal word."""
-    terminal_words = {"completed", "cancelled", "failed", "timed out"}
-    for state, statuses, generation in itertools.product(
+    """Every combination of completion facts on every non-terminal lifecycle state,
+    work status, fence and time: never a terminal word, neither in the badge nor
+    anywhere in the list row or the task head that show them (times and ages
+    included)."""
+    for state, statuses, generation, work, cancel, times in itertools.product(
         ("REGISTERED", "ACTIVE", "SUSPENDED"),
         itertools.product(("PENDING", "SETTLED", "REJECTED"), repeat=2),
         (1, 2),
+        ("READY", "IN_PROGRESS", "BLOCKED"),
+        (False, True),
+        ((0.0, 0.0), (1_700_000_000.0, 1_700_000_123.5)),
     ):
         facts = {f"c{i}": Settlement(f"c{i}", generation, s) for i, s in enumerate(statuses)}
-        assert view.task_badge(life(state), facts).label not in terminal_words
+        lifecycle = Lifecycle("t1", 1, 3, state, work_status=work, cancellation_requested=cancel,
+                              created=times[0], changed=times[1])
+        badge = view.task_badge(lifecycle, facts)
+        assert not TERMINAL_WORDS.search(badge.label)
+        for html in (render.task_row("w", lifecycle, facts),
+                     render.task_head("w", lifecycle, facts, [], "csrf", "request")):
+            shown = re.sub(r"<[^>]*>", " ", html)
+            assert not TERMINAL_WORDS.search(shown), shown
 
 
 def event(kind: int, completion_id: str = "cmp_1", **fields) -> cpb.CompletionEvent:
@@ -142,21 +157,29 @@ def test_event_ids(text, cursor):
         assert view.parse_cursor(cursor.event_id()) == cursor
 
 
-def test_page_cursors_round_trip_and_garbage_starts_over():
-    cursor = view.PageCursor("opaque+token/=", 17)
-    assert view.decode_page_cursor(cursor.encode()) == cursor
-    for garbage in ("", "!!!", "bnVsbA", view.PageCursor("x", -1).encode()):
-        assert view.decode_page_cursor(garbage) == view.PageCursor()
+def test_a_filter_is_sent_to_the_service_and_judges_live_rows_as_the_service_would():
+    blocked = view.Filter(state="ACTIVE", work_status="BLOCKED", prefix="t-", order="changed")
+    request = blocked.list_request("ws", 50, "token")
+    assert (request.state, request.outcome, request.work_status, request.task_id_prefix, request.order) == (
+        lpb.GENERATION_STATE_ACTIVE, 0, lpb.WORK_STATUS_BLOCKED, "t-", lpb.TASK_ORDER_LAST_CHANGE)
+    assert (request.page_size, request.page_token) == (50, "token")
+    assert blocked.query == {"state": "ACTIVE", "work_status": "BLOCKED", "q": "t-", "sort": "changed"}
+    assert view.Filter().query == {} and view.Filter().list_request("ws", 50, "").order == 0
+    task = Lifecycle("t-9", 1, 2, "ACTIVE", work_status="BLOCKED")
+    assert view.matches(blocked, task)
+    assert not view.matches(view.Filter(prefix="t-1"), task) and not view.matches(view.Filter(prefix="9"), task)
+    assert not view.matches(view.Filter(outcome="FAILED"), task)
 
 
-def test_filtered_pages_stop_mid_page_and_continue_there():
-    tasks = [Lifecycle(f"t{i}", 1, 1, "ACTIVE" if i % 3 == 0 else "REGISTERED") for i in range(10)]
-    active = view.Filter(state="ACTIVE")
-    first, stop = view.take_matching(tasks, 0, active, 2)
-    assert [t.task_id for t in first] == ["t0", "t3"] and stop == 4
-    rest, stop = view.take_matching(tasks, stop, active, 2)
-    assert [t.task_id for t in rest] == ["t6", "t9"] and stop is None
-    assert view.matches(view.Filter(text="T9"), tasks[9]) and not view.matches(view.Filter(text="x"), tasks[9])
+def test_a_live_page_admits_a_task_in_its_range_or_on_top_of_the_first_page_of_changes():
+    task = Lifecycle("m", 1, 1, "REGISTERED")
+    assert view.ListedPage(first="", last="z").admits(task) and view.ListedPage(first="a", last="").admits(task)
+    assert not view.ListedPage(first="n", last="z").admits(task) and not view.ListedPage(last="l").admits(task)
+    assert not view.ListedPage(view.Filter(state="ACTIVE")).admits(task)
+    changes = view.Filter(order="changed")
+    assert view.ListedPage(changes, last="a").admits(task)  # every change goes on top of the first page
+    assert not view.ListedPage(changes, first_page=False).admits(task)
+    assert view.next_in_order("m", ["a", "z", "n"]) == "n" and view.next_in_order("zz", ["a"]) is None
 
 
 def test_service_text_is_escaped():
@@ -168,7 +191,7 @@ def test_service_text_is_escaped():
     completion = render.completion_event_row(cpb.CompletionEvent(
         sequence=2, decision=cpb.Decision(instruction=hostile, trace=[cpb.GateResult(gate_id="g", reason=hostile)])))
     assert "<script>" not in completion
-    page = render.task_list("w", view.Filter(text=hostile), [], {}, None, Cursor())
+    page = render.task_list("w", view.Filter(prefix=hostile), [], {}, "", Cursor(), lpb.CountTasksResponse())
     assert "<script>alert" not in page
 
 

@@ -85,6 +85,9 @@ class CompletionEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPLETION_EVENT_KIND_COMPLETION_COMMITTED: _ClassVar[CompletionEventKind]
     COMPLETION_EVENT_KIND_COMPLETION_SETTLED: _ClassVar[CompletionEventKind]
     COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR: _ClassVar[CompletionEventKind]
+    COMPLETION_EVENT_KIND_RUN_CLAIMED: _ClassVar[CompletionEventKind]
+    COMPLETION_EVENT_KIND_RUN_CLOSED: _ClassVar[CompletionEventKind]
+    COMPLETION_EVENT_KIND_EVIDENCE_RECORDED: _ClassVar[CompletionEventKind]
 
 class TaskEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -186,6 +189,9 @@ COMPLETION_EVENT_KIND_DECISION_BLOCKED: CompletionEventKind
 COMPLETION_EVENT_KIND_COMPLETION_COMMITTED: CompletionEventKind
 COMPLETION_EVENT_KIND_COMPLETION_SETTLED: CompletionEventKind
 COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR: CompletionEventKind
+COMPLETION_EVENT_KIND_RUN_CLAIMED: CompletionEventKind
+COMPLETION_EVENT_KIND_RUN_CLOSED: CompletionEventKind
+COMPLETION_EVENT_KIND_EVIDENCE_RECORDED: CompletionEventKind
 TASK_EFFECT_UNSPECIFIED: TaskEffect
 TASK_EFFECT_DONE: TaskEffect
 TASK_EFFECT_SETTLING: TaskEffect
@@ -439,7 +445,7 @@ class CompletionIdentity(_message.Message):
     def __init__(self, schema: _Optional[str] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., state_version: _Optional[int] = ..., checkpoint: _Optional[str] = ..., outcome: _Optional[str] = ..., decision_schema: _Optional[str] = ...) -> None: ...
 
 class Evidence(_message.Message):
-    __slots__ = ("workspace_id", "task_id", "generation", "evidence_id", "kind", "verdict", "checkpoint", "details", "run_id", "record_time")
+    __slots__ = ("workspace_id", "task_id", "generation", "evidence_id", "kind", "verdict", "checkpoint", "details", "run_id", "record_time", "recorded_by")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -450,6 +456,7 @@ class Evidence(_message.Message):
     DETAILS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     RECORD_TIME_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_BY_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     task_id: str
     generation: int
@@ -460,10 +467,11 @@ class Evidence(_message.Message):
     details: str
     run_id: str
     record_time: _timestamp_pb2.Timestamp
-    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., evidence_id: _Optional[str] = ..., kind: _Optional[str] = ..., verdict: _Optional[_Union[EvidenceVerdict, str]] = ..., checkpoint: _Optional[str] = ..., details: _Optional[str] = ..., run_id: _Optional[str] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    recorded_by: Caller
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., evidence_id: _Optional[str] = ..., kind: _Optional[str] = ..., verdict: _Optional[_Union[EvidenceVerdict, str]] = ..., checkpoint: _Optional[str] = ..., details: _Optional[str] = ..., run_id: _Optional[str] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recorded_by: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
 
 class CompletionEvent(_message.Message):
-    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "kind", "run_id", "completion_id", "outcome", "decision", "lifecycle_revision", "lifecycle_event_sequence", "error_reason", "error_message", "commit_time")
+    __slots__ = ("sequence", "workspace_id", "task_id", "generation", "kind", "run_id", "completion_id", "outcome", "decision", "lifecycle_revision", "lifecycle_event_sequence", "error_reason", "error_message", "commit_time", "run_outcome", "evidence_id")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +486,8 @@ class CompletionEvent(_message.Message):
     ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    RUN_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_ID_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     workspace_id: str
     task_id: str
@@ -492,7 +502,9 @@ class CompletionEvent(_message.Message):
     error_reason: str
     error_message: str
     commit_time: _timestamp_pb2.Timestamp
-    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., kind: _Optional[_Union[CompletionEventKind, str]] = ..., run_id: _Optional[str] = ..., completion_id: _Optional[str] = ..., outcome: _Optional[_Union[RequestedOutcome, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., lifecycle_revision: _Optional[int] = ..., lifecycle_event_sequence: _Optional[int] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    run_outcome: RunOutcome
+    evidence_id: str
+    def __init__(self, sequence: _Optional[int] = ..., workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., kind: _Optional[_Union[CompletionEventKind, str]] = ..., run_id: _Optional[str] = ..., completion_id: _Optional[str] = ..., outcome: _Optional[_Union[RequestedOutcome, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., lifecycle_revision: _Optional[int] = ..., lifecycle_event_sequence: _Optional[int] = ..., error_reason: _Optional[str] = ..., error_message: _Optional[str] = ..., commit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_outcome: _Optional[_Union[RunOutcome, str]] = ..., evidence_id: _Optional[str] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
     __slots__ = ("audit_id", "workspace_id", "action", "run_id", "task_id", "metadata", "record_time", "caller")
@@ -670,6 +682,28 @@ class RecordEvidenceResponse(_message.Message):
     EVIDENCE_FIELD_NUMBER: _ClassVar[int]
     evidence: Evidence
     def __init__(self, evidence: _Optional[_Union[Evidence, _Mapping]] = ...) -> None: ...
+
+class ListEvidenceRequest(_message.Message):
+    __slots__ = ("workspace_id", "task_id", "generation", "page_size", "page_token")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    task_id: str
+    generation: int
+    page_size: int
+    page_token: str
+    def __init__(self, workspace_id: _Optional[str] = ..., task_id: _Optional[str] = ..., generation: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListEvidenceResponse(_message.Message):
+    __slots__ = ("evidence", "next_page_token")
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    evidence: _containers.RepeatedCompositeFieldContainer[Evidence]
+    next_page_token: str
+    def __init__(self, evidence: _Optional[_Iterable[_Union[Evidence, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AttemptCompletionRequest(_message.Message):
     __slots__ = ("workspace_id", "task_id", "run_id", "epoch", "outcome", "result", "state_version", "request_id")

@@ -66,6 +66,11 @@ class CompletionServiceStub:
                 request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.SerializeToString,
                 response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.FromString,
                 _registered_method=True)
+        self.ListEvidence = channel.unary_unary(
+                '/funnel.completion.v1.CompletionService/ListEvidence',
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.FromString,
+                _registered_method=True)
         self.AttemptCompletion = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/AttemptCompletion',
                 request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.AttemptCompletionRequest.SerializeToString,
@@ -114,7 +119,8 @@ class CompletionServiceServicer:
         lifecycle applied what it needed (another claim took the lease meanwhile,
         and needs the same). A transcript turn the previous
         holder left open is closed first, in the claim's transaction, by the same
-        synthetic events a load would write (see transcript.proto).
+        synthetic events a load would write (see transcript.proto). The claim's
+        transaction commits a `RUN_CLAIMED` event.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE` (`lease_ttl`), `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
         `GENERATION_TERMINAL`, `CANCELLATION_REQUESTED`, `LEASE_HELD` (another open
@@ -128,7 +134,8 @@ class CompletionServiceServicer:
 
     def RenewLease(self, request, context):
         """Extends the live lease of an open run to now + `lease_ttl`; the epoch stays.
-        An expired lease cannot be renewed: claim again.
+        An expired lease cannot be renewed: claim again. Commits no completion
+        event (see `CompletionEvent`): the new expiry is read with the run.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE` (`epoch`, `lease_ttl`), `REQUEST_ID_REUSED`,
         `RUN_NOT_FOUND`, `RUN_ALREADY_FINISHED`, `LEASE_NOT_CURRENT` (a newer claim
@@ -165,7 +172,7 @@ class CompletionServiceServicer:
         `LIFECYCLE_REJECTED` (metadata `lifecycle_reason`, `next_action`) and the
         run stays open: close it again with another outcome (`STALLED` leaves the
         task as it is). `task_effect` says whether the close ended the task or left
-        it open, and why.
+        it open, and why. The close's transaction commits a `RUN_CLOSED` event.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG` (`notes` above
         1048576 characters, `error`), `ENUM_UNSPECIFIED` (`outcome`, `final_status`),
         `VALUE_OUT_OF_RANGE` (negative tokens), `REQUEST_ID_REUSED`, `RUN_NOT_FOUND`,
@@ -203,11 +210,23 @@ class CompletionServiceServicer:
         checked for existence. A `run_id`, if given, must name an existing run of
         this task and generation (`RUN_NOT_FOUND` otherwise; nothing is stored); an
         agent must name an open run of the task that it holds (`run_id` required
-        then).
+        then). Commits an `EVIDENCE_RECORDED` event with the fact.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `ENUM_UNSPECIFIED` (`verdict`), `VALUE_OUT_OF_RANGE` (`generation`),
         `REQUEST_ID_REUSED`, `RUN_NOT_FOUND` (also a run of another task or
         generation), `RUN_NOT_HELD`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEvidence(self, request, context):
+        """Lists one task's evidence facts (optionally one generation's), oldest first
+        by (`record_time`, `evidence_id`), each with who recorded it. The task is
+        not checked for existence (an unknown one lists nothing), as evidence is
+        recorded without that check. Changes nothing.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, page token),
+        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`generation`, `page_size`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -340,6 +359,11 @@ def add_CompletionServiceServicer_to_server(servicer, server):
                     servicer.RecordEvidence,
                     request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.FromString,
                     response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.SerializeToString,
+            ),
+            'ListEvidence': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvidence,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.SerializeToString,
             ),
             'AttemptCompletion': grpc.unary_unary_rpc_method_handler(
                     servicer.AttemptCompletion,
@@ -536,6 +560,33 @@ class CompletionService:
             '/funnel.completion.v1.CompletionService/RecordEvidence',
             funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.SerializeToString,
             funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvidence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/funnel.completion.v1.CompletionService/ListEvidence',
+            funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.FromString,
             options,
             channel_credentials,
             insecure,

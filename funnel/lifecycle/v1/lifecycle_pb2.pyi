@@ -43,6 +43,12 @@ class WorkStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORK_STATUS_DONE: _ClassVar[WorkStatus]
     WORK_STATUS_CANCELLED: _ClassVar[WorkStatus]
 
+class TaskOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_ORDER_UNSPECIFIED: _ClassVar[TaskOrder]
+    TASK_ORDER_TASK_ID: _ClassVar[TaskOrder]
+    TASK_ORDER_LAST_CHANGE: _ClassVar[TaskOrder]
+
 class ParentLinkMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PARENT_LINK_MODE_UNSPECIFIED: _ClassVar[ParentLinkMode]
@@ -124,6 +130,9 @@ WORK_STATUS_IN_PROGRESS: WorkStatus
 WORK_STATUS_BLOCKED: WorkStatus
 WORK_STATUS_DONE: WorkStatus
 WORK_STATUS_CANCELLED: WorkStatus
+TASK_ORDER_UNSPECIFIED: TaskOrder
+TASK_ORDER_TASK_ID: TaskOrder
+TASK_ORDER_LAST_CHANGE: TaskOrder
 PARENT_LINK_MODE_UNSPECIFIED: ParentLinkMode
 PARENT_LINK_MODE_ATTACHED: ParentLinkMode
 PARENT_LINK_MODE_DETACHED: ParentLinkMode
@@ -589,16 +598,26 @@ class GetTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., open_attached_child_task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("workspace_id", "page_size", "page_token", "parent_task_id")
+    __slots__ = ("workspace_id", "page_size", "page_token", "parent_task_id", "state", "outcome", "work_status", "task_id_prefix", "order")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    WORK_STATUS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     page_size: int
     page_token: str
     parent_task_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., parent_task_id: _Optional[str] = ...) -> None: ...
+    state: GenerationState
+    outcome: TerminalOutcome
+    work_status: WorkStatus
+    task_id_prefix: str
+    order: TaskOrder
+    def __init__(self, workspace_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., parent_task_id: _Optional[str] = ..., state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., task_id_prefix: _Optional[str] = ..., order: _Optional[_Union[TaskOrder, str]] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
     __slots__ = ("tasks", "next_page_token")
@@ -607,6 +626,32 @@ class ListTasksResponse(_message.Message):
     tasks: _containers.RepeatedCompositeFieldContainer[Task]
     next_page_token: str
     def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CountTasksRequest(_message.Message):
+    __slots__ = ("workspace_id",)
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    def __init__(self, workspace_id: _Optional[str] = ...) -> None: ...
+
+class TaskCount(_message.Message):
+    __slots__ = ("state", "outcome", "work_status", "tasks")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    WORK_STATUS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    state: GenerationState
+    outcome: TerminalOutcome
+    work_status: WorkStatus
+    tasks: int
+    def __init__(self, state: _Optional[_Union[GenerationState, str]] = ..., outcome: _Optional[_Union[TerminalOutcome, str]] = ..., work_status: _Optional[_Union[WorkStatus, str]] = ..., tasks: _Optional[int] = ...) -> None: ...
+
+class CountTasksResponse(_message.Message):
+    __slots__ = ("counts", "total")
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    counts: _containers.RepeatedCompositeFieldContainer[TaskCount]
+    total: int
+    def __init__(self, counts: _Optional[_Iterable[_Union[TaskCount, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
 
 class ListLifecycleEventsRequest(_message.Message):
     __slots__ = ("workspace_id", "task_id", "page_size", "page_token")

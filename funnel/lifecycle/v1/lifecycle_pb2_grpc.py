@@ -100,6 +100,11 @@ class TaskLifecycleServiceStub:
                 request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksRequest.SerializeToString,
                 response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksResponse.FromString,
                 _registered_method=True)
+        self.CountTasks = channel.unary_unary(
+                '/funnel.lifecycle.v1.TaskLifecycleService/CountTasks',
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksResponse.FromString,
+                _registered_method=True)
         self.ListLifecycleEvents = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/ListLifecycleEvents',
                 request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLifecycleEventsRequest.SerializeToString,
@@ -298,10 +303,28 @@ class TaskLifecycleServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTasks(self, request, context):
-        """Lists a workspace's tasks ordered by task id, optionally only the children of
-        one parent. An unknown workspace or parent yields an empty page.
-        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, or a page token not issued
-        for this listing), `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`).
+        """Lists a workspace's tasks ordered by task id (or, with `order`
+        `LAST_CHANGE`, most recent change first), optionally only those matching
+        every filter given: the children of one parent, a lifecycle state, a
+        terminal outcome, a work status, an id prefix. The filters are applied by
+        the server, from indexes (a filtered page in task-id order costs what an
+        unfiltered one does; in `LAST_CHANGE` order the recent changes are read
+        newest first, so a page costs in proportion to the changes it passes over).
+        An unknown workspace or parent yields an empty page. Changes nothing.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, `task_id_prefix`, or a
+        page token not issued for this listing and its filters and order),
+        `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`), `ENUM_UNSPECIFIED`
+        (`state`, `outcome`, `work_status` or `order` not a value of its enum).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CountTasks(self, request, context):
+        """Counts a workspace's tasks by lifecycle state, terminal outcome and work
+        status, in one server-side aggregate over an index (not a listing): what a
+        display shows at the top of a task list. Changes nothing.
+        Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -413,6 +436,11 @@ def add_TaskLifecycleServiceServicer_to_server(servicer, server):
                     servicer.ListTasks,
                     request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksRequest.FromString,
                     response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'CountTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountTasks,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksResponse.SerializeToString,
             ),
             'ListLifecycleEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListLifecycleEvents,
@@ -777,6 +805,33 @@ class TaskLifecycleService:
             '/funnel.lifecycle.v1.TaskLifecycleService/ListTasks',
             funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksRequest.SerializeToString,
             funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/funnel.lifecycle.v1.TaskLifecycleService/CountTasks',
+            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,
