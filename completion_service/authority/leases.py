@@ -80,7 +80,7 @@ class RunsAndLeases:
         on another replica between this claim's checks and its commit still
         refuses it after the lifecycle applied the activation or IN_PROGRESS that
         the rival needed too (docs/specification.md §4.2)."""
-        keys = [("task", workspace_id, task_id)]
+        keys: list[tuple[str, ...]] = [("task", workspace_id, task_id)]
         if request is not None:
             keys.append(("request", request.workspace_id, request.caller, request.method, request.request_id))
         async with self._claiming.hold(*keys):

@@ -61,7 +61,11 @@ class Shells:
         self.lifecycle = FakeLifecycle()
         self.gates = FakeGates()
         self.published: list = []
-        self.authority = CompletionAuthority(
+        self.authority = self.replica(policy, stall_after)
+
+    def replica(self, policy: WorkspacePolicy = WorkspacePolicy(), stall_after: float | None = None):
+        """An authority over the same store and lifecycle service, as another replica has."""
+        return CompletionAuthority(
             self.world.store, self.lifecycle, PolicyBook(defaults=policy), self.world.clock, self.gates,
             ids=self.world.ids, publish=self.published.extend, settle_interval=0.01, stall_after=stall_after,
         )
@@ -71,8 +75,8 @@ class Shells:
         return self.world.store
 
     async def claim(self, task_id: str = "t-1", agent: str = "agent-1", ttl: int = 60 * SECOND,
-                    request=None) -> Claimed | Replay:
-        return await self.authority.runs.claim(
+                    request=None, authority: CompletionAuthority | None = None) -> Claimed | Replay:
+        return await (authority or self.authority).runs.claim(
             WS, task_id, agent, ttl, request, lambda claimed: claimed.run.run_id.encode(), lambda raw: raw.decode()
         )
 
@@ -317,7 +321,7 @@ async def test_a_claim_whose_request_id_committed_meanwhile_is_a_replay_not_a_he
     async def get_task(workspace_id: str, task_id: str):
         if not first:
             shells.lifecycle.get_task = real_get_task
-            first.append(await shells.claim(request=request))
+            first.append(await shells.claim(request=request, authority=shells.replica()))
         return await real_get_task(workspace_id, task_id)
 
     shells.lifecycle.get_task = get_task

@@ -206,9 +206,9 @@ def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path
     try:
         loop = asyncio.new_event_loop()
         database = loop.run_until_complete(open_scratch(tmp_path))
-        loop.create_task(database.write(held))
+        writes = [loop.create_task(database.write(held))]
         loop.run_until_complete(asyncio.to_thread(running.wait, 10))
-        loop.create_task(database.write(insert("behind")))
+        writes.append(loop.create_task(database.write(insert("behind"))))
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()  # with the group still on the database thread
         release.set()
