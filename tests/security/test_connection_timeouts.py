@@ -126,9 +126,13 @@ async def test_a_peer_that_stops_answering_pings_is_cut_off(pair):
     port = await relay.start()
     channel = credentials.tls_channel(f"127.0.0.1:{port}", HOST, identity=None)
     try:
-        watch = completion_pb2_grpc.CompletionServiceStub(channel).WatchCompletionEvents(
-            cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=120)
-        await until_state(channel, grpc.ChannelConnectivity.READY)
+        stub = completion_pb2_grpc.CompletionServiceStub(channel)
+        watch = stub.WatchCompletionEvents(cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=120)
+        # A call answered after the watch began means the server has the watch's
+        # stream (frames arrive in order): silenced before, the server would hold a
+        # connection without calls, which it does not ping (gRPC pings only
+        # connections with calls) and closes only at the idle timeout.
+        await stub.ListRuns(cpb.ListRunsRequest(workspace_id=WS), timeout=30)
         relay.relaying = False  # the client's side goes silent, its watch stream still open
         await asyncio.wait_for(relay.server_closed.wait(), 1 + 1 + MARGIN)
         watch.cancel()
