@@ -146,3 +146,26 @@ async def test_a_client_from_a_funnel_up_data_directory(pair, tmp_path):
         assert claim.run.task_id == task_id
     with pytest.raises(ValueError, match="token"):
         FunnelClient.from_data_dir(tmp_path)
+
+
+async def test_a_rate_limited_call_waits_as_retry_info_says(tmp_path):
+    # Its own pair: a lifecycle service that lets each caller through 5 times a second.
+    limited = await Pair(tmp_path, lifecycle_args=["--rate-limit", "5", "--rate-burst", "1"]).start()
+    try:
+        task_id = fresh_task()
+        async with client(limited, host_token()) as host:
+            await host.register_task(WS, task_id)
+            started = asyncio.get_running_loop().time()
+            for _ in range(3):
+                await host.get_task(WS, task_id)
+            # Each call past the burst waited about 1/5 s, as the RetryInfo said.
+            assert asyncio.get_running_loop().time() - started >= 0.3
+        async with client(limited, host_token(), retry=RetryPolicy(max_retry_delay=0.001)) as impatient:
+            with pytest.raises(FunnelError) as caught:
+                for _ in range(3):
+                    await impatient.get_task(WS, task_id)
+    finally:
+        await limited.stop()
+    error = caught.value
+    assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED")
+    assert error.retry_after is not None and error.retry_after > 0
