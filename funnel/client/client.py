@@ -51,8 +51,9 @@ class FunnelClient:
 
     `tls` None means plaintext (services started with `--insecure`, loopback
     only). `token` is the bearer token, or a TokenSource called before every
-    call. `timeout` is the deadline of each call, in seconds, per attempt;
-    `retry` says which failures are retried and how often.
+    call; None sends none (services started with `--no-auth`). `timeout` is
+    the deadline of each call, in seconds, per attempt; `retry` says which
+    failures are retried and how often.
 
     Make it inside the event loop that uses it (gRPC binds channels to it), and
     close it (`await client.close()`, or `async with`): that ends its
@@ -64,11 +65,11 @@ class FunnelClient:
         completion: str,
         *,
         tls: Tls | None,
-        token: str | TokenSource,
+        token: str | TokenSource | None,
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
-        tokens: TokenSource = (lambda: token) if isinstance(token, str) else token
+        tokens: TokenSource | None = (lambda: token) if isinstance(token, str) else token
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._channels = [_channel(address, tls, tokens) for address in (lifecycle, completion)]
@@ -312,8 +313,8 @@ class FunnelClient:
             await asyncio.sleep(wait)
 
 
-def _channel(address: str, tls: Tls | None, tokens: TokenSource) -> grpc.aio.Channel:
-    interceptors = bearer_interceptors(tokens)
+def _channel(address: str, tls: Tls | None, tokens: TokenSource | None) -> grpc.aio.Channel:
+    interceptors = bearer_interceptors(tokens) if tokens is not None else []
     if tls is None:
         return grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS, interceptors=interceptors)
     credentials = grpc.ssl_channel_credentials(

@@ -22,12 +22,12 @@ _RENEW_AT_REMAINING = 0.2
 
 @dataclass(frozen=True)
 class Tls:
-    """PEM bytes: `ca` verifies the services' certificates; `cert` and `key`
-    (both or neither) are the client certificate the lifecycle service asks
-    for. `server_name` overrides the name checked in a service's certificate
+    """PEM bytes: `ca` verifies the services' certificates (None: the system's
+    trusted roots); `cert` and `key` (both or neither) are the client
+    certificate the lifecycle service asks for. `server_name` overrides the name checked in a service's certificate
     (an address that is not one of its names, e.g. through a tunnel)."""
 
-    ca: bytes
+    ca: bytes | None
     cert: bytes | None = None
     key: bytes | None = None
     server_name: str | None = None
