@@ -20,9 +20,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2
 async def main() -> None:
     async with FunnelClient.from_data_dir(
         os.environ.get("FUNNEL_DATA_DIR", "funnel-data"),  # its CA and client certificate
-        token=os.environ["FUNNEL_TOKEN"],
-        lifecycle=os.environ.get("FUNNEL_LIFECYCLE", "127.0.0.1:50051"),
-        completion=os.environ.get("FUNNEL_COMPLETION", "127.0.0.1:50052"),
+        token=os.environ["FUNNEL_TOKEN"],  # addresses: FUNNEL_LIFECYCLE, FUNNEL_COMPLETION, else funnel up's
     ) as client:
         registered = await client.register_task("acme", "fix-login", request_id="register-fix-login")
         task = await client.get_task("acme", "fix-login")

@@ -11,6 +11,7 @@ applied twice. A failure is raised as FunnelError."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -86,21 +87,27 @@ class FunnelClient:
         token: str | TokenSource | None = None,
         subject: str | None = None,
         permissions: Sequence[str] = (),
-        lifecycle: str = DEFAULT_LIFECYCLE,
-        completion: str = DEFAULT_COMPLETION,
+        lifecycle: str | None = None,
+        completion: str | None = None,
         **options: Any,
     ) -> FunnelClient:
         """A client of the services `funnel up` runs from `data_dir`: its local
         CA and client certificate, and either `token` or, with `subject` and
         `permissions` (e.g. `["acme:host"]`), tokens signed by its local key
-        (funnel.client.credentials.local_tokens). `options` are the
-        constructor's (`timeout`, `retry`). Raises ValueError when it is given
-        neither a token nor a subject, OSError when the files are missing."""
+        (funnel.client.credentials.local_tokens). The addresses not given are
+        FUNNEL_LIFECYCLE and FUNNEL_COMPLETION, as for `funnel mcp` and `funnel
+        ui`, else `funnel up`'s ports. `options` are the constructor's
+        (`timeout`, `retry`). Raises ValueError when it is given neither a token
+        nor a subject, OSError when the files are missing."""
         if token is None:
             if subject is None or not permissions:
                 raise ValueError("pass a token, or a subject and permissions for a token of the local key")
             token = local_tokens(data_dir, subject, permissions)
-        return cls(lifecycle, completion, tls=Tls.from_data_dir(data_dir), token=token, **options)
+        return cls(
+            lifecycle or os.environ.get("FUNNEL_LIFECYCLE", DEFAULT_LIFECYCLE),
+            completion or os.environ.get("FUNNEL_COMPLETION", DEFAULT_COMPLETION),
+            tls=Tls.from_data_dir(data_dir), token=token, **options,
+        )
 
     async def close(self) -> None:
         """Closes both channels; calls still open on them end as CANCELLED."""
