@@ -74,10 +74,11 @@ class FunnelClient:
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._channels = [_channel(address, tls, tokens) for address in (lifecycle, completion)]
-        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])
-        """The generated stub, for the RPCs without a method here (through `call`)."""
-        self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])
-        self.transcripts = transcript_pb2_grpc.TranscriptServiceStub(self._channels[1])
+        # The generated stubs, for the RPCs without a method here (through `call`).
+        # grpcio-tools leaves their constructors unannotated.
+        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])  # type: ignore[no-untyped-call]
+        self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])  # type: ignore[no-untyped-call]
+        self.transcripts = transcript_pb2_grpc.TranscriptServiceStub(self._channels[1])  # type: ignore[no-untyped-call]
 
     @classmethod
     def from_data_dir(

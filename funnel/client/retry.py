@@ -33,7 +33,7 @@ class RetryPolicy:
     once, since the caller would rather know than sleep that long."""
 
     attempts: int = 5
-    initial_backoff: float = 0.1
+    initial_backoff: float = 0.2
     max_backoff: float = 2.0
     max_retry_delay: float = 30.0
 
