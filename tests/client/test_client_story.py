@@ -169,3 +169,32 @@ async def test_a_rate_limited_call_waits_as_retry_info_says(tmp_path):
     error = caught.value
     assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED")
     assert error.retry_after is not None and error.retry_after > 0
+
+
+async def test_a_watch_resumes_after_its_service_restarts_without_a_gap_or_a_repeat(tmp_path):
+    # Its own pair: this test stops and restarts the lifecycle service.
+    restarting = await Pair(tmp_path).start()
+    patient = RetryPolicy(attempts=40, max_backoff=0.5)  # the restart takes a few seconds on a loaded machine
+    try:
+        task_id = fresh_task()
+        async with client(restarting, host_token(), retry=patient) as host:
+            await host.register_task(WS, task_id)
+            events = host.watch_lifecycle_events(WS, task_id=task_id)
+            first = await asyncio.wait_for(anext(events), BOUND)
+            assert first.to_state == lpb.GENERATION_STATE_REGISTERED
+            # SIGTERM ends the stream with SERVER_SHUTTING_DOWN (UNAVAILABLE); then the service comes back.
+            restarting.lifecycle.stop()
+            restarting.lifecycle.start()
+            claim = await host.claim_task(WS, task_id, "agent-1")
+            run = claim.run
+            await host.record_evidence(WS, task_id, run.generation, "tests", cpb.EVIDENCE_VERDICT_PASSED)
+            allowed = await host.attempt_completion(WS, task_id, run.run_id, claim.lease.epoch, result="done")
+            assert allowed.decision.verdict == cpb.VERDICT_ALLOW
+            seen = [first]
+            while seen[-1].to_state != lpb.GENERATION_STATE_TERMINAL:
+                seen.append(await asyncio.wait_for(anext(events), BOUND))
+            await events.aclose()
+            history = await host.list_lifecycle_events(WS, task_id)
+    finally:
+        await restarting.stop()
+    assert [e.sequence for e in seen] == [e.sequence for e in history]
