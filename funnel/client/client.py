@@ -90,16 +90,18 @@ class FunnelClient:
         permissions: Sequence[str] = (),
         lifecycle: str | None = None,
         completion: str | None = None,
-        **options: Any,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
     ) -> FunnelClient:
         """A client of the services `funnel up` runs from `data_dir`: its local
         CA and client certificate, and either `token` or, with `subject` and
         `permissions` (e.g. `["acme:host"]`), tokens signed by its local key
         (funnel.client.credentials.local_tokens). The addresses not given are
         FUNNEL_LIFECYCLE and FUNNEL_COMPLETION, as for `funnel mcp` and `funnel
-        ui`, else `funnel up`'s ports. `options` are the constructor's
-        (`timeout`, `retry`). Raises ValueError when it is given neither a token
-        nor a subject, OSError when the files are missing."""
+        ui`, else `funnel up`'s ports; `timeout` and `retry` as for the
+        constructor. Raises ValueError when it is given neither a token nor a
+        subject, OSError when the files are missing, and
+        `funnel.auth.tokens.SigningKeyError` for an unusable signing key."""
         if token is None:
             if subject is None or not permissions:
                 raise ValueError("pass a token, or a subject and permissions for a token of the local key")
@@ -107,7 +109,7 @@ class FunnelClient:
         return cls(
             lifecycle or os.environ.get("FUNNEL_LIFECYCLE", DEFAULT_LIFECYCLE),
             completion or os.environ.get("FUNNEL_COMPLETION", DEFAULT_COMPLETION),
-            tls=Tls.from_data_dir(data_dir), token=token, **options,
+            tls=Tls.from_data_dir(data_dir), token=token, timeout=timeout, retry=retry,
         )
 
     async def close(self) -> None:
