@@ -18,6 +18,7 @@ import grpc
 
 from funnel.auth.client import bearer_interceptors
 from funnel.auth.pki import LocalPki
+from funnel.client import FunnelClient, Tls
 
 DEFAULT_DATA_DIR = "funnel-data"
 LOCAL_TOKEN_TTL = 3600.0
@@ -44,6 +45,11 @@ class Connection:
             root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
         )
         return grpc.aio.secure_channel(address, credentials, interceptors=interceptors)
+
+    def client(self, lifecycle: str, completion: str) -> FunnelClient:
+        """A funnel.client for both services with this TLS material and token."""
+        tls = None if self.insecure else Tls(self.ca, self.cert, self.key)
+        return FunnelClient(lifecycle, completion, tls=tls, token=self.token)
 
     def with_token(self, token: str | None) -> Connection:
         return Connection(token, self.ca, self.cert, self.key, self.insecure)

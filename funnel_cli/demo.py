@@ -8,12 +8,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from google.protobuf.duration_pb2 import Duration
-
 from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel_cli.connection import Connection
 
 WORKSPACE = "demo"
@@ -41,26 +37,15 @@ async def run_demo(
     callers: DemoCallers, lifecycle_address: str, completion_address: str, say: Callable[[str], None] = print
 ) -> dict:
     """Returns what a test needs to check the story; raises DemoFailed if any step
-    does not behave as the story says."""
+    does not behave as the story says, funnel.client.FunnelError if a call fails."""
     task_id = f"demo-{uuid.uuid4().hex[:8]}"
     async with (
-        callers.host.channel(lifecycle_address) as host_lifecycle_channel,
-        callers.host.channel(completion_address) as host_completion_channel,
-        callers.agent.channel(completion_address) as agent_channel,
+        callers.host.client(lifecycle_address, completion_address) as host,
+        callers.agent.client(lifecycle_address, completion_address) as agent,
     ):
-        lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(host_lifecycle_channel)
-        host = completion_pb2_grpc.CompletionServiceStub(host_completion_channel)
-        completion = completion_pb2_grpc.CompletionServiceStub(agent_channel)
-        timeout = 10.0
-
-        registered = await lifecycle.RegisterTask(
-            lpb.RegisterTaskRequest(
-                workspace_id=WORKSPACE,
-                task_id=task_id,
-                request_id=f"{task_id}-register",
-                cause=lpb.Cause(source="funnel demo", reason="a task to finish"),
-            ),
-            timeout=timeout,
+        registered = await host.register_task(
+            WORKSPACE, task_id, cause=lpb.Cause(source="funnel demo", reason="a task to finish"),
+            request_id=f"{task_id}-register",
         )
         say(
             f"1. register   task {task_id} in workspace {WORKSPACE!r}: generation {registered.task.generation}, "
@@ -68,27 +53,19 @@ async def run_demo(
             f"{registered.task.revision}"
         )
 
-        claim = await completion.ClaimTask(
-            cpb.ClaimTaskRequest(
-                workspace_id=WORKSPACE, task_id=task_id, agent_id=callers.agent_id, lease_ttl=Duration(seconds=60)
-            ),
-            timeout=timeout,
-        )
+        claim = await agent.claim_task(WORKSPACE, task_id, callers.agent_id, lease_ttl=60)
         run = claim.run
         say(f"2. claim      run {run.run_id} holds the lease (epoch {claim.lease.epoch}); "
             "the lifecycle service now shows the task ACTIVE, IN_PROGRESS")
 
-        def attempt() -> cpb.AttemptCompletionRequest:
-            return cpb.AttemptCompletionRequest(
-                workspace_id=WORKSPACE,
-                task_id=task_id,
-                run_id=run.run_id,
-                epoch=claim.lease.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
-                result="Implemented the change; all tests pass.",
+        async def attempt() -> cpb.AttemptCompletionResponse:
+            # Each attempt is a new request (a new request id): the same one would
+            # be answered with the first attempt's block.
+            return await agent.attempt_completion(
+                WORKSPACE, task_id, run.run_id, claim.lease.epoch, result="Implemented the change; all tests pass."
             )
 
-        blocked = await completion.AttemptCompletion(attempt(), timeout=timeout)
+        blocked = await attempt()
         verdict = _name(cpb.Verdict, blocked.decision.verdict, "VERDICT_")
         action = _name(cpb.AgentAction, blocked.decision.next_action, "AGENT_ACTION_")
         say(f"3. attempt    {verdict}: next action {action}\n               {blocked.decision.instruction}")
@@ -98,22 +75,14 @@ async def run_demo(
         ):
             raise DemoFailed(f"expected a soft block asking for evidence, got {verdict} / {action}")
 
-        evidence = await host.RecordEvidence(
-            cpb.RecordEvidenceRequest(
-                workspace_id=WORKSPACE,
-                task_id=task_id,
-                generation=run.generation,
-                kind="tests",
-                verdict=cpb.EVIDENCE_VERDICT_PASSED,
-                details="pytest: 42 passed",
-                run_id=run.run_id,
-            ),
-            timeout=timeout,
+        recorded = await host.record_evidence(
+            WORKSPACE, task_id, run.generation, "tests", cpb.EVIDENCE_VERDICT_PASSED,
+            details="pytest: 42 passed", run_id=run.run_id,
         )
-        say(f"4. evidence   {evidence.evidence.kind} PASSED at checkpoint {evidence.evidence.checkpoint!r} "
-            f"({evidence.evidence.evidence_id})")
+        say(f"4. evidence   {recorded.evidence.kind} PASSED at checkpoint {recorded.evidence.checkpoint!r} "
+            f"({recorded.evidence.evidence_id})")
 
-        allowed = await completion.AttemptCompletion(attempt(), timeout=timeout)
+        allowed = await attempt()
         done = allowed.completion
         say(
             f"5. attempt    {_name(cpb.Verdict, allowed.decision.verdict, 'VERDICT_')}: completion "
@@ -125,10 +94,10 @@ async def run_demo(
         say(f"6. settlement {_name(cpb.SettlementStatus, done.settlement, 'SETTLEMENT_STATUS_')} "
             f"at lifecycle revision {done.lifecycle_revision}")
 
-        events = await lifecycle.ListLifecycleEvents(
-            lpb.ListLifecycleEventsRequest(workspace_id=WORKSPACE, task_id=task_id), timeout=timeout
-        )
-        terminal = [e for e in events.events if e.to_state == lpb.GENERATION_STATE_TERMINAL]
+        terminal = [
+            e for e in await host.list_lifecycle_events(WORKSPACE, task_id)
+            if e.to_state == lpb.GENERATION_STATE_TERMINAL
+        ]
         if not terminal:
             raise DemoFailed("the lifecycle history has no terminal event")
         event = terminal[0]
@@ -136,17 +105,9 @@ async def run_demo(
             f"{_name(lpb.TerminalOutcome, event.outcome, 'TERMINAL_OUTCOME_')} at revision {event.revision} "
             f"(completion {event.completion_id})")
 
-        closed = await completion.CompleteRun(
-            cpb.CompleteRunRequest(
-                workspace_id=WORKSPACE,
-                run_id=run.run_id,
-                outcome=cpb.RUN_OUTCOME_SUCCEEDED,
-                tokens_input=1200,
-                tokens_output=300,
-                tokens_total=1500,
-                notes="Implemented the change; all tests pass.",
-            ),
-            timeout=timeout,
+        closed = await agent.complete_run(
+            WORKSPACE, run.run_id, cpb.RUN_OUTCOME_SUCCEEDED, tokens_input=1200, tokens_output=300,
+            tokens_total=1500, notes="Implemented the change; all tests pass.",
         )
         final = _name(cpb.FinalStatus, closed.final_status, "FINAL_STATUS_")
         say(f"8. complete_task run {closed.run_id} closed: final status {final}, {closed.tokens_total} tokens")

@@ -27,6 +27,7 @@ import jwt
 from funnel.auth.pki import ensure_local_pki
 from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE, subject_problem
 from funnel.auth.tokens import SigningKeyError
+from funnel.client import FunnelError
 from funnel.runtime.postgres import redacted
 from funnel.runtime.validation import id_problem
 from funnel_cli import connection as conn
@@ -107,7 +108,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                     return 1
             time.sleep(0.5)
         return 0
-    except (StartupFailed, DemoFailed, conn.ConnectionSetupError) as exc:
+    except (StartupFailed, DemoFailed, FunnelError, conn.ConnectionSetupError) as exc:
         print(f"funnel up: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -131,8 +132,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except (DemoFailed, conn.ConnectionSetupError) as exc:
         print(f"funnel demo: {exc}", file=sys.stderr)
         return 1
-    except grpc.aio.AioRpcError as error:
-        print(f"funnel demo: {error.code().name}: {error.details()}", file=sys.stderr)
+    except FunnelError as error:
+        print(f"funnel demo: {error}", file=sys.stderr)
         return 1
     return 0
 

@@ -37,7 +37,7 @@ def test_the_readme_client_example_registers_and_reads_a_task(tmp_path):
             capture_output=True, text=True, check=True, timeout=30,
         ).stdout.strip()
         env = {**os.environ, "FUNNEL_TOKEN": token, "FUNNEL_LIFECYCLE": f"127.0.0.1:{port}",
-               "FUNNEL_TLS": str(data / "tls")}
+               "FUNNEL_DATA_DIR": str(data)}
         runs = [
             subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, env=env, timeout=60)
             for _ in range(2)
