@@ -52,7 +52,6 @@ class TurnEndReason(enum.Enum):
     CANCELLED = 4
 
 
-REOPENING_KINDS = frozenset({EventKind.USER_FEEDBACK, EventKind.PROMPT_RESEND, EventKind.CHECKPOINT_RESTORE})
 INTERRUPTED_RESULT = "interrupted: the session ended before this tool call returned a result"
 
 

@@ -57,11 +57,6 @@ class Principal:
     def roles_in(self, workspace_id: str) -> frozenset[Role]:
         return self.grants.get(workspace_id, frozenset()) | self.grants.get(ALL_WORKSPACES, frozenset())
 
-    def describe_grants(self) -> str:
-        """The caller's grants as permission strings, for denial messages."""
-        entries = sorted(f"{ws}:{role.value}" for ws, roles in self.grants.items() for role in roles)
-        return ", ".join(entries) or "none"
-
 
 def subject_problem(value: str) -> str | None:
     """Why `value` is not a safe subject, or None. The answer names a bad

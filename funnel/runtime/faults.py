@@ -53,10 +53,6 @@ class Faults:
         self._hits: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    @property
-    def armed(self) -> bool:
-        return bool(self._plan)
-
     def hit(self, point: str) -> None:
         planned = self._plan.get(point)
         if planned is None:
@@ -93,10 +89,6 @@ class FileFaults(Faults):
         super().__init__()
         self._path = path
         self._seen: tuple | None = None
-
-    @property
-    def armed(self) -> bool:
-        return True
 
     def hit(self, point: str) -> None:
         try:

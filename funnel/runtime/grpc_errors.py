@@ -11,12 +11,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from funnel.runtime.errors import Code, Rejection
-
-
-def grpc_code(code: Code) -> grpc.StatusCode:
-    return grpc.StatusCode[code.name]
-
+from funnel.runtime.errors import Rejection
 
 # A status travels in trailing metadata (grpc-message percent-encoded, the details
 # base64-encoded), and gRPC clients refuse metadata above 8 KiB by default: a larger
