@@ -3,13 +3,11 @@ against `funnel up`, with a token from `funnel token issue`, twice (the retry wi
 the same request id answers the same)."""
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.reliability.harness import unused_port
+from tests.funnel_up import funnel_up
 
 BIN = Path(sys.executable).parent
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "register_task.py"
@@ -17,34 +15,17 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "register_task.py"
 
 def test_the_readme_client_example_registers_and_reads_a_task(tmp_path):
     data = tmp_path / "funnel-data"
-    port = unused_port()
-    up = subprocess.Popen(
-        [str(BIN / "funnel"), "up", "--data-dir", str(data), "--lifecycle-port", str(port), "--completion-port", "0",
-         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = up.stdout.readline()
-            assert line, "funnel up exited before serving"
-            if "both SERVING" in line:
-                break
+    with funnel_up(tmp_path, "--data-dir", str(data)) as up:
         token = subprocess.run(
             [str(BIN / "funnel"), "token", "issue", "--workspace", "acme", "--role", "host", "--data-dir", str(data)],
             capture_output=True, text=True, check=True, timeout=30,
         ).stdout.strip()
-        env = {**os.environ, "FUNNEL_TOKEN": token, "FUNNEL_LIFECYCLE": f"127.0.0.1:{port}",
+        env = {**os.environ, "FUNNEL_TOKEN": token, "FUNNEL_LIFECYCLE": up.lifecycle,
                "FUNNEL_DATA_DIR": str(data)}
         runs = [
             subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, env=env, timeout=60)
             for _ in range(2)
         ]
-    finally:
-        up.send_signal(signal.SIGINT)
-        up.communicate(timeout=30)
     for run in runs:
         assert run.returncode == 0, run.stderr
         assert run.stdout.strip() == "registered fix-login (revision 1): generation 1, GENERATION_STATE_REGISTERED"

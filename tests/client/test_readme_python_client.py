@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.reliability.harness import unused_port
+from tests.funnel_up import funnel_up
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -30,26 +28,10 @@ def test_the_readme_python_client_story_runs_as_written(tmp_path):
     (program,) = [text for language, text in blocks if language == "python"]
     (expected,) = [text for language, text in blocks if language == ""]
     (tmp_path / "story.py").write_text(program, encoding="utf-8")
-    lifecycle, completion = unused_port(), unused_port()
-    up = subprocess.Popen(
-        [str(BIN / "funnel"), "up", "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
-         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = up.stdout.readline()
-            assert line, "funnel up exited before serving"
-            if "both SERVING" in line:
-                break
+    with funnel_up(tmp_path) as up:
         # The README's run uses funnel up's default ports; this one the ports of this run.
-        env = {**os.environ, "FUNNEL_LIFECYCLE": f"127.0.0.1:{lifecycle}",
-               "FUNNEL_COMPLETION": f"127.0.0.1:{completion}"}
+        env = {**os.environ, "FUNNEL_LIFECYCLE": up.lifecycle, "FUNNEL_COMPLETION": up.completion}
         done = subprocess.run([sys.executable, "story.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=120)
-    finally:
-        up.send_signal(signal.SIGINT)
-        up.communicate(timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout == expected

@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.reliability.harness import unused_port
+from tests.funnel_up import funnel_up
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -34,21 +32,9 @@ def test_the_readme_mcp_configuration_works_as_written(tmp_path):
     (shell,) = blocks(section, "sh")
     (config,) = blocks(section, "json")
     assert "<!-- mcp-config:" in section
-    lifecycle, completion = unused_port(), unused_port()
-    up = subprocess.Popen(
-        [str(BIN / "funnel"), "up", "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
-         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = up.stdout.readline()
-            assert line, "funnel up exited before serving"
-            if "both SERVING" in line:
-                break
+    with funnel_up(tmp_path) as up:
         script = shell.replace(".venv/bin/", f"{BIN}/").replace("examples/", f"{ROOT}/examples/")
-        env = {**os.environ, "FUNNEL_LIFECYCLE": f"127.0.0.1:{lifecycle}"}
+        env = {**os.environ, "FUNNEL_LIFECYCLE": up.lifecycle}
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -57,15 +43,12 @@ def test_the_readme_mcp_configuration_works_as_written(tmp_path):
         filled = (config.replace("/path/to/funnel/.venv/bin/funnel", str(BIN / "funnel"))
                   .replace("/path/to/funnel/funnel-data", str(tmp_path / "funnel-data"))
                   .replace("<the agent's token>", agent_token)
-                  .replace("127.0.0.1:50051", f"127.0.0.1:{lifecycle}")
-                  .replace("127.0.0.1:50052", f"127.0.0.1:{completion}"))
+                  .replace("127.0.0.1:50051", up.lifecycle)
+                  .replace("127.0.0.1:50052", up.completion))
         (tmp_path / "mcp.json").write_text(filled, encoding="utf-8")
         assert json.loads(filled)["mcpServers"]["funnel"]["args"][0] == "mcp"
         loop = subprocess.run([sys.executable, str(ROOT / "examples" / "mcp_seed_loop.py"), "mcp.json", "fix-login"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    finally:
-        up.send_signal(signal.SIGINT)
-        up.communicate(timeout=30)
     assert loop.returncode == 0, loop.stderr
     claimed, closed, again = loop.stdout.strip().splitlines()
     assert re.match(r"claim_task    -> run run_\w+, generation 1, lease epoch 1 until \S+Z$", claimed)
