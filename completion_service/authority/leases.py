@@ -79,67 +79,57 @@ class RunsAndLeases:
         for each other. Replicas of one database cannot: there a rival committed
         on another replica between this claim's checks and its commit still
         refuses it after the lifecycle applied the activation or IN_PROGRESS that
-        the rival needed too (docs/specification.md §4.2)."""
+        the rival needed too (docs/specification.md §4.1, §10)."""
         keys: list[tuple[str, ...]] = [("task", workspace_id, task_id)]
         if request is not None:
             keys.append(("request", request.workspace_id, request.caller, request.method, request.request_id))
         async with self._claiming.hold(*keys):
-            return await self._claim(workspace_id, task_id, agent_id, ttl_micros, request, render, run_of)
-
-    async def _claim(
-        self,
-        workspace_id: str,
-        task_id: str,
-        agent_id: str,
-        ttl_micros: int,
-        request: RequestKey | None,
-        render: Callable[[Claimed], bytes],
-        run_of: Callable[[bytes], str],
-    ) -> Claimed | Replay:
-        remembered = await self._store.read(functools.partial(peek, key=request))
-        if isinstance(remembered, Rejection):
-            raise ServiceError(remembered)
-        if isinstance(remembered, Replay):
-            await self._confirm_replayed_claim(workspace_id, run_of(remembered.response))
-            return remembered
-        current = await self._projection.read(workspace_id, task_id)
-        task = current.task
-        if task.state == lpb.GENERATION_STATE_TERMINAL:
-            raise ServiceError(
-                reject(
-                    Reason.GENERATION_TERMINAL,
-                    f"generation {task.generation} of task {task_id!r} is terminal",
-                    generation=task.generation,
-                    outcome=lpb.TerminalOutcome.Name(task.outcome),
+            remembered = await self._store.read(functools.partial(peek, key=request))
+            if isinstance(remembered, Rejection):
+                raise ServiceError(remembered)
+            if isinstance(remembered, Replay):
+                await self._confirm_replayed_claim(workspace_id, run_of(remembered.response))
+                return remembered
+            current = await self._projection.read(workspace_id, task_id)
+            task = current.task
+            if task.state == lpb.GENERATION_STATE_TERMINAL:
+                raise ServiceError(
+                    reject(
+                        Reason.GENERATION_TERMINAL,
+                        f"generation {task.generation} of task {task_id!r} is terminal",
+                        generation=task.generation,
+                        outcome=lpb.TerminalOutcome.Name(task.outcome),
+                    )
                 )
+            if task.cancellation == lpb.CANCELLATION_STATE_REQUESTED:
+                raise ServiceError(
+                    reject(Reason.CANCELLATION_REQUESTED, f"task {task_id!r} has a cancellation request")
+                )
+            command = ClaimCommand(
+                workspace_id, task_id, agent_id, task.generation, ttl_micros, self._ids.new_id("run"), request, render
             )
-        if task.cancellation == lpb.CANCELLATION_STATE_REQUESTED:
-            raise ServiceError(reject(Reason.CANCELLATION_REQUESTED, f"task {task_id!r} has a cancellation request"))
-        command = ClaimCommand(
-            workspace_id, task_id, agent_id, task.generation, ttl_micros, self._ids.new_id("run"), request, render
-        )
-        # The request id again: a claim with it may have committed meanwhile.
-        refused = await self._store.read(
-            functools.partial(runs.claim_refusal, command=command, now=self._clock.now_micros())
-        )
-        if isinstance(refused, Rejection):
-            raise ServiceError(refused)
-        if isinstance(refused, Replay):
-            await self._confirm_replayed_claim(workspace_id, run_of(refused.response))
-            return refused
-        try:
-            await self._start_work(workspace_id, task_id, command.run_id, task)
-        except LifecycleRejected as exc:
-            raise claim_refused(exc, task_id) from None
-        except LifecycleUnavailable as exc:
-            raise unavailable(exc) from None
-        # Only a rival on another replica can refuse the claim now (see claim).
-        result = await self.commit_claim(command)
-        if isinstance(result, Rejection):
-            raise ServiceError(result)
-        if isinstance(result, Replay):
-            await self._confirm_replayed_claim(workspace_id, run_of(result.response))
-        return result
+            # The request id again: a claim with it may have committed meanwhile.
+            refused = await self._store.read(
+                functools.partial(runs.claim_refusal, command=command, now=self._clock.now_micros())
+            )
+            if isinstance(refused, Rejection):
+                raise ServiceError(refused)
+            if isinstance(refused, Replay):
+                await self._confirm_replayed_claim(workspace_id, run_of(refused.response))
+                return refused
+            try:
+                await self._start_work(workspace_id, task_id, command.run_id, task)
+            except LifecycleRejected as exc:
+                raise claim_refused(exc, task_id) from None
+            except LifecycleUnavailable as exc:
+                raise unavailable(exc) from None
+            # Only a rival on another replica can refuse the claim now (see claim).
+            result = await self.commit_claim(command)
+            if isinstance(result, Rejection):
+                raise ServiceError(result)
+            if isinstance(result, Replay):
+                await self._confirm_replayed_claim(workspace_id, run_of(result.response))
+            return result
 
     async def commit_claim(self, command: ClaimCommand) -> Claimed | Replay | Rejection:
         """The claim's transaction (runs.claim), without the lifecycle's part."""
