@@ -1,7 +1,8 @@
-"""Node.js tooling for the tests that need it (buf, the TypeScript client): the
-npm packages of a folder's package-lock.json are installed from the npm registry
-by the first test that needs them (`npm ci`, once per checkout, under a file
-lock so that parallel test workers do not race), never by hand.
+"""Node.js tooling for the tests that need it (buf, the MCP Inspector, the
+TypeScript client): the npm packages of a folder's package-lock.json are
+installed from the npm registry by the first test that needs them (`npm ci`,
+once per checkout, under a file lock so that parallel test workers do not
+race), never by hand.
 
 These tests need Node.js 20+ with npm on PATH (CI machines have them); without
 them they fail and say so."""
