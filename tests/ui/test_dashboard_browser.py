@@ -27,7 +27,9 @@ LIVE = 10_000  # ms a live update may take
 
 @pytest.fixture(scope="module")
 def dashboard(services):
-    dashboard = Dashboard(services, [WS, "bulk"], services.token("ui-operator", ["*:operator"]))
+    # Runs open longer than 6 s are "open long" on the attention page.
+    dashboard = Dashboard(services, [WS, "bulk"], services.token("ui-operator", ["*:operator"]),
+                          extra=["--long-run-minutes", "0.1"])
     dashboard.start()
     yield dashboard
     dashboard.stop()
@@ -236,6 +238,50 @@ def test_in_last_change_order_a_changed_task_moves_to_the_top_and_the_counts_fol
     wait_until(lambda: row_ids(page) == ["sorted-c", "sorted-a", "sorted-b"], LIVE / 1000, "sorted-c on top")
     expect(page.locator("#counts .total")).to_have_text(f"{total + 1} tasks", timeout=LIVE)
     expect(page.locator("#row-sorted-a .badge")).to_have_text("active")
+    assert page.evaluate("window.notReloaded") is True
+
+
+def attention_rows(page: Page, section: str, task_id: str):
+    return page.locator(f"#attention-{section} tr[data-task='{task_id}']")
+
+
+def test_the_attention_page_shows_a_pending_settlement_while_the_lifecycle_service_is_down(
+    page, dashboard, driver, services
+):
+    driver.register(WS, "att-held-1")
+    claim = driver.claim(WS, "att-held-1")
+    driver.evidence(WS, claim)
+    open_live(page, f"{dashboard.url}/w/{WS}/attention")
+    expect(attention_rows(page, "pending", "att-held-1")).to_have_count(0)
+    services.arm_lifecycle("lifecycle.before_commit:crash:1")
+    try:
+        allowed = driver.attempt(WS, claim)
+        assert services.lifecycle.process.wait(10) != 0
+        assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+        row = attention_rows(page, "pending", "att-held-1")
+        expect(row).to_have_count(1, timeout=LIVE)
+        expect(row).to_contain_text(allowed.completion.completion_id)
+        expect(row.locator("a")).to_have_attribute("href", f"/w/{WS}/t/att-held-1")
+        expect(page.locator("#notice")).to_contain_text("lifecycle service unavailable", timeout=LIVE)
+        # The outbox keeps trying: the row says so.
+        expect(row).to_contain_text("call(s) unanswered")
+    finally:
+        services.restart_lifecycle()
+    expect(attention_rows(page, "pending", "att-held-1")).to_have_count(0, timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_the_attention_page_shows_a_lapsed_lease_and_a_run_open_long(page, dashboard, driver):
+    driver.register(WS, "att-lapse-1")
+    driver.claim(WS, "att-lapse-1", seconds=2)
+    driver.register(WS, "att-long-1")
+    long_claim = driver.claim(WS, "att-long-1", seconds=600)
+    open_live(page, f"{dashboard.url}/w/{WS}/attention")
+    # Both by time alone: no event says a lease lapsed or a run grew old.
+    expect(attention_rows(page, "expired", "att-lapse-1")).to_have_count(1, timeout=LIVE)
+    expect(attention_rows(page, "long", "att-long-1")).to_have_count(1, timeout=LIVE)
+    driver.complete_run(WS, long_claim, cpb.RUN_OUTCOME_STALLED)
+    expect(attention_rows(page, "long", "att-long-1")).to_have_count(0, timeout=LIVE)
     assert page.evaluate("window.notReloaded") is True
 
 
