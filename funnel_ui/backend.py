@@ -34,7 +34,10 @@ RESUME_DELAY = 0.5
 TRANSCRIPT_LIMIT = 1000
 # Each list of the attention page shows at most this many entries (one page of each listing).
 ATTENTION_PAGE = 1000
-# Of the rejected completions, the tasks of at most this many (the latest) are read.
+# Of the rejected completions (listed oldest first, from an index of each
+# settlement status), the first this many pages are read, and of those the tasks
+# of at most ATTENTION_CHECKS (the latest rejected) are asked about.
+ATTENTION_REJECTED_PAGES = 10
 ATTENTION_CHECKS = 200
 
 TokenSource = Callable[[], str]
@@ -153,13 +156,14 @@ class Backend:
         the open runs read for it (whose leases say when it changes next)."""
         pending, rejected, open_runs = await asyncio.gather(
             self._completions_by(workspace, "SETTLEMENT_STATUS_PENDING"),
-            self._completions_by(workspace, "SETTLEMENT_STATUS_REJECTED"),
+            self._completions_by(workspace, "SETTLEMENT_STATUS_REJECTED", ATTENTION_REJECTED_PAGES),
             self.completion.ListRuns(cpb.ListRunsRequest(workspace_id=workspace, open_only=True,
                                                          page_size=ATTENTION_PAGE), timeout=CALL_TIMEOUT),
         )
         expired, long_open = view.open_runs_needing_attention(open_runs.runs, time.time(), long_run_seconds)
-        # Rejections stay on record after their task moved on: the latest are asked about.
-        recent = rejected[-ATTENTION_CHECKS:]
+        # Rejections stay on record after their task moved on: each task's latest is
+        # asked about, for the tasks rejected last.
+        recent = view.latest_rejections(rejected, pending, ATTENTION_CHECKS)
         standing, unknown = [], ""
         try:
             tasks = {t.task_id: t for t in await self.tasks(workspace, sorted({c.task_id for c in recent}))}
@@ -168,10 +172,19 @@ class Backend:
             unknown = f"the lifecycle service did not answer ({error.code().name}): which still stand is unknown"
         return view.Attention(tuple(pending), expired, long_open, tuple(standing), unknown), list(open_runs.runs)
 
-    async def _completions_by(self, workspace: str, settlement: str) -> list[cpb.Completion]:
-        listed = await self.completion.ListCompletions(cpb.ListCompletionsRequest(
-            workspace_id=workspace, settlement=settlement, page_size=ATTENTION_PAGE), timeout=CALL_TIMEOUT)
-        return list(listed.completions)
+    async def _completions_by(self, workspace: str, settlement: str, pages: int = 1) -> list[cpb.Completion]:
+        """Oldest commit first: the first `pages` pages of that settlement's listing (from its index)."""
+        found: list[cpb.Completion] = []
+        token = ""
+        for _ in range(pages):
+            listed = await self.completion.ListCompletions(cpb.ListCompletionsRequest(
+                workspace_id=workspace, settlement=settlement, page_size=ATTENTION_PAGE, page_token=token),
+                timeout=CALL_TIMEOUT)
+            found += listed.completions
+            token = listed.next_page_token
+            if not token:
+                break
+        return found
 
     async def counts(self, workspace: str) -> lpb.CountTasksResponse:
         return await self.lifecycle.CountTasks(lpb.CountTasksRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)

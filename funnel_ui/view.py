@@ -364,6 +364,22 @@ def open_runs_needing_attention(
     return expired, long_open
 
 
+def latest_rejections(rejected: Iterable[cpb.Completion], pending: Iterable[cpb.Completion],
+                      limit: int) -> list[cpb.Completion]:
+    """Of the rejected completions (oldest commit first, as listed), each task's
+    latest, unless a completion of that task's generation committed after it is
+    pending (its last completion is then that one, not the rejection); the
+    `limit` latest of those, oldest first."""
+    latest: dict[str, cpb.Completion] = {}
+    for completion in rejected:
+        latest.pop(completion.task_id, None)  # re-inserted last: the dict stays in commit order
+        latest[completion.task_id] = completion
+    waiting = {(c.task_id, c.generation): seconds(c.commit_time) for c in pending}
+    kept = [c for c in latest.values()
+            if waiting.get((c.task_id, c.generation), float("-inf")) < seconds(c.commit_time)]
+    return kept[-limit:] if limit > 0 else []
+
+
 def still_rejected(completion: cpb.Completion, task: Lifecycle | None) -> bool:
     """A rejected completion still stands for its task: the task is at that
     generation and not terminal (else a resume, a cancellation or a later

@@ -279,3 +279,28 @@ def test_the_attention_panel_links_each_entry_to_its_task_and_escapes_service_te
     assert 'id="attention-long"' in html and "nothing" in html.split('id="attention-long"')[1].split("</section>")[0]
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "<b>3</b> need attention" in html
+
+
+def completion_at(completion_id: str, task_id: str, committed: float, status: int, generation: int = 1):
+    completion = cpb.Completion(completion_id=completion_id, task_id=task_id, generation=generation,
+                                settlement=status)
+    completion.commit_time.FromNanoseconds(int(committed * 1e9))
+    return completion
+
+
+def test_of_the_rejections_each_tasks_latest_counts_unless_a_later_completion_is_pending():
+    rejected_, pending_ = cpb.SETTLEMENT_STATUS_REJECTED, cpb.SETTLEMENT_STATUS_PENDING
+    rejected = [
+        completion_at("a-1", "a", 10, rejected_),
+        completion_at("b-1", "b", 20, rejected_),
+        completion_at("a-2", "a", 30, rejected_),  # a refused again: its latest
+        completion_at("c-1", "c", 40, rejected_),
+        completion_at("d-1", "d", 50, rejected_),
+    ]
+    pending = [
+        completion_at("c-2", "c", 45, pending_),  # c tried again since: its last completion is pending
+        completion_at("d-0", "d", 5, pending_, generation=2),  # another generation's: no bearing
+    ]
+    kept = view.latest_rejections(rejected, pending, limit=10)
+    assert [c.completion_id for c in kept] == ["b-1", "a-2", "d-1"]  # commit order
+    assert [c.completion_id for c in view.latest_rejections(rejected, pending, limit=2)] == ["a-2", "d-1"]
