@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
@@ -344,6 +345,19 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
     assert attempt_sequences(page) == driver.completion_sequences(WS, "held-1")
 
 
+def answered(call) -> bool:
+    """Whether the call was answered. Right after the lifecycle service restarted, the
+    completion service reaches it only after its channel's reconnect backoff: until
+    then a call needing it is refused UNAVAILABLE with nothing applied (and is tried again)."""
+    try:
+        call()
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        return False
+    return True
+
+
 def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard, driver, services):
     driver.register(WS, "reconnect-1")
     open_live(page, f"{dashboard.url}/w/{WS}/t/reconnect-1")
@@ -360,7 +374,7 @@ def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard,
     # (SERVER_SHUTTING_DOWN with the cursor): it resumes upstream, the page stays open.
     services.restart_lifecycle()
     driver.evidence(WS, claim)
-    driver.attempt(WS, claim)
+    wait_until(lambda: answered(lambda: driver.attempt(WS, claim)), LIVE / 1000, "the attempt answered")
     expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
     expect(badge(page)).to_have_text("completed")
     wait_until(lambda: len(attempt_sequences(page)) == len(driver.completion_sequences(WS, "reconnect-1")),
