@@ -230,13 +230,14 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
 
     async def ListRuns(self, request, context):
         requests.listing(request, "task_id")
-        listing = ["runs", request.workspace_id, request.task_id]
+        # Unfiltered by openness, the listing is as before the filter existed (its tokens stay valid).
+        listing = ["runs", request.workspace_id, request.task_id, *(["open"] if request.open_only else [])]
         cursor = _token(request, listing, list)
         size = page_size(request.page_size)
         before = (cursor[0], cursor[1]) if cursor else None
         page = page_of(
             await self._store.read(lambda tx: tx.load_runs(request.workspace_id, request.task_id or None, before,
-                                                           size + 1)),
+                                                           size + 1, request.open_only)),
             size,
         )
         items, protos, more = self._fit(page, run_to_proto)

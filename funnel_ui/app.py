@@ -33,7 +33,7 @@ from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.validation import id_problem
 from funnel_ui import render, view
 from funnel_ui.backend import Backend, Settings
-from funnel_ui.streams import ListStream, TaskStream
+from funnel_ui.streams import AttentionStream, ListStream, TaskStream
 
 PAGE_SIZE = 50
 HTTP_STATUS = {
@@ -56,6 +56,8 @@ class Context:
     # Put into every action form; a POST without it is refused (with the Origin check, against CSRF).
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     backend: Backend | None = None
+    # The attention page lists runs open longer than this (seconds) with a live lease.
+    long_run_seconds: float = 3600.0
 
     @property
     def live(self) -> Backend:
@@ -129,6 +131,26 @@ def create_app(context: Context) -> Any:
             return _rpc_error_page(error, "/")
         return _html(render.task_list(workspace, filter_, tasks, settlements, next_token, cursor, counts,
                                       first_page=not token))
+
+    async def attention_page(request: Request) -> Response:
+        ids = _ids(request, "workspace")
+        if ids is None:
+            return _html(render.error_page("Not a workspace id", request.path_params["workspace"]), 404)
+        (workspace,) = ids
+        heads = context.live.heads(workspace)
+        cursor = view.Cursor(heads.lifecycle, heads.completion)
+        try:
+            facts, _ = await context.live.attention(workspace, context.long_run_seconds)
+        except grpc.aio.AioRpcError as error:
+            return _rpc_error_page(error, render.url("w", workspace))
+        return _html(render.attention_page(workspace, facts, context.long_run_seconds, time.time(), cursor))
+
+    async def attention_stream(request: Request) -> Response:
+        ids = _ids(request, "workspace")
+        if ids is None:
+            return Response(status_code=404)
+        return EventSourceResponse(AttentionStream(context, ids[0]).run(_start_cursor(request)), ping=15,
+                                   send_timeout=30)
 
     async def task_page(request: Request) -> Response:
         ids = _ids(request, "workspace", "task")
@@ -206,6 +228,8 @@ def create_app(context: Context) -> Any:
             Route("/go", go),
             Route("/w/{workspace}", task_list),
             Route("/w/{workspace}/stream", list_stream),
+            Route("/w/{workspace}/attention", attention_page),
+            Route("/w/{workspace}/attention/stream", attention_stream),
             Route("/w/{workspace}/t/{task}", task_page),
             Route("/w/{workspace}/t/{task}/stream", task_stream),
             Route("/w/{workspace}/t/{task}/{action}", act, methods=["POST"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,13 @@ CALL_TIMEOUT = 10.0
 # adds failed connection attempts to its log.
 RESUME_DELAY = 0.5
 TRANSCRIPT_LIMIT = 1000
+# Each list of the attention page shows at most this many entries (one page of each listing).
+ATTENTION_PAGE = 1000
+# Of the rejected completions (listed oldest first, from an index of each
+# settlement status), the first this many pages are read, and of those the tasks
+# of at most ATTENTION_CHECKS (the latest rejected) are asked about.
+ATTENTION_REJECTED_PAGES = 10
+ATTENTION_CHECKS = 200
 
 TokenSource = Callable[[], str]
 
@@ -142,6 +150,41 @@ class Backend:
         ListTasks call, filtered and ordered by the service."""
         listed = await self.lifecycle.ListTasks(filter_.list_request(workspace, size, token), timeout=CALL_TIMEOUT)
         return [view.lifecycle_from_task(task) for task in listed.tasks], listed.next_page_token
+
+    async def attention(self, workspace: str, long_run_seconds: float) -> tuple[view.Attention, list[cpb.Run]]:
+        """The attention page's facts (each list its first ATTENTION_PAGE entries) and
+        the open runs read for it (whose leases say when it changes next)."""
+        pending, rejected, open_runs = await asyncio.gather(
+            self._completions_by(workspace, "SETTLEMENT_STATUS_PENDING"),
+            self._completions_by(workspace, "SETTLEMENT_STATUS_REJECTED", ATTENTION_REJECTED_PAGES),
+            self.completion.ListRuns(cpb.ListRunsRequest(workspace_id=workspace, open_only=True,
+                                                         page_size=ATTENTION_PAGE), timeout=CALL_TIMEOUT),
+        )
+        expired, long_open = view.open_runs_needing_attention(open_runs.runs, time.time(), long_run_seconds)
+        # Rejections stay on record after their task moved on: each task's latest is
+        # asked about, for the tasks rejected last.
+        recent = view.latest_rejections(rejected, pending, ATTENTION_CHECKS)
+        standing, unknown = [], ""
+        try:
+            tasks = {t.task_id: t for t in await self.tasks(workspace, sorted({c.task_id for c in recent}))}
+            standing = [c for c in recent if view.still_rejected(c, tasks.get(c.task_id))]
+        except grpc.aio.AioRpcError as error:
+            unknown = f"the lifecycle service did not answer ({error.code().name}): which still stand is unknown"
+        return view.Attention(tuple(pending), expired, long_open, tuple(standing), unknown), list(open_runs.runs)
+
+    async def _completions_by(self, workspace: str, settlement: str, pages: int = 1) -> list[cpb.Completion]:
+        """Oldest commit first: the first `pages` pages of that settlement's listing (from its index)."""
+        found: list[cpb.Completion] = []
+        token = ""
+        for _ in range(pages):
+            listed = await self.completion.ListCompletions(cpb.ListCompletionsRequest(
+                workspace_id=workspace, settlement=settlement, page_size=ATTENTION_PAGE, page_token=token),
+                timeout=CALL_TIMEOUT)
+            found += listed.completions
+            token = listed.next_page_token
+            if not token:
+                break
+        return found
 
     async def counts(self, workspace: str) -> lpb.CountTasksResponse:
         return await self.lifecycle.CountTasks(lpb.CountTasksRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)

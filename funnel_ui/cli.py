@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a host or operator token for Resume task, New chat and Request cancellation "
                         "(FUNNEL_ACTION_TOKEN); without it the dashboard only reads")
     parser.add_argument("--action-token-file", help="file holding the action token (read again on every call)")
+    parser.add_argument("--long-run-minutes", type=float, default=60.0, metavar="M",
+                        help="the attention page lists runs open longer than this with a live lease (default 60)")
     conn.add_arguments(parser)
 
 
@@ -108,7 +110,10 @@ def run(args: argparse.Namespace) -> int:
 
     settings = Settings(args.lifecycle, args.completion, connection, viewer, action)
     allowed_hosts = tuple(dict.fromkeys([*own_names(host), *args.allowed_host]))
-    app = create_app(Context(settings, tuple(dict.fromkeys(args.workspace)), allowed_hosts))
+    if not args.long_run_minutes > 0:
+        return refuse("--long-run-minutes must be positive")
+    app = create_app(Context(settings, tuple(dict.fromkeys(args.workspace)), allowed_hosts,
+                             long_run_seconds=args.long_run_minutes * 60))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -169,7 +169,8 @@ def task_list(
     stream = f'{url("w", workspace, "stream")}?' + urlencode(
         {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks), **query, **bounds})
     body = (
-        f"<h1>Tasks of {e(workspace)}</h1>{counts(workspace, counted)}{form}"
+        f'<h1>Tasks of {e(workspace)} <a class=attention href="{url("w", workspace, "attention")}">'
+        f"what needs attention</a></h1>{counts(workspace, counted)}{form}"
         "<table class=tasks><thead><tr><th>task</th><th>status</th><th>gen</th><th>rev</th><th>state</th>"
         "<th>outcome</th><th>work status</th><th>created</th><th>last change</th></tr></thead>"
         f"<tbody id=tasks>{rows}</tbody></table>"
@@ -422,3 +423,66 @@ def task_page(
 
 def error_page(title: str, message: str, back: str = "/") -> str:
     return page(title, f'<h1>{e(title)}</h1><p class=error>{e(message)}</p><p><a href="{e(back)}">back</a></p>')
+
+
+# -- what needs attention ----------------------------------------------------------------
+
+
+def _task_link(workspace: str, task_id: str) -> str:
+    return f'<a href="{url("w", workspace, "t", task_id)}">{e(task_id)}</a>'
+
+
+def _table(name: str, title: str, note: str, head: Sequence[str], rows: Sequence[str]) -> str:
+    cells = "".join(f"<th>{e(h)}</th>" for h in head)
+    body = "".join(rows) or f'<tr class=none><td colspan={len(head)}>nothing</td></tr>'
+    return (f'<section id="attention-{name}"><h2>{e(title)} <span class=count>{len(rows)}</span></h2>'
+            f"<p class=note>{note}</p><table><tr>{cells}</tr>{body}</table></section>")
+
+
+def attention(workspace: str, facts: view.Attention, long_run_seconds: float, now: float) -> str:
+    pending = [
+        f'<tr data-task="{e(c.task_id)}"><td>{_task_link(workspace, c.task_id)}</td><td class=num>{c.generation}</td>'
+        f"<td class=id>{e(c.completion_id)}</td><td>{at(view.seconds(c.commit_time))}</td>"
+        f"<td class=num>{span(now - view.seconds(c.commit_time))}</td><td>{_settling(c)}</td></tr>"
+        for c in facts.pending
+    ]
+
+    def run_rows(runs: Sequence[cpb.Run]) -> list[str]:
+        return [
+            f'<tr data-task="{e(r.task_id)}"><td>{_task_link(workspace, r.task_id)}</td><td class=id>{e(r.run_id)}</td>'
+            f"<td>{e(r.agent_id)}</td><td>{at(view.seconds(r.claim_time))}</td>"
+            f"<td class=num>{span(now - view.seconds(r.claim_time))}</td><td class=lease>{_lease(r, now)}</td></tr>"
+            for r in runs
+        ]
+
+    rejected = [
+        f'<tr data-task="{e(c.task_id)}"><td>{_task_link(workspace, c.task_id)}</td><td class=num>{c.generation}</td>'
+        f"<td class=id>{e(c.completion_id)}</td><td>{e(c.terminalization_error_reason)}: "
+        f"{e(c.terminalization_error_message)}</td><td>{at(view.seconds(c.settle_time))}</td></tr>"
+        for c in facts.rejected
+    ]
+    run_head = ("task", "run", "agent", "claimed", "open for", "lease")
+    return (
+        f"<div id=attention><p class=summary><b>{facts.count}</b> need attention</p>"
+        + _table("pending", "Settlements pending", "Committed completions the lifecycle service has not confirmed "
+                 "yet, oldest first (what <code>funnel outbox</code> shows): the task is not done until one settles.",
+                 ("task", "gen", "completion", "committed", "waiting", "with the lifecycle service"), pending)
+        + _table("expired", "Leases lapsed, runs not closed", "The run's lease expired and nothing closed the run "
+                 "(the stall sweeper has not, or is not enabled): its agent is gone or stuck.", run_head,
+                 run_rows(facts.expired))
+        + _table("long", "Runs open long", f"Open for more than {e(span(long_run_seconds))} with a live lease "
+                 "(<code>funnel ui --long-run-minutes</code>).", run_head, run_rows(facts.long_open))
+        + _table("rejected", "Completions rejected", "The latest completion of the task's current generation was "
+                 "refused by the lifecycle service and the task is still open"
+                 + (f" ({e(facts.rejected_unknown)})" if facts.rejected_unknown else "") + ".",
+                 ("task", "gen", "completion", "refusal", "answered"), rejected)
+        + "</div>"
+    )
+
+
+def attention_page(workspace: str, facts: view.Attention, long_run_seconds: float, now: float,
+                   cursor: view.Cursor) -> str:
+    body = (f'<p><a href="{url("w", workspace)}">← tasks of {e(workspace)}</a></p>'
+            f"<h1>What needs attention in {e(workspace)}</h1>{attention(workspace, facts, long_run_seconds, now)}")
+    stream = f'{url("w", workspace, "attention", "stream")}?' + urlencode({"after": cursor.event_id()})
+    return page(f"attention in {workspace}", body, stream)

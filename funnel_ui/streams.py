@@ -335,3 +335,44 @@ class ListStream(Stream):
             del self.rows[last.task_id]
             ops.append({"op": "remove", "id": f"row-{last.task_id}"})
         return [*ops, {"op": "replace", "id": "shown", "html": render.shown(len(self.rows))}]
+
+
+class AttentionStream(Stream):
+    """The attention page: read again (whole, at most once per message) when a
+    settlement, a run or a lifecycle event may have changed it, and when time
+    alone changes it (a live lease lapses, an open run crosses the bound)."""
+
+    coalesce = 0.5
+
+    def __init__(self, context: Context, workspace: str) -> None:
+        super().__init__(context, workspace)
+        self.stale = True
+        self._deadline: float | None = None
+
+    async def start(self) -> list[Op]:
+        return await self.flush(time.time())
+
+    def deadline(self) -> float | None:
+        return self._deadline
+
+    def on_lifecycle(self, event: Any) -> list[Op]:
+        self.stale = True
+        return []
+
+    def on_completion(self, event: Any) -> list[Op]:
+        self.stale = self.stale or event.kind in SETTLEMENT_KINDS or event.kind in RUN_KINDS
+        return []
+
+    async def flush(self, now: float) -> list[Op]:
+        if not self.stale and (self._deadline is None or now < self._deadline):
+            return []
+        bound = self.context.long_run_seconds
+        read = await _read(lambda: self.backend.attention(self.workspace, bound))
+        if read is None:
+            self.stale, self._deadline = True, now + RETRY_SECONDS
+            return []
+        facts, open_runs = read
+        self.stale = False
+        moment = view.attention_deadline(open_runs, now, bound)
+        self._deadline = moment + LEASE_SLACK if moment is not None else None
+        return [{"op": "replace", "id": "attention", "html": render.attention(self.workspace, facts, bound, now)}]

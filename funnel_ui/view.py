@@ -328,3 +328,73 @@ def lease_deadline(runs: Iterable[cpb.Run], now: float) -> float | None:
     expiries = [seconds(r.lease_expire_time) for r in runs if lease_state(r, now) == "live"]
     return min(expiries) if expiries else None
 
+
+
+# -- what needs attention ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attention:
+    """A workspace's attention page, from what the services listed: settlements
+    pending (oldest first: what `funnel outbox` shows), leases lapsed while their
+    run is open (the stall sweeper has not closed it), runs open longer than the
+    stated bound, and completions the lifecycle service rejected whose task is
+    still open at that generation (the latest completion of it was rejected)."""
+
+    pending: tuple[cpb.Completion, ...] = ()
+    expired: tuple[cpb.Run, ...] = ()
+    long_open: tuple[cpb.Run, ...] = ()
+    rejected: tuple[cpb.Completion, ...] = ()
+    # Why the rejected ones could not be told (the lifecycle service away), or "".
+    rejected_unknown: str = ""
+
+    @property
+    def count(self) -> int:
+        return len(self.pending) + len(self.expired) + len(self.long_open) + len(self.rejected)
+
+
+def open_runs_needing_attention(
+    runs: Iterable[cpb.Run], now: float, long_run_seconds: float
+) -> tuple[tuple[cpb.Run, ...], tuple[cpb.Run, ...]]:
+    """(runs whose lease lapsed, runs with a live lease open longer than the bound), oldest claim first."""
+    oldest_first = sorted(runs, key=lambda r: (seconds(r.claim_time), r.run_id))
+    expired = tuple(r for r in oldest_first if lease_state(r, now) == "expired")
+    long_open = tuple(r for r in oldest_first if lease_state(r, now) == "live"
+                      and now - seconds(r.claim_time) > long_run_seconds)
+    return expired, long_open
+
+
+def latest_rejections(rejected: Iterable[cpb.Completion], pending: Iterable[cpb.Completion],
+                      limit: int) -> list[cpb.Completion]:
+    """Of the rejected completions (oldest commit first, as listed), each task's
+    latest, unless a completion of that task's generation committed after it is
+    pending (its last completion is then that one, not the rejection); the
+    `limit` latest of those, oldest first."""
+    latest: dict[str, cpb.Completion] = {}
+    for completion in rejected:
+        latest.pop(completion.task_id, None)  # re-inserted last: the dict stays in commit order
+        latest[completion.task_id] = completion
+    waiting = {(c.task_id, c.generation): seconds(c.commit_time) for c in pending}
+    kept = [c for c in latest.values()
+            if waiting.get((c.task_id, c.generation), float("-inf")) < seconds(c.commit_time)]
+    return kept[-limit:] if limit > 0 else []
+
+
+def still_rejected(completion: cpb.Completion, task: Lifecycle | None) -> bool:
+    """A rejected completion still stands for its task: the task is at that
+    generation and not terminal (else a resume, a cancellation or a later
+    completion has moved it on)."""
+    return task is not None and task.generation == completion.generation and task.state != TERMINAL
+
+
+def attention_deadline(runs: Iterable[cpb.Run], now: float, long_run_seconds: float) -> float | None:
+    """The next moment the attention page changes by time alone: a live lease
+    lapses, or an open run crosses the bound."""
+    moments = []
+    for run in runs:
+        if lease_state(run, now) == "live":
+            moments.append(seconds(run.lease_expire_time))
+            crossing = seconds(run.claim_time) + long_run_seconds
+            if crossing > now:
+                moments.append(crossing)
+    return min(moments) if moments else None

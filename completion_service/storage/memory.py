@@ -166,7 +166,8 @@ class MemoryCompletionTx:
         return self._s.runs.get((workspace_id, run_id))
 
     def load_runs(
-        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int
+        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int,
+        open_only: bool = False,
     ) -> list[RunRecord]:
         runs = sorted(
             (
@@ -174,6 +175,7 @@ class MemoryCompletionTx:
                 for (ws, _), r in self._s.runs.items()
                 if ws == workspace_id
                 and (not task_id or r.task_id == task_id)
+                and (not open_only or r.open)
                 and (before is None or (r.claimed_at, r.run_id) < before)
             ),
             key=lambda r: (r.claimed_at, r.run_id),

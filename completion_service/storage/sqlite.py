@@ -208,13 +208,16 @@ class SqliteCompletionTx:
         return self._run(row) if row else None
 
     def load_runs(
-        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int
+        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int,
+        open_only: bool = False,
     ) -> list[RunRecord]:
         sql = f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE workspace_id = ?"
         params: list[object] = [workspace_id]
         if task_id:
             sql += " AND task_id = ?"
             params.append(task_id)
+        if open_only:
+            sql += " AND finished_at IS NULL"  # agent_runs_open_by_claim's condition, as written there
         if before is not None:
             sql += " AND (claimed_at, run_id) < (?, ?)"
             params += list(before)

@@ -1104,6 +1104,24 @@ async def test_renew_and_evidence_request_ids_replay(funnel):
 
 
 
+async def test_open_runs_are_listed_alone_and_their_token_is_for_that_listing(funnel):
+    f = funnel
+    done = await f.registered_and_claimed("task-1")
+    await f.complete_run(done, outcome=cpb.RUN_OUTCOME_STALLED)
+    first = await f.registered_and_claimed("task-2")
+    second = await f.registered_and_claimed("task-3")
+
+    def listing(**kw) -> cpb.ListRunsRequest:
+        return cpb.ListRunsRequest(workspace_id=WS, open_only=True, **kw)
+
+    page = await f.cs.ListRuns(listing(page_size=1), timeout=CALL_TIMEOUT)
+    rest = await f.cs.ListRuns(listing(page_token=page.next_page_token), timeout=CALL_TIMEOUT)
+    assert [r.run_id for r in (*page.runs, *rest.runs)] == [second.run.run_id, first.run.run_id]
+    assert not rest.next_page_token
+    await rejected(f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_token=page.next_page_token),
+                                 timeout=CALL_TIMEOUT), Code.INVALID_ARGUMENT, "FIELD_MALFORMED")
+
+
 async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_in_pages(funnel):
     f = funnel
     claim = await f.registered_and_claimed("task-1")

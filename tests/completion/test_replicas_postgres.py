@@ -414,7 +414,8 @@ async def test_replicas_starting_together_migrate_once_and_report_health_from_th
             lambda conn: conn.execute("SELECT version, name FROM schema_migrations").fetchall()
         )
         assert applied == [(1, "initial"), (2, "completion_traceparent"), (3, "settlement_outbox_view"),
-                           (4, "run_and_evidence_events"), (5, "evidence_recorded_by")]
+                           (4, "run_and_evidence_events"), (5, "evidence_recorded_by"),
+                           (6, "open_runs_by_claim")]
     finally:
         for store in stores:
             await store.close()

@@ -48,14 +48,16 @@ from completion_service.runs import ClaimCommand, Claimed, CloseCommand, RenewCo
 from completion_service.settlements import Recorded, Settlement
 from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import AttemptRecord, CompletionStore, CompletionTx, TranscriptState
-from completion_service.storage.sqlite import SqliteCompletionStore
+from completion_service.storage.postgres import PostgresCompletionTx
+from completion_service.storage.sqlite import SqliteCompletionStore, SqliteCompletionTx
 from completion_service.transcripts import AppendCommand, Appended
 from funnel.auth.principal import Caller
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.errors import Rejection, instant
 from funnel.runtime.idempotency import Replay, RequestKey, fingerprint
-from tests.completion.backends import ONE_WRITER
+from funnel.runtime.postgres import SqliteStyle
+from tests.completion.backends import ONE_WRITER, make_postgresql
 
 START = 1_700_000_000_000_000
 SECOND = 1_000_000
@@ -444,6 +446,23 @@ async def test_runs_are_listed_newest_first_per_task_with_a_cursor(env):
     assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", cursor, 10))] == [first.run.run_id]
     assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 1))] == [other.run.run_id]
     assert await env.read(lambda tx: tx.load_runs("ws-other", None, None, 10)) == []
+
+
+async def test_open_runs_are_listed_alone_newest_first_with_a_cursor(env):
+    old = await env.claimed("t-1", ttl=SECOND)
+    env.clock.advance(SECOND)
+    closed = await env.claimed("t-2")
+    await env.close(closed.run.run_id)
+    env.clock.advance(SECOND)
+    young = await env.claimed("t-3")
+
+    def open_runs(task_id=None, before=None, limit=10):
+        return env.read(lambda tx: [r.run_id for r in tx.load_runs(WS, task_id, before, limit, open_only=True)])
+
+    # A lapsed lease does not close a run: only a close does.
+    assert await open_runs() == [young.run.run_id, old.run.run_id]
+    assert await open_runs(before=(young.run.claimed_at, young.run.run_id)) == [old.run.run_id]
+    assert await open_runs("t-2") == [] and await open_runs(limit=1) == [young.run.run_id]
 
 
 async def test_stalled_runs_are_claimed_oldest_expiry_first_and_closed_with_an_audit_row(env):
@@ -1106,6 +1125,51 @@ async def test_sqlite_stores_the_audit_metadata_as_a_json_object(tmp_path, clock
     finally:
         db.close()
     assert json.loads(metadata) == {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"}
+
+
+@pytest.mark.parametrize("before", [None, (START, "run-9")], ids=["first page", "next page"])
+async def test_sqlite_open_runs_are_read_from_the_index_of_open_runs_in_its_order(tmp_path, before):
+    """What keeps ListRuns(open_only) independent of how many runs are closed: the
+    query walks the partial index of open runs in the listing's order (a search,
+    no sort of what it found)."""
+    path = str(tmp_path / "completion.sqlite3")
+    await (await SqliteCompletionStore.open(path)).close()
+    run: list[str] = []
+    with sqlite3.connect(path) as db:
+        db.set_trace_callback(run.append)
+        SqliteCompletionTx(db).load_runs(WS, None, before, 50, open_only=True)
+        db.set_trace_callback(None)
+        [sql] = run
+        plan = " / ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}"))
+    assert "agent_runs_open_by_claim" in plan and "TEMP B-TREE" not in plan and "SCAN" not in plan, plan
+
+
+async def test_postgresql_open_runs_are_read_from_the_index_of_open_runs(tmp_path, clock):
+    """The same on PostgreSQL (the query is SQLite's: the PostgreSQL adapter inherits
+    it): with sequential scans priced out, as a large table would, the plan reads
+    the partial index of open runs, without a sort."""
+    store = await make_postgresql(tmp_path, clock)
+    statements: list[str] = []
+
+    class Traced(SqliteStyle):
+        def execute(self, sql, params=()):
+            statements.append(sql)
+            return super().execute(sql, params)
+
+    def plan(conn) -> str:
+        tx = PostgresCompletionTx(conn, writable=False)
+        tx._db = Traced(conn)
+        tx.load_runs(WS, None, (START, "run-9"), 50, open_only=True)
+        [sql] = statements
+        conn.execute("SET LOCAL enable_seqscan = off")
+        rows = SqliteStyle(conn).execute(f"EXPLAIN {sql}", (WS, START, "run-9", 50)).fetchall()
+        return " / ".join(row[0] for row in rows)
+
+    try:
+        found = await store.database.read(plan)
+    finally:
+        await store.close()
+    assert "agent_runs_open_by_claim" in found and "Sort" not in found, found
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
@@ -27,7 +28,9 @@ LIVE = 10_000  # ms a live update may take
 
 @pytest.fixture(scope="module")
 def dashboard(services):
-    dashboard = Dashboard(services, [WS, "bulk"], services.token("ui-operator", ["*:operator"]))
+    # Runs open longer than 6 s are "open long" on the attention page.
+    dashboard = Dashboard(services, [WS, "bulk"], services.token("ui-operator", ["*:operator"]),
+                          extra=["--long-run-minutes", "0.1"])
     dashboard.start()
     yield dashboard
     dashboard.stop()
@@ -239,6 +242,50 @@ def test_in_last_change_order_a_changed_task_moves_to_the_top_and_the_counts_fol
     assert page.evaluate("window.notReloaded") is True
 
 
+def attention_rows(page: Page, section: str, task_id: str):
+    return page.locator(f"#attention-{section} tr[data-task='{task_id}']")
+
+
+def test_the_attention_page_shows_a_pending_settlement_while_the_lifecycle_service_is_down(
+    page, dashboard, driver, services
+):
+    driver.register(WS, "att-held-1")
+    claim = driver.claim(WS, "att-held-1")
+    driver.evidence(WS, claim)
+    open_live(page, f"{dashboard.url}/w/{WS}/attention")
+    expect(attention_rows(page, "pending", "att-held-1")).to_have_count(0)
+    services.arm_lifecycle("lifecycle.before_commit:crash:1")
+    try:
+        allowed = driver.attempt(WS, claim)
+        assert services.lifecycle.process.wait(10) != 0
+        assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+        row = attention_rows(page, "pending", "att-held-1")
+        expect(row).to_have_count(1, timeout=LIVE)
+        expect(row).to_contain_text(allowed.completion.completion_id)
+        expect(row.locator("a")).to_have_attribute("href", f"/w/{WS}/t/att-held-1")
+        expect(page.locator("#notice")).to_contain_text("lifecycle service unavailable", timeout=LIVE)
+        # The outbox keeps trying: the row says so.
+        expect(row).to_contain_text("call(s) unanswered")
+    finally:
+        services.restart_lifecycle()
+    expect(attention_rows(page, "pending", "att-held-1")).to_have_count(0, timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_the_attention_page_shows_a_lapsed_lease_and_a_run_open_long(page, dashboard, driver):
+    driver.register(WS, "att-lapse-1")
+    driver.claim(WS, "att-lapse-1", seconds=2)
+    driver.register(WS, "att-long-1")
+    long_claim = driver.claim(WS, "att-long-1", seconds=600)
+    open_live(page, f"{dashboard.url}/w/{WS}/attention")
+    # Both by time alone: no event says a lease lapsed or a run grew old.
+    expect(attention_rows(page, "expired", "att-lapse-1")).to_have_count(1, timeout=LIVE)
+    expect(attention_rows(page, "long", "att-long-1")).to_have_count(1, timeout=LIVE)
+    driver.complete_run(WS, long_claim, cpb.RUN_OUTCOME_STALLED)
+    expect(attention_rows(page, "long", "att-long-1")).to_have_count(0, timeout=LIVE)
+    assert page.evaluate("window.notReloaded") is True
+
+
 def test_the_synthetic_closer_of_an_interrupted_turn_is_marked(page, dashboard, driver):
     driver.register(WS, "interrupted-1")
     claim = driver.claim(WS, "interrupted-1")
@@ -298,6 +345,19 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
     assert attempt_sequences(page) == driver.completion_sequences(WS, "held-1")
 
 
+def answered(call) -> bool:
+    """Whether the call was answered. Right after the lifecycle service restarted, the
+    completion service reaches it only after its channel's reconnect backoff: until
+    then a call needing it is refused UNAVAILABLE with nothing applied (and is tried again)."""
+    try:
+        call()
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        return False
+    return True
+
+
 def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard, driver, services):
     driver.register(WS, "reconnect-1")
     open_live(page, f"{dashboard.url}/w/{WS}/t/reconnect-1")
@@ -314,7 +374,7 @@ def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard,
     # (SERVER_SHUTTING_DOWN with the cursor): it resumes upstream, the page stays open.
     services.restart_lifecycle()
     driver.evidence(WS, claim)
-    driver.attempt(WS, claim)
+    wait_until(lambda: answered(lambda: driver.attempt(WS, claim)), LIVE / 1000, "the attempt answered")
     expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
     expect(badge(page)).to_have_text("completed")
     wait_until(lambda: len(attempt_sequences(page)) == len(driver.completion_sequences(WS, "reconnect-1")),

@@ -219,3 +219,88 @@ def test_posts_from_other_origins_are_refused(headers, allowed):
 ])
 def test_a_listener_answers_its_own_names_by_default(listen, names):
     assert own_names(listen) == names
+
+
+# -- what needs attention ------------------------------------------------------------
+
+
+def open_run(run_id: str, claimed: float, lease_until: float, closed: bool = False) -> cpb.Run:
+    run = cpb.Run(run_id=run_id, task_id=f"task-{run_id}")
+    run.claim_time.FromNanoseconds(int(claimed * 1e9))
+    run.lease_expire_time.FromNanoseconds(int(lease_until * 1e9))
+    if closed:
+        run.finish_time.FromNanoseconds(int(lease_until * 1e9))
+    return run
+
+
+def test_open_runs_need_attention_when_their_lease_lapsed_or_they_are_open_past_the_bound():
+    now, bound = 1000.0, 60.0
+    runs = [
+        open_run("young", claimed=990, lease_until=1010),      # live, open 10 s: nothing to say
+        open_run("long", claimed=900, lease_until=1010),       # live, open 100 s > 60 s
+        open_run("lapsed", claimed=995, lease_until=999),      # its lease lapsed, not closed
+        open_run("old-lapsed", claimed=100, lease_until=200),  # lapsed and long: listed once, as lapsed
+        open_run("closed", claimed=100, lease_until=200, closed=True),
+    ]
+    expired, long_open = view.open_runs_needing_attention(runs, now, bound)
+    assert [r.run_id for r in expired] == ["old-lapsed", "lapsed"]  # oldest claim first
+    assert [r.run_id for r in long_open] == ["long"]
+    # Time alone changes the page next when "young" lapses (1010) or crosses the bound (1050): the first.
+    assert view.attention_deadline(runs, now, bound) == 1010
+    assert view.attention_deadline([open_run("a", claimed=990, lease_until=2000)], now, bound) == 1050
+    assert view.attention_deadline(runs[2:], now, bound) is None  # nothing live: no change by time
+
+
+@pytest.mark.parametrize(("case", "task", "stands"), [
+    ("the task still open at that generation", life("ACTIVE", cancel=True), True),
+    ("the task moved on to a later generation", life("ACTIVE", generation=2), False),
+    ("the task ended since (cancelled)", life("TERMINAL", outcome="CANCELLED"), False),
+    ("the task not read (gone)", None, False),
+])
+def test_a_rejected_completion_stands_while_its_task_is_open_at_its_generation(case, task, stands):
+    rejected = cpb.Completion(completion_id="cmp_1", task_id="t1", generation=1,
+                              settlement=cpb.SETTLEMENT_STATUS_REJECTED)
+    assert view.still_rejected(rejected, task) is stands
+
+
+def test_the_attention_panel_links_each_entry_to_its_task_and_escapes_service_text():
+    hostile = "<script>alert(1)</script>"
+    pending = cpb.Completion(completion_id="cmp_p", task_id="t-pending", generation=1,
+                             settlement=cpb.SETTLEMENT_STATUS_PENDING)
+    rejected = cpb.Completion(completion_id="cmp_r", task_id="t-rejected", generation=1,
+                              settlement=cpb.SETTLEMENT_STATUS_REJECTED,
+                              terminalization_error_reason="CANCELLATION_FENCED", terminalization_error_message=hostile)
+    lapsed = open_run("r1", claimed=10, lease_until=20)
+    facts = view.Attention(pending=(pending,), expired=(lapsed,), rejected=(rejected,))
+    html = render.attention("ws", facts, 3600, 100.0)
+    for section, task_id in [("pending", "t-pending"), ("expired", "task-r1"), ("rejected", "t-rejected")]:
+        part = html.split(f'id="attention-{section}"')[1].split("</section>")[0]
+        assert f'href="/w/ws/t/{task_id}"' in part, section
+    assert 'id="attention-long"' in html and "nothing" in html.split('id="attention-long"')[1].split("</section>")[0]
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<b>3</b> need attention" in html
+
+
+def completion_at(completion_id: str, task_id: str, committed: float, status: int, generation: int = 1):
+    completion = cpb.Completion(completion_id=completion_id, task_id=task_id, generation=generation,
+                                settlement=status)
+    completion.commit_time.FromNanoseconds(int(committed * 1e9))
+    return completion
+
+
+def test_of_the_rejections_each_tasks_latest_counts_unless_a_later_completion_is_pending():
+    rejected_, pending_ = cpb.SETTLEMENT_STATUS_REJECTED, cpb.SETTLEMENT_STATUS_PENDING
+    rejected = [
+        completion_at("a-1", "a", 10, rejected_),
+        completion_at("b-1", "b", 20, rejected_),
+        completion_at("a-2", "a", 30, rejected_),  # a refused again: its latest
+        completion_at("c-1", "c", 40, rejected_),
+        completion_at("d-1", "d", 50, rejected_),
+    ]
+    pending = [
+        completion_at("c-2", "c", 45, pending_),  # c tried again since: its last completion is pending
+        completion_at("d-0", "d", 5, pending_, generation=2),  # another generation's: no bearing
+    ]
+    kept = view.latest_rejections(rejected, pending, limit=10)
+    assert [c.completion_id for c in kept] == ["b-1", "a-2", "d-1"]  # commit order
+    assert [c.completion_id for c in view.latest_rejections(rejected, pending, limit=2)] == ["a-2", "d-1"]

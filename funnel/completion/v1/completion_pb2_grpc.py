@@ -195,7 +195,11 @@ class CompletionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRuns(self, request, context):
-        """Lists runs of a workspace (optionally of one task), newest claim first.
+        """Lists runs of a workspace (optionally of one task, optionally only the open
+        ones), newest claim first. The open runs are served from an index of open
+        runs, so listing them costs nothing for the closed ones: what a display reads
+        to show leases that lapsed without the run being closed, and runs open long.
+        A page token is valid only for the filters it was issued for.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED` (ids, page token),
         `FIELD_TOO_LONG`, `VALUE_OUT_OF_RANGE` (`page_size`).
         """
