@@ -5,7 +5,8 @@
                              Prometheus metrics on http://127.0.0.1:9451/metrics and :9452/metrics
     funnel demo              the story, against services already running
     funnel transcript export TASK / import FILE --task TASK
-    funnel token issue --workspace W --role R [--ttl D]
+    funnel token issue --workspace W --role R [--ttl D]   signed by the key `funnel up` made
+    funnel pki init          the local PKI and token signing key only, without starting services
     funnel ui [--listen 127.0.0.1:8470] [--action-token T]   the live dashboard
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import grpc
 import jwt
 
-from funnel.auth.pki import ensure_local_pki
+from funnel.auth.pki import LocalPki, ensure_local_pki
 from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE, subject_problem
 from funnel.auth.tokens import SigningKeyError
 from funnel.runtime.postgres import redacted
@@ -192,14 +193,30 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
         print(f"funnel token issue: subject {subject!a} {subject_problem(subject)}; pass another --subject",
               file=sys.stderr)
         return 2
-    data_dir = Path(args.data_dir)
+    # Never made here: a fresh key would sign tokens that every running service
+    # rejects (`CREDENTIALS_INVALID … not in the key set`). `funnel up` (or
+    # `funnel pki init`) makes the key; this command only reads it.
+    pki = LocalPki(Path(args.data_dir).absolute() / "tls")
+    if not (pki.signing_key.exists() and pki.jwks.exists()):
+        print(f"funnel token issue: no token signing key in {pki.directory} (looked there for --data-dir "
+              f"{args.data_dir!r}); pass the --data-dir of the `funnel up` whose services should accept the "
+              "token, or run `funnel up` (or `funnel pki init`) there first", file=sys.stderr)
+        return 1
     try:
-        key = ensure_local_pki(data_dir / "tls").load_signing_key()
-    except SigningKeyError as exc:
-        print(f"funnel token issue: {exc}", file=sys.stderr)
+        key = pki.load_signing_key()
+    except (SigningKeyError, OSError, ValueError, LookupError) as exc:
+        print(f"funnel token issue: cannot read the signing key in {pki.directory}: {exc}", file=sys.stderr)
         return 1
     permissions = [f"{args.workspace}:{role}" for role in args.role.split(",")]
     print(key.issue(subject, permissions, args.ttl, issuer=args.issuer, audience=args.audience))
+    return 0
+
+
+def cmd_pki_init(args: argparse.Namespace) -> int:
+    directory = Path(args.data_dir).absolute() / "tls"
+    existed = LocalPki(directory).signing_key.exists()
+    pki = ensure_local_pki(directory)
+    print(f"{'kept' if existed else 'made'} the local PKI and token signing key in {pki.directory}")
     return 0
 
 
@@ -280,8 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
     issue.add_argument("--subject", help="the token's `sub` (default: <role>@<workspace>); an agent's agent_id")
     issue.add_argument("--issuer", default="funnel", help="`iss` (the services' --token-issuer)")
     issue.add_argument("--audience", default="funnel", help="`aud` (the services' --token-audience)")
-    issue.add_argument("--data-dir", default=conn.DEFAULT_DATA_DIR, help="where `funnel up` keeps its files")
+    issue.add_argument("--data-dir", default=conn.DEFAULT_DATA_DIR,
+                       help="where `funnel up` keeps its files; its signing key is read, never made here")
     issue.set_defaults(run=cmd_token_issue)
+    pki = commands.add_parser("pki", help="the local trust material of `funnel up`")
+    pki_commands = pki.add_subparsers(dest="pki_command", required=True)
+    init = pki_commands.add_parser(
+        "init", help="make (or complete, or renew) the CA, certificates and token signing key in --data-dir/tls "
+        "without starting the services, e.g. for deploy/compose.yaml")
+    init.add_argument("--data-dir", default=conn.DEFAULT_DATA_DIR, help="where `funnel up` keeps its files")
+    init.set_defaults(run=cmd_pki_init)
     return parser
 
 
