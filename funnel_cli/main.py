@@ -310,9 +310,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a Unix tool ended by SIGPIPE reports (128 + 13): the output was cut short by
+# its reader (`funnel task list | head`), so neither "done" nor a failure to report.
+BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    sys.exit(args.run(args))
+    try:
+        args = build_parser().parse_args(argv)
+        code = args.run(args)
+        # Flushed here, where a reader that went away can still be told apart.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped reading: end quietly. Standard output now points at
+        # /dev/null so that the interpreter's own flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ Exit codes scripts can rely on:
   4  the credentials do not allow it (UNAUTHENTICATED, PERMISSION_DENIED)
   5  a service or the database cannot be reached now (UNAVAILABLE,
      DEADLINE_EXCEEDED): retrying later may help
+  141  the reader of standard output went away (`funnel task list | head`): the
+     output was cut short, quietly, as a Unix tool ended by SIGPIPE reports it
 """
 
 from __future__ import annotations

@@ -4,9 +4,16 @@ server is involved."""
 
 from __future__ import annotations
 
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
+
+from tests.reliability.harness import unused_port
 
 FUNNEL = Path(sys.executable).parent / "funnel"
 
@@ -43,3 +50,57 @@ def test_pki_init_makes_the_key_that_token_issue_then_signs_with(tmp_path):
     assert (tmp_path / "data" / "tls" / "token-signing.key").read_bytes() == key
     issued = funnel("token", "issue", "--workspace", "acme", "--role", "host", "--data-dir", str(tmp_path / "data"))
     assert issued.returncode == 0 and issued.stdout.count(".") == 2
+
+
+# -- against `funnel up --demo` --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory):
+    """`funnel up --demo` as a user starts it: one task of workspace demo walked to COMPLETED."""
+    directory = tmp_path_factory.mktemp("papercuts")
+    lifecycle, completion = unused_port(), unused_port()
+    process = subprocess.Popen(
+        [str(FUNNEL), "up", "--demo", "--data-dir", str(directory / "data"),
+         "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
+         "--lifecycle-metrics-port", "-1", "--completion-metrics-port", "-1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        assert line, "".join(lines)
+        lines.append(line)
+        if line.startswith("Demo finished"):
+            break
+    task = next(line.split()[3] for line in lines if line.startswith("1. register"))
+    yield {"data": directory / "data", "lifecycle": f"127.0.0.1:{lifecycle}",
+           "completion": f"127.0.0.1:{completion}", "task": task, "output": "".join(lines)}
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=30)
+
+
+def against(up) -> list[str]:
+    return ["--data-dir", str(up["data"]), "--lifecycle", up["lifecycle"], "--completion", up["completion"]]
+
+
+# -- piping to `head` ends quietly -------------------------------------------------
+
+
+@pytest.mark.parametrize("reader", ["head -n 0", "true"])
+@pytest.mark.parametrize("command", [["task", "list"], ["task", "events", "{task}"], ["run", "list", "-o", "json"],
+                                     ["task", "watch", "--count", "2", "-o", "json"]])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(up, command, reader):
+    argv = " ".join(shlex.quote(a.format(task=up["task"])) for a in [str(FUNNEL), *command, *against(up)])
+    # The reader is gone before the command writes: its first write meets a closed pipe.
+    done = subprocess.run(["bash", "-c", f"set -o pipefail; {argv} | {reader}"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stderr == "" and done.stdout == ""
+    assert done.returncode == 141  # 128 + SIGPIPE, as a Unix tool ended by SIGPIPE reports it
+
+
+def test_a_command_piped_to_head_prints_its_first_lines(up):
+    argv = " ".join(shlex.quote(a) for a in [str(FUNNEL), "task", "list", *against(up)])
+    done = subprocess.run(["bash", "-c", f"{argv} | head -n 1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split()[:2] == ["TASK", "GEN"] and done.stderr == ""
