@@ -152,6 +152,30 @@ async def task_get(args: argparse.Namespace, clients: Clients) -> int:
     return OK
 
 
+@service_command("task register")
+async def task_register(args: argparse.Namespace, clients: Clients) -> int:
+    """A new task (generation 1), top-level or the child of --parent (attached to its
+    current generation unless --parent-generation or --detached say otherwise)."""
+    request = lpb.RegisterTaskRequest(
+        workspace_id=args.workspace, task_id=args.task, request_id=args.request_id or "",
+        cause=lpb.Cause(source="funnel-cli", reason=args.reason))
+    if args.parent:
+        generation = args.parent_generation
+        if not generation:
+            generation = (await clients.lifecycle.GetTask(lpb.GetTaskRequest(
+                workspace_id=args.workspace, task_id=args.parent), timeout=CALL_TIMEOUT)).task.generation
+        request.parent.CopyFrom(lpb.ParentLink(
+            task_id=args.parent, generation=generation,
+            mode=lpb.PARENT_LINK_MODE_DETACHED if args.detached else lpb.PARENT_LINK_MODE_ATTACHED))
+    response = await clients.lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT)
+    if args.output == "json":
+        print_json(as_json(response))
+    else:
+        print_fields([(name, get(response.task)) for name, get in TASK_COLUMNS] + [
+            ("created", when(response.task.create_time)), ("event", response.event.sequence)])
+    return OK
+
+
 @service_command("task list")
 async def task_list(args: argparse.Namespace, clients: Clients) -> int:
     tasks = await every_page(lambda token: clients.lifecycle.ListTasks(lpb.ListTasksRequest(
@@ -338,6 +362,31 @@ async def completion_list(args: argparse.Namespace, clients: Clients) -> int:
     return OK
 
 
+AUDIT_COLUMNS = [
+    ("audit", lambda a: a.audit_id),
+    ("action", lambda a: a.action),
+    ("task", lambda a: a.task_id),
+    ("run", lambda a: a.run_id),
+    ("outcome", lambda a: a.metadata.get("outcome", "")),
+    ("final status", lambda a: a.metadata.get("final_status", "")),
+    ("closed by", lambda a: a.metadata.get("closed_by", "")),
+    ("caller", lambda a: a.caller.subject),
+    ("recorded", lambda a: when(a.record_time)),
+]
+
+
+@service_command("audit list")
+async def audit_list(args: argparse.Namespace, clients: Clients) -> int:
+    entries = await every_page(lambda token: clients.completion.ListAuditLog(cpb.ListAuditLogRequest(
+        workspace_id=args.workspace, task_id=args.task or "", run_id=args.run_id or "", page_size=PAGE_SIZE,
+        page_token=token), timeout=CALL_TIMEOUT), "entries", args.limit)
+    if args.output == "json":
+        print_json({"entries": [as_json(e) for e in entries]})
+    else:
+        print_table(entries, AUDIT_COLUMNS)
+    return OK
+
+
 def ago(timestamp: Timestamp, now: float) -> str:
     """How long before `now` (epoch seconds) a point in time was: `4m05s`."""
     return span(now - timestamp.ToNanoseconds() / 1e9)
@@ -507,6 +556,15 @@ def add_commands(commands: Any) -> None:
     get = service(task_commands.add_parser("get", help="one task's lifecycle record"))
     get.add_argument("task")
     get.set_defaults(run=task_get)
+    register = service(task_commands.add_parser("register", help="register a new task (generation 1)"))
+    register.add_argument("task")
+    register.add_argument("--parent", help="the parent task: the new task is its child")
+    register.add_argument("--parent-generation", type=int, help="the parent's generation (default: its current one)")
+    register.add_argument("--detached", action="store_true",
+                          help="a detached child: the parent's end does not end it (default: attached)")
+    register.add_argument("--reason", default="registered by an operator")
+    register.add_argument("--request-id", help="makes a retry of this command safe: the first answer again")
+    register.set_defaults(run=task_register)
     listing = service(task_commands.add_parser("list", help="the workspace's tasks, by task id"))
     listing.add_argument("--parent", help="only the children of this task")
     listing.add_argument("--limit", type=int, help="at most this many")
@@ -554,6 +612,14 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--pending", action="store_true", help="only those whose settlement is pending")
     listing.add_argument("--limit", type=int)
     listing.set_defaults(run=completion_list)
+
+    audit = commands.add_parser("audit", help="the audit log: one row per closed run (completion_service)")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    listing = service(audit_commands.add_parser("list", help="the workspace's audit rows, oldest first"))
+    listing.add_argument("--task", help="only this task's rows")
+    listing.add_argument("--run", dest="run_id", metavar="RUN", help="only this run's rows")
+    listing.add_argument("--limit", type=int, help="at most this many")
+    listing.set_defaults(run=audit_list)
 
     pending = service(commands.add_parser(
         "outbox", help="the settlement outbox: pending completions, their age, attempts, next attempt, last error"))

@@ -4,6 +4,7 @@ server is involved."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
 import subprocess
@@ -104,3 +105,54 @@ def test_a_command_piped_to_head_prints_its_first_lines(up):
     argv = " ".join(shlex.quote(a) for a in [str(FUNNEL), "task", "list", *against(up)])
     done = subprocess.run(["bash", "-c", f"{argv} | head -n 1"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.split()[:2] == ["TASK", "GEN"] and done.stderr == ""
+
+
+# -- `funnel task register` and `funnel audit list` -------------------------------
+
+
+def run_json(up, *args: str) -> tuple[int, object, str]:
+    done = funnel(*args, *against(up), "-o", "json")
+    return done.returncode, json.loads(done.stdout) if done.stdout else None, done.stderr
+
+
+def test_task_register_makes_a_task_and_a_retry_with_its_request_id_is_the_first_answer(up):
+    code, made, err = run_json(up, "task", "register", "cli-registered", "--request-id", "op-register-1")
+    assert code == 0, err
+    assert (made["task"]["task_id"], made["task"]["generation"], made["task"]["state"]) == (
+        "cli-registered", "1", "GENERATION_STATE_REGISTERED")
+    assert made["event"]["intent"] == "INTENT_REGISTER_TASK"
+    assert made["event"]["cause"] == {"source": "funnel-cli", "reason": "registered by an operator"}
+    assert run_json(up, "task", "register", "cli-registered", "--request-id", "op-register-1")[:2] == (0, made)
+    code, _, err = run_json(up, "task", "register", "cli-registered")
+    assert code == 1 and "TASK_ALREADY_EXISTS" in err
+    # An attached child needs an active parent; a detached one any existing generation.
+    code, _, err = run_json(up, "task", "register", "cli-child", "--parent", "cli-registered")
+    assert code == 1 and "PARENT_NOT_ACTIVE" in err
+    code, child, err = run_json(up, "task", "register", "cli-child", "--parent", "cli-registered", "--detached")
+    assert code == 0, err
+    assert child["task"]["parent"] == {"task_id": "cli-registered", "generation": "1",
+                                       "mode": "PARENT_LINK_MODE_DETACHED"}
+    code, _, err = run_json(up, "task", "register", "cli-orphan", "--parent", "no-such-parent")
+    assert code == 3 and "TASK_NOT_FOUND" in err
+    table = funnel("task", "register", "cli-table", *against(up))
+    assert table.returncode == 0 and table.stdout.split()[:2] == ["task", "cli-table"]
+    assert "REGISTERED" in table.stdout
+    code, listed, _ = run_json(up, "task", "list", "--parent", "cli-registered")
+    assert [t["task_id"] for t in listed["tasks"]] == ["cli-child"]
+
+
+def test_audit_list_shows_the_run_the_demo_closed(up):
+    code, audit, err = run_json(up, "audit", "list")
+    assert code == 0, err
+    (entry,) = audit["entries"]
+    assert (entry["action"], entry["task_id"]) == ("task.completed", up["task"])
+    assert entry["metadata"]["outcome"] and entry["metadata"]["closed_by"] == "agent"
+    code, runs, _ = run_json(up, "run", "list", "--task", up["task"])
+    assert entry["run_id"] == runs["runs"][0]["run_id"]
+    assert run_json(up, "audit", "list", "--task", up["task"])[1] == audit
+    assert run_json(up, "audit", "list", "--run", entry["run_id"])[1] == audit
+    assert run_json(up, "audit", "list", "--task", "cli-registered")[1] == {"entries": []}
+    table = funnel("audit", "list", *against(up))
+    lines = table.stdout.splitlines()
+    assert table.returncode == 0 and lines[0].split()[:4] == ["AUDIT", "ACTION", "TASK", "RUN"]
+    assert lines[1].split()[1:4] == ["task.completed", up["task"], entry["run_id"]]
