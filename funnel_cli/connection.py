@@ -5,7 +5,12 @@ token, from flags, environment variables, or the local trust material that
 Precedence: explicit flags (`--ca`, `--cert`, `--key`, `--token`,
 `--token-file`), then environment (`FUNNEL_CA`, `FUNNEL_CERT`, `FUNNEL_KEY`,
 `FUNNEL_TOKEN`), then `<data-dir>/tls` (its CA and local client certificate, and
-a short-lived operator token signed with its key: local use only)."""
+a short-lived operator token signed with its key: local use only).
+
+Every command that takes a flag below reads the same environment variable for
+its default (`funnel mcp` and `funnel ui` as much as the operator's commands):
+`--data-dir` FUNNEL_DATA_DIR, `--lifecycle` FUNNEL_LIFECYCLE, `--completion`
+FUNNEL_COMPLETION, `--workspace` FUNNEL_WORKSPACE; a flag given wins."""
 
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ from funnel.auth.client import bearer_interceptors
 from funnel.auth.pki import LocalPki
 
 DEFAULT_DATA_DIR = "funnel-data"
+DEFAULT_LIFECYCLE = "127.0.0.1:50051"
+DEFAULT_COMPLETION = "127.0.0.1:50052"
 LOCAL_TOKEN_TTL = 3600.0
 
 
@@ -49,10 +56,33 @@ class Connection:
         return Connection(token, self.ca, self.cert, self.key, self.insecure)
 
 
+def env(name: str, default: str) -> str:
+    """The default of a flag: the environment variable `name` when set and not empty."""
+    return os.environ.get(name) or default
+
+
+def add_data_dir(parser: argparse.ArgumentParser | argparse._ArgumentGroup, purpose: str) -> None:
+    parser.add_argument("--data-dir", default=env("FUNNEL_DATA_DIR", DEFAULT_DATA_DIR),
+                        help=f"{purpose} (FUNNEL_DATA_DIR; default: {DEFAULT_DATA_DIR})")
+
+
+def add_addresses(parser: argparse.ArgumentParser, *, lifecycle: bool = True, completion: bool = True) -> None:
+    if lifecycle:
+        parser.add_argument("--lifecycle", default=env("FUNNEL_LIFECYCLE", DEFAULT_LIFECYCLE),
+                            help=f"lifecycle_service address (FUNNEL_LIFECYCLE; default: {DEFAULT_LIFECYCLE})")
+    if completion:
+        parser.add_argument("--completion", default=env("FUNNEL_COMPLETION", DEFAULT_COMPLETION),
+                            help=f"completion_service address (FUNNEL_COMPLETION; default: {DEFAULT_COMPLETION})")
+
+
+def add_workspace(parser: argparse.ArgumentParser, default: str = "demo") -> None:
+    parser.add_argument("--workspace", "-w", default=env("FUNNEL_WORKSPACE", default),
+                        help=f"the workspace (FUNNEL_WORKSPACE; default: {default})")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection")
-    group.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
-                       help="where `funnel up` keeps its files; its tls/ folder is used when nothing else is given")
+    add_data_dir(group, "where `funnel up` keeps its files; its tls/ folder is used when nothing else is given")
     group.add_argument("--ca", default=os.environ.get("FUNNEL_CA"), help="PEM CA bundle of the services (FUNNEL_CA)")
     group.add_argument("--cert", default=os.environ.get("FUNNEL_CERT"), help="PEM client certificate (FUNNEL_CERT)")
     group.add_argument("--key", default=os.environ.get("FUNNEL_KEY"), help="PEM client key (FUNNEL_KEY)")

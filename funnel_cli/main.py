@@ -27,7 +27,7 @@ import jwt
 
 from funnel.auth.pki import LocalPki, ensure_local_pki
 from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE, subject_problem
-from funnel.auth.tokens import SigningKeyError
+from funnel.auth.tokens import DEFAULT_AUDIENCE, DEFAULT_ISSUER, SigningKeyError
 from funnel.runtime.postgres import redacted
 from funnel.runtime.validation import id_problem
 from funnel_cli import connection as conn
@@ -246,24 +246,23 @@ def build_parser() -> argparse.ArgumentParser:
     conn.add_arguments(up)
     up.set_defaults(run=cmd_up)
     demo = commands.add_parser("demo", help="walk one task through the story against running services")
-    demo.add_argument("--lifecycle", default="127.0.0.1:50051")
-    demo.add_argument("--completion", default="127.0.0.1:50052")
+    conn.add_addresses(demo)
     conn.add_arguments(demo)
     demo.set_defaults(run=cmd_demo)
     transcript = commands.add_parser("transcript", help="move a task's transcript in or out as JSONL")
     transcript_commands = transcript.add_subparsers(dest="transcript_command", required=True)
     export = transcript_commands.add_parser("export", help="write a task's transcript as JSONL")
     export.add_argument("task")
-    export.add_argument("--workspace", default="demo")
-    export.add_argument("--completion", default="127.0.0.1:50052")
+    conn.add_workspace(export)
+    conn.add_addresses(export, lifecycle=False)
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
     conn.add_arguments(export)
     export.set_defaults(run=cmd_transcript_export)
     load = transcript_commands.add_parser("import", help="import a JSONL transcript into a task with none")
     load.add_argument("file")
     load.add_argument("--task", required=True)
-    load.add_argument("--workspace", default="demo")
-    load.add_argument("--completion", default="127.0.0.1:50052")
+    conn.add_workspace(load)
+    conn.add_addresses(load, lifecycle=False)
     conn.add_arguments(load)
     load.set_defaults(run=cmd_transcript_import)
     mcp = commands.add_parser(
@@ -295,17 +294,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--ttl", type=duration_seconds, default=duration_seconds("12h"), help="lifetime: 90s, 15m, 12h, 7d"
     )
     issue.add_argument("--subject", help="the token's `sub` (default: <role>@<workspace>); an agent's agent_id")
-    issue.add_argument("--issuer", default="funnel", help="`iss` (the services' --token-issuer)")
-    issue.add_argument("--audience", default="funnel", help="`aud` (the services' --token-audience)")
-    issue.add_argument("--data-dir", default=conn.DEFAULT_DATA_DIR,
-                       help="where `funnel up` keeps its files; its signing key is read, never made here")
+    issue.add_argument("--issuer", default=conn.env("FUNNEL_TOKEN_ISSUER", DEFAULT_ISSUER),
+                       help=f"`iss` (the services' --token-issuer; FUNNEL_TOKEN_ISSUER; default: {DEFAULT_ISSUER})")
+    issue.add_argument("--audience", default=conn.env("FUNNEL_TOKEN_AUDIENCE", DEFAULT_AUDIENCE),
+                       help="`aud` (the services' --token-audience; FUNNEL_TOKEN_AUDIENCE; default: "
+                       f"{DEFAULT_AUDIENCE})")
+    conn.add_data_dir(issue, "where `funnel up` keeps its files; its signing key is read, never made here")
     issue.set_defaults(run=cmd_token_issue)
     pki = commands.add_parser("pki", help="the local trust material of `funnel up`")
     pki_commands = pki.add_subparsers(dest="pki_command", required=True)
     init = pki_commands.add_parser(
         "init", help="make (or complete, or renew) the CA, certificates and token signing key in --data-dir/tls "
         "without starting the services, e.g. for deploy/compose.yaml")
-    init.add_argument("--data-dir", default=conn.DEFAULT_DATA_DIR, help="where `funnel up` keeps its files")
+    conn.add_data_dir(init, "where `funnel up` keeps its files")
     init.set_defaults(run=cmd_pki_init)
     return parser
 

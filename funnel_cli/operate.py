@@ -544,9 +544,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
 def add_commands(commands: Any) -> None:
     def service(parser: argparse.ArgumentParser, *, workspace: bool = True) -> argparse.ArgumentParser:
         if workspace:
-            parser.add_argument("--workspace", "-w", default="demo", help="the workspace (default: demo)")
-        parser.add_argument("--lifecycle", default="127.0.0.1:50051", help="lifecycle_service address")
-        parser.add_argument("--completion", default="127.0.0.1:50052", help="completion_service address")
+            conn.add_workspace(parser)
+        conn.add_addresses(parser)
         parser.add_argument("--output", "-o", choices=["table", "json"], default="table")
         conn.add_arguments(parser)
         return parser

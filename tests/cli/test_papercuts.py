@@ -5,6 +5,7 @@ server is involved."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import jwt
 import pytest
 
 from tests.reliability.harness import unused_port
@@ -142,17 +144,65 @@ def test_task_register_makes_a_task_and_a_retry_with_its_request_id_is_the_first
 
 
 def test_audit_list_shows_the_run_the_demo_closed(up):
-    code, audit, err = run_json(up, "audit", "list")
+    code, audit, err = run_json(up, "audit", "list", "--task", up["task"])
     assert code == 0, err
     (entry,) = audit["entries"]
     assert (entry["action"], entry["task_id"]) == ("task.completed", up["task"])
     assert entry["metadata"]["outcome"] and entry["metadata"]["closed_by"] == "agent"
     code, runs, _ = run_json(up, "run", "list", "--task", up["task"])
     assert entry["run_id"] == runs["runs"][0]["run_id"]
-    assert run_json(up, "audit", "list", "--task", up["task"])[1] == audit
+    assert entry in run_json(up, "audit", "list")[1]["entries"]
     assert run_json(up, "audit", "list", "--run", entry["run_id"])[1] == audit
     assert run_json(up, "audit", "list", "--task", "cli-registered")[1] == {"entries": []}
-    table = funnel("audit", "list", *against(up))
+    table = funnel("audit", "list", "--run", entry["run_id"], *against(up))
     lines = table.stdout.splitlines()
     assert table.returncode == 0 and lines[0].split()[:4] == ["AUDIT", "ACTION", "TASK", "RUN"]
     assert lines[1].split()[1:4] == ["task.completed", up["task"], entry["run_id"]]
+
+
+# -- the environment variables every command honours ----------------------------
+
+
+def test_every_command_reads_the_addresses_workspace_and_data_directory_from_the_environment(up, tmp_path):
+    env = {**os.environ, "FUNNEL_DATA_DIR": str(up["data"]), "FUNNEL_LIFECYCLE": up["lifecycle"],
+           "FUNNEL_COMPLETION": up["completion"], "FUNNEL_WORKSPACE": "demo"}
+
+    def bare(*args: str, **more: str) -> subprocess.CompletedProcess:
+        return funnel(*args, env={**env, **more}, cwd=tmp_path)  # no ./funnel-data here: only the variables tell
+
+    for command, key in [(("task", "list"), "tasks"), (("run", "list"), "runs"),
+                         (("completion", "list"), "completions"), (("audit", "list"), "entries"),
+                         (("outbox",), "completions")]:
+        done = bare(*command, "-o", "json")
+        assert done.returncode == 0, (command, done.stderr)
+        assert up["task"] in done.stdout or command == ("outbox",), command
+        assert key in json.loads(done.stdout)
+    assert bare("task", "get", up["task"], "-o", "json").returncode == 0
+    exported = bare("transcript", "export", up["task"])
+    assert exported.returncode == 0, exported.stderr  # the demo's task has no transcript: nothing written
+    assert bare("transcript", "export", up["task"], FUNNEL_COMPLETION=f"127.0.0.1:{unused_port()}").returncode == 1
+    # FUNNEL_WORKSPACE names the workspace: another one holds none of the demo's tasks.
+    assert json.loads(bare("task", "list", "-o", "json", FUNNEL_WORKSPACE="elsewhere").stdout) == {"tasks": []}
+    # A flag wins over its variable.
+    assert bare("task", "list", "--lifecycle", up["lifecycle"], "-o", "json",
+                FUNNEL_LIFECYCLE=f"127.0.0.1:{unused_port()}").returncode == 0
+    unreachable = bare("task", "list", FUNNEL_LIFECYCLE=f"127.0.0.1:{unused_port()}")
+    assert unreachable.returncode == 5 and "UNAVAILABLE" in unreachable.stderr
+    # `funnel token issue` reads the data directory, issuer and audience as `funnel mcp` and the services do.
+    token = bare("token", "issue", "--workspace", "demo", "--role", "viewer", FUNNEL_TOKEN_ISSUER="https://issuer.example",
+                 FUNNEL_TOKEN_AUDIENCE="funnel-api")
+    assert token.returncode == 0, token.stderr
+    claims = jwt.decode(token.stdout.strip(), options={"verify_signature": False})
+    assert (claims["iss"], claims["aud"]) == ("https://issuer.example", "funnel-api")
+    # `funnel demo` and `funnel up` read them too, and every --help says which.
+    for command in (["task", "list"], ["task", "register"], ["audit", "list"], ["run", "get"], ["outbox"], ["demo"],
+                    ["transcript", "export"], ["transcript", "import"], ["token", "issue"], ["pki", "init"], ["up"],
+                    ["mcp"], ["ui"]):
+        text = bare(*command, "--help").stdout
+        assert "FUNNEL_DATA_DIR" in text, command
+        if command[0] not in ("token", "pki", "up"):
+            assert "FUNNEL_COMPLETION" in text, command
+        if command[0] not in ("token", "pki", "up", "demo", "transcript"):
+            assert "FUNNEL_LIFECYCLE" in text, command
+        if command[0] not in ("demo", "token", "pki", "up"):
+            assert "FUNNEL_WORKSPACE" in text, command
