@@ -80,6 +80,32 @@ def add_workspace(parser: argparse.ArgumentParser, default: str = "demo") -> Non
                         help=f"the workspace (FUNNEL_WORKSPACE; default: {default})")
 
 
+# What an UNAVAILABLE says when nothing answered at all (no listener, no such host,
+# no route): not a handshake that the server ended.
+_NOT_A_HANDSHAKE = ("connection refused", "dns resolution", "name resolution", "no route to host",
+                    "network is unreachable", "deadline exceeded")
+
+
+def missing_certificate_hint(connection: Connection, error: grpc.aio.AioRpcError) -> str:
+    """What to add to an UNAVAILABLE that a missing client certificate explains.
+
+    A listener that requires client certificates (the lifecycle service's, with
+    --tls-client-ca, as under `funnel up`) ends the TLS handshake of a caller
+    without one: before any gRPC status can be sent, so the caller sees only an
+    opaque UNAVAILABLE ("Socket closed"). The services keep requiring the
+    certificate in the handshake (docs/security.md, "Transport"); the CLI says what
+    is missing instead."""
+    if connection.insecure or connection.cert is not None or error.code() != grpc.StatusCode.UNAVAILABLE:
+        return ""
+    details = (error.details() or "").lower()
+    if any(words in details for words in _NOT_A_HANDSHAKE):
+        return ""
+    return ("; the connection was made without a client certificate, and the lifecycle service requires one "
+            "(it ends the TLS handshake of a caller without one, a token is not enough): pass --cert and --key "
+            "(FUNNEL_CERT, FUNNEL_KEY), e.g. the client.pem and client.key in the tls/ folder of `funnel up`'s "
+            "--data-dir, or leave out --ca to use that folder")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection")
     add_data_dir(group, "where `funnel up` keeps its files; its tls/ folder is used when nothing else is given")

@@ -125,7 +125,12 @@ async def _wait_both(connection: conn.Connection, lifecycle_address: str, comple
     await asyncio.gather(wait_serving(connection, lifecycle_address), wait_serving(connection, completion_address))
 
 
+def _hint(connection: conn.Connection | None, error: grpc.aio.AioRpcError) -> str:
+    return conn.missing_certificate_hint(connection, error) if connection is not None else ""
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    connection = None
     try:
         connection = conn.from_arguments(args)
         asyncio.run(run_demo(demo_callers(args, connection), args.lifecycle, args.completion))
@@ -133,12 +138,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"funnel demo: {exc}", file=sys.stderr)
         return 1
     except grpc.aio.AioRpcError as error:
-        print(f"funnel demo: {error.code().name}: {error.details()}", file=sys.stderr)
+        print(f"funnel demo: {error.code().name}: {error.details()}{_hint(connection, error)}", file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_transcript_export(args: argparse.Namespace) -> int:
+    connection = None
     try:
         connection = conn.from_arguments(args)
         if args.output:
@@ -148,7 +154,8 @@ def cmd_transcript_export(args: argparse.Namespace) -> int:
         else:
             asyncio.run(export_transcript(connection, args.completion, args.workspace, args.task, sys.stdout.buffer))
     except grpc.aio.AioRpcError as error:
-        print(f"funnel transcript export: {error.code().name}: {error.details()}", file=sys.stderr)
+        print(f"funnel transcript export: {error.code().name}: {error.details()}{_hint(connection, error)}",
+              file=sys.stderr)
         return 1
     except conn.ConnectionSetupError as error:
         print(f"funnel transcript export: {error}", file=sys.stderr)
@@ -157,13 +164,15 @@ def cmd_transcript_export(args: argparse.Namespace) -> int:
 
 
 def cmd_transcript_import(args: argparse.Namespace) -> int:
+    connection = None
     try:
         connection = conn.from_arguments(args)
         report_import(
             asyncio.run(import_transcript(connection, args.completion, args.workspace, args.task, Path(args.file)))
         )
     except grpc.aio.AioRpcError as error:
-        print(f"funnel transcript import: {error.code().name}: {error.details()}", file=sys.stderr)
+        print(f"funnel transcript import: {error.code().name}: {error.details()}{_hint(connection, error)}",
+              file=sys.stderr)
         return 1
     except (OSError, conn.ConnectionSetupError) as error:
         print(f"funnel transcript import: {error}", file=sys.stderr)

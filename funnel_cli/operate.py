@@ -65,8 +65,7 @@ _EXIT_BY_CODE = {
 class Clients:
     """The stubs of both services over the operator's connection."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        connection = conn.from_arguments(args)
+    def __init__(self, args: argparse.Namespace, connection: conn.Connection) -> None:
         self._channels = [connection.channel(args.lifecycle), connection.channel(args.completion)]
         self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])
         self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])
@@ -85,22 +84,25 @@ def service_command(name: str) -> Callable[[Command], Callable[[argparse.Namespa
     def wrap(command: Command) -> Callable[[argparse.Namespace], int]:
         @functools.wraps(command)
         def run(args: argparse.Namespace) -> int:
-            async def main() -> int:
-                clients = Clients(args)
+            async def main(connection: conn.Connection) -> int:
+                clients = Clients(args, connection)
                 try:
                     return await command(args, clients)
                 finally:
                     await clients.close()
 
+            connection: conn.Connection | None = None
             try:
-                return asyncio.run(main())
+                connection = conn.from_arguments(args)
+                return asyncio.run(main(connection))
             except conn.ConnectionSetupError as exc:
                 print(f"funnel {name}: {exc}", file=sys.stderr)
                 return USAGE
             except grpc.aio.AioRpcError as error:
                 info = error_info(error)
                 reason = f"{info.reason} ({error.code().name})" if info is not None else error.code().name
-                print(f"funnel {name}: {reason}: {error.details()}", file=sys.stderr)
+                hint = conn.missing_certificate_hint(connection, error) if connection is not None else ""
+                print(f"funnel {name}: {reason}: {error.details()}{hint}", file=sys.stderr)
                 return _EXIT_BY_CODE.get(error.code(), REFUSED)
             except KeyboardInterrupt:
                 return OK

@@ -206,3 +206,26 @@ def test_every_command_reads_the_addresses_workspace_and_data_directory_from_the
             assert "FUNNEL_LIFECYCLE" in text, command
         if command[0] not in ("demo", "token", "pki", "up"):
             assert "FUNNEL_WORKSPACE" in text, command
+
+
+# -- a token caller without a client certificate is told that one is needed --------
+
+
+def test_a_token_caller_without_a_client_certificate_is_told_the_lifecycle_service_needs_one(up):
+    tls = up["data"] / "tls"
+    token = funnel("token", "issue", "--workspace", "demo", "--role", "host", "--data-dir", str(up["data"])).stdout
+    # --ca alone: the services' CA and a token, no client certificate (a token caller from elsewhere).
+    caller = ["--ca", str(tls / "ca.pem"), "--token", token.strip(), "--lifecycle", up["lifecycle"],
+              "--completion", up["completion"]]
+    for command in (["task", "list"], ["task", "register", "cli-no-certificate"], ["demo"]):
+        done = funnel(*command, *caller)
+        assert done.returncode in (1, 5), (command, done.stderr)
+        assert "without a client certificate, and the lifecycle service requires one" in done.stderr, done.stderr
+        assert "--cert and --key" in done.stderr and "Traceback" not in done.stderr
+    # The completion service asks for none: the same caller reads runs there.
+    assert funnel("run", "list", *caller).returncode == 0
+    # With the certificate the same call works; a port nobody listens on is no handshake and gets no such hint.
+    certificate = ["--cert", str(tls / "client.pem"), "--key", str(tls / "client.key")]
+    assert funnel("task", "list", *caller, *certificate).returncode == 0
+    nobody = funnel("task", "list", *caller[:4], "--lifecycle", f"127.0.0.1:{unused_port()}")
+    assert nobody.returncode == 5 and "client certificate" not in nobody.stderr
