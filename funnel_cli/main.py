@@ -66,6 +66,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             database_url=args.database,
             lifecycle_metrics=_metrics_listen(args.lifecycle_metrics_port),
             completion_metrics=_metrics_listen(args.completion_metrics_port),
+            reflection=args.reflection,
         )
     except StartupFailed as exc:
         print(f"funnel up: {exc}", file=sys.stderr)
@@ -88,6 +89,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         }
         print(f"lifecycle_service   {lifecycle.address}   ({where['lifecycle']}; TLS, client certificates)")
         print(f"completion_service  {completion.address}   ({where['completion']}; TLS)")
+        if args.reflection:
+            print("gRPC reflection on both (grpcurl, buf curl); --no-reflection turns it off")
         for service in (lifecycle, completion):
             if service.metrics_url:
                 print(f"{service.name + ' metrics':<27} {service.metrics_url}")
@@ -248,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--completion-metrics-port", type=int, default=9452,
                     help="the completion service's Prometheus metrics on 127.0.0.1 (0: any free port; -1: none)")
     up.add_argument("--policy-file", help="gate policy TOML (default: the demo policy)")
+    up.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=True,
+                    help="both services serve gRPC reflection, so grpcurl and `buf curl` list and describe them "
+                    "(default: on; reflection answers without a token, the lifecycle one with a client certificate)")
     up.add_argument("--demo", action="store_true", help="walk one task through the story once both serve")
     up.add_argument("--database", default=os.environ.get("FUNNEL_DATABASE"), metavar="postgresql://…",
                     help="run both services on this PostgreSQL database, each in its own schema, instead of "

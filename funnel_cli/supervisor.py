@@ -160,11 +160,14 @@ def start_pair(
     database_url: str | None = None,
     lifecycle_metrics: str | None = None,
     completion_metrics: str | None = None,
+    reflection: bool = False,
 ) -> tuple[ServiceProcess, ServiceProcess]:
     """Both services over SQLite files in `data_dir` (or both on the PostgreSQL
     database `database_url`, each in its own schema), with TLS between them and
     tokens for callers, from the local PKI in `data_dir/tls` (created on first start).
-    `*_metrics` (HOST:PORT) has a service serve Prometheus metrics there."""
+    `*_metrics` (HOST:PORT) has a service serve Prometheus metrics there; with
+    `reflection` both serve gRPC reflection (grpcurl, `buf curl`)."""
+    reflecting = ["--reflection"] if reflection else []
     data_dir.mkdir(parents=True, exist_ok=True)
     pki = ensure_local_pki(data_dir / "tls")
     lifecycle = spawn(
@@ -175,6 +178,7 @@ def start_pair(
             "--database", database_url or str(data_dir / "lifecycle.sqlite3"),
             *lifecycle_tls_arguments(pki),
             *_metrics_arguments(lifecycle_metrics),
+            *reflecting,
             *extra_lifecycle,
         ],
         data_dir / "lifecycle.log",
@@ -195,6 +199,7 @@ def start_pair(
                 policy_file,
                 *completion_tls_arguments(pki),
                 *_metrics_arguments(completion_metrics),
+                *reflecting,
                 *extra_completion,
             ],
             data_dir / "completion.log",

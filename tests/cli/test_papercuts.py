@@ -13,8 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import jwt
 import pytest
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor_pool import DescriptorPool
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from tests.reliability.harness import unused_port
 
@@ -229,3 +233,67 @@ def test_a_token_caller_without_a_client_certificate_is_told_the_lifecycle_servi
     assert funnel("task", "list", *caller, *certificate).returncode == 0
     nobody = funnel("task", "list", *caller[:4], "--lifecycle", f"127.0.0.1:{unused_port()}")
     assert nobody.returncode == 5 and "client certificate" not in nobody.stderr
+
+
+# -- reflection under `funnel up`, complete enough for grpcurl-like clients ---------
+
+
+def reflection_channel(up, service: str) -> grpc.Channel:
+    tls = up["data"] / "tls"
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=(tls / "ca.pem").read_bytes(),
+        # The lifecycle service's handshake requires a client certificate (docs/security.md, "Transport").
+        private_key=(tls / "client.key").read_bytes() if service == "lifecycle" else None,
+        certificate_chain=(tls / "client.pem").read_bytes() if service == "lifecycle" else None)
+    return grpc.secure_channel(up[service], credentials)
+
+
+def resolve_fully(message: Descriptor, seen: set[str]) -> None:
+    """Every field's type, down to the last nested message and enum."""
+    if message.full_name in seen:
+        return
+    seen.add(message.full_name)
+    for field in message.fields:
+        assert field.type != field.TYPE_MESSAGE or field.message_type is not None, field.full_name
+        assert field.type != field.TYPE_ENUM or field.enum_type.values, field.full_name
+        if field.message_type is not None:
+            resolve_fully(field.message_type, seen)
+
+
+@pytest.mark.parametrize("service, method, expected", [
+    ("completion", "funnel.completion.v1.CompletionService.CompleteRun",
+     {"funnel.completion.v1.CompleteRunRequest"}),
+    ("completion", "funnel.completion.v1.CompletionService.ClaimTask", {"google.protobuf.Duration"}),
+    ("completion", "funnel.completion.v1.TranscriptService.ImportTranscript", set()),
+    ("lifecycle", "funnel.lifecycle.v1.TaskLifecycleService.RegisterTask",
+     {"funnel.lifecycle.v1.Cause", "funnel.lifecycle.v1.ParentLink"}),
+])
+def test_reflection_is_on_under_funnel_up_and_describes_a_method_down_to_every_type(up, service, method, expected):
+    assert "gRPC reflection on both" in up["output"]
+    with reflection_channel(up, service) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        services = database.get_services()
+        assert method.rsplit(".", 1)[0] in services
+        # Every service listed is described (grpc.reflection.v1 too, which grpcio-reflection lacks).
+        assert all(database.FindFileContainingSymbol(name).service for name in services)
+        assert "grpc.reflection.v1.ServerReflection" in services
+        # What `grpcurl describe Service.Method` asks first: the file containing the method's name
+        # (grpcio-reflection alone answered "not found": grpc/grpc#34743).
+        file = database.FindFileContainingSymbol(method)
+        assert file.package == method.rsplit(".", 2)[0]
+        # A fresh pool, fed only by reflection, resolves the method and its input type completely:
+        # the files it imports (google/protobuf/*, google/rpc/*) came with the answer.
+        pool = DescriptorPool(database)
+        found = pool.FindMethodByName(method)
+        seen: set[str] = set()
+        resolve_fully(found.input_type, seen)
+        resolve_fully(found.output_type, seen)
+        assert {found.input_type.full_name, *expected} <= seen
+        # The other names a client may ask for: an enum value, a field, the error details, health.
+        for symbol in ("funnel.completion.v1.RUN_OUTCOME_SUCCEEDED" if service == "completion"
+                       else "funnel.lifecycle.v1.TERMINAL_OUTCOME_COMPLETED",
+                       f"{found.input_type.full_name}.{found.input_type.fields[0].name}",
+                       "google.rpc.ErrorInfo", "grpc.health.v1.Health", "grpc.health.v1.Health.Check"):
+            assert database.FindFileContainingSymbol(symbol).name, symbol
+        with pytest.raises(KeyError):
+            database.FindFileContainingSymbol(f"{method}.NoSuchThing")
