@@ -552,4 +552,8 @@ def reloader(security: PreparedSecurity, *more: security_settings.Reloadable) ->
 
 
 def configure_logging(level: str, log_format: str) -> None:
+    """The service's logging; in JSON mode the gRPC core's own lines too
+    (logs.capture_native_stderr), so that every line of the log is JSON."""
+    if log_format == "json":
+        logs.capture_native_stderr()
     logs.configure(level, log_format)

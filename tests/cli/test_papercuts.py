@@ -5,6 +5,7 @@ server is involved."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import signal
@@ -20,6 +21,7 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
+from funnel.runtime import logs
 from tests.reliability.harness import unused_port
 
 FUNNEL = Path(sys.executable).parent / "funnel"
@@ -297,3 +299,36 @@ def test_reflection_is_on_under_funnel_up_and_describes_a_method_down_to_every_t
             assert database.FindFileContainingSymbol(symbol).name, symbol
         with pytest.raises(KeyError):
             database.FindFileContainingSymbol(f"{method}.NoSuchThing")
+
+
+# -- the gRPC core's own lines go through the JSON formatter ---------------------
+
+
+def test_the_grpc_cores_own_lines_are_json_lines_of_the_service_log(up):
+    log = up["data"] / "lifecycle.log"
+    # A handshake without a client certificate: the core itself logs its failure.
+    tls = up["data"] / "tls"
+    funnel("task", "list", "--lifecycle", up["lifecycle"], "--ca", str(tls / "ca.pem"), "--token", "not-a-token")
+    deadline = time.monotonic() + 30
+    while True:
+        lines = log.read_text(encoding="utf-8").splitlines()
+        entries = [json.loads(line) for line in lines]  # every line is a JSON object, or this fails
+        core = [e for e in entries if e["logger"] == "grpc.core" and "Handshake failed" in e["message"]]
+        if core:
+            break
+        assert time.monotonic() < deadline, lines[-5:]
+        time.sleep(0.2)
+    entry = core[-1]
+    assert entry["level"] == "INFO" and "PEER_DID_NOT_RETURN_A_CERTIFICATE" in entry["message"]
+    assert entry["source"].startswith("ssl_transport_security.cc:") and entry["native_thread"] > 0
+    assert entry["time"].endswith("Z") and not entry["message"].startswith("I1")
+
+
+def test_a_core_line_is_parsed_from_absls_format():
+    assert logs.native_record(
+        "E1202 00:07:26.678545   20824 chttp2_transport.cc:1234] Something broke: details") == (
+        logging.ERROR, "Something broke: details", {"source": "chttp2_transport.cc:1234", "native_thread": 20824})
+    assert logs.native_record("W0101 23:59:59.000001 7 a/b.cc:1] careful")[0] == logging.WARNING
+    assert logs.native_record("F0101 23:59:59.000001 7 a.cc:1] gone")[0] == logging.CRITICAL
+    assert logs.native_record("some other library's line") == (
+        logging.WARNING, "some other library's line", {"source": "stderr"})
