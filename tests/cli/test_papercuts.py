@@ -332,3 +332,26 @@ def test_a_core_line_is_parsed_from_absls_format():
     assert logs.native_record("F0101 23:59:59.000001 7 a.cc:1] gone")[0] == logging.CRITICAL
     assert logs.native_record("some other library's line") == (
         logging.WARNING, "some other library's line", {"source": "stderr"})
+
+
+def test_funnel_up_no_reflection_serves_none(tmp_path):
+    process = subprocess.Popen(
+        [str(FUNNEL), "up", "--no-reflection", "--data-dir", str(tmp_path / "data"), "--lifecycle-port", "0",
+         "--completion-port", "0", "--lifecycle-metrics-port", "-1", "--completion-metrics-port", "-1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        while not (lines and "both SERVING" in lines[-1]):
+            line = process.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        output = "".join(lines)
+        assert "gRPC reflection" not in output
+        address = next(line.split()[1] for line in lines if line.startswith("completion_service"))
+        up = {"data": tmp_path / "data", "completion": address}
+        with reflection_channel(up, "completion") as channel, pytest.raises(grpc.RpcError) as refused:
+            ProtoReflectionDescriptorDatabase(channel).get_services()
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
