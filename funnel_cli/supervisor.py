@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -88,15 +89,33 @@ def _read_address(service: ServiceProcess) -> str:
     deadline = time.monotonic() + READY_TIMEOUT
     stdout = service.process.stdout
     assert stdout is not None, "spawn() pipes the service's stdout"
+    pending = b""
+    ended = False
     while time.monotonic() < deadline:
-        line = stdout.readline().decode(errors="replace").strip()
+        if b"\n" not in pending and not ended:
+            # Waited for with the deadline, from the descriptor itself (no buffered
+            # reads): a service stuck before its line, or one whose start failed and
+            # whose threads keep it alive, must not hang `funnel up`.
+            readable, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0.0))
+            if not readable:
+                break
+            chunk = os.read(stdout.fileno(), 4096)
+            ended = not chunk
+            pending += chunk
+            continue
+        raw, newline, pending = pending.partition(b"\n")
+        line = raw.decode(errors="replace").strip()
         if line:
             if " metrics on " in line:
                 service.metrics_url = line.rsplit(" ", 1)[1]
             if " serving on " in line:
                 return line.rsplit(" ", 1)[1]
             continue
-        if service.process.poll() is not None:
+        if ended and not newline:
+            try:
+                service.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                break  # stdout closed, the process still there: stopped below
             tail = service.log_path.read_text(errors="replace")[-2000:] if service.log_path else ""
             raise StartupFailed(f"{service.name} exited with code {service.process.returncode}:\n{tail}")
     service.stop()

@@ -22,6 +22,7 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from funnel.runtime import logs
+from funnel_cli import supervisor
 from tests.reliability.harness import unused_port
 
 FUNNEL = Path(sys.executable).parent / "funnel"
@@ -355,3 +356,25 @@ def test_funnel_up_no_reflection_serves_none(tmp_path):
     finally:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=30)
+
+
+# -- `funnel up` never waits for a service forever -----------------------------------
+
+
+def test_a_service_stuck_before_serving_fails_the_start_at_the_deadline(tmp_path, monkeypatch):
+    (tmp_path / "stuck_service.py").write_text("import sys, time\nprint('starting', flush=True)\ntime.sleep(120)\n")
+    (tmp_path / "two_lines.py").write_text(
+        "import sys, time\nsys.stdout.write('x metrics on http://127.0.0.1:1/metrics\\nx serving on 127.0.0.1:9\\n')\n"
+        "sys.stdout.flush()\ntime.sleep(120)\n")
+    monkeypatch.setattr(supervisor, "READY_TIMEOUT", 2.0)
+    env = {"PYTHONPATH": str(tmp_path)}
+    started = time.monotonic()
+    with pytest.raises(supervisor.StartupFailed, match="did not start within"):
+        supervisor.spawn("stuck", "stuck_service", [], tmp_path / "stuck.log", env)
+    assert time.monotonic() - started < 15
+    # Both lines in one read: the second is not lost waiting for more.
+    service = supervisor.spawn("two", "two_lines", [], tmp_path / "two.log", env)
+    try:
+        assert (service.address, service.metrics_url) == ("127.0.0.1:9", "http://127.0.0.1:1/metrics")
+    finally:
+        service.kill()
