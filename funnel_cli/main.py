@@ -211,8 +211,9 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     pki = LocalPki(Path(args.data_dir).absolute() / "tls")
     if not (pki.signing_key.exists() and pki.jwks.exists()):
         print(f"funnel token issue: no token signing key in {pki.directory} (looked there for --data-dir "
-              f"{args.data_dir!r}); pass the --data-dir of the `funnel up` whose services should accept the "
-              "token, or run `funnel up` (or `funnel pki init`) there first", file=sys.stderr)
+              f"{args.data_dir!r}, which FUNNEL_DATA_DIR also sets); pass the --data-dir of the `funnel up` "
+              "whose services should accept the token, or run `funnel up` (or `funnel pki init`) there first",
+              file=sys.stderr)
         return 1
     try:
         key = pki.load_signing_key()
