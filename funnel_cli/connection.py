@@ -5,7 +5,12 @@ token, from flags, environment variables, or the local trust material that
 Precedence: explicit flags (`--ca`, `--cert`, `--key`, `--token`,
 `--token-file`), then environment (`FUNNEL_CA`, `FUNNEL_CERT`, `FUNNEL_KEY`,
 `FUNNEL_TOKEN`), then `<data-dir>/tls` (its CA and local client certificate, and
-a short-lived operator token signed with its key: local use only)."""
+a short-lived operator token signed with its key: local use only).
+
+Every command that takes a flag below reads the same environment variable for
+its default (`funnel mcp` and `funnel ui` as much as the operator's commands):
+`--data-dir` FUNNEL_DATA_DIR, `--lifecycle` FUNNEL_LIFECYCLE, `--completion`
+FUNNEL_COMPLETION, `--workspace` FUNNEL_WORKSPACE; a flag given wins."""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from funnel.auth.pki import LocalPki
 from funnel.client import FunnelClient, Tls
 
 DEFAULT_DATA_DIR = "funnel-data"
+DEFAULT_LIFECYCLE = "127.0.0.1:50051"
+DEFAULT_COMPLETION = "127.0.0.1:50052"
 LOCAL_TOKEN_TTL = 3600.0
 
 
@@ -55,10 +62,58 @@ class Connection:
         return Connection(token, self.ca, self.cert, self.key, self.insecure)
 
 
+def env(name: str, default: str) -> str:
+    """The default of a flag: the environment variable `name` when set and not empty."""
+    return os.environ.get(name) or default
+
+
+def add_data_dir(parser: argparse.ArgumentParser | argparse._ArgumentGroup, purpose: str) -> None:
+    parser.add_argument("--data-dir", default=env("FUNNEL_DATA_DIR", DEFAULT_DATA_DIR),
+                        help=f"{purpose} (FUNNEL_DATA_DIR; default: {DEFAULT_DATA_DIR})")
+
+
+def add_addresses(parser: argparse.ArgumentParser, *, lifecycle: bool = True, completion: bool = True) -> None:
+    if lifecycle:
+        parser.add_argument("--lifecycle", default=env("FUNNEL_LIFECYCLE", DEFAULT_LIFECYCLE),
+                            help=f"lifecycle_service address (FUNNEL_LIFECYCLE; default: {DEFAULT_LIFECYCLE})")
+    if completion:
+        parser.add_argument("--completion", default=env("FUNNEL_COMPLETION", DEFAULT_COMPLETION),
+                            help=f"completion_service address (FUNNEL_COMPLETION; default: {DEFAULT_COMPLETION})")
+
+
+def add_workspace(parser: argparse.ArgumentParser, default: str = "demo") -> None:
+    parser.add_argument("--workspace", "-w", default=env("FUNNEL_WORKSPACE", default),
+                        help=f"the workspace (FUNNEL_WORKSPACE; default: {default})")
+
+
+# What an UNAVAILABLE says when nothing answered at all (no listener, no such host,
+# no route): not a handshake that the server ended.
+_NOT_A_HANDSHAKE = ("connection refused", "dns resolution", "name resolution", "no route to host",
+                    "network is unreachable", "deadline exceeded")
+
+
+def missing_certificate_hint(connection: Connection, code: grpc.StatusCode, details: str | None) -> str:
+    """What to add to an UNAVAILABLE that a missing client certificate explains.
+
+    A listener that requires client certificates (the lifecycle service's, with
+    --tls-client-ca, as under `funnel up`) ends the TLS handshake of a caller
+    without one: before any gRPC status can be sent, so the caller sees only an
+    opaque UNAVAILABLE ("Socket closed"). The services keep requiring the
+    certificate in the handshake (docs/security.md, "Transport"); the CLI says what
+    is missing instead."""
+    if connection.insecure or connection.cert is not None or code != grpc.StatusCode.UNAVAILABLE:
+        return ""
+    if any(words in (details or "").lower() for words in _NOT_A_HANDSHAKE):
+        return ""
+    return ("; the connection was made without a client certificate, and the lifecycle service requires one "
+            "(it ends the TLS handshake of a caller without one, a token is not enough): pass --cert and --key "
+            "(FUNNEL_CERT, FUNNEL_KEY), e.g. the client.pem and client.key in the tls/ folder of `funnel up`'s "
+            "--data-dir, or leave out --ca to use that folder")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection")
-    group.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
-                       help="where `funnel up` keeps its files; its tls/ folder is used when nothing else is given")
+    add_data_dir(group, "where `funnel up` keeps its files; its tls/ folder is used when nothing else is given")
     group.add_argument("--ca", default=os.environ.get("FUNNEL_CA"), help="PEM CA bundle of the services (FUNNEL_CA)")
     group.add_argument("--cert", default=os.environ.get("FUNNEL_CERT"), help="PEM client certificate (FUNNEL_CERT)")
     group.add_argument("--key", default=os.environ.get("FUNNEL_KEY"), help="PEM client key (FUNNEL_KEY)")

@@ -5,7 +5,8 @@
                              Prometheus metrics on http://127.0.0.1:9451/metrics and :9452/metrics
     funnel demo              the story, against services already running
     funnel transcript export TASK / import FILE --task TASK
-    funnel token issue --workspace W --role R [--ttl D]
+    funnel token issue --workspace W --role R [--ttl D]   signed by the key `funnel up` made
+    funnel pki init          the local PKI and token signing key only, without starting services
     funnel ui [--listen 127.0.0.1:8470] [--action-token T]   the live dashboard
 """
 
@@ -24,9 +25,9 @@ from pathlib import Path
 import grpc
 import jwt
 
-from funnel.auth.pki import ensure_local_pki
+from funnel.auth.pki import LocalPki, ensure_local_pki
 from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE, subject_problem
-from funnel.auth.tokens import SigningKeyError
+from funnel.auth.tokens import DEFAULT_AUDIENCE, DEFAULT_ISSUER, SigningKeyError
 from funnel.client import FunnelError
 from funnel.runtime.postgres import redacted
 from funnel.runtime.validation import id_problem
@@ -66,6 +67,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             database_url=args.database,
             lifecycle_metrics=_metrics_listen(args.lifecycle_metrics_port),
             completion_metrics=_metrics_listen(args.completion_metrics_port),
+            reflection=args.reflection,
         )
     except StartupFailed as exc:
         print(f"funnel up: {exc}", file=sys.stderr)
@@ -88,6 +90,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         }
         print(f"lifecycle_service   {lifecycle.address}   ({where['lifecycle']}; TLS, client certificates)")
         print(f"completion_service  {completion.address}   ({where['completion']}; TLS)")
+        if args.reflection:
+            print("gRPC reflection on both (grpcurl, buf curl); --no-reflection turns it off")
         for service in (lifecycle, completion):
             if service.metrics_url:
                 print(f"{service.name + ' metrics':<27} {service.metrics_url}")
@@ -125,7 +129,18 @@ async def _wait_both(connection: conn.Connection, lifecycle_address: str, comple
     await asyncio.gather(wait_serving(connection, lifecycle_address), wait_serving(connection, completion_address))
 
 
+def _hint(connection: conn.Connection | None, code: grpc.StatusCode, details: str | None) -> str:
+    return conn.missing_certificate_hint(connection, code, details) if connection is not None else ""
+
+
+def _failed(command: str, connection: conn.Connection | None, error: grpc.aio.AioRpcError) -> int:
+    print(f"funnel {command}: {error.code().name}: {error.details()}{_hint(connection, error.code(), error.details())}",
+          file=sys.stderr)
+    return 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    connection = None
     try:
         connection = conn.from_arguments(args)
         asyncio.run(run_demo(demo_callers(args, connection), args.lifecycle, args.completion))
@@ -133,12 +148,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"funnel demo: {exc}", file=sys.stderr)
         return 1
     except FunnelError as error:
-        print(f"funnel demo: {error}", file=sys.stderr)
+        print(f"funnel demo: {error}{_hint(connection, error.code, error.message)}", file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_transcript_export(args: argparse.Namespace) -> int:
+    connection = None
     try:
         connection = conn.from_arguments(args)
         if args.output:
@@ -148,8 +164,7 @@ def cmd_transcript_export(args: argparse.Namespace) -> int:
         else:
             asyncio.run(export_transcript(connection, args.completion, args.workspace, args.task, sys.stdout.buffer))
     except grpc.aio.AioRpcError as error:
-        print(f"funnel transcript export: {error.code().name}: {error.details()}", file=sys.stderr)
-        return 1
+        return _failed("transcript export", connection, error)
     except conn.ConnectionSetupError as error:
         print(f"funnel transcript export: {error}", file=sys.stderr)
         return 1
@@ -157,14 +172,14 @@ def cmd_transcript_export(args: argparse.Namespace) -> int:
 
 
 def cmd_transcript_import(args: argparse.Namespace) -> int:
+    connection = None
     try:
         connection = conn.from_arguments(args)
         report_import(
             asyncio.run(import_transcript(connection, args.completion, args.workspace, args.task, Path(args.file)))
         )
     except grpc.aio.AioRpcError as error:
-        print(f"funnel transcript import: {error.code().name}: {error.details()}", file=sys.stderr)
-        return 1
+        return _failed("transcript import", connection, error)
     except (OSError, conn.ConnectionSetupError) as error:
         print(f"funnel transcript import: {error}", file=sys.stderr)
         return 1
@@ -193,14 +208,31 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
         print(f"funnel token issue: subject {subject!a} {subject_problem(subject)}; pass another --subject",
               file=sys.stderr)
         return 2
-    data_dir = Path(args.data_dir)
+    # Never made here: a fresh key would sign tokens that every running service
+    # rejects (`CREDENTIALS_INVALID … not in the key set`). `funnel up` (or
+    # `funnel pki init`) makes the key; this command only reads it.
+    pki = LocalPki(Path(args.data_dir).absolute() / "tls")
+    if not (pki.signing_key.exists() and pki.jwks.exists()):
+        print(f"funnel token issue: no token signing key in {pki.directory} (looked there for --data-dir "
+              f"{args.data_dir!r}, which FUNNEL_DATA_DIR also sets); pass the --data-dir of the `funnel up` "
+              "whose services should accept the token, or run `funnel up` (or `funnel pki init`) there first",
+              file=sys.stderr)
+        return 1
     try:
-        key = ensure_local_pki(data_dir / "tls").load_signing_key()
-    except SigningKeyError as exc:
-        print(f"funnel token issue: {exc}", file=sys.stderr)
+        key = pki.load_signing_key()
+    except (SigningKeyError, OSError, ValueError, LookupError) as exc:
+        print(f"funnel token issue: cannot read the signing key in {pki.directory}: {exc}", file=sys.stderr)
         return 1
     permissions = [f"{args.workspace}:{role}" for role in args.role.split(",")]
     print(key.issue(subject, permissions, args.ttl, issuer=args.issuer, audience=args.audience))
+    return 0
+
+
+def cmd_pki_init(args: argparse.Namespace) -> int:
+    directory = Path(args.data_dir).absolute() / "tls"
+    existed = LocalPki(directory).signing_key.exists()
+    pki = ensure_local_pki(directory)
+    print(f"{'kept' if existed else 'made'} the local PKI and token signing key in {pki.directory}")
     return 0
 
 
@@ -223,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--completion-metrics-port", type=int, default=9452,
                     help="the completion service's Prometheus metrics on 127.0.0.1 (0: any free port; -1: none)")
     up.add_argument("--policy-file", help="gate policy TOML (default: the demo policy)")
+    up.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=True,
+                    help="both services serve gRPC reflection, so grpcurl and `buf curl` list and describe them "
+                    "(default: on; reflection answers without a token, the lifecycle one with a client certificate)")
     up.add_argument("--demo", action="store_true", help="walk one task through the story once both serve")
     up.add_argument("--database", default=os.environ.get("FUNNEL_DATABASE"), metavar="postgresql://…",
                     help="run both services on this PostgreSQL database, each in its own schema, instead of "
@@ -230,24 +265,23 @@ def build_parser() -> argparse.ArgumentParser:
     conn.add_arguments(up)
     up.set_defaults(run=cmd_up)
     demo = commands.add_parser("demo", help="walk one task through the story against running services")
-    demo.add_argument("--lifecycle", default="127.0.0.1:50051")
-    demo.add_argument("--completion", default="127.0.0.1:50052")
+    conn.add_addresses(demo)
     conn.add_arguments(demo)
     demo.set_defaults(run=cmd_demo)
     transcript = commands.add_parser("transcript", help="move a task's transcript in or out as JSONL")
     transcript_commands = transcript.add_subparsers(dest="transcript_command", required=True)
     export = transcript_commands.add_parser("export", help="write a task's transcript as JSONL")
     export.add_argument("task")
-    export.add_argument("--workspace", default="demo")
-    export.add_argument("--completion", default="127.0.0.1:50052")
+    conn.add_workspace(export)
+    conn.add_addresses(export, lifecycle=False)
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
     conn.add_arguments(export)
     export.set_defaults(run=cmd_transcript_export)
     load = transcript_commands.add_parser("import", help="import a JSONL transcript into a task with none")
     load.add_argument("file")
     load.add_argument("--task", required=True)
-    load.add_argument("--workspace", default="demo")
-    load.add_argument("--completion", default="127.0.0.1:50052")
+    conn.add_workspace(load)
+    conn.add_addresses(load, lifecycle=False)
     conn.add_arguments(load)
     load.set_defaults(run=cmd_transcript_import)
     mcp = commands.add_parser(
@@ -279,16 +313,41 @@ def build_parser() -> argparse.ArgumentParser:
         "--ttl", type=duration_seconds, default=duration_seconds("12h"), help="lifetime: 90s, 15m, 12h, 7d"
     )
     issue.add_argument("--subject", help="the token's `sub` (default: <role>@<workspace>); an agent's agent_id")
-    issue.add_argument("--issuer", default="funnel", help="`iss` (the services' --token-issuer)")
-    issue.add_argument("--audience", default="funnel", help="`aud` (the services' --token-audience)")
-    issue.add_argument("--data-dir", default=conn.DEFAULT_DATA_DIR, help="where `funnel up` keeps its files")
+    issue.add_argument("--issuer", default=conn.env("FUNNEL_TOKEN_ISSUER", DEFAULT_ISSUER),
+                       help=f"`iss` (the services' --token-issuer; FUNNEL_TOKEN_ISSUER; default: {DEFAULT_ISSUER})")
+    issue.add_argument("--audience", default=conn.env("FUNNEL_TOKEN_AUDIENCE", DEFAULT_AUDIENCE),
+                       help="`aud` (the services' --token-audience; FUNNEL_TOKEN_AUDIENCE; default: "
+                       f"{DEFAULT_AUDIENCE})")
+    conn.add_data_dir(issue, "where `funnel up` keeps its files; its signing key is read, never made here")
     issue.set_defaults(run=cmd_token_issue)
+    pki = commands.add_parser("pki", help="the local trust material of `funnel up`")
+    pki_commands = pki.add_subparsers(dest="pki_command", required=True)
+    init = pki_commands.add_parser(
+        "init", help="make (or complete, or renew) the CA, certificates and token signing key in --data-dir/tls "
+        "without starting the services, e.g. for deploy/compose.yaml")
+    conn.add_data_dir(init, "where `funnel up` keeps its files")
+    init.set_defaults(run=cmd_pki_init)
     return parser
 
 
+# What a Unix tool ended by SIGPIPE reports (128 + 13): the output was cut short by
+# its reader (`funnel task list | head`), so neither "done" nor a failure to report.
+BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    sys.exit(args.run(args))
+    try:
+        args = build_parser().parse_args(argv)
+        code = args.run(args)
+        # Flushed here, where a reader that went away can still be told apart.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped reading: end quietly. Standard output now points at
+        # /dev/null so that the interpreter's own flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ Exit codes scripts can rely on:
   4  the credentials do not allow it (UNAUTHENTICATED, PERMISSION_DENIED)
   5  a service or the database cannot be reached now (UNAVAILABLE,
      DEADLINE_EXCEEDED): retrying later may help
+  141  the reader of standard output went away (`funnel task list | head`): the
+     output was cut short, quietly, as a Unix tool ended by SIGPIPE reports it
 """
 
 from __future__ import annotations
@@ -63,8 +65,7 @@ _EXIT_BY_CODE = {
 class Clients:
     """The stubs of both services over the operator's connection."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        connection = conn.from_arguments(args)
+    def __init__(self, args: argparse.Namespace, connection: conn.Connection) -> None:
         self._channels = [connection.channel(args.lifecycle), connection.channel(args.completion)]
         self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])
         self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])
@@ -83,22 +84,26 @@ def service_command(name: str) -> Callable[[Command], Callable[[argparse.Namespa
     def wrap(command: Command) -> Callable[[argparse.Namespace], int]:
         @functools.wraps(command)
         def run(args: argparse.Namespace) -> int:
-            async def main() -> int:
-                clients = Clients(args)
+            async def main(connection: conn.Connection) -> int:
+                clients = Clients(args, connection)
                 try:
                     return await command(args, clients)
                 finally:
                     await clients.close()
 
+            connection: conn.Connection | None = None
             try:
-                return asyncio.run(main())
+                connection = conn.from_arguments(args)
+                return asyncio.run(main(connection))
             except conn.ConnectionSetupError as exc:
                 print(f"funnel {name}: {exc}", file=sys.stderr)
                 return USAGE
             except grpc.aio.AioRpcError as error:
                 info = error_info(error)
                 reason = f"{info.reason} ({error.code().name})" if info is not None else error.code().name
-                print(f"funnel {name}: {reason}: {error.details()}", file=sys.stderr)
+                hint = "" if connection is None else conn.missing_certificate_hint(
+                    connection, error.code(), error.details())
+                print(f"funnel {name}: {reason}: {error.details()}{hint}", file=sys.stderr)
                 return _EXIT_BY_CODE.get(error.code(), REFUSED)
             except KeyboardInterrupt:
                 return OK
@@ -147,6 +152,30 @@ async def task_get(args: argparse.Namespace, clients: Clients) -> int:
         ("created", when(task.create_time)),
         ("open children", ", ".join(response.open_attached_child_task_ids)),
     ])
+    return OK
+
+
+@service_command("task register")
+async def task_register(args: argparse.Namespace, clients: Clients) -> int:
+    """A new task (generation 1), top-level or the child of --parent (attached to its
+    current generation unless --parent-generation or --detached say otherwise)."""
+    request = lpb.RegisterTaskRequest(
+        workspace_id=args.workspace, task_id=args.task, request_id=args.request_id or "",
+        cause=lpb.Cause(source="funnel-cli", reason=args.reason))
+    if args.parent:
+        generation = args.parent_generation
+        if not generation:
+            generation = (await clients.lifecycle.GetTask(lpb.GetTaskRequest(
+                workspace_id=args.workspace, task_id=args.parent), timeout=CALL_TIMEOUT)).task.generation
+        request.parent.CopyFrom(lpb.ParentLink(
+            task_id=args.parent, generation=generation,
+            mode=lpb.PARENT_LINK_MODE_DETACHED if args.detached else lpb.PARENT_LINK_MODE_ATTACHED))
+    response = await clients.lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT)
+    if args.output == "json":
+        print_json(as_json(response))
+    else:
+        print_fields([(name, get(response.task)) for name, get in TASK_COLUMNS] + [
+            ("created", when(response.task.create_time)), ("event", response.event.sequence)])
     return OK
 
 
@@ -336,6 +365,31 @@ async def completion_list(args: argparse.Namespace, clients: Clients) -> int:
     return OK
 
 
+AUDIT_COLUMNS = [
+    ("audit", lambda a: a.audit_id),
+    ("action", lambda a: a.action),
+    ("task", lambda a: a.task_id),
+    ("run", lambda a: a.run_id),
+    ("outcome", lambda a: a.metadata.get("outcome", "")),
+    ("final status", lambda a: a.metadata.get("final_status", "")),
+    ("closed by", lambda a: a.metadata.get("closed_by", "")),
+    ("caller", lambda a: a.caller.subject),
+    ("recorded", lambda a: when(a.record_time)),
+]
+
+
+@service_command("audit list")
+async def audit_list(args: argparse.Namespace, clients: Clients) -> int:
+    entries = await every_page(lambda token: clients.completion.ListAuditLog(cpb.ListAuditLogRequest(
+        workspace_id=args.workspace, task_id=args.task or "", run_id=args.run_id or "", page_size=PAGE_SIZE,
+        page_token=token), timeout=CALL_TIMEOUT), "entries", args.limit)
+    if args.output == "json":
+        print_json({"entries": [as_json(e) for e in entries]})
+    else:
+        print_table(entries, AUDIT_COLUMNS)
+    return OK
+
+
 def ago(timestamp: Timestamp, now: float) -> str:
     """How long before `now` (epoch seconds) a point in time was: `4m05s`."""
     return span(now - timestamp.ToNanoseconds() / 1e9)
@@ -493,9 +547,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
 def add_commands(commands: Any) -> None:
     def service(parser: argparse.ArgumentParser, *, workspace: bool = True) -> argparse.ArgumentParser:
         if workspace:
-            parser.add_argument("--workspace", "-w", default="demo", help="the workspace (default: demo)")
-        parser.add_argument("--lifecycle", default="127.0.0.1:50051", help="lifecycle_service address")
-        parser.add_argument("--completion", default="127.0.0.1:50052", help="completion_service address")
+            conn.add_workspace(parser)
+        conn.add_addresses(parser)
         parser.add_argument("--output", "-o", choices=["table", "json"], default="table")
         conn.add_arguments(parser)
         return parser
@@ -505,6 +558,15 @@ def add_commands(commands: Any) -> None:
     get = service(task_commands.add_parser("get", help="one task's lifecycle record"))
     get.add_argument("task")
     get.set_defaults(run=task_get)
+    register = service(task_commands.add_parser("register", help="register a new task (generation 1)"))
+    register.add_argument("task")
+    register.add_argument("--parent", help="the parent task: the new task is its child")
+    register.add_argument("--parent-generation", type=int, help="the parent's generation (default: its current one)")
+    register.add_argument("--detached", action="store_true",
+                          help="a detached child: the parent's end does not end it (default: attached)")
+    register.add_argument("--reason", default="registered by an operator")
+    register.add_argument("--request-id", help="makes a retry of this command safe: the first answer again")
+    register.set_defaults(run=task_register)
     listing = service(task_commands.add_parser("list", help="the workspace's tasks, by task id"))
     listing.add_argument("--parent", help="only the children of this task")
     listing.add_argument("--limit", type=int, help="at most this many")
@@ -552,6 +614,14 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--pending", action="store_true", help="only those whose settlement is pending")
     listing.add_argument("--limit", type=int)
     listing.set_defaults(run=completion_list)
+
+    audit = commands.add_parser("audit", help="the audit log: one row per closed run (completion_service)")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    listing = service(audit_commands.add_parser("list", help="the workspace's audit rows, oldest first"))
+    listing.add_argument("--task", help="only this task's rows")
+    listing.add_argument("--run", dest="run_id", metavar="RUN", help="only this run's rows")
+    listing.add_argument("--limit", type=int, help="at most this many")
+    listing.set_defaults(run=audit_list)
 
     pending = service(commands.add_parser(
         "outbox", help="the settlement outbox: pending completions, their age, attempts, next attempt, last error"))

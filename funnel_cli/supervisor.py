@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -88,15 +89,33 @@ def _read_address(service: ServiceProcess) -> str:
     deadline = time.monotonic() + READY_TIMEOUT
     stdout = service.process.stdout
     assert stdout is not None, "spawn() pipes the service's stdout"
+    pending = b""
+    ended = False
     while time.monotonic() < deadline:
-        line = stdout.readline().decode(errors="replace").strip()
+        if b"\n" not in pending and not ended:
+            # Waited for with the deadline, from the descriptor itself (no buffered
+            # reads): a service stuck before its line, or one whose start failed and
+            # whose threads keep it alive, must not hang `funnel up`.
+            readable, _, _ = select.select([stdout], [], [], max(deadline - time.monotonic(), 0.0))
+            if not readable:
+                break
+            chunk = os.read(stdout.fileno(), 4096)
+            ended = not chunk
+            pending += chunk
+            continue
+        raw, newline, pending = pending.partition(b"\n")
+        line = raw.decode(errors="replace").strip()
         if line:
             if " metrics on " in line:
                 service.metrics_url = line.rsplit(" ", 1)[1]
             if " serving on " in line:
                 return line.rsplit(" ", 1)[1]
             continue
-        if service.process.poll() is not None:
+        if ended and not newline:
+            try:
+                service.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                break  # stdout closed, the process still there: stopped below
             tail = service.log_path.read_text(errors="replace")[-2000:] if service.log_path else ""
             raise StartupFailed(f"{service.name} exited with code {service.process.returncode}:\n{tail}")
     service.stop()
@@ -160,11 +179,14 @@ def start_pair(
     database_url: str | None = None,
     lifecycle_metrics: str | None = None,
     completion_metrics: str | None = None,
+    reflection: bool = False,
 ) -> tuple[ServiceProcess, ServiceProcess]:
     """Both services over SQLite files in `data_dir` (or both on the PostgreSQL
     database `database_url`, each in its own schema), with TLS between them and
     tokens for callers, from the local PKI in `data_dir/tls` (created on first start).
-    `*_metrics` (HOST:PORT) has a service serve Prometheus metrics there."""
+    `*_metrics` (HOST:PORT) has a service serve Prometheus metrics there; with
+    `reflection` both serve gRPC reflection (grpcurl, `buf curl`)."""
+    reflecting = ["--reflection"] if reflection else []
     data_dir.mkdir(parents=True, exist_ok=True)
     pki = ensure_local_pki(data_dir / "tls")
     lifecycle = spawn(
@@ -175,6 +197,7 @@ def start_pair(
             "--database", database_url or str(data_dir / "lifecycle.sqlite3"),
             *lifecycle_tls_arguments(pki),
             *_metrics_arguments(lifecycle_metrics),
+            *reflecting,
             *extra_lifecycle,
         ],
         data_dir / "lifecycle.log",
@@ -195,6 +218,7 @@ def start_pair(
                 policy_file,
                 *completion_tls_arguments(pki),
                 *_metrics_arguments(completion_metrics),
+                *reflecting,
                 *extra_completion,
             ],
             data_dir / "completion.log",

@@ -14,10 +14,16 @@ Python log.)"""
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import datetime
+import fcntl
 import json
 import logging
+import os
+import re
 import sys
+import threading
 import time
 from typing import Any
 
@@ -248,3 +254,76 @@ def configure(level: str, log_format: str) -> None:
     handler.setFormatter(formatter)
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     _direct = _Direct(handler, formatter) if isinstance(formatter, JsonFormatter) else None
+
+
+# -- what the gRPC core writes -------------------------------------------------
+#
+# gRPC's C core logs through absl straight to file descriptor 2, past Python's
+# logging, in absl's own format: `I1202 00:07:26.678545   20824 file.cc:2563] text`.
+# In JSON mode that descriptor becomes a pipe whose lines a thread turns into
+# records of the logger `grpc.core` (level from the letter; `source`, the core's
+# file and line; `native_thread`), written by the same handler as every other
+# line. Python's own writes to sys.stderr (the handler, tracebacks, warnings) go
+# to the original stream directly.
+#
+# The pipe's write end does not block (a core thread must never wait on Python):
+# with the pipe full (1 MiB) the core's line is dropped, not the call. A line the
+# core writes just before the process aborts (absl's FATAL) may be lost with it.
+
+NATIVE_LOGGER = "grpc.core"
+_ABSL_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+(\d+) ([^\]\s]+)\] ?(.*)$")
+_ABSL_LEVELS = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
+_F_SETPIPE_SZ = 1031  # Linux's fcntl.F_SETPIPE_SZ (Python 3.10+ names it; not every platform has it)
+_PIPE_BYTES = 1 << 20
+_captured = False
+
+
+def native_record(line: str) -> tuple[int, str, dict[str, Any]]:
+    """The level, message and fields of one line the gRPC core wrote: absl's
+    format parsed; any other line (another native library's) as a WARNING."""
+    match = _ABSL_LINE.match(line)
+    if match is None:
+        return logging.WARNING, line, {"source": "stderr"}
+    letter, thread, source, message = match.groups()
+    return _ABSL_LEVELS[letter], message, {"source": source, "native_thread": int(thread)}
+
+
+def capture_native_stderr() -> None:
+    """Sends what native code writes to file descriptor 2 (the gRPC core) through
+    the logging handlers (`configure` after this, so that its handler writes to
+    the original stream). Once per process; Linux and macOS."""
+    global _captured
+    if _captured:
+        return
+    _captured = True
+    sys.stderr.flush()
+    original = os.dup(2)
+    read, write = os.pipe()
+    with contextlib.suppress(OSError):  # the default size (64 KiB) then
+        fcntl.fcntl(write, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), _PIPE_BYTES)
+    os.set_blocking(write, False)
+    os.dup2(write, 2)
+    os.close(write)
+    # Open for the rest of the process, as sys.stderr is.
+    sys.stderr = open(original, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)  # noqa: SIM115
+    relay = threading.Thread(target=_relay, args=(read,), name="native-stderr", daemon=True)
+    relay.start()
+
+    def drain() -> None:
+        # The pipe's last write end closes: the relay reads what is left, then ends.
+        os.dup2(original, 2)
+        relay.join(timeout=1.0)
+
+    atexit.register(drain)
+
+
+def _relay(read: int) -> None:
+    logger = logging.getLogger(NATIVE_LOGGER)
+    with open(read, "rb") as pipe:
+        for raw in pipe:
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            if not line.strip():
+                continue
+            level, message, values = native_record(line)
+            with contextlib.suppress(Exception):  # the relay must outlive one bad line
+                logger.log(level, message, extra={"fields": values})

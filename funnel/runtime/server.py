@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf.descriptor import FileDescriptor
 from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
@@ -285,13 +287,110 @@ async def check_integrity_after_start(
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 
 
+def file_containing_symbol(pool: descriptor_pool.DescriptorPool, name: str) -> FileDescriptor:
+    """The file that defines the fully qualified `name`: a message, enum, service,
+    field or extension as the pool finds them, and also what protobuf's upb pool
+    does not look up (grpc/grpc#34743): a service's method
+    (`pkg.Service.Method`, what `grpcurl describe` asks for), a nested message's
+    or enum's member, an enum value under its enum's name or, as protobuf scopes
+    it, beside the enum. Raises KeyError for a name nothing in the pool defines."""
+    try:
+        return pool.FindFileContainingSymbol(name)
+    except KeyError:
+        pass
+    parent, _, member = name.rpartition(".")
+    if parent:
+        finders: list[Callable[[str], Any]] = [
+            pool.FindServiceByName, pool.FindMessageTypeByName, pool.FindEnumTypeByName]
+        for find in finders:
+            try:
+                container = find(parent)
+            except KeyError:
+                continue
+            members: list[dict[str, Any]] = [
+                getattr(container, attribute) for attribute in
+                ("methods_by_name", "fields_by_name", "nested_types_by_name", "enum_types_by_name",
+                 "oneofs_by_name", "extensions_by_name", "values_by_name") if hasattr(container, attribute)]
+            if any(member in found for found in members):
+                return container.file
+    raise KeyError(name)
+
+
+class ReflectionServicer(reflection.aio.ReflectionServicer):
+    """grpcio-reflection's servicer, answering `file_containing_symbol` for every
+    kind of symbol (file_containing_symbol above). Each answer holds the file and
+    every file it imports, transitively (google/protobuf/*, google/rpc/*), so a
+    client resolves any type from one answer."""
+
+    # Overrides the base class's (private) handler of `file_containing_symbol`.
+    def _file_containing_symbol(
+        self, request: reflection_pb2.ServerReflectionRequest, fully_qualified_name: str
+    ) -> reflection_pb2.ServerReflectionResponse:
+        try:
+            found = file_containing_symbol(descriptor_pool.Default(), fully_qualified_name)
+        except KeyError:
+            return reflection_pb2.ServerReflectionResponse(
+                original_request=request,
+                error_response=reflection_pb2.ErrorResponse(
+                    error_code=grpc.StatusCode.NOT_FOUND.value[0], error_message=f"symbol {fully_qualified_name!r} "
+                    "is not defined by the files this server serves"))
+        return reflection_pb2.ServerReflectionResponse(
+            original_request=request,
+            file_descriptor_response=reflection_pb2.FileDescriptorResponse(
+                file_descriptor_proto=[_serialized(file) for file in with_dependencies(found)]))
+
+
+def _describe_reflection_v1() -> None:
+    """Adds `grpc/reflection/v1/reflection.proto` to the pool, so that the v1
+    service listed is described too: the v1alpha file under the v1 package (the
+    messages are the same), since grpcio-reflection ships only v1alpha."""
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName("grpc/reflection/v1/reflection.proto")
+        return
+    except KeyError:
+        pass
+    proto = descriptor_pb2.FileDescriptorProto()
+    reflection_pb2.DESCRIPTOR.CopyToProto(proto)
+    proto.name = "grpc/reflection/v1/reflection.proto"
+    proto.package = "grpc.reflection.v1"
+    for message in proto.message_type:
+        for field in message.field:
+            if field.HasField("type_name"):
+                field.type_name = field.type_name.replace(".grpc.reflection.v1alpha.", ".grpc.reflection.v1.")
+    for service in proto.service:
+        for method in service.method:
+            method.input_type = method.input_type.replace(".grpc.reflection.v1alpha.", ".grpc.reflection.v1.")
+            method.output_type = method.output_type.replace(".grpc.reflection.v1alpha.", ".grpc.reflection.v1.")
+    pool.Add(proto)
+
+
+def with_dependencies(file: FileDescriptor) -> list[FileDescriptor]:
+    """The file and every file it imports, transitively, the file first."""
+    found: dict[str, FileDescriptor] = {}
+    pending = [file]
+    while pending:
+        current = pending.pop()
+        if current.name not in found:
+            found[current.name] = current
+            pending.extend(current.dependencies)
+    return list(found.values())
+
+
+def _serialized(file: FileDescriptor) -> bytes:
+    proto = descriptor_pb2.FileDescriptorProto()
+    file.CopyToProto(proto)
+    return proto.SerializeToString()
+
+
 def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> None:
     """Serves gRPC reflection as `grpc.reflection.v1` (what current tools ask for)
     and `grpc.reflection.v1alpha`. grpcio-reflection implements only v1alpha; the
     v1 protocol has the same messages under another package name, so the same
     servicer answers both (the bytes on the wire are identical)."""
     names = [*service_names, REFLECTION_V1, reflection.SERVICE_NAME, "grpc.health.v1.Health"]
-    servicer = reflection.aio.ReflectionServicer(names)
+    _describe_reflection_v1()
+    servicer = ReflectionServicer(names)
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
     v1 = grpc.method_handlers_generic_handler(
         REFLECTION_V1,
@@ -453,4 +552,8 @@ def reloader(security: PreparedSecurity, *more: security_settings.Reloadable) ->
 
 
 def configure_logging(level: str, log_format: str) -> None:
+    """The service's logging; in JSON mode the gRPC core's own lines too
+    (logs.capture_native_stderr), so that every line of the log is JSON."""
+    if log_format == "json":
+        logs.capture_native_stderr()
     logs.configure(level, log_format)

@@ -78,7 +78,7 @@ def test_the_policy_mounted_into_the_completion_service_loads():
 def embedded_pair(tmp_path_factory):
     """`lifecycle` and `completion` as compose.yaml starts them, as processes: the
     secrets volumes filled as `secrets-init` fills them, from the local PKI that
-    `funnel token issue` makes in ./funnel-data/tls."""
+    `funnel pki init` makes in ./funnel-data/tls."""
     directory = tmp_path_factory.mktemp("compose")
     pki = ensure_local_pki(directory / "funnel-data" / "tls")
     init = SERVICES["secrets-init"]
