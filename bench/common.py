@@ -200,12 +200,12 @@ class Credentials:
         return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(self.ca), options=options)
 
     def lifecycle_connection(self):
-        from funnel_cli.connection import Connection
+        from funnel.client.connection import Connection
 
         return Connection(None, self.ca, self.client_cert, self.client_key)
 
     def completion_connection(self):
-        from funnel_cli.connection import Connection
+        from funnel.client.connection import Connection
 
         return Connection(None, self.ca)
 

@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from funnel.client.connection import Connection
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel_cli.connection import Connection
 
 WORKSPACE = "demo"
 

@@ -29,9 +29,9 @@ from funnel.auth.pki import LocalPki, ensure_local_pki
 from funnel.auth.principal import ALL_WORKSPACES, GRANTABLE, subject_problem
 from funnel.auth.tokens import DEFAULT_AUDIENCE, DEFAULT_ISSUER, SigningKeyError
 from funnel.client import FunnelError
+from funnel.client import connection as conn
 from funnel.runtime.postgres import redacted
 from funnel.runtime.validation import id_problem
-from funnel_cli import connection as conn
 from funnel_cli import operate
 from funnel_cli.demo import WORKSPACE, DemoCallers, DemoFailed, run_demo
 from funnel_cli.supervisor import StartupFailed, start_pair, wait_serving

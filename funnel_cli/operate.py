@@ -1,5 +1,5 @@
 """The operator's commands: read and steer tasks, runs and completions through the
-services' gRPC API with the operator's credentials (see funnel_cli/connection.py),
+services' gRPC API with the operator's credentials (see funnel/client/connection.py),
 and check or back up a SQLite database file.
 
 Exit codes scripts can rely on:
@@ -30,13 +30,13 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from funnel.client import connection as conn
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.paging import every_page
-from funnel_cli import connection as conn
 from funnel_cli.output import (
     Column,
     Progress,

@@ -17,7 +17,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from funnel.auth.pki import COMPLETION_IDENTITY, LocalPki, ensure_local_pki
-from funnel_cli.connection import Connection
+from funnel.client.connection import Connection
 
 READY_TIMEOUT = 20.0
 

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from funnel.client.connection import Connection
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
-from funnel_cli.connection import Connection
 from funnel_cli.output import Progress
 
 CHUNK_BYTES = 64 * 1024

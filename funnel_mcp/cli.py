@@ -13,9 +13,9 @@ from urllib.parse import urlparse
 
 from funnel.auth import tokens
 from funnel.auth.pki import LocalPki
+from funnel.client import connection as conn
 from funnel.runtime import logs
 from funnel.runtime.validation import id_problem
-from funnel_cli import connection as conn
 
 if TYPE_CHECKING:
     from funnel_mcp.authorization import ResourceServer

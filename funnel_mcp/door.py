@@ -18,10 +18,10 @@ from google.protobuf.duration_pb2 import Duration
 from mcp.server.mcpserver import Context
 
 from funnel.auth import tokens
+from funnel.client.connection import Connection
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
-from funnel_cli.connection import Connection
 from funnel_mcp.authorization import BearerVerifier, ResourceServer
 from funnel_mcp.callers import Caller, workspace_of
 from funnel_mcp.failures import RETRYABLE, Refused, failure, refusal, unavailable

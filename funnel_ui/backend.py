@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 
 from funnel.auth.client import bearer_interceptors
+from funnel.client.connection import Connection
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.completion.v1 import transcript_pb2 as tpb
@@ -24,7 +25,6 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.paging import every_page
-from funnel_cli.connection import Connection
 from funnel_ui import view
 
 CALL_TIMEOUT = 10.0

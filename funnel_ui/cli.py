@@ -18,8 +18,8 @@ from pathlib import Path
 
 from funnel.auth.hosts import own_names
 from funnel.auth.tls import is_loopback
+from funnel.client import connection as conn
 from funnel.runtime.validation import id_problem
-from funnel_cli import connection as conn
 
 DEFAULT_LISTEN = "127.0.0.1:8470"
 VIEWER_TTL = 3600.0

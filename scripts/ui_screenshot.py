@@ -18,7 +18,7 @@ from importlib import resources
 
 from playwright.sync_api import sync_playwright
 
-from funnel_cli import connection as conn
+from funnel.client import connection as conn
 from funnel_cli.demo import WORKSPACE, DemoCallers, run_demo
 from funnel_cli.supervisor import start_pair, wait_serving
 

@@ -6,7 +6,8 @@
         registered = await client.register_task("acme", "fix-login")
 
 Modules: client (FunnelClient, the story's calls), credentials (TLS material and
-token sources), retry (what is retried, how long it waits), errors (FunnelError)."""
+token sources), retry (what is retried, how long it waits), errors (FunnelError); connection
+(the flags, environment and data directory a command reaches the services with)."""
 
 from funnel.client.client import FunnelClient, new_request_id
 from funnel.client.credentials import Tls, TokenSource, local_tokens, token_file

@@ -18,11 +18,11 @@ import grpc
 import pytest
 
 from completion_service.jsonl import to_line
+from funnel.client.connection import Connection
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.sqlite import CACHE_SIZE
-from funnel_cli.connection import Connection
 from funnel_cli.transcripts import export_transcript, import_transcript
 from tests import credentials
 from tests.completion.e2e_support import WS, Code, query, rejected, table_dump

@@ -16,13 +16,13 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from funnel.auth.pki import LocalPki, ensure_local_pki
+from funnel.client.connection import Connection
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import retry_delay
-from funnel_cli.connection import Connection
 from funnel_cli.supervisor import ServiceProcess, lifecycle_tls_arguments, spawn, start_pair
 from tests.prometheus import scrape, value
 from tests.reliability.harness import unused_port

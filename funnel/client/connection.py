@@ -1,6 +1,8 @@
-"""How the `funnel` CLI reaches the services: TLS material and the caller's
-token, from flags, environment variables, or the local trust material that
-`funnel up` keeps in its data directory.
+"""How a command (the `funnel` CLI, `funnel mcp`, `funnel ui`) reaches the
+services: TLS material and the caller's token, from flags, environment
+variables, or the local trust material that `funnel up` keeps in its data
+directory. Here, not in funnel_cli, so that the MCP server and the dashboard,
+which the CLI starts, do not import the CLI back.
 
 Precedence: explicit flags (`--ca`, `--cert`, `--key`, `--token`,
 `--token-file`), then environment (`FUNNEL_CA`, `FUNNEL_CERT`, `FUNNEL_KEY`,
