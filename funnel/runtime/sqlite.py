@@ -146,10 +146,17 @@ class Database:
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs fn on the connection's thread. sqlite3 operational faults become StorageUnavailable."""
         connection = self._connection
-        # aiosqlite has no public "run this callable on your thread"; _execute is that
-        # primitive (pinned range in pyproject.toml, covered by the storage tests).
+        if not connection._running or connection._connection is None:
+            raise StorageUnavailable(f"database {self.path!r} is closed; nothing was applied")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        # aiosqlite has no public "run this callable on your thread"; its queue is that
+        # primitive (pinned range in pyproject.toml, covered by the storage tests). Not
+        # through aiosqlite's own answer, which raises on the thread, and so ends it for
+        # every later operation, when the event loop closed while fn ran: _post does not.
+        connection._tx.put_nowait((None, functools.partial(_answer, connection._conn, fn, loop, future)))
         try:
-            return await connection._execute(lambda: fn(connection._conn))
+            return await future
         except sqlite3.OperationalError as exc:
             raise StorageUnavailable(str(exc)) from exc
 
@@ -426,6 +433,28 @@ def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args:
     except RuntimeError:
         return False
     return True
+
+
+def _answer(
+    db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T], loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[T],
+) -> None:
+    """On the database thread: runs fn and posts its outcome to `future`'s loop."""
+    try:
+        result = fn(db)
+    except BaseException as exc:  # noqa: BLE001 - the caller gets it, as from aiosqlite
+        _post(loop, _resolve, future, None, exc)
+    else:
+        _post(loop, _resolve, future, result, None)
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, failure: BaseException | None) -> None:
+    if future.done():  # its caller was cancelled
+        return
+    if failure is None:
+        future.set_result(result)
+    else:
+        future.set_exception(failure)
 
 
 def _settle(turn: asyncio.Future[None], failure: BaseException | None = None) -> None:

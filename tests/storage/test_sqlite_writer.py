@@ -196,17 +196,21 @@ async def test_a_cancelled_close_still_closes_and_answers_everything(tmp_path):
         await database._connection.execute("SELECT 1")
 
 
-def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path):
-    """The event loop closes while a group is on the database thread: the group's
-    answer has no loop to go to, and the thread (aiosqlite's, shared by every later
-    operation on the connection) must survive posting it."""
+@pytest.mark.parametrize("operation", ["write", "run"])
+def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path, operation):
+    """The event loop closes while a group (or a read, a probe: `run`) is on the
+    database thread: its answer has no loop to go to, and the thread (aiosqlite's,
+    shared by every later operation on the connection) must survive posting it.
+    A full suite under load met the `run` case: a thread ended by "Event loop is
+    closed", reported in whichever test ran next."""
     failures: list[threading.ExceptHookArgs] = []
     previous, threading.excepthook = threading.excepthook, failures.append
     running, release, held = blocker()
     try:
         loop = asyncio.new_event_loop()
         database = loop.run_until_complete(open_scratch(tmp_path))
-        writes = [loop.create_task(database.write(held))]
+        # A write's group, or any other operation on the thread (a read, a probe).
+        writes = [loop.create_task(database.write(held) if operation == "write" else database.run(held))]
         loop.run_until_complete(asyncio.to_thread(running.wait, 10))
         writes.append(loop.create_task(database.write(insert("behind"))))
         loop.run_until_complete(asyncio.sleep(0))
