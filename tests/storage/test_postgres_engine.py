@@ -6,6 +6,7 @@ connections, and errors named without the driver's types."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import psycopg
 import pytest
@@ -62,14 +63,19 @@ async def test_a_lost_race_reruns_the_unit_of_work_on_the_winning_state(url):
     a = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=4)
     b = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=4)
     runs = []
+    # All four look before any inserts, however the machine schedules them: three
+    # must lose and run again (a sleep to widen the race lost it under load).
+    looked = threading.Barrier(4, timeout=30)
 
     def insert_once(value: int):
         def unit(conn: psycopg.Connection) -> tuple[str, int]:
+            first = value not in runs
             runs.append(value)
             row = conn.execute("SELECT value FROM items WHERE key = 'k'").fetchone()
             if row is not None:
                 return ("found", row[0])
-            conn.execute("SELECT pg_sleep(0.05)")  # widen the race
+            if first:
+                looked.wait()
             conn.execute("INSERT INTO items VALUES ('k', %s)", (value,))
             return ("inserted", value)
         return unit
