@@ -21,12 +21,23 @@ START_TIMEOUT = 60
 
 @dataclass(frozen=True)
 class Up:
-    lifecycle: str
-    completion: str
+    lifecycle_port: int
+    completion_port: int
+    # What funnel up printed until it was ready.
+    lines: list[str]
+
+    @property
+    def lifecycle(self) -> str:
+        return f"127.0.0.1:{self.lifecycle_port}"
+
+    @property
+    def completion(self) -> str:
+        return f"127.0.0.1:{self.completion_port}"
 
 
 @contextlib.contextmanager
-def funnel_up(cwd: Path, *arguments: str) -> Iterator[Up]:
+def funnel_up(cwd: Path, *arguments: str, ready: str = "both SERVING", wait: float = START_TIMEOUT) -> Iterator[Up]:
+    """Ready once a line holds `ready` (`Demo finished` for `--demo`'s story)."""
     lifecycle, completion = unused_port(), unused_port()
     up = subprocess.Popen(
         [str(BIN / "funnel"), "up", "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
@@ -35,13 +46,15 @@ def funnel_up(cwd: Path, *arguments: str) -> Iterator[Up]:
     )
     try:
         assert up.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT
+        lines: list[str] = []
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             line = up.stdout.readline()
-            assert line, "funnel up exited before serving"
-            if "both SERVING" in line:
+            assert line, "funnel up exited before it was ready:\n" + "".join(lines)
+            lines.append(line)
+            if ready in line:
                 break
-        yield Up(f"127.0.0.1:{lifecycle}", f"127.0.0.1:{completion}")
+        yield Up(lifecycle, completion, lines)
     finally:
         up.send_signal(signal.SIGINT)
         up.communicate(timeout=30)

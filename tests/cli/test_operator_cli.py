@@ -4,7 +4,6 @@ script uses them: JSON output checked, exit codes relied on."""
 from __future__ import annotations
 
 import json
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from google.protobuf.duration_pb2 import Duration
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from tests import credentials
+from tests.funnel_up import funnel_up
 from tests.reliability.harness import CALL_TIMEOUT, Pair, unused_port
 
 FUNNEL = Path(sys.executable).parent / "funnel"
@@ -26,25 +26,9 @@ FUNNEL = Path(sys.executable).parent / "funnel"
 def demo(tmp_path_factory):
     """`funnel up --demo`: one task of workspace demo walked to COMPLETED."""
     directory = tmp_path_factory.mktemp("operator")
-    lifecycle, completion = unused_port(), unused_port()
-    up = subprocess.Popen(
-        [str(FUNNEL), "up", "--demo", "--data-dir", str(directory / "data"),
-         "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
-         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    lines = []
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        line = up.stdout.readline()
-        assert line, "\n".join(lines)
-        lines.append(line)
-        if line.startswith("Demo finished"):
-            break
-    task = next(line.split()[3] for line in lines if line.startswith("1. register"))
-    yield {"dir": directory, "lifecycle": lifecycle, "completion": completion, "task": task}
-    up.send_signal(signal.SIGINT)
-    up.communicate(timeout=30)
+    with funnel_up(directory, "--demo", "--data-dir", str(directory / "data"), ready="Demo finished", wait=90) as up:
+        task = next(line.split()[3] for line in up.lines if line.startswith("1. register"))
+        yield {"dir": directory, "lifecycle": up.lifecycle_port, "completion": up.completion_port, "task": task}
 
 
 def funnel(demo, *args: str, json_output: bool = True) -> tuple[int, object, str]:

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 
 from funnel.runtime import logs
 from funnel_cli import supervisor
+from tests.funnel_up import funnel_up
 from tests.reliability.harness import unused_port
 
 FUNNEL = Path(sys.executable).parent / "funnel"
@@ -69,26 +70,10 @@ def test_pki_init_makes_the_key_that_token_issue_then_signs_with(tmp_path):
 def up(tmp_path_factory):
     """`funnel up --demo` as a user starts it: one task of workspace demo walked to COMPLETED."""
     directory = tmp_path_factory.mktemp("papercuts")
-    lifecycle, completion = unused_port(), unused_port()
-    process = subprocess.Popen(
-        [str(FUNNEL), "up", "--demo", "--data-dir", str(directory / "data"),
-         "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
-         "--lifecycle-metrics-port", "-1", "--completion-metrics-port", "-1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    lines = []
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        assert line, "".join(lines)
-        lines.append(line)
-        if line.startswith("Demo finished"):
-            break
-    task = next(line.split()[3] for line in lines if line.startswith("1. register"))
-    yield {"data": directory / "data", "lifecycle": f"127.0.0.1:{lifecycle}",
-           "completion": f"127.0.0.1:{completion}", "task": task, "output": "".join(lines)}
-    process.send_signal(signal.SIGINT)
-    process.communicate(timeout=30)
+    with funnel_up(directory, "--demo", "--data-dir", str(directory / "data"), ready="Demo finished", wait=90) as up:
+        task = next(line.split()[3] for line in up.lines if line.startswith("1. register"))
+        yield {"data": directory / "data", "lifecycle": up.lifecycle, "completion": up.completion, "task": task,
+               "output": "".join(up.lines)}
 
 
 def against(up) -> list[str]:
