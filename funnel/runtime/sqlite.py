@@ -280,9 +280,9 @@ class Database:
                 if any(isinstance(error, sqlite3.DatabaseError) and _is_damage(error) for _, error in outcomes):
                     return
         except BaseException as exc:  # noqa: BLE001 - told to the writer, which fails what is left
-            _post(loop, _settle, turn, exc)
+            _post(loop, _resolve, turn, None, exc)
         finally:
-            _post(loop, _settle, turn)
+            _post(loop, _resolve, turn, None, None)
 
     def _committed(
         self, batch: list[_Write[Any]], outcomes: list[tuple[object, Exception | None]], seconds: float
@@ -455,15 +455,6 @@ def _resolve(future: asyncio.Future[Any], result: Any, failure: BaseException | 
         future.set_result(result)
     else:
         future.set_exception(failure)
-
-
-def _settle(turn: asyncio.Future[None], failure: BaseException | None = None) -> None:
-    if turn.done():
-        return
-    if failure is None:
-        turn.set_result(None)
-    else:
-        turn.set_exception(failure)
 
 
 async def _finished(turn: asyncio.Future[None]) -> None:
