@@ -10,6 +10,7 @@ their rows in the database (storage/postgres.py)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -141,80 +142,91 @@ async def start(
             config.outbound.lifecycle_tls.load()  # unusable TLS files refuse the start here
     except TlsError as exc:
         raise OutboundRefused(str(exc)) from None
-    metrics = ServiceMetrics()
-    server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
-    port = runtime.bind(server, config.listen, security)
-    broker: EventBroker = EventBroker(config.watch_buffer)
-    faults = from_environment()
-    background = Background("completion_service")
-    store: CompletionStore
-    publish: Callable[[list[CompletionEvent]], None]
-    if is_postgres_url(config.database):
-        # Replicas: a commit only wakes the tail, which publishes the event table
-        # by cursor, in sequence order, whichever replica committed (tail.py).
-        postgres = await PostgresCompletionStore.open(config.database, commits=metrics.commit)
-        store = postgres
-        tailer = Tailer(postgres.events_since, _sequence_of, _one_by_one(publisher(broker)),
-                        await postgres.latest_sequence())
-        background.add("event-tail", lambda: tailer.run(postgres.notifications()))
-        publish = lambda events: tailer.poke()  # noqa: E731
-    else:
-        sqlite = await SqliteCompletionStore.open(config.database, commits=metrics.commit)
-        store = sqlite
-        publish = publisher(broker)
-        runtime.add_integrity_check(background, config.integrity_check, sqlite.check_integrity, metrics)
-    lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound, config.lifecycle_keepalive)
-    authority = CompletionAuthority(
-        store,
-        LifecycleClient(lifecycle_channel, timeout=config.lifecycle_timeout),
-        policies,
-        clock,
-        ExternalGates(gate_channels),
-        ids=ids,
-        publish=publish,
-        settle_interval=config.settle_interval,
-        # A claimed settlement is another replica's again after a few settle calls' time.
-        settle_lease=max(4 * config.lifecycle_timeout, 1.0),
-        stall_after=config.stall_after,
-        faults=faults,
-        projected_workspaces=config.projected_workspaces,
-        metrics=Metrics(metrics.registry),
-    )
-    await authority.transcripts.discard_import(None)
-    quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
-    completion = CompletionService(authority, broker, quota, config.max_message_bytes)
-    boundary.add(server, completion_pb2_grpc.add_CompletionServiceServicer_to_server, completion)
-    drain = Drain()
-    budget = ByteBudget(
-        config.import_buffer_bytes, config.import_buffer_per_caller_bytes, config.import_buffer_per_workspace_bytes
-    )
-    authority.metrics.import_buffer.set_function(lambda: budget.used)
-    transcripts = TranscriptService(authority, ids, budget, drain, config.max_message_bytes)
-    boundary.add(server, transcript_pb2_grpc.add_TranscriptServiceServicer_to_server, transcripts)
-    health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
-    if config.reflection:
-        runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
-    reloader = runtime.reloader(security, lifecycle_channel, gate_channels)
-    background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
-    for name, worker in authority.workers(config.request_id_retention_seconds):
-        background.add(name, worker)
-    background.add("reload", reloader.run_forever)
+    # What start opens, start closes again if a later step raises: otherwise the
+    # database's thread (not a daemon) keeps a process that refused to start alive.
+    async with contextlib.AsyncExitStack() as undo:
+        undo.push_async_callback(gate_channels.close)
+        metrics = ServiceMetrics()
+        server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
+        port = runtime.bind(server, config.listen, security)
+        undo.push_async_callback(runtime.release, server)
+        broker: EventBroker = EventBroker(config.watch_buffer)
+        faults = from_environment()
+        background = Background("completion_service")
+        store: CompletionStore
+        publish: Callable[[list[CompletionEvent]], None]
+        if is_postgres_url(config.database):
+            # Replicas: a commit only wakes the tail, which publishes the event table
+            # by cursor, in sequence order, whichever replica committed (tail.py).
+            postgres = await PostgresCompletionStore.open(config.database, commits=metrics.commit)
+            store = postgres
+            undo.push_async_callback(postgres.close)
+            tailer = Tailer(postgres.events_since, _sequence_of, _one_by_one(publisher(broker)),
+                            await postgres.latest_sequence())
+            background.add("event-tail", lambda: tailer.run(postgres.notifications()))
+            publish = lambda events: tailer.poke()  # noqa: E731
+        else:
+            sqlite = await SqliteCompletionStore.open(config.database, commits=metrics.commit)
+            store = sqlite
+            undo.push_async_callback(sqlite.close)
+            publish = publisher(broker)
+            runtime.add_integrity_check(background, config.integrity_check, sqlite.check_integrity, metrics)
+        lifecycle_channel = LifecycleChannel(config.lifecycle_address, config.outbound, config.lifecycle_keepalive)
+        undo.push_async_callback(lifecycle_channel.close)
+        authority = CompletionAuthority(
+            store,
+            LifecycleClient(lifecycle_channel, timeout=config.lifecycle_timeout),
+            policies,
+            clock,
+            ExternalGates(gate_channels),
+            ids=ids,
+            publish=publish,
+            settle_interval=config.settle_interval,
+            # A claimed settlement is another replica's again after a few settle calls' time.
+            settle_lease=max(4 * config.lifecycle_timeout, 1.0),
+            stall_after=config.stall_after,
+            faults=faults,
+            projected_workspaces=config.projected_workspaces,
+            metrics=Metrics(metrics.registry),
+        )
+        await authority.transcripts.discard_import(None)
+        quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
+        completion = CompletionService(authority, broker, quota, config.max_message_bytes)
+        boundary.add(server, completion_pb2_grpc.add_CompletionServiceServicer_to_server, completion)
+        drain = Drain()
+        budget = ByteBudget(
+            config.import_buffer_bytes, config.import_buffer_per_caller_bytes, config.import_buffer_per_workspace_bytes
+        )
+        authority.metrics.import_buffer.set_function(lambda: budget.used)
+        transcripts = TranscriptService(authority, ids, budget, drain, config.max_message_bytes)
+        boundary.add(server, transcript_pb2_grpc.add_TranscriptServiceServicer_to_server, transcripts)
+        health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
+        if config.reflection:
+            runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
+        reloader = runtime.reloader(security, lifecycle_channel, gate_channels)
+        background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
+        for name, worker in authority.workers(config.request_id_retention_seconds):
+            background.add(name, worker)
+        background.add("reload", reloader.run_forever)
 
-    async def refresh() -> None:
-        now = clock.now_micros()
-        figures = await store.read(lambda tx: tx.load_figures(now))
-        metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
-        authority.metrics.refresh(figures, now)
+        async def refresh() -> None:
+            now = clock.now_micros()
+            figures = await store.read(lambda tx: tx.load_figures(now))
+            metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
+            authority.metrics.refresh(figures, now)
 
-    endpoint = await runtime.serve_metrics(
-        config.metrics_listen, metrics, background, refresh, config.metrics_interval, store.close
-    )
-    await server.start()
-    background.start()
-    return RunningCompletion(
-        server, port, authority, store, health, lifecycle_channel, gate_channels, background, reloader, broker, drain,
-        metrics=metrics, metrics_endpoint=endpoint, import_budget=budget,
-    )
+        endpoint = await runtime.serve_metrics(
+            config.metrics_listen, metrics, background, refresh, config.metrics_interval
+        )
+        if endpoint is not None:
+            undo.push_async_callback(endpoint.stop)
+        await server.start()
+        background.start()
+        undo.pop_all()
+        return RunningCompletion(
+            server, port, authority, store, health, lifecycle_channel, gate_channels, background, reloader,
+            broker, drain, metrics=metrics, metrics_endpoint=endpoint, import_budget=budget,
+        )
 
 
 def _sequence_of(event: CompletionEvent) -> int:

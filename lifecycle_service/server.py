@@ -8,6 +8,7 @@ from the event table (funnel.runtime.tail) and replays pending propagations."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,74 +99,79 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
     """Opens the database (refusing unsafe ones), starts serving and replays pending propagations."""
     clock = clock or SystemClock()
     security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
-    metrics = ServiceMetrics()
-    server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
-    port = runtime.bind(server, config.listen, security)
-    broker: EventBroker = EventBroker(config.watch_buffer)
-    faults = from_environment()
-    background = Background("lifecycle_service")
-    store: LifecycleStore
-    publish: Callable[[LifecycleEvent], None]
-    if is_postgres_url(config.database):
-        # Replicas: a commit only wakes the tail, which publishes the event table
-        # by cursor, in sequence order, whichever replica committed (tail.py).
-        postgres = await PostgresLifecycleStore.open(config.database, commits=metrics.commit)
-        store = postgres
-        try:
+    # What start opens, start closes again if a later step raises: otherwise the
+    # database's thread (not a daemon) keeps a process that refused to start alive.
+    async with contextlib.AsyncExitStack() as undo:
+        metrics = ServiceMetrics()
+        server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
+        port = runtime.bind(server, config.listen, security)
+        undo.push_async_callback(runtime.release, server)
+        broker: EventBroker = EventBroker(config.watch_buffer)
+        faults = from_environment()
+        background = Background("lifecycle_service")
+        store: LifecycleStore
+        publish: Callable[[LifecycleEvent], None]
+        if is_postgres_url(config.database):
+            # Replicas: a commit only wakes the tail, which publishes the event table
+            # by cursor, in sequence order, whichever replica committed (tail.py).
+            postgres = await PostgresLifecycleStore.open(config.database, commits=metrics.commit)
+            store = postgres
+            undo.push_async_callback(postgres.close)
             start_after = await postgres.latest_sequence()
-        except BaseException:
-            await postgres.close()
-            raise
-        tailer = Tailer(postgres.events_since, _sequence_of, publisher(broker), start_after)
-        background.add("event-tail", lambda: tailer.run(postgres.notifications()))
-        publish, replay_interval = (lambda event: tailer.poke()), REPLICA_REPLAY_INTERVAL
-    else:
-        sqlite = await SqliteLifecycleStore.open(config.database, commits=metrics.commit)
-        store = sqlite
-        publish, replay_interval = publisher(broker), None
-        runtime.add_integrity_check(background, config.integrity_check, sqlite.check_integrity, metrics)
-    authority = LifecycleAuthority(
-        store,
-        Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000),
-        clock,
-        publish=publish,
-        faults=faults,
-        replay_interval=replay_interval,
-        metrics=LifecycleMetrics(metrics.registry),
-        # Stable across restarts in place (one process per host and port): a replica
-        # restarted after a crash takes its claimed propagations back at once;
-        # those of a replica that is gone lapse with their lease.
-        owner=f"lifecycle@{socket.gethostname()}:{port}",
-    )
-    quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
-    service = LifecycleService(authority, broker, quota, config.max_message_bytes)
-    boundary.add(server, lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server, service)
-    health = runtime.Health(server, [SERVICE_NAME])
-    if config.reflection:
-        runtime.enable_reflection(server, [SERVICE_NAME])
-    reloader = runtime.reloader(security)
-    background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
-    background.add("propagations", authority.deliver_forever)
-    background.add(
-        "request-id-sweeper",
-        idempotency.sweeper(authority.sweep_request_ids, clock, config.request_id_retention_seconds),
-    )
-    background.add("reload", reloader.run_forever)
+            tailer = Tailer(postgres.events_since, _sequence_of, publisher(broker), start_after)
+            background.add("event-tail", lambda: tailer.run(postgres.notifications()))
+            publish, replay_interval = (lambda event: tailer.poke()), REPLICA_REPLAY_INTERVAL
+        else:
+            sqlite = await SqliteLifecycleStore.open(config.database, commits=metrics.commit)
+            store = sqlite
+            undo.push_async_callback(sqlite.close)
+            publish, replay_interval = publisher(broker), None
+            runtime.add_integrity_check(background, config.integrity_check, sqlite.check_integrity, metrics)
+        authority = LifecycleAuthority(
+            store,
+            Policy(max_clock_offset_micros=config.max_clock_offset_ms * 1000),
+            clock,
+            publish=publish,
+            faults=faults,
+            replay_interval=replay_interval,
+            metrics=LifecycleMetrics(metrics.registry),
+            # Stable across restarts in place (one process per host and port): a replica
+            # restarted after a crash takes its claimed propagations back at once;
+            # those of a replica that is gone lapse with their lease.
+            owner=f"lifecycle@{socket.gethostname()}:{port}",
+        )
+        quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
+        service = LifecycleService(authority, broker, quota, config.max_message_bytes)
+        boundary.add(server, lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server, service)
+        health = runtime.Health(server, [SERVICE_NAME])
+        if config.reflection:
+            runtime.enable_reflection(server, [SERVICE_NAME])
+        reloader = runtime.reloader(security)
+        background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
+        background.add("propagations", authority.deliver_forever)
+        background.add(
+            "request-id-sweeper",
+            idempotency.sweeper(authority.sweep_request_ids, clock, config.request_id_retention_seconds),
+        )
+        background.add("reload", reloader.run_forever)
 
-    async def refresh() -> None:
-        figures = await store.read(lambda tx: tx.load_figures())
-        metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
-        authority.metrics.refresh(figures)
+        async def refresh() -> None:
+            figures = await store.read(lambda tx: tx.load_figures())
+            metrics.refresh_store(figures.request_ids, figures.database_bytes, broker.subscriber_count)
+            authority.metrics.refresh(figures)
 
-    endpoint = await runtime.serve_metrics(
-        config.metrics_listen, metrics, background, refresh, config.metrics_interval, store.close
-    )
-    await server.start()
-    background.start()
-    return RunningLifecycle(
-        server, port, authority, store, health, broker, background, reloader,
-        metrics=metrics, metrics_endpoint=endpoint,
-    )
+        endpoint = await runtime.serve_metrics(
+            config.metrics_listen, metrics, background, refresh, config.metrics_interval
+        )
+        if endpoint is not None:
+            undo.push_async_callback(endpoint.stop)
+        await server.start()
+        background.start()
+        undo.pop_all()
+        return RunningLifecycle(
+            server, port, authority, store, health, broker, background, reloader,
+            metrics=metrics, metrics_endpoint=endpoint,
+        )
 
 
 def _sequence_of(event: LifecycleEvent) -> int:

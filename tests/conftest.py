@@ -11,6 +11,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig, start
 from tests import credentials
+from tests.threads import database_threads, database_threads_left
 
 # 2023-11-14T22:13:20Z: a fixed, round start so that commit times are predictable.
 CLOCK_START_MICROS = 1_700_000_000_000_000
@@ -26,6 +27,17 @@ class DefaultDeadline(grpc.aio.UnaryUnaryClientInterceptor):
         if client_call_details.timeout is None:
             client_call_details = client_call_details._replace(timeout=self._seconds)
         return await continuation(client_call_details, request)
+
+
+@pytest.fixture(autouse=True)
+def no_database_left_open():
+    """Every SQLite connection a test opens is closed when the test ends. One left
+    open is a leak in the code under test (a start that raised after opening its
+    database kept the process alive) or in the test, and its thread, answering an
+    event loop closed by then, died later in whichever test ran next."""
+    before = database_threads()
+    yield
+    assert not (left := database_threads_left(before)), f"SQLite connections left open: {left}"
 
 
 def client_channel(address: str, bearer: str | None = credentials.SUPERUSER, **kwargs) -> grpc.aio.Channel:

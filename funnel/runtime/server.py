@@ -425,25 +425,30 @@ def bind(server: grpc.aio.Server, listen: str, security: PreparedSecurity) -> in
     return port
 
 
+async def release(server: grpc.aio.Server) -> None:
+    """Lets go of the port of a server whose start was refused after bind(). gRPC
+    core closes the listeners only in the shutdown of a started server: stop()
+    alone, or dropping the server, leaves the port taken for the life of the
+    process. So it is started and stopped at once, with no grace: nothing was
+    announced, no caller is there to be cut."""
+    await server.start()
+    await server.stop(None)
+
+
 async def serve_metrics(
     listen: str | None,
     metrics: ServiceMetrics,
     background: Background,
     refresh: Callable[[], Awaitable[None]],
     interval: float,
-    close_store: Callable[[], Awaitable[None]],
 ) -> MetricsEndpoint | None:
     """The metrics endpoint, if `--metrics-listen` asked for one, with the loop that
     refreshes the gauges read from the database (only while someone can scrape
-    them). If the endpoint cannot be served, closes the store and raises
-    CannotServeMetrics: the service refuses to start."""
+    them). Raises CannotServeMetrics when the endpoint cannot be served: the
+    service refuses to start (and its start undoes what it opened)."""
     if not listen:
         return None
-    try:
-        endpoint = MetricsEndpoint.start(listen, metrics.registry)
-    except BaseException:
-        await close_store()
-        raise
+    endpoint = MetricsEndpoint.start(listen, metrics.registry)
     background.add("metrics-refresh", lambda: refresh_forever(refresh, interval))
     return endpoint
 
