@@ -12,15 +12,17 @@ import logging
 from typing import Any
 
 import grpc
+from google.rpc import code_pb2, error_details_pb2
 
 from completion_service.core.model import LifecycleState
 from completion_service.core.projection import Change, Record
 from completion_service.core.settlement import SettleAnswer, classify_failure
 from completion_service.outbound import LifecycleChannel
+from completion_service.settle_batches import SettleBatches
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
-from funnel.runtime.grpc_errors import error_info
+from funnel.runtime.grpc_errors import error_info, status_error_info
 from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.timestamps import to_timestamp
 from funnel.runtime.tracing import OutboundCalls
@@ -70,6 +72,20 @@ def _outcome(outcome: int) -> str | None:
     return lpb.TerminalOutcome.Name(outcome).removeprefix("TERMINAL_OUTCOME_") if outcome else None
 
 
+def _classified(code: str, message: str, info: error_details_pb2.ErrorInfo | None) -> Exception:
+    """A failed call's (or a batch item's) error: the lifecycle's own verdict, or no answer."""
+    if classify_failure(code, info.domain if info else None) is SettleAnswer.REJECTED and info is not None:
+        return LifecycleRejected(info.reason, message)  # REJECTED needs the lifecycle's domain
+    return LifecycleUnavailable(f"{code}: {message}")
+
+
+def _item_answer(result: lpb.SettleCompletionsResult) -> lpb.SettleCompletionResponse | Exception:
+    if result.HasField("settled"):
+        return result.settled
+    status = result.error
+    return _classified(code_pb2.Code.Name(status.code), status.message, status_error_info(status))
+
+
 class LifecycleClient:
     """Calls through the current channel of `channel`, which re-opens when its TLS
     files are reloaded."""
@@ -81,6 +97,7 @@ class LifecycleClient:
         self._stub_cache: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
         # Each call's span goes first: the lifecycle service's span of the call is its child.
         self._calls = OutboundCalls()
+        self._settlements = SettleBatches(self._send_settlements, LifecycleUnavailable)
 
     @property
     def timeout(self) -> float:
@@ -110,11 +127,7 @@ class LifecycleClient:
                     error.code().name,
                     error.details(),
                 )
-            info = error_info(error)
-            answer = classify_failure(error.code().name, info.domain if info else None)
-            if answer is SettleAnswer.REJECTED and info is not None:  # REJECTED needs the lifecycle's domain
-                raise LifecycleRejected(info.reason, error.details() or "") from None
-            raise LifecycleUnavailable(f"{error.code().name}: {error.details()}") from None
+            raise _classified(error.code().name, error.details() or "", error_info(error)) from None
 
     async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
         return await self._call(
@@ -201,8 +214,8 @@ class LifecycleClient:
     async def settle_completion(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, authoritative_at: int, run_id: str
     ) -> lpb.SettleCompletionResponse:
-        return await self._call(
-            "SettleCompletion",
+        """Settled alone, or with the others due at the same time (settle_batches)."""
+        return await self._settlements.settle(
             lpb.SettleCompletionRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
@@ -211,8 +224,20 @@ class LifecycleClient:
                 completion_id=completion_id,
                 authoritative_time=to_timestamp(authoritative_at),
                 cause=self._cause("completion committed", completion_id=completion_id, run_id=run_id),
-            ),
+            )
         )
+
+    async def _send_settlements(
+        self, items: list[lpb.SettleCompletionRequest]
+    ) -> list[lpb.SettleCompletionResponse | Exception]:
+        if len(items) == 1:
+            try:
+                return [await self._call("SettleCompletion", items[0])]
+            except LifecycleRejected as exc:
+                return [exc]
+        batch = lpb.SettleCompletionsRequest(workspace_id=items[0].workspace_id, items=items)
+        response = await self._call("SettleCompletions", batch)
+        return [_item_answer(result) for result in response.results]
 
     async def settle_failure(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, run_id: str

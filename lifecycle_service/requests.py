@@ -121,6 +121,26 @@ def settle_completion(request: pb.SettleCompletionRequest) -> i.SettleCompletion
     )
 
 
+# Items of one SettleCompletions call: what the completion service sends together
+# under load, bounded like one group of the store's writer.
+MAX_SETTLE_ITEMS = 64
+
+
+def check_settle_completions(request: pb.SettleCompletionsRequest) -> None:
+    """The call's own fields; each item is checked as SettleCompletion checks it,
+    and answered on its own (service.SettleCompletions)."""
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.require("items", len(request.items) > 0)
+    if len(request.items) > MAX_SETTLE_ITEMS:
+        checker.add("VALUE_OUT_OF_RANGE", "items", f"items holds {len(request.items)}, at most {MAX_SETTLE_ITEMS}",
+                    maximum=MAX_SETTLE_ITEMS)
+    for n, item in enumerate(request.items):
+        if item.workspace_id != request.workspace_id:
+            checker.malformed(f"items[{n}].workspace_id", "every item is of the call's workspace_id")
+    raise_if_invalid(checker)
+
+
 def plain_intent(intent_type: type[i.Intent], request) -> i.Intent:
     """Intents that carry only the common fields."""
     checker = Checker()

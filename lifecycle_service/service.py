@@ -3,6 +3,7 @@ shapes responses, and streams committed events."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 
@@ -12,7 +13,8 @@ from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime import calls
-from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.errors import Rejection, ServiceError, reject, storage_unavailable
+from funnel.runtime.grpc_errors import status_message
 from funnel.runtime.idempotency import fingerprint
 from funnel.runtime.paging import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -23,6 +25,7 @@ from funnel.runtime.paging import (
     response_budget,
 )
 from funnel.runtime.proto_enums import proto_enum
+from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.validation import malformed_page_token
 from funnel.runtime.watch import EventBroker, WatchEnds, WatchQuota, follow, follow_from_head
 from lifecycle_service import requests
@@ -30,7 +33,7 @@ from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.convert import event_to_proto, task_to_proto
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import LifecycleEvent, TaskRecord
-from lifecycle_service.errors import Reason
+from lifecycle_service.errors import DOMAIN, Reason
 from lifecycle_service.relay import judge_relay
 from lifecycle_service.storage.port import LifecycleReadTx
 from lifecycle_service.units import Committed, Replayed, Resettled, task_view
@@ -134,6 +137,32 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
     async def SettleCompletion(self, request, context):
         intent = requests.settle_completion(request)
         return await self._mutate("SettleCompletion", request, context, pb.SettleCompletionResponse, intent)
+
+    async def SettleCompletions(self, request, context):
+        requests.check_settle_completions(request)
+        # Each item on its own way through _mutate, all at once: the store's writer
+        # commits what is queued together in one group. Every item is waited for
+        # before anything else (a dropped reply, a fault) fails the call.
+        answers = await asyncio.gather(
+            *(self._settle_item(item, context) for item in request.items), return_exceptions=True
+        )
+        results: list[pb.SettleCompletionsResult] = []
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+            results.append(answer)
+        return pb.SettleCompletionsResponse(results=results)
+
+    async def _settle_item(self, item: pb.SettleCompletionRequest, context) -> pb.SettleCompletionsResult:
+        """What SettleCompletion answers for one item, its error included."""
+        try:
+            intent = requests.settle_completion(item)
+            settled = await self._mutate("SettleCompletion", item, context, pb.SettleCompletionResponse, intent)
+        except ServiceError as exc:
+            return pb.SettleCompletionsResult(error=status_message(exc.rejection, DOMAIN))
+        except StorageUnavailable as exc:
+            return pb.SettleCompletionsResult(error=status_message(storage_unavailable(Reason, exc), DOMAIN))
+        return pb.SettleCompletionsResult(settled=settled)
 
     async def SettleFailure(self, request, context):
         intent = requests.plain_intent(i.SettleFailure, request)

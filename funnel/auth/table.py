@@ -52,6 +52,7 @@ TABLE: dict[str, Rule] = {
     f"/{LIFECYCLE}/RequestCancellation": _rule(H, O, C),
     f"/{LIFECYCLE}/SettleCancellation": _rule(H, O, C),
     f"/{LIFECYCLE}/SettleCompletion": _rule(C),
+    f"/{LIFECYCLE}/SettleCompletions": _rule(C),
     f"/{LIFECYCLE}/SettleFailure": _rule(C),
     f"/{LIFECYCLE}/SettleTimeout": _rule(H, O),
     f"/{LIFECYCLE}/PropagateParentTermination": _rule(O),

@@ -40,7 +40,7 @@ from funnel.auth.principal import ALL_WORKSPACES, Principal, Role, completion_se
 from funnel.auth.table import Denied, Granted, authorize
 from funnel.auth.tokens import TokenVerifier, Unauthenticated, bearer_token
 from funnel.runtime import calls
-from funnel.runtime.errors import Rejection, ServiceError, reject
+from funnel.runtime.errors import Rejection, ServiceError, reject, storage_unavailable
 from funnel.runtime.faults import DroppedReply
 from funnel.runtime.grpc_errors import to_status
 from funnel.runtime.observe import CallObserver, ObservedMethod
@@ -401,10 +401,7 @@ class Boundary:
             rejection = exc.rejection
         elif isinstance(exc, StorageUnavailable):
             log.warning("%s: storage unavailable: %s", method, exc)
-            rejection = Rejection(
-                self._catalogue["STORAGE_UNAVAILABLE"],
-                f"the database is unavailable ({exc}); nothing was applied, retry with the same request_id",
-            )
+            rejection = storage_unavailable(self._catalogue, exc)
         else:
             log.exception("%s: unexpected fault", method)
             rejection = Rejection(self._catalogue["INTERNAL_FAULT"], "internal fault; see the server log")

@@ -69,6 +69,14 @@ def reject(reason: enum.Enum, message: str, **metadata: object) -> Rejection:
     return Rejection(reason, message, {k: str(v) for k, v in metadata.items() if v is not None})
 
 
+def storage_unavailable(catalogue: type[enum.Enum], problem: Exception) -> Rejection:
+    """What a write that the database could not take answers (its STORAGE_UNAVAILABLE)."""
+    return Rejection(
+        catalogue["STORAGE_UNAVAILABLE"],
+        f"the database is unavailable ({problem}); nothing was applied, retry with the same request_id",
+    )
+
+
 def instant(micros: int) -> str:
     """A point in time as ErrorInfo metadata: RFC 3339 in UTC with microseconds,
     like the JSON form of google.protobuf.Timestamp (`2026-11-30T08:15:00.123456Z`)."""

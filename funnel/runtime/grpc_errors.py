@@ -24,11 +24,17 @@ _SHRINK_STEPS = ((None, None), (20, 512), (10, 256), (5, 128), (1, 64), (0, 32))
 
 
 def to_status(rejection: Rejection, domain: str) -> grpc.Status:
+    return rpc_status.to_status(status_message(rejection, domain))
+
+
+def status_message(rejection: Rejection, domain: str) -> status_pb2.Status:
+    """The rejection as the `google.rpc.Status` a failed call carries (shrunk to
+    fit a trailer), also what a batch answers for an item it refused."""
     for max_violations, max_bytes in _SHRINK_STEPS:
         status = _status(rejection, domain, max_violations, max_bytes)
         if _encoded_size(status) <= MAX_STATUS_BYTES:
             break
-    return rpc_status.to_status(status)
+    return status
 
 
 def _status(rejection: Rejection, domain: str, max_violations: int | None, max_bytes: int | None) -> status_pb2.Status:
@@ -89,8 +95,11 @@ def _status_of(error: grpc.RpcError) -> status_pb2.Status | None:
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """The ErrorInfo of a failed call, if it carries one (client side)."""
     status = _status_of(error)
-    if status is None:
-        return None
+    return None if status is None else status_error_info(status)
+
+
+def status_error_info(status: status_pb2.Status) -> error_details_pb2.ErrorInfo | None:
+    """The ErrorInfo among a status's details (a failed call's, a batch item's)."""
     for detail in status.details:
         info = error_details_pb2.ErrorInfo()
         if detail.Unpack(info):  # False: a detail of another type

@@ -37,6 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "RequestCancellation": {"host", "operator", "completion-service"},
     "SettleCancellation": {"host", "operator", "completion-service"},
     "SettleCompletion": {"completion-service"},
+    "SettleCompletions": {"completion-service"},
     "SettleFailure": {"completion-service"},
     "SettleTimeout": {"host", "operator"},
     "PropagateParentTermination": {"operator"},
@@ -148,6 +149,8 @@ class World:
             "SettleCancellation": lambda: lpb.SettleCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
             "SettleCompletion": lambda: lpb.SettleCompletionRequest(
                 **plain, completion_id=self.fresh("cmp"), authoritative_time=now),
+            "SettleCompletions": lambda: lpb.SettleCompletionsRequest(workspace_id=WS, items=[
+                lpb.SettleCompletionRequest(**plain, completion_id=self.fresh("cmp"), authoritative_time=now)]),
             "SettleFailure": lambda: lpb.SettleFailureRequest(**plain),
             "SettleTimeout": lambda: lpb.SettleTimeoutRequest(**plain),
             "PropagateParentTermination": lambda: lpb.PropagateParentTerminationRequest(

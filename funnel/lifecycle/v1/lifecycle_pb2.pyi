@@ -483,6 +483,28 @@ class SettleCompletionResponse(_message.Message):
     event: LifecycleEvent
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., event: _Optional[_Union[LifecycleEvent, _Mapping]] = ...) -> None: ...
 
+class SettleCompletionsRequest(_message.Message):
+    __slots__ = ("workspace_id", "items")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    items: _containers.RepeatedCompositeFieldContainer[SettleCompletionRequest]
+    def __init__(self, workspace_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[SettleCompletionRequest, _Mapping]]] = ...) -> None: ...
+
+class SettleCompletionsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SettleCompletionsResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SettleCompletionsResult, _Mapping]]] = ...) -> None: ...
+
+class SettleCompletionsResult(_message.Message):
+    __slots__ = ("settled", "error")
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    settled: SettleCompletionResponse
+    error: _status_pb2.Status
+    def __init__(self, settled: _Optional[_Union[SettleCompletionResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
+
 class SettleFailureRequest(_message.Message):
     __slots__ = ("workspace_id", "task_id", "generation", "request_id", "expected_revision", "cause")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]

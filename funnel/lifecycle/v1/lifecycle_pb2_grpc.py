@@ -70,6 +70,11 @@ class TaskLifecycleServiceStub:
                 request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionRequest.SerializeToString,
                 response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionResponse.FromString,
                 _registered_method=True)
+        self.SettleCompletions = channel.unary_unary(
+                '/funnel.lifecycle.v1.TaskLifecycleService/SettleCompletions',
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsResponse.FromString,
+                _registered_method=True)
         self.SettleFailure = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/SettleFailure',
                 request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleFailureRequest.SerializeToString,
@@ -228,6 +233,26 @@ class TaskLifecycleServiceServicer:
         task's or an attached parent's fence without proof of earlier
         `authoritative_time`), `ACTIVE_ATTACHED_CHILD`, `PARENT_TERMINAL` (attached
         parent generation already terminal).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleCompletions(self, request, context):
+        """Settles several completions of one workspace in one call. Each item is
+        judged, applied and remembered exactly as `SettleCompletion` judges,
+        applies and remembers it alone: its own fences, and its own `request_id`
+        in the scope of `SettleCompletion`, so a retry of an item may go through
+        either RPC and gets the same answer. A refused item refuses only itself;
+        the items commit in one transaction when the store can group them. The
+        completion service sends it when several of its settlements are due at
+        once (under load), `SettleCompletion` otherwise.
+        Errors: of the call, `FIELD_REQUIRED` (`workspace_id`, `items`),
+        `VALUE_OUT_OF_RANGE` (`items`: more than 64), `FIELD_MALFORMED`
+        (`workspace_id`; an item's `workspace_id` other than the call's); of an
+        item (its result's `error`), those of `SettleCompletion`, and
+        `DEADLINE_EXPIRED` and `STORAGE_UNAVAILABLE` (nothing of that item was
+        applied; retry it with the same `request_id`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -406,6 +431,11 @@ def add_TaskLifecycleServiceServicer_to_server(servicer, server):
                     servicer.SettleCompletion,
                     request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionRequest.FromString,
                     response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionResponse.SerializeToString,
+            ),
+            'SettleCompletions': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleCompletions,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsResponse.SerializeToString,
             ),
             'SettleFailure': grpc.unary_unary_rpc_method_handler(
                     servicer.SettleFailure,
@@ -643,6 +673,33 @@ class TaskLifecycleService:
             '/funnel.lifecycle.v1.TaskLifecycleService/SettleCompletion',
             funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionRequest.SerializeToString,
             funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleCompletions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/funnel.lifecycle.v1.TaskLifecycleService/SettleCompletions',
+            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
