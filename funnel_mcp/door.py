@@ -1,27 +1,24 @@
-"""What the tools share while the server runs: the settings, the channels to the
-services, the lease keeper, and who each call acts as. Each service call goes
-out with the caller's own token; a failure becomes a tool error (`failures`)."""
+"""What the tools share while the server runs: the settings, the client of the
+services (funnel.client), the lease keeper, and who each call acts as. Each
+service call goes out with the caller's own token (`client`); a failure becomes
+a tool error (`failures`)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import grpc
 import jwt
-from google.protobuf.duration_pb2 import Duration
 from mcp.server.mcpserver import Context
 
 from funnel.auth import tokens
+from funnel.client import FunnelClient, FunnelError, RetryPolicy
 from funnel.client.connection import Connection
 from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel_mcp.authorization import BearerVerifier, ResourceServer
 from funnel_mcp.callers import Caller, workspace_of
 from funnel_mcp.failures import RETRYABLE, Refused, failure, refusal, unavailable
@@ -32,9 +29,17 @@ from funnel_mcp.leases import HeldRun, LeaseKeeper
 log = logging.getLogger("funnel.mcp")
 
 # Each attempt of a service call gets CALL_TIMEOUT; UNAVAILABLE and
-# DEADLINE_EXCEEDED are retried with the same request id for RETRY_WINDOW.
+# DEADLINE_EXCEEDED are retried with the same request id for RETRY_WINDOW: a
+# model waits for the answer, so the bound is in time, not in calls. A
+# RATE_LIMITED is not waited out here (max_retry_delay 0): the model reads it,
+# with the advice to wait and repeat the call.
 CALL_TIMEOUT = 10.0
 RETRY_WINDOW = 15.0
+RETRIES = RetryPolicy(attempts=None, initial_backoff=0.1, max_backoff=2.0, max_retry_delay=0.0, retried=RETRYABLE,
+                      window=RETRY_WINDOW)
+# A renewal is tried once: the lease keeper tries again itself while the lease
+# lasts, and sees a holder's end between two tries.
+RENEWAL = RetryPolicy(attempts=1)
 
 # stdio serves one connection per process: this names it in request ids.
 PROCESS_CONNECTION = uuid.uuid4().hex
@@ -68,14 +73,21 @@ class Settings:
         return self.resource is not None
 
 
+def services(settings: Settings) -> FunnelClient:
+    """The client of both services, with no token of its own: every call names
+    its caller (Door.client). Make it inside the server's event loop."""
+    return settings.connection.with_token(None).client(
+        settings.lifecycle_address, settings.completion_address, timeout=CALL_TIMEOUT, retry=RETRIES
+    )
+
+
 class Door:
-    def __init__(self, settings: Settings, keeper: LeaseKeeper, lifecycle: grpc.aio.Channel,
-                 completion: grpc.aio.Channel, bearer: BearerVerifier | None) -> None:
+    def __init__(self, settings: Settings, keeper: LeaseKeeper, services: FunnelClient,
+                 bearer: BearerVerifier | None) -> None:
         self.settings = settings
         self.keeper = keeper
         self.bearer = bearer
-        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(lifecycle)
-        self.completion = completion_pb2_grpc.CompletionServiceStub(completion)
+        self._services = services
 
     # --- who calls -------------------------------------------------------------
 
@@ -114,69 +126,54 @@ class Door:
     def holder(self, ctx: Context[Any]) -> str:
         return holder(ctx, self.keeper, self.settings.http)
 
-    def request_id(self, ctx: Context[Any], tool: str, workspace: str, arguments: dict[str, Any]) -> str:
+    def request_id(self, ctx: Context[Any], tool: str, workspace: str, arguments: dict[str, Any]) -> str | None:
+        """None: nothing names the call (funnel_mcp.idempotency, 3.)."""
         meta = ctx.request_context.meta or {}
         connection = (ctx.headers or {}).get("mcp-session-id") if self.settings.http else PROCESS_CONNECTION
         call = call_identity(meta.get(CALL_ID_META_KEY), connection, ctx.request_context.request_id)
-        return "" if call is None else request_id(tool, workspace, arguments, call)
+        return None if call is None else request_id(tool, workspace, arguments, call)
 
     # --- calling the services ---------------------------------------------------
 
-    async def call(self, rpc: Callable[..., Awaitable[Response]], request: Any, token: str, service: str) -> Response:
-        """One RPC with the caller's token; a failure becomes a tool error."""
-        metadata = (("authorization", f"Bearer {token}"),)
-        deadline = time.monotonic() + RETRY_WINDOW
-        delay = 0.1
-        while True:
-            try:
-                return await rpc(request, timeout=CALL_TIMEOUT, metadata=metadata)
-            except grpc.aio.AioRpcError as error:
-                if error.code() not in RETRYABLE:
-                    raise failure(error).refused() from None
-            if time.monotonic() + delay > deadline:
-                raise unavailable(service).refused()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+    def client(self, caller: Caller) -> FunnelClient:
+        """The services, called with the caller's own token."""
+        return self._services.as_caller(caller.token)
+
+    async def call(self, service: str, reply: Awaitable[Response]) -> Response:
+        """Awaits one call of `client` (retried there: RETRIES); a failure becomes
+        a tool error, and one the retries gave up on says that `service` did not
+        answer in time."""
+        try:
+            return await reply
+        except FunnelError as error:
+            if error.code in RETRYABLE:
+                raise unavailable(service).refused() from None
+            raise failure(error).refused() from None
 
     async def run(self, run_id: str, caller: Caller, holder: str) -> cpb.Run:
         """The run (task, generation, epoch come from it); an open run with a live
         lease is renewed from now on for `holder`, even if another process of this
         server claimed it."""
-        response = await self.call(
-            self.completion.GetRun,
-            cpb.GetRunRequest(workspace_id=caller.workspace, run_id=run_id),
-            caller.token,
-            "completion_service",
-        )
-        run = response.run
+        run = (await self.call("completion_service", self.client(caller).get_run(caller.workspace, run_id))).run
         if not run.HasField("finish_time") and run.lease_expire_time.ToMicroseconds() > time.time() * 1_000_000:
             self.keeper.hold(HeldRun(caller.workspace, run.run_id, run.epoch, caller.token), holder)
         return run
 
     async def renew(self, held: HeldRun) -> None:
-        await self.completion.RenewLease(
-            cpb.RenewLeaseRequest(
-                workspace_id=held.workspace,
-                run_id=held.run_id,
-                epoch=held.epoch,
-                lease_ttl=Duration(seconds=int(self.keeper.ttl)),
-            ),
-            timeout=CALL_TIMEOUT,
-            metadata=(("authorization", f"Bearer {held.token}"),),
+        """Raises FunnelError for the keeper to judge (funnel_mcp.leases)."""
+        await self._services.as_caller(held.token, retry=RENEWAL).renew_lease(
+            held.workspace, held.run_id, held.epoch, lease_ttl=self.keeper.ttl
         )
 
     async def withdraw(self, held: HeldRun, why: str) -> None:
         """Closes the run of a holder that is gone as `stalled`: the task keeps its
         status and, its run closed, is claimable at once (docs/mcp.md, Leases)."""
-        request = cpb.CompleteRunRequest(
-            workspace_id=held.workspace,
-            run_id=held.run_id,
-            outcome=cpb.RUN_OUTCOME_STALLED,
-            error=f"withdrawn by funnel mcp: {why}",
+        closing = self._services.as_caller(held.token).complete_run(
+            held.workspace, held.run_id, cpb.RUN_OUTCOME_STALLED, error=f"withdrawn by funnel mcp: {why}",
             request_id=request_id("withdraw", held.workspace, {"runId": held.run_id}, "withdraw"),
         )
         try:
-            await self.call(self.completion.CompleteRun, request, held.token, "completion_service")
+            await self.call("completion_service", closing)
         except Refused as failed:
             # Closed meanwhile, or the services refuse: the lease then lapses at its expiry.
             log.info("could not withdraw run %s: %s", held.run_id, failed)

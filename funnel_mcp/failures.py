@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from funnel.runtime.grpc_errors import error_info
+from funnel.client import FunnelError
 
 # What the agent does next, by reason. A reason not listed keeps the service's
 # message alone: it already says what is wrong.
@@ -87,15 +87,14 @@ class Failure:
         return Refused(self.reason, self.text())
 
 
-def failure(error: grpc.aio.AioRpcError) -> Failure:
+def failure(error: FunnelError) -> Failure:
     """The reason (ErrorInfo), code, message and metadata of a failed call."""
-    info = error_info(error)
-    code = error.code().name
+    code = error.code.name
     return Failure(
         code=code,
-        reason=info.reason if info is not None and info.reason else code,
-        message=error.details() or code,
-        metadata=tuple(sorted(info.metadata.items())) if info is not None else (),
+        reason=error.reason or code,
+        message=error.message or code,
+        metadata=tuple(sorted(error.metadata.items())),
     )
 
 

@@ -10,11 +10,12 @@ MCP has no tool-call id of its own. What identifies "the same call" is, in order
    resends its id, while a new call gets a new one, so an agent that deliberately
    closes a run twice still learns `RUN_ALREADY_FINISHED`;
 3. else (a stateless Streamable HTTP request: no session, and JSON-RPC ids that
-   restart with every client) nothing does, and the call goes without a request
-   id. The arguments alone cannot name a call: an agent that attempts completion,
-   records the missing evidence and attempts again with the same words must get a
-   new decision, not the first one replayed; and a claim after the run closed must
-   open a new run.
+   restart with every client) nothing does, and the call goes with a fresh
+   request id of funnel.client's, which only its own retries of that service call
+   repeat. The arguments alone cannot name a call: an agent that attempts
+   completion, records the missing evidence and attempts again with the same
+   words must get a new decision, not the first one replayed; and a claim after
+   the run closed must open a new run.
 
 The tool name, workspace and arguments are always part of the key, so one call
 id can never replay the answer of a different call."""

@@ -27,8 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
-import grpc
-
+from funnel.client import FunnelError
 from funnel_mcp.failures import RETRYABLE
 
 log = logging.getLogger("funnel.mcp.leases")
@@ -51,6 +50,7 @@ class HeldRun:
     token: str
 
 
+# Renews the run's lease; raises FunnelError when the services refuse or do not answer.
 Renew = Callable[[HeldRun], Awaitable[None]]
 # Ends a run whose holder is gone (`why` says how), through the services.
 Withdraw = Callable[[HeldRun, str], Awaitable[None]]
@@ -151,9 +151,9 @@ class LeaseKeeper:
                 try:
                     await self._renew(run)
                     renew_at = loop.time() + self.ttl / 3
-                except grpc.aio.AioRpcError as error:
-                    if error.code() not in RETRYABLE:
-                        log.info("stopped renewing run %s: %s %s", run.run_id, error.code().name, error.details())
+                except FunnelError as error:
+                    if error.code not in RETRYABLE:
+                        log.info("stopped renewing run %s: %s %s", run.run_id, error.code.name, error.message)
                         return
                     renew_at = loop.time() + RETRY_DELAY
             log.info("withdrawing run %s: %s", run.run_id, hold.gone)

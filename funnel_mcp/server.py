@@ -25,7 +25,7 @@ from funnel.runtime.logs import fields
 from funnel.runtime.security import Reloader
 from funnel_mcp import observe, tools
 from funnel_mcp.authorization import BearerVerifier, auth_settings, publish_metadata
-from funnel_mcp.door import Door, Settings
+from funnel_mcp.door import Door, Settings, services
 from funnel_mcp.failures import ARGUMENTS_INVALID, Refused, invalid_arguments
 from funnel_mcp.leases import PROCESS, LeaseKeeper
 from funnel_mcp.rebinding import transport_security
@@ -78,9 +78,7 @@ class FunnelServer(MCPServer[Door]):
 def build(settings: Settings, bearer: BearerVerifier | None = None) -> FunnelServer:
     @contextlib.asynccontextmanager
     async def lifespan(server: MCPServer[Door]) -> AsyncIterator[Door]:
-        connection = settings.connection
-        lifecycle = connection.channel(settings.lifecycle_address)
-        completion = connection.channel(settings.completion_address)
+        client = services(settings)
         background = Background("funnel-mcp")
         if bearer is not None:  # a rotated JWKS is used without a restart, as by the services
             background.add("jwks-reload", Reloader([bearer.key_set], RELOAD_INTERVAL).run_forever)
@@ -89,7 +87,7 @@ def build(settings: Settings, bearer: BearerVerifier | None = None) -> FunnelSer
             shared: list[Door] = []
             async with LeaseKeeper(lambda held: shared[0].renew(held), lambda held, why: shared[0].withdraw(held, why),
                                    settings.lease_ttl, settings.session_idle_timeout) as keeper:
-                shared.append(Door(settings, keeper, lifecycle, completion, bearer))
+                shared.append(Door(settings, keeper, client, bearer))
                 try:
                     yield shared[0]
                 finally:
@@ -97,8 +95,7 @@ def build(settings: Settings, bearer: BearerVerifier | None = None) -> FunnelSer
                     keeper.end(PROCESS, "the host closed its stdio connection")
         finally:
             await background.stop()
-            await lifecycle.close()
-            await completion.close()
+            await client.close()
 
     where = f"workspace {settings.workspace!r}" if settings.workspace else "the workspace your credential grants"
     server = FunnelServer(

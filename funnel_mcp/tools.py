@@ -1,18 +1,16 @@
-"""The five tools. Each is one or two calls to the services with the caller's
-token, in the caller's workspace (both resolved once per call, before the tool
-runs: `acting`); the answers are mapped by `answers`."""
+"""The five tools. Each is one or two calls to the services (funnel.client) with
+the caller's token, in the caller's workspace (both resolved once per call,
+before the tool runs: `acting`); the answers are mapped by `answers`."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, cast
 
-from google.protobuf.duration_pb2 import Duration
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BeforeValidator, Field
 
 from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel_mcp import answers, descriptions, observe
 from funnel_mcp.callers import Caller
 from funnel_mcp.door import Door
@@ -50,18 +48,10 @@ def register(server: MCPServer[Door]) -> None:
     @tool("Claim a task", descriptions.CLAIM_TASK)
     async def claim_task(taskId: TaskId, ctx: Context) -> answers.ClaimedRun:
         door, caller = acting(ctx)
-        response = await door.call(
-            door.completion.ClaimTask,
-            cpb.ClaimTaskRequest(
-                workspace_id=caller.workspace,
-                task_id=taskId,
-                agent_id=door.agent_id(caller),
-                lease_ttl=Duration(seconds=int(door.settings.lease_ttl)),
-                request_id=door.request_id(ctx, "claim_task", caller.workspace, {"taskId": taskId}),
-            ),
-            caller.token,
-            "completion_service",
-        )
+        response = await door.call("completion_service", door.client(caller).claim_task(
+            caller.workspace, taskId, door.agent_id(caller), lease_ttl=door.settings.lease_ttl,
+            request_id=door.request_id(ctx, "claim_task", caller.workspace, {"taskId": taskId}),
+        ))
         door.keeper.hold(HeldRun(caller.workspace, response.run.run_id, response.lease.epoch, caller.token),
                          door.holder(ctx))
         observe.opened(response.run.run_id)
@@ -89,21 +79,14 @@ def register(server: MCPServer[Door]) -> None:
         door, caller = acting(ctx)
         arguments = {"runId": runId, "outcome": outcome, "tokensInput": tokensInput, "tokensOutput": tokensOutput,
                      "tokensTotal": tokensTotal, "notes": notes, "error": error, "finalStatus": finalStatus}
-        request = cpb.CompleteRunRequest(
-            workspace_id=caller.workspace,
-            run_id=runId,
-            outcome=answers.RUN_OUTCOMES[outcome],
-            notes=notes or "",
-            error=error or "",
+        closing = door.client(caller).complete_run(
+            caller.workspace, runId, answers.RUN_OUTCOMES[outcome], notes=notes or "", error=error or "",
+            tokens_input=tokensInput, tokens_output=tokensOutput, tokens_total=tokensTotal,
             final_status=answers.FINAL_STATUSES[finalStatus] if finalStatus else cpb.FINAL_STATUS_UNSPECIFIED,
             request_id=door.request_id(ctx, "complete_task", caller.workspace, arguments),
         )
-        for field, value in (("tokens_input", tokensInput), ("tokens_output", tokensOutput),
-                             ("tokens_total", tokensTotal)):
-            if value is not None:
-                setattr(request, field, value)
         try:
-            response = await door.call(door.completion.CompleteRun, request, caller.token, "completion_service")
+            response = await door.call("completion_service", closing)
         except Refused as failed:
             if failed.reason == "RUN_ALREADY_FINISHED":
                 door.keeper.release(runId)
@@ -126,22 +109,11 @@ def register(server: MCPServer[Door]) -> None:
         door, caller = acting(ctx)
         run = await door.run(runId, caller, door.holder(ctx))
         arguments = {"runId": runId, "kind": kind, "verdict": verdict, "checkpoint": checkpoint, "details": details}
-        response = await door.call(
-            door.completion.RecordEvidence,
-            cpb.RecordEvidenceRequest(
-                workspace_id=caller.workspace,
-                task_id=run.task_id,
-                generation=run.generation,
-                kind=kind,
-                verdict=answers.EVIDENCE_VERDICTS[verdict],
-                checkpoint=checkpoint or "",
-                details=details or "",
-                run_id=runId,
-                request_id=door.request_id(ctx, "record_evidence", caller.workspace, arguments),
-            ),
-            caller.token,
-            "completion_service",
-        )
+        response = await door.call("completion_service", door.client(caller).record_evidence(
+            caller.workspace, run.task_id, run.generation, kind, answers.EVIDENCE_VERDICTS[verdict],
+            checkpoint=checkpoint or "", details=details or "", run_id=runId,
+            request_id=door.request_id(ctx, "record_evidence", caller.workspace, arguments),
+        ))
         return answers.recorded_evidence(response)
 
     @tool("Attempt completion", descriptions.ATTEMPT_COMPLETION, destructive=True)
@@ -163,27 +135,15 @@ def register(server: MCPServer[Door]) -> None:
         arguments = {"runId": runId, "result": result, "stateVersion": stateVersion,
                      "outcome": answers.word(cpb.RequestedOutcome.Name(answers.REQUESTED_OUTCOMES[outcome]),
                                              "REQUESTED_OUTCOME_")}
-        request = cpb.AttemptCompletionRequest(
-            workspace_id=caller.workspace,
-            task_id=run.task_id,
-            run_id=runId,
-            epoch=run.epoch,
-            outcome=answers.REQUESTED_OUTCOMES[outcome],
-            result=result,
+        response = await door.call("completion_service", door.client(caller).attempt_completion(
+            caller.workspace, run.task_id, runId, run.epoch, result=result,
+            outcome=answers.REQUESTED_OUTCOMES[outcome], state_version=stateVersion,
             request_id=door.request_id(ctx, "attempt_completion", caller.workspace, arguments),
-        )
-        if stateVersion is not None:
-            request.state_version = stateVersion
-        response = await door.call(door.completion.AttemptCompletion, request, caller.token, "completion_service")
+        ))
         return answers.attempt_answer(response)
 
     @tool("Read the task", descriptions.GET_TASK, read_only=True)
     async def get_task(taskId: TaskId, ctx: Context) -> answers.TaskTruth:
         door, caller = acting(ctx)
-        response = await door.call(
-            door.lifecycle.GetTask,
-            lpb.GetTaskRequest(workspace_id=caller.workspace, task_id=taskId),
-            caller.token,
-            "lifecycle_service",
-        )
+        response = await door.call("lifecycle_service", door.client(caller).get_task(caller.workspace, taskId))
         return answers.task_truth(response)

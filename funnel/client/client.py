@@ -6,11 +6,16 @@ Every call carries the caller's bearer token and a deadline; every mutating
 call carries a request id, made here unless the caller gives one, and the
 same id goes out again on each retry (funnel.client.retry), so that a call
 whose answer was lost is answered from the service's memory instead of being
-applied twice. A failure is raised as FunnelError."""
+applied twice. A failure is raised as FunnelError.
+
+A server that acts for many callers (`funnel mcp`, with each HTTP caller's own
+token) holds one client and calls through `client.as_caller(token)`: the same
+channels, each call with that token."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -58,7 +63,7 @@ class FunnelClient:
 
     Make it inside the event loop that uses it (gRPC binds channels to it), and
     close it (`await client.close()`, or `async with`): that ends its
-    channels and every call still open on them."""
+    channels and every call still open on them, its callers' (`as_caller`) too."""
 
     def __init__(
         self,
@@ -74,6 +79,9 @@ class FunnelClient:
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._channels = [_channel(address, tls, tokens) for address in (lifecycle, completion)]
+        # Sent with every call; the channels' token interceptor leaves a call that
+        # carries an authorization header as it is (as_caller).
+        self._metadata: tuple[tuple[str, str], ...] | None = None
         # The generated stubs, for the RPCs without a method here (through `call`).
         # grpcio-tools leaves their constructors unannotated.
         self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])  # type: ignore[no-untyped-call]
@@ -112,6 +120,18 @@ class FunnelClient:
             tls=Tls.from_data_dir(data_dir), token=token, timeout=timeout, retry=retry,
         )
 
+    def as_caller(self, token: str, *, retry: RetryPolicy | None = None) -> FunnelClient:
+        """A client on this one's channels whose calls carry `token` (the bearer
+        token, without `Bearer `) instead of this client's own token or token
+        source, and follow `retry` when given (else this client's policy). It
+        costs no connection, so a server can make one per call of its callers.
+        Closing it closes nothing: the channels are this client's, and end with it."""
+        caller = copy.copy(self)
+        caller._metadata = (("authorization", f"Bearer {token}"),)
+        caller._channels = []
+        caller.retry = retry or self.retry
+        return caller
+
     async def close(self) -> None:
         """Closes both channels; calls still open on them end as CANCELLED."""
         for channel in self._channels:
@@ -131,7 +151,7 @@ class FunnelClient:
         of a mutating RPC should carry its request id already (new_request_id):
         a retry sends this same request. Raises FunnelError."""
         deadline = self.timeout if timeout is None else timeout
-        return await with_retries(lambda: method(request, timeout=deadline), self.retry)
+        return await with_retries(lambda: method(request, timeout=deadline, metadata=self._metadata), self.retry)
 
     # -- the host's lifecycle calls -------------------------------------------
 
@@ -185,7 +205,8 @@ class FunnelClient:
         missed or repeated. Raises FunnelError when it cannot go on."""
         return self._watch(
             lambda after: self.lifecycle.WatchLifecycleEvents(
-                lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after)
+                lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
+                metadata=self._metadata,
             ),
             after_sequence,
         )
@@ -205,6 +226,14 @@ class FunnelClient:
             request_id=request_id or new_request_id(),
         )
         response: cpb.ClaimTaskResponse = await self.call(self.completion.ClaimTask, request)
+        return response
+
+    async def get_run(self, workspace_id: str, run_id: str) -> cpb.GetRunResponse:
+        """The run as the completion service has it: its task, generation, lease
+        epoch and expiry, and whether it is closed. Raises FunnelError
+        (`RUN_NOT_FOUND`, ...)."""
+        request = cpb.GetRunRequest(workspace_id=workspace_id, run_id=run_id)
+        response: cpb.GetRunResponse = await self.call(self.completion.GetRun, request)
         return response
 
     async def renew_lease(
@@ -297,25 +326,29 @@ class FunnelClient:
         like watch_lifecycle_events. Raises FunnelError when it cannot go on."""
         return self._watch(
             lambda after: self.completion.WatchCompletionEvents(
-                cpb.WatchCompletionEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after)
+                cpb.WatchCompletionEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
+                metadata=self._metadata,
             ),
             after_sequence,
         )
 
     async def _watch(self, open_stream: Callable[[int], Any], after: int) -> AsyncIterator[Any]:
+        clock = asyncio.get_running_loop().time
+        started = clock()
         retry = 0
         while True:
             stream = open_stream(after)
             try:
                 async for message in stream:
-                    retry = 0  # the policy bounds retries in a row, not over the stream's life
+                    # The policy bounds retries in a row, not over the stream's life.
+                    retry, started = 0, clock()
                     after = message.event.sequence
                     yield message.event
                 return  # the server ended the stream without an error
             except grpc.aio.AioRpcError as failed:
                 error = FunnelError.from_rpc_error(failed)
                 retry += 1
-                wait = self.retry.delay(error, retry)
+                wait = self.retry.delay(error, retry, clock() - started)
                 if wait is None:
                     raise error from failed
             finally:

@@ -25,7 +25,8 @@ import grpc
 
 from funnel.auth.client import bearer_interceptors
 from funnel.auth.pki import LocalPki
-from funnel.client import FunnelClient, Tls
+from funnel.client import FunnelClient, RetryPolicy, Tls
+from funnel.client.client import DEFAULT_TIMEOUT
 
 DEFAULT_DATA_DIR = "funnel-data"
 DEFAULT_LIFECYCLE = "127.0.0.1:50051"
@@ -55,10 +56,13 @@ class Connection:
         )
         return grpc.aio.secure_channel(address, credentials, interceptors=interceptors)
 
-    def client(self, lifecycle: str, completion: str) -> FunnelClient:
-        """A funnel.client for both services with this TLS material and token."""
+    def client(
+        self, lifecycle: str, completion: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy | None = None
+    ) -> FunnelClient:
+        """A funnel.client for both services with this TLS material and token;
+        `timeout` and `retry` as for FunnelClient."""
         tls = None if self.insecure else Tls(self.ca, self.cert, self.key)
-        return FunnelClient(lifecycle, completion, tls=tls, token=self.token)
+        return FunnelClient(lifecycle, completion, tls=tls, token=self.token, timeout=timeout, retry=retry)
 
     def with_token(self, token: str | None) -> Connection:
         return Connection(token, self.ca, self.cert, self.key, self.insecure)

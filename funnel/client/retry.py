@@ -6,7 +6,8 @@ same request, and so the same `request_id`, is sent again, which the service
 answers from its memory if the first one did commit after all) and
 `RESOURCE_EXHAUSTED` with a `google.rpc.RetryInfo` (`RATE_LIMITED`), after the
 delay it names. Everything else is the caller's to decide (docs/specification.md:
-`ABORTED` re-read, `FAILED_PRECONDITION` do not retry)."""
+`ABORTED` re-read, `FAILED_PRECONDITION` do not retry), unless its policy names
+the code too (`funnel mcp` also resends after `DEADLINE_EXCEEDED`)."""
 
 from __future__ import annotations
 
@@ -25,33 +26,49 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """`attempts` is the number of calls in all (1: never retry). Between two
-    calls after `UNAVAILABLE` the client waits `initial_backoff`, doubling up
-    to `max_backoff`, each wait drawn from its upper half (callers that failed
-    together do not come back together). A `RetryInfo` delay is waited as
-    given, unless it is above `max_retry_delay`: then the error is raised at
-    once, since the caller would rather know than sleep that long."""
+    """`attempts` is the number of calls in all (1: never retry; None: as many
+    as `window` allows). `window`, when set, is the seconds after the first call
+    within which a retry may still start: a bound in time for a caller that
+    answers someone who waits (`funnel mcp`'s model). Between two calls after a
+    code of `retried` (`UNAVAILABLE`) the client waits `initial_backoff`,
+    doubling up to `max_backoff`, each wait drawn from its upper half (callers
+    that failed together do not come back together). A `RetryInfo` delay is
+    waited as given, unless it is above `max_retry_delay`: then the error is
+    raised at once, since the caller would rather know than sleep that long."""
 
-    attempts: int = 5
+    attempts: int | None = 5
     initial_backoff: float = 0.2
     max_backoff: float = 2.0
     max_retry_delay: float = 30.0
+    # Resending after DEADLINE_EXCEEDED is safe only with a request id on every
+    # mutating call, and a deadline may be the caller's own choice: not by default.
+    retried: frozenset[grpc.StatusCode] = frozenset({grpc.StatusCode.UNAVAILABLE})
+    window: float | None = None
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
+        if self.attempts is not None and self.attempts < 1:
             raise ValueError("RetryPolicy.attempts must be at least 1")
+        if self.attempts is None and self.window is None:
+            raise ValueError("RetryPolicy needs attempts or a window to end its retries")
 
-    def delay(self, error: FunnelError, retry: int) -> float | None:
+    def delay(self, error: FunnelError, retry: int, elapsed: float = 0.0) -> float | None:
         """Seconds to wait before retry number `retry` (1 for the first) after
-        `error`, or None when `error` is final."""
-        if retry >= self.attempts:
+        `error`, `elapsed` seconds after the first call, or None when `error` is final."""
+        if self.attempts is not None and retry >= self.attempts:
             return None
-        if error.code == grpc.StatusCode.UNAVAILABLE:
-            backoff = min(self.initial_backoff * 2 ** (retry - 1), self.max_backoff)
-            return random.uniform(backoff / 2, backoff)
-        if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.retry_after is not None:
-            return error.retry_after if error.retry_after <= self.max_retry_delay else None
-        return None
+        if error.code in self.retried:
+            # The exponent is capped: with only a window, `retry` has no bound of its own.
+            backoff = min(self.initial_backoff * 2 ** min(retry - 1, 32), self.max_backoff)
+            wait = random.uniform(backoff / 2, backoff)
+        elif error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.retry_after is not None:
+            if error.retry_after > self.max_retry_delay:
+                return None
+            wait = error.retry_after
+        else:
+            return None
+        if self.window is not None and elapsed + wait > self.window:
+            return None
+        return wait
 
 
 NO_RETRY = RetryPolicy(attempts=1)
@@ -61,6 +78,8 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy) ->
     """Awaits `call()` until it answers or fails finally. `call` must send the
     same request every time (the request id included): that is what makes a
     retry safe. Raises FunnelError for the last failure."""
+    clock = asyncio.get_running_loop().time
+    started = clock()
     retry = 0
     while True:
         try:
@@ -68,7 +87,7 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy) ->
         except grpc.aio.AioRpcError as failed:
             error = FunnelError.from_rpc_error(failed)
             retry += 1
-            wait = policy.delay(error, retry)
+            wait = policy.delay(error, retry, clock() - started)
             if wait is None:
                 raise error from failed
         await asyncio.sleep(wait)

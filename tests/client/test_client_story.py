@@ -1,7 +1,8 @@
 """The Python client (`funnel.client`) against both services as real processes
 (tests/reliability/harness.py, over TLS with the test PKI): the story to
 COMPLETED as a host and an agent, a retry that reuses its request id, a
-refusal as FunnelError, and a client built from a `funnel up` data directory."""
+refusal as FunnelError, a client built from a `funnel up` data directory, and
+per-caller tokens on one client's channels (`as_caller`, as `funnel mcp` uses it)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ AGENT = "agent-py"
 BOUND = 30.0
 
 
-def client(pair: Pair, token: str, **options) -> FunnelClient:
+def client(pair: Pair, token: str | None, **options) -> FunnelClient:
     """A client as a host builds one from files: the CA, the local client
     certificate (the lifecycle service asks for one), a token."""
     pki = credentials.PKI
@@ -129,6 +130,57 @@ async def test_a_refusal_is_a_funnel_error_with_its_reason_and_metadata(pair):
     assert error.metadata["holder_run_id"] == first.run.run_id
     assert "lease_expire_time" in error.metadata
     assert str(error).startswith("LEASE_HELD (FAILED_PRECONDITION): ")
+
+
+async def test_as_caller_sends_each_callers_own_token_over_the_shared_channels(pair):
+    task_id = fresh_task()
+    agent_token = credentials.token(AGENT, [f"{WS}:agent"])
+    # A client without a token of its own, as `funnel mcp --http` holds one.
+    async with client(pair, None) as shared:
+        with pytest.raises(FunnelError) as anonymous:
+            await shared.get_task(WS, task_id)
+        assert (anonymous.value.code, anonymous.value.reason) == (
+            grpc.StatusCode.UNAUTHENTICATED, "CREDENTIALS_MISSING"
+        )
+        host, agent = shared.as_caller(host_token()), shared.as_caller(agent_token)
+        registered = await host.register_task(WS, task_id)
+        assert registered.event.caller.subject == "host-py"
+        # The agent's token, not the host's: an agent may not register a task.
+        with pytest.raises(FunnelError) as refused:
+            await agent.register_task(WS, fresh_task())
+        assert refused.value.reason == "ROLE_NOT_PERMITTED"
+        events = agent.watch_lifecycle_events(WS, task_id=task_id)
+        assert (await asyncio.wait_for(anext(events), BOUND)).caller.subject == "host-py"
+        claim = await agent.claim_task(WS, task_id, AGENT)
+        run = (await agent.get_run(WS, claim.run.run_id)).run
+        assert (run.agent_id, run.epoch) == (AGENT, claim.lease.epoch)
+        await events.aclose()
+        # A caller closes nothing: the channels are the shared client's.
+        await agent.close()
+        assert (await host.get_task(WS, task_id)).task.task_id == task_id
+    # Closed, the shared client ended its callers' channels too.
+    with pytest.raises(grpc.aio.UsageError, match="Channel is closed"):
+        await host.get_task(WS, task_id)
+
+
+async def test_as_caller_overrides_the_clients_token_and_retry_policy(pair):
+    task_id = fresh_task()
+    # The client's own token is the agent's; its caller's, the host's.
+    async with client(pair, credentials.token(AGENT, [f"{WS}:agent"])) as agent:
+        host = agent.as_caller(host_token(), retry=RetryPolicy(attempts=1))
+        assert agent.retry == RetryPolicy() and agent.as_caller(host_token()).retry is agent.retry
+        pair.lifecycle.arm("lifecycle.after_commit_before_reply:drop:1")
+        try:
+            with pytest.raises(FunnelError) as caught:
+                await host.register_task(WS, task_id, request_id=f"register-{task_id}")
+        finally:
+            pair.lifecycle.disarm()
+        assert caught.value.code == grpc.StatusCode.UNAVAILABLE  # not retried: the caller's policy
+        again = await host.register_task(WS, task_id, request_id=f"register-{task_id}")
+        assert (again.event.request_id, again.event.caller.subject) == (f"register-{task_id}", "host-py")
+        with pytest.raises(FunnelError) as refused:
+            await agent.register_task(WS, fresh_task())
+        assert refused.value.reason == "ROLE_NOT_PERMITTED"
 
 
 async def test_a_client_from_a_funnel_up_data_directory(pair, tmp_path):

@@ -36,3 +36,22 @@ def test_every_other_failure_is_the_callers_to_decide(code):
 def test_a_policy_makes_at_least_one_call():
     with pytest.raises(ValueError):
         RetryPolicy(attempts=0)
+
+
+def test_a_policy_may_retry_more_codes():
+    policy = RetryPolicy(retried=frozenset({Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED}), initial_backoff=0.1)
+    assert 0.05 <= policy.delay(error(Code.DEADLINE_EXCEEDED), 1) <= 0.1
+    assert policy.delay(error(Code.ABORTED), 1) is None
+
+
+def test_a_window_ends_the_retries_whose_wait_would_start_after_it():
+    policy = RetryPolicy(attempts=None, initial_backoff=1.0, max_backoff=1.0, window=15.0)
+    assert 0.5 <= policy.delay(error(Code.UNAVAILABLE), 100, elapsed=14.0) <= 1.0
+    assert policy.delay(error(Code.UNAVAILABLE), 2, elapsed=14.6) is None  # every wait is at least 0.5 s
+    # A RetryInfo delay counts against the window too.
+    assert policy.delay(error(Code.RESOURCE_EXHAUSTED, "RATE_LIMITED", 2.0), 1, elapsed=14.0) is None
+
+
+def test_a_policy_without_attempts_needs_a_window():
+    with pytest.raises(ValueError):
+        RetryPolicy(attempts=None)

@@ -21,6 +21,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import funnel_mcp.leases
+from funnel.client import FunnelError
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.validation import id_problem
@@ -597,9 +598,8 @@ def test_advice_names_real_reasons() -> None:
     assert reasons >= INPUT_REASONS
 
 
-def rpc_error(
-    code: grpc.StatusCode, message: str, info: error_details_pb2.ErrorInfo | None = None
-) -> grpc.aio.AioRpcError:
+def rpc_error(code: grpc.StatusCode, message: str, info: error_details_pb2.ErrorInfo | None = None) -> FunnelError:
+    """A failed call with `info` in its status, as funnel.client raises it."""
     trailing = grpc.aio.Metadata()
     if info is not None:
         packed = any_pb2.Any()
@@ -607,7 +607,9 @@ def rpc_error(
         # grpc_status.rpc_status.from_call insists that code and message match the call's.
         status = status_pb2.Status(code=code.value[0], message=message, details=[packed])
         trailing = grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString()))
-    return grpc.aio.AioRpcError(code, initial_metadata=grpc.aio.Metadata(), trailing_metadata=trailing, details=message)
+    return FunnelError.from_rpc_error(
+        grpc.aio.AioRpcError(code, initial_metadata=grpc.aio.Metadata(), trailing_metadata=trailing, details=message)
+    )
 
 
 @pytest.mark.parametrize(
@@ -756,8 +758,9 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> RecordedSleeps:
     return recorded
 
 
-def status_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=f"{code.name} from fake")
+def status_error(code: grpc.StatusCode) -> FunnelError:
+    """A failed renewal, as funnel.client raises it."""
+    return FunnelError(code, f"{code.name} from fake")
 
 
 async def test_renews_every_third_of_the_ttl_while_held(sleeps: RecordedSleeps) -> None:
