@@ -227,7 +227,7 @@ class TaskStream(Stream):
                 self.stale.add("head")
         if "head" in self.stale and self.lifecycle is not None:
             self.stale.discard("head")
-            actions = view.task_actions(self.lifecycle, self.advice, self.backend.can_act)
+            actions = view.task_actions(self.lifecycle, self.advice, self.backend.permitted(self.workspace))
             ops.append({"op": "replace", "id": "task-head", "html": render.task_head(
                 self.workspace, self.lifecycle, self.settlements, actions, self.context.csrf, uuid.uuid4().hex)})
         lapse = view.lease_deadline(self.runs, now)

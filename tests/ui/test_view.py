@@ -7,13 +7,15 @@ from __future__ import annotations
 import itertools
 import re
 
+import jwt
 import pytest
 
 from funnel.auth.hosts import own_names
+from funnel.auth.tokens import SigningKey
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel_ui import render, view
+from funnel_ui import grants, render, view
 from funnel_ui.app import same_origin
 from funnel_ui.view import Cursor, Lifecycle, Settlement
 
@@ -127,24 +129,58 @@ def advice(ask: int, primary: int, secondary: int = 0, generation: int = 1) -> t
 
 
 COMPLETED_ADVICE = advice(tpb.RESUME_ASK_RESUME_COMPLETED_TASK, tpb.HOST_ACTION_RESUME_TASK, tpb.HOST_ACTION_NEW_TASK)
+EVERY = frozenset(view.ACTIONS)
+NOTHING: frozenset[str] = frozenset()
 ACTIONS = [
-    ("viewer: nothing", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, False, []),
-    ("viewer on an open task: nothing", life("ACTIVE"), None, False, []),
-    ("completed: Resume task first, New chat second", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, True,
+    ("viewer: nothing", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, NOTHING, []),
+    ("viewer on an open task: nothing", life("ACTIVE"), None, NOTHING, []),
+    ("completed: Resume task first, New chat second", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, EVERY,
      [("resume", "Resume task", True), ("new-chat", "New chat", False)]),
     ("advice for another generation is not followed", life("TERMINAL", generation=2, outcome="COMPLETED"),
-     COMPLETED_ADVICE, True, []),
+     COMPLETED_ADVICE, EVERY, []),
     ("ended: a new chat only", life("TERMINAL", outcome="CANCELLED"),
-     advice(tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK), True, [("new-chat", "New chat", True)]),
-    ("open: request cancellation", life("ACTIVE"), None, True, [("cancel", "Request cancellation", False)]),
-    ("fenced already: nothing more", life("ACTIVE", cancel=True), None, True, []),
+     advice(tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK), EVERY, [("new-chat", "New chat", True)]),
+    ("open: request cancellation", life("ACTIVE"), None, EVERY, [("cancel", "Request cancellation", False)]),
+    ("fenced already: nothing more", life("ACTIVE", cancel=True), None, EVERY, []),
+    ("a token that may register but not resume: New chat only", life("TERMINAL", outcome="COMPLETED"),
+     COMPLETED_ADVICE, frozenset({"new-chat"}), [("new-chat", "New chat", False)]),
+    ("a token that may not cancel: nothing on an open task", life("ACTIVE"), None, frozenset({"resume"}), []),
 ]
 
 
-@pytest.mark.parametrize(("case", "lifecycle", "resume", "can_act", "expected"), ACTIONS, ids=[a[0] for a in ACTIONS])
-def test_actions(case, lifecycle, resume, can_act, expected):
-    actions = view.task_actions(lifecycle, resume, can_act)
+@pytest.mark.parametrize(("case", "lifecycle", "resume", "permitted", "expected"), ACTIONS,
+                         ids=[a[0] for a in ACTIONS])
+def test_actions(case, lifecycle, resume, permitted, expected):
+    actions = view.task_actions(lifecycle, resume, permitted)
     assert [(a.name, a.label, a.primary) for a in actions] == expected
+
+
+SIGNER = SigningKey.generate()
+GRANTS = [
+    # (case, permissions, workspace, actions offered)
+    ("a host of demo, in demo", ["demo:host"], "demo", EVERY),
+    ("a host of demo, elsewhere", ["demo:host"], "other", NOTHING),
+    ("an operator of every workspace", ["*:operator"], "other", EVERY),
+    ("a viewer", ["demo:viewer"], "demo", NOTHING),
+    ("an agent: it may not act on tasks", ["demo:agent"], "demo", NOTHING),
+    ("entries of other systems grant nothing", ["demo", "demo:admin", "read:all", 7], "demo", NOTHING),
+    ("no permissions claim", None, "demo", NOTHING),
+]
+
+
+@pytest.mark.parametrize(("case", "permissions", "workspace", "offered"), GRANTS, ids=[g[0] for g in GRANTS])
+def test_the_buttons_follow_the_action_tokens_grants_as_the_services_table_reads_them(
+    case, permissions, workspace, offered
+):
+    token = SIGNER.issue("ui-action", permissions or [], 600)
+    if permissions is None:  # a token without the claim at all
+        token = jwt.encode({"sub": "ui-action", "exp": 2**31}, SIGNER.private_key, algorithm=SIGNER.algorithm)
+    assert grants.permitted(token, workspace) == offered
+
+
+def test_a_token_that_is_no_jwt_offers_nothing():
+    assert grants.permitted("not-a-jwt", "demo") == NOTHING
+    assert grants.permitted(None, "demo") == NOTHING
 
 
 @pytest.mark.parametrize(("text", "cursor"), [
