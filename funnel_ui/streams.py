@@ -218,6 +218,10 @@ class TaskStream(Stream):
                 ops.append({"op": "replace", "id": "runs", "html": render.runs_section(self.runs, now)})
             elif name == "completions":
                 self.completions = value
+                # A completion settled or refused before the page opened has no event
+                # this stream will see: the head's badge learns it from the read.
+                self.settlements = view.merged(self.settlements, map(view.settlement_from_completion, value))
+                self.stale.add("head")
                 ops.append({"op": "replace", "id": "completions",
                             "html": render.completions_section(self.completions, self.settlements)})
             elif name == "evidence":

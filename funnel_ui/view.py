@@ -141,10 +141,19 @@ def apply_completion_event(settlements: Mapping[str, Settlement], event: cpb.Com
         )
     else:
         return dict(settlements)
-    known = settlements.get(candidate.completion_id)
-    if known is not None and rank(known) >= rank(candidate):
-        return dict(settlements)
-    return {**settlements, candidate.completion_id: candidate}
+    return merged(settlements, [candidate])
+
+
+def merged(settlements: Mapping[str, Settlement], seen: Iterable[Settlement]) -> dict[str, Settlement]:
+    """The known settlements with those seen (events or a read) taken in, each
+    only if it is further along: neither a replayed event nor a read older than
+    an event can take one back."""
+    known = dict(settlements)
+    for candidate in seen:
+        held = known.get(candidate.completion_id)
+        if held is None or rank(candidate) > rank(held):
+            known[candidate.completion_id] = candidate
+    return known
 
 
 @dataclass(frozen=True)

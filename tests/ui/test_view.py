@@ -111,6 +111,13 @@ def test_settlement_moves_forward_only(case, before, fact, status):
     assert view.apply_completion_event(before, fact)["cmp_1"].status == status
 
 
+def test_a_read_brings_settlements_no_event_told_and_takes_none_back():
+    read = [Settlement("cmp_1", 1, "PENDING"), Settlement("cmp_2", 1, "REJECTED", error_reason="ACTIVE_ATTACHED_CHILD")]
+    known = view.merged(settled("SETTLED"), read)
+    assert {k: v.status for k, v in known.items()} == {"cmp_1": "SETTLED", "cmp_2": "REJECTED"}
+    assert view.task_badge(life("ACTIVE"), view.merged({}, read[1:])).label == "completion rejected"
+
+
 def test_a_blocked_decision_is_no_settlement():
     assert view.apply_completion_event({}, event(cpb.COMPLETION_EVENT_KIND_DECISION_BLOCKED, completion_id="")) == {}
 
