@@ -152,6 +152,7 @@ def test_a_renewed_lease_shows_its_new_expiry_once_the_old_one_has_passed(page, 
     renewed = driver.renew(WS, claim, 120)
     expect(run).to_have_attribute("data-lease-expires", f"{seconds(renewed.lease.expire_time):.3f}", timeout=LIVE)
     expect(run).to_have_attribute("data-lease", "live")
+    expect(run.locator(".lease .age")).to_have_text("(in 1 min)")  # still ahead: not a negative age
     assert page.evaluate("window.notReloaded") is True
 
 
