@@ -28,6 +28,11 @@ def settled(status: str, generation: int = 1, error: str = "") -> dict[str, Sett
     return {"cmp_1": Settlement("cmp_1", generation, status, error_reason=error, error_message=error and "refused")}
 
 
+# The actions a token may grant: all of them, or none.
+EVERY = frozenset(view.ACTIONS)
+NOTHING: frozenset[str] = frozenset()
+
+
 BADGES = [
     # (case, lifecycle, settlements, label)
     ("registered task", life("REGISTERED"), {}, "registered"),
@@ -70,7 +75,7 @@ def test_no_completion_fact_makes_a_task_terminal():
     """Every combination of completion facts on every non-terminal lifecycle state,
     work status, fence and time: never a terminal word, neither in the badge nor
     anywhere in the list row or the task head that show them (times and ages
-    included)."""
+    included) nor on the buttons it offers."""
     for state, statuses, generation, work, cancel, times in itertools.product(
         ("REGISTERED", "ACTIVE", "SUSPENDED"),
         itertools.product(("PENDING", "SETTLED", "REJECTED"), repeat=2),
@@ -85,7 +90,8 @@ def test_no_completion_fact_makes_a_task_terminal():
         badge = view.task_badge(lifecycle, facts)
         assert not TERMINAL_WORDS.search(badge.label)
         for html in (render.task_row("w", lifecycle, facts),
-                     render.task_head("w", lifecycle, facts, [], "csrf", "request")):
+                     render.task_head("w", lifecycle, facts, view.task_actions(lifecycle, None, EVERY), "csrf",
+                                      "request")):
             shown = re.sub(r"<[^>]*>", " ", html)
             assert not TERMINAL_WORDS.search(shown), shown
 
@@ -136,8 +142,6 @@ def advice(ask: int, primary: int, secondary: int = 0, generation: int = 1) -> t
 
 
 COMPLETED_ADVICE = advice(tpb.RESUME_ASK_RESUME_COMPLETED_TASK, tpb.HOST_ACTION_RESUME_TASK, tpb.HOST_ACTION_NEW_TASK)
-EVERY = frozenset(view.ACTIONS)
-NOTHING: frozenset[str] = frozenset()
 ACTIONS = [
     ("viewer: nothing", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, NOTHING, []),
     ("viewer on an open task: nothing", life("ACTIVE"), None, NOTHING, []),
