@@ -165,7 +165,7 @@ def create_app(context: Context) -> Any:
         lifecycle = view.lifecycle_from_task(data.task.task)
         settlements = {c.completion_id: view.settlement_from_completion(c) for c in data.completions}
         head = render.task_head(workspace, lifecycle, settlements,
-                                view.task_actions(lifecycle, data.advice, backend.can_act), context.csrf,
+                                view.task_actions(lifecycle, data.advice, backend.permitted(workspace)), context.csrf,
                                 uuid.uuid4().hex)
         return _html(render.task_page(
             workspace, lifecycle, head, data.events, data.completion_events,
@@ -196,7 +196,7 @@ def create_app(context: Context) -> Any:
     async def act(request: Request) -> Response:
         ids = _ids(request, "workspace", "task")
         action = request.path_params["action"]
-        if ids is None or action not in ("resume", "new-chat", "cancel"):
+        if ids is None or action not in view.ACTIONS:
             return _html(render.error_page("No such action", request.url.path), 404)
         workspace, task_id = ids
         back = render.url("w", workspace, "t", task_id)
@@ -218,7 +218,12 @@ def create_app(context: Context) -> Any:
             else:
                 back = render.url("w", workspace, "t", await backend.new_chat(workspace, task_id, request_id))
         except grpc.aio.AioRpcError as error:
-            return _rpc_error_page(error, back)
+            # The services enforce the grants (the buttons only follow them) and the
+            # task's state: what they said, with their reason, is what the operator sees.
+            info = error_info(error)
+            return _html(render.refusal_page(view.ACTIONS[action].label, error.code().name,
+                                             info.reason if info else "", error.details() or "", back),
+                         HTTP_STATUS.get(error.code(), 502))
         return RedirectResponse(back, 303)
 
     static = StaticFiles(directory=str(resources.files("funnel_ui") / "static"))

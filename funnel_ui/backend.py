@@ -25,7 +25,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.paging import every_page
-from funnel_ui import view
+from funnel_ui import grants, view
 
 CALL_TIMEOUT = 10.0
 # A restarting service is back within a second or two; polling faster only
@@ -127,6 +127,16 @@ class Backend:
     @property
     def can_act(self) -> bool:
         return self._act is not None
+
+    def permitted(self, workspace: str) -> frozenset[str]:
+        """The actions to offer in `workspace`: those its action token grants there
+        (none without one, or while its file cannot be read)."""
+        if self.settings.action_token is None:
+            return grants.NONE
+        try:
+            return grants.permitted(self.settings.action_token(), workspace)
+        except OSError:
+            return grants.NONE
 
     async def __aenter__(self) -> Backend:
         await self._owner.__aenter__()
@@ -297,8 +307,9 @@ class Backend:
 
     async def advice(self, workspace: str, lifecycle: view.Lifecycle) -> tpb.ResolveResumeResponse | None:
         """What to offer on a terminal task (ResolveResume), asked only when
-        something could be offered: an action credential and a terminal generation."""
-        if not self.can_act or lifecycle.state != view.TERMINAL:
+        something could be offered: a terminal generation, and an action token
+        that grants resuming or a new chat in the workspace."""
+        if not self.permitted(workspace) & view.TERMINAL_ACTIONS or lifecycle.state != view.TERMINAL:
             return None
         return await self.transcripts.ResolveResume(
             tpb.ResolveResumeRequest(workspace_id=workspace, task_id=lifecycle.task_id), timeout=CALL_TIMEOUT)

@@ -425,6 +425,17 @@ def error_page(title: str, message: str, back: str = "/") -> str:
     return page(title, f'<h1>{e(title)}</h1><p class=error>{e(message)}</p><p><a href="{e(back)}">back</a></p>')
 
 
+def refusal_page(label: str, code: str, reason: str, details: str, back: str) -> str:
+    """An action the lifecycle service did not do: its reason (ErrorInfo) first,
+    as the catalogue names it, then its gRPC code and message (a service that
+    was not reached names no reason: the code then says why)."""
+    return page(f"{label}: not done", (
+        f"<h1>{e(label)}: not done</h1>"
+        f'<p class=error id=refusal data-reason="{e(reason)}">The lifecycle service answered '
+        f"<b>{e(reason or code)}</b> ({e(code)})</p><p class=detail>{e(details)}</p>"
+        f'<p><a href="{e(back)}">back to the task</a></p>'))
+
+
 # -- what needs attention ----------------------------------------------------------------
 
 

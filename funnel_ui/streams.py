@@ -218,6 +218,10 @@ class TaskStream(Stream):
                 ops.append({"op": "replace", "id": "runs", "html": render.runs_section(self.runs, now)})
             elif name == "completions":
                 self.completions = value
+                # A completion settled or refused before the page opened has no event
+                # this stream will see: the head's badge learns it from the read.
+                self.settlements = view.merged(self.settlements, map(view.settlement_from_completion, value))
+                self.stale.add("head")
                 ops.append({"op": "replace", "id": "completions",
                             "html": render.completions_section(self.completions, self.settlements)})
             elif name == "evidence":
@@ -227,7 +231,7 @@ class TaskStream(Stream):
                 self.stale.add("head")
         if "head" in self.stale and self.lifecycle is not None:
             self.stale.discard("head")
-            actions = view.task_actions(self.lifecycle, self.advice, self.backend.can_act)
+            actions = view.task_actions(self.lifecycle, self.advice, self.backend.permitted(self.workspace))
             ops.append({"op": "replace", "id": "task-head", "html": render.task_head(
                 self.workspace, self.lifecycle, self.settlements, actions, self.context.csrf, uuid.uuid4().hex)})
         lapse = view.lease_deadline(self.runs, now)
@@ -296,12 +300,23 @@ class ListStream(Stream):
 
     async def flush(self, now: float) -> list[Op]:
         changed, self.changed = self.changed, set()
+        entering = await self._entering()
         if self.by_change and self.page.first_page:
-            # Oldest change first, each to the top: the newest ends up first.
-            ops = [self._to_top(t) for t in sorted(changed, key=lambda t: (self.rows[t].changed, t))]
+            # Oldest change first, each to the top, moved and entering rows alike
+            # (an entering row's change may be older than a moved one's): the newest
+            # ends up first.
+            self.rows.update((task.task_id, task) for task in entering)
+            moved = changed | {task.task_id for task in entering}
+            ops = [self._to_top(t) for t in sorted(moved, key=lambda t: (self.rows[t].changed, t))]
         else:
             ops = [self._row(task_id) for task_id in sorted(changed)]
-        ops += await self._enter()
+            for task in entering:  # one at a time: each goes before a row already shown
+                self.rows[task.task_id] = task
+                before = view.next_in_order(task.task_id, self.rows)
+                ops.append({"op": "insert", "target": "tasks", "before": f"row-{before}" if before else "",
+                            "html": self._html(task.task_id)})
+        if entering:
+            ops += self._trim()
         if self.counts_stale:
             counted = await _read(lambda: self.backend.counts(self.workspace))
             if counted is not None:
@@ -309,26 +324,22 @@ class ListStream(Stream):
                 ops.append({"op": "replace", "id": "counts", "html": render.counts(self.workspace, counted)})
         return ops
 
-    async def _enter(self) -> list[Op]:
+    async def _entering(self) -> list[view.Lifecycle]:
+        """The candidates that belong on the page as read now (oldest change first),
+        with their settlements read."""
         if not self.candidates:
             return []
         # An event seen from before the list was read may no longer hold: a read decides.
         wanted, self.candidates = sorted(self.candidates), set()
         read = await _read(lambda: self.backend.tasks(self.workspace, wanted))
         entering = [t for t in read or () if t.task_id not in self.rows and self.page.admits(t)]
-        if not entering:
-            return []
-        self.settlements.update(await _read(lambda: self.backend.settlements(self.workspace, entering)) or {})
+        if entering:
+            self.settlements.update(await _read(lambda: self.backend.settlements(self.workspace, entering)) or {})
+        return sorted(entering, key=lambda t: (t.changed, t.task_id))
+
+    def _trim(self) -> list[Op]:
+        """The page keeps its size bounded: the rows at its end (by its order) go."""
         ops: list[Op] = []
-        for task in sorted(entering, key=lambda t: (t.changed, t.task_id)):
-            self.rows[task.task_id] = task
-            if self.by_change:
-                ops.append(self._to_top(task.task_id))
-                continue
-            before = view.next_in_order(task.task_id, self.rows)
-            ops.append({"op": "insert", "target": "tasks", "before": f"row-{before}" if before else "",
-                        "html": self._html(task.task_id)})
-        # The page keeps its size bounded: the rows at its end (by its order) go.
         while len(self.rows) > self.MAX_ROWS:
             last = min(self.rows.values(), key=lambda t: (t.changed, t.task_id)) if self.by_change else \
                 self.rows[max(self.rows)]

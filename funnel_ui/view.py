@@ -141,10 +141,19 @@ def apply_completion_event(settlements: Mapping[str, Settlement], event: cpb.Com
         )
     else:
         return dict(settlements)
-    known = settlements.get(candidate.completion_id)
-    if known is not None and rank(known) >= rank(candidate):
-        return dict(settlements)
-    return {**settlements, candidate.completion_id: candidate}
+    return merged(settlements, [candidate])
+
+
+def merged(settlements: Mapping[str, Settlement], seen: Iterable[Settlement]) -> dict[str, Settlement]:
+    """The known settlements with those seen (events or a read) taken in, each
+    only if it is further along: neither a replayed event nor a read older than
+    an event can take one back."""
+    known = dict(settlements)
+    for candidate in seen:
+        held = known.get(candidate.completion_id)
+        if held is None or rank(candidate) > rank(held):
+            known[candidate.completion_id] = candidate
+    return known
 
 
 @dataclass(frozen=True)
@@ -194,28 +203,34 @@ class Action:
     primary: bool
 
 
-_HOST_ACTIONS = {
-    tpb.HOST_ACTION_RESUME_TASK: Action("resume", "Resume task", True),
-    tpb.HOST_ACTION_NEW_TASK: Action("new-chat", "New chat", False),
-}
+ACTIONS = {action.name: action for action in (
+    Action("resume", "Resume task", True), Action("new-chat", "New chat", False),
+    Action("cancel", "Request cancellation", False),
+)}
+_HOST_ACTIONS = {tpb.HOST_ACTION_RESUME_TASK: ACTIONS["resume"], tpb.HOST_ACTION_NEW_TASK: ACTIONS["new-chat"]}
 
 
-def task_actions(lifecycle: Lifecycle, advice: tpb.ResolveResumeResponse | None, can_act: bool) -> list[Action]:
-    """Buttons only with an action credential; on a terminal task exactly what
-    ResolveResume offers for the generation shown (primary first), on an open one
-    the cancellation request unless its fence is already committed."""
-    if not can_act:
-        return []
+# What a terminal task may offer (as ResolveResume advises).
+TERMINAL_ACTIONS = frozenset(action.name for action in _HOST_ACTIONS.values())
+
+
+def task_actions(lifecycle: Lifecycle, advice: tpb.ResolveResumeResponse | None,
+                 permitted: frozenset[str]) -> list[Action]:
+    """Buttons only for what the action token grants in the task's workspace
+    (`permitted`, funnel_ui.grants); on a terminal task what ResolveResume offers
+    for the generation shown (primary first), on an open one the cancellation
+    request unless its fence is already committed."""
     if lifecycle.state != TERMINAL:
-        return [] if lifecycle.cancellation_requested else [Action("cancel", "Request cancellation", False)]
-    if advice is None or advice.generation != lifecycle.generation:
-        return []
-    actions = []
-    for host_action, primary in ((advice.primary, True), (advice.secondary, False)):
-        action = _HOST_ACTIONS.get(host_action)
-        if action is not None:
-            actions.append(replace(action, primary=primary))
-    return actions
+        offered = [] if lifecycle.cancellation_requested else [ACTIONS["cancel"]]
+    elif advice is None or advice.generation != lifecycle.generation:
+        offered = []
+    else:
+        offered = []
+        for host_action, primary in ((advice.primary, True), (advice.secondary, False)):
+            action = _HOST_ACTIONS.get(host_action)
+            if action is not None:
+                offered.append(replace(action, primary=primary))
+    return [action for action in offered if action.name in permitted]
 
 
 @dataclass(frozen=True)

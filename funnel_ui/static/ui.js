@@ -17,8 +17,10 @@
   function tick() {
     const now = Date.now() / 1000;
     for (const node of document.querySelectorAll(".age[data-at]")) {
-      const text = age(now - Number(node.dataset.at));
-      const label = Number(node.dataset.at) > now ? "(in " + text + ")" : "(" + text + " ago)";
+      const at = Number(node.dataset.at);
+      // A lease's expiry is still ahead: "in 9 min", not the "0 s" of a negative age.
+      const text = age(Math.abs(now - at));
+      const label = at > now ? "(in " + text + ")" : "(" + text + " ago)";
       if (node.textContent !== label) node.textContent = label;
     }
   }

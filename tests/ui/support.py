@@ -28,7 +28,10 @@ from tests.prometheus import scrape, value
 from tests.reliability.harness import unused_port
 
 FUNNEL = Path(sys.executable).parent / "funnel"
-POLICY = '[defaults]\nrequired_evidence = []\n\n[workspaces.demo]\nrequired_evidence = ["tests"]\n'
+# `kids` leaves the open-children check to the lifecycle service (its settlement
+# refuses ACTIVE_ATTACHED_CHILD): a completion it commits can be rejected.
+POLICY = ('[defaults]\nrequired_evidence = []\n\n[workspaces.demo]\nrequired_evidence = ["tests"]\n\n'
+          '[workspaces.kids]\ndisabled_gates = ["lifecycle.no_active_children"]\n')
 CONCURRENT = 64
 OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
 
@@ -177,10 +180,10 @@ class Driver:
         for channel in self._channels:
             channel.close()
 
-    def register(self, workspace: str, task_id: str) -> lpb.RegisterTaskResponse:
+    def register(self, workspace: str, task_id: str, parent: lpb.ParentLink | None = None) -> lpb.RegisterTaskResponse:
         return self.lifecycle.RegisterTask(lpb.RegisterTaskRequest(
-            workspace_id=workspace, task_id=task_id, cause=lpb.Cause(source="test", reason="a task to finish")),
-            metadata=self.metadata, timeout=10)
+            workspace_id=workspace, task_id=task_id, cause=lpb.Cause(source="test", reason="a task to finish"),
+            parent=parent), metadata=self.metadata, timeout=10)
 
     def claim(self, workspace: str, task_id: str, seconds: int = 60) -> cpb.ClaimTaskResponse:
         return self.completion.ClaimTask(cpb.ClaimTaskRequest(
@@ -256,6 +259,37 @@ async def register_many(services: Services, token: str, workspace: str, task_ids
                 await honouring_retry_info(lambda request=request: stub.RegisterTask(request, timeout=60))
 
         await asyncio.gather(*(worker() for _ in range(CONCURRENT)))
+
+
+async def change_at_rate(services: Services, token: str, workspace: str, changes: list[tuple[str, int]],
+                         rate: float) -> float:
+    """SetWorkStatus for each (task id, work status) in order, the i-th sent at
+    i / `rate` seconds from the start (never earlier; later only if the service
+    answers slower than the pace, with at most CONCURRENT calls in flight);
+    returns the seconds from the first call to the last answer."""
+    pki = LocalPki(services.data / "tls")
+    connection = Connection(token, pki.ca.read_bytes(), pki.cert("client").read_bytes(), pki.key("client").read_bytes())
+    async with connection.channel(services.lifecycle_address) as channel:
+        stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        slots = asyncio.Semaphore(CONCURRENT)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+
+        async def change(task_id: str, status: int) -> None:
+            try:
+                request = lpb.SetWorkStatusRequest(workspace_id=workspace, task_id=task_id, generation=1,
+                                                   work_status=status)
+                await honouring_retry_info(lambda: stub.SetWorkStatus(request, timeout=60))
+            finally:
+                slots.release()
+
+        calls = []
+        for number, (task_id, status) in enumerate(changes):
+            await asyncio.sleep(max(0.0, started + number / rate - loop.time()))
+            await slots.acquire()
+            calls.append(asyncio.create_task(change(task_id, status)))
+        await asyncio.gather(*calls)
+        return loop.time() - started
 
 
 async def honouring_retry_info(call, give_up_after: float = 300.0):

@@ -7,13 +7,15 @@ from __future__ import annotations
 import itertools
 import re
 
+import jwt
 import pytest
 
 from funnel.auth.hosts import own_names
+from funnel.auth.tokens import SigningKey
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel_ui import render, view
+from funnel_ui import grants, render, view
 from funnel_ui.app import same_origin
 from funnel_ui.view import Cursor, Lifecycle, Settlement
 
@@ -24,6 +26,11 @@ def life(state: str, generation: int = 1, outcome: str = "", cancel: bool = Fals
 
 def settled(status: str, generation: int = 1, error: str = "") -> dict[str, Settlement]:
     return {"cmp_1": Settlement("cmp_1", generation, status, error_reason=error, error_message=error and "refused")}
+
+
+# The actions a token may grant: all of them, or none.
+EVERY = frozenset(view.ACTIONS)
+NOTHING: frozenset[str] = frozenset()
 
 
 BADGES = [
@@ -68,7 +75,7 @@ def test_no_completion_fact_makes_a_task_terminal():
     """Every combination of completion facts on every non-terminal lifecycle state,
     work status, fence and time: never a terminal word, neither in the badge nor
     anywhere in the list row or the task head that show them (times and ages
-    included)."""
+    included) nor on the buttons it offers."""
     for state, statuses, generation, work, cancel, times in itertools.product(
         ("REGISTERED", "ACTIVE", "SUSPENDED"),
         itertools.product(("PENDING", "SETTLED", "REJECTED"), repeat=2),
@@ -83,7 +90,8 @@ def test_no_completion_fact_makes_a_task_terminal():
         badge = view.task_badge(lifecycle, facts)
         assert not TERMINAL_WORDS.search(badge.label)
         for html in (render.task_row("w", lifecycle, facts),
-                     render.task_head("w", lifecycle, facts, [], "csrf", "request")):
+                     render.task_head("w", lifecycle, facts, view.task_actions(lifecycle, None, EVERY), "csrf",
+                                      "request")):
             shown = re.sub(r"<[^>]*>", " ", html)
             assert not TERMINAL_WORDS.search(shown), shown
 
@@ -109,6 +117,13 @@ def test_settlement_moves_forward_only(case, before, fact, status):
     assert view.apply_completion_event(before, fact)["cmp_1"].status == status
 
 
+def test_a_read_brings_settlements_no_event_told_and_takes_none_back():
+    read = [Settlement("cmp_1", 1, "PENDING"), Settlement("cmp_2", 1, "REJECTED", error_reason="ACTIVE_ATTACHED_CHILD")]
+    known = view.merged(settled("SETTLED"), read)
+    assert {k: v.status for k, v in known.items()} == {"cmp_1": "SETTLED", "cmp_2": "REJECTED"}
+    assert view.task_badge(life("ACTIVE"), view.merged({}, read[1:])).label == "completion rejected"
+
+
 def test_a_blocked_decision_is_no_settlement():
     assert view.apply_completion_event({}, event(cpb.COMPLETION_EVENT_KIND_DECISION_BLOCKED, completion_id="")) == {}
 
@@ -128,23 +143,55 @@ def advice(ask: int, primary: int, secondary: int = 0, generation: int = 1) -> t
 
 COMPLETED_ADVICE = advice(tpb.RESUME_ASK_RESUME_COMPLETED_TASK, tpb.HOST_ACTION_RESUME_TASK, tpb.HOST_ACTION_NEW_TASK)
 ACTIONS = [
-    ("viewer: nothing", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, False, []),
-    ("viewer on an open task: nothing", life("ACTIVE"), None, False, []),
-    ("completed: Resume task first, New chat second", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, True,
+    ("viewer: nothing", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, NOTHING, []),
+    ("viewer on an open task: nothing", life("ACTIVE"), None, NOTHING, []),
+    ("completed: Resume task first, New chat second", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, EVERY,
      [("resume", "Resume task", True), ("new-chat", "New chat", False)]),
     ("advice for another generation is not followed", life("TERMINAL", generation=2, outcome="COMPLETED"),
-     COMPLETED_ADVICE, True, []),
+     COMPLETED_ADVICE, EVERY, []),
     ("ended: a new chat only", life("TERMINAL", outcome="CANCELLED"),
-     advice(tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK), True, [("new-chat", "New chat", True)]),
-    ("open: request cancellation", life("ACTIVE"), None, True, [("cancel", "Request cancellation", False)]),
-    ("fenced already: nothing more", life("ACTIVE", cancel=True), None, True, []),
+     advice(tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK), EVERY, [("new-chat", "New chat", True)]),
+    ("open: request cancellation", life("ACTIVE"), None, EVERY, [("cancel", "Request cancellation", False)]),
+    ("fenced already: nothing more", life("ACTIVE", cancel=True), None, EVERY, []),
+    ("a token that may register but not resume: New chat only", life("TERMINAL", outcome="COMPLETED"),
+     COMPLETED_ADVICE, frozenset({"new-chat"}), [("new-chat", "New chat", False)]),
+    ("a token that may not cancel: nothing on an open task", life("ACTIVE"), None, frozenset({"resume"}), []),
 ]
 
 
-@pytest.mark.parametrize(("case", "lifecycle", "resume", "can_act", "expected"), ACTIONS, ids=[a[0] for a in ACTIONS])
-def test_actions(case, lifecycle, resume, can_act, expected):
-    actions = view.task_actions(lifecycle, resume, can_act)
+@pytest.mark.parametrize(("case", "lifecycle", "resume", "permitted", "expected"), ACTIONS,
+                         ids=[a[0] for a in ACTIONS])
+def test_actions(case, lifecycle, resume, permitted, expected):
+    actions = view.task_actions(lifecycle, resume, permitted)
     assert [(a.name, a.label, a.primary) for a in actions] == expected
+
+
+SIGNER = SigningKey.generate()
+GRANTS = [
+    # (case, permissions, workspace, actions offered)
+    ("a host of demo, in demo", ["demo:host"], "demo", EVERY),
+    ("a host of demo, elsewhere", ["demo:host"], "other", NOTHING),
+    ("an operator of every workspace", ["*:operator"], "other", EVERY),
+    ("a viewer", ["demo:viewer"], "demo", NOTHING),
+    ("an agent: it may not act on tasks", ["demo:agent"], "demo", NOTHING),
+    ("entries of other systems grant nothing", ["demo", "demo:admin", "read:all", 7], "demo", NOTHING),
+    ("no permissions claim", None, "demo", NOTHING),
+]
+
+
+@pytest.mark.parametrize(("case", "permissions", "workspace", "offered"), GRANTS, ids=[g[0] for g in GRANTS])
+def test_the_buttons_follow_the_action_tokens_grants_as_the_services_table_reads_them(
+    case, permissions, workspace, offered
+):
+    token = SIGNER.issue("ui-action", permissions or [], 600)
+    if permissions is None:  # a token without the claim at all
+        token = jwt.encode({"sub": "ui-action", "exp": 2**31}, SIGNER.private_key, algorithm=SIGNER.algorithm)
+    assert grants.permitted(token, workspace) == offered
+
+
+def test_a_token_that_is_no_jwt_offers_nothing():
+    assert grants.permitted("not-a-jwt", "demo") == NOTHING
+    assert grants.permitted(None, "demo") == NOTHING
 
 
 @pytest.mark.parametrize(("text", "cursor"), [
