@@ -108,7 +108,7 @@ class Database:
         try:
             await database.run(lambda db: _prepare(db, path, migrations, busy_timeout_ms))
         except BaseException:
-            await connection.close()
+            await _close_connection(connection)
             raise
         return database
 
@@ -126,7 +126,11 @@ class Database:
             db.execute(f"PRAGMA cache_size={CACHE_SIZE}")
             db.execute("PRAGMA query_only=ON")
 
-        await reader.run(configure)
+        try:
+            await reader.run(configure)
+        except BaseException:
+            await _close_connection(connection)
+            raise
         # Checkpoints move off the commit path: the writer never runs one, the
         # reader's thread copies the WAL back into the database in the background.
         await writer.run(lambda db: db.execute("PRAGMA wal_autocheckpoint=0"))
@@ -355,7 +359,7 @@ class Database:
             # file anyway and then answers this event loop. Wait for that answer (and
             # close what it opened), or it may reach a loop that is closed by then.
             with contextlib.suppress(sqlite3.Error):
-                await (await opening).close()
+                await _close_connection(await opening)
             raise
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"cannot open {self.path!r} for its integrity check: {exc}") from exc
@@ -369,7 +373,7 @@ class Database:
             await connection.interrupt()
             raise
         finally:
-            await connection.close()
+            await _close_connection(connection)
         if not problems:
             return None
         self._damage = f"database {self.path!r} failed its integrity check, writes are refused: {_summary(problems)}"
@@ -391,7 +395,7 @@ class Database:
             self._checkpointer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._checkpointer
-        await self._connection.close()
+        await _close_connection(self._connection)
 
 
 # Large enough to amortize one fsync over a burst, small enough to bound the
@@ -455,6 +459,25 @@ def _resolve(future: asyncio.Future[Any], result: Any, failure: BaseException | 
         future.set_result(result)
     else:
         future.set_exception(failure)
+
+
+async def _close_connection(connection: aiosqlite.Connection) -> None:
+    """Closes `connection` and waits for its thread's answers, however often the
+    task is cancelled meanwhile (and then ends cancelled). aiosqlite answers a close,
+    and the stop of its thread after it, on this event loop: a task that stopped
+    waiting for them let the loop close first, and the thread, answering a closed
+    loop, died with "Event loop is closed" (traced in a loaded run to an integrity
+    check cancelled twice while it closed its connection)."""
+    closing = asyncio.ensure_future(connection.close())
+    cancelled = False
+    while not closing.done():
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    closing.result()
 
 
 async def _finished(turn: asyncio.Future[None]) -> None:

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from funnel.runtime import sqlite as sqlite_module
 from funnel.runtime.sqlite import MAX_GROUP, PIPELINE_GROUPS, Database
 from funnel.runtime.storage_errors import StorageUnavailable
 
@@ -225,6 +226,39 @@ def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path
         fresh.close()
         thread.join(10)
         assert not thread.is_alive() and failures == []
+    finally:
+        release.set()
+        threading.excepthook = previous
+
+
+@pytest.mark.parametrize("cancels", [1, 2])
+def test_a_close_cancelled_meanwhile_waits_for_the_database_threads_answers(tmp_path, cancels):
+    """aiosqlite answers a close (and its thread's stop) on the event loop: a close
+    whose task stopped waiting let the loop close first, and the thread died posting
+    to it. A loaded run met it in an integrity check cancelled twice while it closed
+    its connection; the close now ends only once the thread has answered."""
+    failures: list[threading.ExceptHookArgs] = []
+    previous, threading.excepthook = threading.excepthook, failures.append
+    running, release, held = blocker()
+    try:
+        loop = asyncio.new_event_loop()
+        database = loop.run_until_complete(open_scratch(tmp_path))
+        connection = database._connection
+        busy = loop.create_task(database.run(held))  # the close queues behind it
+        loop.run_until_complete(asyncio.to_thread(running.wait, 10))
+        closing = loop.create_task(sqlite_module._close_connection(connection))
+        loop.run_until_complete(asyncio.sleep(0))
+        for _ in range(cancels):
+            closing.cancel()
+            loop.run_until_complete(asyncio.sleep(0.01))
+        assert not closing.done()  # still waiting for the thread
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            loop.run_until_complete(closing)
+        loop.run_until_complete(busy)
+        loop.close()
+        connection._thread.join(10)
+        assert not connection._thread.is_alive() and failures == []
     finally:
         release.set()
         threading.excepthook = previous
