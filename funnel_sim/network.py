@@ -25,7 +25,7 @@ import asyncio
 import collections
 import enum
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -93,7 +93,7 @@ class Server(Protocol):
     @property
     def up(self) -> bool: ...
 
-    def spawn(self, coroutine: Awaitable[Any], name: str) -> asyncio.Task: ...
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task: ...
 
     def fault(self, where: str, error: BaseException) -> None:
         """An unexpected exception in a handler (the boundary would log it as INTERNAL)."""

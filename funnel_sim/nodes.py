@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from completion_service.authority import CompletionAuthority
@@ -64,11 +64,14 @@ class Chaos:
     named fault points (funnel.runtime.faults), a storage error at any statement
     of a unit of work or read."""
 
-    def __init__(self, rng: random.Random, *, crash: float = 0.0, drop: float = 0.0, storage: float = 0.0) -> None:
+    def __init__(self, rng: random.Random, *, crash: float = 0.0, drop: float = 0.0, storage: float = 0.0,
+                 storage_latency: float = 0.0) -> None:
         self.rng = rng
         self.crash = crash
         self.drop = drop
         self.storage = storage
+        # Seconds a trip to the database takes at most (each way); kept when calmed.
+        self.storage_latency = storage_latency
 
     def calm(self) -> None:
         self.crash = self.drop = self.storage = 0.0
@@ -128,16 +131,23 @@ class NodeStore:
         chaos = self._node.chaos
         return lambda tx: fn(_FaultyTx(tx, chaos))
 
+    async def _hop(self) -> None:
+        """The trip to the database (or back): a real store answers on its own thread,
+        and other tasks run meanwhile (the in-memory stores barely yield)."""
+        chaos = self._node.chaos
+        await asyncio.sleep(chaos.rng.uniform(0, chaos.storage_latency))
+        self._alive()
+
     async def write(self, fn: Callable[[Any], T], after_commit: Callable[[T], None] | None = None) -> T:
-        self._alive()
+        await self._hop()
         result: T = await self._durable.write(self._faulty(fn), after_commit=after_commit)
-        self._alive()
+        await self._hop()
         return result
 
     async def read(self, fn: Callable[[Any], T]) -> T:
-        self._alive()
+        await self._hop()
         result: T = await self._durable.read(self._faulty(fn))
-        self._alive()
+        await self._hop()
         return result
 
     async def check_writable(self) -> None:
@@ -166,10 +176,13 @@ class Node:
     def up(self) -> bool:
         return self._up
 
-    def spawn(self, coroutine: Awaitable[Any], name: str) -> asyncio.Task:
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(_owned(coroutine), name=f"{self.name}/{name}")
         self._tasks[task] = None
         task.add_done_callback(self._ended)
+        # A task cancelled before it first ran never started its coroutine: close it,
+        # or Python warns that it was never awaited.
+        task.add_done_callback(lambda _: coroutine.close())
         return task
 
     def _ended(self, task: asyncio.Task) -> None:

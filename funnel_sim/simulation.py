@@ -50,6 +50,8 @@ class Config:
     message_loss: float = 0.02
     duplicate: float = 0.03
     latency: tuple[float, float] = (0.001, 0.05)
+    # Seconds, at most, of each trip to and from a database.
+    storage_latency: float = 0.005
     stream_lifetime: float = 20.0
     # Mean virtual seconds between chaos actions (a crash, a partition).
     chaos_interval: float = 6.0
@@ -91,9 +93,9 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
     network = Network(random.Random(f"{seed}:network"), links, history.record)
     policy = Policy(max_clock_offset_micros=MAX_CLOCK_OFFSET_MICROS)
     lifecycle_chaos = Chaos(fault_rng, crash=config.crash_at_point, drop=config.drop_at_point,
-                            storage=config.storage_error)
+                            storage=config.storage_error, storage_latency=config.storage_latency)
     completion_chaos = Chaos(fault_rng, crash=config.crash_at_point, drop=config.drop_at_point,
-                             storage=config.storage_error)
+                             storage=config.storage_error, storage_latency=config.storage_latency)
     lifecycle = LifecycleNode(lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer)
     policies = PolicyBook(workspaces={WORKSPACE: WorkspacePolicy(required_evidence=("tests",))})
     completion = CompletionNode(completion_chaos, history.record, completion_clock, network, lifecycle, policies,
