@@ -105,7 +105,7 @@ class Host(Actor):
                 await self._intent(step, current)
 
     async def _intent(self, step: Step, task: lpb.Task) -> None:
-        header = {"workspace_id": WORKSPACE, "task_id": step.task, "generation": task.generation,
+        header: dict[str, Any] = {"workspace_id": WORKSPACE, "task_id": step.task, "generation": task.generation,
                   "request_id": self.request_id(step.action), "cause": cause(step.action)}
         if step.action == "activate":
             await self.call(self.lifecycle, "ActivateGeneration", lpb.ActivateGenerationRequest(**header))
@@ -163,10 +163,10 @@ class Agent(Actor):
                 workspace_id=WORKSPACE, task_id=held.task_id, run_id=held.run_id, epoch=held.epoch,
                 outcome=outcome, result="done", request_id=self.request_id(action)))
         else:
-            outcome = {"close": cpb.RUN_OUTCOME_SUCCEEDED, "close_failed": cpb.RUN_OUTCOME_FAILED,
-                       "close_cancelled": cpb.RUN_OUTCOME_CANCELLED}[action]
+            closed = {"close": cpb.RUN_OUTCOME_SUCCEEDED, "close_failed": cpb.RUN_OUTCOME_FAILED,
+                      "close_cancelled": cpb.RUN_OUTCOME_CANCELLED}[action]
             await self.call(self.completion, "CompleteRun", cpb.CompleteRunRequest(
-                workspace_id=WORKSPACE, run_id=held.run_id, outcome=outcome, notes="closed by the simulation",
+                workspace_id=WORKSPACE, run_id=held.run_id, outcome=closed, notes="closed by the simulation",
                 request_id=self.request_id(action)))
 
 
@@ -191,7 +191,7 @@ class Watcher:
         """Runs until cancelled (the simulation stops it once everything drained)."""
 
         def watch(request: Any, context: SimContext) -> Any:
-            return getattr(self.node.service, self.method)(request, context)
+            return getattr(self.node.service, self.method)(request, context)  # type: ignore[attr-defined]
 
         while True:
             request = self.request_type(workspace_id=WORKSPACE, after_sequence=self.cursor)

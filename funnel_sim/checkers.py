@@ -18,6 +18,7 @@ the clocks) to the violations it found, as one line each.
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -77,9 +78,13 @@ async def _read(evidence: Evidence) -> Durable:
     runs = await store.read(lambda tx: tx.load_runs(WORKSPACE, None, None, EVERYTHING))
     found: set[str] = set()
     for task in tasks:
-        found |= {e.evidence_id for e in await store.read(
-            lambda tx, task_id=task.task_id: tx.list_evidence(WORKSPACE, task_id, None, None, EVERYTHING))}
+        listed = await store.read(functools.partial(_evidence_of, task_id=task.task_id))
+        found |= {record.evidence_id for record in listed}
     return Durable(events, completions, completion_events, {run.run_id: run for run in runs}, found)
+
+
+def _evidence_of(tx: Any, task_id: str) -> list[Any]:
+    return tx.list_evidence(WORKSPACE, task_id, None, None, EVERYTHING)
 
 
 def settled(evidence: Evidence, durable: Durable) -> Iterable[str]:

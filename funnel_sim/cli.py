@@ -24,11 +24,11 @@ def replay_command(seed: int, keep: frozenset[int] | None) -> str:
     return f"funnel-sim --seed {seed}" + (f" --keep {ranges(keep)}" if keep is not None else "")
 
 
-def report(result: Result, keep: frozenset[int] | None, out: object = sys.stdout) -> None:
-    print(f"seed {result.seed} FAILED ({len(result.violations)} violations):", file=out)  # type: ignore[arg-type]
+def report(result: Result, keep: frozenset[int] | None) -> None:
+    print(f"seed {result.seed} FAILED ({len(result.violations)} violations):")
     for violation in result.violations:
-        print(f"  {violation}", file=out)  # type: ignore[arg-type]
-    print(f"  replay: {replay_command(result.seed, keep)}", file=out)  # type: ignore[arg-type]
+        print(f"  {violation}")
+    print(f"  replay: {replay_command(result.seed, keep)}")
 
 
 def minimal(result: Result) -> frozenset[int]:

@@ -73,7 +73,7 @@ class _VirtualSelector(selectors.BaseSelector):
         except KeyError:
             raise KeyError(f"{fileobj!r} is not registered") from None
 
-    def get_map(self) -> dict[Any, selectors.SelectorKey]:  # type: ignore[override]
+    def get_map(self) -> dict[Any, selectors.SelectorKey]:
         return dict(self._keys)
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ from google.rpc import status_pb2
 from funnel.runtime import calls
 from funnel.runtime.errors import Rejection, ServiceError, storage_unavailable
 from funnel.runtime.faults import DroppedReply
-from funnel.runtime.grpc_errors import status_message
+from funnel.runtime.grpc_errors import status_error_info, status_message
 from funnel.runtime.storage_errors import StorageUnavailable
 
 # google.rpc.Code numbers of the statuses the network itself produces.
@@ -61,8 +61,6 @@ class Failed:
 
     @property
     def reason(self) -> str:
-        from funnel.runtime.grpc_errors import status_error_info
-
         info = status_error_info(self.status)
         return info.reason if info is not None else ""
 
@@ -284,8 +282,9 @@ def _settle(reply: asyncio.Future[Answer], answer: Answer) -> None:
 
 
 class _End(enum.Enum):
+    """The end of a stream not reached yet (None is a clean end)."""
+
     OPEN = 0
-    ENDED = 1
 
 
 class Stream:
@@ -368,7 +367,7 @@ class Stream:
                 self._in_flight -= 1
                 self._room.set()
                 return self._arrived.popleft()
-            if self._end is not _End.OPEN:
+            if not isinstance(self._end, _End):
                 self._network.forget(self)
                 raise StreamEnded(self._end)
             self._wakeup.clear()

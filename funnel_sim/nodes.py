@@ -21,6 +21,8 @@ import random
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+import grpc
+
 from completion_service.authority import CompletionAuthority
 from completion_service.errors import DOMAIN as COMPLETION_DOMAIN
 from completion_service.errors import Reason as CompletionReason
@@ -233,7 +235,7 @@ class LifecycleNode(Node):
     def build(self) -> None:
         broker: EventBroker = EventBroker(self.watch_buffer)
         authority = LifecycleAuthority(
-            NodeStore(self.durable, self),  # type: ignore[arg-type]
+            NodeStore(self.durable, self),
             self.policy, self.clock, publish=lifecycle_publisher(broker), faults=SimFaults(self),
             owner=f"lifecycle/{self.incarnation}", retry_delay=0.5,
         )
@@ -255,7 +257,7 @@ class SimLifecycleStub:
         self._network = network
         self._lifecycle = lifecycle
 
-    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+    def __getattr__(self, method: str) -> Callable[..., Any]:
         if method == "WatchLifecycleEvents":
             return self._watch
         lifecycle = self._lifecycle
@@ -307,8 +309,6 @@ class _StreamCall:
 
 
 def aio_error(failed: Failed) -> Exception:
-    import grpc
-
     trailing = grpc.aio.Metadata(("grpc-status-details-bin", failed.status.SerializeToString()))
     code = next(c for c in grpc.StatusCode if c.value[0] == failed.code)
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details=failed.status.message)
@@ -358,7 +358,7 @@ class CompletionNode(Node):
         broker: EventBroker = EventBroker(64)
         client = SimLifecycleClient(SimLifecycleStub(self.network, self.lifecycle), self.lifecycle_timeout)
         authority = CompletionAuthority(
-            NodeStore(self.durable, self),  # type: ignore[arg-type]
+            NodeStore(self.durable, self),
             client, self.policies, self.clock, ExternalGates(None),  # type: ignore[arg-type]
             ids=SimIds(self.incarnation), publish=completion_publisher(broker),
             settle_interval=self.settle_interval, settle_lease=max(4 * self.lifecycle_timeout, 1.0),

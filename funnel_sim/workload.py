@@ -81,14 +81,15 @@ def ranges(indexes: frozenset[int]) -> str:
     """Step indexes as `0-3,7,9` (the replay command's --keep)."""
     ordered = sorted(indexes)
     parts: list[str] = []
-    start = previous = None
+    start: int | None = None
+    previous = -1
     for n in ordered + [None]:
         if start is not None and (n is None or n != previous + 1):
             parts.append(str(start) if start == previous else f"{start}-{previous}")
             start = None
-        if n is not None and start is None:
-            start = n
-        previous = n
+        if n is not None:
+            start = n if start is None else start
+            previous = n
     return ",".join(parts)
 
 
