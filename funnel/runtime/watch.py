@@ -80,7 +80,10 @@ class EventBroker(Generic[Item]):
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.closed = False
-        self._subscriptions: dict[tuple[Hashable, Hashable], set[Subscription[Item]]] = {}
+        # Per slot its subscriptions in the order they came (a dict as an ordered set):
+        # a set of objects iterates in the order of their addresses, and the order in
+        # which streams are woken would differ from run to run (funnel_sim replays runs).
+        self._subscriptions: dict[tuple[Hashable, Hashable], dict[Subscription[Item], None]] = {}
 
     def close(self) -> None:
         """The server is stopping: ends every subscription, and closes any opened later."""
@@ -95,13 +98,13 @@ class EventBroker(Generic[Item]):
         if self.closed:
             subscription.close()
         slot = (scope, key)
-        self._subscriptions.setdefault(slot, set()).add(subscription)
+        self._subscriptions.setdefault(slot, {})[subscription] = None
         try:
             yield subscription
         finally:
             members = self._subscriptions.get(slot)
             if members is not None:
-                members.discard(subscription)
+                members.pop(subscription, None)
                 if not members:
                     del self._subscriptions[slot]
 

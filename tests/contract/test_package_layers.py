@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("funnel_cli", "funnel_mcp", "funnel_ui")
+COMMANDS = ("funnel_cli", "funnel_mcp", "funnel_ui", "funnel_sim")
 
 
 def imported(package: str) -> set[tuple[str, str]]:

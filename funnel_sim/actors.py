@@ -1,0 +1,210 @@
+"""The simulated clients: hosts and agents carrying out their steps of the
+workload, and watchers following each service's event stream across cuts and
+crashes. They call the real servicers over the simulated network as a careful
+gRPC client does: every mutation carries a request id and is sent again with it
+while no answer comes (UNAVAILABLE, DEADLINE_EXCEEDED, STORAGE_UNAVAILABLE); what
+each call answered is in the history."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
+
+from funnel.auth.principal import Principal, Role
+from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime import calls
+from funnel_sim.network import Answer, Network, Ok, SimContext, StreamEnded, no_answer
+from funnel_sim.nodes import CompletionNode, LifecycleNode, Node
+from funnel_sim.workload import Step, Task
+
+WORKSPACE = "ws-sim"
+CALL_TIMEOUT = 2.0
+TRIES = 6
+LEASE_SECONDS = 4
+
+
+def _caller(subject: str, role: Role) -> calls.Call:
+    return calls.Call(Principal(subject), role, role is Role.AGENT, "")
+
+
+def _handler(node: Node, method: str) -> Callable[[Any, SimContext], Any]:
+    async def handle(request: Any, context: SimContext) -> Any:
+        return await getattr(node.service, method)(request, context)  # type: ignore[attr-defined]
+
+    return handle
+
+
+@dataclass
+class Actor:
+    name: str
+    network: Network
+    lifecycle: LifecycleNode
+    completion: CompletionNode
+    role: Role
+    last: tuple[Node, str, Message] | None = None
+    counter: int = 0
+
+    def request_id(self, label: str) -> str:
+        self.counter += 1
+        return f"{self.name}:{self.counter}:{label}"
+
+    async def call(self, node: Node, method: str, request: Message) -> Answer:
+        """Sends the request until it is answered (at most TRIES times)."""
+        answer: Answer | None = None
+        for attempt in range(TRIES):
+            answer = await self.network.call(
+                self.name, node, method, _handler(node, method), request, _caller(self.name, self.role), CALL_TIMEOUT
+            )
+            if not no_answer(answer):
+                break
+            await asyncio.sleep(0.2 * 2**attempt)
+        assert answer is not None
+        if getattr(request, "request_id", ""):
+            self.last = (node, method, request)
+        return answer
+
+    async def replay(self) -> None:
+        """The last mutation again, with its request id: a late retransmission."""
+        if self.last is not None:
+            node, method, request = self.last
+            await self.call(node, method, request)
+
+    async def task_of(self, task: str) -> lpb.Task | None:
+        answer = await self.call(self.lifecycle, "GetTask", lpb.GetTaskRequest(workspace_id=WORKSPACE, task_id=task))
+        return answer.response.task if isinstance(answer, Ok) else None
+
+
+def cause(reason: str) -> lpb.Cause:
+    return lpb.Cause(source="funnel-sim", reason=reason)
+
+
+class Host(Actor):
+    async def step(self, step: Step, tree: dict[str, Task]) -> None:
+        if step.action == "register":
+            task = tree[step.task]
+            parent = None
+            if task.parent is not None:
+                mode = lpb.PARENT_LINK_MODE_ATTACHED if task.parent[1] else lpb.PARENT_LINK_MODE_DETACHED
+                parent = lpb.ParentLink(task_id=task.parent[0], generation=1, mode=mode)
+            await self.call(self.lifecycle, "RegisterTask", lpb.RegisterTaskRequest(
+                workspace_id=WORKSPACE, task_id=task.name, request_id=self.request_id("register"), parent=parent,
+                cause=cause("registered by the simulation")))
+        elif step.action == "replay":
+            await self.replay()
+        elif step.action == "pause":
+            await asyncio.sleep(step.arg / 100)
+        else:
+            current = await self.task_of(step.task)
+            if current is not None:
+                await self._intent(step, current)
+
+    async def _intent(self, step: Step, task: lpb.Task) -> None:
+        header: dict[str, Any] = {"workspace_id": WORKSPACE, "task_id": step.task, "generation": task.generation,
+                  "request_id": self.request_id(step.action), "cause": cause(step.action)}
+        if step.action == "activate":
+            await self.call(self.lifecycle, "ActivateGeneration", lpb.ActivateGenerationRequest(**header))
+        elif step.action == "cancel":
+            await self.call(self.lifecycle, "RequestCancellation", lpb.RequestCancellationRequest(**header))
+        elif step.action == "settle_cancel":
+            await self.call(self.lifecycle, "SettleCancellation", lpb.SettleCancellationRequest(**header))
+        elif step.action == "timeout":
+            await self.call(self.lifecycle, "SettleTimeout", lpb.SettleTimeoutRequest(**header))
+        elif step.action == "resume" and task.state == lpb.GENERATION_STATE_TERMINAL:
+            header["generation"] = task.generation + 1
+            await self.call(self.lifecycle, "ResumeWithGeneration", lpb.ResumeWithGenerationRequest(**header))
+
+
+@dataclass
+class Held:
+    """The run an agent holds (or held: it keeps using it after it ended)."""
+
+    run_id: str
+    task_id: str
+    generation: int
+    epoch: int
+
+
+class Agent(Actor):
+    held: Held | None = None
+
+    async def step(self, step: Step, tree: dict[str, Task]) -> None:
+        action, held = step.action, self.held
+        if action == "claim":
+            answer = await self.call(self.completion, "ClaimTask", cpb.ClaimTaskRequest(
+                workspace_id=WORKSPACE, task_id=step.task, agent_id=self.name, request_id=self.request_id("claim"),
+                lease_ttl=Duration(seconds=LEASE_SECONDS)))
+            if isinstance(answer, Ok):
+                run, lease = answer.response.run, answer.response.lease
+                self.held = Held(run.run_id, run.task_id, run.generation, lease.epoch)
+        elif action == "replay":
+            await self.replay()
+        elif action == "pause":
+            await asyncio.sleep(step.arg / 100)
+        elif held is None:
+            return
+        elif action == "renew":
+            await self.call(self.completion, "RenewLease", cpb.RenewLeaseRequest(
+                workspace_id=WORKSPACE, run_id=held.run_id, epoch=held.epoch, request_id=self.request_id("renew"),
+                lease_ttl=Duration(seconds=LEASE_SECONDS)))
+        elif action == "evidence":
+            verdict = cpb.EVIDENCE_VERDICT_PASSED if step.arg % 4 else cpb.EVIDENCE_VERDICT_FAILED
+            await self.call(self.completion, "RecordEvidence", cpb.RecordEvidenceRequest(
+                workspace_id=WORKSPACE, task_id=held.task_id, generation=held.generation, kind="tests",
+                verdict=verdict, run_id=held.run_id, request_id=self.request_id("evidence")))
+        elif action in ("attempt", "attempt_failed"):
+            outcome = cpb.REQUESTED_OUTCOME_COMPLETED if action == "attempt" else cpb.REQUESTED_OUTCOME_FAILED
+            await self.call(self.completion, "AttemptCompletion", cpb.AttemptCompletionRequest(
+                workspace_id=WORKSPACE, task_id=held.task_id, run_id=held.run_id, epoch=held.epoch,
+                outcome=outcome, result="done", request_id=self.request_id(action)))
+        else:
+            closed = {"close": cpb.RUN_OUTCOME_SUCCEEDED, "close_failed": cpb.RUN_OUTCOME_FAILED,
+                      "close_cancelled": cpb.RUN_OUTCOME_CANCELLED}[action]
+            await self.call(self.completion, "CompleteRun", cpb.CompleteRunRequest(
+                workspace_id=WORKSPACE, run_id=held.run_id, outcome=closed, notes="closed by the simulation",
+                request_id=self.request_id(action)))
+
+
+@dataclass
+class Watcher:
+    """Follows one service's watch stream from its cursor, reconnecting after every
+    end, and keeps every event it was given, in order."""
+
+    name: str
+    network: Network
+    node: Node
+    method: str
+    request_type: Any
+    seen: list[Any] = field(default_factory=list)
+    streams: int = 0
+
+    @property
+    def cursor(self) -> int:
+        return self.seen[-1].sequence if self.seen else 0
+
+    async def follow(self) -> None:
+        """Runs until cancelled (the simulation stops it once everything drained)."""
+
+        def watch(request: Any, context: SimContext) -> Any:
+            return getattr(self.node.service, self.method)(request, context)  # type: ignore[attr-defined]
+
+        while True:
+            request = self.request_type(workspace_id=WORKSPACE, after_sequence=self.cursor)
+            stream = self.network.stream(self.name, self.node, self.method, watch, request,
+                                         _caller(self.name, Role.VIEWER))
+            self.streams += 1
+            try:
+                while True:
+                    item = await stream.next()
+                    if item.HasField("event"):
+                        self.seen.append(item.event)
+            except StreamEnded:
+                pass
+            finally:
+                stream.cancel()
+            await asyncio.sleep(0.5)

@@ -1,0 +1,310 @@
+"""The invariants every simulated history must keep, each a function from the
+evidence (the history, both durable stores once drained, what the watchers saw,
+the clocks) to the violations it found, as one line each.
+
+  settled      no terminal state without a settled completion or failure, no
+               settled completion without its terminal event, nothing pending
+  one_terminal at most one terminal event per generation; revisions gapless
+  fence        a completion passes a cancellation fence only if it truly came
+               first (in virtual time, whatever the clocks' skew)
+  request_ids  a request id applies once, and every answer after the first
+               success is that success
+  watchers     each watcher saw every committed event once, in order
+  acknowledged no acknowledged write is missing from the durable state
+  linearizable each task's lifecycle record, as all callers saw it, against a
+               sequential register of revisions (linearizability.py)
+  faults       no call ended INTERNAL, no loop died, nothing unexpected raised"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from completion_service.core.model import CompletionEventKind, CompletionRecord, RequestedOutcome, SettlementStatus
+from completion_service.storage.memory import MemoryCompletionStore
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel_sim.actors import WORKSPACE
+from funnel_sim.clocks import SimClock
+from funnel_sim.history import Call, History
+from funnel_sim.linearizability import Operation, linearizable
+from funnel_sim.network import INTERNAL, Failed, Ok, no_answer
+from lifecycle_service.convert import event_to_proto
+from lifecycle_service.core.model import GenerationState, IntentKind, LifecycleEvent, Outcome, Policy
+from lifecycle_service.storage.memory import MemoryLifecycleStore
+from lifecycle_service.storage.port import TaskQuery
+
+EVERYTHING = 1_000_000
+
+
+@dataclass
+class Evidence:
+    history: History
+    lifecycle: MemoryLifecycleStore
+    completion: MemoryCompletionStore
+    watchers: dict[str, list[Any]]
+    lifecycle_clock: SimClock
+    completion_clock: SimClock
+    policy: Policy
+
+
+@dataclass
+class Durable:
+    """Both stores' committed state, read once."""
+
+    events: list[LifecycleEvent]
+    completions: list[CompletionRecord]
+    completion_events: list[Any]
+    runs: dict[str, Any]
+    evidence_ids: set[str]
+
+
+async def check(evidence: Evidence) -> list[str]:
+    durable = await _read(evidence)
+    violations: list[str] = []
+    for checker in CHECKERS:
+        violations += [f"{checker.__name__}: {problem}" for problem in checker(evidence, durable)]
+    return violations
+
+
+async def _read(evidence: Evidence) -> Durable:
+    events = await evidence.lifecycle.read(lambda tx: tx.events_after(WORKSPACE, 0, None, EVERYTHING))
+    tasks = await evidence.lifecycle.read(lambda tx: tx.list_tasks(WORKSPACE, TaskQuery(), "", EVERYTHING))
+    store = evidence.completion
+    completions = await store.read(lambda tx: tx.load_completions(WORKSPACE, None, None, None, EVERYTHING))
+    completion_events = await store.read(lambda tx: tx.load_events(WORKSPACE, 0, None, EVERYTHING))
+    runs = await store.read(lambda tx: tx.load_runs(WORKSPACE, None, None, EVERYTHING))
+    found: set[str] = set()
+    for task in tasks:
+        listed = await store.read(functools.partial(_evidence_of, task_id=task.task_id))
+        found |= {record.evidence_id for record in listed}
+    return Durable(events, completions, completion_events, {run.run_id: run for run in runs}, found)
+
+
+def _evidence_of(tx: Any, task_id: str) -> list[Any]:
+    return tx.list_evidence(WORKSPACE, task_id, None, None, EVERYTHING)
+
+
+def settled(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    by_id = {c.completion_id: c for c in durable.completions}
+    for event in durable.events:
+        if event.outcome is Outcome.COMPLETED:
+            completion = by_id.get(event.completion_id or "")
+            if completion is None or completion.settlement is not SettlementStatus.SETTLED:
+                yield f"{event.task_id} gen {event.generation} COMPLETED by {event.completion_id} without it settled"
+        if event.intent is IntentKind.SETTLE_FAILURE:
+            completion_id = (event.request_id or "").removeprefix("settle:")
+            completion = by_id.get(completion_id)
+            if completion is None or completion.outcome is not RequestedOutcome.FAILED or (
+                completion.settlement is not SettlementStatus.SETTLED
+            ):
+                yield f"{event.task_id} gen {event.generation} FAILED without a settled failure {completion_id}"
+    terminal = {(e.task_id, e.generation): e for e in durable.events if e.to_state is GenerationState.TERMINAL}
+    for completion in durable.completions:
+        if completion.settlement is SettlementStatus.PENDING:
+            yield f"completion {completion.completion_id} still PENDING after the drain"
+        if completion.settlement is SettlementStatus.SETTLED:
+            ended = terminal.get((completion.task_id, completion.generation))
+            if ended is None or ended.sequence != completion.lifecycle_event_sequence:
+                yield f"completion {completion.completion_id} SETTLED without its terminal event"
+
+
+def one_terminal(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    ends = collections.Counter(
+        (e.task_id, e.generation) for e in durable.events if e.to_state is GenerationState.TERMINAL)
+    for (task_id, generation), count in sorted(ends.items()):
+        if count > 1:
+            yield f"{task_id} gen {generation} has {count} terminal events"
+    revisions: dict[str, list[int]] = collections.defaultdict(list)
+    for event in durable.events:
+        revisions[event.task_id].append(event.revision)
+    for task_id, seen in sorted(revisions.items()):
+        if seen != list(range(1, len(seen) + 1)):
+            yield f"{task_id} revisions are {seen}"
+
+
+def fence(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    by_id = {c.completion_id: c for c in durable.completions}
+    for event in durable.events:
+        if event.intent is not IntentKind.SETTLE_COMPLETION or event.cancellation_requested_at is None:
+            continue
+        completion = by_id.get(event.completion_id or "")
+        if completion is None:
+            continue  # settled() names it
+        committed = evidence.completion_clock.true_micros(completion.committed_at)
+        requested = evidence.lifecycle_clock.true_micros(event.cancellation_requested_at)
+        if committed >= requested:
+            yield (f"{event.task_id} gen {event.generation}: completion {completion.completion_id} committed "
+                   f"{committed - requested} µs after the cancellation request passed the fence")
+
+
+def _request_id(request: Any) -> str:
+    return getattr(request, "request_id", "")
+
+
+def _attempts(history: History) -> Iterable[tuple[Call, str, Any, Any]]:
+    """Every call as (call, method, request, answer), the items of a settle batch one by one."""
+    for call in history.calls:
+        if call.method == "SettleCompletions":
+            results = call.answer.response.results if isinstance(call.answer, Ok) else None
+            for n, item in enumerate(call.request.items):
+                answer: Any = call.answer
+                if results is not None:
+                    result = results[n]
+                    answer = Ok(result.settled) if result.HasField("settled") else Failed(result.error)
+                yield call, "SettleCompletion", item, answer
+        else:
+            yield call, call.method, call.request, call.answer
+
+
+def _same(method: str, first: Any, later: Any) -> bool:
+    if method == "AttemptCompletion":
+        # A replay carries the completion's settlement as it is now (service._replayed_attempt).
+        return (first.decision.verdict, first.completion.completion_id) == (
+            later.decision.verdict, later.completion.completion_id)
+    return first.SerializeToString(deterministic=True) == later.SerializeToString(deterministic=True)
+
+
+def request_ids(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    applied = collections.Counter(
+        (e.caller.subject, e.intent, e.request_id) for e in durable.events if e.request_id)
+    for (subject, intent, request_id), count in sorted(applied.items(), key=str):
+        if count > 1:
+            yield f"request id {request_id} of {subject} applied {count} times ({intent.name})"
+    first: dict[tuple[str, str, str, str], Any] = {}
+    for call, method, request, answer in _attempts(evidence.history):
+        request_id = _request_id(request)
+        if not request_id or no_answer(answer):
+            continue
+        key = (call.source, call.target, method, request_id)
+        if key not in first:
+            if isinstance(answer, Ok):
+                first[key] = answer.response
+        elif not isinstance(answer, Ok) or not _same(method, first[key], answer.response):
+            yield f"{call.source} {method} {request_id} answered differently on a retry at {call.answered:.3f}"
+
+
+def watchers(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    expected = {
+        "lifecycle-watcher": [(e.sequence, e.task_id, e.revision) for e in durable.events],
+        "completion-watcher": [(e.sequence, e.task_id, e.kind.value) for e in durable.completion_events],
+    }
+    for name, seen in evidence.watchers.items():
+        got = [(e.sequence, e.task_id, e.revision if name == "lifecycle-watcher" else e.kind) for e in seen]
+        if got != expected[name]:
+            missing = sorted(set(expected[name]) - set(got))[:3]
+            repeated = [item for item, n in collections.Counter(got).items() if n > 1][:3]
+            yield f"{name} saw {len(got)} events of {len(expected[name])}: missing {missing}, repeated {repeated}"
+
+
+def acknowledged(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    events = {e.sequence: e for e in durable.events}
+    committed = {e.completion_id for e in durable.completion_events
+                 if e.kind is CompletionEventKind.COMPLETION_COMMITTED}
+    for call, method, request, answer in _attempts(evidence.history):
+        if not isinstance(answer, Ok):
+            continue
+        response = answer.response
+        if call.target == "lifecycle" and method != "GetTask":
+            acked = response.event
+            stored = events.get(acked.sequence)
+            if stored is None or (stored.task_id, stored.revision) != (acked.task_id, acked.revision):
+                yield f"{call.source} {method} {_request_id(request)}: acknowledged event {acked.sequence} lost"
+        elif method == "ClaimTask" and response.run.run_id not in durable.runs:
+            yield f"{call.source} claim {response.run.run_id} acknowledged, then lost"
+        elif method == "RecordEvidence" and response.evidence.evidence_id not in durable.evidence_ids:
+            yield f"{call.source} evidence {response.evidence.evidence_id} acknowledged, then lost"
+        elif method == "AttemptCompletion" and response.HasField("completion") and (
+            response.completion.completion_id not in committed
+        ):
+            yield f"{call.source} completion {response.completion.completion_id} acknowledged, then lost"
+        elif method == "CompleteRun":
+            run = durable.runs.get(response.run_id)
+            if run is None or run.open:
+                yield f"{call.source} close of {response.run_id} acknowledged, then lost"
+
+
+Key = tuple[Any, ...]
+# The state of a task not registered yet, after a read saw it absent (None means "no step possible").
+_ABSENT: Key = ("absent",)
+
+
+def record_key(task: lpb.Task) -> Key:
+    return (task.revision, task.generation, task.state, task.outcome, task.cancellation, task.work_status,
+            task.completion_id)
+
+
+def step(state: Key | None, op: tuple[str, Key | None]) -> Key | None:
+    """A task's record as a register of revisions: a write moves it one revision on
+    (or, a settlement answered from the record, leaves it as it is), a read sees it."""
+    kind, key = op
+    state = None if state == _ABSENT else state
+    revision = state[0] if state is not None else 0
+    if kind == "write":
+        assert key is not None
+        if key[0] == revision + 1 or key == state:
+            return key
+        return None
+    if kind == "write?":
+        return (revision + 1,)
+    if kind == "read":
+        if key is None:  # not found: only before its registration
+            return None if state is not None else _ABSENT
+        if state == key or (state is not None and len(state) == 1 and state[0] == key[0]):
+            return key
+        return None
+    raise ValueError(kind)
+
+
+def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, list[Operation[Any]]]:
+    per_task: dict[str, list[Operation[Any]]] = collections.defaultdict(list)
+    groups: dict[tuple[str, str, str, str], list[tuple[Call, Any]]] = collections.defaultdict(list)
+    for call, method, request, answer in _attempts(evidence.history):
+        if call.target != "lifecycle":
+            continue
+        if method == "GetTask":
+            if isinstance(answer, Ok):
+                per_task[request.task_id].append(
+                    Operation(call.invoked, call.answered, ("read", record_key(answer.response.task))))
+            elif answer.reason == "TASK_NOT_FOUND":
+                per_task[request.task_id].append(Operation(call.invoked, call.answered, ("read", None)))
+        elif _request_id(request):
+            groups[(call.source, method, request.task_id, request.request_id)].append((call, answer))
+    for (_, _, task_id, _), attempts in groups.items():
+        invoked = min(call.invoked for call, _ in attempts)
+        ok = [(call, answer) for call, answer in attempts if isinstance(answer, Ok)]
+        if ok:
+            call, answer = min(ok, key=lambda pair: pair[0].answered)
+            per_task[task_id].append(Operation(invoked, call.answered, ("write", record_key(answer.response.task))))
+        elif any(no_answer(answer) for _, answer in attempts):
+            per_task[task_id].append(Operation(invoked, None, ("write?", None)))
+    for event in durable.events:
+        if event.request_id is None:  # the lifecycle service's own: a propagation, at its commit
+            at = evidence.lifecycle_clock.true_micros(event.committed_at) / 1_000_000
+            proto = event_to_proto(event)
+            key = (proto.revision, proto.generation, proto.to_state, proto.outcome, proto.cancellation,
+                   proto.work_status, proto.completion_id)
+            per_task[event.task_id].append(Operation(at - 1e-6, at + 1e-6, ("write", key)))
+    return per_task
+
+
+def linearizable_records(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    for task_id, operations in sorted(_lifecycle_operations(evidence, durable).items()):
+        verdict = linearizable(operations, _ABSENT, step)
+        if verdict is False:
+            yield f"the lifecycle record of {task_id} is not linearizable ({len(operations)} operations)"
+
+
+def faults(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    for note in evidence.history.anomalies():
+        yield f"{note.node} at {note.at:.3f}: {note.text}"
+    for call in evidence.history.calls:
+        if not isinstance(call.answer, Ok) and call.answer.code == INTERNAL:
+            yield f"{call.source} {call.method} ended INTERNAL at {call.answered:.3f}"
+
+
+CHECKERS: tuple[Callable[[Evidence, Durable], Iterable[str]], ...] = (
+    settled, one_terminal, fence, request_ids, watchers, acknowledged, linearizable_records, faults,
+)

@@ -1,0 +1,370 @@
+"""The two services as simulated nodes: the real authorities, servicers and
+background loops over the in-memory stores, wired as the servers wire them
+(lifecycle_service/server.py, completion_service/server.py) minus gRPC, TLS,
+metrics endpoints and the health probe.
+
+What a node is made of splits along what a crash keeps. The store is durable:
+one in-memory store for the life of the simulation, its state replaced only by
+whole committed transactions. Everything else is one incarnation: the authority,
+the watch broker, the projection, the settle batches, the tasks serving calls,
+the background loops. `crash()` ends the incarnation at once: every one of its
+tasks is cancelled, and its store handle refuses every later read and write
+(`NodeCrashed`), so no code of a dead incarnation changes durable state, even
+from a `finally` block; a transaction under way when it died (a fault point or
+a storage error inside a unit of work) never committed. `start()` builds the
+next incarnation from the durable state, as a restarted process does."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import grpc
+
+from completion_service.authority import CompletionAuthority
+from completion_service.errors import DOMAIN as COMPLETION_DOMAIN
+from completion_service.errors import Reason as CompletionReason
+from completion_service.external_gates import ExternalGates
+from completion_service.lifecycle_client import LifecycleClient
+from completion_service.policy import PolicyBook
+from completion_service.service import CompletionService
+from completion_service.service import publisher as completion_publisher
+from completion_service.storage.memory import MemoryCompletionStore
+from funnel.auth.principal import Principal, Role
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.runtime import calls, idempotency
+from funnel.runtime.faults import DroppedReply, Faults
+from funnel.runtime.storage_errors import StorageUnavailable
+from funnel.runtime.watch import EventBroker, WatchQuota
+from funnel_sim.clocks import SimClock, SimIds
+from funnel_sim.network import Failed, Network, Ok, SimContext, StreamEnded
+from lifecycle_service.authority import LifecycleAuthority
+from lifecycle_service.core.model import Policy
+from lifecycle_service.errors import DOMAIN as LIFECYCLE_DOMAIN
+from lifecycle_service.errors import Reason as LifecycleReason
+from lifecycle_service.service import LifecycleService
+from lifecycle_service.service import publisher as lifecycle_publisher
+from lifecycle_service.storage.memory import MemoryLifecycleStore
+
+T = TypeVar("T")
+LIFECYCLE = "lifecycle"
+COMPLETION = "completion"
+# The completion service's identity at the lifecycle service.
+COMPLETION_CALLER = calls.Call(Principal(COMPLETION), Role.COMPLETION_SERVICE, False, "")
+
+
+class NodeCrashed(BaseException):
+    """The incarnation this code runs in has crashed: nothing of it may go on.
+    A BaseException, so that the shells' `except Exception` (a loop surviving any
+    single failure) does not carry a dead process on."""
+
+
+class Chaos:
+    """The seeded faults a node's code meets: a crash or a dropped reply at the
+    named fault points (funnel.runtime.faults), a storage error at any statement
+    of a unit of work or read."""
+
+    def __init__(self, rng: random.Random, *, crash: float = 0.0, drop: float = 0.0, storage: float = 0.0,
+                 storage_latency: float = 0.0) -> None:
+        self.rng = rng
+        self.crash = crash
+        self.drop = drop
+        self.storage = storage
+        # Seconds a trip to the database takes at most (each way); kept when calmed.
+        self.storage_latency = storage_latency
+
+    def calm(self) -> None:
+        self.crash = self.drop = self.storage = 0.0
+
+
+class SimFaults(Faults):
+    """The product's fault points, fired by the simulation's dice."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        self._node = node
+
+    def hit(self, point: str) -> None:
+        chaos = self._node.chaos
+        if chaos.crash and chaos.rng.random() < chaos.crash:
+            self._node.crash(f"at {point}")
+            raise NodeCrashed(point)
+        if chaos.drop and chaos.rng.random() < chaos.drop:
+            self._node.record("fault", self._node.name, f"drop at {point}")
+            raise DroppedReply(point)
+
+
+class _FaultyTx:
+    """A transaction whose every statement may fail as the database would."""
+
+    def __init__(self, tx: Any, chaos: Chaos) -> None:
+        self._tx = tx
+        self._chaos = chaos
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._tx, name)
+        if not callable(found) or not self._chaos.storage:
+            return found
+        chaos = self._chaos
+
+        def statement(*args: Any, **kwargs: Any) -> Any:
+            if chaos.rng.random() < chaos.storage:
+                raise StorageUnavailable(f"simulated storage error at {name}")
+            return found(*args, **kwargs)
+
+        return statement
+
+
+class NodeStore:
+    """One incarnation's handle on the durable store."""
+
+    def __init__(self, durable: Any, node: Node) -> None:
+        self._durable = durable
+        self._node = node
+        self._incarnation = node.incarnation
+
+    def _alive(self) -> None:
+        if not self._node.up or self._node.incarnation != self._incarnation:
+            raise NodeCrashed("the store of a crashed incarnation")
+
+    def _faulty(self, fn: Callable[[Any], T]) -> Callable[[Any], T]:
+        chaos = self._node.chaos
+        return lambda tx: fn(_FaultyTx(tx, chaos))
+
+    async def _hop(self) -> None:
+        """The trip to the database (or back): a real store answers on its own thread,
+        and other tasks run meanwhile (the in-memory stores barely yield)."""
+        chaos = self._node.chaos
+        await asyncio.sleep(chaos.rng.uniform(0, chaos.storage_latency))
+        self._alive()
+
+    async def write(self, fn: Callable[[Any], T], after_commit: Callable[[T], None] | None = None) -> T:
+        await self._hop()
+        result: T = await self._durable.write(self._faulty(fn), after_commit=after_commit)
+        await self._hop()
+        return result
+
+    async def read(self, fn: Callable[[Any], T]) -> T:
+        await self._hop()
+        result: T = await self._durable.read(self._faulty(fn))
+        await self._hop()
+        return result
+
+    async def check_writable(self) -> None:
+        self._alive()
+
+    async def close(self) -> None:
+        return None
+
+
+class Node:
+    """What the network and the faults see of a service: up or not, the tasks of
+    the current incarnation."""
+
+    def __init__(self, name: str, catalogue: Any, domain: str, chaos: Chaos, record: Callable[..., None]) -> None:
+        self.name = name
+        self.catalogue = catalogue
+        self.domain = domain
+        self.chaos = chaos
+        self.record = record
+        self.incarnation = 0
+        self._up = False
+        # Ordered (a dict, not a set of objects): a crash cancels them in the same order every run.
+        self._tasks: dict[asyncio.Task, None] = {}
+
+    @property
+    def up(self) -> bool:
+        return self._up
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(_owned(coroutine), name=f"{self.name}/{name}")
+        self._tasks[task] = None
+        task.add_done_callback(self._ended)
+        # A task cancelled before it first ran never started its coroutine: close it,
+        # or Python warns that it was never awaited.
+        task.add_done_callback(lambda _: coroutine.close())
+        return task
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self._tasks.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            self.fault(f"{task.get_name()} died", task.exception())
+
+    def fault(self, where: str, error: BaseException | None) -> None:
+        self.record("anomaly", self.name, f"{where}: {error!r}")
+
+    def crash(self, why: str) -> None:
+        if not self._up:
+            return
+        self._up = False
+        self.record("crash", self.name, f"incarnation {self.incarnation} {why}")
+        for task in list(self._tasks):
+            task.cancel()
+
+    def start(self) -> None:
+        self.incarnation += 1
+        self._up = True
+        self.record("start", self.name, f"incarnation {self.incarnation}")
+        self.build()
+
+    def build(self) -> None:
+        raise NotImplementedError
+
+
+async def _owned(coroutine: Awaitable[Any]) -> Any:
+    """A node's task: a crash of its own ends it quietly."""
+    try:
+        return await coroutine
+    except NodeCrashed:
+        return None
+
+
+class LifecycleNode(Node):
+    def __init__(
+        self, chaos: Chaos, record: Callable[..., None], clock: SimClock, policy: Policy, watch_buffer: int
+    ) -> None:
+        super().__init__(LIFECYCLE, LifecycleReason, LIFECYCLE_DOMAIN, chaos, record)
+        self.durable = MemoryLifecycleStore()
+        self.clock = clock
+        self.policy = policy
+        self.watch_buffer = watch_buffer
+        self.service: LifecycleService | None = None
+
+    def build(self) -> None:
+        broker: EventBroker = EventBroker(self.watch_buffer)
+        authority = LifecycleAuthority(
+            NodeStore(self.durable, self),
+            self.policy, self.clock, publish=lifecycle_publisher(broker), faults=SimFaults(self),
+            owner=f"lifecycle/{self.incarnation}", retry_delay=0.5,
+        )
+        self.service = LifecycleService(authority, broker, WatchQuota(LifecycleReason, 64, 64))
+        self.spawn(authority.deliver_forever(), "propagations")
+        self.spawn(
+            idempotency.sweeper(authority.sweep_request_ids, self.clock, idempotency.DEFAULT_RETENTION_SECONDS)(),
+            "request-id-sweeper",
+        )
+
+
+class SimLifecycleStub:
+    """The completion service's stub of TaskLifecycleService: the same calls as
+    the generated stub (`method(request, timeout=, metadata=)`), carried by the
+    simulated network, failing as grpc.aio does (AioRpcError with the status's
+    details in its trailers)."""
+
+    def __init__(self, network: Network, lifecycle: LifecycleNode) -> None:
+        self._network = network
+        self._lifecycle = lifecycle
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method == "WatchLifecycleEvents":
+            return self._watch
+        lifecycle = self._lifecycle
+
+        async def handler(request: Any, context: SimContext) -> Any:
+            assert lifecycle.service is not None
+            return await getattr(lifecycle.service, method)(request, context)
+
+        async def call(request: Any, timeout: float, metadata: Any = ()) -> Any:
+            answer = await self._network.call(COMPLETION, lifecycle, method, handler, request, COMPLETION_CALLER,
+                                              timeout)
+            if isinstance(answer, Ok):
+                return answer.response
+            raise aio_error(answer)
+
+        return call
+
+    def _watch(self, request: lpb.WatchLifecycleEventsRequest, metadata: Any = ()) -> _StreamCall:
+        lifecycle = self._lifecycle
+
+        def handler(request: Any, context: SimContext) -> Any:
+            assert lifecycle.service is not None
+            return lifecycle.service.WatchLifecycleEvents(request, context)
+
+        return _StreamCall(self._network.stream(COMPLETION, lifecycle, "WatchLifecycleEvents", handler, request,
+                                                COMPLETION_CALLER))
+
+
+class _StreamCall:
+    """What the projection uses of a grpc.aio.UnaryStreamCall."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> _StreamCall:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._stream.next()
+        except StreamEnded as end:
+            if end.failure is None:
+                raise StopAsyncIteration from None
+            raise aio_error(end.failure) from None
+
+    def cancel(self) -> bool:
+        self._stream.cancel()
+        return True
+
+
+def aio_error(failed: Failed) -> Exception:
+    trailing = grpc.aio.Metadata(("grpc-status-details-bin", failed.status.SerializeToString()))
+    code = next(c for c in grpc.StatusCode if c.value[0] == failed.code)
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details=failed.status.message)
+
+
+class _NoChannel:
+    """LifecycleClient reads its channel's metadata only; the simulated stub needs none."""
+
+    channel = None
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+
+class SimLifecycleClient(LifecycleClient):
+    """The real lifecycle client (classification of answers, settle batches, request
+    ids) over the simulated stub."""
+
+    def __init__(self, stub: SimLifecycleStub, timeout: float) -> None:
+        super().__init__(_NoChannel(), timeout)  # type: ignore[arg-type]
+        self._sim_stub = stub
+
+    @property
+    def _stub(self) -> Any:
+        return self._sim_stub
+
+
+class CompletionNode(Node):
+    def __init__(
+        self, chaos: Chaos, record: Callable[..., None], clock: SimClock, network: Network,
+        lifecycle: LifecycleNode, policies: PolicyBook, *, lifecycle_timeout: float, stall_after: float,
+        settle_interval: float,
+    ) -> None:
+        super().__init__(COMPLETION, CompletionReason, COMPLETION_DOMAIN, chaos, record)
+        self.durable = MemoryCompletionStore()
+        self.clock = clock
+        self.network = network
+        self.lifecycle = lifecycle
+        self.policies = policies
+        self.lifecycle_timeout = lifecycle_timeout
+        self.stall_after = stall_after
+        self.settle_interval = settle_interval
+        self.service: CompletionService | None = None
+        self.authority: CompletionAuthority | None = None
+
+    def build(self) -> None:
+        broker: EventBroker = EventBroker(64)
+        client = SimLifecycleClient(SimLifecycleStub(self.network, self.lifecycle), self.lifecycle_timeout)
+        authority = CompletionAuthority(
+            NodeStore(self.durable, self),
+            client, self.policies, self.clock, ExternalGates(None),  # type: ignore[arg-type]
+            ids=SimIds(self.incarnation), publish=completion_publisher(broker),
+            settle_interval=self.settle_interval, settle_lease=max(4 * self.lifecycle_timeout, 1.0),
+            stall_after=self.stall_after, faults=SimFaults(self), projected_workspaces=4,
+        )
+        self.authority = authority
+        self.service = CompletionService(authority, broker, WatchQuota(CompletionReason, 64, 64))
+        for name, worker in authority.workers(idempotency.DEFAULT_RETENTION_SECONDS):
+            self.spawn(worker(), name)

@@ -1,0 +1,78 @@
+"""Test-only mutations of the product: each plants one real defect class, so that
+the simulation's checkers can be shown to catch it (test_mutations.py). Each is a
+function of pytest's `monkeypatch`; nothing here is imported by the product."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from completion_service.authority import settler
+from funnel.runtime import watch
+from lifecycle_service import authority as lifecycle_authority
+from lifecycle_service import service as lifecycle_service
+from lifecycle_service import units
+from lifecycle_service.core import intents, rules
+
+
+def fence_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SettleCompletion lets every completion through a cancellation fence, as if
+    it had proved it came first (the fence's check, gone)."""
+
+    def decide(intent: Any, situation: Any, policy: Any) -> Any:
+        if isinstance(intent, intents.SettleCompletion):
+            # An offset this negative makes every authoritative time "earlier than the fence".
+            policy = dataclasses.replace(policy, max_clock_offset_micros=-(2**61))
+        return rules.decide(intent, situation, policy)
+
+    monkeypatch.setattr(lifecycle_authority, "decide", decide)
+
+
+def replay_executes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repeated lifecycle request id is applied again instead of answered from memory."""
+    monkeypatch.setattr(units, "recall", lambda tx, request: None)
+    # Nothing remembered either: the second application does not trip over the first's key.
+    monkeypatch.setattr(units, "remember", lambda tx, request, response, now: None)
+
+
+def late_commit_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lifecycle watch subscribes after draining the backlog without reading the
+    store once more: an event committed in between is never delivered."""
+
+    async def follow(read_after: Callable[..., Any], broker: watch.EventBroker, scope: Any, key: Any, cursor: int,
+                     wrap: Callable[[Any], Any], sequence_of: Callable[[Any], int],
+                     ends: watch.WatchEnds) -> AsyncIterator[Any]:
+        while True:
+            events = await read_after(cursor, watch.WATCH_BATCH)
+            for event in events:
+                item = wrap(event)
+                cursor = sequence_of(item)
+                yield item
+            if len(events) < watch.WATCH_BATCH:
+                break
+        with broker.subscribe(scope, key) as live:
+            async for item in watch._live(live, cursor, sequence_of, ends):
+                yield item
+
+    monkeypatch.setattr(lifecycle_service, "follow", follow)
+
+
+def outbox_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settlement outbox never retries: a settlement whose inline call got no
+    answer stays PENDING for good."""
+
+    async def settle_due(self: settler.Settler) -> int:
+        return 0
+
+    monkeypatch.setattr(settler.Settler, "settle_due", settle_due)
+
+
+MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
+    "fence_ignored": fence_ignored,
+    "replay_executes": replay_executes,
+    "late_commit_skipped": late_commit_skipped,
+    "outbox_stopped": outbox_stopped,
+}
