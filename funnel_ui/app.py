@@ -5,7 +5,6 @@ and render.py how; the only state it keeps is per open event stream."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import secrets
 import time
@@ -34,6 +33,7 @@ from funnel.runtime.validation import id_problem
 from funnel_ui import render, view
 from funnel_ui.backend import Backend, Settings
 from funnel_ui.streams import AttentionStream, ListStream, TaskStream
+from funnel_ui.together import together
 
 PAGE_SIZE = 50
 HTTP_STATUS = {
@@ -125,7 +125,7 @@ def create_app(context: Context) -> Any:
                 # A page link of another filter or order (or garbage): from the top instead.
                 token = ""
                 tasks, next_token = await backend.list_page(workspace, filter_, token, PAGE_SIZE)
-            counts, settlements = await asyncio.gather(backend.counts(workspace), backend.settlements(workspace, tasks))
+            counts, settlements = await together(backend.counts(workspace), backend.settlements(workspace, tasks))
         except FunnelError as error:
             return _rpc_error_page(error, "/")
         return _html(render.task_list(workspace, filter_, tasks, settlements, next_token, cursor, counts,

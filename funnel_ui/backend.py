@@ -24,6 +24,7 @@ from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.paging import every_page
 from funnel_ui import grants, view
+from funnel_ui.together import together
 
 CALL_TIMEOUT = 10.0
 # A call is not retried: a page shows the failure at once, and a live page's
@@ -140,7 +141,7 @@ class Backend:
     async def attention(self, workspace: str, long_run_seconds: float) -> tuple[view.Attention, list[cpb.Run]]:
         """The attention page's facts (each list its first ATTENTION_PAGE entries) and
         the open runs read for it (whose leases say when it changes next)."""
-        pending, rejected, open_runs = await asyncio.gather(
+        pending, rejected, open_runs = await together(
             self._completions_by(workspace, "SETTLEMENT_STATUS_PENDING"),
             self._completions_by(workspace, "SETTLEMENT_STATUS_REJECTED", ATTENTION_REJECTED_PAGES),
             self.client.call(self.client.completion.ListRuns, cpb.ListRunsRequest(
@@ -183,7 +184,7 @@ class Backend:
         completion is only committed under a lease, so only for an ACTIVE or
         SUSPENDED generation; a terminal badge never needs them."""
         open_tasks = [task.task_id for task in tasks if task.state in ("ACTIVE", "SUSPENDED")]
-        found = await asyncio.gather(*(self.completions(workspace, task_id) for task_id in open_tasks))
+        found = await together(*(self.completions(workspace, task_id) for task_id in open_tasks))
         return {
             task_id: {c.completion_id: view.settlement_from_completion(c) for c in completions}
             for task_id, completions in zip(open_tasks, found, strict=True)
@@ -199,7 +200,7 @@ class Backend:
                 raise
             return view.lifecycle_from_task(got.task)
 
-        return [task for task in await asyncio.gather(*(one(t) for t in task_ids)) if task is not None]
+        return [task for task in await together(*(one(t) for t in task_ids)) if task is not None]
 
     def heads(self, workspace: str) -> Heads:
         """Follows the workspace's two event streams in the background (from the
@@ -228,12 +229,11 @@ class Backend:
 
     async def task_data(self, workspace: str, task_id: str) -> TaskData:
         task = await self.client.get_task(workspace, task_id)
-        (events, completion_events, completions), (runs, evidence), ((transcript, more), advice) = await asyncio.gather(
-            asyncio.gather(self._lifecycle_events(workspace, task_id), self._completion_events(workspace, task_id),
-                           self.completions(workspace, task_id)),
-            asyncio.gather(self.runs(workspace, task_id), self.evidence(workspace, task_id)),
-            asyncio.gather(self._transcript(workspace, task_id),
-                           self.advice(workspace, view.lifecycle_from_task(task.task))),
+        (events, completion_events, completions), (runs, evidence), ((transcript, more), advice) = await together(
+            together(self._lifecycle_events(workspace, task_id), self._completion_events(workspace, task_id),
+                     self.completions(workspace, task_id)),
+            together(self.runs(workspace, task_id), self.evidence(workspace, task_id)),
+            together(self._transcript(workspace, task_id), self.advice(workspace, view.lifecycle_from_task(task.task))),
         )
         return TaskData(task, events, completion_events, completions, runs, evidence, transcript, more, advice)
 

@@ -27,6 +27,7 @@ from sse_starlette import ServerSentEvent
 from funnel.client import BreakHook, FunnelError
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel_ui import render, view
+from funnel_ui.together import together
 
 if TYPE_CHECKING:
     from funnel_ui.app import Context
@@ -223,7 +224,7 @@ class TaskStream(Stream):
             lifecycle = self.lifecycle
             reads["advice"] = lambda: backend.advice(ws, lifecycle)
         wanted = [name for name in reads if name in self.stale]
-        got = dict(zip(wanted, await asyncio.gather(*(_read(reads[name]) for name in wanted)), strict=True))
+        got = dict(zip(wanted, await together(*(_read(reads[name]) for name in wanted)), strict=True))
         failed = False
         ops: list[Op] = []
         for name, value in got.items():
