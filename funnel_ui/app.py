@@ -5,7 +5,6 @@ and render.py how; the only state it keeps is per open event stream."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import secrets
 import time
@@ -29,11 +28,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from funnel.auth.hosts import LOOPBACK_NAMES
-from funnel.runtime.grpc_errors import error_info
+from funnel.client import FunnelError
 from funnel.runtime.validation import id_problem
 from funnel_ui import render, view
 from funnel_ui.backend import Backend, Settings
 from funnel_ui.streams import AttentionStream, ListStream, TaskStream
+from funnel_ui.together import together
 
 PAGE_SIZE = 50
 HTTP_STATUS = {
@@ -74,11 +74,10 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
     })
 
 
-def _rpc_error_page(error: grpc.aio.AioRpcError, back: str) -> HTMLResponse:
-    info = error_info(error)
-    reason = f" {info.reason}" if info else ""
-    return _html(render.error_page(f"{error.code().name}{reason}", error.details() or "", back),
-                 HTTP_STATUS.get(error.code(), 502))
+def _rpc_error_page(error: FunnelError, back: str) -> HTMLResponse:
+    reason = f" {error.reason}" if error.reason else ""
+    return _html(render.error_page(f"{error.code.name}{reason}", error.message, back),
+                 HTTP_STATUS.get(error.code, 502))
 
 
 def _ids(request: Request, *names: str) -> list[str] | None:
@@ -120,14 +119,14 @@ def create_app(context: Context) -> Any:
         try:
             try:
                 tasks, next_token = await backend.list_page(workspace, filter_, token, PAGE_SIZE)
-            except grpc.aio.AioRpcError as error:
-                if not token or error.code() != grpc.StatusCode.INVALID_ARGUMENT:
+            except FunnelError as error:
+                if not token or error.code != grpc.StatusCode.INVALID_ARGUMENT:
                     raise
                 # A page link of another filter or order (or garbage): from the top instead.
                 token = ""
                 tasks, next_token = await backend.list_page(workspace, filter_, token, PAGE_SIZE)
-            counts, settlements = await asyncio.gather(backend.counts(workspace), backend.settlements(workspace, tasks))
-        except grpc.aio.AioRpcError as error:
+            counts, settlements = await together(backend.counts(workspace), backend.settlements(workspace, tasks))
+        except FunnelError as error:
             return _rpc_error_page(error, "/")
         return _html(render.task_list(workspace, filter_, tasks, settlements, next_token, cursor, counts,
                                       first_page=not token))
@@ -141,7 +140,7 @@ def create_app(context: Context) -> Any:
         cursor = view.Cursor(heads.lifecycle, heads.completion)
         try:
             facts, _ = await context.live.attention(workspace, context.long_run_seconds)
-        except grpc.aio.AioRpcError as error:
+        except FunnelError as error:
             return _rpc_error_page(error, render.url("w", workspace))
         return _html(render.attention_page(workspace, facts, context.long_run_seconds, time.time(), cursor))
 
@@ -160,7 +159,7 @@ def create_app(context: Context) -> Any:
         backend = context.live
         try:
             data = await backend.task_data(workspace, task_id)
-        except grpc.aio.AioRpcError as error:
+        except FunnelError as error:
             return _rpc_error_page(error, render.url("w", workspace))
         lifecycle = view.lifecycle_from_task(data.task.task)
         settlements = {c.completion_id: view.settlement_from_completion(c) for c in data.completions}
@@ -217,13 +216,12 @@ def create_app(context: Context) -> Any:
                 await backend.cancel(workspace, task_id, int(generation), int(revision), request_id)
             else:
                 back = render.url("w", workspace, "t", await backend.new_chat(workspace, task_id, request_id))
-        except grpc.aio.AioRpcError as error:
+        except FunnelError as error:
             # The services enforce the grants (the buttons only follow them) and the
             # task's state: what they said, with their reason, is what the operator sees.
-            info = error_info(error)
-            return _html(render.refusal_page(view.ACTIONS[action].label, error.code().name,
-                                             info.reason if info else "", error.details() or "", back),
-                         HTTP_STATUS.get(error.code(), 502))
+            return _html(render.refusal_page(view.ACTIONS[action].label, error.code.name, error.reason,
+                                             error.message, back),
+                         HTTP_STATUS.get(error.code, 502))
         return RedirectResponse(back, 303)
 
     static = StaticFiles(directory=str(resources.files("funnel_ui") / "static"))

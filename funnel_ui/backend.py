@@ -1,36 +1,41 @@
-"""The dashboard's side of gRPC: reads for a page, watches that resume from their
-cursor, and the three actions through the services' normal intents.
+"""The dashboard's side of gRPC, through one funnel.client: reads for a page,
+watches that resume from their cursor, and the three actions through the
+services' normal intents.
 
-Two credentials, two sets of channels: every read and watch goes out with the
-viewer token; only the actions use the action (host or operator) token, and
-without one they do not exist."""
+Two credentials, one set of channels: every read and watch goes out with the
+viewer token (the client's own); only the actions use the action (host or
+operator) token (`as_caller`), and without one they do not exist."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
-from funnel.auth.client import bearer_interceptors
-from funnel.client.connection import Connection
+from funnel.client import BreakHook, FunnelClient, FunnelError, RetryPolicy, Tls, TokenSource
 from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
-from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.paging import every_page
 from funnel_ui import grants, view
+from funnel_ui.together import together
 
 CALL_TIMEOUT = 10.0
-# A restarting service is back within a second or two; polling faster only
-# adds failed connection attempts to its log.
+# A call is not retried: a page shows the failure at once, and a live page's
+# stream reads again itself (funnel_ui.streams.RETRY_SECONDS). The request ids of
+# the actions make a resend of the same form safe.
+CALLS = RetryPolicy(attempts=1)
+# A watch resumes for as long as its page is open (the window never closes), every
+# half second at most: a restarting service is back within a second or two, and
+# polling faster only adds failed connection attempts to its log.
 RESUME_DELAY = 0.5
+WATCHES = RetryPolicy(attempts=None, window=math.inf, initial_backoff=RESUME_DELAY, max_backoff=RESUME_DELAY)
 TRANSCRIPT_LIMIT = 1000
 # Each list of the attention page shows at most this many entries (one page of each listing).
 ATTENTION_PAGE = 1000
@@ -40,31 +45,13 @@ ATTENTION_PAGE = 1000
 ATTENTION_REJECTED_PAGES = 10
 ATTENTION_CHECKS = 200
 
-TokenSource = Callable[[], str]
-
-
 @dataclass(frozen=True)
 class Settings:
     lifecycle_address: str
     completion_address: str
-    connection: Connection  # TLS material; its token is not used (see the token sources)
+    tls: Tls | None  # None: plaintext
     viewer_token: TokenSource
     action_token: TokenSource | None = None
-
-
-# gRPC's default reconnect backoff grows to two minutes: a page would show a
-# restarted service that late. A dashboard's few channels can afford to retry often.
-CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000)]
-
-
-def _channel(connection: Connection, address: str, token: TokenSource) -> grpc.aio.Channel:
-    interceptors = bearer_interceptors(token)
-    if connection.insecure:
-        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=interceptors)
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=connection.ca, private_key=connection.key, certificate_chain=connection.cert
-    )
-    return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
 
 
 class ActionRefused(Exception):
@@ -103,30 +90,21 @@ class Heads:
 
 
 class Backend:
-    """Entered (`async with`) for the dashboard's lifetime: its channels, and the
-    one TaskGroup that owns its background watches (the workspaces' heads)."""
+    """Entered (`async with`) for the dashboard's lifetime: its client of the
+    services, and the one TaskGroup that owns its background watches (the
+    workspaces' heads). Made inside the event loop (gRPC binds channels to it)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        connection = settings.connection
-        self._channels = [
-            _channel(connection, settings.lifecycle_address, settings.viewer_token),
-            _channel(connection, settings.completion_address, settings.viewer_token),
-        ]
-        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])
-        self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])
-        self.transcripts = transcript_pb2_grpc.TranscriptServiceStub(self._channels[1])
-        self._act: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
-        if settings.action_token is not None:
-            self._channels.append(_channel(connection, settings.lifecycle_address, settings.action_token))
-            self._act = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[-1])
+        self.client = FunnelClient(settings.lifecycle_address, settings.completion_address, tls=settings.tls,
+                                   token=settings.viewer_token, timeout=CALL_TIMEOUT, retry=CALLS)
         self._heads: dict[str, Heads] = {}
         self._owner = asyncio.TaskGroup()
         self._followers: list[asyncio.Task[None]] = []
 
     @property
     def can_act(self) -> bool:
-        return self._act is not None
+        return self.settings.action_token is not None
 
     def permitted(self, workspace: str) -> frozenset[str]:
         """The actions to offer in `workspace`: those its action token grants there
@@ -148,8 +126,7 @@ class Backend:
         try:
             await self._owner.__aexit__(None, None, None)
         finally:
-            for channel in self._channels:
-                await channel.close()
+            await self.client.close()
 
     # -- the task list ---------------------------------------------------
 
@@ -158,17 +135,17 @@ class Backend:
     ) -> tuple[list[view.Lifecycle], str]:
         """One page of the list and the token of the next ("" on the last): one
         ListTasks call, filtered and ordered by the service."""
-        listed = await self.lifecycle.ListTasks(filter_.list_request(workspace, size, token), timeout=CALL_TIMEOUT)
+        listed = await self.client.call(self.client.lifecycle.ListTasks, filter_.list_request(workspace, size, token))
         return [view.lifecycle_from_task(task) for task in listed.tasks], listed.next_page_token
 
     async def attention(self, workspace: str, long_run_seconds: float) -> tuple[view.Attention, list[cpb.Run]]:
         """The attention page's facts (each list its first ATTENTION_PAGE entries) and
         the open runs read for it (whose leases say when it changes next)."""
-        pending, rejected, open_runs = await asyncio.gather(
+        pending, rejected, open_runs = await together(
             self._completions_by(workspace, "SETTLEMENT_STATUS_PENDING"),
             self._completions_by(workspace, "SETTLEMENT_STATUS_REJECTED", ATTENTION_REJECTED_PAGES),
-            self.completion.ListRuns(cpb.ListRunsRequest(workspace_id=workspace, open_only=True,
-                                                         page_size=ATTENTION_PAGE), timeout=CALL_TIMEOUT),
+            self.client.call(self.client.completion.ListRuns, cpb.ListRunsRequest(
+                workspace_id=workspace, open_only=True, page_size=ATTENTION_PAGE)),
         )
         expired, long_open = view.open_runs_needing_attention(open_runs.runs, time.time(), long_run_seconds)
         # Rejections stay on record after their task moved on: each task's latest is
@@ -178,8 +155,8 @@ class Backend:
         try:
             tasks = {t.task_id: t for t in await self.tasks(workspace, sorted({c.task_id for c in recent}))}
             standing = [c for c in recent if view.still_rejected(c, tasks.get(c.task_id))]
-        except grpc.aio.AioRpcError as error:
-            unknown = f"the lifecycle service did not answer ({error.code().name}): which still stand is unknown"
+        except FunnelError as error:
+            unknown = f"the lifecycle service did not answer ({error.code.name}): which still stand is unknown"
         return view.Attention(tuple(pending), expired, long_open, tuple(standing), unknown), list(open_runs.runs)
 
     async def _completions_by(self, workspace: str, settlement: str, pages: int = 1) -> list[cpb.Completion]:
@@ -187,9 +164,8 @@ class Backend:
         found: list[cpb.Completion] = []
         token = ""
         for _ in range(pages):
-            listed = await self.completion.ListCompletions(cpb.ListCompletionsRequest(
-                workspace_id=workspace, settlement=settlement, page_size=ATTENTION_PAGE, page_token=token),
-                timeout=CALL_TIMEOUT)
+            listed = await self.client.call(self.client.completion.ListCompletions, cpb.ListCompletionsRequest(
+                workspace_id=workspace, settlement=settlement, page_size=ATTENTION_PAGE, page_token=token))
             found += listed.completions
             token = listed.next_page_token
             if not token:
@@ -197,7 +173,9 @@ class Backend:
         return found
 
     async def counts(self, workspace: str) -> lpb.CountTasksResponse:
-        return await self.lifecycle.CountTasks(lpb.CountTasksRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
+        counted: lpb.CountTasksResponse = await self.client.call(
+            self.client.lifecycle.CountTasks, lpb.CountTasksRequest(workspace_id=workspace))
+        return counted
 
     async def settlements(
         self, workspace: str, tasks: Sequence[view.Lifecycle]
@@ -206,7 +184,7 @@ class Backend:
         completion is only committed under a lease, so only for an ACTIVE or
         SUSPENDED generation; a terminal badge never needs them."""
         open_tasks = [task.task_id for task in tasks if task.state in ("ACTIVE", "SUSPENDED")]
-        found = await asyncio.gather(*(self.completions(workspace, task_id) for task_id in open_tasks))
+        found = await together(*(self.completions(workspace, task_id) for task_id in open_tasks))
         return {
             task_id: {c.completion_id: view.settlement_from_completion(c) for c in completions}
             for task_id, completions in zip(open_tasks, found, strict=True)
@@ -215,15 +193,14 @@ class Backend:
     async def tasks(self, workspace: str, task_ids: Sequence[str]) -> list[view.Lifecycle]:
         async def one(task_id: str) -> view.Lifecycle | None:
             try:
-                got = await self.lifecycle.GetTask(
-                    lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
-            except grpc.aio.AioRpcError as error:
-                if error.code() == grpc.StatusCode.NOT_FOUND:
+                got = await self.client.get_task(workspace, task_id)
+            except FunnelError as error:
+                if error.code == grpc.StatusCode.NOT_FOUND:
                     return None
                 raise
             return view.lifecycle_from_task(got.task)
 
-        return [task for task in await asyncio.gather(*(one(t) for t in task_ids)) if task is not None]
+        return [task for task in await together(*(one(t) for t in task_ids)) if task is not None]
 
     def heads(self, workspace: str) -> Heads:
         """Follows the workspace's two event streams in the background (from the
@@ -232,15 +209,17 @@ class Backend:
         if heads is None:
             heads = self._heads[workspace] = Heads()
 
+            # A watch that cannot go on (the viewer token refused) leaves its head where
+            # it is: a cursor below the truth only replays what a page ignores.
             async def follow_lifecycle() -> None:
-                async for kind, item in self.watch_lifecycle(workspace, "", 0):
-                    if kind == "event":
-                        heads.lifecycle = item.sequence
+                with contextlib.suppress(FunnelError):
+                    async for event in self.watch_lifecycle(workspace, "", 0):
+                        heads.lifecycle = event.sequence
 
             async def follow_completion() -> None:
-                async for kind, item in self.watch_completion(workspace, "", 0):
-                    if kind == "event":
-                        heads.completion = item.sequence
+                with contextlib.suppress(FunnelError):
+                    async for event in self.watch_completion(workspace, "", 0):
+                        heads.completion = event.sequence
 
             self._followers += [self._owner.create_task(follow_lifecycle(), name=f"heads-lifecycle-{workspace}"),
                                 self._owner.create_task(follow_completion(), name=f"heads-completion-{workspace}")]
@@ -249,60 +228,54 @@ class Backend:
     # -- one task --------------------------------------------------------
 
     async def task_data(self, workspace: str, task_id: str) -> TaskData:
-        task = await self.lifecycle.GetTask(
-            lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
-        (events, completion_events, completions), (runs, evidence), ((transcript, more), advice) = await asyncio.gather(
-            asyncio.gather(self._lifecycle_events(workspace, task_id), self._completion_events(workspace, task_id),
-                           self.completions(workspace, task_id)),
-            asyncio.gather(self.runs(workspace, task_id), self.evidence(workspace, task_id)),
-            asyncio.gather(self._transcript(workspace, task_id),
-                           self.advice(workspace, view.lifecycle_from_task(task.task))),
+        task = await self.client.get_task(workspace, task_id)
+        (events, completion_events, completions), (runs, evidence), ((transcript, more), advice) = await together(
+            together(self._lifecycle_events(workspace, task_id), self._completion_events(workspace, task_id),
+                     self.completions(workspace, task_id)),
+            together(self.runs(workspace, task_id), self.evidence(workspace, task_id)),
+            together(self._transcript(workspace, task_id), self.advice(workspace, view.lifecycle_from_task(task.task))),
         )
         return TaskData(task, events, completion_events, completions, runs, evidence, transcript, more, advice)
 
     async def _lifecycle_events(self, workspace: str, task_id: str) -> list[lpb.LifecycleEvent]:
-        return await every_page(
-            lambda token: self.lifecycle.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
-                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
-            "events",
-        )
+        return await self.client.list_lifecycle_events(workspace, task_id)
 
     async def _completion_events(self, workspace: str, task_id: str) -> list[cpb.CompletionEvent]:
         events: list[cpb.CompletionEvent] = []
         while True:
-            page = await self.completion.ListCompletionEvents(cpb.ListCompletionEventsRequest(
+            page = await self.client.call(self.client.completion.ListCompletionEvents, cpb.ListCompletionEventsRequest(
                 workspace_id=workspace, task_id=task_id, page_size=1000,
-                after_sequence=events[-1].sequence if events else 0), timeout=CALL_TIMEOUT)
+                after_sequence=events[-1].sequence if events else 0))
             events += page.events
             if not page.has_more:
                 return events
 
     async def completions(self, workspace: str, task_id: str) -> list[cpb.Completion]:
         return await every_page(
-            lambda token: self.completion.ListCompletions(cpb.ListCompletionsRequest(
-                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
+            lambda token: self.client.call(self.client.completion.ListCompletions, cpb.ListCompletionsRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token)),
             "completions",
         )
 
     async def runs(self, workspace: str, task_id: str) -> list[cpb.Run]:
         return await every_page(
-            lambda token: self.completion.ListRuns(cpb.ListRunsRequest(
-                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
+            lambda token: self.client.call(self.client.completion.ListRuns, cpb.ListRunsRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token)),
             "runs",
         )
 
     async def evidence(self, workspace: str, task_id: str) -> list[cpb.Evidence]:
         return await every_page(
-            lambda token: self.completion.ListEvidence(cpb.ListEvidenceRequest(
-                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token), timeout=CALL_TIMEOUT),
+            lambda token: self.client.call(self.client.completion.ListEvidence, cpb.ListEvidenceRequest(
+                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token)),
             "evidence",
         )
 
     async def _transcript(self, workspace: str, task_id: str) -> tuple[list[tpb.SessionEvent], bool]:
         # The first page repairs an interrupted final turn durably: the page then
         # shows the synthetic closers the service wrote, marked as such.
-        page = await self.transcripts.LoadTranscript(tpb.LoadTranscriptRequest(
-            workspace_id=workspace, task_id=task_id, page_size=TRANSCRIPT_LIMIT), timeout=CALL_TIMEOUT)
+        page = await self.client.call(self.client.transcripts.LoadTranscript, tpb.LoadTranscriptRequest(
+            workspace_id=workspace, task_id=task_id, page_size=TRANSCRIPT_LIMIT))
         return list(page.events), bool(page.next_page_token)
 
     async def advice(self, workspace: str, lifecycle: view.Lifecycle) -> tpb.ResolveResumeResponse | None:
@@ -311,38 +284,46 @@ class Backend:
         that grants resuming or a new chat in the workspace."""
         if not self.permitted(workspace) & view.TERMINAL_ACTIONS or lifecycle.state != view.TERMINAL:
             return None
-        return await self.transcripts.ResolveResume(
-            tpb.ResolveResumeRequest(workspace_id=workspace, task_id=lifecycle.task_id), timeout=CALL_TIMEOUT)
+        advice: tpb.ResolveResumeResponse = await self.client.call(
+            self.client.transcripts.ResolveResume,
+            tpb.ResolveResumeRequest(workspace_id=workspace, task_id=lifecycle.task_id))
+        return advice
 
     # -- watches ---------------------------------------------------------
 
-    def watch_lifecycle(self, workspace: str, task_id: str, after: int) -> AsyncIterator[tuple[str, Any]]:
-        return _follow(
-            lambda cursor: self.lifecycle.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(
-                workspace_id=workspace, task_id=task_id, after_sequence=cursor)),
-            after, "lifecycle",
-        )
+    def watch_lifecycle(
+        self, workspace: str, task_id: str, after: int, on_break: BreakHook | None = None
+    ) -> AsyncIterator[lpb.LifecycleEvent]:
+        """Every lifecycle event after `after`, resumed from its cursor while the
+        service is away (WATCHES); `on_break` is told before each resumption.
+        Raises FunnelError once it cannot go on (the viewer token refused)."""
+        return self.client.watch_lifecycle_events(
+            workspace, task_id=task_id, after_sequence=after, retry=WATCHES, on_break=on_break)
 
-    def watch_completion(self, workspace: str, task_id: str, after: int) -> AsyncIterator[tuple[str, Any]]:
-        return _follow(
-            lambda cursor: self.completion.WatchCompletionEvents(cpb.WatchCompletionEventsRequest(
-                workspace_id=workspace, task_id=task_id, after_sequence=cursor)),
-            after, "completion",
-        )
+    def watch_completion(
+        self, workspace: str, task_id: str, after: int, on_break: BreakHook | None = None
+    ) -> AsyncIterator[cpb.CompletionEvent]:
+        """As watch_lifecycle, of the completion service's events."""
+        return self.client.watch_completion_events(
+            workspace, task_id=task_id, after_sequence=after, retry=WATCHES, on_break=on_break)
 
     # -- actions ---------------------------------------------------------
 
-    def _actor(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
-        if self._act is None:
+    def _actor(self) -> FunnelClient:
+        """The client's channels with the action token, read now (a rotated file
+        takes effect at the next click)."""
+        if self.settings.action_token is None:
             raise ActionRefused("this dashboard has no action credential")
-        return self._act
+        return self.client.as_caller(self.settings.action_token())
 
     async def resume(self, workspace: str, task_id: str, generation: int, revision: int, request_id: str) -> int:
         """ResumeWithGeneration into `generation` + 1, guarded by the revision the
         page showed: a click on a stale page cannot act on a state nobody saw."""
-        resumed = await self._actor().ResumeWithGeneration(lpb.ResumeWithGenerationRequest(
-            workspace_id=workspace, task_id=task_id, generation=generation + 1, expected_revision=revision,
-            request_id=request_id, cause=_cause("Resume task")), timeout=CALL_TIMEOUT)
+        actor = self._actor()
+        resumed: lpb.ResumeWithGenerationResponse = await actor.call(
+            actor.lifecycle.ResumeWithGeneration, lpb.ResumeWithGenerationRequest(
+                workspace_id=workspace, task_id=task_id, generation=generation + 1, expected_revision=revision,
+                request_id=request_id, cause=_cause("Resume task")))
         return resumed.task.generation
 
     async def new_chat(self, workspace: str, task_id: str, request_id: str) -> str:
@@ -350,57 +331,17 @@ class Backend:
         comes from the form's request id, so a form sent twice replays one registration
         (a fresh id each time would make the second send REQUEST_ID_REUSED)."""
         new_id = f"{task_id[:100]}-chat-{hashlib.sha256(request_id.encode()).hexdigest()[:8]}"
-        await self._actor().RegisterTask(lpb.RegisterTaskRequest(
-            workspace_id=workspace, task_id=new_id, request_id=request_id,
-            cause=lpb.Cause(source="funnel-ui", reason="New chat", originating_ids={"task_id": task_id})),
-            timeout=CALL_TIMEOUT)
+        await self._actor().register_task(
+            workspace, new_id, request_id=request_id,
+            cause=lpb.Cause(source="funnel-ui", reason="New chat", originating_ids={"task_id": task_id}))
         return new_id
 
     async def cancel(self, workspace: str, task_id: str, generation: int, revision: int, request_id: str) -> None:
-        await self._actor().RequestCancellation(lpb.RequestCancellationRequest(
+        actor = self._actor()
+        await actor.call(actor.lifecycle.RequestCancellation, lpb.RequestCancellationRequest(
             workspace_id=workspace, task_id=task_id, generation=generation, expected_revision=revision,
-            request_id=request_id, cause=_cause("Request cancellation")), timeout=CALL_TIMEOUT)
+            request_id=request_id, cause=_cause("Request cancellation")))
 
 
 def _cause(reason: str) -> lpb.Cause:
     return lpb.Cause(source="funnel-ui", reason=reason)
-
-
-def resumable(error: grpc.aio.AioRpcError) -> bool:
-    """A stopping server (SERVER_SHUTTING_DOWN), a watcher that fell behind
-    (WATCH_OVERFLOW) or a service that is away (UNAVAILABLE): resume from the
-    cursor. Anything else (a credential refused) would fail again."""
-    info = error_info(error)
-    if info is not None and info.reason in ("WATCH_OVERFLOW", "SERVER_SHUTTING_DOWN"):
-        return True
-    return error.code() == grpc.StatusCode.UNAVAILABLE
-
-
-async def _follow(
-    open_stream: Callable[[int], Any], after: int, name: str
-) -> AsyncIterator[tuple[str, Any]]:
-    """("event", e) for every event after `after`, in order, each once, across
-    any number of resumptions; ("notice", text) when the stream breaks or
-    comes back; ("fatal", text) once before giving up."""
-    cursor = after
-    interrupted = False
-    while True:
-        stream = open_stream(cursor)
-        try:
-            async for message in stream:
-                if interrupted:
-                    interrupted = False
-                    yield "notice", ""
-                cursor = message.event.sequence
-                yield "event", message.event
-        except grpc.aio.AioRpcError as error:
-            if not resumable(error):
-                info = error_info(error)
-                yield "fatal", f"{name} events: {error.code().name} {info.reason if info else ''} {error.details()}"
-                return
-            if not interrupted:
-                interrupted = True
-                yield "notice", f"{name} service unavailable; resuming after event #{cursor}"
-        finally:
-            stream.cancel()  # a no-op on a call that already ended
-        await asyncio.sleep(RESUME_DELAY)

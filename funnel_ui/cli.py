@@ -12,12 +12,11 @@ import argparse
 import os
 import socket
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from funnel.auth.hosts import own_names
 from funnel.auth.tls import is_loopback
+from funnel.client import TokenSource, local_tokens, token_file
 from funnel.client import connection as conn
 from funnel.runtime.validation import id_problem
 
@@ -51,27 +50,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     conn.add_arguments(parser)
 
 
-def _from_file(path: str) -> Callable[[], str]:
+def _from_file(path: str) -> TokenSource:
     # Read on every call, so that a rotated token needs no restart.
-    def read() -> str:
-        return Path(path).read_text().strip()
-
+    read = token_file(path)
     read()  # fail now, not on the first click
     return read
 
 
-def _local_viewer(data_dir: Path) -> Callable[[], str]:
-    """A `*:viewer` token from the local signing key, signed again before it expires."""
-    token_until: list[tuple[str, float]] = []
-
-    def token() -> str:
-        if not token_until or time.monotonic() >= token_until[0][1]:
-            token_until[:] = [(conn.local_token(data_dir, "funnel-ui", ["*:viewer"], VIEWER_TTL),
-                               time.monotonic() + VIEWER_TTL / 2)]
-        return token_until[0][0]
-
-    token()
-    return token
+def _local_viewer(data_dir: Path) -> TokenSource:
+    """`*:viewer` tokens from the local signing key, each signed again before it expires."""
+    try:
+        return local_tokens(data_dir, "funnel-ui", ["*:viewer"], VIEWER_TTL)
+    except OSError:
+        raise conn.ConnectionSetupError(f"no token given and no local signing key in {data_dir / 'tls'} "
+                                        "(start `funnel up` there, or pass --token)") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from funnel_ui.app import Context, create_app
     from funnel_ui.backend import Settings
 
-    settings = Settings(args.lifecycle, args.completion, connection, viewer, action)
+    settings = Settings(args.lifecycle, args.completion, connection.tls, viewer, action)
     allowed_hosts = tuple(dict.fromkeys([*own_names(host), *args.allowed_host]))
     if not args.long_run_minutes > 0:
         return refuse("--long-run-minutes must be positive")

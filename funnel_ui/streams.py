@@ -15,17 +15,19 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import grpc
 from sse_starlette import ServerSentEvent
 
+from funnel.client import BreakHook, FunnelError
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel_ui import render, view
+from funnel_ui.together import together
 
 if TYPE_CHECKING:
     from funnel_ui.app import Context
@@ -48,9 +50,26 @@ SETTLEMENT_KINDS = (cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED, cpb.COMPLETI
 
 
 async def _pump(queue: asyncio.Queue[tuple[str, str, Any]], source: str,
-                events: AsyncIterator[tuple[str, Any]]) -> None:
-    async for kind, item in events:
-        await queue.put((source, kind, item))
+                watch: Callable[[BreakHook], AsyncIterator[Any]]) -> None:
+    """Puts ("event", e) on the queue for every event of `watch`; ("notice", text)
+    when its stream breaks (once until it delivers again, then an empty one), and
+    once before it gives up."""
+    broken = False
+
+    async def on_break(error: FunnelError, after: int) -> None:
+        nonlocal broken
+        if not broken:
+            broken = True
+            await queue.put((source, "notice", f"{source} service unavailable; resuming after event #{after}"))
+
+    try:
+        async for event in watch(on_break):
+            if broken:
+                broken = False
+                await queue.put((source, "notice", ""))
+            await queue.put((source, "event", event))
+    except FunnelError as error:
+        await queue.put((source, "notice", f"{source} events: {error.code.name} {error.reason} {error.message}"))
 
 
 async def _batch(queue: asyncio.Queue[tuple[str, str, Any]], window: float,
@@ -97,10 +116,10 @@ class Stream(abc.ABC):
         yield self.message(cursor, await self.start(), first=True)
         queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue(QUEUE_SIZE)
         async with asyncio.TaskGroup() as owner:
-            owner.create_task(_pump(queue, "lifecycle", self.backend.watch_lifecycle(
-                self.workspace, self.task_filter, cursor.lifecycle)))
-            owner.create_task(_pump(queue, "completion", self.backend.watch_completion(
-                self.workspace, self.task_filter, cursor.completion)))
+            owner.create_task(_pump(queue, "lifecycle", functools.partial(
+                self.backend.watch_lifecycle, self.workspace, self.task_filter, cursor.lifecycle)))
+            owner.create_task(_pump(queue, "completion", functools.partial(
+                self.backend.watch_completion, self.workspace, self.task_filter, cursor.completion)))
             while True:
                 ops: list[Op] = []
                 noticed = False
@@ -143,7 +162,7 @@ class Stream(abc.ABC):
 async def _read(what: Callable[[], Awaitable[Any]]) -> Any:
     """A read for a fragment, or None when the service did not answer (the
     fragment stays stale and is read again later)."""
-    with contextlib.suppress(grpc.aio.AioRpcError):
+    with contextlib.suppress(FunnelError):
         return await what()
     return None
 
@@ -168,7 +187,7 @@ class TaskStream(Stream):
         # A fresh read: after a reconnect the page must not wait for the next event.
         try:
             (self.lifecycle,) = await self.backend.tasks(self.workspace, [self.task_filter]) or (None,)
-        except grpc.aio.AioRpcError:
+        except FunnelError:
             self.lifecycle = None  # the lifecycle service is away; its events will bring the state
         self.stale = {"completions", "runs", "evidence", "advice", "head"}
         return await self.flush(time.time())
@@ -205,7 +224,7 @@ class TaskStream(Stream):
             lifecycle = self.lifecycle
             reads["advice"] = lambda: backend.advice(ws, lifecycle)
         wanted = [name for name in reads if name in self.stale]
-        got = dict(zip(wanted, await asyncio.gather(*(_read(reads[name]) for name in wanted)), strict=True))
+        got = dict(zip(wanted, await together(*(_read(reads[name]) for name in wanted)), strict=True))
         failed = False
         ops: list[Op] = []
         for name, value in got.items():
@@ -267,7 +286,7 @@ class ListStream(Stream):
         try:
             tasks = await self.backend.tasks(self.workspace, self.followed)
             self.settlements = await self.backend.settlements(self.workspace, tasks)
-        except grpc.aio.AioRpcError:
+        except FunnelError:
             return []  # the events will bring the rows up to date
         self.rows = {task.task_id: task for task in tasks}
         return [self._row(task_id) for task_id in self.rows]

@@ -9,12 +9,13 @@ Modules: client (FunnelClient, the story's calls), credentials (TLS material and
 token sources), retry (what is retried, how long it waits), errors (FunnelError); connection
 (the flags, environment and data directory a command reaches the services with)."""
 
-from funnel.client.client import FunnelClient, new_request_id
+from funnel.client.client import BreakHook, FunnelClient, new_request_id
 from funnel.client.credentials import Tls, TokenSource, local_tokens, token_file
 from funnel.client.errors import FunnelError
 from funnel.client.retry import RetryPolicy
 
 __all__ = [
+    "BreakHook",
     "FunnelClient",
     "FunnelError",
     "RetryPolicy",

@@ -18,7 +18,7 @@ import asyncio
 import copy
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,6 +45,10 @@ DEFAULT_TIMEOUT = 10.0
 # without trying to connect again. Reconnecting within a second lets a retry
 # reach a service that came back.
 _CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000)]
+
+
+BreakHook = Callable[[FunnelError, int], Awaitable[None]]
+"""Awaited by a watch before it reopens a stream: the failure, and the sequence it resumes after."""
 
 
 def new_request_id() -> str:
@@ -196,19 +200,28 @@ class FunnelClient:
                 return events
 
     def watch_lifecycle_events(
-        self, workspace_id: str, *, task_id: str = "", after_sequence: int = 0
+        self,
+        workspace_id: str,
+        *,
+        task_id: str = "",
+        after_sequence: int = 0,
+        retry: RetryPolicy | None = None,
+        on_break: BreakHook | None = None,
     ) -> AsyncIterator[lpb.LifecycleEvent]:
         """The workspace's (or one task's) lifecycle events after `after_sequence`:
         the backlog, then live ones as they commit, without end. A stream broken
-        by UNAVAILABLE (a stopping server, a lost connection) is opened again
-        after the last event delivered, within the retry policy, so none is
-        missed or repeated. Raises FunnelError when it cannot go on."""
+        by UNAVAILABLE (a stopping server, a lost connection), or ended by
+        WATCH_OVERFLOW (the reader fell behind), is opened again after the last
+        event delivered, within `retry` (else the client's policy), so none is
+        missed or repeated; `on_break(error, after)` is awaited before each such
+        reopening, e.g. to tell a reader that events are late. Raises FunnelError
+        when it cannot go on."""
         return self._watch(
             lambda after: self.lifecycle.WatchLifecycleEvents(
                 lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
                 metadata=self._metadata,
             ),
-            after_sequence,
+            after_sequence, retry or self.retry, on_break,
         )
 
     # -- the agent's and host's completion calls ------------------------------
@@ -319,7 +332,13 @@ class FunnelClient:
         return response
 
     def watch_completion_events(
-        self, workspace_id: str, *, task_id: str = "", after_sequence: int = 0
+        self,
+        workspace_id: str,
+        *,
+        task_id: str = "",
+        after_sequence: int = 0,
+        retry: RetryPolicy | None = None,
+        on_break: BreakHook | None = None,
     ) -> AsyncIterator[cpb.CompletionEvent]:
         """The workspace's (or one task's) completion events (decisions,
         settlements, closed runs) after `after_sequence`, backlog then live, resumed
@@ -329,10 +348,12 @@ class FunnelClient:
                 cpb.WatchCompletionEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
                 metadata=self._metadata,
             ),
-            after_sequence,
+            after_sequence, retry or self.retry, on_break,
         )
 
-    async def _watch(self, open_stream: Callable[[int], Any], after: int) -> AsyncIterator[Any]:
+    async def _watch(
+        self, open_stream: Callable[[int], Any], after: int, policy: RetryPolicy, on_break: BreakHook | None
+    ) -> AsyncIterator[Any]:
         clock = asyncio.get_running_loop().time
         started = clock()
         retry = 0
@@ -348,11 +369,17 @@ class FunnelClient:
             except grpc.aio.AioRpcError as failed:
                 error = FunnelError.from_rpc_error(failed)
                 retry += 1
-                wait = self.retry.delay(error, retry, clock() - started)
+                # A watch ended for falling behind lost nothing either: the service
+                # asks for a resumption from the cursor, whatever codes the policy retries.
+                overflowed = error.reason == "WATCH_OVERFLOW"
+                elapsed = clock() - started
+                wait = policy.backoff(retry, elapsed) if overflowed else policy.delay(error, retry, elapsed)
                 if wait is None:
                     raise error from failed
             finally:
                 stream.cancel()  # a no-op on a call that ended; ends it when the caller stopped reading
+            if on_break is not None:
+                await on_break(error, after)
             await asyncio.sleep(wait)
 
 

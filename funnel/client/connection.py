@@ -61,8 +61,12 @@ class Connection:
     ) -> FunnelClient:
         """A funnel.client for both services with this TLS material and token;
         `timeout` and `retry` as for FunnelClient."""
-        tls = None if self.insecure else Tls(self.ca, self.cert, self.key)
-        return FunnelClient(lifecycle, completion, tls=tls, token=self.token, timeout=timeout, retry=retry)
+        return FunnelClient(lifecycle, completion, tls=self.tls, token=self.token, timeout=timeout, retry=retry)
+
+    @property
+    def tls(self) -> Tls | None:
+        """The TLS material as FunnelClient takes it (None: plaintext)."""
+        return None if self.insecure else Tls(self.ca, self.cert, self.key)
 
     def with_token(self, token: str | None) -> Connection:
         return Connection(token, self.ca, self.cert, self.key, self.insecure)

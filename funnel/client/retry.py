@@ -54,17 +54,24 @@ class RetryPolicy:
     def delay(self, error: FunnelError, retry: int, elapsed: float = 0.0) -> float | None:
         """Seconds to wait before retry number `retry` (1 for the first) after
         `error`, `elapsed` seconds after the first call, or None when `error` is final."""
-        if self.attempts is not None and retry >= self.attempts:
-            return None
         if error.code in self.retried:
-            # The exponent is capped: with only a window, `retry` has no bound of its own.
-            backoff = min(self.initial_backoff * 2 ** min(retry - 1, 32), self.max_backoff)
-            wait = random.uniform(backoff / 2, backoff)
-        elif error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.retry_after is not None:
+            return self.backoff(retry, elapsed)
+        if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.retry_after is not None:
             if error.retry_after > self.max_retry_delay:
                 return None
-            wait = error.retry_after
-        else:
+            return self._within(error.retry_after, retry, elapsed)
+        return None
+
+    def backoff(self, retry: int, elapsed: float = 0.0) -> float | None:
+        """The wait before retry number `retry` after a failure retried whatever
+        its code (a watch's WATCH_OVERFLOW), or None once the attempts or the
+        window are spent."""
+        # The exponent is capped: with only a window, `retry` has no bound of its own.
+        backoff = min(self.initial_backoff * 2 ** min(retry - 1, 32), self.max_backoff)
+        return self._within(random.uniform(backoff / 2, backoff), retry, elapsed)
+
+    def _within(self, wait: float, retry: int, elapsed: float) -> float | None:
+        if self.attempts is not None and retry >= self.attempts:
             return None
         if self.window is not None and elapsed + wait > self.window:
             return None

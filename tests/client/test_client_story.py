@@ -1,8 +1,9 @@
 """The Python client (`funnel.client`) against both services as real processes
 (tests/reliability/harness.py, over TLS with the test PKI): the story to
 COMPLETED as a host and an agent, a retry that reuses its request id, a
-refusal as FunnelError, a client built from a `funnel up` data directory, and
-per-caller tokens on one client's channels (`as_caller`, as `funnel mcp` uses it)."""
+refusal as FunnelError, a client built from a `funnel up` data directory,
+per-caller tokens on one client's channels (`as_caller`, as `funnel mcp` uses it),
+and watches that resume after a restart or an overflow (as `funnel ui` follows them)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from funnel.client import FunnelClient, FunnelError, RetryPolicy, Tls
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from lifecycle_service.requests import MAX_CAUSE_REASON_LENGTH
 from tests import credentials
 from tests.reliability.harness import Pair
 
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 WS = "client-ws"
 AGENT = "agent-py"
 BOUND = 30.0
+COMMITS = 200
 
 
 def client(pair: Pair, token: str | None, **options) -> FunnelClient:
@@ -231,11 +234,22 @@ async def test_a_watch_resumes_after_its_service_restarts_without_a_gap_or_a_rep
         task_id = fresh_task()
         async with client(restarting, host_token(), retry=patient) as host:
             await host.register_task(WS, task_id)
-            events = host.watch_lifecycle_events(WS, task_id=task_id)
+            breaks: list[tuple[str, int]] = []
+
+            async def broke(error: FunnelError, after: int) -> None:
+                breaks.append((error.reason, after))
+
+            events = host.watch_lifecycle_events(WS, task_id=task_id, on_break=broke)
             first = await asyncio.wait_for(anext(events), BOUND)
             assert first.to_state == lpb.GENERATION_STATE_REGISTERED
+            # A watch with a policy of its own: it gives up at the first break.
+            impatient = host.watch_lifecycle_events(WS, task_id=task_id, retry=RetryPolicy(attempts=1))
+            assert (await asyncio.wait_for(anext(impatient), BOUND)).sequence == first.sequence
             # SIGTERM ends the stream with SERVER_SHUTTING_DOWN (UNAVAILABLE); then the service comes back.
             restarting.lifecycle.stop()
+            with pytest.raises(FunnelError) as ended:
+                await asyncio.wait_for(anext(impatient), BOUND)
+            assert (ended.value.code, ended.value.reason) == (grpc.StatusCode.UNAVAILABLE, "SERVER_SHUTTING_DOWN")
             restarting.lifecycle.start()
             claim = await host.claim_task(WS, task_id, "agent-1")
             run = claim.run
@@ -250,3 +264,33 @@ async def test_a_watch_resumes_after_its_service_restarts_without_a_gap_or_a_rep
     finally:
         await restarting.stop()
     assert [e.sequence for e in seen] == [e.sequence for e in history]
+    # Told before each reopening, after the one event delivered before the stop.
+    assert breaks and breaks[0] == ("SERVER_SHUTTING_DOWN", first.sequence), breaks
+
+
+async def test_a_watch_that_fell_behind_its_buffer_resumes_without_a_gap_or_a_repeat(tmp_path):
+    # Its own pair: a lifecycle service that buffers only a few events per watcher.
+    small = await Pair(tmp_path, lifecycle_args=["--watch-buffer", "4"]).start()
+    breaks: list[tuple[str, int]] = []
+
+    async def broke(error: FunnelError, after: int) -> None:
+        breaks.append((error.reason, after))
+
+    try:
+        async with client(small, host_token()) as host:
+            first = await host.register_task(WS, fresh_task())
+            events = host.watch_lifecycle_events(WS, after_sequence=first.event.sequence - 1, on_break=broke)
+            assert (await asyncio.wait_for(anext(events), BOUND)).sequence == first.event.sequence
+            # The watcher reads nothing while the commits go on, more than the
+            # connection and the service's buffer hold: the service ends its stream.
+            cause = lpb.Cause(source="test", reason="x" * MAX_CAUSE_REASON_LENGTH)
+            for _ in range(COMMITS // 25):
+                await asyncio.gather(*(host.register_task(WS, fresh_task(), cause=cause) for _ in range(25)))
+            seen = [first.event.sequence]
+            while len(seen) < COMMITS + 1:
+                seen.append((await asyncio.wait_for(anext(events), BOUND)).sequence)
+            await events.aclose()
+    finally:
+        await small.stop()
+    assert seen == list(range(first.event.sequence, first.event.sequence + COMMITS + 1))
+    assert breaks and all(reason == "WATCH_OVERFLOW" for reason, _ in breaks), breaks

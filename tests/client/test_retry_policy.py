@@ -55,3 +55,11 @@ def test_a_window_ends_the_retries_whose_wait_would_start_after_it():
 def test_a_policy_without_attempts_needs_a_window():
     with pytest.raises(ValueError):
         RetryPolicy(attempts=None)
+
+
+def test_a_backoff_retries_whatever_the_code_within_the_attempts_and_the_window():
+    policy = RetryPolicy(attempts=3, initial_backoff=0.2, max_backoff=0.4, window=10.0)
+    assert 0.1 <= policy.backoff(1) <= 0.2
+    assert 0.2 <= policy.backoff(2, elapsed=5.0) <= 0.4
+    assert policy.backoff(3) is None
+    assert policy.backoff(1, elapsed=9.9) is None
