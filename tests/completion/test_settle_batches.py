@@ -67,6 +67,13 @@ async def settle_all(line: SettleBatches, *names: str, workspace: str = "ws") ->
     return tasks
 
 
+async def queued_behind_a_call(lifecycle: Lifecycle, line: SettleBatches, *names: str):
+    """c1's call in flight and `names` queued behind it: (c1's task, theirs)."""
+    [first] = await settle_all(line, "c1")
+    await lifecycle.wait_calls(1)
+    return first, await settle_all(line, *names)
+
+
 async def test_a_settlement_alone_is_sent_at_once_by_itself():
     lifecycle = Lifecycle()
     line = batches(lifecycle)
@@ -80,9 +87,7 @@ async def test_a_settlement_alone_is_sent_at_once_by_itself():
 async def test_those_that_come_while_a_call_is_in_flight_go_together_in_the_next():
     lifecycle = Lifecycle()
     line = batches(lifecycle)
-    [first] = await settle_all(line, "c1")
-    await lifecycle.wait_calls(1)
-    rest = await settle_all(line, "c2", "c3", "c4")
+    first, rest = await queued_behind_a_call(lifecycle, line, "c2", "c3", "c4")
     assert lifecycle.calls == [["c1"]]  # they wait for the call in flight
     lifecycle.answer(0)
     await lifecycle.wait_calls(2)
@@ -96,9 +101,7 @@ async def test_each_caller_gets_its_own_items_answer():
     lifecycle = Lifecycle()
     lifecycle.refused = {"c3"}
     line = batches(lifecycle)
-    [first] = await settle_all(line, "c1")
-    await lifecycle.wait_calls(1)
-    c2, c3 = await settle_all(line, "c2", "c3")
+    first, (c2, c3) = await queued_behind_a_call(lifecycle, line, "c2", "c3")
     lifecycle.answer(0)
     await lifecycle.wait_calls(2)
     lifecycle.answer(1)
@@ -111,9 +114,7 @@ async def test_each_caller_gets_its_own_items_answer():
 async def test_a_call_without_an_answer_fails_every_settlement_it_carried_and_the_next_call_goes_on():
     lifecycle = Lifecycle()
     line = batches(lifecycle)
-    [first] = await settle_all(line, "c1")
-    await lifecycle.wait_calls(1)
-    c2, c3 = await settle_all(line, "c2", "c3")
+    first, (c2, c3) = await queued_behind_a_call(lifecycle, line, "c2", "c3")
     lifecycle.answer(0)
     await first
     await lifecycle.wait_calls(2)
@@ -132,9 +133,7 @@ async def test_a_call_without_an_answer_fails_every_settlement_it_carried_and_th
 async def test_a_caller_cancelled_while_waiting_is_not_sent():
     lifecycle = Lifecycle()
     line = batches(lifecycle)
-    [first] = await settle_all(line, "c1")
-    await lifecycle.wait_calls(1)
-    c2, c3 = await settle_all(line, "c2", "c3")
+    first, (c2, c3) = await queued_behind_a_call(lifecycle, line, "c2", "c3")
     c2.cancel()
     await asyncio.sleep(0)
     lifecycle.answer(0)
@@ -147,9 +146,7 @@ async def test_a_caller_cancelled_while_waiting_is_not_sent():
 async def test_a_sender_cancelled_in_its_call_answers_its_batch_unavailable_and_the_next_in_line_sends():
     lifecycle = Lifecycle()
     line = batches(lifecycle)
-    [first] = await settle_all(line, "c1")
-    await lifecycle.wait_calls(1)
-    c2, c3 = await settle_all(line, "c2", "c3")
+    first, (c2, c3) = await queued_behind_a_call(lifecycle, line, "c2", "c3")
     lifecycle.answer(0)
     await first
     await lifecycle.wait_calls(2)  # c2 sends c2 and c3
@@ -168,9 +165,7 @@ async def test_a_sender_cancelled_in_its_call_answers_its_batch_unavailable_and_
 async def test_a_caller_cancelled_just_as_its_turn_came_hands_the_turn_on():
     lifecycle = Lifecycle()
     line = batches(lifecycle, max_items=1)  # one item a call: c2's turn comes, then c3's
-    [first] = await settle_all(line, "c1")
-    await lifecycle.wait_calls(1)
-    c2, c3 = await settle_all(line, "c2", "c3")
+    first, (c2, c3) = await queued_behind_a_call(lifecycle, line, "c2", "c3")
     lifecycle.answer(0)
     await asyncio.sleep(0)  # c1 runs once: its call answered, it gives the turn to c2 ...
     c2.cancel()  # ... which is cancelled before it runs again
@@ -186,9 +181,7 @@ async def test_a_caller_cancelled_just_as_its_turn_came_hands_the_turn_on():
 async def test_a_call_carries_at_most_max_items():
     lifecycle = Lifecycle()
     line = batches(lifecycle, max_items=2)
-    [first] = await settle_all(line, "c1")
-    await lifecycle.wait_calls(1)
-    rest = await settle_all(line, "c2", "c3", "c4")
+    first, rest = await queued_behind_a_call(lifecycle, line, "c2", "c3", "c4")
     for n in range(3):
         lifecycle.answer(n)
         if n < 2:

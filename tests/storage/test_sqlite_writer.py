@@ -7,9 +7,11 @@ the writer or the event loop ends, every write given to it is answered."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -128,6 +130,26 @@ async def test_a_steady_stream_of_writes_does_not_starve_other_work_on_the_conne
 QUEUED = 2 * PIPELINE_GROUPS * MAX_GROUP
 
 
+@contextlib.contextmanager
+def released_at_the_end(release: threading.Event) -> Iterator[None]:
+    """However the test ends, the database thread is let go (it is not a daemon)."""
+    try:
+        yield
+    finally:
+        release.set()
+
+
+@contextlib.contextmanager
+def thread_failures() -> Iterator[list[threading.ExceptHookArgs]]:
+    """The exceptions that end threads meanwhile (a database thread that dies), caught."""
+    failures: list[threading.ExceptHookArgs] = []
+    previous, threading.excepthook = threading.excepthook, failures.append
+    try:
+        yield failures
+    finally:
+        threading.excepthook = previous
+
+
 def blocker() -> tuple[threading.Event, threading.Event, object]:
     """A write that holds the database thread until released: (running, release, fn)."""
     running, release = threading.Event(), threading.Event()
@@ -204,10 +226,8 @@ def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path
     shared by every later operation on the connection) must survive posting it.
     A full suite under load met the `run` case: a thread ended by "Event loop is
     closed", reported in whichever test ran next."""
-    failures: list[threading.ExceptHookArgs] = []
-    previous, threading.excepthook = threading.excepthook, failures.append
     running, release, held = blocker()
-    try:
+    with thread_failures() as failures, released_at_the_end(release):
         loop = asyncio.new_event_loop()
         database = loop.run_until_complete(open_scratch(tmp_path))
         # A write's group, or any other operation on the thread (a read, a probe).
@@ -226,9 +246,6 @@ def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path
         fresh.close()
         thread.join(10)
         assert not thread.is_alive() and failures == []
-    finally:
-        release.set()
-        threading.excepthook = previous
 
 
 @pytest.mark.parametrize("cancels", [1, 2])
@@ -237,10 +254,8 @@ def test_a_close_cancelled_meanwhile_waits_for_the_database_threads_answers(tmp_
     whose task stopped waiting let the loop close first, and the thread died posting
     to it. A loaded run met it in an integrity check cancelled twice while it closed
     its connection; the close now ends only once the thread has answered."""
-    failures: list[threading.ExceptHookArgs] = []
-    previous, threading.excepthook = threading.excepthook, failures.append
     running, release, held = blocker()
-    try:
+    with thread_failures() as failures, released_at_the_end(release):
         loop = asyncio.new_event_loop()
         database = loop.run_until_complete(open_scratch(tmp_path))
         connection = database._connection
@@ -259,6 +274,3 @@ def test_a_close_cancelled_meanwhile_waits_for_the_database_threads_answers(tmp_
         loop.close()
         connection._thread.join(10)
         assert not connection._thread.is_alive() and failures == []
-    finally:
-        release.set()
-        threading.excepthook = previous
