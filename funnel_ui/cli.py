@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from funnel.runtime.http import uvicorn_config
+    from funnel_ui import grants
     from funnel_ui.app import Context, create_app
     from funnel_ui.backend import Settings
 
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     sock.listen(128)
     bound_host, bound_port = sock.getsockname()[:2]
     where = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
-    mode = "actions enabled" if action is not None else "read only"
+    mode = grants.start_mode(action() if action is not None else None)
     print(f"funnel ui serving on http://{where}:{bound_port} ({mode})", flush=True)
     config = uvicorn_config(app, log_level="warning", loop="asyncio", lifespan="on", timeout_graceful_shutdown=1)
     uvicorn.Server(config).run(sockets=[sock])

@@ -14,7 +14,7 @@ import functools
 
 import jwt
 
-from funnel.auth.principal import Principal, parse_permissions
+from funnel.auth.principal import ALL_WORKSPACES, Principal, parse_permissions
 from funnel.auth.table import LIFECYCLE, RESUME, Granted, authorize
 from funnel.runtime.validation import id_problem
 
@@ -50,3 +50,17 @@ def permitted(token: str | None, workspace: str) -> frozenset[str]:
         return NONE
     return frozenset(name for name, method in METHODS.items()
                      if isinstance(authorize(caller, method, workspace), Granted))
+
+
+def start_mode(token: str | None) -> str:
+    """What `funnel ui` says it may do when it starts: where its action token's
+    grants admit an action, as the buttons will show."""
+    if token is None:
+        return "read only"
+    caller = principal(token)
+    acting = sorted(w for w in (caller.grants if caller else ()) if permitted(token, w))
+    if not acting:
+        return "read only: the action token grants no action"
+    if ALL_WORKSPACES in acting:
+        return "actions in every workspace"
+    return "actions in " + ", ".join(acting)

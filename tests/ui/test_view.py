@@ -351,3 +351,15 @@ def test_of_the_rejections_each_tasks_latest_counts_unless_a_later_completion_is
     kept = view.latest_rejections(rejected, pending, limit=10)
     assert [c.completion_id for c in kept] == ["b-1", "a-2", "d-1"]  # commit order
     assert [c.completion_id for c in view.latest_rejections(rejected, pending, limit=2)] == ["a-2", "d-1"]
+
+
+@pytest.mark.parametrize(("permissions", "said"), [
+    (["demo:host"], "actions in demo"),
+    (["demo:host", "acme:operator", "zeta:viewer"], "actions in acme, demo"),
+    (["*:operator"], "actions in every workspace"),
+    (["demo:viewer"], "read only: the action token grants no action"),
+])
+def test_the_start_line_says_where_the_action_token_acts(permissions, said):
+    assert grants.start_mode(SIGNER.issue("ui-action", permissions, 600)) == said
+    assert grants.start_mode(None) == "read only"
+    assert grants.start_mode("not-a-jwt") == "read only: the action token grants no action"
