@@ -113,29 +113,32 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         Watcher("completion-watcher", network, completion, "WatchCompletionEvents",
                 cpb.WatchCompletionEventsRequest),
     ]
-    following = [asyncio.create_task(watcher.follow()) for watcher in watchers]
 
     async def play(actor: Host | Agent) -> None:
         for step in workload.of(actor.name):
             await actor.step(step, tree)
             await asyncio.sleep(chaos_rng.uniform(0, 0.3))
 
-    playing = asyncio.gather(*(play(actor) for actor in actors))
-    chaos = asyncio.create_task(_chaos(chaos_rng, network, lifecycle, completion, config.chaos_interval))
-    supervisor = asyncio.create_task(_supervise(chaos_rng, (lifecycle, completion)))
-    await playing
-    chaos.cancel()
-    supervisor.cancel()
-    lifecycle_chaos.calm()
-    completion_chaos.calm()
-    network.faults = LinkFaults(config.latency)
-    network.heal()
-    for node in (lifecycle, completion):
-        if not node.up:
-            node.start()
-    await asyncio.sleep(DRAIN_SECONDS)
-    for task in following:
-        task.cancel()
+    # One owner for the watchers, the chaos and the supervisor: cancelled, each is
+    # awaited, and one that fails ends the run with its error instead of dying unseen.
+    async with asyncio.TaskGroup() as group:
+        following = [group.create_task(watcher.follow()) for watcher in watchers]
+        playing = asyncio.gather(*(play(actor) for actor in actors))
+        chaos = group.create_task(_chaos(chaos_rng, network, lifecycle, completion, config.chaos_interval))
+        supervisor = group.create_task(_supervise(chaos_rng, (lifecycle, completion)))
+        await playing
+        chaos.cancel()
+        supervisor.cancel()
+        lifecycle_chaos.calm()
+        completion_chaos.calm()
+        network.faults = LinkFaults(config.latency)
+        network.heal()
+        for node in (lifecycle, completion):
+            if not node.up:
+                node.start()
+        await asyncio.sleep(DRAIN_SECONDS)
+        for task in following:
+            task.cancel()
     evidence = Evidence(
         history=history,
         lifecycle=lifecycle.durable,
