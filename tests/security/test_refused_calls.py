@@ -216,6 +216,14 @@ CASES = [
             lambda w: lpb.SettleCompletionRequest(workspace_id=WS, task_id="held", generation=2,
                                                   completion_id="cmp-x", authoritative_time=now()),
             P, "FUTURE_GENERATION"),
+    # A batch whose own fields are wrong applies none of its items, not even a valid one.
+    Refusal("an item of another workspace", "completion-service", "SettleCompletions",
+            lambda w: lpb.SettleCompletionsRequest(workspace_id=WS, items=[
+                lpb.SettleCompletionRequest(workspace_id=WS, task_id="held", generation=1,
+                                            completion_id="cmp-x", authoritative_time=now()),
+                lpb.SettleCompletionRequest(workspace_id="ws-2", task_id="held", generation=1,
+                                            completion_id="cmp-y", authoritative_time=now())]),
+            Code.INVALID_ARGUMENT, "FIELD_MALFORMED"),
     Refusal("fenced", "completion-service", "SettleFailure", _lc("SettleFailure", task_id="fenced", generation=1),
             P, "CANCELLATION_FENCED"),
     Refusal("terminal", "completion-service", "SettleFailure", _lc("SettleFailure", task_id="done", generation=1),
