@@ -12,8 +12,15 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Annotations only: at run time this module imports the project's packages inside the functions that use them.
+    from funnel.auth.tokens import SigningKey
+    from funnel_cli.supervisor import ServiceProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -169,7 +176,7 @@ class Credentials:
         self.ca = self.pki.ca.read_bytes()
         self.client_cert = self.pki.cert("client").read_bytes()
         self.client_key = self.pki.key("client").read_bytes()
-        self._signing = None
+        self._signing: SigningKey | None = None
 
     def token(self, subject: str, permissions: list[str], ttl: float = TOKEN_TTL_S) -> str:
         if self._signing is None:
@@ -232,8 +239,8 @@ def completion_arguments(pki) -> list[str]:
 
 @dataclass
 class Services:
-    lifecycle: object  # funnel_cli.supervisor.ServiceProcess
-    completion: object
+    lifecycle: ServiceProcess
+    completion: ServiceProcess
     lifecycle_startup_s: float
     completion_startup_s: float
     tls_dir: str = ""  # the local PKI the services trust (bench.common.Credentials)
@@ -258,7 +265,7 @@ def write_policy(data_dir: Path) -> Path:
 
 
 def start_services(
-    data_dir: Path, extra_lifecycle: list[str] = (), extra_completion: list[str] = (), pki=None,
+    data_dir: Path, extra_lifecycle: Sequence[str] = (), extra_completion: Sequence[str] = (), pki=None,
     database_url: str | None = None,
 ) -> Services:
     """Starts lifecycle_service and completion_service as processes on file SQLite
@@ -371,7 +378,7 @@ def embedded_postgres(directory: Path) -> str:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP DATABASE IF EXISTS bench")
         conn.execute("CREATE DATABASE bench")
-        settings = dict(conn.execute(
+        settings: dict[str, str] = dict(conn.execute(
             "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')").fetchall())
     assert settings == {"fsync": "on", "synchronous_commit": "on"}, settings
     return url.replace("/postgres?", "/bench?", 1)
