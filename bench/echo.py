@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import signal
 import struct
+from collections.abc import Sequence
 
 import grpc
 
@@ -51,7 +52,7 @@ def padding(size: int) -> bytes:
     return data
 
 
-def encode_request(size: int, response_size: int, hops: list[tuple[int, int]] = ()) -> bytes:
+def encode_request(size: int, response_size: int, hops: Sequence[tuple[int, int]] = ()) -> bytes:
     """A request of exactly max(size, header) bytes."""
     header = _HEADER.pack(len(hops), response_size) + b"".join(_HOP.pack(a, b) for a, b in hops)
     return header + padding(max(0, size - len(header)))
@@ -101,8 +102,10 @@ async def serve(listen: str, back: str | None, tls: argparse.Namespace) -> None:
     )
     server.add_generic_rpc_handlers((handler,))
     if tls.cert:
+        key, cert = _read(tls.key), _read(tls.cert)
+        assert key is not None and cert is not None, "main() takes --cert only with --key"
         credentials = grpc.ssl_server_credentials(
-            [(_read(tls.key), _read(tls.cert))],
+            [(key, cert)],
             root_certificates=_read(tls.client_ca),
             require_client_auth=tls.client_ca is not None,
         )
