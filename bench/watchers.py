@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TypedDict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,6 +70,22 @@ def log(text: str) -> None:
 
 def task_name(i: int) -> str:
     return f"w-{i:05d}"
+
+
+class WatcherReport(TypedDict):
+    """What a watcher process prints on its RESULT line (as JSON) for the driver."""
+
+    streams: int
+    complete: int
+    missing: int
+    duplicates: int
+    foreign: int
+    out_of_order: int
+    errors: int
+    error_samples: list[str]
+    lags_filtered: list[float]
+    lags_unfiltered: list[float]
+    incomplete_samples: list[dict[str, object]]
 
 
 # -- a watcher process ----------------------------------------------------------------
@@ -135,9 +152,11 @@ async def watcher_main(config: dict) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     await channel.close()
 
-    report = {"streams": len(streams), "complete": 0, "missing": 0, "duplicates": 0, "foreign": 0,
-              "out_of_order": 0, "errors": 0, "error_samples": [], "lags_filtered": [], "lags_unfiltered": [],
-              "incomplete_samples": []}
+    report: WatcherReport = {
+        "streams": len(streams), "complete": 0, "missing": 0, "duplicates": 0, "foreign": 0,
+        "out_of_order": 0, "errors": 0, "error_samples": [], "lags_filtered": [], "lags_unfiltered": [],
+        "incomplete_samples": [],
+    }
     for stream in streams:
         got = [s for s, _ in stream["received"]]
         wanted = want(stream)
@@ -161,8 +180,8 @@ async def watcher_main(config: dict) -> None:
                 {"task": stream["task"], "wanted": len(wanted), "got": len(got), "missing": missing,
                  "duplicates": duplicates, "foreign": foreign}
             )
-        key = "lags_unfiltered" if stream["task"] is None else "lags_filtered"
-        report[key] += stream["lags"]
+        lags = report["lags_unfiltered"] if stream["task"] is None else report["lags_filtered"]
+        lags.extend(stream["lags"])
     report["error_samples"] = report["error_samples"][:5]
     print("RESULT " + json.dumps(report), flush=True)
 
@@ -196,13 +215,14 @@ async def drive(stub, tasks: int, rate: float, seconds: float, metadata) -> dict
     committed: list[tuple[int, str]] = []
     latencies: list[float] = []
     failures: dict[str, int] = {}
-    status = {}
+    status: dict[str, lpb.WorkStatus] = {}
     total = int(rate * seconds)
     in_flight: set[asyncio.Task] = set()
     max_in_flight = 0
     behind_max = 0.0
 
     async def one(k: int) -> None:
+        request: lpb.RegisterTaskRequest | lpb.SetWorkStatusRequest
         if k % 10 == 9:
             name = f"x-{k:07d}"
             request = lpb.RegisterTaskRequest(workspace_id=WORKSPACE, task_id=name, request_id=f"{name}:register")
@@ -288,7 +308,7 @@ def main() -> int:
     services = start_services(data_dir, extra_lifecycle=watch_caps)
     credentials = Credentials(services.tls_dir)
     host = credentials.metadata(HOST_SUBJECT, [f"{WORKSPACE}:host"])
-    watchers: list[subprocess.Popen] = []
+    watchers: list[subprocess.Popen[str]] = []
     report: dict = {"facts": facts, "config": vars(args), "startup_s": {
         "lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s}}
     try:
@@ -322,6 +342,7 @@ def main() -> int:
                 )
             )
         for w in watchers:
+            assert w.stdout is not None  # opened with stdout=PIPE
             line = w.stdout.readline()
             if line.strip() != "READY":
                 raise RuntimeError(f"a watcher process failed to start: {line!r}")
@@ -342,10 +363,12 @@ def main() -> int:
         expected_path = data_dir / "expected_events.json"
         expected_path.write_text(json.dumps(driver["committed"]))
         for w in watchers:
+            assert w.stdin is not None  # opened with stdin=PIPE
             w.stdin.write(f"{expected_path}\n")
             w.stdin.flush()
         results = []
         for w in watchers:
+            assert w.stdout is not None  # opened with stdout=PIPE
             for line in w.stdout:
                 if line.startswith("RESULT "):
                     results.append(json.loads(line[len("RESULT "):]))
