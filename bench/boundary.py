@@ -86,6 +86,7 @@ class Server:
              "--listen", "127.0.0.1:0", "--log-format", "json", *lifecycle_arguments(pki)],
             stdout=subprocess.PIPE, stderr=self._log, text=True,
         )
+        assert self.process.stdout is not None  # opened with stdout=PIPE
         line = self.process.stdout.readline()
         if not line.startswith("serving on "):
             raise RuntimeError(f"the {'bounded' if bounded else 'bare'} server did not start: {line!r}")
