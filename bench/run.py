@@ -71,6 +71,7 @@ class Child:
     """A process speaking the client's line protocol (see bench/client.py)."""
 
     def __init__(self, argv: list[str], cwd: Path = ROOT) -> None:
+        self.argv = argv
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=cwd)
 
     @property
@@ -78,15 +79,17 @@ class Child:
         return self.process.pid
 
     def expect(self, prefix: str) -> str:
+        assert self.process.stdout is not None  # opened with stdout=PIPE
         while True:
             line = self.process.stdout.readline()
             if not line:
                 code = self.process.wait()
-                raise RuntimeError(f"{self.process.args[1]} exited with code {code} before printing {prefix!r}")
+                raise RuntimeError(f"{self.argv[1]} exited with code {code} before printing {prefix!r}")
             if line.startswith(prefix):
                 return line.rstrip("\n")
 
     def send(self, line: str) -> None:
+        assert self.process.stdin is not None  # opened with stdin=PIPE
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
 
@@ -328,7 +331,6 @@ def run_funnel(
     services: Services = start_services(
         data_dir, metrics_listen, metrics_listen, pki=pki, database_url=database_url
     )
-    metrics = {"lifecycle": services.lifecycle.metrics_url, "completion": services.completion.metrics_url}
     phase: dict = {
         "startup_s": {"lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s},
         "results": {},
@@ -343,6 +345,9 @@ def run_funnel(
         "tls_dir": services.tls_dir,
     }
     try:
+        # Both services were started with --metrics-listen, so each printed its metrics URL.
+        assert services.lifecycle.metrics_url is not None and services.completion.metrics_url is not None
+        metrics = {"lifecycle": services.lifecycle.metrics_url, "completion": services.completion.metrics_url}
         if verify is not None:
             child = client({"mode": "verify_preload", **addresses, **verify, "request_ids": request_ids})
             try:
