@@ -380,7 +380,8 @@ class CountingProxy:
                 method = details.method
                 if method.endswith("/WatchLifecycleEvents"):  # the completion service's projection
                     return grpc.unary_stream_rpc_method_handler(self.stream(method))
-                forward = proxy.channel.unary_unary(method)
+                # Without (de)serializers the channel passes the raw message bytes through.
+                forward: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = proxy.channel.unary_unary(method)
 
                 async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
                     proxy.raw.append((method.rsplit("/", 1)[1], request))
@@ -391,14 +392,14 @@ class CountingProxy:
                         )
                     except grpc.aio.AioRpcError as exc:
                         proxy.calls.append((method.rsplit("/", 1)[1], len(request), -1))
-                        await context.abort(exc.code(), exc.details(), exc.trailing_metadata())
+                        await context.abort(exc.code(), exc.details() or "", exc.trailing_metadata())
                     proxy.calls.append((method.rsplit("/", 1)[1], len(request), len(response)))
                     return response
 
                 return grpc.unary_unary_rpc_method_handler(call)
 
             def stream(self, method: str):
-                forward = proxy.channel.unary_stream(method)
+                forward: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = proxy.channel.unary_stream(method)
 
                 async def call(request: bytes, context: grpc.aio.ServicerContext):
                     upstream = forward(request, metadata=tuple(context.invocation_metadata() or ()))
