@@ -40,6 +40,7 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -312,7 +313,9 @@ def _template_payload(db: sqlite3.Connection, template: Template, warnings: list
 
 def _row_plan(table, columns, row, rowid_pk, autoincrement, template, which, seq_offset, warnings):
     """Per column, a function clone -> value."""
-    makers = []
+    # Each maker is called with the clone alone; `...` because mypy cannot match the lambdas, which bind
+    # their constants as default arguments, to Callable[[_Clone], object].
+    makers: list[_Const | Callable[..., object]] = []
     kept_columns = []
     values = dict(zip(columns, row, strict=True))
     fingerprint_plan = None
