@@ -18,10 +18,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import asyncpg
+# asyncpg comes with the `bench` extra, not the test extra: absent from the venv mypy runs in
+# (import-not-found), untyped where installed (import-untyped: it ships no py.typed). Only one of
+# the two applies in a given venv, hence unused-ignore.
+import asyncpg  # type: ignore[import-not-found, import-untyped, unused-ignore]
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
@@ -38,12 +42,23 @@ CREATE TABLE request_ids (request_id text PRIMARY KEY, response bytea NOT NULL);
 TASKS = 256
 BODY = "x" * 300
 
+Row = TypeVar("Row")
+
+
+def fetched(row: Row | None) -> Row:
+    """The row of a statement that always returns one: every task and the counter row exist."""
+    if row is None:
+        raise RuntimeError("the statement returned no row")
+    return row
+
 
 def thread_unit(task: str, request_id: str):
     def unit(conn: psycopg.Connection) -> int:
-        (revision,) = conn.execute("SELECT revision FROM tasks WHERE id = %s FOR UPDATE", (task,)).fetchone()
+        (revision,) = fetched(conn.execute("SELECT revision FROM tasks WHERE id = %s FOR UPDATE", (task,)).fetchone())
         conn.execute("UPDATE tasks SET revision = %s, state = 'ACTIVE' WHERE id = %s", (revision + 1, task))
-        (sequence,) = conn.execute("UPDATE counter SET value = value + 1 WHERE id = 1 RETURNING value").fetchone()
+        (sequence,) = fetched(
+            conn.execute("UPDATE counter SET value = value + 1 WHERE id = 1 RETURNING value").fetchone()
+        )
         conn.execute("INSERT INTO events VALUES (%s, %s, %s, %s)", (sequence, task, revision + 1, BODY))
         conn.execute("INSERT INTO request_ids VALUES (%s, %s)", (request_id, b"r" * 200))
         return sequence
@@ -53,10 +68,10 @@ def thread_unit(task: str, request_id: str):
 async def psycopg_async_unit(pool: AsyncConnectionPool, task: str, request_id: str) -> int:
     async with pool.connection() as conn, conn.transaction():
         cursor = await conn.execute("SELECT revision FROM tasks WHERE id = %s FOR UPDATE", (task,))
-        (revision,) = await cursor.fetchone()
+        (revision,) = fetched(await cursor.fetchone())
         await conn.execute("UPDATE tasks SET revision = %s, state = 'ACTIVE' WHERE id = %s", (revision + 1, task))
         cursor = await conn.execute("UPDATE counter SET value = value + 1 WHERE id = 1 RETURNING value")
-        (sequence,) = await cursor.fetchone()
+        (sequence,) = fetched(await cursor.fetchone())
         await conn.execute("INSERT INTO events VALUES (%s, %s, %s, %s)", (sequence, task, revision + 1, BODY))
         await conn.execute("INSERT INTO request_ids VALUES (%s, %s)", (request_id, b"r" * 200))
         return sequence
