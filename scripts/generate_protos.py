@@ -12,7 +12,8 @@ import argparse
 import pathlib
 import sys
 
-from grpc_tools import protoc
+# grpcio-tools ships neither a py.typed marker nor a stubs package.
+from grpc_tools import protoc  # type: ignore[import-untyped]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
