@@ -12,6 +12,7 @@ import sys
 
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.types import TextContent
 
 
 def answer(result) -> dict:
@@ -35,7 +36,10 @@ async def main(config_path: str, task_id: str) -> None:
         print(f"complete_task -> run {closed['runId']} finished at {closed['finishedAt']}, "
               f"final status {closed['finalStatus']}, tokens {closed['tokensTotal']}")
         again = await client.call_tool("complete_task", {"runId": claimed["runId"], "outcome": "stalled"})
-        print(f"complete_task again -> error: {again.content[0].text}")
+        error = again.content[0]
+        if not isinstance(error, TextContent):
+            sys.exit(f"complete_task again -> expected a text error, got {error.type} content")
+        print(f"complete_task again -> error: {error.text}")
 
 
 if __name__ == "__main__":
