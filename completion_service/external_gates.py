@@ -5,6 +5,8 @@ any failure becomes an answer that fails closed."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Protocol
 
 import grpc
 
@@ -17,12 +19,22 @@ from funnel.completion.v1 import completion_pb2_grpc
 from funnel.runtime.proto_enums import proto_enum
 
 
+class _Stub(Protocol):
+    """What this module calls on the generated CompletionGate stub."""
+
+    EvaluateGate: grpc.aio.UnaryUnaryMultiCallable[pb.EvaluateGateRequest, pb.EvaluateGateResponse]
+
+
+# The generated stub module has no .pyi, so its constructor is untyped: this is its type as used here.
+_new_stub: Callable[[grpc.aio.Channel], _Stub] = completion_pb2_grpc.CompletionGateStub
+
+
 class ExternalGates:
     def __init__(self, channels: GateChannels) -> None:
         self._channels = channels
 
-    def _stub(self, address: str) -> completion_pb2_grpc.CompletionGateStub:
-        return completion_pb2_grpc.CompletionGateStub(self._channels.channel(address))
+    def _stub(self, address: str) -> _Stub:
+        return _new_stub(self._channels.channel(address))
 
     async def ask_all(
         self, gates: tuple[ExternalGate, ...], snapshot: Snapshot, evidence: list[EvidenceRecord]

@@ -9,7 +9,8 @@ with the same request id, which the lifecycle service deduplicates."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 import grpc
 from google.rpc import code_pb2, error_details_pb2
@@ -30,6 +31,18 @@ from funnel.runtime.tracing import OutboundCalls
 SOURCE = "completion_service"
 SERVICE_NAME = "funnel.lifecycle.v1.TaskLifecycleService"
 log = logging.getLogger(__name__)
+
+
+class _Stub(Protocol):
+    """The part of the generated stub this client calls as an attribute (`_call` looks up the unary RPCs by name)."""
+
+    WatchLifecycleEvents: grpc.aio.UnaryStreamMultiCallable[
+        lpb.WatchLifecycleEventsRequest, lpb.WatchLifecycleEventsResponse
+    ]
+
+
+# The generated stub module has no .pyi, so its constructor is untyped: this is its type as used here.
+_new_stub: Callable[[grpc.aio.Channel], _Stub] = lifecycle_pb2_grpc.TaskLifecycleServiceStub
 
 
 class LifecycleRejected(Exception):
@@ -94,7 +107,7 @@ class LifecycleClient:
         self._channel = channel
         self._timeout = timeout
         self._stub_channel: grpc.aio.Channel | None = None
-        self._stub_cache: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
+        self._stub_cache: _Stub | None = None
         # Each call's span goes first: the lifecycle service's span of the call is its child.
         self._calls = OutboundCalls()
         self._settlements = SettleBatches(self._send_settlements, LifecycleUnavailable)
@@ -105,14 +118,16 @@ class LifecycleClient:
         return self._timeout
 
     @property
-    def _stub(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
+    def _stub(self) -> _Stub:
         channel, stub = self._channel.channel, self._stub_cache
         if channel is not self._stub_channel or stub is None:
-            stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+            stub = _new_stub(channel)
             self._stub_channel, self._stub_cache = channel, stub
         return stub
 
     async def _call(self, name: str, request: Any) -> Any:
+        """The response of the unary RPC `name`, found on the stub by name: each caller casts it to its RPC's
+        response message."""
         try:
             return await self._calls.unary(
                 SERVICE_NAME, name, getattr(self._stub, name), request, self._timeout, self._channel.metadata()
@@ -130,10 +145,14 @@ class LifecycleClient:
             raise _classified(error.code().name, error.details() or "", error_info(error)) from None
 
     async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
-        return await self._call(
-            "GetTask", lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id))
+        return cast(
+            lpb.GetTaskResponse,
+            await self._call("GetTask", lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id)),
+        )
 
-    def watch_from_head(self, workspace_id: str) -> grpc.aio.UnaryStreamCall:
+    def watch_from_head(
+        self, workspace_id: str
+    ) -> grpc.aio.UnaryStreamCall[lpb.WatchLifecycleEventsRequest, lpb.WatchLifecycleEventsResponse]:
         """A workspace's lifecycle events from the head on, without a deadline: the
         head marker, then every later event. Its failures are gRPC's own errors."""
         return self._stub.WatchLifecycleEvents(
@@ -148,42 +167,53 @@ class LifecycleClient:
     async def activate(
         self, workspace_id: str, task_id: str, generation: int, run_id: str
     ) -> lpb.ActivateGenerationResponse:
-        return await self._call(
-            "ActivateGeneration",
-            lpb.ActivateGenerationRequest(
-                workspace_id=workspace_id,
-                task_id=task_id,
-                generation=generation,
-                request_id=f"{run_id}:activate",
-                work_status=lpb.WORK_STATUS_IN_PROGRESS,
-                cause=self._cause("claimed by an agent run", run_id=run_id),
+        return cast(
+            lpb.ActivateGenerationResponse,
+            await self._call(
+                "ActivateGeneration",
+                lpb.ActivateGenerationRequest(
+                    workspace_id=workspace_id,
+                    task_id=task_id,
+                    generation=generation,
+                    request_id=f"{run_id}:activate",
+                    work_status=lpb.WORK_STATUS_IN_PROGRESS,
+                    cause=self._cause("claimed by an agent run", run_id=run_id),
+                ),
             ),
         )
 
     async def set_work_status(
         self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str, reason: str, run_id: str
     ) -> lpb.SetWorkStatusResponse:
-        return await self._call(
-            "SetWorkStatus",
-            lpb.SetWorkStatusRequest(
-                workspace_id=workspace_id,
-                task_id=task_id,
-                generation=generation,
-                work_status=proto_enum(lpb.WorkStatus, status),
-                request_id=request_id,
-                cause=self._cause(reason, run_id=run_id),
+        return cast(
+            lpb.SetWorkStatusResponse,
+            await self._call(
+                "SetWorkStatus",
+                lpb.SetWorkStatusRequest(
+                    workspace_id=workspace_id,
+                    task_id=task_id,
+                    generation=generation,
+                    work_status=proto_enum(lpb.WorkStatus, status),
+                    request_id=request_id,
+                    cause=self._cause(reason, run_id=run_id),
+                ),
             ),
         )
 
-    async def request_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str):
-        return await self._call(
-            "RequestCancellation",
-            lpb.RequestCancellationRequest(
-                workspace_id=workspace_id,
-                task_id=task_id,
-                generation=generation,
-                request_id=f"{run_id}:cancel-request",
-                cause=self._cause("agent run closed as cancelled", run_id=run_id),
+    async def request_cancellation(
+        self, workspace_id: str, task_id: str, generation: int, run_id: str
+    ) -> lpb.RequestCancellationResponse:
+        return cast(
+            lpb.RequestCancellationResponse,
+            await self._call(
+                "RequestCancellation",
+                lpb.RequestCancellationRequest(
+                    workspace_id=workspace_id,
+                    task_id=task_id,
+                    generation=generation,
+                    request_id=f"{run_id}:cancel-request",
+                    cause=self._cause("agent run closed as cancelled", run_id=run_id),
+                ),
             ),
         )
 
@@ -197,17 +227,20 @@ class LifecycleClient:
         request_id: str | None = None,
         reason: str = "agent run closed as cancelled",
         completion_id: str = "",
-    ):
+    ) -> lpb.SettleCancellationResponse:
         """By default the cancellation a run closed as cancelled settles; a fenced
         generation's end names its own request id and reason."""
-        return await self._call(
-            "SettleCancellation",
-            lpb.SettleCancellationRequest(
-                workspace_id=workspace_id,
-                task_id=task_id,
-                generation=generation,
-                request_id=request_id or f"{run_id}:cancel-settle",
-                cause=self._cause(reason, run_id=run_id, completion_id=completion_id),
+        return cast(
+            lpb.SettleCancellationResponse,
+            await self._call(
+                "SettleCancellation",
+                lpb.SettleCancellationRequest(
+                    workspace_id=workspace_id,
+                    task_id=task_id,
+                    generation=generation,
+                    request_id=request_id or f"{run_id}:cancel-settle",
+                    cause=self._cause(reason, run_id=run_id, completion_id=completion_id),
+                ),
             ),
         )
 
@@ -232,41 +265,47 @@ class LifecycleClient:
     ) -> list[lpb.SettleCompletionResponse | Exception]:
         if len(items) == 1:
             try:
-                return [await self._call("SettleCompletion", items[0])]
+                return [cast(lpb.SettleCompletionResponse, await self._call("SettleCompletion", items[0]))]
             except LifecycleRejected as exc:
                 return [exc]
         batch = lpb.SettleCompletionsRequest(workspace_id=items[0].workspace_id, items=items)
-        response = await self._call("SettleCompletions", batch)
+        response = cast(lpb.SettleCompletionsResponse, await self._call("SettleCompletions", batch))
         return [_item_answer(result) for result in response.results]
 
     async def settle_failure(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, run_id: str
     ) -> lpb.SettleFailureResponse:
-        return await self._call(
-            "SettleFailure",
-            lpb.SettleFailureRequest(
-                workspace_id=workspace_id,
-                task_id=task_id,
-                generation=generation,
-                request_id=settle_request_id(completion_id),
-                cause=self._cause("failure committed", completion_id=completion_id, run_id=run_id),
+        return cast(
+            lpb.SettleFailureResponse,
+            await self._call(
+                "SettleFailure",
+                lpb.SettleFailureRequest(
+                    workspace_id=workspace_id,
+                    task_id=task_id,
+                    generation=generation,
+                    request_id=settle_request_id(completion_id),
+                    cause=self._cause("failure committed", completion_id=completion_id, run_id=run_id),
+                ),
             ),
         )
 
     async def resume_with_generation(
         self, workspace_id: str, task_id: str, generation: int, request_id: str, reason: str, on_behalf_of: Caller
-    ):
+    ) -> lpb.ResumeWithGenerationResponse:
         """A resume for this service's caller `on_behalf_of`, whom the lifecycle
         service records on the event (after judging that it may resume)."""
-        return await self._call(
-            "ResumeWithGeneration",
-            lpb.ResumeWithGenerationRequest(
-                workspace_id=workspace_id,
-                task_id=task_id,
-                generation=generation,
-                request_id=request_id,
-                cause=self._cause(reason),
-                on_behalf_of=lpb.Caller(subject=on_behalf_of.subject, role=on_behalf_of.role),
+        return cast(
+            lpb.ResumeWithGenerationResponse,
+            await self._call(
+                "ResumeWithGeneration",
+                lpb.ResumeWithGenerationRequest(
+                    workspace_id=workspace_id,
+                    task_id=task_id,
+                    generation=generation,
+                    request_id=request_id,
+                    cause=self._cause(reason),
+                    on_behalf_of=lpb.Caller(subject=on_behalf_of.subject, role=on_behalf_of.role),
+                ),
             ),
         )
 

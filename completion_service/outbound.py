@@ -83,7 +83,7 @@ class TokenFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.signature: tuple = ()
+        self.signature: tuple[tuple[object, ...], ...] = ()
         self.token = ""
         self._read()
 

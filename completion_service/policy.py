@@ -19,6 +19,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from completion_service.core.gates import BUILT_IN_GATES, MANDATORY_GATES, ExternalGate, WorkspacePolicy
 from funnel.runtime.validation import id_problem
@@ -54,7 +55,7 @@ def load_policy(path: str | Path | None) -> PolicyBook:
     return parse_policy(raw, str(path))
 
 
-def parse_policy(raw: dict, origin: str = "policy") -> PolicyBook:
+def parse_policy(raw: dict[str, Any], origin: str = "policy") -> PolicyBook:
     unknown = set(raw) - {"defaults", "workspaces"}
     if unknown:
         raise PolicyError(f"{origin}: unknown sections {sorted(unknown)}")
@@ -70,7 +71,7 @@ def parse_policy(raw: dict, origin: str = "policy") -> PolicyBook:
     return PolicyBook(defaults, workspaces)
 
 
-def _workspace_policy(section: dict, base: WorkspacePolicy, where: str) -> WorkspacePolicy:
+def _workspace_policy(section: object, base: WorkspacePolicy, where: str) -> WorkspacePolicy:
     if not isinstance(section, dict):
         raise PolicyError(f"{where}: expected a table")
     unknown = set(section) - _KEYS
@@ -105,7 +106,7 @@ def _workspace_policy(section: dict, base: WorkspacePolicy, where: str) -> Works
     return WorkspacePolicy(disabled, evidence, threshold, external)
 
 
-def _external_gate(raw: dict, where: str, known_gates: set[str]) -> ExternalGate:
+def _external_gate(raw: object, where: str, known_gates: set[str]) -> ExternalGate:
     if not isinstance(raw, dict) or set(raw) - _GATE_KEYS or not {"id", "address"} <= set(raw):
         raise PolicyError(f"{where}: an external gate needs `id` and `address` (and optionally `timeout_ms`)")
     gate_id, address, timeout = raw["id"], raw["address"], raw.get("timeout_ms", 1000)

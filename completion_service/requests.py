@@ -23,6 +23,8 @@ _STATUSES = [s.value for s in FinalStatus]
 _REQUESTED = [o.value for o in RequestedOutcome]
 _VERDICTS = [pb.EVIDENCE_VERDICT_PASSED, pb.EVIDENCE_VERDICT_FAILED]
 _SETTLEMENTS = [s.value for s in SettlementStatus]
+# The requests _listing_checks checks: each has a workspace_id, a page_size and its id filters.
+ListRequest = pb.ListRunsRequest | pb.ListEvidenceRequest | pb.ListCompletionsRequest | pb.ListAuditLogRequest
 
 
 def ttl_micros(checker: Checker, field: str, present: bool, ttl: Duration) -> int:
@@ -78,7 +80,7 @@ def complete_run(request: pb.CompleteRunRequest) -> None:
     checker.raise_for(Reason)
 
 
-def run_key(request) -> None:
+def run_key(request: pb.GetRunRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("run_id", request.run_id)
@@ -128,7 +130,7 @@ def list_evidence(request: pb.ListEvidenceRequest) -> None:
     checker.raise_for(Reason)
 
 
-def listing(request, *optional_id_fields: str) -> None:
+def listing(request: ListRequest, *optional_id_fields: str) -> None:
     _listing_checks(request, optional_id_fields).raise_for(Reason)
 
 
@@ -140,7 +142,7 @@ def list_completions(request: pb.ListCompletionsRequest) -> SettlementStatus | N
     return SettlementStatus(request.settlement) if request.settlement else None
 
 
-def _listing_checks(request, optional_id_fields: tuple[str, ...]) -> Checker:
+def _listing_checks(request: ListRequest, optional_id_fields: tuple[str, ...]) -> Checker:
     """What every List request is checked for: its workspace, its optional id filters, its page size."""
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)

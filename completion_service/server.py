@@ -30,6 +30,7 @@ from completion_service.storage.sqlite import SqliteCompletionStore
 from completion_service.transcript_service import SERVICE_NAME as TRANSCRIPT_SERVICE
 from completion_service.transcript_service import TranscriptService
 from funnel.auth.tls import ClientTlsFiles, TlsError
+from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.runtime import idempotency
 from funnel.runtime import security as security_settings
@@ -98,7 +99,7 @@ class RunningCompletion:
     gate_channels: GateChannels
     background: Background
     reloader: Reloader
-    broker: EventBroker
+    broker: EventBroker[pb.WatchCompletionEventsResponse]
     drain: Drain
     metrics: ServiceMetrics
     metrics_endpoint: MetricsEndpoint | None
@@ -150,7 +151,7 @@ async def start(
         server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
         port = runtime.bind(server, config.listen, security)
         undo.push_async_callback(runtime.release, server)
-        broker: EventBroker = EventBroker(config.watch_buffer)
+        broker: EventBroker[pb.WatchCompletionEventsResponse] = EventBroker(config.watch_buffer)
         faults = from_environment()
         background = Background("completion_service")
         store: CompletionStore
@@ -239,7 +240,10 @@ def _one_by_one(publish: Callable[[list[CompletionEvent]], None]) -> Callable[[C
 
 def parse_args(argv: list[str] | None = None) -> CompletionConfig:
     d = CompletionConfig()
-    e = lambda name, default: runtime.env_or(ENV_PREFIX, name, str(default))  # noqa: E731
+
+    def e(name: str, default: object) -> str:
+        return runtime.env_or(ENV_PREFIX, name, str(default))
+
     parser = argparse.ArgumentParser(prog="completion-service", description="The semantic completion authority (gRPC).")
     runtime.add_common_arguments(parser, ENV_PREFIX, d.listen, d.database)
     parser.add_argument("--lifecycle-address", default=e("lifecycle_address", d.lifecycle_address),

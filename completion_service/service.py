@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+import grpc
+from google.protobuf.message import Message
 
 from completion_service import requests
 from completion_service.authority import CompletionAuthority, RunClosed
@@ -50,6 +53,7 @@ from funnel.runtime.watch import EventBroker, WatchEnds, WatchQuota, follow
 SERVICE_NAME = "funnel.completion.v1.CompletionService"
 C = TypeVar("C")
 R = TypeVar("R")
+M = TypeVar("M", bound=Message)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def page_of(rows: list[R], limit: int) -> Page[R]:
     return Page(rows[:limit], len(rows) > limit)
 
 
-def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]):
+def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]) -> Callable[[list[CompletionEvent]], None]:
     """The store's after-commit hook: hands committed events to the watch streams."""
 
     def publish(events: list[CompletionEvent]) -> None:
@@ -77,7 +81,16 @@ def _watch_response(event: CompletionEvent) -> pb.WatchCompletionEventsResponse:
     return pb.WatchCompletionEventsResponse(event=event_to_proto(event))
 
 
-def request_key(method: str, request, workspace_id: str | None = None) -> RequestKey | None:
+class KeyedRequest(Protocol):
+    """A request that may carry a `request_id`: every mutating one."""
+
+    request_id: str
+    workspace_id: str
+
+    def SerializeToString(self, *, deterministic: bool = ...) -> bytes: ...
+
+
+def request_key(method: str, request: KeyedRequest, workspace_id: str | None = None) -> RequestKey | None:
     """The request's `request_id` in its scope (workspace, caller, RPC), or None."""
     if not request.request_id:
         return None
@@ -97,7 +110,7 @@ def holder() -> str | None:
     return call.principal.subject if call.holder_only else None
 
 
-def _check_deadline(context) -> None:
+def _check_deadline(context: grpc.aio.ServicerContext[Any, Any]) -> None:
     remaining = context.time_remaining()
     if remaining is not None and remaining <= 0:
         raise ServiceError(reject(Reason.DEADLINE_EXPIRED, "the deadline expired before the request was applied"))
@@ -130,13 +143,15 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         self._watch_quota = watch_quota
         self._page_bytes = response_budget(max_message_bytes)
 
-    def _fit(self, page, to_proto) -> tuple[list, list, bool]:
+    def _fit(self, page: Page[R], to_proto: Callable[[R], M]) -> tuple[list[R], list[M], bool]:
         """The page's items, their messages and whether more follow, cut to the response budget."""
         protos = [to_proto(item) for item in page.items]
         fit = fitting(protos, self._page_bytes)
         return page.items[:fit], protos[:fit], page.more or fit < len(protos)
 
-    async def ClaimTask(self, request, context):
+    async def ClaimTask(
+        self, request: pb.ClaimTaskRequest, context: grpc.aio.ServicerContext[pb.ClaimTaskRequest, pb.ClaimTaskResponse]
+    ) -> pb.ClaimTaskResponse:
         ttl = requests.claim_task(request)
         _check_deadline(context)
         agent = holder()
@@ -161,7 +176,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             return pb.ClaimTaskResponse.FromString(result.response)
         return _claim_response(result)
 
-    async def RenewLease(self, request, context):
+    async def RenewLease(
+        self,
+        request: pb.RenewLeaseRequest,
+        context: grpc.aio.ServicerContext[pb.RenewLeaseRequest, pb.RenewLeaseResponse],
+    ) -> pb.RenewLeaseResponse:
         ttl = requests.renew_lease(request)
         _check_deadline(context)
         result = await self._authority.runs.renew(
@@ -179,7 +198,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             return pb.RenewLeaseResponse.FromString(result.response)
         return pb.RenewLeaseResponse(lease=lease_to_proto(result))
 
-    async def CompleteRun(self, request, context):
+    async def CompleteRun(
+        self,
+        request: pb.CompleteRunRequest,
+        context: grpc.aio.ServicerContext[pb.CompleteRunRequest, pb.CompleteRunResponse],
+    ) -> pb.CompleteRunResponse:
         requests.complete_run(request)
         _check_deadline(context)
 
@@ -219,7 +242,9 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             return pb.CompleteRunResponse.FromString(result.response)
         return render(result)
 
-    async def GetRun(self, request, context):
+    async def GetRun(
+        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext[pb.GetRunRequest, pb.GetRunResponse]
+    ) -> pb.GetRunResponse:
         requests.run_key(request)
         run = await self._store.read(lambda tx: tx.load_run(request.workspace_id, request.run_id))
         if run is None:
@@ -228,7 +253,9 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             )
         return pb.GetRunResponse(run=run_to_proto(run))
 
-    async def ListRuns(self, request, context):
+    async def ListRuns(
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext[pb.ListRunsRequest, pb.ListRunsResponse]
+    ) -> pb.ListRunsResponse:
         requests.listing(request, "task_id")
         # Unfiltered by openness, the listing is as before the filter existed (its tokens stay valid).
         listing = ["runs", request.workspace_id, request.task_id, *(["open"] if request.open_only else [])]
@@ -246,7 +273,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             next_page_token=encode_token(listing, [items[-1].claimed_at, items[-1].run_id]) if more else "",
         )
 
-    async def RecordEvidence(self, request, context):
+    async def RecordEvidence(
+        self,
+        request: pb.RecordEvidenceRequest,
+        context: grpc.aio.ServicerContext[pb.RecordEvidenceRequest, pb.RecordEvidenceResponse],
+    ) -> pb.RecordEvidenceResponse:
         requests.record_evidence(request)
         _check_deadline(context)
         record = EvidenceRecord(
@@ -272,7 +303,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             return pb.RecordEvidenceResponse.FromString(result.response)
         return pb.RecordEvidenceResponse(evidence=evidence_to_proto(result))
 
-    async def ListEvidence(self, request, context):
+    async def ListEvidence(
+        self,
+        request: pb.ListEvidenceRequest,
+        context: grpc.aio.ServicerContext[pb.ListEvidenceRequest, pb.ListEvidenceResponse],
+    ) -> pb.ListEvidenceResponse:
         requests.list_evidence(request)
         listing = ["evidence", request.workspace_id, request.task_id, str(request.generation)]
         cursor = _token(request, listing, list)
@@ -289,7 +324,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             next_page_token=encode_token(listing, [items[-1].recorded_at, items[-1].evidence_id]) if more else "",
         )
 
-    async def AttemptCompletion(self, request, context):
+    async def AttemptCompletion(
+        self,
+        request: pb.AttemptCompletionRequest,
+        context: grpc.aio.ServicerContext[pb.AttemptCompletionRequest, pb.AttemptCompletionResponse],
+    ) -> pb.AttemptCompletionResponse:
         requests.attempt_completion(request)
         _check_deadline(context)
         outcome = await self._authority.completions.attempt(
@@ -324,7 +363,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 response.decision.CopyFrom(decision_to_proto(binding_decision(current.decision, current)))
         return response
 
-    async def GetCompletion(self, request, context):
+    async def GetCompletion(
+        self,
+        request: pb.GetCompletionRequest,
+        context: grpc.aio.ServicerContext[pb.GetCompletionRequest, pb.GetCompletionResponse],
+    ) -> pb.GetCompletionResponse:
         requests.get_completion(request)
         completion = await self._store.read(
             lambda tx: tx.load_completion(request.workspace_id, request.task_id, request.generation)
@@ -340,7 +383,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             )
         return pb.GetCompletionResponse(completion=completion_to_proto(completion))
 
-    async def ListCompletions(self, request, context):
+    async def ListCompletions(
+        self,
+        request: pb.ListCompletionsRequest,
+        context: grpc.aio.ServicerContext[pb.ListCompletionsRequest, pb.ListCompletionsResponse],
+    ) -> pb.ListCompletionsResponse:
         settlement = requests.list_completions(request)
         # The filter is part of the listing, so a token is valid only for the filter it
         # came from; unfiltered, the listing is as before the filter existed (tokens
@@ -365,7 +412,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             next_page_token=encode_token(listing, [items[-1].committed_at, items[-1].completion_id]) if more else "",
         )
 
-    async def ListAuditLog(self, request, context):
+    async def ListAuditLog(
+        self,
+        request: pb.ListAuditLogRequest,
+        context: grpc.aio.ServicerContext[pb.ListAuditLogRequest, pb.ListAuditLogResponse],
+    ) -> pb.ListAuditLogResponse:
         requests.listing(request, "task_id", "run_id")
         listing = ["audit", request.workspace_id, request.task_id, request.run_id]
         cursor = _token(request, listing, int) or 0
@@ -383,7 +434,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             next_page_token=encode_token(listing, items[-1].audit_id) if more else "",
         )
 
-    async def ListCompletionEvents(self, request, context):
+    async def ListCompletionEvents(
+        self,
+        request: pb.ListCompletionEventsRequest,
+        context: grpc.aio.ServicerContext[pb.ListCompletionEventsRequest, pb.ListCompletionEventsResponse],
+    ) -> pb.ListCompletionEventsResponse:
         requests.watch(request)
         size = page_size(request.page_size)
         events = await self._store.read(
@@ -393,7 +448,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         fit = fitting(protos, self._page_bytes)
         return pb.ListCompletionEventsResponse(events=protos[:fit], has_more=len(events) > size or fit < len(protos))
 
-    async def WatchCompletionEvents(self, request, context) -> AsyncIterator[pb.WatchCompletionEventsResponse]:
+    async def WatchCompletionEvents(
+        self,
+        request: pb.WatchCompletionEventsRequest,
+        context: grpc.aio.ServicerContext[pb.WatchCompletionEventsRequest, pb.WatchCompletionEventsResponse],
+    ) -> AsyncIterator[pb.WatchCompletionEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
         with self._watch_quota.admit(calls.served().principal.subject, workspace):

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
 
 from completion_service.authority import CompletionAuthority
 from completion_service.convert import session_event_from_proto, session_event_to_proto
@@ -81,7 +84,11 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         if not state.tail.last_sequence:
             await self._task(workspace_id, task_id)
 
-    async def AppendTranscript(self, request, context):
+    async def AppendTranscript(
+        self,
+        request: tpb.AppendTranscriptRequest,
+        context: grpc.aio.ServicerContext[tpb.AppendTranscriptRequest, tpb.AppendTranscriptResponse],
+    ) -> tpb.AppendTranscriptResponse:
         checker = Checker()
         checker.identifier("workspace_id", request.workspace_id)
         checker.identifier("task_id", request.task_id)
@@ -193,7 +200,11 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             ) from None
         return following
 
-    async def LoadTranscript(self, request, context):
+    async def LoadTranscript(
+        self,
+        request: tpb.LoadTranscriptRequest,
+        context: grpc.aio.ServicerContext[tpb.LoadTranscriptRequest, tpb.LoadTranscriptResponse],
+    ) -> tpb.LoadTranscriptResponse:
         checker = Checker()
         checker.identifier("workspace_id", request.workspace_id)
         checker.identifier("task_id", request.task_id)
@@ -226,7 +237,11 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             turn_in_progress=page.turn_in_progress,
         )
 
-    async def ExportTranscript(self, request, context) -> AsyncIterator[tpb.ExportTranscriptResponse]:
+    async def ExportTranscript(
+        self,
+        request: tpb.ExportTranscriptRequest,
+        context: grpc.aio.ServicerContext[tpb.ExportTranscriptRequest, tpb.ExportTranscriptResponse],
+    ) -> AsyncIterator[tpb.ExportTranscriptResponse]:
         checker = Checker()
         checker.identifier("workspace_id", request.workspace_id)
         checker.identifier("task_id", request.task_id)
@@ -254,7 +269,11 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             yield tpb.ExportTranscriptResponse(jsonl=chunk)
             after = events[-1].sequence
 
-    async def ImportTranscript(self, request_iterator, context):
+    async def ImportTranscript(
+        self,
+        request_iterator: AsyncIterator[tpb.ImportTranscriptRequest],
+        context: grpc.aio.ServicerContext[tpb.ImportTranscriptRequest, tpb.ImportTranscriptResponse],
+    ) -> tpb.ImportTranscriptResponse:
         first = await anext(aiter(request_iterator), None)
         checker = Checker()
         if first is None or first.WhichOneof("part") != "target":
@@ -283,7 +302,14 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         finally:
             importer.close()
 
-    async def _import(self, importer: StreamedImport, request_iterator, context, workspace: str, task_id: str):
+    async def _import(
+        self,
+        importer: StreamedImport,
+        request_iterator: AsyncIterator[tpb.ImportTranscriptRequest],
+        context: grpc.aio.ServicerContext[tpb.ImportTranscriptRequest, tpb.ImportTranscriptResponse],
+        workspace: str,
+        task_id: str,
+    ) -> tpb.ImportTranscriptResponse:
         try:
             # A stopping server lets the client finish sending within its grace
             # (funnel.runtime.shutdown); the rest is all or nothing as always.
@@ -329,7 +355,11 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             )
         )
 
-    async def ResolveResume(self, request, context):
+    async def ResolveResume(
+        self,
+        request: tpb.ResolveResumeRequest,
+        context: grpc.aio.ServicerContext[tpb.ResolveResumeRequest, tpb.ResolveResumeResponse],
+    ) -> tpb.ResolveResumeResponse:
         checker = Checker()
         checker.identifier("workspace_id", request.workspace_id)
         checker.identifier("task_id", request.task_id)
@@ -348,7 +378,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         )
 
 
-async def _stream_really_ended(context) -> None:
+async def _stream_really_ended(context: grpc.aio.ServicerContext[Any, Any]) -> None:
     """Raises CancelledError when the request stream ended because the call failed."""
     await asyncio.sleep(STREAM_END_GRACE_SECONDS)
     if context.cancelled() or context.done():

@@ -46,7 +46,7 @@ class _Stream:
     last: WorkspaceProjection | None = None
     # The last lifecycle sequence the projection reflects (the head, then each event's).
     sequence: int = 0
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     asked_at: float = 0.0
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from completion_service import settlements
 from completion_service.authority.metrics import Metrics
@@ -207,7 +208,7 @@ def _span_attributes(completion: CompletionRecord) -> dict[str, str | int]:
     }
 
 
-def _settlement_fields(completion: CompletionRecord, result: str, **more: object) -> dict:
+def _settlement_fields(completion: CompletionRecord, result: str, **more: object) -> dict[str, Any]:
     """The structured fields of a settlement attempt's log line."""
     return fields(
         event="settlement",

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from completion_service.core.model import (
     AuditEntry,
@@ -191,12 +191,14 @@ class SqliteCompletionTx:
         )
 
     def forget_requests(self, created_before: int, limit: int) -> int:
-        return self._db.execute(
+        deleted = self._db.execute(
             "DELETE FROM request_ids WHERE (workspace_id, caller, method, request_id) IN "
             "(SELECT workspace_id, caller, method, request_id FROM request_ids WHERE created_at < ? "
             f"ORDER BY created_at LIMIT ?{self._skip_locked()})",
             (created_before, limit),
-        ).rowcount
+        )
+        # Connection.execute answers Any (sqlite3's cursor or psycopg's); the row count of both is an int.
+        return cast(int, deleted.rowcount)
 
     # -- runs and leases ---------------------------------------------------------------
 
