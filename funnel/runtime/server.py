@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
@@ -515,9 +515,24 @@ def run(main: Coroutine[Any, Any, None]) -> None:
     uvloop.run(main)
 
 
+class RunningService(Protocol):
+    """What serve_process uses of a started service (each service's Running… class)."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def reloader(self) -> Reloader: ...
+
+    @property
+    def metrics_endpoint(self) -> MetricsEndpoint | None: ...
+
+    async def stop(self, grace: float | None = None) -> None: ...
+
+
 def serve_process(
     name: str,
-    start: Callable[[], Awaitable],
+    start: Callable[[], Awaitable[RunningService]],
     listen: str,
     grace: float,
     refusals: tuple[type[Exception], ...],
