@@ -5,7 +5,7 @@ shape: `"<workspace>:<role>"`, `"*"` for every workspace)."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 ALL_WORKSPACES = "*"
@@ -71,7 +71,7 @@ def subject_problem(value: str) -> str | None:
     return None
 
 
-def parse_permissions(entries: Iterable[object], is_workspace_id) -> dict[str, frozenset[Role]]:
+def parse_permissions(entries: Iterable[object], is_workspace_id: Callable[[str], bool]) -> dict[str, frozenset[Role]]:
     """Grants from `permissions` entries. Entries that are not `"<workspace>:<role>"`
     with a known role are ignored (a token may carry permissions of other
     systems); they grant nothing."""

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -80,7 +81,7 @@ class _Verified:
     times: _Times
 
 
-def _times(claims: dict) -> _Times:
+def _times(claims: dict[str, Any]) -> _Times:
     """The token's validity period, or raises Unauthenticated (INVALID) for a time
     claim that is not a finite number of the years 1970..9999 (booleans are not
     numbers here, though Python counts them as ints)."""
@@ -173,7 +174,7 @@ class TokenVerifier:
         self._cache[token] = _Verified(principal, times)
         return principal
 
-    def _decode(self, token: str) -> dict:
+    def _decode(self, token: str) -> dict[str, Any]:
         """PyJWT checks the signature, audience and issuer; the times are checked
         by the caller against the injected clock (PyJWT would read the system's)."""
         try:
@@ -263,7 +264,7 @@ class SigningKey:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
 
-    def jwks(self) -> dict:
+    def jwks(self) -> dict[str, Any]:
         """The public half as a JWKS document."""
         algorithm = jwt.get_algorithm_by_name(self.algorithm)
         jwk = json.loads(algorithm.to_jwk(self.private_key.public_key()))

@@ -17,7 +17,7 @@ class Background:
     def __init__(self, name: str) -> None:
         self._name = name
         self._loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = []
-        self._owner: asyncio.Task | None = None
+        self._owner: asyncio.Task[None] | None = None
 
     def add(self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Registers a loop; loops catch their own failures and run until cancelled
@@ -35,7 +35,7 @@ class Background:
             for name, loop in self._loops:
                 group.create_task(loop(), name=name)
 
-    def _report(self, owner: asyncio.Task) -> None:
+    def _report(self, owner: asyncio.Task[None]) -> None:
         if not owner.cancelled() and owner.exception() is not None:
             log.critical("background work of %s stopped: %r", self._name, owner.exception())
 

@@ -94,7 +94,7 @@ class Authenticator:
         self._anonymous = unauthenticated_operator()
         self._service = completion_service(completion_identity) if completion_identity else None
 
-    def principal(self, context: grpc.aio.ServicerContext, metadata: Any) -> Principal:
+    def principal(self, context: grpc.aio.ServicerContext[Any, Any], metadata: Any) -> Principal:
         """`metadata`: the call's invocation metadata."""
         if self.verifier is None:
             return self._anonymous
@@ -156,7 +156,7 @@ class Boundary:
             inner = handler.unary_unary
             observed = self._observer.method(method, "unary")
 
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 seen = self._started(method, observed, request, context)
                 escaped = None
                 try:
@@ -180,7 +180,7 @@ class Boundary:
             inner_stream = handler.unary_stream
             observed = self._observer.method(method, "server_stream")
 
-            async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 seen = self._started(method, observed, request, context)
                 escaped = None
                 try:
@@ -206,7 +206,7 @@ class Boundary:
             inner_upload = handler.stream_unary
             observed = self._observer.method(method, "client_stream")
 
-            async def upload(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def upload(request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 seen = self._started(method, observed, None, context)
                 escaped = None
                 try:
@@ -235,7 +235,7 @@ class Boundary:
     # -- observation -------------------------------------------------------
 
     def _started(
-        self, method: str, observed: ObservedMethod, request: Any, context: grpc.aio.ServicerContext
+        self, method: str, observed: ObservedMethod, request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> _Seen:
         """The call's record, its span begun and its start observed."""
         metadata = context.invocation_metadata() or ()
@@ -250,7 +250,7 @@ class Boundary:
         self,
         seen: _Seen,
         observed: ObservedMethod,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[Any, Any],
         escaped: BaseException | None,
     ) -> None:
         """Reports how the call ended, however it ended: to its span and the observer."""
@@ -283,11 +283,11 @@ class Boundary:
 
     # -- admission ---------------------------------------------------------
 
-    def _admit(self, method: str, seen: _Seen, request: Any, context: grpc.aio.ServicerContext) -> None:
+    def _admit(self, method: str, seen: _Seen, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         principal = self._authenticate(seen, context)
         self._authorize(method, seen, principal, self._decoded(request), context)
 
-    def _authenticate(self, seen: _Seen, context: grpc.aio.ServicerContext) -> Principal:
+    def _authenticate(self, seen: _Seen, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
         try:
             principal = self._admission.authenticator.principal(context, seen.metadata)
         except Unauthenticated as exc:
@@ -309,7 +309,7 @@ class Boundary:
         return principal
 
     def _authorize(
-        self, method: str, seen: _Seen, principal: Principal, request: Any, context: grpc.aio.ServicerContext
+        self, method: str, seen: _Seen, principal: Principal, request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         seen.request = request
         field_path, workspace = _workspace_of(request)
@@ -331,7 +331,7 @@ class Boundary:
 
     # -- client streams ----------------------------------------------------
 
-    async def _next(self, context: grpc.aio.ServicerContext, stream: _ClientStream) -> Any:
+    async def _next(self, context: grpc.aio.ServicerContext[Any, Any], stream: _ClientStream) -> Any:
         """The next message of a client stream (None at its end), read with
         `context.read()`: gRPC's request iterator would keep the last message it
         gave alive until the next one arrives, a second copy of every chunk."""
@@ -373,7 +373,9 @@ class Boundary:
             received_bytes=stream.received,
         )
 
-    async def _rest(self, context: grpc.aio.ServicerContext, stream: _ClientStream, first: Any) -> AsyncIterator[Any]:
+    async def _rest(
+        self, context: grpc.aio.ServicerContext[Any, Any], stream: _ClientStream, first: Any
+    ) -> AsyncIterator[Any]:
         # The message given out is not kept here while the handler works on it (a
         # suspended generator keeps its locals): the handler alone decides how long
         # a chunk lives.
@@ -389,7 +391,9 @@ class Boundary:
             raise ServiceError(request.rejection(self._catalogue, self._admission.max_message_bytes))
         return request
 
-    def _failure(self, seen: _Seen, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> grpc.Status:
+    def _failure(
+        self, seen: _Seen, context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception
+    ) -> grpc.Status:
         """The status a failed handler ends with (an abort of its own passes through)."""
         if isinstance(exc, grpc.aio.AbortError):
             seen.status(context.code() or grpc.StatusCode.UNKNOWN)
@@ -409,7 +413,7 @@ class Boundary:
         return to_status(rejection, self._domain)
 
 
-async def _abort(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], status: grpc.Status) -> None:
     """Ends the call with `status`. Called after the handler's except block, never in
     it: gRPC keeps the abort's exception in the call's state, which its traceback
     refers back to, a cycle only the garbage collector breaks; chained to the
@@ -424,7 +428,7 @@ class _Dropped(grpc.Status):
 
     details: str
     code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
-    trailing_metadata: tuple = ()
+    trailing_metadata: tuple[tuple[str, str | bytes], ...] = ()
 
 
 @dataclass
@@ -506,7 +510,7 @@ def _workspace_of(request: Any) -> tuple[str, str]:
     return "target", ""
 
 
-def _lock_deadline(context: grpc.aio.ServicerContext) -> float | None:
+def _lock_deadline(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
     remaining = context.time_remaining()
     if remaining is None:
         return None

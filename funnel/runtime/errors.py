@@ -10,6 +10,7 @@ import datetime
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 
 class Code(enum.Enum):
@@ -54,7 +55,8 @@ class Rejection:
 
     @property
     def code(self) -> Code:
-        return self.reason.value.code
+        # Enum.value is Any to mypy; every catalogue's members are ReasonSpec values (see above).
+        return cast(ReasonSpec, self.reason.value).code
 
 
 class ServiceError(Exception):

@@ -88,12 +88,12 @@ class FileFaults(Faults):
     def __init__(self, path: str) -> None:
         super().__init__()
         self._path = path
-        self._seen: tuple | None = None
+        self._seen: tuple[int, int, int] | None = None
 
     def hit(self, point: str) -> None:
         try:
             stat = os.stat(self._path)
-            seen: tuple | None = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            seen: tuple[int, int, int] | None = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         except FileNotFoundError:
             seen = None
         with self._lock:
@@ -102,7 +102,7 @@ class FileFaults(Faults):
                 self._plan, self._hits = self._read(seen), {}
         super().hit(point)
 
-    def _read(self, seen: tuple | None) -> dict[str, tuple[str, int]]:
+    def _read(self, seen: tuple[int, int, int] | None) -> dict[str, tuple[str, int]]:
         if seen is None:
             return {}
         try:

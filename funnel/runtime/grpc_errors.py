@@ -4,7 +4,7 @@ the caller should wait; and the client-side readers of those details."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -89,7 +89,9 @@ def _status_of(error: grpc.RpcError) -> status_pb2.Status | None:
     # The errors gRPC raises for a failed call (_InactiveRpcError, aio's
     # AioRpcError) carry its code, details and trailing metadata, which is all
     # from_call reads; the stubs type grpc.RpcError as no grpc.Call, though.
-    return rpc_status.from_call(error)  # type: ignore[arg-type]
+    # from_call is unannotated in the stubs; it returns the decoded
+    # grpc-status-details-bin trailer, or None when the call sent none.
+    return cast("status_pb2.Status | None", rpc_status.from_call(error))  # type: ignore[arg-type]
 
 
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:

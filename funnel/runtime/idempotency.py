@@ -20,9 +20,9 @@ import enum
 import hashlib
 import logging
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, reject
@@ -159,7 +159,9 @@ async def sweep_forever(
         await asyncio.sleep(interval)
 
 
-def sweeper(sweep: Callable[[int, int], Awaitable[int]], clock: Clock, retention_seconds: float):
+def sweeper(
+    sweep: Callable[[int, int], Awaitable[int]], clock: Clock, retention_seconds: float
+) -> Callable[[], Coroutine[Any, Any, None]]:
     """The background loop that forgets request ids after the retention; it runs
     often enough that ids outlive the retention by at most a tenth of it."""
     interval = max(1.0, min(retention_seconds / 10, 600.0))

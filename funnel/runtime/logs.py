@@ -25,7 +25,7 @@ import re
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from opentelemetry import trace
 
@@ -145,7 +145,7 @@ def default_format() -> str:
     return "text" if sys.stderr.isatty() else "json"
 
 
-class LineHandler(logging.StreamHandler):
+class LineHandler(logging.StreamHandler[TextIO]):
     """Writes each line to the stream (stderr), the lines of one turn of the event
     loop together: a line logged on the loop's thread is formatted at once and
     written with the others of that turn by a callback at its end. Each write is a

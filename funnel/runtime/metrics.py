@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
@@ -53,7 +53,8 @@ from funnel.runtime.storage_errors import StorageUnavailable
 log = logging.getLogger(__name__)
 
 # go-grpc-prometheus has no `_created` series; they would double every scrape.
-disable_created_metrics()
+# prometheus_client leaves this function unannotated; it takes and returns nothing.
+cast("Callable[[], None]", disable_created_metrics)()
 
 # go-grpc-prometheus's default buckets.
 RPC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
+
+from google.protobuf.message import Message
 
 # A page token's cursor: a str or int key, or a list of them.
 C = TypeVar("C")
@@ -52,7 +54,7 @@ def response_budget(max_message_bytes: int) -> int:
     return max(max_message_bytes - 64 * 1024, max_message_bytes // 2)
 
 
-def fitting(messages: list, budget: int) -> int:
+def fitting(messages: Sequence[Message], budget: int) -> int:
     """How many leading `messages` fit in `budget` serialized bytes (at least one).
     A page of `page_size` large items (events with long causes, runs with long
     errors, transcript events of up to 1 MiB) can exceed the message limit, which

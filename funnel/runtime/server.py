@@ -15,11 +15,11 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
-from google.protobuf.descriptor import FileDescriptor
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FileDescriptor, ServiceDescriptor
 from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
@@ -68,7 +68,10 @@ def add_common_arguments(
     parser: argparse.ArgumentParser, env_prefix: str, default_listen: str, default_db: str
 ) -> None:
     """Flags every service takes; each defaults to an environment variable `<PREFIX>_<NAME>`."""
-    e = lambda name, default: env_or(env_prefix, name, default)  # noqa: E731
+
+    def e(name: str, default: str) -> str:
+        return env_or(env_prefix, name, default)
+
     parser.add_argument("--listen", default=e("listen", default_listen), help=f"host:port ({env_prefix}_LISTEN)")
     parser.add_argument(
         "--database",
@@ -186,7 +189,10 @@ def connection_options(settings: security_settings.ServerSecurity) -> list[tuple
     without a call for the idle timeout (the client reconnects when it needs to),
     and one whose peer stops answering pings (gone without closing, with its
     watch streams still open)."""
-    ms = lambda seconds: int(seconds * 1000)  # noqa: E731
+
+    def ms(seconds: float) -> int:
+        return int(seconds * 1000)
+
     return [
         ("grpc.server_handshake_timeout_ms", ms(settings.handshake_timeout_seconds)),
         ("grpc.max_connection_idle_ms", ms(settings.connection_idle_seconds)),
@@ -214,7 +220,7 @@ class Health:
     async def probe_forever(self, probe: Callable[[], Awaitable[None]], interval: float) -> None:
         """Sets SERVING or NOT_SERVING from a periodic database probe (a background loop)."""
         serving: bool | None = None
-        running: asyncio.Future | None = None
+        running: asyncio.Future[None] | None = None
         try:
             while True:
                 # A probe stuck behind a lock keeps running; it is waited for again
@@ -300,7 +306,7 @@ def file_containing_symbol(pool: descriptor_pool.DescriptorPool, name: str) -> F
         pass
     parent, _, member = name.rpartition(".")
     if parent:
-        finders: list[Callable[[str], Any]] = [
+        finders: list[Callable[[str], Descriptor | EnumDescriptor | ServiceDescriptor]] = [
             pool.FindServiceByName, pool.FindMessageTypeByName, pool.FindEnumTypeByName]
         for find in finders:
             try:
@@ -391,7 +397,12 @@ def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> 
     names = [*service_names, REFLECTION_V1, reflection.SERVICE_NAME, "grpc.health.v1.Health"]
     _describe_reflection_v1()
     servicer = ReflectionServicer(names)
-    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    # The stubs leave the generated registration unannotated.
+    add_servicer = cast(
+        "Callable[[ReflectionServicer, grpc.aio.Server], None]",
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server,
+    )
+    add_servicer(servicer, server)
     v1 = grpc.method_handlers_generic_handler(
         REFLECTION_V1,
         {
@@ -504,9 +515,24 @@ def run(main: Coroutine[Any, Any, None]) -> None:
     uvloop.run(main)
 
 
+class RunningService(Protocol):
+    """What serve_process uses of a started service (each service's Running… class)."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def reloader(self) -> Reloader: ...
+
+    @property
+    def metrics_endpoint(self) -> MetricsEndpoint | None: ...
+
+    async def stop(self, grace: float | None = None) -> None: ...
+
+
 def serve_process(
     name: str,
-    start: Callable[[], Awaitable],
+    start: Callable[[], Awaitable[RunningService]],
     listen: str,
     grace: float,
     refusals: tuple[type[Exception], ...],

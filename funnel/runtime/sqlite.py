@@ -81,10 +81,10 @@ class Database:
         # takes (the writer pipeline, _commit_groups), hence the lock.
         self._pending: list[_Write[Any]] = []
         self._pending_lock = threading.Lock()
-        self._writer: asyncio.Task | None = None
+        self._writer: asyncio.Task[None] | None = None
         # Set by close(): its one run, which every caller of close() waits for.
-        self._closing: asyncio.Task | None = None
-        self._checkpointer: asyncio.Task | None = None
+        self._closing: asyncio.Task[None] | None = None
+        self._checkpointer: asyncio.Task[None] | None = None
         # Set once the integrity check, or a write, met damage: every later write is refused.
         self._damage: str | None = None
 

@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import Token
 from typing import Any
@@ -245,7 +245,9 @@ class ClientSpans(grpc.aio.UnaryUnaryClientInterceptor):
         self._tracer = _TRACER if tracer_provider is None else tracer_provider.get_tracer("funnel")
         self._recording = tracer_provider is not None or _sdk_installed()
 
-    async def intercept_unary_unary(self, continuation: Callable, details: Any, request: Any) -> Any:
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Awaitable[Any]], details: Any, request: Any
+    ) -> Any:
         if not self._recording:  # the current context (a caller's) goes on as it is
             return await continuation(_with_context(details, None), request)
         method = details.method.decode() if isinstance(details.method, bytes) else details.method
