@@ -47,8 +47,8 @@ async def serve(bounded: bool, argv: list[str]) -> None:
     from funnel.runtime import security as security_settings
     from funnel.runtime import server as runtime
     from funnel.runtime.metrics import ServiceMetrics
-    from lifecycle_service.errors import Reason
-    from lifecycle_service.server import DOMAIN, parse_args
+    from lifecycle_service.errors import DOMAIN, Reason
+    from lifecycle_service.server import parse_args
 
     config = parse_args(argv)
     security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
