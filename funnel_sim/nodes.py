@@ -280,7 +280,8 @@ class SimLifecycleStub:
 
         def handler(request: Any, context: SimContext) -> Any:
             assert lifecycle.service is not None
-            return lifecycle.service.WatchLifecycleEvents(request, context)
+            # SimContext stands in for the grpc context: the servicer reads only its deadline.
+            return lifecycle.service.WatchLifecycleEvents(request, context)  # type: ignore[arg-type]
 
         return _StreamCall(self._network.stream(COMPLETION, lifecycle, "WatchLifecycleEvents", handler, request,
                                                 COMPLETION_CALLER))
