@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+
 from funnel.client.connection import Connection
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -15,7 +17,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 WORKSPACE = "demo"
 
 
-def _name(enum_type, value: int, prefix: str) -> str:
+def _name(enum_type: EnumTypeWrapper, value: int, prefix: str) -> str:
     return enum_type.Name(value).removeprefix(prefix)
 
 
@@ -35,7 +37,7 @@ class DemoCallers:
 
 async def run_demo(
     callers: DemoCallers, lifecycle_address: str, completion_address: str, say: Callable[[str], None] = print
-) -> dict:
+) -> dict[str, str | int]:
     """Returns what a test needs to check the story; raises DemoFailed if any step
     does not behave as the story says, funnel.client.FunnelError if a call fails."""
     task_id = f"demo-{uuid.uuid4().hex[:8]}"

@@ -21,6 +21,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from types import FrameType
 
 import grpc
 import jwt
@@ -74,7 +75,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 1
     stop_requested = False
 
-    def request_stop(signum, frame) -> None:
+    def request_stop(signum: int, frame: FrameType | None) -> None:
         nonlocal stop_requested
         stop_requested = True
 

@@ -29,10 +29,10 @@ class StartupFailed(RuntimeError):
 @dataclass
 class ServiceProcess:
     name: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     address: str = ""
     log_path: Path | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
     # http://…/metrics, when the service was started with --metrics-listen.
     metrics_url: str | None = None
 
@@ -63,7 +63,7 @@ class ServiceProcess:
             self.process.stdout.close()
 
 
-def spawn(name: str, module: str, args: list[str], log_path: Path, env: dict | None = None) -> ServiceProcess:
+def spawn(name: str, module: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> ServiceProcess:
     """Starts `python -m module args`; stdout carries the one `serving on` line,
     stderr goes to log_path."""
     with open(log_path, "ab") as log:
@@ -175,7 +175,7 @@ def start_pair(
     policy_file: str,
     extra_lifecycle: Sequence[str] = (),
     extra_completion: Sequence[str] = (),
-    env: dict | None = None,
+    env: dict[str, str] | None = None,
     database_url: str | None = None,
     lifecycle_metrics: str | None = None,
     completion_metrics: str | None = None,

@@ -4,7 +4,8 @@ before the tool runs: `acting`); the answers are mapped by `answers`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
@@ -16,6 +17,9 @@ from funnel_mcp.callers import Caller
 from funnel_mcp.door import Door
 from funnel_mcp.failures import Refused
 from funnel_mcp.leases import HeldRun
+
+# A tool function, returned as it is by the SDK's decorator.
+_Tool = TypeVar("_Tool", bound=Callable[..., Any])
 
 RunId = Annotated[str, Field(title="Run ID", description="The runId that claim_task returned.", min_length=1,
                              max_length=128)]
@@ -42,7 +46,7 @@ def acting(ctx: Context[Any]) -> tuple[Door, Caller]:
 
 
 def register(server: MCPServer[Door]) -> None:
-    def tool(title: str, description: str, **kind: bool) -> Any:
+    def tool(title: str, description: str, **kind: bool) -> Callable[[_Tool], _Tool]:
         return server.tool(title=title, description=description, annotations=hints(title, **kind))
 
     @tool("Claim a task", descriptions.CLAIM_TASK)

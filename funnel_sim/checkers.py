@@ -23,8 +23,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from completion_service.core.model import CompletionEventKind, CompletionRecord, RequestedOutcome, SettlementStatus
+from completion_service.core.model import (
+    CompletionEventKind,
+    CompletionRecord,
+    EvidenceRecord,
+    RequestedOutcome,
+    SettlementStatus,
+)
 from completion_service.storage.memory import MemoryCompletionStore
+from completion_service.storage.port import CompletionReadTx
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel_sim.actors import WORKSPACE
 from funnel_sim.clocks import SimClock
@@ -83,7 +90,7 @@ async def _read(evidence: Evidence) -> Durable:
     return Durable(events, completions, completion_events, {run.run_id: run for run in runs}, found)
 
 
-def _evidence_of(tx: Any, task_id: str) -> list[Any]:
+def _evidence_of(tx: CompletionReadTx, task_id: str) -> list[EvidenceRecord]:
     return tx.list_evidence(WORKSPACE, task_id, None, None, EVERYTHING)
 
 
@@ -164,7 +171,9 @@ def _same(method: str, first: Any, later: Any) -> bool:
         # A replay carries the completion's settlement as it is now (service._replayed_attempt).
         return (first.decision.verdict, first.completion.completion_id) == (
             later.decision.verdict, later.completion.completion_id)
-    return first.SerializeToString(deterministic=True) == later.SerializeToString(deterministic=True)
+    first_bytes: bytes = first.SerializeToString(deterministic=True)
+    later_bytes: bytes = later.SerializeToString(deterministic=True)
+    return first_bytes == later_bytes
 
 
 def request_ids(evidence: Evidence, durable: Durable) -> Iterable[str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import text_format
+from google.protobuf.message import Message
 
 from funnel.runtime.grpc_errors import status_error_info
 from funnel_sim.network import Answer, Ok
@@ -95,7 +96,8 @@ def _answer(answer: Answer) -> str:
 
 def _answer_bytes(answer: Answer) -> bytes:
     if isinstance(answer, Ok):
-        return b" OK " + answer.response.SerializeToString(deterministic=True) + b"\n"
+        response: Message = answer.response
+        return b" OK " + response.SerializeToString(deterministic=True) + b"\n"
     # Not the status's bytes: its ErrorInfo was packed into an Any with its metadata map
     # in hash order, which differs between processes (PYTHONHASHSEED).
     return f" FAILED {_answer(answer)}\n".encode()

@@ -91,7 +91,7 @@ class Server(Protocol):
     @property
     def up(self) -> bool: ...
 
-    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task: ...
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]: ...
 
     def fault(self, where: str, error: BaseException) -> None:
         """An unexpected exception in a handler (the boundary would log it as INTERNAL)."""
@@ -303,7 +303,7 @@ class Stream:
         self._wakeup = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
-        self.pump: asyncio.Task | None = None
+        self.pump: asyncio.Task[Any] | None = None
         self._ended = False
 
     async def room(self) -> None:

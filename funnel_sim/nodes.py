@@ -33,6 +33,7 @@ from completion_service.service import CompletionService
 from completion_service.service import publisher as completion_publisher
 from completion_service.storage.memory import MemoryCompletionStore
 from funnel.auth.principal import Principal, Role
+from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime import calls, idempotency
 from funnel.runtime.faults import DroppedReply, Faults
@@ -172,13 +173,13 @@ class Node:
         self.incarnation = 0
         self._up = False
         # Ordered (a dict, not a set of objects): a crash cancels them in the same order every run.
-        self._tasks: dict[asyncio.Task, None] = {}
+        self._tasks: dict[asyncio.Task[Any], None] = {}
 
     @property
     def up(self) -> bool:
         return self._up
 
-    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(_owned(coroutine), name=f"{self.name}/{name}")
         self._tasks[task] = None
         task.add_done_callback(self._ended)
@@ -187,7 +188,7 @@ class Node:
         task.add_done_callback(lambda _: coroutine.close())
         return task
 
-    def _ended(self, task: asyncio.Task) -> None:
+    def _ended(self, task: asyncio.Task[Any]) -> None:
         self._tasks.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             self.fault(f"{task.get_name()} died", task.exception())
@@ -233,7 +234,7 @@ class LifecycleNode(Node):
         self.service: LifecycleService | None = None
 
     def build(self) -> None:
-        broker: EventBroker = EventBroker(self.watch_buffer)
+        broker: EventBroker[lpb.WatchLifecycleEventsResponse] = EventBroker(self.watch_buffer)
         authority = LifecycleAuthority(
             NodeStore(self.durable, self),
             self.policy, self.clock, publish=lifecycle_publisher(broker), faults=SimFaults(self),
@@ -280,7 +281,8 @@ class SimLifecycleStub:
 
         def handler(request: Any, context: SimContext) -> Any:
             assert lifecycle.service is not None
-            return lifecycle.service.WatchLifecycleEvents(request, context)
+            # SimContext stands in for the grpc context: the servicer reads only its deadline.
+            return lifecycle.service.WatchLifecycleEvents(request, context)  # type: ignore[arg-type]
 
         return _StreamCall(self._network.stream(COMPLETION, lifecycle, "WatchLifecycleEvents", handler, request,
                                                 COMPLETION_CALLER))
@@ -355,7 +357,7 @@ class CompletionNode(Node):
         self.authority: CompletionAuthority | None = None
 
     def build(self) -> None:
-        broker: EventBroker = EventBroker(64)
+        broker: EventBroker[cpb.WatchCompletionEventsResponse] = EventBroker(64)
         client = SimLifecycleClient(SimLifecycleStub(self.network, self.lifecycle), self.lifecycle_timeout)
         authority = CompletionAuthority(
             NodeStore(self.durable, self),

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -44,9 +46,9 @@ class Lifecycle:
     changed: float = 0.0
 
 
-def seconds(stamp: object) -> float:
+def seconds(stamp: Timestamp) -> float:
     """A protobuf Timestamp as Unix seconds (0.0 when unset)."""
-    return stamp.seconds + stamp.nanos / 1e9  # type: ignore[attr-defined]
+    return stamp.seconds + stamp.nanos / 1e9
 
 
 def lifecycle_from_task(task: lpb.Task) -> Lifecycle:

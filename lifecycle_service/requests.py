@@ -5,6 +5,8 @@ each); the ErrorInfo reason is the first problem's."""
 
 from __future__ import annotations
 
+from typing import Any, Protocol, TypedDict, cast
+
 from funnel.auth.principal import Caller, Role
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.paging import MAX_PAGE_SIZE
@@ -12,7 +14,14 @@ from funnel.runtime.timestamps import timestamp_problem, to_micros
 from funnel.runtime.validation import MAX_ID_LENGTH, Checker
 from lifecycle_service.convert import cause_from_proto, parent_from_proto
 from lifecycle_service.core import intents as i
-from lifecycle_service.core.model import SETTABLE_WORK_STATUSES, GenerationState, LinkMode, Outcome, WorkStatus
+from lifecycle_service.core.model import (
+    SETTABLE_WORK_STATUSES,
+    Cause,
+    GenerationState,
+    LinkMode,
+    Outcome,
+    WorkStatus,
+)
 from lifecycle_service.errors import Reason
 from lifecycle_service.storage.port import TaskQuery
 
@@ -27,15 +36,49 @@ _SETTABLE = [status.value for status in SETTABLE_WORK_STATUSES]
 _LINK_MODES = [mode.value for mode in LinkMode]
 
 
+class _Mutation(Protocol):
+    """The header every mutating request carries."""
+
+    @property
+    def workspace_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def expected_revision(self) -> int: ...
+    @property
+    def cause(self) -> pb.Cause: ...
+    def HasField(self, field_name: Any) -> bool: ...
+
+
+class _GenerationMutation(_Mutation, Protocol):
+    """A mutating request of one generation: all but RegisterTaskRequest (registration makes generation 1)."""
+
+    @property
+    def generation(self) -> int: ...
+
+
+class _Header(TypedDict):
+    """The intent's fields from the request header (see `Intent`)."""
+
+    workspace_id: str
+    task_id: str
+    request_id: str | None
+    expected_revision: int | None
+    cause: Cause
+
+
 def raise_if_invalid(checker: Checker) -> None:
     checker.raise_for(Reason)
 
 
-def _check_header(checker: Checker, request, *, with_generation: bool = True) -> None:
+def _check_header(checker: Checker, request: _Mutation, *, with_generation: bool = True) -> None:
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
     if with_generation:
-        checker.integer("generation", request.generation, minimum=1)
+        # Only register_task, whose request has no generation, passes with_generation=False.
+        checker.integer("generation", cast(_GenerationMutation, request).generation, minimum=1)
     checker.identifier("request_id", request.request_id, required=False)
     if request.HasField("expected_revision"):
         checker.integer("expected_revision", request.expected_revision, minimum=0)
@@ -49,7 +92,7 @@ def _check_header(checker: Checker, request, *, with_generation: bool = True) ->
         checker.text(f"cause.originating_ids[{key!r}]", value, MAX_ORIGINATING_ID_VALUE_LENGTH)
 
 
-def _header(request) -> dict:
+def _header(request: _Mutation) -> _Header:
     return {
         "workspace_id": request.workspace_id,
         "task_id": request.task_id,
@@ -141,7 +184,7 @@ def check_settle_completions(request: pb.SettleCompletionsRequest) -> None:
     raise_if_invalid(checker)
 
 
-def plain_intent(intent_type: type[i.Intent], request) -> i.Intent:
+def plain_intent(intent_type: type[i.Intent], request: _GenerationMutation) -> i.Intent:
     """Intents that carry only the common fields."""
     checker = Checker()
     _check_header(checker, request)
@@ -164,7 +207,7 @@ def resume_with_generation(request: pb.ResumeWithGenerationRequest) -> tuple[i.I
     return intent, Caller(named.subject, named.role) if named is not None else None
 
 
-def task_key(request) -> None:
+def task_key(request: pb.GetTaskRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from funnel.auth.pki import COMPLETION_IDENTITY
+from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc
 from funnel.runtime import idempotency
 from funnel.runtime import security as security_settings
@@ -72,7 +73,7 @@ class RunningLifecycle:
     authority: LifecycleAuthority
     store: LifecycleStore
     health: runtime.Health
-    broker: EventBroker
+    broker: EventBroker[pb.WatchLifecycleEventsResponse]
     background: Background
     reloader: Reloader
     metrics: ServiceMetrics
@@ -106,7 +107,7 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
         port = runtime.bind(server, config.listen, security)
         undo.push_async_callback(runtime.release, server)
-        broker: EventBroker = EventBroker(config.watch_buffer)
+        broker: EventBroker[pb.WatchLifecycleEventsResponse] = EventBroker(config.watch_buffer)
         faults = from_environment()
         background = Background("lifecycle_service")
         store: LifecycleStore
@@ -180,7 +181,10 @@ def _sequence_of(event: LifecycleEvent) -> int:
 
 def parse_args(argv: list[str] | None = None) -> LifecycleConfig:
     defaults = LifecycleConfig()
-    e = lambda name, default: runtime.env_or(ENV_PREFIX, name, str(default))  # noqa: E731
+
+    def e(name: str, default: object) -> str:
+        return runtime.env_or(ENV_PREFIX, name, str(default))
+
     parser = argparse.ArgumentParser(prog="lifecycle-service", description="The task lifecycle authority (gRPC).")
     runtime.add_common_arguments(parser, ENV_PREFIX, defaults.listen, defaults.database)
     parser.add_argument(

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as pb
@@ -40,6 +42,11 @@ from lifecycle_service.units import Committed, Replayed, Resettled, task_view
 
 SERVICE_NAME = "funnel.lifecycle.v1.TaskLifecycleService"
 
+# Of its context a servicer reads only the deadline, whatever the call's message types.
+Context = grpc.aio.ServicerContext[Any, Any]
+
+_Response = TypeVar("_Response", bound=Message)
+
 
 def publisher(broker: EventBroker[pb.WatchLifecycleEventsResponse]) -> Callable[[LifecycleEvent], None]:
     """The store's after-commit hook: hands each committed event to the watch streams."""
@@ -69,17 +76,17 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
     async def _mutate(
         self,
         method: str,
-        request,
-        context: grpc.aio.ServicerContext,
-        response_type,
+        request: Message,
+        context: Context,
+        response_type: type[_Response],
         intent: i.Intent,
         on_behalf_of: Caller | None = None,
-    ):
+    ) -> _Response:
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
             raise ServiceError(reject(Reason.DEADLINE_EXPIRED, "the deadline expired before the intent was applied"))
 
-        def reply(task: TaskRecord, event: LifecycleEvent):
+        def reply(task: TaskRecord, event: LifecycleEvent) -> _Response:
             return response_type(task=task_to_proto(task), event=event_to_proto(event))
 
         def render(task: TaskRecord, event: LifecycleEvent) -> bytes:
@@ -107,38 +114,52 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         assert isinstance(result, Rejection), result
         raise ServiceError(result)
 
-    async def RegisterTask(self, request, context):
+    async def RegisterTask(self, request: pb.RegisterTaskRequest, context: Context) -> pb.RegisterTaskResponse:
         return await self._mutate(
             "RegisterTask", request, context, pb.RegisterTaskResponse, requests.register_task(request)
         )
 
-    async def ActivateGeneration(self, request, context):
+    async def ActivateGeneration(
+        self, request: pb.ActivateGenerationRequest, context: Context
+    ) -> pb.ActivateGenerationResponse:
         intent = requests.activate_generation(request)
         return await self._mutate("ActivateGeneration", request, context, pb.ActivateGenerationResponse, intent)
 
-    async def SuspendGeneration(self, request, context):
+    async def SuspendGeneration(
+        self, request: pb.SuspendGenerationRequest, context: Context
+    ) -> pb.SuspendGenerationResponse:
         intent = requests.plain_intent(i.SuspendGeneration, request)
         return await self._mutate("SuspendGeneration", request, context, pb.SuspendGenerationResponse, intent)
 
-    async def ResumeWithGeneration(self, request, context):
+    async def ResumeWithGeneration(
+        self, request: pb.ResumeWithGenerationRequest, context: Context
+    ) -> pb.ResumeWithGenerationResponse:
         intent, on_behalf_of = requests.resume_with_generation(request)
         return await self._mutate(
             "ResumeWithGeneration", request, context, pb.ResumeWithGenerationResponse, intent, on_behalf_of
         )
 
-    async def RequestCancellation(self, request, context):
+    async def RequestCancellation(
+        self, request: pb.RequestCancellationRequest, context: Context
+    ) -> pb.RequestCancellationResponse:
         intent = requests.plain_intent(i.RequestCancellation, request)
         return await self._mutate("RequestCancellation", request, context, pb.RequestCancellationResponse, intent)
 
-    async def SettleCancellation(self, request, context):
+    async def SettleCancellation(
+        self, request: pb.SettleCancellationRequest, context: Context
+    ) -> pb.SettleCancellationResponse:
         intent = requests.plain_intent(i.SettleCancellation, request)
         return await self._mutate("SettleCancellation", request, context, pb.SettleCancellationResponse, intent)
 
-    async def SettleCompletion(self, request, context):
+    async def SettleCompletion(
+        self, request: pb.SettleCompletionRequest, context: Context
+    ) -> pb.SettleCompletionResponse:
         intent = requests.settle_completion(request)
         return await self._mutate("SettleCompletion", request, context, pb.SettleCompletionResponse, intent)
 
-    async def SettleCompletions(self, request, context):
+    async def SettleCompletions(
+        self, request: pb.SettleCompletionsRequest, context: Context
+    ) -> pb.SettleCompletionsResponse:
         requests.check_settle_completions(request)
         # Each item on its own way through _mutate, all at once: the store's writer
         # commits what is queued together in one group. Every item is waited for
@@ -153,7 +174,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             results.append(answer)
         return pb.SettleCompletionsResponse(results=results)
 
-    async def _settle_item(self, item: pb.SettleCompletionRequest, context) -> pb.SettleCompletionsResult:
+    async def _settle_item(self, item: pb.SettleCompletionRequest, context: Context) -> pb.SettleCompletionsResult:
         """What SettleCompletion answers for one item, its error included."""
         try:
             intent = requests.settle_completion(item)
@@ -164,25 +185,27 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             return pb.SettleCompletionsResult(error=status_message(storage_unavailable(Reason, exc), DOMAIN))
         return pb.SettleCompletionsResult(settled=settled)
 
-    async def SettleFailure(self, request, context):
+    async def SettleFailure(self, request: pb.SettleFailureRequest, context: Context) -> pb.SettleFailureResponse:
         intent = requests.plain_intent(i.SettleFailure, request)
         return await self._mutate("SettleFailure", request, context, pb.SettleFailureResponse, intent)
 
-    async def SettleTimeout(self, request, context):
+    async def SettleTimeout(self, request: pb.SettleTimeoutRequest, context: Context) -> pb.SettleTimeoutResponse:
         intent = requests.plain_intent(i.SettleTimeout, request)
         return await self._mutate("SettleTimeout", request, context, pb.SettleTimeoutResponse, intent)
 
-    async def PropagateParentTermination(self, request, context):
+    async def PropagateParentTermination(
+        self, request: pb.PropagateParentTerminationRequest, context: Context
+    ) -> pb.PropagateParentTerminationResponse:
         intent = requests.plain_intent(i.PropagateParentTermination, request)
         return await self._mutate(
             "PropagateParentTermination", request, context, pb.PropagateParentTerminationResponse, intent
         )
 
-    async def SetWorkStatus(self, request, context):
+    async def SetWorkStatus(self, request: pb.SetWorkStatusRequest, context: Context) -> pb.SetWorkStatusResponse:
         intent = requests.set_work_status(request)
         return await self._mutate("SetWorkStatus", request, context, pb.SetWorkStatusResponse, intent)
 
-    async def GetTask(self, request, context):
+    async def GetTask(self, request: pb.GetTaskRequest, context: Context) -> pb.GetTaskResponse:
         requests.task_key(request)
         workspace_id, task_id = request.workspace_id, request.task_id
         view = await self._store.read(lambda tx: task_view(tx, workspace_id, task_id))
@@ -193,7 +216,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             open_attached_child_task_ids=[child.task_id for child in view.open_attached_children],
         )
 
-    async def ListTasks(self, request, context):
+    async def ListTasks(self, request: pb.ListTasksRequest, context: Context) -> pb.ListTasksResponse:
         query, by_change = requests.list_tasks(request)
         # The filters and the order are part of the listing, so a token is valid only
         # for the ones it came from; without them the listing is as before they
@@ -225,7 +248,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             listing, last_sequence if by_change else last_task.task_id)
         return pb.ListTasksResponse(tasks=protos, next_page_token=token)
 
-    async def CountTasks(self, request, context):
+    async def CountTasks(self, request: pb.CountTasksRequest, context: Context) -> pb.CountTasksResponse:
         requests.count_tasks(request)
         counts = await self._store.read(lambda tx: tx.count_tasks(request.workspace_id))
         return pb.CountTasksResponse(
@@ -238,7 +261,9 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             total=sum(c.tasks for c in counts),
         )
 
-    async def ListLifecycleEvents(self, request, context):
+    async def ListLifecycleEvents(
+        self, request: pb.ListLifecycleEventsRequest, context: Context
+    ) -> pb.ListLifecycleEventsResponse:
         requests.list_events(request)
         listing = ["events", request.workspace_id, request.task_id]
         after = 0
@@ -267,7 +292,9 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             next_page_token=encode_token(listing, events[-1].revision) if more else "",
         )
 
-    async def WatchLifecycleEvents(self, request, context) -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
+    async def WatchLifecycleEvents(
+        self, request: pb.WatchLifecycleEventsRequest, context: Context
+    ) -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
         sequence_of = lambda item: item.event.sequence  # noqa: E731

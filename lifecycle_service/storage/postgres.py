@@ -135,7 +135,7 @@ class PostgresLifecycleTx(SqliteLifecycleTx):
         self._db.execute(_INSERT_EVENT, (sequence, *self._event_values(event)))
         return dataclasses.replace(event, sequence=sequence)
 
-    def _event_values(self, event: LifecycleEvent) -> tuple:
+    def _event_values(self, event: LifecycleEvent) -> tuple[Any, ...]:
         values = list(super()._event_values(event))
         for position in CAUSE_TEXT_VALUES:
             values[position] = values[position].encode()

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from funnel.auth.principal import Caller
 from funnel.runtime.idempotency import RequestKey
@@ -143,7 +143,7 @@ class SqliteLifecycleTx:
             "WHERE workspace_id = ? AND parent_task_id = ? AND parent_generation = ? "
             "AND parent_mode = 'ATTACHED' AND state != 'TERMINAL' ORDER BY task_id"
         )
-        params: tuple = (task.workspace_id, task.task_id, task.generation)
+        params: tuple[str | int, ...] = (task.workspace_id, task.task_id, task.generation)
         if limit is not None:
             sql += " LIMIT ?"
             params += (limit,)
@@ -205,7 +205,7 @@ class SqliteLifecycleTx:
                 f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE workspace_id = ? AND task_id = ? "
                 "AND sequence > ? ORDER BY sequence LIMIT ?"
             )
-            params: tuple = (workspace_id, task_id, after_sequence, limit)
+            params: tuple[str | int, ...] = (workspace_id, task_id, after_sequence, limit)
         else:
             sql = (
                 f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE workspace_id = ? AND sequence > ? "
@@ -215,7 +215,7 @@ class SqliteLifecycleTx:
         return [self._event(r) for r in self._db.execute(sql, params)]
 
     def last_sequence(self) -> int:
-        return self._db.execute("SELECT COALESCE(MAX(sequence), 0) FROM lifecycle_events").fetchone()[0]
+        return cast(int, self._db.execute("SELECT COALESCE(MAX(sequence), 0) FROM lifecycle_events").fetchone()[0])
 
     def _event(self, row: Sequence[Any]) -> LifecycleEvent:
         return _event_from_row(row)
@@ -247,7 +247,8 @@ class SqliteLifecycleTx:
         assert cursor.lastrowid is not None, "an INSERT sets lastrowid"
         return dataclasses.replace(event, sequence=cursor.lastrowid)
 
-    def _event_values(self, event: LifecycleEvent) -> tuple:
+    # Any, not the columns' types: PostgresLifecycleTx encodes the cause's text values.
+    def _event_values(self, event: LifecycleEvent) -> tuple[Any, ...]:
         return _event_values(event, self._caller_id(event.caller))
 
     def _caller_id(self, caller: Caller) -> int:
@@ -289,7 +290,8 @@ class SqliteLifecycleTx:
         )
 
     def discharge_propagation(self, propagation_id: int) -> bool:
-        return self._db.execute("DELETE FROM pending_propagations WHERE id = ?", (propagation_id,)).rowcount == 1
+        deleted = self._db.execute("DELETE FROM pending_propagations WHERE id = ?", (propagation_id,))
+        return cast(int, deleted.rowcount) == 1
 
     def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
         # One process owns the file: no claim is recorded (see the port).
@@ -324,11 +326,12 @@ class SqliteLifecycleTx:
         )
 
     def forget_requests(self, created_before: int, limit: int) -> int:
-        return self._db.execute(
+        forgotten = self._db.execute(
             "DELETE FROM request_ids WHERE rowid IN "
             "(SELECT rowid FROM request_ids WHERE created_at < ? ORDER BY created_at LIMIT ?)",
             (created_before, limit),
-        ).rowcount
+        )
+        return cast(int, forgotten.rowcount)
 
 
 def _conforms(store: SqliteLifecycleStore, tx: SqliteLifecycleTx) -> tuple[LifecycleStore, LifecycleTx]:
@@ -336,7 +339,7 @@ def _conforms(store: SqliteLifecycleStore, tx: SqliteLifecycleTx) -> tuple[Lifec
     return store, tx
 
 
-def _event_values(event: LifecycleEvent, caller_id: int) -> tuple:
+def _event_values(event: LifecycleEvent, caller_id: int) -> tuple[Any, ...]:
     """Values for the columns of INSERT_EVENT (the event's fields but its sequence)."""
     return (
         event.workspace_id,
@@ -361,7 +364,7 @@ def _event_values(event: LifecycleEvent, caller_id: int) -> tuple:
     )
 
 
-def _link_values(link: ParentLink | None) -> tuple:
+def _link_values(link: ParentLink | None) -> tuple[str, int, str] | tuple[None, None, None]:
     return (link.task_id, link.generation, link.mode.name) if link else (None, None, None)
 
 
@@ -374,7 +377,7 @@ def propagation_from_row(r: Sequence[Any]) -> PendingPropagation:
     return PendingPropagation(r[0], r[1], r[2], r[3], r[4], ChildRef(r[5], r[6]), IntentKind[r[7]])
 
 
-def _task_values(task: TaskRecord) -> tuple:
+def _task_values(task: TaskRecord) -> tuple[str | int | None, ...]:
     """Values for the columns of insert_task and update_task, keys last."""
     parent = task.parent
     return (
