@@ -53,8 +53,7 @@ async def serve(bounded: bool, argv: list[str]) -> None:
     config = parse_args(argv)
     security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
     answer = lpb.GetTaskResponse(
-        task=lpb.Task(workspace_id=WORKSPACE, task_id="t", generation=1, revision=1,
-                      state=lpb.GENERATION_STATE_ACTIVE)
+        task=lpb.Task(workspace_id=WORKSPACE, task_id="t", generation=1, revision=1, state=lpb.GENERATION_STATE_ACTIVE)
     )
 
     class Canned(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
@@ -82,9 +81,21 @@ class Server:
         self.bounded = bounded
         self._log = log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "serve", "--bounded" if bounded else "--bare", "--",
-             "--listen", "127.0.0.1:0", "--log-format", "json", *lifecycle_arguments(pki)],
-            stdout=subprocess.PIPE, stderr=self._log, text=True,
+            [
+                sys.executable,
+                __file__,
+                "serve",
+                "--bounded" if bounded else "--bare",
+                "--",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                *lifecycle_arguments(pki),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
         )
         assert self.process.stdout is not None  # opened with stdout=PIPE
         line = self.process.stdout.readline()
@@ -132,8 +143,9 @@ def measure_boundary(pairs: int, seconds: float, concurrency: int, say=print) ->
     data = Path(tempfile.mkdtemp(prefix="funnel-bench-boundary-"))
     pki = ensure_pki(data)
     credentials = Credentials(pki.directory)
-    servers = {bounded: Server(bounded, pki, data / f"{'bounded' if bounded else 'bare'}.log")
-               for bounded in (False, True)}
+    servers = {
+        bounded: Server(bounded, pki, data / f"{'bounded' if bounded else 'bare'}.log") for bounded in (False, True)
+    }
     results: dict[bool, list[dict]] = {False: [], True: []}
     try:
         for pair in range(pairs):
@@ -144,17 +156,25 @@ def measure_boundary(pairs: int, seconds: float, concurrency: int, say=print) ->
                     asyncio.run(drive(server.address, credentials, concurrency, seconds, server.process.pid))
                 )
             bare, bounded_result = results[False][-1], results[True][-1]
-            say(f"  boundary pair {pair + 1}: bare {bare['calls_per_s']:.0f} calls/s "
+            say(
+                f"  boundary pair {pair + 1}: bare {bare['calls_per_s']:.0f} calls/s "
                 f"{bare['server_cpu_ms_per_call']:.3f} ms, bounded {bounded_result['calls_per_s']:.0f} calls/s "
-                f"{bounded_result['server_cpu_ms_per_call']:.3f} ms CPU per call")
+                f"{bounded_result['server_cpu_ms_per_call']:.3f} ms CPU per call"
+            )
     finally:
         for server in servers.values():
             server.stop()
         shutil.rmtree(data, ignore_errors=True)
-    added = [b["server_cpu_ms_per_call"] - a["server_cpu_ms_per_call"]
-             for a, b in zip(results[False], results[True], strict=True)]
-    return {"added_ms": statistics.median(added), "pairs_ms": added, "concurrency": concurrency,
-            "bare_ms": statistics.median(r["server_cpu_ms_per_call"] for r in results[False])}
+    added = [
+        b["server_cpu_ms_per_call"] - a["server_cpu_ms_per_call"]
+        for a, b in zip(results[False], results[True], strict=True)
+    ]
+    return {
+        "added_ms": statistics.median(added),
+        "pairs_ms": added,
+        "concurrency": concurrency,
+        "bare_ms": statistics.median(r["server_cpu_ms_per_call"] for r in results[False]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,15 +187,17 @@ def main(argv: list[str] | None = None) -> int:
     result = measure_boundary(args.pairs, args.seconds, args.concurrency)
     print(f"load average at end: {load_average()}")
     verdict = "met" if result["added_ms"] <= TARGET_MS else "NOT MET"
-    print(f"CPU the boundary adds per unary call (median of {args.pairs} pairs, {args.concurrency} in flight): "
-          f"{result['added_ms']:.3f} ms (pairs: {', '.join(f'{a:.3f}' for a in result['pairs_ms'])}; a bare call "
-          f"{result['bare_ms']:.3f} ms); target <= {TARGET_MS} ms {verdict}")
+    print(
+        f"CPU the boundary adds per unary call (median of {args.pairs} pairs, {args.concurrency} in flight): "
+        f"{result['added_ms']:.3f} ms (pairs: {', '.join(f'{a:.3f}' for a in result['pairs_ms'])}; a bare call "
+        f"{result['bare_ms']:.3f} ms); target <= {TARGET_MS} ms {verdict}"
+    )
     return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
-        mode, rest = sys.argv[2], sys.argv[sys.argv.index("--") + 1:]
+        mode, rest = sys.argv[2], sys.argv[sys.argv.index("--") + 1 :]
         from funnel.runtime.server import run
 
         run(serve(mode == "--bounded", rest))

@@ -265,7 +265,10 @@ def write_policy(data_dir: Path) -> Path:
 
 
 def start_services(
-    data_dir: Path, extra_lifecycle: Sequence[str] = (), extra_completion: Sequence[str] = (), pki=None,
+    data_dir: Path,
+    extra_lifecycle: Sequence[str] = (),
+    extra_completion: Sequence[str] = (),
+    pki=None,
     database_url: str | None = None,
 ) -> Services:
     """Starts lifecycle_service and completion_service as processes on file SQLite
@@ -291,8 +294,10 @@ def start_services(
         "lifecycle_service",
         "lifecycle_service",
         [
-            "--listen", "127.0.0.1:0",
-            "--database", database_url or str(data_dir / "lifecycle.sqlite3"),
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            database_url or str(data_dir / "lifecycle.sqlite3"),
             *lifecycle_arguments(pki),
             *extra_lifecycle,
         ],
@@ -378,7 +383,10 @@ def embedded_postgres(directory: Path) -> str:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP DATABASE IF EXISTS bench")
         conn.execute("CREATE DATABASE bench")
-        settings: dict[str, str] = dict(conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')").fetchall())
+        settings: dict[str, str] = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')"
+            ).fetchall()
+        )
     assert settings == {"fsync": "on", "synchronous_commit": "on"}, settings
     return url.replace("/postgres?", "/bench?", 1)

@@ -40,8 +40,9 @@ class Run:
 
 def worktree(rev: str, parent: Path) -> Path:
     path = parent / rev.replace("/", "_")
-    made = subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT, capture_output=True,
-                          text=True)
+    made = subprocess.run(
+        ["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT, capture_output=True, text=True
+    )
     if made.returncode != 0:
         raise SystemExit(f"cannot check out {rev!r}: {made.stderr.strip()}")
     return path
@@ -50,9 +51,24 @@ def worktree(rev: str, parent: Path) -> Path:
 def measure(tree: Path, seconds: float, concurrency: int, out: Path) -> Run:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
     subprocess.run(
-        [sys.executable, str(tree / "bench" / "run.py"), "--seconds", str(seconds), "--concurrency", str(concurrency),
-         "--workload", "attempt", "--no-baseline", "--json", str(out)],
-        cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            str(tree / "bench" / "run.py"),
+            "--seconds",
+            str(seconds),
+            "--concurrency",
+            str(concurrency),
+            "--workload",
+            "attempt",
+            "--no-baseline",
+            "--json",
+            str(out),
+        ],
+        cwd=tree,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     point = json.loads(out.read_text())["phases"]["empty"]["results"]["attempt"][str(concurrency)]
     return Run(point["ops_per_s"], point["p99_ms"], point["cpu_ms_per_op"]["total"], point["failures"])
@@ -77,34 +93,50 @@ def main(argv: list[str] | None = None) -> int:
             trees["old"] = worktree(args.old, parent)
             if args.new:
                 trees["new"] = worktree(args.new, parent)
-            print(f"old {args.old}, new {args.new or 'working tree'}: attempt at {args.concurrency} in flight, "
-                  f"{args.seconds:g} s per point, {args.pairs} pairs", flush=True)
-            print(f"  {'pair':>4} {'old ops/s':>10} {'new ops/s':>10} {'ratio':>6} {'old cpu ms':>11} "
-                  f"{'new cpu ms':>11} {'old p99':>8} {'new p99':>8}", flush=True)
+            print(
+                f"old {args.old}, new {args.new or 'working tree'}: attempt at {args.concurrency} in flight, "
+                f"{args.seconds:g} s per point, {args.pairs} pairs",
+                flush=True,
+            )
+            print(
+                f"  {'pair':>4} {'old ops/s':>10} {'new ops/s':>10} {'ratio':>6} {'old cpu ms':>11} "
+                f"{'new cpu ms':>11} {'old p99':>8} {'new p99':>8}",
+                flush=True,
+            )
             pairs: list[tuple[Run, Run]] = []
             for n in range(1, args.pairs + 1):
                 # Old first in odd pairs, new first in even ones: a drift of the machine's
                 # speed over the run then favours neither.
                 order = ("old", "new") if n % 2 else ("new", "old")
-                runs = {name: measure(trees[name], args.seconds, args.concurrency, parent / f"{name}.json")
-                        for name in order}
+                runs = {
+                    name: measure(trees[name], args.seconds, args.concurrency, parent / f"{name}.json")
+                    for name in order
+                }
                 old, new = runs["old"], runs["new"]
                 pairs.append((old, new))
                 failed = "  FAILURES" if old.failures or new.failures else ""
-                print(f"  {n:>4} {old.ops_per_s:>10.0f} {new.ops_per_s:>10.0f} {new.ops_per_s / old.ops_per_s:>6.2f} "
-                      f"{old.cpu_ms:>11.2f} {new.cpu_ms:>11.2f} {old.p99_ms:>8.1f} {new.p99_ms:>8.1f}{failed}",
-                      flush=True)
+                print(
+                    f"  {n:>4} {old.ops_per_s:>10.0f} {new.ops_per_s:>10.0f} {new.ops_per_s / old.ops_per_s:>6.2f} "
+                    f"{old.cpu_ms:>11.2f} {new.cpu_ms:>11.2f} {old.p99_ms:>8.1f} {new.p99_ms:>8.1f}{failed}",
+                    flush=True,
+                )
         finally:
             for name in trees:
                 if trees[name] != ROOT:
-                    subprocess.run(["git", "worktree", "remove", "--force", str(trees[name])], cwd=ROOT,
-                                   check=False, capture_output=True)
+                    subprocess.run(
+                        ["git", "worktree", "remove", "--force", str(trees[name])],
+                        cwd=ROOT,
+                        check=False,
+                        capture_output=True,
+                    )
 
     throughput = [new.ops_per_s / old.ops_per_s for old, new in pairs]
     cpu = [new.cpu_ms / old.cpu_ms for old, new in pairs]
     faster = sum(r > 1 for r in throughput)
-    print(f"new/old throughput: median {statistics.median(throughput):.2f}, mean {statistics.fmean(throughput):.2f}; "
-          f"CPU per attempt: median {statistics.median(cpu):.2f}; new faster in {faster} of {len(pairs)} pairs")
+    print(
+        f"new/old throughput: median {statistics.median(throughput):.2f}, mean {statistics.fmean(throughput):.2f}; "
+        f"CPU per attempt: median {statistics.median(cpu):.2f}; new faster in {faster} of {len(pairs)} pairs"
+    )
     return 0
 
 

@@ -32,13 +32,19 @@ from psycopg_pool import AsyncConnectionPool
 from funnel.runtime.postgres import PostgresDatabase
 from funnel.runtime.sqlite import Migration
 
-SCHEMA = [Migration(1, "bench", """
+SCHEMA = [
+    Migration(
+        1,
+        "bench",
+        """
 CREATE TABLE tasks (id text PRIMARY KEY, revision bigint NOT NULL, state text NOT NULL);
 CREATE TABLE counter (id integer PRIMARY KEY, value bigint NOT NULL);
 INSERT INTO counter VALUES (1, 0);
 CREATE TABLE events (sequence bigint PRIMARY KEY, task_id text NOT NULL, revision bigint NOT NULL, body text NOT NULL);
 CREATE TABLE request_ids (request_id text PRIMARY KEY, response bytea NOT NULL);
-""")]
+""",
+    )
+]
 TASKS = 256
 BODY = "x" * 300
 
@@ -62,6 +68,7 @@ def thread_unit(task: str, request_id: str):
         conn.execute("INSERT INTO events VALUES (%s, %s, %s, %s)", (sequence, task, revision + 1, BODY))
         conn.execute("INSERT INTO request_ids VALUES (%s, %s)", (request_id, b"r" * 200))
         return sequence
+
     return unit
 
 
@@ -99,15 +106,18 @@ async def measure(name: str, run_one, transactions: int, concurrency: int) -> fl
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     rate = transactions / elapsed
-    print(f"  {name:16} {concurrency:>3} in flight: {rate:8.0f} tx/s   "
-          f"client CPU {1000 * (time.process_time() - cpu) / transactions:.3f} ms/tx")
+    print(
+        f"  {name:16} {concurrency:>3} in flight: {rate:8.0f} tx/s   "
+        f"client CPU {1000 * (time.process_time() - cpu) / transactions:.3f} ms/tx"
+    )
     return rate
 
 
 async def main(url: str, transactions: int, levels: list[int]) -> None:
     database = await PostgresDatabase.open(url, "bench", SCHEMA, pool_size=16)
-    await database.write(lambda c: c.execute(
-        "INSERT INTO tasks SELECT 't' || n, 0, 'NEW' FROM generate_series(0, %s) n", (TASKS - 1,)))
+    await database.write(
+        lambda c: c.execute("INSERT INTO tasks SELECT 't' || n, 0, 'NEW' FROM generate_series(0, %s) n", (TASKS - 1,))
+    )
     opts = {"options": "-c search_path=bench"}
     async_pool = AsyncConnectionPool(url, min_size=16, max_size=16, kwargs={"autocommit": True, **opts}, open=False)
     await async_pool.open(wait=True)
@@ -117,8 +127,9 @@ async def main(url: str, transactions: int, levels: list[int]) -> None:
             print(f"{transactions} transactions, {level} in flight:")
             base = await measure("psycopg-thread", lambda t, r: database.write(thread_unit(t, r)), transactions, level)
             rates = {
-                "psycopg-async": await measure("psycopg-async", lambda t, r: psycopg_async_unit(async_pool, t, r),
-                                               transactions, level),
+                "psycopg-async": await measure(
+                    "psycopg-async", lambda t, r: psycopg_async_unit(async_pool, t, r), transactions, level
+                ),
                 "asyncpg": await measure("asyncpg", lambda t, r: asyncpg_unit(apg, t, r), transactions, level),
             }
             print("  ratios vs psycopg-thread: " + ", ".join(f"{k} {v / base:.2f}x" for k, v in rates.items()))
@@ -140,5 +151,6 @@ if __name__ == "__main__":
         import tempfile
 
         from bench.common import embedded_postgres
+
         url = embedded_postgres(Path(tempfile.mkdtemp(prefix="funnel-pg-driver-")))
     asyncio.run(main(url, args.transactions, [int(n) for n in args.concurrency.split(",")]))

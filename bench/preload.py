@@ -211,7 +211,7 @@ def clone_database(
     payload = _template_payload(db, template, warnings) if which == "completion" else None
     plans = []
     inserted = {}
-    for (table, sql) in db.execute(
+    for table, sql in db.execute(
         "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
     ).fetchall():
         info = db.execute(f"PRAGMA table_info({table})").fetchall()

@@ -138,9 +138,11 @@ def measure(config: dict, server_pids: dict[str, int], metrics: dict[str, str] |
     result["load_average_before"] = load
     # The share of the point's time its writer spent committing (funnel_db_commit_seconds:
     # from a group's hand-over to the database thread until its answer is back).
-    result["writer_busy"] = {
-        name: (commits_after[name] - commits_before[name]) / result["elapsed_s"] for name in metrics
-    } if result["elapsed_s"] else {}
+    result["writer_busy"] = (
+        {name: (commits_after[name] - commits_before[name]) / result["elapsed_s"] for name in metrics}
+        if result["elapsed_s"]
+        else {}
+    )
     return result
 
 
@@ -179,8 +181,10 @@ def calibrate(data_dir: Path, request_ids: bool, pki) -> dict:
         "lifecycle_service",
         "lifecycle_service",
         [
-            "--listen", "127.0.0.1:0",
-            "--database", str(data_dir / "lifecycle.sqlite3"),
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            str(data_dir / "lifecycle.sqlite3"),
             *lifecycle_arguments(pki),
         ],
         data_dir / "lifecycle.log",
@@ -205,10 +209,14 @@ def calibrate(data_dir: Path, request_ids: bool, pki) -> dict:
             "completion_service",
             "completion_service",
             [
-                "--listen", "127.0.0.1:0",
-                "--database", str(data_dir / "completion.sqlite3"),
-                "--lifecycle-address", proxy,
-                "--policy-file", str(policy),
+                "--listen",
+                "127.0.0.1:0",
+                "--database",
+                str(data_dir / "completion.sqlite3"),
+                "--lifecycle-address",
+                proxy,
+                "--policy-file",
+                str(policy),
                 *completion_arguments(pki),
             ],
             data_dir / "completion.log",
@@ -270,11 +278,18 @@ def start_echo(pki, back: str | None = None) -> tuple[Child, str]:
     argv = [PYTHON, str(BENCH / "echo.py"), "--listen", "127.0.0.1:0"]
     if back:
         argv += [
-            "--back", back,
-            "--cert", str(pki.cert("completion")), "--key", str(pki.key("completion")),
-            "--ca", str(pki.ca),
-            "--client-cert", str(pki.cert("completion-identity")),
-            "--client-key", str(pki.key("completion-identity")),
+            "--back",
+            back,
+            "--cert",
+            str(pki.cert("completion")),
+            "--key",
+            str(pki.key("completion")),
+            "--ca",
+            str(pki.ca),
+            "--client-cert",
+            str(pki.cert("completion-identity")),
+            "--client-key",
+            str(pki.key("completion-identity")),
         ]
     else:
         argv += ["--cert", str(pki.cert("lifecycle")), "--key", str(pki.key("lifecycle")), "--client-ca", str(pki.ca)]
@@ -328,9 +343,7 @@ def run_funnel(
 ) -> dict:
     log(f"starting the services on {'PostgreSQL' if database_url else data_dir} ...")
     metrics_listen = ["--metrics-listen", "127.0.0.1:0"]
-    services: Services = start_services(
-        data_dir, metrics_listen, metrics_listen, pki=pki, database_url=database_url
-    )
+    services: Services = start_services(data_dir, metrics_listen, metrics_listen, pki=pki, database_url=database_url)
     phase: dict = {
         "startup_s": {"lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s},
         "results": {},
@@ -362,8 +375,10 @@ def run_funnel(
                 for name in ("lifecycle", "completion")
             }
             phase["integrity_check_s"] = checks
-            log("  integrity check after SERVING (in the background; the points start after it): "
-                + integrity_text(checks))
+            log(
+                "  integrity check after SERVING (in the background; the points start after it): "
+                + integrity_text(checks)
+            )
         tag = f"{os.getpid() % 100000:05d}{int(time.time()) % 1000:03d}"
         for workload in workloads:
             previous_cpu = None
@@ -400,9 +415,7 @@ def run_funnel(
         if database_url is None:
             log(f"footprint: whole stories at {FOOTPRINT_CONCURRENCY} in flight for {FOOTPRINT_SECONDS:g}s ...")
             phase["footprint"] = measure_footprint(data_dir, addresses, request_ids, tag, services.pids)
-        phase["memory_mb"] = {
-            name: {"rss": rss_mb(pid), "peak": hwm_mb(pid)} for name, pid in services.pids.items()
-        }
+        phase["memory_mb"] = {name: {"rss": rss_mb(pid), "peak": hwm_mb(pid)} for name, pid in services.pids.items()}
     finally:
         services.stop()
     if database_url is None:
@@ -579,8 +592,10 @@ def print_report(report: dict) -> None:
                     note += f"  [pool ran out after {r['elapsed_s']:.1f}s]"
                 print(_row(workload, c, r, "completion", "lifecycle") + note)
                 if r.get("writer_busy"):
-                    print("      database writer busy: " + ", ".join(
-                        f"{name} {share:.0%}" for name, share in r["writer_busy"].items()))
+                    print(
+                        "      database writer busy: "
+                        + ", ".join(f"{name} {share:.0%}" for name, share in r["writer_busy"].items())
+                    )
                 for message, count in r.get("failure_samples", []):
                     print(f"      {count} x {message}")
         if phase.get("interrupted"):
@@ -611,9 +626,11 @@ def print_report(report: dict) -> None:
             for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):
                 e = phases["empty"]["results"].get(workload, {}).get(c)
                 if e and e["ops_per_s"]:
-                    print(f"  {workload:<8} {int(c):>3} in flight: SQLite {e['ops_per_s']:7.0f} ({e['p99_ms']:.1f}), "
-                          f"PostgreSQL {r['ops_per_s']:7.0f} ({r['p99_ms']:.1f}), "
-                          f"ratio {r['ops_per_s'] / e['ops_per_s']:.2f}x")
+                    print(
+                        f"  {workload:<8} {int(c):>3} in flight: SQLite {e['ops_per_s']:7.0f} ({e['p99_ms']:.1f}), "
+                        f"PostgreSQL {r['ops_per_s']:7.0f} ({r['p99_ms']:.1f}), "
+                        f"ratio {r['ops_per_s'] / e['ops_per_s']:.2f}x"
+                    )
     print_targets(report)
 
 
@@ -746,29 +763,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-only", action="store_true", help="measure only the echo chain")
     parser.add_argument("--no-baseline", action="store_true", help="skip the echo chain (no ratios)")
     parser.add_argument(
-        "--boundary-pairs", type=int, default=3, metavar="N",
+        "--boundary-pairs",
+        type=int,
+        default=3,
+        metavar="N",
         help="pairs of bench/boundary.py's measurement (the boundary's CPU per unary call; 0: none)",
     )
-    parser.add_argument("--tasks-preload", type=int, default=0, metavar="N",
-                        help="clone N registered+completed tasks into both databases before the services start")
+    parser.add_argument(
+        "--tasks-preload",
+        type=int,
+        default=0,
+        metavar="N",
+        help="clone N registered+completed tasks into both databases before the services start",
+    )
     parser.add_argument(
         "--compare-empty",
         action="store_true",
         help="with --tasks-preload: also measure on empty databases in the same run and print the ratio",
     )
-    parser.add_argument("--attempt-pool", type=int, default=None, metavar="N",
-                        help="pre-claimed tasks per attempt point (default: estimated from the baseline)")
-    parser.add_argument("--prep-max-seconds", type=float, default=None, metavar="S",
-                        help="time limit of each attempt point's preparation (default max(30, 4 x --seconds)); "
-                        "a point whose pool was cut short ends when the pool runs out")
-    parser.add_argument("--no-request-ids", action="store_true",
-                        help="send client calls without request_id (default: every mutating call has one)")
+    parser.add_argument(
+        "--attempt-pool",
+        type=int,
+        default=None,
+        metavar="N",
+        help="pre-claimed tasks per attempt point (default: estimated from the baseline)",
+    )
+    parser.add_argument(
+        "--prep-max-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="time limit of each attempt point's preparation (default max(30, 4 x --seconds)); "
+        "a point whose pool was cut short ends when the pool runs out",
+    )
+    parser.add_argument(
+        "--no-request-ids",
+        action="store_true",
+        help="send client calls without request_id (default: every mutating call has one)",
+    )
     parser.add_argument(
         "--data-dir", default=None, help="where the databases and service logs go (default: a temp dir)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     parser.add_argument(
-        "--postgresql", nargs="?", const="embedded", metavar="URL",
+        "--postgresql",
+        nargs="?",
+        const="embedded",
+        metavar="URL",
         help="also measure both services on PostgreSQL, beside SQLite in the same run: a throwaway server "
         "(pgserver wheel, the test extra) or the database URL given",
     )
@@ -848,8 +889,17 @@ def main(argv: list[str] | None = None) -> int:
             for name, directory, verify in phases:
                 try:
                     report["phases"][name] = run_funnel(
-                        directory, workloads, concurrencies, args.seconds, request_ids, baseline,
-                        args.attempt_pool, prep_max_s, verify, pki, database_urls.get(name),
+                        directory,
+                        workloads,
+                        concurrencies,
+                        args.seconds,
+                        request_ids,
+                        baseline,
+                        args.attempt_pool,
+                        prep_max_s,
+                        verify,
+                        pki,
+                        database_urls.get(name),
                     )
                 except Interrupted as stop:
                     report["phases"][name] = stop.phase

@@ -153,8 +153,16 @@ async def watcher_main(config: dict) -> None:
     await channel.close()
 
     report: WatcherReport = {
-        "streams": len(streams), "complete": 0, "missing": 0, "duplicates": 0, "foreign": 0,
-        "out_of_order": 0, "errors": 0, "error_samples": [], "lags_filtered": [], "lags_unfiltered": [],
+        "streams": len(streams),
+        "complete": 0,
+        "missing": 0,
+        "duplicates": 0,
+        "foreign": 0,
+        "out_of_order": 0,
+        "errors": 0,
+        "error_samples": [],
+        "lags_filtered": [],
+        "lags_unfiltered": [],
         "incomplete_samples": [],
     }
     for stream in streams:
@@ -177,8 +185,14 @@ async def watcher_main(config: dict) -> None:
             report["complete"] += 1
         elif len(report["incomplete_samples"]) < 5:
             report["incomplete_samples"].append(
-                {"task": stream["task"], "wanted": len(wanted), "got": len(got), "missing": missing,
-                 "duplicates": duplicates, "foreign": foreign}
+                {
+                    "task": stream["task"],
+                    "wanted": len(wanted),
+                    "got": len(got),
+                    "missing": missing,
+                    "duplicates": duplicates,
+                    "foreign": foreign,
+                }
             )
         lags = report["lags_unfiltered"] if stream["task"] is None else report["lags_filtered"]
         lags.extend(stream["lags"])
@@ -286,8 +300,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="how long the driver commits (default 10)")
     parser.add_argument("--processes", type=int, default=2, help="watcher processes (default 2)")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds the streams get to attach before driving")
-    parser.add_argument("--drain-timeout", type=float, default=15.0,
-                        help="seconds the watchers wait for missing events after the drive (default 15)")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=15.0,
+        help="seconds the watchers wait for missing events after the drive (default 15)",
+    )
     parser.add_argument("--data-dir", default=None, help="databases and logs (default: a temp dir, removed at the end)")
     parser.add_argument("--json", default=None, metavar="FILE")
     parser.add_argument("--watch-client", default=None, help=argparse.SUPPRESS)
@@ -302,15 +320,20 @@ def main() -> int:
     # Every stream is admitted: the caps at least the streams opened, with room for resumes.
     streams = args.tasks + args.unfiltered
     watch_caps = [
-        "--max-watchers-per-caller", str(max(64, 2 * streams)),
-        "--max-watchers-per-workspace", str(max(1024, 2 * streams)),
+        "--max-watchers-per-caller",
+        str(max(64, 2 * streams)),
+        "--max-watchers-per-workspace",
+        str(max(1024, 2 * streams)),
     ]
     services = start_services(data_dir, extra_lifecycle=watch_caps)
     credentials = Credentials(services.tls_dir)
     host = credentials.metadata(HOST_SUBJECT, [f"{WORKSPACE}:host"])
     watchers: list[subprocess.Popen[str]] = []
-    report: dict = {"facts": facts, "config": vars(args), "startup_s": {
-        "lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s}}
+    report: dict = {
+        "facts": facts,
+        "config": vars(args),
+        "startup_s": {"lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s},
+    }
     try:
         pids = services.pids
         report["rss_mb_idle"] = {n: rss_mb(p) for n, p in pids.items()}
@@ -338,7 +361,9 @@ def main() -> int:
             watchers.append(
                 subprocess.Popen(
                     [sys.executable, __file__, "--watch-client", json.dumps(config)],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
                 )
             )
         for w in watchers:
@@ -347,8 +372,10 @@ def main() -> int:
             if line.strip() != "READY":
                 raise RuntimeError(f"a watcher process failed to start: {line!r}")
         report["rss_mb_streams_open"] = {n: rss_mb(p) for n, p in pids.items()}
-        log(f"{args.tasks + args.unfiltered} streams open in {args.processes} processes; "
-            f"driving {args.rate:g} transitions/s for {args.seconds:g}s ...")
+        log(
+            f"{args.tasks + args.unfiltered} streams open in {args.processes} processes; "
+            f"driving {args.rate:g} transitions/s for {args.seconds:g}s ..."
+        )
         all_pids = {**pids, **{f"watcher{i}": w.pid for i, w in enumerate(watchers)}}
         before = cpu_snapshot(all_pids)
 
@@ -371,7 +398,7 @@ def main() -> int:
             assert w.stdout is not None  # opened with stdout=PIPE
             for line in w.stdout:
                 if line.startswith("RESULT "):
-                    results.append(json.loads(line[len("RESULT "):]))
+                    results.append(json.loads(line[len("RESULT ") :]))
                     break
             w.wait(30)
         report["rss_mb_after"] = {n: {"rss": rss_mb(p), "peak": hwm_mb(p)} for n, p in pids.items()}
@@ -419,12 +446,16 @@ def main() -> int:
 
     print()
     print_facts(facts)
-    print(f"\nwatch streams: {totals['streams']} ({args.tasks} filtered to one task, {args.unfiltered} unfiltered), "
-          f"{args.processes} watcher processes")
+    print(
+        f"\nwatch streams: {totals['streams']} ({args.tasks} filtered to one task, {args.unfiltered} unfiltered), "
+        f"{args.processes} watcher processes"
+    )
     d = report["driver"]
-    print(f"driver: {committed} transitions committed in {d['elapsed_s']:.1f}s = {d['rate']:.0f}/s "
-          f"(target {args.rate:g}/s; {sum(d['failures'].values())} failed; call p50 {d['p50_ms']:.1f} ms, "
-          f"p99 {d['p99_ms']:.1f} ms; at most {d['max_in_flight']} in flight)")
+    print(
+        f"driver: {committed} transitions committed in {d['elapsed_s']:.1f}s = {d['rate']:.0f}/s "
+        f"(target {args.rate:g}/s; {sum(d['failures'].values())} failed; call p50 {d['p50_ms']:.1f} ms, "
+        f"p99 {d['p99_ms']:.1f} ms; at most {d['max_in_flight']} in flight)"
+    )
     for message, count in d["failures"].items():
         print(f"    {count} x {message}")
     ok = totals["complete"] == totals["streams"] and len(every) == expected_deliveries
@@ -450,13 +481,24 @@ def main() -> int:
             )
         )
     print("time to SERVING: " + ", ".join(f"{n} {s:.2f}s" for n, s in report["startup_s"].items()))
-    print("RSS idle: " + ", ".join(f"{n} {m:.0f} MiB" for n, m in report["rss_mb_idle"].items())
-          + "; streams open: " + ", ".join(f"{n} {m:.0f} MiB" for n, m in report["rss_mb_streams_open"].items()))
-    print("RSS after the run: " + ", ".join(
-        f"{n} {m['rss']:.0f} MiB (peak {m['peak']:.0f}; target <= 200: {'met' if m['peak'] <= 200 else 'NOT MET'})"
-        for n, m in report["rss_mb_after"].items()))
-    print("CPU during the drive (s): " + ", ".join(f"{n} {s:.2f}" for n, s in report["cpu_s"].items())
-          + f" over {d['elapsed_s']:.1f}s")
+    print(
+        "RSS idle: "
+        + ", ".join(f"{n} {m:.0f} MiB" for n, m in report["rss_mb_idle"].items())
+        + "; streams open: "
+        + ", ".join(f"{n} {m:.0f} MiB" for n, m in report["rss_mb_streams_open"].items())
+    )
+    print(
+        "RSS after the run: "
+        + ", ".join(
+            f"{n} {m['rss']:.0f} MiB (peak {m['peak']:.0f}; target <= 200: {'met' if m['peak'] <= 200 else 'NOT MET'})"
+            for n, m in report["rss_mb_after"].items()
+        )
+    )
+    print(
+        "CPU during the drive (s): "
+        + ", ".join(f"{n} {s:.2f}" for n, s in report["cpu_s"].items())
+        + f" over {d['elapsed_s']:.1f}s"
+    )
     if args.json:
         for r in results:
             r.pop("lags_filtered"), r.pop("lags_unfiltered")

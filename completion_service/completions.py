@@ -257,8 +257,9 @@ def load_snapshot(tx: CompletionReadTx, command: AttemptCommand, now: int) -> Sn
     return _snapshot(tx, command, run, command.lifecycle, now)
 
 
-def _snapshot(tx: CompletionReadTx, command: AttemptCommand, run: RunRecord, lifecycle: LifecycleView,
-              now: int) -> Snapshot:
+def _snapshot(
+    tx: CompletionReadTx, command: AttemptCommand, run: RunRecord, lifecycle: LifecycleView, now: int
+) -> Snapshot:
     state = tx.load_tail(command.workspace_id, command.task_id)
     tail = state.tail
     transcript = TranscriptTail(state.state_version, tail.open_turn, tail.open_step, tail.open_calls, tail.checkpoint)
@@ -312,9 +313,16 @@ def record_evidence(tx: CompletionTx, command: EvidenceCommand, now: int) -> Evi
     assert record.evidence_id, "the shell names the evidence"
     stored = dataclasses.replace(record, recorded_at=now)
     tx.insert_evidence(stored)
-    event = tx.append_event(CompletionEvent(
-        stored.workspace_id, stored.task_id, stored.generation, CompletionEventKind.EVIDENCE_RECORDED,
-        stored.run_id or "", now, evidence_id=stored.evidence_id,
-    ))
+    event = tx.append_event(
+        CompletionEvent(
+            stored.workspace_id,
+            stored.task_id,
+            stored.generation,
+            CompletionEventKind.EVIDENCE_RECORDED,
+            stored.run_id or "",
+            now,
+            evidence_id=stored.evidence_id,
+        )
+    )
     answer(tx, command.request, command.render, stored, now)
     return EvidenceStored(stored, event)

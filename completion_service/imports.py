@@ -173,4 +173,3 @@ class StreamedImport:
         self._batch = []
         self._batch_bytes = 0
         self._reservation.release()
-

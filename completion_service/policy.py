@@ -1,17 +1,17 @@
 """Per-workspace gate policy, read from a TOML file at start-up.
 
-    [defaults]
-    required_evidence = []          # evidence kinds every COMPLETED outcome needs
-    disabled_gates = []             # built-in gate ids switched off
-    breaker_threshold = 3           # blocked repeats before the circuit breaker trips
+[defaults]
+required_evidence = []          # evidence kinds every COMPLETED outcome needs
+disabled_gates = []             # built-in gate ids switched off
+breaker_threshold = 3           # blocked repeats before the circuit breaker trips
 
-    [workspaces.acme]               # any key of [defaults], overriding it
-    required_evidence = ["tests"]
+[workspaces.acme]               # any key of [defaults], overriding it
+required_evidence = ["tests"]
 
-    [[workspaces.acme.external_gates]]
-    id = "acme.review"              # shown in the trace
-    address = "127.0.0.1:7000"      # a CompletionGate server
-    timeout_ms = 500
+[[workspaces.acme.external_gates]]
+id = "acme.review"              # shown in the trace
+address = "127.0.0.1:7000"      # a CompletionGate server
+timeout_ms = 500
 """
 
 from __future__ import annotations

@@ -139,9 +139,9 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     repaired = repair_transcript(tx, command.workspace_id, command.task_id, now)
     tx.insert_run(run)
     tx.save_lease(command.workspace_id, lease)
-    event = tx.append_event(CompletionEvent(
-        run.workspace_id, run.task_id, run.generation, CompletionEventKind.RUN_CLAIMED, run.run_id, now
-    ))
+    event = tx.append_event(
+        CompletionEvent(run.workspace_id, run.task_id, run.generation, CompletionEventKind.RUN_CLAIMED, run.run_id, now)
+    )
     return answer(tx, command.request, command.render, Claimed(run, lease, repaired.repaired, (event,)), now)
 
 
@@ -220,8 +220,10 @@ def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> Closed | Rep
     if not run.open:
         return already_finished(run)
     completion = tx.load_completion(command.workspace_id, run.task_id, run.generation)
-    if fence_refused(completion) and completion is not None and (
-        (completion.completion_id, completion.settlement) != command.completion_seen
+    if (
+        fence_refused(completion)
+        and completion is not None
+        and ((completion.completion_id, completion.settlement) != command.completion_seen)
     ):
         return Replan()
     closed = dataclasses.replace(
@@ -278,10 +280,17 @@ def _close(tx: CompletionTx, closed: RunRecord, closed_by: str, caller: Caller, 
             caller=caller,
         )
     )
-    return tx.append_event(CompletionEvent(
-        closed.workspace_id, closed.task_id, closed.generation, CompletionEventKind.RUN_CLOSED, closed.run_id, now,
-        run_outcome=closed.outcome,
-    ))
+    return tx.append_event(
+        CompletionEvent(
+            closed.workspace_id,
+            closed.task_id,
+            closed.generation,
+            CompletionEventKind.RUN_CLOSED,
+            closed.run_id,
+            now,
+            run_outcome=closed.outcome,
+        )
+    )
 
 
 # -- reads ----------------------------------------------------------------------------
@@ -320,4 +329,3 @@ def already_finished(run: RunRecord) -> Rejection:
         run_id=run.run_id,
         finish_time=instant(run.finished_at),
     )
-

@@ -162,8 +162,9 @@ async def start(
             postgres = await PostgresCompletionStore.open(config.database, commits=metrics.commit)
             store = postgres
             undo.push_async_callback(postgres.close)
-            tailer = Tailer(postgres.events_since, _sequence_of, _one_by_one(publisher(broker)),
-                            await postgres.latest_sequence())
+            tailer = Tailer(
+                postgres.events_since, _sequence_of, _one_by_one(publisher(broker)), await postgres.latest_sequence()
+            )
             background.add("event-tail", lambda: tailer.run(postgres.notifications()))
             publish = lambda events: tailer.poke()  # noqa: E731
         else:
@@ -225,8 +226,20 @@ async def start(
         background.start()
         undo.pop_all()
         return RunningCompletion(
-            server, port, authority, store, health, lifecycle_channel, gate_channels, background, reloader,
-            broker, drain, metrics=metrics, metrics_endpoint=endpoint, import_budget=budget,
+            server,
+            port,
+            authority,
+            store,
+            health,
+            lifecycle_channel,
+            gate_channels,
+            background,
+            reloader,
+            broker,
+            drain,
+            metrics=metrics,
+            metrics_endpoint=endpoint,
+            import_budget=budget,
         )
 
 
@@ -246,28 +259,49 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
 
     parser = argparse.ArgumentParser(prog="completion-service", description="The semantic completion authority (gRPC).")
     runtime.add_common_arguments(parser, ENV_PREFIX, d.listen, d.database)
-    parser.add_argument("--lifecycle-address", default=e("lifecycle_address", d.lifecycle_address),
-                        help=f"the lifecycle service ({ENV_PREFIX}_LIFECYCLE_ADDRESS)")
-    parser.add_argument("--lifecycle-timeout", type=float, default=float(e("lifecycle_timeout", d.lifecycle_timeout)),
-                        help=f"deadline in seconds of each lifecycle call ({ENV_PREFIX}_LIFECYCLE_TIMEOUT)")
     parser.add_argument(
-        "--lifecycle-keepalive", type=float, default=float(e("lifecycle_keepalive", d.lifecycle_keepalive)),
+        "--lifecycle-address",
+        default=e("lifecycle_address", d.lifecycle_address),
+        help=f"the lifecycle service ({ENV_PREFIX}_LIFECYCLE_ADDRESS)",
+    )
+    parser.add_argument(
+        "--lifecycle-timeout",
+        type=float,
+        default=float(e("lifecycle_timeout", d.lifecycle_timeout)),
+        help=f"deadline in seconds of each lifecycle call ({ENV_PREFIX}_LIFECYCLE_TIMEOUT)",
+    )
+    parser.add_argument(
+        "--lifecycle-keepalive",
+        type=float,
+        default=float(e("lifecycle_keepalive", d.lifecycle_keepalive)),
         help="seconds between pings to the lifecycle service while a call is open; one unanswered as long "
         f"ends the connection (a frozen service, a dead link); at least 1 ({ENV_PREFIX}_LIFECYCLE_KEEPALIVE)",
     )
     parser.add_argument(
-        "--projected-workspaces", type=int, default=int(e("projected_workspaces", d.projected_workspaces)),
+        "--projected-workspaces",
+        type=int,
+        default=int(e("projected_workspaces", d.projected_workspaces)),
         help="workspaces whose lifecycle records attempts read from a projection kept current by the lifecycle "
         f"event stream, one stream each; 0 reads every attempt's task from the lifecycle service "
         f"({ENV_PREFIX}_PROJECTED_WORKSPACES)",
     )
-    parser.add_argument("--policy-file", default=runtime.env_or(ENV_PREFIX, "policy_file", "") or None,
-                        help=f"TOML gate policy per workspace ({ENV_PREFIX}_POLICY_FILE)")
-    parser.add_argument("--settle-interval", type=float, default=float(e("settle_interval", d.settle_interval)),
-                        help=f"seconds between outbox settler passes ({ENV_PREFIX}_SETTLE_INTERVAL)")
-    parser.add_argument("--stall-after", type=float, default=float(e("stall_after", 0)) or None,
-                        help="close runs whose lease expired this many seconds ago as STALLED; off when 0 "
-                        f"({ENV_PREFIX}_STALL_AFTER)")
+    parser.add_argument(
+        "--policy-file",
+        default=runtime.env_or(ENV_PREFIX, "policy_file", "") or None,
+        help=f"TOML gate policy per workspace ({ENV_PREFIX}_POLICY_FILE)",
+    )
+    parser.add_argument(
+        "--settle-interval",
+        type=float,
+        default=float(e("settle_interval", d.settle_interval)),
+        help=f"seconds between outbox settler passes ({ENV_PREFIX}_SETTLE_INTERVAL)",
+    )
+    parser.add_argument(
+        "--stall-after",
+        type=float,
+        default=float(e("stall_after", 0)) or None,
+        help=f"close runs whose lease expired this many seconds ago as STALLED; off when 0 ({ENV_PREFIX}_STALL_AFTER)",
+    )
     parser.add_argument(
         "--import-buffer-bytes",
         type=int,
@@ -276,23 +310,43 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
     )
     for scope in ("caller", "workspace"):
         name = f"import_buffer_per_{scope}_bytes"
-        parser.add_argument(f"--import-buffer-per-{scope}-bytes", type=int, default=int(e(name, getattr(d, name))),
-                            help=f"of those, what the imports of one {scope} may hold ({ENV_PREFIX}_{name.upper()})")
+        parser.add_argument(
+            f"--import-buffer-per-{scope}-bytes",
+            type=int,
+            default=int(e(name, getattr(d, name))),
+            help=f"of those, what the imports of one {scope} may hold ({ENV_PREFIX}_{name.upper()})",
+        )
     outbound = parser.add_argument_group("outbound security (docs/security.md)")
-    outbound.add_argument("--lifecycle-ca", default=e("lifecycle_ca", "") or None,
-                          help="PEM CA bundle that signed the lifecycle service's certificate (default: system roots)")
-    outbound.add_argument("--lifecycle-server-name", default=e("lifecycle_server_name", "") or None,
-                          help="name to verify in the lifecycle service's certificate, if not the address's host")
-    outbound.add_argument("--lifecycle-insecure", action="store_true",
-                          default=e("lifecycle_insecure", "") in ("1", "true", "yes"),
-                          help="plaintext to the lifecycle service; refused unless its address is loopback")
-    outbound.add_argument("--identity-cert", default=e("identity_cert", "") or None,
-                          help="this service's client certificate (URI SAN = the lifecycle's --completion-identity)")
+    outbound.add_argument(
+        "--lifecycle-ca",
+        default=e("lifecycle_ca", "") or None,
+        help="PEM CA bundle that signed the lifecycle service's certificate (default: system roots)",
+    )
+    outbound.add_argument(
+        "--lifecycle-server-name",
+        default=e("lifecycle_server_name", "") or None,
+        help="name to verify in the lifecycle service's certificate, if not the address's host",
+    )
+    outbound.add_argument(
+        "--lifecycle-insecure",
+        action="store_true",
+        default=e("lifecycle_insecure", "") in ("1", "true", "yes"),
+        help="plaintext to the lifecycle service; refused unless its address is loopback",
+    )
+    outbound.add_argument(
+        "--identity-cert",
+        default=e("identity_cert", "") or None,
+        help="this service's client certificate (URI SAN = the lifecycle's --completion-identity)",
+    )
     outbound.add_argument("--identity-key", default=e("identity_key", "") or None, help="the key of --identity-cert")
-    outbound.add_argument("--identity-token-file", default=e("identity_token_file", "") or None,
-                          help="file with this service's bearer token for the lifecycle service (never sent to gates)")
-    outbound.add_argument("--gate-ca", default=e("gate_ca", "") or None,
-                          help="PEM CA bundle of external gates (default: system roots)")
+    outbound.add_argument(
+        "--identity-token-file",
+        default=e("identity_token_file", "") or None,
+        help="file with this service's bearer token for the lifecycle service (never sent to gates)",
+    )
+    outbound.add_argument(
+        "--gate-ca", default=e("gate_ca", "") or None, help="PEM CA bundle of external gates (default: system roots)"
+    )
     outbound.add_argument(
         "--gates-insecure",
         action="store_true",
@@ -311,8 +365,9 @@ def parse_args(argv: list[str] | None = None) -> CompletionConfig:
         security=security_settings.from_arguments(args),
         lifecycle_address=args.lifecycle_address,
         outbound=OutboundSecurity(
-            lifecycle_tls=ClientTlsFiles(args.lifecycle_ca, args.identity_cert, args.identity_key,
-                                         args.lifecycle_server_name),
+            lifecycle_tls=ClientTlsFiles(
+                args.lifecycle_ca, args.identity_cert, args.identity_key, args.lifecycle_server_name
+            ),
             lifecycle_insecure=args.lifecycle_insecure,
             identity_token_file=args.identity_token_file,
             gate_ca=args.gate_ca,

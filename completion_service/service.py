@@ -263,8 +263,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         size = page_size(request.page_size)
         before = (cursor[0], cursor[1]) if cursor else None
         page = page_of(
-            await self._store.read(lambda tx: tx.load_runs(request.workspace_id, request.task_id or None, before,
-                                                           size + 1, request.open_only)),
+            await self._store.read(
+                lambda tx: tx.load_runs(
+                    request.workspace_id, request.task_id or None, before, size + 1, request.open_only
+                )
+            ),
             size,
         )
         items, protos, more = self._fit(page, run_to_proto)
@@ -314,8 +317,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         size = page_size(request.page_size)
         after = (cursor[0], cursor[1]) if cursor else None
         page = page_of(
-            await self._store.read(lambda tx: tx.list_evidence(
-                request.workspace_id, request.task_id, request.generation or None, after, size + 1)),
+            await self._store.read(
+                lambda tx: tx.list_evidence(
+                    request.workspace_id, request.task_id, request.generation or None, after, size + 1
+                )
+            ),
             size,
         )
         items, protos, more = self._fit(page, evidence_to_proto)
@@ -423,8 +429,9 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         size = page_size(request.page_size)
         page = page_of(
             await self._store.read(
-                lambda tx: tx.load_audit(request.workspace_id, request.task_id or None, request.run_id or None,
-                                         cursor, size + 1)
+                lambda tx: tx.load_audit(
+                    request.workspace_id, request.task_id or None, request.run_id or None, cursor, size + 1
+                )
             ),
             size,
         )

@@ -59,8 +59,10 @@ def record_settlement(
     stored = _pending(tx, completion)
     if not isinstance(stored, _Pending):
         return stored
-    if settlement.error_reason == "CANCELLATION_FENCED" and not settlement.fence_ended and (
-        holding_run(tx, completion.workspace_id, completion.task_id, now) is None
+    if (
+        settlement.error_reason == "CANCELLATION_FENCED"
+        and not settlement.fence_ended
+        and (holding_run(tx, completion.workspace_id, completion.task_id, now) is None)
     ):
         return CancellationOwed()
     status = SettlementStatus.REJECTED if settlement.rejected else SettlementStatus.SETTLED

@@ -249,9 +249,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         await self._require_task(request.workspace_id, request.task_id)
         after = 0
         while True:
-            events = await self._transcripts.events_after(
-                request.workspace_id, request.task_id, after, _EXPORT_PAGE
-            )
+            events = await self._transcripts.events_after(request.workspace_id, request.task_id, after, _EXPORT_PAGE)
             if not events:
                 return
             chunk = b""
@@ -264,7 +262,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
                 # six bytes) goes out in consecutive pieces.
                 while len(line) > self._page_bytes:
                     yield tpb.ExportTranscriptResponse(jsonl=line[: self._page_bytes])
-                    line = line[self._page_bytes:]
+                    line = line[self._page_bytes :]
                 chunk += line
             yield tpb.ExportTranscriptResponse(jsonl=chunk)
             after = events[-1].sequence

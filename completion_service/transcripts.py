@@ -161,8 +161,9 @@ def stamp(event: SessionEvent, sequence: int, generation: int, now: int) -> Sess
     )
 
 
-def _write(tx: CompletionTx, workspace_id: str, task_id: str, stamped: list[SessionEvent],
-           state: TranscriptState) -> None:
+def _write(
+    tx: CompletionTx, workspace_id: str, task_id: str, stamped: list[SessionEvent], state: TranscriptState
+) -> None:
     tx.insert_transcript_events(workspace_id, task_id, stamped)
     created = [e for e in stamped if e.kind is EventKind.CHECKPOINT]
     if created:

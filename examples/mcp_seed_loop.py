@@ -27,14 +27,26 @@ async def main(config_path: str, task_id: str) -> None:
     parameters = StdioServerParameters(command=server["command"], args=server["args"], env=server.get("env"))
     async with Client(parameters) as client:
         claimed = answer(await client.call_tool("claim_task", {"taskId": task_id}))
-        print(f"claim_task    -> run {claimed['runId']}, generation {claimed['generation']}, "
-              f"lease epoch {claimed['leaseEpoch']} until {claimed['leaseExpiresAt']}")
-        closed = answer(await client.call_tool("complete_task", {
-            "runId": claimed["runId"], "outcome": "stalled", "tokensInput": 0, "tokensOutput": 0,
-            "notes": "seed 001 manual loop: nothing done",
-        }))
-        print(f"complete_task -> run {closed['runId']} finished at {closed['finishedAt']}, "
-              f"final status {closed['finalStatus']}, tokens {closed['tokensTotal']}")
+        print(
+            f"claim_task    -> run {claimed['runId']}, generation {claimed['generation']}, "
+            f"lease epoch {claimed['leaseEpoch']} until {claimed['leaseExpiresAt']}"
+        )
+        closed = answer(
+            await client.call_tool(
+                "complete_task",
+                {
+                    "runId": claimed["runId"],
+                    "outcome": "stalled",
+                    "tokensInput": 0,
+                    "tokensOutput": 0,
+                    "notes": "seed 001 manual loop: nothing done",
+                },
+            )
+        )
+        print(
+            f"complete_task -> run {closed['runId']} finished at {closed['finishedAt']}, "
+            f"final status {closed['finalStatus']}, tokens {closed['tokensTotal']}"
+        )
         again = await client.call_tool("complete_task", {"runId": claimed["runId"], "outcome": "stalled"})
         error = again.content[0]
         if not isinstance(error, TextContent):

@@ -24,8 +24,10 @@ async def main() -> None:
     ) as client:
         registered = await client.register_task("acme", "fix-login", request_id="register-fix-login")
         task = await client.get_task("acme", "fix-login")
-        print(f"registered {registered.task.task_id} (revision {registered.task.revision}): generation "
-              f"{task.task.generation}, {lifecycle_pb2.GenerationState.Name(task.task.state)}")
+        print(
+            f"registered {registered.task.task_id} (revision {registered.task.revision}): generation "
+            f"{task.task.generation}, {lifecycle_pb2.GenerationState.Name(task.task.state)}"
+        )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ async def run_demo(
         callers.agent.client(lifecycle_address, completion_address) as agent,
     ):
         registered = await host.register_task(
-            WORKSPACE, task_id, cause=lpb.Cause(source="funnel demo", reason="a task to finish"),
+            WORKSPACE,
+            task_id,
+            cause=lpb.Cause(source="funnel demo", reason="a task to finish"),
             request_id=f"{task_id}-register",
         )
         say(
@@ -57,8 +59,10 @@ async def run_demo(
 
         claim = await agent.claim_task(WORKSPACE, task_id, callers.agent_id, lease_ttl=60)
         run = claim.run
-        say(f"2. claim      run {run.run_id} holds the lease (epoch {claim.lease.epoch}); "
-            "the lifecycle service now shows the task ACTIVE, IN_PROGRESS")
+        say(
+            f"2. claim      run {run.run_id} holds the lease (epoch {claim.lease.epoch}); "
+            "the lifecycle service now shows the task ACTIVE, IN_PROGRESS"
+        )
 
         async def attempt() -> cpb.AttemptCompletionResponse:
             # Each attempt is a new request (a new request id): the same one would
@@ -78,11 +82,18 @@ async def run_demo(
             raise DemoFailed(f"expected a soft block asking for evidence, got {verdict} / {action}")
 
         recorded = await host.record_evidence(
-            WORKSPACE, task_id, run.generation, "tests", cpb.EVIDENCE_VERDICT_PASSED,
-            details="pytest: 42 passed", run_id=run.run_id,
+            WORKSPACE,
+            task_id,
+            run.generation,
+            "tests",
+            cpb.EVIDENCE_VERDICT_PASSED,
+            details="pytest: 42 passed",
+            run_id=run.run_id,
         )
-        say(f"4. evidence   {recorded.evidence.kind} PASSED at checkpoint {recorded.evidence.checkpoint!r} "
-            f"({recorded.evidence.evidence_id})")
+        say(
+            f"4. evidence   {recorded.evidence.kind} PASSED at checkpoint {recorded.evidence.checkpoint!r} "
+            f"({recorded.evidence.evidence_id})"
+        )
 
         allowed = await attempt()
         done = allowed.completion
@@ -93,23 +104,33 @@ async def run_demo(
         )
         if allowed.decision.verdict != cpb.VERDICT_ALLOW:
             raise DemoFailed(f"expected the second attempt to be allowed: {allowed.decision.instruction}")
-        say(f"6. settlement {_name(cpb.SettlementStatus, done.settlement, 'SETTLEMENT_STATUS_')} "
-            f"at lifecycle revision {done.lifecycle_revision}")
+        say(
+            f"6. settlement {_name(cpb.SettlementStatus, done.settlement, 'SETTLEMENT_STATUS_')} "
+            f"at lifecycle revision {done.lifecycle_revision}"
+        )
 
         terminal = [
-            e for e in await host.list_lifecycle_events(WORKSPACE, task_id)
+            e
+            for e in await host.list_lifecycle_events(WORKSPACE, task_id)
             if e.to_state == lpb.GENERATION_STATE_TERMINAL
         ]
         if not terminal:
             raise DemoFailed("the lifecycle history has no terminal event")
         event = terminal[0]
-        say(f"7. lifecycle  event #{event.sequence}: generation {event.generation} transitioned to terminal "
+        say(
+            f"7. lifecycle  event #{event.sequence}: generation {event.generation} transitioned to terminal "
             f"{_name(lpb.TerminalOutcome, event.outcome, 'TERMINAL_OUTCOME_')} at revision {event.revision} "
-            f"(completion {event.completion_id})")
+            f"(completion {event.completion_id})"
+        )
 
         closed = await agent.complete_run(
-            WORKSPACE, run.run_id, cpb.RUN_OUTCOME_SUCCEEDED, tokens_input=1200, tokens_output=300,
-            tokens_total=1500, notes="Implemented the change; all tests pass.",
+            WORKSPACE,
+            run.run_id,
+            cpb.RUN_OUTCOME_SUCCEEDED,
+            tokens_input=1200,
+            tokens_output=300,
+            tokens_total=1500,
+            notes="Implemented the change; all tests pass.",
         )
         final = _name(cpb.FinalStatus, closed.final_status, "FINAL_STATUS_")
         say(f"8. complete_task run {closed.run_id} closed: final status {final}, {closed.tokens_total} tokens")

@@ -1,13 +1,13 @@
 """The `funnel` command.
 
-    funnel up [--demo]       both services on localhost with SQLite files in ./funnel-data,
-                             TLS between them and tokens for callers (local PKI in ./funnel-data/tls),
-                             Prometheus metrics on http://127.0.0.1:9451/metrics and :9452/metrics
-    funnel demo              the story, against services already running
-    funnel transcript export TASK / import FILE --task TASK
-    funnel token issue --workspace W --role R [--ttl D]   signed by the key `funnel up` made
-    funnel pki init          the local PKI and token signing key only, without starting services
-    funnel ui [--listen 127.0.0.1:8470] [--action-token T]   the live dashboard
+funnel up [--demo]       both services on localhost with SQLite files in ./funnel-data,
+                         TLS between them and tokens for callers (local PKI in ./funnel-data/tls),
+                         Prometheus metrics on http://127.0.0.1:9451/metrics and :9452/metrics
+funnel demo              the story, against services already running
+funnel transcript export TASK / import FILE --task TASK
+funnel token issue --workspace W --role R [--ttl D]   signed by the key `funnel up` made
+funnel pki init          the local PKI and token signing key only, without starting services
+funnel ui [--listen 127.0.0.1:8470] [--action-token T]   the live dashboard
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         connection = conn.from_arguments(args)
         asyncio.run(_wait_both(connection, lifecycle.address, completion.address))
         where = {
-            name: f"PostgreSQL {redacted(args.database)}, schema funnel_{name}" if args.database
+            name: f"PostgreSQL {redacted(args.database)}, schema funnel_{name}"
+            if args.database
             else f"SQLite {data_dir / (name + '.sqlite3')}"
             for name in ("lifecycle", "completion")
         }
@@ -101,15 +102,21 @@ def cmd_up(args: argparse.Namespace) -> int:
         if args.demo:
             print("\nDemo: one task through the whole story", flush=True)
             asyncio.run(
-                run_demo(demo_callers(args, connection), lifecycle.address, completion.address,
-                         lambda line: print(line, flush=True))
+                run_demo(
+                    demo_callers(args, connection),
+                    lifecycle.address,
+                    completion.address,
+                    lambda line: print(line, flush=True),
+                )
             )
             print("\nDemo finished. The services keep running; Ctrl-C stops them.", flush=True)
         while not stop_requested:
             for service in (lifecycle, completion):
                 if service.process.poll() is not None:
-                    print(f"{service.name} exited with code {service.process.returncode}; see {service.log_path}",
-                          file=sys.stderr)
+                    print(
+                        f"{service.name} exited with code {service.process.returncode}; see {service.log_path}",
+                        file=sys.stderr,
+                    )
                     return 1
             time.sleep(0.5)
         return 0
@@ -135,8 +142,10 @@ def _hint(connection: conn.Connection | None, code: grpc.StatusCode, details: st
 
 
 def _failed(command: str, connection: conn.Connection | None, error: grpc.aio.AioRpcError) -> int:
-    print(f"funnel {command}: {error.code().name}: {error.details()}{_hint(connection, error.code(), error.details())}",
-          file=sys.stderr)
+    print(
+        f"funnel {command}: {error.code().name}: {error.details()}{_hint(connection, error.code(), error.details())}",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -206,18 +215,22 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     subject = args.subject or f"{args.role}@{args.workspace}"
     # The services refuse a token whose subject is outside the safe set: do not mint one.
     if subject_problem(subject):
-        print(f"funnel token issue: subject {subject!a} {subject_problem(subject)}; pass another --subject",
-              file=sys.stderr)
+        print(
+            f"funnel token issue: subject {subject!a} {subject_problem(subject)}; pass another --subject",
+            file=sys.stderr,
+        )
         return 2
     # Never made here: a fresh key would sign tokens that every running service
     # rejects (`CREDENTIALS_INVALID … not in the key set`). `funnel up` (or
     # `funnel pki init`) makes the key; this command only reads it.
     pki = LocalPki(Path(args.data_dir).absolute() / "tls")
     if not (pki.signing_key.exists() and pki.jwks.exists()):
-        print(f"funnel token issue: no token signing key in {pki.directory} (looked there for --data-dir "
-              f"{args.data_dir!r}, which FUNNEL_DATA_DIR also sets); pass the --data-dir of the `funnel up` "
-              "whose services should accept the token, or run `funnel up` (or `funnel pki init`) there first",
-              file=sys.stderr)
+        print(
+            f"funnel token issue: no token signing key in {pki.directory} (looked there for --data-dir "
+            f"{args.data_dir!r}, which FUNNEL_DATA_DIR also sets); pass the --data-dir of the `funnel up` "
+            "whose services should accept the token, or run `funnel up` (or `funnel pki init`) there first",
+            file=sys.stderr,
+        )
         return 1
     try:
         key = pki.load_signing_key()
@@ -251,18 +264,34 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="start both services and wait for Ctrl-C")
     up.add_argument("--lifecycle-port", type=int, default=50051)
     up.add_argument("--completion-port", type=int, default=50052)
-    up.add_argument("--lifecycle-metrics-port", type=int, default=9451,
-                    help="the lifecycle service's Prometheus metrics on 127.0.0.1 (0: any free port; -1: none)")
-    up.add_argument("--completion-metrics-port", type=int, default=9452,
-                    help="the completion service's Prometheus metrics on 127.0.0.1 (0: any free port; -1: none)")
+    up.add_argument(
+        "--lifecycle-metrics-port",
+        type=int,
+        default=9451,
+        help="the lifecycle service's Prometheus metrics on 127.0.0.1 (0: any free port; -1: none)",
+    )
+    up.add_argument(
+        "--completion-metrics-port",
+        type=int,
+        default=9452,
+        help="the completion service's Prometheus metrics on 127.0.0.1 (0: any free port; -1: none)",
+    )
     up.add_argument("--policy-file", help="gate policy TOML (default: the demo policy)")
-    up.add_argument("--reflection", action=argparse.BooleanOptionalAction, default=True,
-                    help="both services serve gRPC reflection, so grpcurl and `buf curl` list and describe them "
-                    "(default: on; reflection answers without a token, the lifecycle one with a client certificate)")
+    up.add_argument(
+        "--reflection",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="both services serve gRPC reflection, so grpcurl and `buf curl` list and describe them "
+        "(default: on; reflection answers without a token, the lifecycle one with a client certificate)",
+    )
     up.add_argument("--demo", action="store_true", help="walk one task through the story once both serve")
-    up.add_argument("--database", default=os.environ.get("FUNNEL_DATABASE"), metavar="postgresql://…",
-                    help="run both services on this PostgreSQL database, each in its own schema, instead of "
-                    "SQLite files in --data-dir (FUNNEL_DATABASE)")
+    up.add_argument(
+        "--database",
+        default=os.environ.get("FUNNEL_DATABASE"),
+        metavar="postgresql://…",
+        help="run both services on this PostgreSQL database, each in its own schema, instead of "
+        "SQLite files in --data-dir (FUNNEL_DATABASE)",
+    )
     conn.add_arguments(up)
     up.set_defaults(run=cmd_up)
     demo = commands.add_parser("demo", help="walk one task through the story against running services")
@@ -295,9 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     mcp_cli.add_arguments(mcp, duration_seconds)
     mcp.set_defaults(run=mcp_cli.run)
     ui = commands.add_parser(
-        "ui", help="serve the live dashboard (tasks, lifecycle timelines, completions) on loopback",
+        "ui",
+        help="serve the live dashboard (tasks, lifecycle timelines, completions) on loopback",
         description="A web dashboard, a client of both services: task lists, lifecycle timelines, completion "
-        "attempts and settlements, runs and transcripts, updated live.")
+        "attempts and settlements, runs and transcripts, updated live.",
+    )
     ui_cli.add_arguments(ui)
     ui.set_defaults(run=ui_cli.run)
     operate.add_commands(commands)
@@ -314,18 +345,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--ttl", type=duration_seconds, default=duration_seconds("12h"), help="lifetime: 90s, 15m, 12h, 7d"
     )
     issue.add_argument("--subject", help="the token's `sub` (default: <role>@<workspace>); an agent's agent_id")
-    issue.add_argument("--issuer", default=conn.env("FUNNEL_TOKEN_ISSUER", DEFAULT_ISSUER),
-                       help=f"`iss` (the services' --token-issuer; FUNNEL_TOKEN_ISSUER; default: {DEFAULT_ISSUER})")
-    issue.add_argument("--audience", default=conn.env("FUNNEL_TOKEN_AUDIENCE", DEFAULT_AUDIENCE),
-                       help="`aud` (the services' --token-audience; FUNNEL_TOKEN_AUDIENCE; default: "
-                       f"{DEFAULT_AUDIENCE})")
+    issue.add_argument(
+        "--issuer",
+        default=conn.env("FUNNEL_TOKEN_ISSUER", DEFAULT_ISSUER),
+        help=f"`iss` (the services' --token-issuer; FUNNEL_TOKEN_ISSUER; default: {DEFAULT_ISSUER})",
+    )
+    issue.add_argument(
+        "--audience",
+        default=conn.env("FUNNEL_TOKEN_AUDIENCE", DEFAULT_AUDIENCE),
+        help=f"`aud` (the services' --token-audience; FUNNEL_TOKEN_AUDIENCE; default: {DEFAULT_AUDIENCE})",
+    )
     conn.add_data_dir(issue, "where `funnel up` keeps its files; its signing key is read, never made here")
     issue.set_defaults(run=cmd_token_issue)
     pki = commands.add_parser("pki", help="the local trust material of `funnel up`")
     pki_commands = pki.add_subparsers(dest="pki_command", required=True)
     init = pki_commands.add_parser(
-        "init", help="make (or complete, or renew) the CA, certificates and token signing key in --data-dir/tls "
-        "without starting the services, e.g. for deploy/compose.yaml")
+        "init",
+        help="make (or complete, or renew) the CA, certificates and token signing key in --data-dir/tls "
+        "without starting the services, e.g. for deploy/compose.yaml",
+    )
     conn.add_data_dir(init, "where `funnel up` keeps its files")
     init.set_defaults(run=cmd_pki_init)
     return parser

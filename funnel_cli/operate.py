@@ -70,9 +70,11 @@ class Clients:
         # grpcio-tools leaves the stubs' constructors unannotated; only `mypy --strict`
         # reports calling them here, the project's own run leaves the ignore unused.
         self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(  # type: ignore[no-untyped-call, unused-ignore]
-            self._channels[0])
+            self._channels[0]
+        )
         self.completion = completion_pb2_grpc.CompletionServiceStub(  # type: ignore[no-untyped-call, unused-ignore]
-            self._channels[1])
+            self._channels[1]
+        )
 
     async def close(self) -> None:
         for channel in self._channels:
@@ -105,8 +107,11 @@ def service_command(name: str) -> Callable[[Command], Callable[[argparse.Namespa
             except grpc.aio.AioRpcError as error:
                 info = error_info(error)
                 reason = f"{info.reason} ({error.code().name})" if info is not None else error.code().name
-                hint = "" if connection is None else conn.missing_certificate_hint(
-                    connection, error.code(), error.details())
+                hint = (
+                    ""
+                    if connection is None
+                    else conn.missing_certificate_hint(connection, error.code(), error.details())
+                )
                 print(f"funnel {name}: {reason}: {error.details()}{hint}", file=sys.stderr)
                 return _EXIT_BY_CODE.get(error.code(), REFUSED)
             except KeyboardInterrupt:
@@ -146,16 +151,20 @@ EVENT_COLUMNS: list[Column] = [
 @service_command("task get")
 async def task_get(args: argparse.Namespace, clients: Clients) -> int:
     response = await clients.lifecycle.GetTask(
-        lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT)
+        lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
+    )
     if args.output == "json":
         print_json(as_json(response))
         return OK
     task = response.task
-    print_fields([(name, get(task)) for name, get in TASK_COLUMNS] + [
-        ("completion", task.completion_id),
-        ("created", when(task.create_time)),
-        ("open children", ", ".join(response.open_attached_child_task_ids)),
-    ])
+    print_fields(
+        [(name, get(task)) for name, get in TASK_COLUMNS]
+        + [
+            ("completion", task.completion_id),
+            ("created", when(task.create_time)),
+            ("open children", ", ".join(response.open_attached_child_task_ids)),
+        ]
+    )
     return OK
 
 
@@ -164,30 +173,49 @@ async def task_register(args: argparse.Namespace, clients: Clients) -> int:
     """A new task (generation 1), top-level or the child of --parent (attached to its
     current generation unless --parent-generation or --detached say otherwise)."""
     request = lpb.RegisterTaskRequest(
-        workspace_id=args.workspace, task_id=args.task, request_id=args.request_id or "",
-        cause=lpb.Cause(source="funnel-cli", reason=args.reason))
+        workspace_id=args.workspace,
+        task_id=args.task,
+        request_id=args.request_id or "",
+        cause=lpb.Cause(source="funnel-cli", reason=args.reason),
+    )
     if args.parent:
         generation = args.parent_generation
         if not generation:
-            generation = (await clients.lifecycle.GetTask(lpb.GetTaskRequest(
-                workspace_id=args.workspace, task_id=args.parent), timeout=CALL_TIMEOUT)).task.generation
-        request.parent.CopyFrom(lpb.ParentLink(
-            task_id=args.parent, generation=generation,
-            mode=lpb.PARENT_LINK_MODE_DETACHED if args.detached else lpb.PARENT_LINK_MODE_ATTACHED))
+            generation = (
+                await clients.lifecycle.GetTask(
+                    lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.parent), timeout=CALL_TIMEOUT
+                )
+            ).task.generation
+        request.parent.CopyFrom(
+            lpb.ParentLink(
+                task_id=args.parent,
+                generation=generation,
+                mode=lpb.PARENT_LINK_MODE_DETACHED if args.detached else lpb.PARENT_LINK_MODE_ATTACHED,
+            )
+        )
     response = await clients.lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT)
     if args.output == "json":
         print_json(as_json(response))
     else:
-        print_fields([(name, get(response.task)) for name, get in TASK_COLUMNS] + [
-            ("created", when(response.task.create_time)), ("event", response.event.sequence)])
+        print_fields(
+            [(name, get(response.task)) for name, get in TASK_COLUMNS]
+            + [("created", when(response.task.create_time)), ("event", response.event.sequence)]
+        )
     return OK
 
 
 @service_command("task list")
 async def task_list(args: argparse.Namespace, clients: Clients) -> int:
-    tasks = await every_page(lambda token: clients.lifecycle.ListTasks(lpb.ListTasksRequest(
-        workspace_id=args.workspace, parent_task_id=args.parent or "", page_size=PAGE_SIZE, page_token=token),
-        timeout=CALL_TIMEOUT), "tasks", args.limit)
+    tasks = await every_page(
+        lambda token: clients.lifecycle.ListTasks(
+            lpb.ListTasksRequest(
+                workspace_id=args.workspace, parent_task_id=args.parent or "", page_size=PAGE_SIZE, page_token=token
+            ),
+            timeout=CALL_TIMEOUT,
+        ),
+        "tasks",
+        args.limit,
+    )
     if args.output == "json":
         print_json({"tasks": [as_json(t) for t in tasks]})
     else:
@@ -197,9 +225,16 @@ async def task_list(args: argparse.Namespace, clients: Clients) -> int:
 
 @service_command("task events")
 async def task_events(args: argparse.Namespace, clients: Clients) -> int:
-    events = await every_page(lambda token: clients.lifecycle.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
-        workspace_id=args.workspace, task_id=args.task, page_size=PAGE_SIZE, page_token=token),
-        timeout=CALL_TIMEOUT), "events", None)
+    events = await every_page(
+        lambda token: clients.lifecycle.ListLifecycleEvents(
+            lpb.ListLifecycleEventsRequest(
+                workspace_id=args.workspace, task_id=args.task, page_size=PAGE_SIZE, page_token=token
+            ),
+            timeout=CALL_TIMEOUT,
+        ),
+        "events",
+        None,
+    )
     if args.output == "json":
         print_json({"events": [as_json(e) for e in events]})
     else:
@@ -216,8 +251,9 @@ async def task_watch(args: argparse.Namespace, clients: Clients) -> int:
     if args.output != "json":
         print_table([], EVENT_COLUMNS)
     while args.count is None or shown < args.count:
-        stream = clients.lifecycle.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(
-            workspace_id=args.workspace, task_id=args.task or "", after_sequence=cursor))
+        stream = clients.lifecycle.WatchLifecycleEvents(
+            lpb.WatchLifecycleEventsRequest(workspace_id=args.workspace, task_id=args.task or "", after_sequence=cursor)
+        )
         try:
             async for message in stream:
                 event = message.event
@@ -243,18 +279,35 @@ async def task_watch(args: argparse.Namespace, clients: Clients) -> int:
 
 @service_command("task cancel")
 async def task_cancel(args: argparse.Namespace, clients: Clients) -> int:
-    task = (await clients.lifecycle.GetTask(
-        lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT)).task
+    task = (
+        await clients.lifecycle.GetTask(
+            lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
+        )
+    ).task
     generation = args.generation or task.generation
     cause = lpb.Cause(source="funnel-cli", reason=args.reason)
-    fenced = await clients.lifecycle.RequestCancellation(lpb.RequestCancellationRequest(
-        workspace_id=args.workspace, task_id=args.task, generation=generation, cause=cause,
-        request_id=args.request_id or ""), timeout=CALL_TIMEOUT)
+    fenced = await clients.lifecycle.RequestCancellation(
+        lpb.RequestCancellationRequest(
+            workspace_id=args.workspace,
+            task_id=args.task,
+            generation=generation,
+            cause=cause,
+            request_id=args.request_id or "",
+        ),
+        timeout=CALL_TIMEOUT,
+    )
     events = [fenced.event]
     if args.settle:
-        settled = await clients.lifecycle.SettleCancellation(lpb.SettleCancellationRequest(
-            workspace_id=args.workspace, task_id=args.task, generation=generation, cause=cause,
-            request_id=f"{args.request_id}-settle" if args.request_id else ""), timeout=CALL_TIMEOUT)
+        settled = await clients.lifecycle.SettleCancellation(
+            lpb.SettleCancellationRequest(
+                workspace_id=args.workspace,
+                task_id=args.task,
+                generation=generation,
+                cause=cause,
+                request_id=f"{args.request_id}-settle" if args.request_id else "",
+            ),
+            timeout=CALL_TIMEOUT,
+        )
         events.append(settled.event)
     _print_events(args, events)
     return OK
@@ -266,11 +319,18 @@ async def task_resume(args: argparse.Namespace, clients: Clients) -> int:
     its revision. With it: exactly that request, so that a retry with the same
     --request-id returns the first answer."""
     request = lpb.ResumeWithGenerationRequest(
-        workspace_id=args.workspace, task_id=args.task, generation=args.generation or 0,
-        cause=lpb.Cause(source="funnel-cli", reason=args.reason), request_id=args.request_id or "")
+        workspace_id=args.workspace,
+        task_id=args.task,
+        generation=args.generation or 0,
+        cause=lpb.Cause(source="funnel-cli", reason=args.reason),
+        request_id=args.request_id or "",
+    )
     if not args.generation:
-        task = (await clients.lifecycle.GetTask(
-            lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT)).task
+        task = (
+            await clients.lifecycle.GetTask(
+                lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
+            )
+        ).task
         request.generation = task.generation + 1
         request.expected_revision = task.revision
     resumed = await clients.lifecycle.ResumeWithGeneration(request, timeout=CALL_TIMEOUT)
@@ -315,22 +375,35 @@ COMPLETION_COLUMNS: list[Column] = [
 @service_command("run get")
 async def run_get(args: argparse.Namespace, clients: Clients) -> int:
     response = await clients.completion.GetRun(
-        cpb.GetRunRequest(workspace_id=args.workspace, run_id=args.run_id), timeout=CALL_TIMEOUT)
+        cpb.GetRunRequest(workspace_id=args.workspace, run_id=args.run_id), timeout=CALL_TIMEOUT
+    )
     if args.output == "json":
         print_json(as_json(response))
     else:
         run = response.run
-        print_fields([(name, get(run)) for name, get in RUN_COLUMNS] + [
-            ("final status", enum_word(cpb.FinalStatus.Name(run.final_status), "FINAL_STATUS_")),
-            ("notes", run.notes), ("error", run.error)])
+        print_fields(
+            [(name, get(run)) for name, get in RUN_COLUMNS]
+            + [
+                ("final status", enum_word(cpb.FinalStatus.Name(run.final_status), "FINAL_STATUS_")),
+                ("notes", run.notes),
+                ("error", run.error),
+            ]
+        )
     return OK
 
 
 @service_command("run list")
 async def run_list(args: argparse.Namespace, clients: Clients) -> int:
-    runs = await every_page(lambda token: clients.completion.ListRuns(cpb.ListRunsRequest(
-        workspace_id=args.workspace, task_id=args.task or "", page_size=PAGE_SIZE, page_token=token),
-        timeout=CALL_TIMEOUT), "runs", args.limit)
+    runs = await every_page(
+        lambda token: clients.completion.ListRuns(
+            cpb.ListRunsRequest(
+                workspace_id=args.workspace, task_id=args.task or "", page_size=PAGE_SIZE, page_token=token
+            ),
+            timeout=CALL_TIMEOUT,
+        ),
+        "runs",
+        args.limit,
+    )
     if args.output == "json":
         print_json({"runs": [as_json(r) for r in runs]})
     else:
@@ -342,26 +415,47 @@ async def run_list(args: argparse.Namespace, clients: Clients) -> int:
 async def completion_get(args: argparse.Namespace, clients: Clients) -> int:
     generation = args.generation
     if not generation:
-        generation = (await clients.lifecycle.GetTask(
-            lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT)).task.generation
-    response = await clients.completion.GetCompletion(cpb.GetCompletionRequest(
-        workspace_id=args.workspace, task_id=args.task, generation=generation), timeout=CALL_TIMEOUT)
+        generation = (
+            await clients.lifecycle.GetTask(
+                lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
+            )
+        ).task.generation
+    response = await clients.completion.GetCompletion(
+        cpb.GetCompletionRequest(workspace_id=args.workspace, task_id=args.task, generation=generation),
+        timeout=CALL_TIMEOUT,
+    )
     if args.output == "json":
         print_json(as_json(response))
     else:
         completion = response.completion
-        print_fields([(name, get(completion)) for name, get in COMPLETION_COLUMNS] + [
-            ("identity", completion.identity), ("result", completion.result),
-            ("decision", completion.decision.instruction)])
+        print_fields(
+            [(name, get(completion)) for name, get in COMPLETION_COLUMNS]
+            + [
+                ("identity", completion.identity),
+                ("result", completion.result),
+                ("decision", completion.decision.instruction),
+            ]
+        )
     return OK
 
 
 @service_command("completion list")
 async def completion_list(args: argparse.Namespace, clients: Clients) -> int:
     settlement = cpb.SETTLEMENT_STATUS_PENDING if args.pending else cpb.SETTLEMENT_STATUS_UNSPECIFIED
-    completions = await every_page(lambda token: clients.completion.ListCompletions(cpb.ListCompletionsRequest(
-        workspace_id=args.workspace, task_id=args.task or "", settlement=settlement, page_size=PAGE_SIZE,
-        page_token=token), timeout=CALL_TIMEOUT), "completions", args.limit)
+    completions = await every_page(
+        lambda token: clients.completion.ListCompletions(
+            cpb.ListCompletionsRequest(
+                workspace_id=args.workspace,
+                task_id=args.task or "",
+                settlement=settlement,
+                page_size=PAGE_SIZE,
+                page_token=token,
+            ),
+            timeout=CALL_TIMEOUT,
+        ),
+        "completions",
+        args.limit,
+    )
     if args.output == "json":
         print_json({"completions": [as_json(c) for c in completions]})
     else:
@@ -384,9 +478,20 @@ AUDIT_COLUMNS = [
 
 @service_command("audit list")
 async def audit_list(args: argparse.Namespace, clients: Clients) -> int:
-    entries = await every_page(lambda token: clients.completion.ListAuditLog(cpb.ListAuditLogRequest(
-        workspace_id=args.workspace, task_id=args.task or "", run_id=args.run_id or "", page_size=PAGE_SIZE,
-        page_token=token), timeout=CALL_TIMEOUT), "entries", args.limit)
+    entries = await every_page(
+        lambda token: clients.completion.ListAuditLog(
+            cpb.ListAuditLogRequest(
+                workspace_id=args.workspace,
+                task_id=args.task or "",
+                run_id=args.run_id or "",
+                page_size=PAGE_SIZE,
+                page_token=token,
+            ),
+            timeout=CALL_TIMEOUT,
+        ),
+        "entries",
+        args.limit,
+    )
     if args.output == "json":
         print_json({"entries": [as_json(e) for e in entries]})
     else:
@@ -437,21 +542,33 @@ async def outbox(args: argparse.Namespace, clients: Clients) -> int:
     answered yet, oldest commit first, with what the outbox did about each."""
     # One more than asked for tells whether the listing was cut at --limit.
     wanted = None if args.limit is None else args.limit + 1
-    found = await every_page(lambda token: clients.completion.ListCompletions(cpb.ListCompletionsRequest(
-        workspace_id=args.workspace, settlement=cpb.SETTLEMENT_STATUS_PENDING, page_size=PAGE_SIZE,
-        page_token=token), timeout=CALL_TIMEOUT), "completions", wanted)
-    shown = found[:args.limit] if args.limit is not None else found
+    found = await every_page(
+        lambda token: clients.completion.ListCompletions(
+            cpb.ListCompletionsRequest(
+                workspace_id=args.workspace,
+                settlement=cpb.SETTLEMENT_STATUS_PENDING,
+                page_size=PAGE_SIZE,
+                page_token=token,
+            ),
+            timeout=CALL_TIMEOUT,
+        ),
+        "completions",
+        wanted,
+    )
+    shown = found[: args.limit] if args.limit is not None else found
     more = len(found) > len(shown)
     now = time.time()
     oldest = found[0].commit_time if found else None
     if args.output == "json":
-        print_json({
-            "completions": [as_json(c) for c in shown],
-            "count": len(shown),
-            "more": more,
-            "oldest_commit_time": oldest.ToJsonString() if oldest else None,
-            "oldest_age_seconds": round(now - oldest.ToNanoseconds() / 1e9, 3) if oldest else None,
-        })
+        print_json(
+            {
+                "completions": [as_json(c) for c in shown],
+                "count": len(shown),
+                "more": more,
+                "oldest_commit_time": oldest.ToJsonString() if oldest else None,
+                "oldest_age_seconds": round(now - oldest.ToNanoseconds() / 1e9, 3) if oldest else None,
+            }
+        )
         return OK
     if not shown:
         print(f"no pending settlements in workspace {args.workspace!r}")
@@ -497,8 +614,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         progress.finish()
     finally:
         db.close()
-    result = {"database": str(path), "pages": pages, "ok": problems == ["ok"],
-              "problems": [] if problems == ["ok"] else problems}
+    result = {
+        "database": str(path),
+        "pages": pages,
+        "ok": problems == ["ok"],
+        "problems": [] if problems == ["ok"] else problems,
+    }
     if args.output == "json":
         print_json(result)
     elif result["ok"]:
@@ -566,8 +687,9 @@ def add_commands(commands: Any) -> None:
     register.add_argument("task")
     register.add_argument("--parent", help="the parent task: the new task is its child")
     register.add_argument("--parent-generation", type=int, help="the parent's generation (default: its current one)")
-    register.add_argument("--detached", action="store_true",
-                          help="a detached child: the parent's end does not end it (default: attached)")
+    register.add_argument(
+        "--detached", action="store_true", help="a detached child: the parent's end does not end it (default: attached)"
+    )
     register.add_argument("--reason", default="registered by an operator")
     register.add_argument("--request-id", help="makes a retry of this command safe: the first answer again")
     register.set_defaults(run=task_register)
@@ -627,8 +749,11 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--limit", type=int, help="at most this many")
     listing.set_defaults(run=audit_list)
 
-    pending = service(commands.add_parser(
-        "outbox", help="the settlement outbox: pending completions, their age, attempts, next attempt, last error"))
+    pending = service(
+        commands.add_parser(
+            "outbox", help="the settlement outbox: pending completions, their age, attempts, next attempt, last error"
+        )
+    )
     pending.add_argument("--limit", type=int, help="at most this many, oldest first")
     pending.set_defaults(run=outbox)
 

@@ -145,11 +145,16 @@ def lifecycle_tls_arguments(pki: LocalPki) -> list[str]:
     """The lifecycle service with the local PKI: TLS, client certificates required
     (the completion service proves its identity with one), tokens for callers."""
     return [
-        "--tls-cert", str(pki.cert("lifecycle")),
-        "--tls-key", str(pki.key("lifecycle")),
-        "--tls-client-ca", str(pki.ca),
-        "--jwks-file", str(pki.jwks),
-        "--completion-identity", COMPLETION_IDENTITY,
+        "--tls-cert",
+        str(pki.cert("lifecycle")),
+        "--tls-key",
+        str(pki.key("lifecycle")),
+        "--tls-client-ca",
+        str(pki.ca),
+        "--jwks-file",
+        str(pki.jwks),
+        "--completion-identity",
+        COMPLETION_IDENTITY,
     ]
 
 
@@ -157,14 +162,22 @@ def completion_tls_arguments(pki: LocalPki) -> list[str]:
     """The completion service with the local PKI: TLS for its callers (tokens),
     and its client certificate towards the lifecycle service and gates."""
     return [
-        "--tls-cert", str(pki.cert("completion")),
-        "--tls-key", str(pki.key("completion")),
-        "--jwks-file", str(pki.jwks),
-        "--lifecycle-ca", str(pki.ca),
-        "--lifecycle-server-name", "localhost",
-        "--identity-cert", str(pki.cert("completion-identity")),
-        "--identity-key", str(pki.key("completion-identity")),
-        "--gate-ca", str(pki.ca),
+        "--tls-cert",
+        str(pki.cert("completion")),
+        "--tls-key",
+        str(pki.key("completion")),
+        "--jwks-file",
+        str(pki.jwks),
+        "--lifecycle-ca",
+        str(pki.ca),
+        "--lifecycle-server-name",
+        "localhost",
+        "--identity-cert",
+        str(pki.cert("completion-identity")),
+        "--identity-key",
+        str(pki.key("completion-identity")),
+        "--gate-ca",
+        str(pki.ca),
     ]
 
 
@@ -193,8 +206,10 @@ def start_pair(
         "lifecycle_service",
         "lifecycle_service",
         [
-            "--listen", lifecycle_listen,
-            "--database", database_url or str(data_dir / "lifecycle.sqlite3"),
+            "--listen",
+            lifecycle_listen,
+            "--database",
+            database_url or str(data_dir / "lifecycle.sqlite3"),
             *lifecycle_tls_arguments(pki),
             *_metrics_arguments(lifecycle_metrics),
             *reflecting,

@@ -70,9 +70,11 @@ async def import_transcript(
         try:
             async with connection.channel(address) as channel:
                 stub = transcript_pb2_grpc.TranscriptServiceStub(  # type: ignore[no-untyped-call, unused-ignore]
-                    channel)
+                    channel
+                )
                 response: tpb.ImportTranscriptResponse = await stub.ImportTranscript(
-                    requests(), timeout=TRANSFER_TIMEOUT)
+                    requests(), timeout=TRANSFER_TIMEOUT
+                )
         except BaseException:
             progress.stop()
             raise

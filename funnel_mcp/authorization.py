@@ -59,8 +59,12 @@ class BearerVerifier:
     def __init__(self, server: ResourceServer) -> None:
         self.server = server
         # The completion service's identity has no business here: no service subject.
-        self.verifier = tokens.TokenVerifier(tokens.load_key_set(server.jwks_file), server.issuer, server.audience,
-                                             lambda workspace: id_problem(workspace) is None)
+        self.verifier = tokens.TokenVerifier(
+            tokens.load_key_set(server.jwks_file),
+            server.issuer,
+            server.audience,
+            lambda workspace: id_problem(workspace) is None,
+        )
         self.key_set = KeySetFile(server.jwks_file, self.verifier)
 
     def principal(self, token: str) -> Principal:
@@ -71,11 +75,19 @@ class BearerVerifier:
         try:
             principal = self.principal(token)
         except tokens.Unauthenticated as refused:
-            log.warning("bearer token refused: %s", refused.message,
-                        extra=fields(event="http", reason=refused.problem.value, detail=refused.message))
+            log.warning(
+                "bearer token refused: %s",
+                refused.message,
+                extra=fields(event="http", reason=refused.problem.value, detail=refused.message),
+            )
             return None
-        return AccessToken(token=token, client_id=principal.subject, scopes=[], subject=principal.subject,
-                           claims={"iss": self.server.issuer})
+        return AccessToken(
+            token=token,
+            client_id=principal.subject,
+            scopes=[],
+            subject=principal.subject,
+            claims={"iss": self.server.issuer},
+        )
 
 
 def auth_settings(server: ResourceServer) -> AuthSettings:
@@ -95,18 +107,23 @@ def publish_metadata(app: Starlette, server: ResourceServer) -> None:
     """Serves the metadata naming every configured authorization server (the
     SDK's own route names only `issuer_url`), under the resource's path, where
     `WWW-Authenticate` points, and at the root."""
-    routes: list[BaseRoute] = [route for route in app.router.routes
-                               if not getattr(route, "path", "").startswith(METADATA_ROOT)]
+    routes: list[BaseRoute] = [
+        route for route in app.router.routes if not getattr(route, "path", "").startswith(METADATA_ROOT)
+    ]
     if server.authorization_servers:
         # Validated from text, so that an issuer's empty path stays empty (RFC
         # 8414 compares issuers as strings: no slash is added).
-        metadata = ProtectedResourceMetadata.model_validate({
-            "resource": server.resource_url,
-            "authorization_servers": list(server.authorization_servers),
-            "resource_name": "funnel",
-        })
+        metadata = ProtectedResourceMetadata.model_validate(
+            {
+                "resource": server.resource_url,
+                "authorization_servers": list(server.authorization_servers),
+                "resource_name": "funnel",
+            }
+        )
         endpoint = cors_middleware(ProtectedResourceMetadataHandler(metadata).handle, ["GET", "OPTIONS"])
         under_resource = urlparse(str(build_resource_metadata_url(AnyHttpUrl(server.resource_url)))).path
-        routes += [Route(path, endpoint=endpoint, methods=["GET", "OPTIONS"])
-                   for path in dict.fromkeys((under_resource, METADATA_ROOT))]
+        routes += [
+            Route(path, endpoint=endpoint, methods=["GET", "OPTIONS"])
+            for path in dict.fromkeys((under_resource, METADATA_ROOT))
+        ]
     app.router.routes = routes

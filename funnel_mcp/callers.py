@@ -36,6 +36,9 @@ def workspace_of(configured: str | None, principal: Principal) -> str:
     if not named and ALL_WORKSPACES not in principal.grants:
         raise refusal("WORKSPACE_NOT_GRANTED", f"the token of {principal.subject!r} grants no workspace")
     grants = f"every workspace ({ALL_WORKSPACES!r})" if not named else f"several workspaces ({', '.join(named)})"
-    raise refusal("WORKSPACE_UNKNOWN", f"the token of {principal.subject!r} grants {grants} and this server "
-                  "serves no one workspace (--workspace): use a token for one workspace, or a server started "
-                  "with --workspace")
+    raise refusal(
+        "WORKSPACE_UNKNOWN",
+        f"the token of {principal.subject!r} grants {grants} and this server "
+        "serves no one workspace (--workspace): use a token for one workspace, or a server started "
+        "with --workspace",
+    )

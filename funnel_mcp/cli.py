@@ -25,56 +25,103 @@ HTTP_PATH = "/mcp"
 
 def add_arguments(parser: argparse.ArgumentParser, duration: Callable[[str], int]) -> None:
     env = os.environ.get
-    parser.add_argument("--workspace", default=env("FUNNEL_WORKSPACE"),
-                        help="the workspace the tools act in (FUNNEL_WORKSPACE); required over stdio. --http: "
-                        "the one workspace served; without it each caller acts in the workspace its token grants")
-    parser.add_argument("--agent-id", default=env("FUNNEL_AGENT_ID"),
-                        help="the agent_id of claims (FUNNEL_AGENT_ID; default: the token's subject)")
-    parser.add_argument("--lifecycle", default=env("FUNNEL_LIFECYCLE", "127.0.0.1:50051"),
-                        help="lifecycle_service address (FUNNEL_LIFECYCLE)")
-    parser.add_argument("--completion", default=env("FUNNEL_COMPLETION", "127.0.0.1:50052"),
-                        help="completion_service address (FUNNEL_COMPLETION)")
-    parser.add_argument("--lease-ttl", type=duration, default=duration("2m"),
-                        help="lease lifetime of claims, renewed by the server at a third of it: 90s, 5m")
     parser.add_argument(
-        "--session-idle-timeout", type=duration, default=duration("2m"),
+        "--workspace",
+        default=env("FUNNEL_WORKSPACE"),
+        help="the workspace the tools act in (FUNNEL_WORKSPACE); required over stdio. --http: "
+        "the one workspace served; without it each caller acts in the workspace its token grants",
+    )
+    parser.add_argument(
+        "--agent-id",
+        default=env("FUNNEL_AGENT_ID"),
+        help="the agent_id of claims (FUNNEL_AGENT_ID; default: the token's subject)",
+    )
+    parser.add_argument(
+        "--lifecycle",
+        default=env("FUNNEL_LIFECYCLE", "127.0.0.1:50051"),
+        help="lifecycle_service address (FUNNEL_LIFECYCLE)",
+    )
+    parser.add_argument(
+        "--completion",
+        default=env("FUNNEL_COMPLETION", "127.0.0.1:50052"),
+        help="completion_service address (FUNNEL_COMPLETION)",
+    )
+    parser.add_argument(
+        "--lease-ttl",
+        type=duration,
+        default=duration("2m"),
+        help="lease lifetime of claims, renewed by the server at a third of it: 90s, 5m",
+    )
+    parser.add_argument(
+        "--session-idle-timeout",
+        type=duration,
+        default=duration("2m"),
         help="--http: a session with no request in flight (an open GET stream is one), or a sessionless caller's "
         "run that no call names, is abandoned after this and its runs are closed stalled, freeing their tasks "
         "(default 2m). Over stdio a run ends when the host closes the pipe",
     )
-    parser.add_argument("--http", metavar="HOST:PORT",
-                        help=f"serve Streamable HTTP at http://HOST:PORT{HTTP_PATH} instead of stdio, as an OAuth "
-                        "resource server: every caller sends its own bearer token")
     parser.add_argument(
-        "--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
+        "--http",
+        metavar="HOST:PORT",
+        help=f"serve Streamable HTTP at http://HOST:PORT{HTTP_PATH} instead of stdio, as an OAuth "
+        "resource server: every caller sends its own bearer token",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
         help="--http: a Host header to answer, as clients send it (NAME:* for any port), besides the bound "
         "address and, on loopback or 0.0.0.0, localhost, 127.0.0.1 and [::1] with the port; repeatable. "
         "Others get 421 (DNS rebinding)",
     )
     parser.add_argument(
-        "--allowed-origin", action="append", default=[], metavar="URL",
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="URL",
         help="--http: an Origin header to answer besides http(s)://ALLOWED-HOST, e.g. https://app.example; "
         "repeatable. Others get 403",
     )
     oauth = parser.add_argument_group("--http: OAuth resource server (docs/mcp.md, Authorization)")
-    oauth.add_argument("--authorization-server", action="append", default=[], metavar="URL",
-                       help="the issuer URL of an OAuth authorization server that issues the services' tokens, "
-                       "named in the protected-resource metadata; repeatable (default: --token-issuer, when it "
-                       "is a URL)")
-    oauth.add_argument("--resource-url", metavar="URL",
-                       help=f"the URL clients reach the MCP endpoint at (default http://HOST:PORT{HTTP_PATH}); "
-                       "set it behind a proxy")
-    oauth.add_argument("--jwks-file", default=env("FUNNEL_JWKS_FILE"),
-                       help="the services' JWKS, which verifies callers' tokens; reloaded on change "
-                       "(FUNNEL_JWKS_FILE; default: --data-dir's)")
-    oauth.add_argument("--token-issuer", default=env("FUNNEL_TOKEN_ISSUER", tokens.DEFAULT_ISSUER),
-                       help="required `iss` of tokens, as the services require it (FUNNEL_TOKEN_ISSUER)")
-    oauth.add_argument("--token-audience", default=env("FUNNEL_TOKEN_AUDIENCE", tokens.DEFAULT_AUDIENCE),
-                       help="required `aud` of tokens, as the services require it (FUNNEL_TOKEN_AUDIENCE)")
+    oauth.add_argument(
+        "--authorization-server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="the issuer URL of an OAuth authorization server that issues the services' tokens, "
+        "named in the protected-resource metadata; repeatable (default: --token-issuer, when it "
+        "is a URL)",
+    )
+    oauth.add_argument(
+        "--resource-url",
+        metavar="URL",
+        help=f"the URL clients reach the MCP endpoint at (default http://HOST:PORT{HTTP_PATH}); set it behind a proxy",
+    )
+    oauth.add_argument(
+        "--jwks-file",
+        default=env("FUNNEL_JWKS_FILE"),
+        help="the services' JWKS, which verifies callers' tokens; reloaded on change "
+        "(FUNNEL_JWKS_FILE; default: --data-dir's)",
+    )
+    oauth.add_argument(
+        "--token-issuer",
+        default=env("FUNNEL_TOKEN_ISSUER", tokens.DEFAULT_ISSUER),
+        help="required `iss` of tokens, as the services require it (FUNNEL_TOKEN_ISSUER)",
+    )
+    oauth.add_argument(
+        "--token-audience",
+        default=env("FUNNEL_TOKEN_AUDIENCE", tokens.DEFAULT_AUDIENCE),
+        help="required `aud` of tokens, as the services require it (FUNNEL_TOKEN_AUDIENCE)",
+    )
     parser.add_argument("--log-level", default=env("FUNNEL_LOG_LEVEL", "INFO"), help="(FUNNEL_LOG_LEVEL)")
-    parser.add_argument("--log-format", choices=logs.FORMATS, default=env("FUNNEL_LOG_FORMAT") or logs.default_format(),
-                        help="on stderr: a start line and one line per tool call (tool, caller, workspace, task, "
-                        "run, outcome, duration); JSON unless stderr is a terminal (FUNNEL_LOG_FORMAT)")
+    parser.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default=env("FUNNEL_LOG_FORMAT") or logs.default_format(),
+        help="on stderr: a start line and one line per tool call (tool, caller, workspace, task, "
+        "run, outcome, duration); JSON unless stderr is a terminal (FUNNEL_LOG_FORMAT)",
+    )
     conn.add_arguments(parser)
 
 
@@ -109,8 +156,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.http:
         if has_token:
             # Whoever reaches the port would act with it.
-            raise Refusal("over --http every client sends its own token (`Authorization: Bearer`); start "
-                          "without --token, --token-file and FUNNEL_TOKEN")
+            raise Refusal(
+                "over --http every client sends its own token (`Authorization: Bearer`); start "
+                "without --token, --token-file and FUNNEL_TOKEN"
+            )
         address = http_address(args.http)
     else:
         if not args.workspace:
@@ -153,15 +202,22 @@ def resource_server(args: argparse.Namespace, host: str, port: int) -> ResourceS
 
     jwks = args.jwks_file or str(LocalPki(Path(args.data_dir) / "tls").jwks)
     if not Path(jwks).exists():
-        raise Refusal(f"no JWKS to verify callers' tokens at {jwks}: pass --jwks-file (the services' JWKS) or "
-                      "the --data-dir of `funnel up`")
+        raise Refusal(
+            f"no JWKS to verify callers' tokens at {jwks}: pass --jwks-file (the services' JWKS) or "
+            "the --data-dir of `funnel up`"
+        )
     servers = args.authorization_server or ([args.token_issuer] if is_url(args.token_issuer) else [])
     unusable = [url for url in (*servers, args.resource_url or "http://here") if not is_url(url)]
     if unusable:
         raise Refusal(f"--authorization-server and --resource-url want an http(s) URL, not {unusable[0]!r}")
     named = f"[{host}]" if ":" in host else host
-    return ResourceServer(args.resource_url or f"http://{named}:{port}{HTTP_PATH}", tuple(servers), jwks,
-                          args.token_issuer, args.token_audience)
+    return ResourceServer(
+        args.resource_url or f"http://{named}:{port}{HTTP_PATH}",
+        tuple(servers),
+        jwks,
+        args.token_issuer,
+        args.token_audience,
+    )
 
 
 def is_url(text: str) -> bool:

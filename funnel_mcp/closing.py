@@ -18,8 +18,9 @@ EFFECTS = {
     cpb.TASK_EFFECT_UNCHANGED: "unchanged",
 }
 
-A_NEW_RUN = ("A new run finishes it: claim_task, then attempt_completion until it answers report_complete, "
-             "then complete_task.")
+A_NEW_RUN = (
+    "A new run finishes it: claim_task, then attempt_completion until it answers report_complete, then complete_task."
+)
 # What finishes a task whose completion the gates refused, by what they asked for.
 AFTER_REFUSAL = {
     cpb.AGENT_ACTION_PROVIDE_RESULT: "A new run finishes it: claim_task, then complete_task with outcome succeeded "
@@ -44,8 +45,10 @@ def effect_reason(response: cpb.CompleteRunResponse, final_status: str) -> str:
         return response.task_effect_reason
     if not response.HasField("decision"):  # a cancellation fence: another run settles it
         return f"The run is closed; the task was not completed: {response.task_effect_reason}."
-    return (f"The run is closed; the task was not completed: the completion gates refused it "
-            f"({refusal(response.decision)}). The task stays {final_status} and no run holds it.")
+    return (
+        f"The run is closed; the task was not completed: the completion gates refused it "
+        f"({refusal(response.decision)}). The task stays {final_status} and no run holds it."
+    )
 
 
 def next_step(response: cpb.CompleteRunResponse, final_status: str) -> str:

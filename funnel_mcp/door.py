@@ -35,8 +35,9 @@ log = logging.getLogger("funnel.mcp")
 # with the advice to wait and repeat the call.
 CALL_TIMEOUT = 10.0
 RETRY_WINDOW = 15.0
-RETRIES = RetryPolicy(attempts=None, initial_backoff=0.1, max_backoff=2.0, max_retry_delay=0.0, retried=RETRYABLE,
-                      window=RETRY_WINDOW)
+RETRIES = RetryPolicy(
+    attempts=None, initial_backoff=0.1, max_backoff=2.0, max_retry_delay=0.0, retried=RETRYABLE, window=RETRY_WINDOW
+)
 # A renewal is tried once: the lease keeper tries again itself while the lease
 # lasts, and sees a holder's end between two tries.
 RENEWAL = RetryPolicy(attempts=1)
@@ -82,8 +83,9 @@ def services(settings: Settings) -> FunnelClient:
 
 
 class Door:
-    def __init__(self, settings: Settings, keeper: LeaseKeeper, services: FunnelClient,
-                 bearer: BearerVerifier | None) -> None:
+    def __init__(
+        self, settings: Settings, keeper: LeaseKeeper, services: FunnelClient, bearer: BearerVerifier | None
+    ) -> None:
         self.settings = settings
         self.keeper = keeper
         self.bearer = bearer
@@ -104,8 +106,11 @@ class Door:
         assert self.settings.workspace is not None, "stdio serves --workspace"
         configured = self.configured_token()
         if not configured:
-            raise refusal("CREDENTIALS_MISSING", "this server has no token for the services; the operator "
-                          "configures FUNNEL_TOKEN, --token or --token-file")
+            raise refusal(
+                "CREDENTIALS_MISSING",
+                "this server has no token for the services; the operator "
+                "configures FUNNEL_TOKEN, --token or --token-file",
+            )
         return Caller(configured, unverified_subject(configured), self.settings.workspace)
 
     def configured_token(self) -> str | None:
@@ -169,7 +174,10 @@ class Door:
         """Closes the run of a holder that is gone as `stalled`: the task keeps its
         status and, its run closed, is claimable at once (docs/mcp.md, Leases)."""
         closing = self._services.as_caller(held.token).complete_run(
-            held.workspace, held.run_id, cpb.RUN_OUTCOME_STALLED, error=f"withdrawn by funnel mcp: {why}",
+            held.workspace,
+            held.run_id,
+            cpb.RUN_OUTCOME_STALLED,
+            error=f"withdrawn by funnel mcp: {why}",
             request_id=request_id("withdraw", held.workspace, {"runId": held.run_id}, "withdraw"),
         )
         try:

@@ -82,8 +82,9 @@ class LeaseKeeper:
         await self._group.__aenter__()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        traceback: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         group, self._group = self._group, None  # no hold() after this
         assert group is not None
         withdrawing = []

@@ -20,8 +20,17 @@ log = logging.getLogger("funnel.mcp")
 
 OK = "ok"
 # Outcomes that say the caller was turned away, and those that say something failed.
-DENIED = frozenset({"CREDENTIALS_MISSING", "CREDENTIALS_INVALID", "CREDENTIALS_EXPIRED", "WORKSPACE_NOT_GRANTED",
-                    "WORKSPACE_UNKNOWN", "ROLE_NOT_PERMITTED", "RATE_LIMITED"})
+DENIED = frozenset(
+    {
+        "CREDENTIALS_MISSING",
+        "CREDENTIALS_INVALID",
+        "CREDENTIALS_EXPIRED",
+        "WORKSPACE_NOT_GRANTED",
+        "WORKSPACE_UNKNOWN",
+        "ROLE_NOT_PERMITTED",
+        "RATE_LIMITED",
+    }
+)
 FAULTS = frozenset({"INTERNAL", "UNAVAILABLE", "LIFECYCLE_UNAVAILABLE"})
 # Longer ids are refused by the input schema; not worth a log field.
 MAX_ID = 128
@@ -62,11 +71,22 @@ def opened(run_id: str) -> None:
 
 def finished(call: ToolCall, outcome: str, seconds: float) -> None:
     level = logging.WARNING if outcome in DENIED else logging.ERROR if outcome in FAULTS else logging.INFO
-    log.log(level, "%s %s", call.tool, outcome, extra=fields(
-        event="tool", tool=call.tool, caller=call.caller.subject if call.caller else None,
-        workspace=call.caller.workspace if call.caller else None, task=call.task, run=call.run,
-        outcome=outcome, duration_ms=round(seconds * 1000, 3),
-    ))
+    log.log(
+        level,
+        "%s %s",
+        call.tool,
+        outcome,
+        extra=fields(
+            event="tool",
+            tool=call.tool,
+            caller=call.caller.subject if call.caller else None,
+            workspace=call.caller.workspace if call.caller else None,
+            task=call.task,
+            run=call.run,
+            outcome=outcome,
+            duration_ms=round(seconds * 1000, 3),
+        ),
+    )
 
 
 def _id(value: object) -> str | None:

@@ -13,8 +13,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from funnel.auth.hosts import own_names
 
 
-def transport_security(host: str, port: int, allowed_hosts: Sequence[str] = (),
-                       allowed_origins: Sequence[str] = ()) -> TransportSecuritySettings:
+def transport_security(
+    host: str, port: int, allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = ()
+) -> TransportSecuritySettings:
     """The listener's own names with its port, then `allowed_hosts` as given
     (`name:port`, or `name:*` for any port). Origins: a page served under any
     allowed host (http or https), then `allowed_origins`. A request without

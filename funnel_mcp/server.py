@@ -44,8 +44,9 @@ class FunnelServer(MCPServer[Door]):
     """The SDK's server, with each tool call resolved to its caller before the
     tool runs, logged when it ends, and its argument errors in plain words."""
 
-    async def call_tool(self, name: str, arguments: dict[str, Any],
-                        context: Context[Door, Any] | None = None) -> CallToolResult | InputRequiredResult:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Door, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
         assert context is not None, "the SDK passes the request's context"
         started = time.perf_counter()
         with observe.observed(name, arguments) as call:
@@ -85,8 +86,12 @@ def build(settings: Settings, bearer: BearerVerifier | None = None) -> FunnelSer
         background.start()
         try:
             shared: list[Door] = []
-            async with LeaseKeeper(lambda held: shared[0].renew(held), lambda held, why: shared[0].withdraw(held, why),
-                                   settings.lease_ttl, settings.session_idle_timeout) as keeper:
+            async with LeaseKeeper(
+                lambda held: shared[0].renew(held),
+                lambda held, why: shared[0].withdraw(held, why),
+                settings.lease_ttl,
+                settings.session_idle_timeout,
+            ) as keeper:
                 shared.append(Door(settings, keeper, client, bearer))
                 try:
                     yield shared[0]
@@ -125,11 +130,21 @@ def build(settings: Settings, bearer: BearerVerifier | None = None) -> FunnelSer
 
 
 def announce(transport: str, settings: Settings, url: str | None = None) -> None:
-    log.info("funnel mcp %s serving %s", VERSION, url or transport, extra=fields(
-        event="start", transport=transport, url=url, version=VERSION, workspace=settings.workspace,
-        lifecycle=settings.lifecycle_address, completion=settings.completion_address,
-        authorization_servers=list(settings.resource.authorization_servers) if settings.resource else None,
-    ))
+    log.info(
+        "funnel mcp %s serving %s",
+        VERSION,
+        url or transport,
+        extra=fields(
+            event="start",
+            transport=transport,
+            url=url,
+            version=VERSION,
+            workspace=settings.workspace,
+            lifecycle=settings.lifecycle_address,
+            completion=settings.completion_address,
+            authorization_servers=list(settings.resource.authorization_servers) if settings.resource else None,
+        ),
+    )
 
 
 def serve_stdio(settings: Settings) -> None:
@@ -158,7 +173,8 @@ def serve_http(settings: Settings, host: str, port: int) -> None:
     server = build(settings, BearerVerifier(settings.resource))
     app = server.streamable_http_app(
         transport_security=transport_security(host, port, settings.allowed_hosts, settings.allowed_origins),
-        session_idle_timeout=settings.session_idle_timeout, host=host,
+        session_idle_timeout=settings.session_idle_timeout,
+        host=host,
     )
     publish_metadata(app, settings.resource)
     # The request timeouts of funnel/runtime/http.py. uvicorn's own lines go through

@@ -92,9 +92,17 @@ class Host(Actor):
             if task.parent is not None:
                 mode = lpb.PARENT_LINK_MODE_ATTACHED if task.parent[1] else lpb.PARENT_LINK_MODE_DETACHED
                 parent = lpb.ParentLink(task_id=task.parent[0], generation=1, mode=mode)
-            await self.call(self.lifecycle, "RegisterTask", lpb.RegisterTaskRequest(
-                workspace_id=WORKSPACE, task_id=task.name, request_id=self.request_id("register"), parent=parent,
-                cause=cause("registered by the simulation")))
+            await self.call(
+                self.lifecycle,
+                "RegisterTask",
+                lpb.RegisterTaskRequest(
+                    workspace_id=WORKSPACE,
+                    task_id=task.name,
+                    request_id=self.request_id("register"),
+                    parent=parent,
+                    cause=cause("registered by the simulation"),
+                ),
+            )
         elif step.action == "replay":
             await self.replay()
         elif step.action == "pause":
@@ -105,8 +113,13 @@ class Host(Actor):
                 await self._intent(step, current)
 
     async def _intent(self, step: Step, task: lpb.Task) -> None:
-        header: dict[str, Any] = {"workspace_id": WORKSPACE, "task_id": step.task, "generation": task.generation,
-                  "request_id": self.request_id(step.action), "cause": cause(step.action)}
+        header: dict[str, Any] = {
+            "workspace_id": WORKSPACE,
+            "task_id": step.task,
+            "generation": task.generation,
+            "request_id": self.request_id(step.action),
+            "cause": cause(step.action),
+        }
         if step.action == "activate":
             await self.call(self.lifecycle, "ActivateGeneration", lpb.ActivateGenerationRequest(**header))
         elif step.action == "cancel":
@@ -136,9 +149,17 @@ class Agent(Actor):
     async def step(self, step: Step, tree: dict[str, Task]) -> None:
         action, held = step.action, self.held
         if action == "claim":
-            answer = await self.call(self.completion, "ClaimTask", cpb.ClaimTaskRequest(
-                workspace_id=WORKSPACE, task_id=step.task, agent_id=self.name, request_id=self.request_id("claim"),
-                lease_ttl=Duration(seconds=LEASE_SECONDS)))
+            answer = await self.call(
+                self.completion,
+                "ClaimTask",
+                cpb.ClaimTaskRequest(
+                    workspace_id=WORKSPACE,
+                    task_id=step.task,
+                    agent_id=self.name,
+                    request_id=self.request_id("claim"),
+                    lease_ttl=Duration(seconds=LEASE_SECONDS),
+                ),
+            )
             if isinstance(answer, Ok):
                 run, lease = answer.response.run, answer.response.lease
                 self.held = Held(run.run_id, run.task_id, run.generation, lease.epoch)
@@ -149,25 +170,64 @@ class Agent(Actor):
         elif held is None:
             return
         elif action == "renew":
-            await self.call(self.completion, "RenewLease", cpb.RenewLeaseRequest(
-                workspace_id=WORKSPACE, run_id=held.run_id, epoch=held.epoch, request_id=self.request_id("renew"),
-                lease_ttl=Duration(seconds=LEASE_SECONDS)))
+            await self.call(
+                self.completion,
+                "RenewLease",
+                cpb.RenewLeaseRequest(
+                    workspace_id=WORKSPACE,
+                    run_id=held.run_id,
+                    epoch=held.epoch,
+                    request_id=self.request_id("renew"),
+                    lease_ttl=Duration(seconds=LEASE_SECONDS),
+                ),
+            )
         elif action == "evidence":
             verdict = cpb.EVIDENCE_VERDICT_PASSED if step.arg % 4 else cpb.EVIDENCE_VERDICT_FAILED
-            await self.call(self.completion, "RecordEvidence", cpb.RecordEvidenceRequest(
-                workspace_id=WORKSPACE, task_id=held.task_id, generation=held.generation, kind="tests",
-                verdict=verdict, run_id=held.run_id, request_id=self.request_id("evidence")))
+            await self.call(
+                self.completion,
+                "RecordEvidence",
+                cpb.RecordEvidenceRequest(
+                    workspace_id=WORKSPACE,
+                    task_id=held.task_id,
+                    generation=held.generation,
+                    kind="tests",
+                    verdict=verdict,
+                    run_id=held.run_id,
+                    request_id=self.request_id("evidence"),
+                ),
+            )
         elif action in ("attempt", "attempt_failed"):
             outcome = cpb.REQUESTED_OUTCOME_COMPLETED if action == "attempt" else cpb.REQUESTED_OUTCOME_FAILED
-            await self.call(self.completion, "AttemptCompletion", cpb.AttemptCompletionRequest(
-                workspace_id=WORKSPACE, task_id=held.task_id, run_id=held.run_id, epoch=held.epoch,
-                outcome=outcome, result="done", request_id=self.request_id(action)))
+            await self.call(
+                self.completion,
+                "AttemptCompletion",
+                cpb.AttemptCompletionRequest(
+                    workspace_id=WORKSPACE,
+                    task_id=held.task_id,
+                    run_id=held.run_id,
+                    epoch=held.epoch,
+                    outcome=outcome,
+                    result="done",
+                    request_id=self.request_id(action),
+                ),
+            )
         else:
-            closed = {"close": cpb.RUN_OUTCOME_SUCCEEDED, "close_failed": cpb.RUN_OUTCOME_FAILED,
-                      "close_cancelled": cpb.RUN_OUTCOME_CANCELLED}[action]
-            await self.call(self.completion, "CompleteRun", cpb.CompleteRunRequest(
-                workspace_id=WORKSPACE, run_id=held.run_id, outcome=closed, notes="closed by the simulation",
-                request_id=self.request_id(action)))
+            closed = {
+                "close": cpb.RUN_OUTCOME_SUCCEEDED,
+                "close_failed": cpb.RUN_OUTCOME_FAILED,
+                "close_cancelled": cpb.RUN_OUTCOME_CANCELLED,
+            }[action]
+            await self.call(
+                self.completion,
+                "CompleteRun",
+                cpb.CompleteRunRequest(
+                    workspace_id=WORKSPACE,
+                    run_id=held.run_id,
+                    outcome=closed,
+                    notes="closed by the simulation",
+                    request_id=self.request_id(action),
+                ),
+            )
 
 
 @dataclass
@@ -195,8 +255,9 @@ class Watcher:
 
         while True:
             request = self.request_type(workspace_id=WORKSPACE, after_sequence=self.cursor)
-            stream = self.network.stream(self.name, self.node, self.method, watch, request,
-                                         _caller(self.name, Role.VIEWER))
+            stream = self.network.stream(
+                self.name, self.node, self.method, watch, request, _caller(self.name, Role.VIEWER)
+            )
             self.streams += 1
             try:
                 while True:

@@ -104,8 +104,10 @@ def settled(evidence: Evidence, durable: Durable) -> Iterable[str]:
         if event.intent is IntentKind.SETTLE_FAILURE:
             completion_id = (event.request_id or "").removeprefix("settle:")
             completion = by_id.get(completion_id)
-            if completion is None or completion.outcome is not RequestedOutcome.FAILED or (
-                completion.settlement is not SettlementStatus.SETTLED
+            if (
+                completion is None
+                or completion.outcome is not RequestedOutcome.FAILED
+                or (completion.settlement is not SettlementStatus.SETTLED)
             ):
                 yield f"{event.task_id} gen {event.generation} FAILED without a settled failure {completion_id}"
     terminal = {(e.task_id, e.generation): e for e in durable.events if e.to_state is GenerationState.TERMINAL}
@@ -120,7 +122,8 @@ def settled(evidence: Evidence, durable: Durable) -> Iterable[str]:
 
 def one_terminal(evidence: Evidence, durable: Durable) -> Iterable[str]:
     ends = collections.Counter(
-        (e.task_id, e.generation) for e in durable.events if e.to_state is GenerationState.TERMINAL)
+        (e.task_id, e.generation) for e in durable.events if e.to_state is GenerationState.TERMINAL
+    )
     for (task_id, generation), count in sorted(ends.items()):
         if count > 1:
             yield f"{task_id} gen {generation} has {count} terminal events"
@@ -143,8 +146,10 @@ def fence(evidence: Evidence, durable: Durable) -> Iterable[str]:
         committed = evidence.completion_clock.true_micros(completion.committed_at)
         requested = evidence.lifecycle_clock.true_micros(event.cancellation_requested_at)
         if committed >= requested:
-            yield (f"{event.task_id} gen {event.generation}: completion {completion.completion_id} committed "
-                   f"{committed - requested} µs after the cancellation request passed the fence")
+            yield (
+                f"{event.task_id} gen {event.generation}: completion {completion.completion_id} committed "
+                f"{committed - requested} µs after the cancellation request passed the fence"
+            )
 
 
 def _request_id(request: Any) -> str:
@@ -170,15 +175,16 @@ def _same(method: str, first: Any, later: Any) -> bool:
     if method == "AttemptCompletion":
         # A replay carries the completion's settlement as it is now (service._replayed_attempt).
         return (first.decision.verdict, first.completion.completion_id) == (
-            later.decision.verdict, later.completion.completion_id)
+            later.decision.verdict,
+            later.completion.completion_id,
+        )
     first_bytes: bytes = first.SerializeToString(deterministic=True)
     later_bytes: bytes = later.SerializeToString(deterministic=True)
     return first_bytes == later_bytes
 
 
 def request_ids(evidence: Evidence, durable: Durable) -> Iterable[str]:
-    applied = collections.Counter(
-        (e.caller.subject, e.intent, e.request_id) for e in durable.events if e.request_id)
+    applied = collections.Counter((e.caller.subject, e.intent, e.request_id) for e in durable.events if e.request_id)
     for (subject, intent, request_id), count in sorted(applied.items(), key=str):
         if count > 1:
             yield f"request id {request_id} of {subject} applied {count} times ({intent.name})"
@@ -210,8 +216,9 @@ def watchers(evidence: Evidence, durable: Durable) -> Iterable[str]:
 
 def acknowledged(evidence: Evidence, durable: Durable) -> Iterable[str]:
     events = {e.sequence: e for e in durable.events}
-    committed = {e.completion_id for e in durable.completion_events
-                 if e.kind is CompletionEventKind.COMPLETION_COMMITTED}
+    committed = {
+        e.completion_id for e in durable.completion_events if e.kind is CompletionEventKind.COMPLETION_COMMITTED
+    }
     for call, method, request, answer in _attempts(evidence.history):
         if not isinstance(answer, Ok):
             continue
@@ -225,8 +232,10 @@ def acknowledged(evidence: Evidence, durable: Durable) -> Iterable[str]:
             yield f"{call.source} claim {response.run.run_id} acknowledged, then lost"
         elif method == "RecordEvidence" and response.evidence.evidence_id not in durable.evidence_ids:
             yield f"{call.source} evidence {response.evidence.evidence_id} acknowledged, then lost"
-        elif method == "AttemptCompletion" and response.HasField("completion") and (
-            response.completion.completion_id not in committed
+        elif (
+            method == "AttemptCompletion"
+            and response.HasField("completion")
+            and (response.completion.completion_id not in committed)
         ):
             yield f"{call.source} completion {response.completion.completion_id} acknowledged, then lost"
         elif method == "CompleteRun":
@@ -241,8 +250,15 @@ _ABSENT: Key = ("absent",)
 
 
 def record_key(task: lpb.Task) -> Key:
-    return (task.revision, task.generation, task.state, task.outcome, task.cancellation, task.work_status,
-            task.completion_id)
+    return (
+        task.revision,
+        task.generation,
+        task.state,
+        task.outcome,
+        task.cancellation,
+        task.work_status,
+        task.completion_id,
+    )
 
 
 def step(state: Key | None, op: tuple[str, Key | None]) -> Key | None:
@@ -276,7 +292,8 @@ def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, lis
         if method == "GetTask":
             if isinstance(answer, Ok):
                 per_task[request.task_id].append(
-                    Operation(call.invoked, call.answered, ("read", record_key(answer.response.task))))
+                    Operation(call.invoked, call.answered, ("read", record_key(answer.response.task)))
+                )
             elif answer.reason == "TASK_NOT_FOUND":
                 per_task[request.task_id].append(Operation(call.invoked, call.answered, ("read", None)))
         elif _request_id(request):
@@ -293,8 +310,15 @@ def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, lis
         if event.request_id is None:  # the lifecycle service's own: a propagation, at its commit
             at = evidence.lifecycle_clock.true_micros(event.committed_at) / 1_000_000
             proto = event_to_proto(event)
-            key = (proto.revision, proto.generation, proto.to_state, proto.outcome, proto.cancellation,
-                   proto.work_status, proto.completion_id)
+            key = (
+                proto.revision,
+                proto.generation,
+                proto.to_state,
+                proto.outcome,
+                proto.cancellation,
+                proto.work_status,
+                proto.completion_id,
+            )
             per_task[event.task_id].append(Operation(at - 1e-6, at + 1e-6, ("write", key)))
     return per_task
 
@@ -315,5 +339,12 @@ def faults(evidence: Evidence, durable: Durable) -> Iterable[str]:
 
 
 CHECKERS: tuple[Callable[[Evidence, Durable], Iterable[str]], ...] = (
-    settled, one_terminal, fence, request_ids, watchers, acknowledged, linearizable_records, faults,
+    settled,
+    one_terminal,
+    fence,
+    request_ids,
+    watchers,
+    acknowledged,
+    linearizable_records,
+    faults,
 )

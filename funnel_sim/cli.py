@@ -53,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         result = simulate(args.seed, keep=keep, keep_lines=args.history)
         if args.history:
             print("\n".join(result.history.lines))
-        print(f"seed {args.seed}: {result.operations} calls, {result.virtual_seconds:.0f} virtual seconds, "
-              f"history {result.digest}")
+        print(
+            f"seed {args.seed}: {result.operations} calls, {result.virtual_seconds:.0f} virtual seconds, "
+            f"history {result.digest}"
+        )
         if result.violations:
             report(result, keep)
             return 1
@@ -74,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  shrunk to {len(keep)} of {len(result.workload.steps)} steps: {replay_command(seed, keep)}")
         seed += 1
     elapsed = time.monotonic() - started
-    print(f"{runs} seeds ({args.first}..{seed - 1}), {failed} failed, {calls} calls in {elapsed:.1f} s: "
-          f"{calls / elapsed:.0f} calls/s, {runs / elapsed * 60:.0f} seeds/min")
+    print(
+        f"{runs} seeds ({args.first}..{seed - 1}), {failed} failed, {calls} calls in {elapsed:.1f} s: "
+        f"{calls / elapsed:.0f} calls/s, {runs / elapsed * 60:.0f} seeds/min"
+    )
     return 1 if failed else 0
 
 

@@ -58,7 +58,8 @@ class History:
             self._digest.update(_answer_bytes(answer))
             if self._lines is not None:
                 self._lines.append(
-                    f"{invoked:.6f}-{now:.6f} {source}->{target} {method} {_message(request)} => {_answer(answer)}")
+                    f"{invoked:.6f}-{now:.6f} {source}->{target} {method} {_message(request)} => {_answer(answer)}"
+                )
         else:
             node, text = fields
             self.notes.append(Note(now, kind, node, text))

@@ -176,8 +176,17 @@ class Network:
         for _ in range(copies):
             if not self._lost():
                 loop.call_later(
-                    self._latency(), self._deliver, source, server, server.incarnation, method, handler, request,
-                    caller, deadline, reply,
+                    self._latency(),
+                    self._deliver,
+                    source,
+                    server,
+                    server.incarnation,
+                    method,
+                    handler,
+                    request,
+                    caller,
+                    deadline,
+                    reply,
                 )
         try:
             answer = await asyncio.wait_for(asyncio.shield(reply), timeout)
@@ -186,23 +195,45 @@ class Network:
         except asyncio.CancelledError:
             # The caller is gone (its process crashed): the call is in the history all the
             # same, since the request may have been applied.
-            self._record("call", source, server.name, method, request,
-                         network_failure(CANCELLED, "the caller went away"), invoked)
+            self._record(
+                "call",
+                source,
+                server.name,
+                method,
+                request,
+                network_failure(CANCELLED, "the caller went away"),
+                invoked,
+            )
             raise
         self._record("call", source, server.name, method, request, answer, invoked)
         return answer
 
     def _deliver(
-        self, source: str, server: Server, incarnation: int, method: str, handler: Callable[..., Awaitable[Any]],
-        request: Any, caller: calls.Call, deadline: float, reply: asyncio.Future[Answer],
+        self,
+        source: str,
+        server: Server,
+        incarnation: int,
+        method: str,
+        handler: Callable[..., Awaitable[Any]],
+        request: Any,
+        caller: calls.Call,
+        deadline: float,
+        reply: asyncio.Future[Answer],
     ) -> None:
         if not server.up or server.incarnation != incarnation or self.cut_off(source, server.name):
             return  # the connection the request travelled on is gone
         server.spawn(self._serve(source, server, method, handler, request, caller, deadline, reply), method)
 
     async def _serve(
-        self, source: str, server: Server, method: str, handler: Callable[..., Awaitable[Any]], request: Any,
-        caller: calls.Call, deadline: float, reply: asyncio.Future[Answer],
+        self,
+        source: str,
+        server: Server,
+        method: str,
+        handler: Callable[..., Awaitable[Any]],
+        request: Any,
+        caller: calls.Call,
+        deadline: float,
+        reply: asyncio.Future[Answer],
     ) -> None:
         calls.enter(caller, None)
         answer: Answer
@@ -242,12 +273,16 @@ class Network:
         lifetime = self.faults.stream_lifetime
         if lifetime is not None:
             asyncio.get_running_loop().call_later(
-                self._rng.expovariate(1 / lifetime), stream.cut, "the connection was reset")
+                self._rng.expovariate(1 / lifetime), stream.cut, "the connection was reset"
+            )
         stream.pump = server.spawn(self._pump(stream, handler, request, caller), f"{method}-stream")
         return stream
 
     async def _pump(
-        self, stream: Stream, handler: Callable[[Any, SimContext], AsyncIterator[Any]], request: Any,
+        self,
+        stream: Stream,
+        handler: Callable[[Any, SimContext], AsyncIterator[Any]],
+        request: Any,
         caller: calls.Call,
     ) -> None:
         calls.enter(caller, None)
@@ -261,8 +296,9 @@ class Network:
         except ServiceError as exc:
             stream.end(Failed(status_message(exc.rejection, server.domain)), self._latency())
         except StorageUnavailable as exc:
-            stream.end(Failed(status_message(storage_unavailable(server.catalogue, exc), server.domain)),
-                       self._latency())
+            stream.end(
+                Failed(status_message(storage_unavailable(server.catalogue, exc), server.domain)), self._latency()
+            )
         except asyncio.CancelledError:
             if not server.up:  # the server died: the client's connection resets
                 stream.end(network_failure(UNAVAILABLE, f"{server.name} went away"), self._latency())

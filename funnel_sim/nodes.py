@@ -67,8 +67,15 @@ class Chaos:
     named fault points (funnel.runtime.faults), a storage error at any statement
     of a unit of work or read."""
 
-    def __init__(self, rng: random.Random, *, crash: float = 0.0, drop: float = 0.0, storage: float = 0.0,
-                 storage_latency: float = 0.0) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        *,
+        crash: float = 0.0,
+        drop: float = 0.0,
+        storage: float = 0.0,
+        storage_latency: float = 0.0,
+    ) -> None:
         self.rng = rng
         self.crash = crash
         self.drop = drop
@@ -237,8 +244,12 @@ class LifecycleNode(Node):
         broker: EventBroker[lpb.WatchLifecycleEventsResponse] = EventBroker(self.watch_buffer)
         authority = LifecycleAuthority(
             NodeStore(self.durable, self),
-            self.policy, self.clock, publish=lifecycle_publisher(broker), faults=SimFaults(self),
-            owner=f"lifecycle/{self.incarnation}", retry_delay=0.5,
+            self.policy,
+            self.clock,
+            publish=lifecycle_publisher(broker),
+            faults=SimFaults(self),
+            owner=f"lifecycle/{self.incarnation}",
+            retry_delay=0.5,
         )
         self.service = LifecycleService(authority, broker, WatchQuota(LifecycleReason, 64, 64))
         self.spawn(authority.deliver_forever(), "propagations")
@@ -268,8 +279,9 @@ class SimLifecycleStub:
             return await getattr(lifecycle.service, method)(request, context)
 
         async def call(request: Any, timeout: float, metadata: Any = ()) -> Any:
-            answer = await self._network.call(COMPLETION, lifecycle, method, handler, request, COMPLETION_CALLER,
-                                              timeout)
+            answer = await self._network.call(
+                COMPLETION, lifecycle, method, handler, request, COMPLETION_CALLER, timeout
+            )
             if isinstance(answer, Ok):
                 return answer.response
             raise aio_error(answer)
@@ -284,8 +296,9 @@ class SimLifecycleStub:
             # SimContext stands in for the grpc context: the servicer reads only its deadline.
             return lifecycle.service.WatchLifecycleEvents(request, context)  # type: ignore[arg-type]
 
-        return _StreamCall(self._network.stream(COMPLETION, lifecycle, "WatchLifecycleEvents", handler, request,
-                                                COMPLETION_CALLER))
+        return _StreamCall(
+            self._network.stream(COMPLETION, lifecycle, "WatchLifecycleEvents", handler, request, COMPLETION_CALLER)
+        )
 
 
 class _StreamCall:
@@ -340,8 +353,16 @@ class SimLifecycleClient(LifecycleClient):
 
 class CompletionNode(Node):
     def __init__(
-        self, chaos: Chaos, record: Callable[..., None], clock: SimClock, network: Network,
-        lifecycle: LifecycleNode, policies: PolicyBook, *, lifecycle_timeout: float, stall_after: float,
+        self,
+        chaos: Chaos,
+        record: Callable[..., None],
+        clock: SimClock,
+        network: Network,
+        lifecycle: LifecycleNode,
+        policies: PolicyBook,
+        *,
+        lifecycle_timeout: float,
+        stall_after: float,
         settle_interval: float,
     ) -> None:
         super().__init__(COMPLETION, CompletionReason, COMPLETION_DOMAIN, chaos, record)
@@ -361,10 +382,17 @@ class CompletionNode(Node):
         client = SimLifecycleClient(SimLifecycleStub(self.network, self.lifecycle), self.lifecycle_timeout)
         authority = CompletionAuthority(
             NodeStore(self.durable, self),
-            client, self.policies, self.clock, ExternalGates(None),  # type: ignore[arg-type]
-            ids=SimIds(self.incarnation), publish=completion_publisher(broker),
-            settle_interval=self.settle_interval, settle_lease=max(4 * self.lifecycle_timeout, 1.0),
-            stall_after=self.stall_after, faults=SimFaults(self), projected_workspaces=4,
+            client,
+            self.policies,
+            self.clock,
+            ExternalGates(None),  # type: ignore[arg-type]
+            ids=SimIds(self.incarnation),
+            publish=completion_publisher(broker),
+            settle_interval=self.settle_interval,
+            settle_lease=max(4 * self.lifecycle_timeout, 1.0),
+            stall_after=self.stall_after,
+            faults=SimFaults(self),
+            projected_workspaces=4,
         )
         self.authority = authority
         self.service = CompletionService(authority, broker, WatchQuota(CompletionReason, 64, 64))

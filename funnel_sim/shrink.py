@@ -17,7 +17,7 @@ def shrink(steps: frozenset[int], fails: Callable[[frozenset[int]], bool], budge
         removed_any = False
         start = 0
         while start < len(kept) and runs < budget:
-            candidate = kept[:start] + kept[start + chunk:]
+            candidate = kept[:start] + kept[start + chunk :]
             runs += 1
             if candidate and fails(frozenset(candidate)):
                 kept, removed_any = candidate, True

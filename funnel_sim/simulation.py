@@ -70,10 +70,16 @@ class Result:
     figures: dict[str, int] = field(default_factory=dict)
 
 
-def simulate(seed: int, config: Config = Config(), keep: frozenset[int] | None = None,
-             keep_lines: bool = False) -> Result:
-    workload = generate(random.Random(f"{seed}:workload"), tasks=config.tasks, hosts=config.hosts,
-                        agents=config.agents, steps=config.steps)
+def simulate(
+    seed: int, config: Config = Config(), keep: frozenset[int] | None = None, keep_lines: bool = False
+) -> Result:
+    workload = generate(
+        random.Random(f"{seed}:workload"),
+        tasks=config.tasks,
+        hosts=config.hosts,
+        agents=config.agents,
+        steps=config.steps,
+    )
     if keep is not None:
         workload = workload.keep(keep)
     return loop.run(_simulate(seed, config, workload, keep_lines))
@@ -92,26 +98,45 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
     links = LinkFaults(config.latency, config.message_loss, config.duplicate, config.stream_lifetime)
     network = Network(random.Random(f"{seed}:network"), links, history.record)
     policy = Policy(max_clock_offset_micros=MAX_CLOCK_OFFSET_MICROS)
-    lifecycle_chaos = Chaos(fault_rng, crash=config.crash_at_point, drop=config.drop_at_point,
-                            storage=config.storage_error, storage_latency=config.storage_latency)
-    completion_chaos = Chaos(fault_rng, crash=config.crash_at_point, drop=config.drop_at_point,
-                             storage=config.storage_error, storage_latency=config.storage_latency)
+    lifecycle_chaos = Chaos(
+        fault_rng,
+        crash=config.crash_at_point,
+        drop=config.drop_at_point,
+        storage=config.storage_error,
+        storage_latency=config.storage_latency,
+    )
+    completion_chaos = Chaos(
+        fault_rng,
+        crash=config.crash_at_point,
+        drop=config.drop_at_point,
+        storage=config.storage_error,
+        storage_latency=config.storage_latency,
+    )
     lifecycle = LifecycleNode(lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer)
     policies = PolicyBook(workspaces={WORKSPACE: WorkspacePolicy(required_evidence=("tests",))})
-    completion = CompletionNode(completion_chaos, history.record, completion_clock, network, lifecycle, policies,
-                                lifecycle_timeout=1.0, stall_after=2.0, settle_interval=0.5)
+    completion = CompletionNode(
+        completion_chaos,
+        history.record,
+        completion_clock,
+        network,
+        lifecycle,
+        policies,
+        lifecycle_timeout=1.0,
+        stall_after=2.0,
+        settle_interval=0.5,
+    )
     lifecycle.start()
     completion.start()
     tree = {task.name: task for task in workload.tasks}
     actors = [
         (Host if name.startswith("host") else Agent)(
-            name, network, lifecycle, completion, Role.HOST if name.startswith("host") else Role.AGENT)
+            name, network, lifecycle, completion, Role.HOST if name.startswith("host") else Role.AGENT
+        )
         for name in workload.actors
     ]
     watchers = [
         Watcher("lifecycle-watcher", network, lifecycle, "WatchLifecycleEvents", lpb.WatchLifecycleEventsRequest),
-        Watcher("completion-watcher", network, completion, "WatchCompletionEvents",
-                cpb.WatchCompletionEventsRequest),
+        Watcher("completion-watcher", network, completion, "WatchCompletionEvents", cpb.WatchCompletionEventsRequest),
     ]
 
     async def play(actor: Host | Agent) -> None:
@@ -156,8 +181,9 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
     return Result(seed, workload, violations, history, len(history.calls), virtual_seconds, history.digest)
 
 
-async def _chaos(rng: random.Random, network: Network, lifecycle: LifecycleNode, completion: CompletionNode,
-                 interval: float) -> None:
+async def _chaos(
+    rng: random.Random, network: Network, lifecycle: LifecycleNode, completion: CompletionNode, interval: float
+) -> None:
     """Crashes and partitions at seeded moments, until cancelled."""
     loop = asyncio.get_running_loop()
     while True:

@@ -21,8 +21,16 @@ from dataclasses import dataclass
 HOST_ACTIONS = ("get", "cancel", "settle_cancel", "timeout", "resume", "replay", "pause")
 HOST_WEIGHTS = (3, 2, 1, 1, 4, 1, 4)
 AGENT_ACTIONS = (
-    "claim", "renew", "evidence", "attempt", "attempt_failed", "close", "close_failed", "close_cancelled",
-    "replay", "pause",
+    "claim",
+    "renew",
+    "evidence",
+    "attempt",
+    "attempt_failed",
+    "close",
+    "close_failed",
+    "close_cancelled",
+    "replay",
+    "pause",
 )
 AGENT_WEIGHTS = (4, 1, 3, 4, 1, 2, 1, 1, 1, 2)
 

@@ -66,18 +66,21 @@ class Context:
 
 
 def _html(body: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(body, status, headers={
-        # Nothing but our own files: an escaping mistake could still not load a script.
-        "content-security-policy": "default-src 'self'; frame-ancestors 'none'",
-        "x-content-type-options": "nosniff",
-        "referrer-policy": "same-origin",
-    })
+    return HTMLResponse(
+        body,
+        status,
+        headers={
+            # Nothing but our own files: an escaping mistake could still not load a script.
+            "content-security-policy": "default-src 'self'; frame-ancestors 'none'",
+            "x-content-type-options": "nosniff",
+            "referrer-policy": "same-origin",
+        },
+    )
 
 
 def _rpc_error_page(error: FunnelError, back: str) -> HTMLResponse:
     reason = f" {error.reason}" if error.reason else ""
-    return _html(render.error_page(f"{error.code.name}{reason}", error.message, back),
-                 HTTP_STATUS.get(error.code, 502))
+    return _html(render.error_page(f"{error.code.name}{reason}", error.message, back), HTTP_STATUS.get(error.code, 502))
 
 
 def _ids(request: Request, *names: str) -> list[str] | None:
@@ -128,8 +131,9 @@ def create_app(context: Context) -> Any:
             counts, settlements = await together(backend.counts(workspace), backend.settlements(workspace, tasks))
         except FunnelError as error:
             return _rpc_error_page(error, "/")
-        return _html(render.task_list(workspace, filter_, tasks, settlements, next_token, cursor, counts,
-                                      first_page=not token))
+        return _html(
+            render.task_list(workspace, filter_, tasks, settlements, next_token, cursor, counts, first_page=not token)
+        )
 
     async def attention_page(request: Request) -> Response:
         ids = _ids(request, "workspace")
@@ -148,8 +152,9 @@ def create_app(context: Context) -> Any:
         ids = _ids(request, "workspace")
         if ids is None:
             return Response(status_code=404)
-        return EventSourceResponse(AttentionStream(context, ids[0]).run(_start_cursor(request)), ping=15,
-                                   send_timeout=30)
+        return EventSourceResponse(
+            AttentionStream(context, ids[0]).run(_start_cursor(request)), ping=15, send_timeout=30
+        )
 
     async def task_page(request: Request) -> Response:
         ids = _ids(request, "workspace", "task")
@@ -163,14 +168,29 @@ def create_app(context: Context) -> Any:
             return _rpc_error_page(error, render.url("w", workspace))
         lifecycle = view.lifecycle_from_task(data.task.task)
         settlements = {c.completion_id: view.settlement_from_completion(c) for c in data.completions}
-        head = render.task_head(workspace, lifecycle, settlements,
-                                view.task_actions(lifecycle, data.advice, backend.permitted(workspace)), context.csrf,
-                                uuid.uuid4().hex)
-        return _html(render.task_page(
-            workspace, lifecycle, head, data.events, data.completion_events,
-            render.completions_section(data.completions, settlements), render.runs_section(data.runs, time.time()),
-            render.evidence_section(data.evidence), data.transcript, data.transcript_more, data.cursor,
-        ))
+        head = render.task_head(
+            workspace,
+            lifecycle,
+            settlements,
+            view.task_actions(lifecycle, data.advice, backend.permitted(workspace)),
+            context.csrf,
+            uuid.uuid4().hex,
+        )
+        return _html(
+            render.task_page(
+                workspace,
+                lifecycle,
+                head,
+                data.events,
+                data.completion_events,
+                render.completions_section(data.completions, settlements),
+                render.runs_section(data.runs, time.time()),
+                render.evidence_section(data.evidence),
+                data.transcript,
+                data.transcript_more,
+                data.cursor,
+            )
+        )
 
     async def task_stream(request: Request) -> Response:
         ids = _ids(request, "workspace", "task")
@@ -178,7 +198,8 @@ def create_app(context: Context) -> Any:
             return Response(status_code=404)
         workspace, task_id = ids
         return EventSourceResponse(
-            TaskStream(context, workspace, task_id).run(_start_cursor(request)), ping=15, send_timeout=30)
+            TaskStream(context, workspace, task_id).run(_start_cursor(request)), ping=15, send_timeout=30
+        )
 
     async def list_stream(request: Request) -> Response:
         ids = _ids(request, "workspace")
@@ -186,11 +207,12 @@ def create_app(context: Context) -> Any:
             return Response(status_code=404)
         query = request.query_params
         followed = [t for t in query.get("tasks", "").split(",") if t and not id_problem(t)]
-        page = view.ListedPage(_filter(query), query.get("first", ""), query.get("last", ""),
-                               first_page=query.get("page") != "later")
+        page = view.ListedPage(
+            _filter(query), query.get("first", ""), query.get("last", ""), first_page=query.get("page") != "later"
+        )
         return EventSourceResponse(
-            ListStream(context, ids[0], page, followed).run(_start_cursor(request)), ping=15,
-            send_timeout=30)
+            ListStream(context, ids[0], page, followed).run(_start_cursor(request)), ping=15, send_timeout=30
+        )
 
     async def act(request: Request) -> Response:
         ids = _ids(request, "workspace", "task")
@@ -219,9 +241,10 @@ def create_app(context: Context) -> Any:
         except FunnelError as error:
             # The services enforce the grants (the buttons only follow them) and the
             # task's state: what they said, with their reason, is what the operator sees.
-            return _html(render.refusal_page(view.ACTIONS[action].label, error.code.name, error.reason,
-                                             error.message, back),
-                         HTTP_STATUS.get(error.code, 502))
+            return _html(
+                render.refusal_page(view.ACTIONS[action].label, error.code.name, error.reason, error.message, back),
+                HTTP_STATUS.get(error.code, 502),
+            )
         return RedirectResponse(back, 303)
 
     static = StaticFiles(directory=str(resources.files("funnel_ui") / "static"))
@@ -243,9 +266,10 @@ def create_app(context: Context) -> Any:
         # of another site that rebinds its DNS name to this address would otherwise be
         # same-origin with the dashboard, read it and post its forms), then come from
         # no other origin (its streams and actions serve this dashboard's pages only).
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(context.allowed_hosts),
-                               www_redirect=False),
-                    Middleware(OriginCheck)],
+        middleware=[
+            Middleware(TrustedHostMiddleware, allowed_hosts=list(context.allowed_hosts), www_redirect=False),
+            Middleware(OriginCheck),
+        ],
     )
     return app
 
@@ -300,5 +324,8 @@ def foreign_origin(headers: Any) -> bool:
 
 def _start_cursor(request: Request) -> view.Cursor:
     """Last-Event-ID (a reconnecting EventSource) wins over the page's own cursor."""
-    return (view.parse_cursor(request.headers.get("last-event-id"))
-            or view.parse_cursor(request.query_params.get("after")) or view.Cursor())
+    return (
+        view.parse_cursor(request.headers.get("last-event-id"))
+        or view.parse_cursor(request.query_params.get("after"))
+        or view.Cursor()
+    )

@@ -45,6 +45,7 @@ ATTENTION_PAGE = 1000
 ATTENTION_REJECTED_PAGES = 10
 ATTENTION_CHECKS = 200
 
+
 @dataclass(frozen=True)
 class Settings:
     lifecycle_address: str
@@ -96,8 +97,14 @@ class Backend:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.client = FunnelClient(settings.lifecycle_address, settings.completion_address, tls=settings.tls,
-                                   token=settings.viewer_token, timeout=CALL_TIMEOUT, retry=CALLS)
+        self.client = FunnelClient(
+            settings.lifecycle_address,
+            settings.completion_address,
+            tls=settings.tls,
+            token=settings.viewer_token,
+            timeout=CALL_TIMEOUT,
+            retry=CALLS,
+        )
         self._heads: dict[str, Heads] = {}
         self._owner = asyncio.TaskGroup()
         self._followers: list[asyncio.Task[None]] = []
@@ -144,8 +151,10 @@ class Backend:
         pending, rejected, open_runs = await together(
             self._completions_by(workspace, "SETTLEMENT_STATUS_PENDING"),
             self._completions_by(workspace, "SETTLEMENT_STATUS_REJECTED", ATTENTION_REJECTED_PAGES),
-            self.client.call(self.client.completion.ListRuns, cpb.ListRunsRequest(
-                workspace_id=workspace, open_only=True, page_size=ATTENTION_PAGE)),
+            self.client.call(
+                self.client.completion.ListRuns,
+                cpb.ListRunsRequest(workspace_id=workspace, open_only=True, page_size=ATTENTION_PAGE),
+            ),
         )
         expired, long_open = view.open_runs_needing_attention(open_runs.runs, time.time(), long_run_seconds)
         # Rejections stay on record after their task moved on: each task's latest is
@@ -164,8 +173,12 @@ class Backend:
         found: list[cpb.Completion] = []
         token = ""
         for _ in range(pages):
-            listed = await self.client.call(self.client.completion.ListCompletions, cpb.ListCompletionsRequest(
-                workspace_id=workspace, settlement=settlement, page_size=ATTENTION_PAGE, page_token=token))
+            listed = await self.client.call(
+                self.client.completion.ListCompletions,
+                cpb.ListCompletionsRequest(
+                    workspace_id=workspace, settlement=settlement, page_size=ATTENTION_PAGE, page_token=token
+                ),
+            )
             found += listed.completions
             token = listed.next_page_token
             if not token:
@@ -174,7 +187,8 @@ class Backend:
 
     async def counts(self, workspace: str) -> lpb.CountTasksResponse:
         counted: lpb.CountTasksResponse = await self.client.call(
-            self.client.lifecycle.CountTasks, lpb.CountTasksRequest(workspace_id=workspace))
+            self.client.lifecycle.CountTasks, lpb.CountTasksRequest(workspace_id=workspace)
+        )
         return counted
 
     async def settlements(
@@ -221,8 +235,10 @@ class Backend:
                     async for event in self.watch_completion(workspace, "", 0):
                         heads.completion = event.sequence
 
-            self._followers += [self._owner.create_task(follow_lifecycle(), name=f"heads-lifecycle-{workspace}"),
-                                self._owner.create_task(follow_completion(), name=f"heads-completion-{workspace}")]
+            self._followers += [
+                self._owner.create_task(follow_lifecycle(), name=f"heads-lifecycle-{workspace}"),
+                self._owner.create_task(follow_completion(), name=f"heads-completion-{workspace}"),
+            ]
         return heads
 
     # -- one task --------------------------------------------------------
@@ -230,8 +246,11 @@ class Backend:
     async def task_data(self, workspace: str, task_id: str) -> TaskData:
         task = await self.client.get_task(workspace, task_id)
         (events, completion_events, completions), (runs, evidence), ((transcript, more), advice) = await together(
-            together(self._lifecycle_events(workspace, task_id), self._completion_events(workspace, task_id),
-                     self.completions(workspace, task_id)),
+            together(
+                self._lifecycle_events(workspace, task_id),
+                self._completion_events(workspace, task_id),
+                self.completions(workspace, task_id),
+            ),
             together(self.runs(workspace, task_id), self.evidence(workspace, task_id)),
             together(self._transcript(workspace, task_id), self.advice(workspace, view.lifecycle_from_task(task.task))),
         )
@@ -243,39 +262,53 @@ class Backend:
     async def _completion_events(self, workspace: str, task_id: str) -> list[cpb.CompletionEvent]:
         events: list[cpb.CompletionEvent] = []
         while True:
-            page = await self.client.call(self.client.completion.ListCompletionEvents, cpb.ListCompletionEventsRequest(
-                workspace_id=workspace, task_id=task_id, page_size=1000,
-                after_sequence=events[-1].sequence if events else 0))
+            page = await self.client.call(
+                self.client.completion.ListCompletionEvents,
+                cpb.ListCompletionEventsRequest(
+                    workspace_id=workspace,
+                    task_id=task_id,
+                    page_size=1000,
+                    after_sequence=events[-1].sequence if events else 0,
+                ),
+            )
             events += page.events
             if not page.has_more:
                 return events
 
     async def completions(self, workspace: str, task_id: str) -> list[cpb.Completion]:
         return await every_page(
-            lambda token: self.client.call(self.client.completion.ListCompletions, cpb.ListCompletionsRequest(
-                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token)),
+            lambda token: self.client.call(
+                self.client.completion.ListCompletions,
+                cpb.ListCompletionsRequest(workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token),
+            ),
             "completions",
         )
 
     async def runs(self, workspace: str, task_id: str) -> list[cpb.Run]:
         return await every_page(
-            lambda token: self.client.call(self.client.completion.ListRuns, cpb.ListRunsRequest(
-                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token)),
+            lambda token: self.client.call(
+                self.client.completion.ListRuns,
+                cpb.ListRunsRequest(workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token),
+            ),
             "runs",
         )
 
     async def evidence(self, workspace: str, task_id: str) -> list[cpb.Evidence]:
         return await every_page(
-            lambda token: self.client.call(self.client.completion.ListEvidence, cpb.ListEvidenceRequest(
-                workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token)),
+            lambda token: self.client.call(
+                self.client.completion.ListEvidence,
+                cpb.ListEvidenceRequest(workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token),
+            ),
             "evidence",
         )
 
     async def _transcript(self, workspace: str, task_id: str) -> tuple[list[tpb.SessionEvent], bool]:
         # The first page repairs an interrupted final turn durably: the page then
         # shows the synthetic closers the service wrote, marked as such.
-        page = await self.client.call(self.client.transcripts.LoadTranscript, tpb.LoadTranscriptRequest(
-            workspace_id=workspace, task_id=task_id, page_size=TRANSCRIPT_LIMIT))
+        page = await self.client.call(
+            self.client.transcripts.LoadTranscript,
+            tpb.LoadTranscriptRequest(workspace_id=workspace, task_id=task_id, page_size=TRANSCRIPT_LIMIT),
+        )
         return list(page.events), bool(page.next_page_token)
 
     async def advice(self, workspace: str, lifecycle: view.Lifecycle) -> tpb.ResolveResumeResponse | None:
@@ -286,7 +319,8 @@ class Backend:
             return None
         advice: tpb.ResolveResumeResponse = await self.client.call(
             self.client.transcripts.ResolveResume,
-            tpb.ResolveResumeRequest(workspace_id=workspace, task_id=lifecycle.task_id))
+            tpb.ResolveResumeRequest(workspace_id=workspace, task_id=lifecycle.task_id),
+        )
         return advice
 
     # -- watches ---------------------------------------------------------
@@ -298,14 +332,16 @@ class Backend:
         service is away (WATCHES); `on_break` is told before each resumption.
         Raises FunnelError once it cannot go on (the viewer token refused)."""
         return self.client.watch_lifecycle_events(
-            workspace, task_id=task_id, after_sequence=after, retry=WATCHES, on_break=on_break)
+            workspace, task_id=task_id, after_sequence=after, retry=WATCHES, on_break=on_break
+        )
 
     def watch_completion(
         self, workspace: str, task_id: str, after: int, on_break: BreakHook | None = None
     ) -> AsyncIterator[cpb.CompletionEvent]:
         """As watch_lifecycle, of the completion service's events."""
         return self.client.watch_completion_events(
-            workspace, task_id=task_id, after_sequence=after, retry=WATCHES, on_break=on_break)
+            workspace, task_id=task_id, after_sequence=after, retry=WATCHES, on_break=on_break
+        )
 
     # -- actions ---------------------------------------------------------
 
@@ -321,26 +357,44 @@ class Backend:
         page showed: a click on a stale page cannot act on a state nobody saw."""
         actor = self._actor()
         resumed: lpb.ResumeWithGenerationResponse = await actor.call(
-            actor.lifecycle.ResumeWithGeneration, lpb.ResumeWithGenerationRequest(
-                workspace_id=workspace, task_id=task_id, generation=generation + 1, expected_revision=revision,
-                request_id=request_id, cause=_cause("Resume task")))
+            actor.lifecycle.ResumeWithGeneration,
+            lpb.ResumeWithGenerationRequest(
+                workspace_id=workspace,
+                task_id=task_id,
+                generation=generation + 1,
+                expected_revision=revision,
+                request_id=request_id,
+                cause=_cause("Resume task"),
+            ),
+        )
         return resumed.task.generation
 
     async def new_chat(self, workspace: str, task_id: str, request_id: str) -> str:
-        """"New chat" registers a new task that names the one it continues from. Its id
+        """ "New chat" registers a new task that names the one it continues from. Its id
         comes from the form's request id, so a form sent twice replays one registration
         (a fresh id each time would make the second send REQUEST_ID_REUSED)."""
         new_id = f"{task_id[:100]}-chat-{hashlib.sha256(request_id.encode()).hexdigest()[:8]}"
         await self._actor().register_task(
-            workspace, new_id, request_id=request_id,
-            cause=lpb.Cause(source="funnel-ui", reason="New chat", originating_ids={"task_id": task_id}))
+            workspace,
+            new_id,
+            request_id=request_id,
+            cause=lpb.Cause(source="funnel-ui", reason="New chat", originating_ids={"task_id": task_id}),
+        )
         return new_id
 
     async def cancel(self, workspace: str, task_id: str, generation: int, revision: int, request_id: str) -> None:
         actor = self._actor()
-        await actor.call(actor.lifecycle.RequestCancellation, lpb.RequestCancellationRequest(
-            workspace_id=workspace, task_id=task_id, generation=generation, expected_revision=revision,
-            request_id=request_id, cause=_cause("Request cancellation")))
+        await actor.call(
+            actor.lifecycle.RequestCancellation,
+            lpb.RequestCancellationRequest(
+                workspace_id=workspace,
+                task_id=task_id,
+                generation=generation,
+                expected_revision=revision,
+                request_id=request_id,
+                cause=_cause("Request cancellation"),
+            ),
+        )
 
 
 def _cause(reason: str) -> lpb.Cause:

@@ -25,28 +25,55 @@ VIEWER_TTL = 3600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", default=os.environ.get("FUNNEL_UI_LISTEN", DEFAULT_LISTEN),
-                        help=f"HOST:PORT to serve the dashboard on (FUNNEL_UI_LISTEN; default {DEFAULT_LISTEN}; "
-                        "port 0: any free port)")
-    parser.add_argument("--allow-remote", action="store_true",
-                        help="serve on a non-loopback address (read-only: refused with an action credential)")
-    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
-                        help="a Host name to answer besides the listening address (and, on loopback or 0.0.0.0, "
-                        "localhost, 127.0.0.1, [::1]); *.example.com for its subdomains; repeatable. "
-                        "Others are refused (DNS rebinding)")
-    parser.add_argument("--workspace", action="append",
-                        default=[w for w in os.environ.get("FUNNEL_WORKSPACE", "").split(",") if w],
-                        help="a workspace listed on the start page (repeatable; FUNNEL_WORKSPACE, comma separated)")
-    parser.add_argument("--lifecycle", default=os.environ.get("FUNNEL_LIFECYCLE", "127.0.0.1:50051"),
-                        help="lifecycle_service address (FUNNEL_LIFECYCLE)")
-    parser.add_argument("--completion", default=os.environ.get("FUNNEL_COMPLETION", "127.0.0.1:50052"),
-                        help="completion_service address (FUNNEL_COMPLETION)")
-    parser.add_argument("--action-token", default=os.environ.get("FUNNEL_ACTION_TOKEN"),
-                        help="a host or operator token for Resume task, New chat and Request cancellation "
-                        "(FUNNEL_ACTION_TOKEN); without it the dashboard only reads")
+    parser.add_argument(
+        "--listen",
+        default=os.environ.get("FUNNEL_UI_LISTEN", DEFAULT_LISTEN),
+        help=f"HOST:PORT to serve the dashboard on (FUNNEL_UI_LISTEN; default {DEFAULT_LISTEN}; port 0: any free port)",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="serve on a non-loopback address (read-only: refused with an action credential)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to answer besides the listening address (and, on loopback or 0.0.0.0, "
+        "localhost, 127.0.0.1, [::1]); *.example.com for its subdomains; repeatable. "
+        "Others are refused (DNS rebinding)",
+    )
+    parser.add_argument(
+        "--workspace",
+        action="append",
+        default=[w for w in os.environ.get("FUNNEL_WORKSPACE", "").split(",") if w],
+        help="a workspace listed on the start page (repeatable; FUNNEL_WORKSPACE, comma separated)",
+    )
+    parser.add_argument(
+        "--lifecycle",
+        default=os.environ.get("FUNNEL_LIFECYCLE", "127.0.0.1:50051"),
+        help="lifecycle_service address (FUNNEL_LIFECYCLE)",
+    )
+    parser.add_argument(
+        "--completion",
+        default=os.environ.get("FUNNEL_COMPLETION", "127.0.0.1:50052"),
+        help="completion_service address (FUNNEL_COMPLETION)",
+    )
+    parser.add_argument(
+        "--action-token",
+        default=os.environ.get("FUNNEL_ACTION_TOKEN"),
+        help="a host or operator token for Resume task, New chat and Request cancellation "
+        "(FUNNEL_ACTION_TOKEN); without it the dashboard only reads",
+    )
     parser.add_argument("--action-token-file", help="file holding the action token (read again on every call)")
-    parser.add_argument("--long-run-minutes", type=float, default=60.0, metavar="M",
-                        help="the attention page lists runs open longer than this with a live lease (default 60)")
+    parser.add_argument(
+        "--long-run-minutes",
+        type=float,
+        default=60.0,
+        metavar="M",
+        help="the attention page lists runs open longer than this with a live lease (default 60)",
+    )
     conn.add_arguments(parser)
 
 
@@ -62,8 +89,9 @@ def _local_viewer(data_dir: Path) -> TokenSource:
     try:
         return local_tokens(data_dir, "funnel-ui", ["*:viewer"], VIEWER_TTL)
     except OSError:
-        raise conn.ConnectionSetupError(f"no token given and no local signing key in {data_dir / 'tls'} "
-                                        "(start `funnel up` there, or pass --token)") from None
+        raise conn.ConnectionSetupError(
+            f"no token given and no local signing key in {data_dir / 'tls'} (start `funnel up` there, or pass --token)"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,10 +108,20 @@ def run(args: argparse.Namespace) -> int:
             return refuse(f"workspace {workspace!r} {id_problem(workspace)}")
     try:
         connection = conn.from_arguments(args, local_operator=False)
-        viewer = (_from_file(args.token_file) if args.token_file else
-                  (lambda token=connection.token: token) if connection.token else _local_viewer(Path(args.data_dir)))
-        action = (_from_file(args.action_token_file) if args.action_token_file else
-                  (lambda token=args.action_token: token) if args.action_token else None)
+        viewer = (
+            _from_file(args.token_file)
+            if args.token_file
+            else (lambda token=connection.token: token)
+            if connection.token
+            else _local_viewer(Path(args.data_dir))
+        )
+        action = (
+            _from_file(args.action_token_file)
+            if args.action_token_file
+            else (lambda token=args.action_token: token)
+            if args.action_token
+            else None
+        )
     except (conn.ConnectionSetupError, OSError) as exc:
         return refuse(str(exc))
     if not is_loopback(args.listen):
@@ -105,8 +143,11 @@ def run(args: argparse.Namespace) -> int:
     allowed_hosts = tuple(dict.fromkeys([*own_names(host), *args.allowed_host]))
     if not args.long_run_minutes > 0:
         return refuse("--long-run-minutes must be positive")
-    app = create_app(Context(settings, tuple(dict.fromkeys(args.workspace)), allowed_hosts,
-                             long_run_seconds=args.long_run_minutes * 60))
+    app = create_app(
+        Context(
+            settings, tuple(dict.fromkeys(args.workspace)), allowed_hosts, long_run_seconds=args.long_run_minutes * 60
+        )
+    )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

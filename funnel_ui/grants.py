@@ -48,8 +48,9 @@ def permitted(token: str | None, workspace: str) -> frozenset[str]:
     caller = principal(token) if token else None
     if caller is None:
         return NONE
-    return frozenset(name for name, method in METHODS.items()
-                     if isinstance(authorize(caller, method, workspace), Granted))
+    return frozenset(
+        name for name, method in METHODS.items() if isinstance(authorize(caller, method, workspace), Granted)
+    )
 
 
 def start_mode(token: str | None) -> str:

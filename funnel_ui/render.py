@@ -42,8 +42,10 @@ def at(unix: float) -> str:
         return ""
     moment = datetime.datetime.fromtimestamp(unix, datetime.UTC)
     full = moment.strftime("%Y-%m-%d %H:%M:%S") + "Z"
-    return (f'<time datetime="{moment.isoformat()}" title="{full}">{moment.strftime("%m-%d %H:%M:%S")}</time>'
-            f' <span class=age data-at="{unix:.3f}"></span>')
+    return (
+        f'<time datetime="{moment.isoformat()}" title="{full}">{moment.strftime("%m-%d %H:%M:%S")}</time>'
+        f' <span class=age data-at="{unix:.3f}"></span>'
+    )
 
 
 def span(seconds: float) -> str:
@@ -74,9 +76,12 @@ def badge(value: view.Badge) -> str:
 
 def index(workspaces: Sequence[str]) -> str:
     links = "".join(f'<li><a href="{url("w", w)}">{e(w)}</a></li>' for w in workspaces)
-    return page("workspaces", f"<h1>Workspaces</h1><ul>{links}</ul>"
-                "<form method=get action=/go><input name=workspace placeholder=workspace required> "
-                "<button>Open</button></form>")
+    return page(
+        "workspaces",
+        f"<h1>Workspaces</h1><ul>{links}</ul>"
+        "<form method=get action=/go><input name=workspace placeholder=workspace required> "
+        "<button>Open</button></form>",
+    )
 
 
 STATES = ("REGISTERED", "ACTIVE", "SUSPENDED", "TERMINAL")
@@ -153,28 +158,33 @@ def task_list(
         following = urlencode({**query, "page": next_token})
         paging += f' · <a id=next href="{url("w", workspace)}?{e(following)}">next page</a>'
     orders = {"id": "by task id", "changed": "last change first"}
-    sort = "".join(f'<option value="{v}"{" selected" if v == filter_.order else ""}>{label}</option>'
-                   for v, label in orders.items())
+    sort = "".join(
+        f'<option value="{v}"{" selected" if v == filter_.order else ""}>{label}</option>'
+        for v, label in orders.items()
+    )
     form = (
         f'<form class=filters method=get action="{url("w", workspace)}">'
-        f'{_select("state", STATES, filter_.state)} {_select("outcome", OUTCOMES, filter_.outcome)} '
-        f'{_select("work_status", WORK, filter_.work_status)} '
+        f"{_select('state', STATES, filter_.state)} {_select('outcome', OUTCOMES, filter_.outcome)} "
+        f"{_select('work_status', WORK, filter_.work_status)} "
         f'<input name=q value="{e(filter_.prefix)}" placeholder="task id starts with"> '
         f"<select name=sort>{sort}</select> <button>Filter</button></form>"
     )
     # The range this page stands for: a task that comes to belong in it is inserted live.
-    bounds = {"first": "" if first_page or not tasks else tasks[0].task_id,
-              "last": tasks[-1].task_id if next_token and tasks else "",
-              **({} if first_page else {"page": "later"})}
-    stream = f'{url("w", workspace, "stream")}?' + urlencode(
-        {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks), **query, **bounds})
+    bounds = {
+        "first": "" if first_page or not tasks else tasks[0].task_id,
+        "last": tasks[-1].task_id if next_token and tasks else "",
+        **({} if first_page else {"page": "later"}),
+    }
+    stream = f"{url('w', workspace, 'stream')}?" + urlencode(
+        {"after": stream_cursor.event_id(), "tasks": ",".join(t.task_id for t in tasks), **query, **bounds}
+    )
     body = (
         f'<h1>Tasks of {e(workspace)} <a class=attention href="{url("w", workspace, "attention")}">'
         f"what needs attention</a></h1>{counts(workspace, counted)}{form}"
         "<table class=tasks><thead><tr><th>task</th><th>status</th><th>gen</th><th>rev</th><th>state</th>"
         "<th>outcome</th><th>work status</th><th>created</th><th>last change</th></tr></thead>"
         f"<tbody id=tasks>{rows}</tbody></table>"
-        f'<p class=paging>{shown(len(tasks))} · {paging}</p>'
+        f"<p class=paging>{shown(len(tasks))} · {paging}</p>"
     )
     return page(f"tasks of {workspace}", body, stream)
 
@@ -204,7 +214,7 @@ def task_head(
     return (
         f'<section id=task-head data-revision="{lifecycle.revision}">'
         f"<h1>{e(lifecycle.task_id)} {badge(current)}</h1>"
-        f'<p class=detail id=badge-detail>{e(current.detail)}</p>'
+        f"<p class=detail id=badge-detail>{e(current.detail)}</p>"
         "<dl>"
         f"<dt>generation</dt><dd id=generation>{lifecycle.generation}</dd>"
         f"<dt>revision</dt><dd>{lifecycle.revision}</dd>"
@@ -225,8 +235,7 @@ def _cause(cause: lpb.Cause) -> str:
 def lifecycle_row(event: lpb.LifecycleEvent) -> str:
     to_state = enum_name(lpb.GenerationState, event.to_state, "GENERATION_STATE_")
     outcome = "" if not event.outcome else enum_name(lpb.TerminalOutcome, event.outcome, "TERMINAL_OUTCOME_")
-    transition = (f"{enum_name(lpb.GenerationState, event.from_state, 'GENERATION_STATE_').lower()} → "
-                  f"{to_state.lower()}")
+    transition = f"{enum_name(lpb.GenerationState, event.from_state, 'GENERATION_STATE_').lower()} → {to_state.lower()}"
     return (
         f'<tr id="ev-{event.sequence}" data-state="{e(to_state)}" data-outcome="{e(outcome)}">'
         f"<td class=num>#{event.sequence}</td><td class=num>{event.revision}</td><td class=num>{event.generation}</td>"
@@ -247,18 +256,22 @@ def _trace(decision: cpb.Decision) -> str:
     )
     details = MessageToDict(decision.details) if decision.HasField("details") else {}
     extra = f"<pre>{e(json.dumps(details, indent=1, sort_keys=True))}</pre>" if details else ""
-    return (f"<details><summary>gate trace ({len(decision.trace)} gates)</summary>"
-            f"<table><tr><th>gate</th><th>v</th><th>status</th><th></th><th>reason</th></tr>{rows}</table>"
-            f"{extra}</details>")
+    return (
+        f"<details><summary>gate trace ({len(decision.trace)} gates)</summary>"
+        f"<table><tr><th>gate</th><th>v</th><th>status</th><th></th><th>reason</th></tr>{rows}</table>"
+        f"{extra}</details>"
+    )
 
 
 def completion_event_row(event: cpb.CompletionEvent) -> str:
     kind = enum_name(cpb.CompletionEventKind, event.kind, "COMPLETION_EVENT_KIND_")
     if event.HasField("decision"):
         decision = event.decision
-        what = (f"{e(enum_name(cpb.Verdict, decision.verdict, 'VERDICT_'))} · next action "
-                f"{e(enum_name(cpb.AgentAction, decision.next_action, 'AGENT_ACTION_'))}"
-                f"<div class=instruction>{e(decision.instruction)}</div>{_trace(decision)}")
+        what = (
+            f"{e(enum_name(cpb.Verdict, decision.verdict, 'VERDICT_'))} · next action "
+            f"{e(enum_name(cpb.AgentAction, decision.next_action, 'AGENT_ACTION_'))}"
+            f"<div class=instruction>{e(decision.instruction)}</div>{_trace(decision)}"
+        )
     elif event.kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
         what = f"settled at lifecycle revision {event.lifecycle_revision} (event #{event.lifecycle_event_sequence})"
     elif event.kind == cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
@@ -300,8 +313,10 @@ def _settling(completion: cpb.Completion) -> str:
     committed = view.seconds(completion.commit_time)
     if completion.settlement == cpb.SETTLEMENT_STATUS_PENDING:
         error = f"; last: {e(completion.last_settle_error)}" if completion.last_settle_error else ""
-        return (f"pending: {completion.settle_attempts} call(s) unanswered, next "
-                f"{at(view.seconds(completion.next_settle_time))}{error}")
+        return (
+            f"pending: {completion.settle_attempts} call(s) unanswered, next "
+            f"{at(view.seconds(completion.next_settle_time))}{error}"
+        )
     answered = view.seconds(completion.settle_time)
     return f"answered {span(answered - committed)} after the commit" if answered else ""
 
@@ -378,8 +393,14 @@ def transcript_row(event: tpb.SessionEvent) -> str:
     kind = event.WhichOneof("body") or "unknown"
     body = MessageToDict(getattr(event, kind)) if kind != "unknown" else {}
     summary = " · ".join(f"{k}: {v}" for k, v in body.items())
-    marker = ('<span class="badge synthetic" title="written by the service when it loaded a transcript whose '
-              'final turn was interrupted">synthetic closer: interrupted turn</span> ') if event.synthetic else ""
+    marker = (
+        (
+            '<span class="badge synthetic" title="written by the service when it loaded a transcript whose '
+            'final turn was interrupted">synthetic closer: interrupted turn</span> '
+        )
+        if event.synthetic
+        else ""
+    )
     return (
         f'<tr class="{"synthetic" if event.synthetic else ""}"><td class=num>{event.sequence}</td>'
         f"<td class=num>{event.generation}</td><td>{e(kind.replace('_', ' '))}</td><td>{marker}{e(summary)}</td>"
@@ -417,7 +438,7 @@ def task_page(
         "<section id=transcript><h2>Transcript</h2><table><tr><th>seq</th><th>gen</th><th>event</th><th></th>"
         f"<th>recorded</th></tr>{lines}</table>{more}</section>"
     )
-    stream = f'{url("w", workspace, "t", lifecycle.task_id, "stream")}?' + urlencode({"after": cursor.event_id()})
+    stream = f"{url('w', workspace, 't', lifecycle.task_id, 'stream')}?" + urlencode({"after": cursor.event_id()})
     return page(lifecycle.task_id, body, stream)
 
 
@@ -429,11 +450,15 @@ def refusal_page(label: str, code: str, reason: str, details: str, back: str) ->
     """An action the lifecycle service did not do: its reason (ErrorInfo) first,
     as the catalogue names it, then its gRPC code and message (a service that
     was not reached names no reason: the code then says why)."""
-    return page(f"{label}: not done", (
-        f"<h1>{e(label)}: not done</h1>"
-        f'<p class=error id=refusal data-reason="{e(reason)}">The lifecycle service answered '
-        f"<b>{e(reason or code)}</b> ({e(code)})</p><p class=detail>{e(details)}</p>"
-        f'<p><a href="{e(back)}">back to the task</a></p>'))
+    return page(
+        f"{label}: not done",
+        (
+            f"<h1>{e(label)}: not done</h1>"
+            f'<p class=error id=refusal data-reason="{e(reason)}">The lifecycle service answered '
+            f"<b>{e(reason or code)}</b> ({e(code)})</p><p class=detail>{e(details)}</p>"
+            f'<p><a href="{e(back)}">back to the task</a></p>'
+        ),
+    )
 
 
 # -- what needs attention ----------------------------------------------------------------
@@ -445,9 +470,11 @@ def _task_link(workspace: str, task_id: str) -> str:
 
 def _table(name: str, title: str, note: str, head: Sequence[str], rows: Sequence[str]) -> str:
     cells = "".join(f"<th>{e(h)}</th>" for h in head)
-    body = "".join(rows) or f'<tr class=none><td colspan={len(head)}>nothing</td></tr>'
-    return (f'<section id="attention-{name}"><h2>{e(title)} <span class=count>{len(rows)}</span></h2>'
-            f"<p class=note>{note}</p><table><tr>{cells}</tr>{body}</table></section>")
+    body = "".join(rows) or f"<tr class=none><td colspan={len(head)}>nothing</td></tr>"
+    return (
+        f'<section id="attention-{name}"><h2>{e(title)} <span class=count>{len(rows)}</span></h2>'
+        f"<p class=note>{note}</p><table><tr>{cells}</tr>{body}</table></section>"
+    )
 
 
 def attention(workspace: str, facts: view.Attention, long_run_seconds: float, now: float) -> str:
@@ -475,25 +502,50 @@ def attention(workspace: str, facts: view.Attention, long_run_seconds: float, no
     run_head = ("task", "run", "agent", "claimed", "open for", "lease")
     return (
         f"<div id=attention><p class=summary><b>{facts.count}</b> need attention</p>"
-        + _table("pending", "Settlements pending", "Committed completions the lifecycle service has not confirmed "
-                 "yet, oldest first (what <code>funnel outbox</code> shows): the task is not done until one settles.",
-                 ("task", "gen", "completion", "committed", "waiting", "with the lifecycle service"), pending)
-        + _table("expired", "Leases lapsed, runs not closed", "The run's lease expired and nothing closed the run "
-                 "(the stall sweeper has not, or is not enabled): its agent is gone or stuck.", run_head,
-                 run_rows(facts.expired))
-        + _table("long", "Runs open long", f"Open for more than {e(span(long_run_seconds))} with a live lease "
-                 "(<code>funnel ui --long-run-minutes</code>).", run_head, run_rows(facts.long_open))
-        + _table("rejected", "Completions rejected", "The latest completion of the task's current generation was "
-                 "refused by the lifecycle service and the task is still open"
-                 + (f" ({e(facts.rejected_unknown)})" if facts.rejected_unknown else "") + ".",
-                 ("task", "gen", "completion", "refusal", "answered"), rejected)
+        + _table(
+            "pending",
+            "Settlements pending",
+            "Committed completions the lifecycle service has not confirmed "
+            "yet, oldest first (what <code>funnel outbox</code> shows): the task is not done until one settles.",
+            ("task", "gen", "completion", "committed", "waiting", "with the lifecycle service"),
+            pending,
+        )
+        + _table(
+            "expired",
+            "Leases lapsed, runs not closed",
+            "The run's lease expired and nothing closed the run "
+            "(the stall sweeper has not, or is not enabled): its agent is gone or stuck.",
+            run_head,
+            run_rows(facts.expired),
+        )
+        + _table(
+            "long",
+            "Runs open long",
+            f"Open for more than {e(span(long_run_seconds))} with a live lease "
+            "(<code>funnel ui --long-run-minutes</code>).",
+            run_head,
+            run_rows(facts.long_open),
+        )
+        + _table(
+            "rejected",
+            "Completions rejected",
+            "The latest completion of the task's current generation was "
+            "refused by the lifecycle service and the task is still open"
+            + (f" ({e(facts.rejected_unknown)})" if facts.rejected_unknown else "")
+            + ".",
+            ("task", "gen", "completion", "refusal", "answered"),
+            rejected,
+        )
         + "</div>"
     )
 
 
-def attention_page(workspace: str, facts: view.Attention, long_run_seconds: float, now: float,
-                   cursor: view.Cursor) -> str:
-    body = (f'<p><a href="{url("w", workspace)}">← tasks of {e(workspace)}</a></p>'
-            f"<h1>What needs attention in {e(workspace)}</h1>{attention(workspace, facts, long_run_seconds, now)}")
-    stream = f'{url("w", workspace, "attention", "stream")}?' + urlencode({"after": cursor.event_id()})
+def attention_page(
+    workspace: str, facts: view.Attention, long_run_seconds: float, now: float, cursor: view.Cursor
+) -> str:
+    body = (
+        f'<p><a href="{url("w", workspace)}">← tasks of {e(workspace)}</a></p>'
+        f"<h1>What needs attention in {e(workspace)}</h1>{attention(workspace, facts, long_run_seconds, now)}"
+    )
+    stream = f"{url('w', workspace, 'attention', 'stream')}?" + urlencode({"after": cursor.event_id()})
     return page(f"attention in {workspace}", body, stream)

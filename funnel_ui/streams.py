@@ -45,12 +45,16 @@ LEASE_SLACK = 0.25
 
 Op = dict[str, str]
 RUN_KINDS = (cpb.COMPLETION_EVENT_KIND_RUN_CLAIMED, cpb.COMPLETION_EVENT_KIND_RUN_CLOSED)
-SETTLEMENT_KINDS = (cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED, cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED,
-                    cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR)
+SETTLEMENT_KINDS = (
+    cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED,
+    cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED,
+    cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR,
+)
 
 
-async def _pump(queue: asyncio.Queue[tuple[str, str, Any]], source: str,
-                watch: Callable[[BreakHook], AsyncIterator[Any]]) -> None:
+async def _pump(
+    queue: asyncio.Queue[tuple[str, str, Any]], source: str, watch: Callable[[BreakHook], AsyncIterator[Any]]
+) -> None:
     """Puts ("event", e) on the queue for every event of `watch`; ("notice", text)
     when its stream breaks (once until it delivers again, then an empty one), and
     once before it gives up."""
@@ -72,8 +76,9 @@ async def _pump(queue: asyncio.Queue[tuple[str, str, Any]], source: str,
         await queue.put((source, "notice", f"{source} events: {error.code.name} {error.reason} {error.message}"))
 
 
-async def _batch(queue: asyncio.Queue[tuple[str, str, Any]], window: float,
-                 deadline: float | None) -> list[tuple[str, str, Any]]:
+async def _batch(
+    queue: asyncio.Queue[tuple[str, str, Any]], window: float, deadline: float | None
+) -> list[tuple[str, str, Any]]:
     """The next item and every one that follows within `window` seconds; [] if
     none came before `deadline` (Unix seconds)."""
     timeout = None if deadline is None else max(0.0, deadline - time.time())
@@ -109,17 +114,30 @@ class Stream(abc.ABC):
 
     def message(self, cursor: view.Cursor, ops: list[Op], first: bool = False) -> ServerSentEvent:
         notice = " · ".join(text for text in self.notices.values() if text)
-        return ServerSentEvent(json.dumps({"ops": ops, "notice": notice}), id=cursor.event_id(),
-                               retry=RECONNECT_MS if first else None)
+        return ServerSentEvent(
+            json.dumps({"ops": ops, "notice": notice}), id=cursor.event_id(), retry=RECONNECT_MS if first else None
+        )
 
     async def run(self, cursor: view.Cursor) -> AsyncIterator[ServerSentEvent]:
         yield self.message(cursor, await self.start(), first=True)
         queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue(QUEUE_SIZE)
         async with asyncio.TaskGroup() as owner:
-            owner.create_task(_pump(queue, "lifecycle", functools.partial(
-                self.backend.watch_lifecycle, self.workspace, self.task_filter, cursor.lifecycle)))
-            owner.create_task(_pump(queue, "completion", functools.partial(
-                self.backend.watch_completion, self.workspace, self.task_filter, cursor.completion)))
+            owner.create_task(
+                _pump(
+                    queue,
+                    "lifecycle",
+                    functools.partial(self.backend.watch_lifecycle, self.workspace, self.task_filter, cursor.lifecycle),
+                )
+            )
+            owner.create_task(
+                _pump(
+                    queue,
+                    "completion",
+                    functools.partial(
+                        self.backend.watch_completion, self.workspace, self.task_filter, cursor.completion
+                    ),
+                )
+            )
             while True:
                 ops: list[Op] = []
                 noticed = False
@@ -241,8 +259,13 @@ class TaskStream(Stream):
                 # this stream will see: the head's badge learns it from the read.
                 self.settlements = view.merged(self.settlements, map(view.settlement_from_completion, value))
                 self.stale.add("head")
-                ops.append({"op": "replace", "id": "completions",
-                            "html": render.completions_section(self.completions, self.settlements)})
+                ops.append(
+                    {
+                        "op": "replace",
+                        "id": "completions",
+                        "html": render.completions_section(self.completions, self.settlements),
+                    }
+                )
             elif name == "evidence":
                 ops.append({"op": "replace", "id": "evidence", "html": render.evidence_section(value)})
             else:
@@ -251,8 +274,15 @@ class TaskStream(Stream):
         if "head" in self.stale and self.lifecycle is not None:
             self.stale.discard("head")
             actions = view.task_actions(self.lifecycle, self.advice, self.backend.permitted(self.workspace))
-            ops.append({"op": "replace", "id": "task-head", "html": render.task_head(
-                self.workspace, self.lifecycle, self.settlements, actions, self.context.csrf, uuid.uuid4().hex)})
+            ops.append(
+                {
+                    "op": "replace",
+                    "id": "task-head",
+                    "html": render.task_head(
+                        self.workspace, self.lifecycle, self.settlements, actions, self.context.csrf, uuid.uuid4().hex
+                    ),
+                }
+            )
         lapse = view.lease_deadline(self.runs, now)
         self._deadline = now + RETRY_SECONDS if failed else (lapse + LEASE_SLACK if lapse is not None else None)
         return ops
@@ -272,7 +302,7 @@ class ListStream(Stream):
         super().__init__(context, workspace)
         self.page = page
         self.rows: dict[str, view.Lifecycle] = {}
-        self.followed = list(followed)[:self.MAX_ROWS]
+        self.followed = list(followed)[: self.MAX_ROWS]
         self.settlements: dict[str, dict[str, view.Settlement]] = {}
         self.changed: set[str] = set()
         self.candidates: set[str] = set()
@@ -313,7 +343,8 @@ class ListStream(Stream):
     def on_completion(self, event: Any) -> list[Op]:
         if event.task_id in self.rows and event.kind in SETTLEMENT_KINDS:
             self.settlements[event.task_id] = view.apply_completion_event(
-                self.settlements.get(event.task_id, {}), event)
+                self.settlements.get(event.task_id, {}), event
+            )
             self.changed.add(event.task_id)
         return []
 
@@ -332,8 +363,14 @@ class ListStream(Stream):
             for task in entering:  # one at a time: each goes before a row already shown
                 self.rows[task.task_id] = task
                 before = view.next_in_order(task.task_id, self.rows)
-                ops.append({"op": "insert", "target": "tasks", "before": f"row-{before}" if before else "",
-                            "html": self._html(task.task_id)})
+                ops.append(
+                    {
+                        "op": "insert",
+                        "target": "tasks",
+                        "before": f"row-{before}" if before else "",
+                        "html": self._html(task.task_id),
+                    }
+                )
         if entering:
             ops += self._trim()
         if self.counts_stale:
@@ -360,8 +397,11 @@ class ListStream(Stream):
         """The page keeps its size bounded: the rows at its end (by its order) go."""
         ops: list[Op] = []
         while len(self.rows) > self.MAX_ROWS:
-            last = min(self.rows.values(), key=lambda t: (t.changed, t.task_id)) if self.by_change else \
-                self.rows[max(self.rows)]
+            last = (
+                min(self.rows.values(), key=lambda t: (t.changed, t.task_id))
+                if self.by_change
+                else self.rows[max(self.rows)]
+            )
             del self.rows[last.task_id]
             ops.append({"op": "remove", "id": f"row-{last.task_id}"})
         return [*ops, {"op": "replace", "id": "shown", "html": render.shown(len(self.rows))}]

@@ -138,7 +138,10 @@ def apply_completion_event(settlements: Mapping[str, Settlement], event: cpb.Com
         candidate = Settlement(event.completion_id, event.generation, "SETTLED", event.lifecycle_revision)
     elif kind == cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
         candidate = Settlement(
-            event.completion_id, event.generation, "REJECTED", error_reason=event.error_reason,
+            event.completion_id,
+            event.generation,
+            "REJECTED",
+            error_reason=event.error_reason,
             error_message=event.error_message,
         )
     else:
@@ -169,19 +172,26 @@ def task_badge(lifecycle: Lifecycle, settlements: Mapping[str, Settlement]) -> B
     """The one place that decides a task's badge (the seed's rule, see the module doc)."""
     if lifecycle.state == TERMINAL:
         outcome = lifecycle.outcome.replace("_", " ").lower() or "terminal"
-        return Badge(outcome, outcome.replace(" ", "-"), f"generation {lifecycle.generation} ended at revision "
-                     f"{lifecycle.revision}")
+        return Badge(
+            outcome,
+            outcome.replace(" ", "-"),
+            f"generation {lifecycle.generation} ended at revision {lifecycle.revision}",
+        )
     current = [s for s in settlements.values() if s.generation == lifecycle.generation]
     rejected = [s for s in current if s.status == "REJECTED"]
     if rejected:
         error = rejected[-1]
-        return Badge("completion rejected", "rejected",
-                     f"terminalization error {error.error_reason}: {error.error_message}")
+        return Badge(
+            "completion rejected", "rejected", f"terminalization error {error.error_reason}: {error.error_message}"
+        )
     # SETTLED without the lifecycle event yet is still "settling": only the
     # lifecycle event may say "completed".
     if any(s.status in ("PENDING", "SETTLED") for s in current):
-        return Badge("completion committed, settling", "settling",
-                     f"generation {lifecycle.generation} is {lifecycle.state.lower()} until the lifecycle settles it")
+        return Badge(
+            "completion committed, settling",
+            "settling",
+            f"generation {lifecycle.generation} is {lifecycle.state.lower()} until the lifecycle settles it",
+        )
     state = lifecycle.state.lower()
     if lifecycle.cancellation_requested:
         return Badge(f"{state}, cancellation requested", "cancelling")
@@ -205,10 +215,14 @@ class Action:
     primary: bool
 
 
-ACTIONS = {action.name: action for action in (
-    Action("resume", "Resume task", True), Action("new-chat", "New chat", False),
-    Action("cancel", "Request cancellation", False),
-)}
+ACTIONS = {
+    action.name: action
+    for action in (
+        Action("resume", "Resume task", True),
+        Action("new-chat", "New chat", False),
+        Action("cancel", "Request cancellation", False),
+    )
+}
 _HOST_ACTIONS = {tpb.HOST_ACTION_RESUME_TASK: ACTIONS["resume"], tpb.HOST_ACTION_NEW_TASK: ACTIONS["new-chat"]}
 
 
@@ -216,8 +230,9 @@ _HOST_ACTIONS = {tpb.HOST_ACTION_RESUME_TASK: ACTIONS["resume"], tpb.HOST_ACTION
 TERMINAL_ACTIONS = frozenset(action.name for action in _HOST_ACTIONS.values())
 
 
-def task_actions(lifecycle: Lifecycle, advice: tpb.ResolveResumeResponse | None,
-                 permitted: frozenset[str]) -> list[Action]:
+def task_actions(
+    lifecycle: Lifecycle, advice: tpb.ResolveResumeResponse | None, permitted: frozenset[str]
+) -> list[Action]:
     """Buttons only for what the action token grants in the task's workspace
     (`permitted`, funnel_ui.grants); on a terminal task what ResolveResume offers
     for the generation shown (primary first), on an open one the cancellation
@@ -274,13 +289,20 @@ class Filter:
     @property
     def query(self) -> dict[str, str]:
         """The filter as the list page's query parameters (only those set)."""
-        fields = (("state", self.state), ("outcome", self.outcome), ("work_status", self.work_status),
-                  ("q", self.prefix), ("sort", "" if self.order == "id" else self.order))
+        fields = (
+            ("state", self.state),
+            ("outcome", self.outcome),
+            ("work_status", self.work_status),
+            ("q", self.prefix),
+            ("sort", "" if self.order == "id" else self.order),
+        )
         return {name: value for name, value in fields if value}
 
     def list_request(self, workspace: str, size: int, token: str) -> lpb.ListTasksRequest:
         return lpb.ListTasksRequest(
-            workspace_id=workspace, page_size=size, page_token=token,
+            workspace_id=workspace,
+            page_size=size,
+            page_token=token,
             state=f"GENERATION_STATE_{self.state}" if self.state else None,
             outcome=f"TERMINAL_OUTCOME_{self.outcome}" if self.outcome else None,
             work_status=f"WORK_STATUS_{self.work_status}" if self.work_status else None,
@@ -346,7 +368,6 @@ def lease_deadline(runs: Iterable[cpb.Run], now: float) -> float | None:
     return min(expiries) if expiries else None
 
 
-
 # -- what needs attention ---------------------------------------------------------------
 
 
@@ -376,13 +397,15 @@ def open_runs_needing_attention(
     """(runs whose lease lapsed, runs with a live lease open longer than the bound), oldest claim first."""
     oldest_first = sorted(runs, key=lambda r: (seconds(r.claim_time), r.run_id))
     expired = tuple(r for r in oldest_first if lease_state(r, now) == "expired")
-    long_open = tuple(r for r in oldest_first if lease_state(r, now) == "live"
-                      and now - seconds(r.claim_time) > long_run_seconds)
+    long_open = tuple(
+        r for r in oldest_first if lease_state(r, now) == "live" and now - seconds(r.claim_time) > long_run_seconds
+    )
     return expired, long_open
 
 
-def latest_rejections(rejected: Iterable[cpb.Completion], pending: Iterable[cpb.Completion],
-                      limit: int) -> list[cpb.Completion]:
+def latest_rejections(
+    rejected: Iterable[cpb.Completion], pending: Iterable[cpb.Completion], limit: int
+) -> list[cpb.Completion]:
     """Of the rejected completions (oldest commit first, as listed), each task's
     latest, unless a completion of that task's generation committed after it is
     pending (its last completion is then that one, not the rejection); the
@@ -392,8 +415,9 @@ def latest_rejections(rejected: Iterable[cpb.Completion], pending: Iterable[cpb.
         latest.pop(completion.task_id, None)  # re-inserted last: the dict stays in commit order
         latest[completion.task_id] = completion
     waiting = {(c.task_id, c.generation): seconds(c.commit_time) for c in pending}
-    kept = [c for c in latest.values()
-            if waiting.get((c.task_id, c.generation), float("-inf")) < seconds(c.commit_time)]
+    kept = [
+        c for c in latest.values() if waiting.get((c.task_id, c.generation), float("-inf")) < seconds(c.commit_time)
+    ]
     return kept[-limit:] if limit > 0 else []
 
 

@@ -165,7 +165,10 @@ class LifecycleAuthority:
         applied = not isinstance(result, Rejection)
         self.metrics.propagated(applied)
         log.info(
-            "propagation %s to %s %s", pending.intent.name, pending.child.task_id, "applied" if applied else "dropped",
+            "propagation %s to %s %s",
+            pending.intent.name,
+            pending.child.task_id,
+            "applied" if applied else "dropped",
             extra=fields(
                 event="propagation",
                 result="applied" if applied else "dropped",

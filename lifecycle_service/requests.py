@@ -176,8 +176,12 @@ def check_settle_completions(request: pb.SettleCompletionsRequest) -> None:
     checker.identifier("workspace_id", request.workspace_id)
     checker.require("items", len(request.items) > 0)
     if len(request.items) > MAX_SETTLE_ITEMS:
-        checker.add("VALUE_OUT_OF_RANGE", "items", f"items holds {len(request.items)}, at most {MAX_SETTLE_ITEMS}",
-                    maximum=MAX_SETTLE_ITEMS)
+        checker.add(
+            "VALUE_OUT_OF_RANGE",
+            "items",
+            f"items holds {len(request.items)}, at most {MAX_SETTLE_ITEMS}",
+            maximum=MAX_SETTLE_ITEMS,
+        )
     for n, item in enumerate(request.items):
         if item.workspace_id != request.workspace_id:
             checker.malformed(f"items[{n}].workspace_id", "every item is of the call's workspace_id")
@@ -259,8 +263,13 @@ def watch(request: pb.WatchLifecycleEventsRequest) -> None:
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id, required=False)
     if request.from_head and request.after_sequence:
-        checker.add("VALUE_OUT_OF_RANGE", "after_sequence",
-                    "after_sequence must be 0 with from_head: the stream starts at the head", minimum=0, maximum=0)
+        checker.add(
+            "VALUE_OUT_OF_RANGE",
+            "after_sequence",
+            "after_sequence must be 0 with from_head: the stream starts at the head",
+            minimum=0,
+            maximum=0,
+        )
     else:
         checker.integer("after_sequence", request.after_sequence, minimum=0, maximum=2**63 - 1)
     raise_if_invalid(checker)

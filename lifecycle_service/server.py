@@ -170,8 +170,16 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         background.start()
         undo.pop_all()
         return RunningLifecycle(
-            server, port, authority, store, health, broker, background, reloader,
-            metrics=metrics, metrics_endpoint=endpoint,
+            server,
+            port,
+            authority,
+            store,
+            health,
+            broker,
+            background,
+            reloader,
+            metrics=metrics,
+            metrics_endpoint=endpoint,
         )
 
 

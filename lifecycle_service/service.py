@@ -237,15 +237,20 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             listed = await self._store.read(lambda tx: tx.list_tasks_by_change(workspace_id, query, before, size + 1))
         else:
             after = cursor if isinstance(cursor, str) else ""
-            listed = [(0, task) for task in await self._store.read(
-                lambda tx: tx.list_tasks(workspace_id, query, after, size + 1))]
+            listed = [
+                (0, task)
+                for task in await self._store.read(lambda tx: tx.list_tasks(workspace_id, query, after, size + 1))
+            ]
         more = len(listed) > size
         protos = [task_to_proto(task) for _, task in listed[:size]]
         fit = fitting(protos, self._page_bytes)
         more, listed, protos = more or fit < len(protos), listed[:fit], protos[:fit]
         last_sequence, last_task = listed[-1] if listed else (0, None)
-        token = "" if not more or last_task is None else encode_token(
-            listing, last_sequence if by_change else last_task.task_id)
+        token = (
+            ""
+            if not more or last_task is None
+            else encode_token(listing, last_sequence if by_change else last_task.task_id)
+        )
         return pb.ListTasksResponse(tasks=protos, next_page_token=token)
 
     async def CountTasks(self, request: pb.CountTasksRequest, context: Context) -> pb.CountTasksResponse:
@@ -253,9 +258,12 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         counts = await self._store.read(lambda tx: tx.count_tasks(request.workspace_id))
         return pb.CountTasksResponse(
             counts=[
-                pb.TaskCount(state=proto_enum(pb.GenerationState, c.state.value),
-                             outcome=proto_enum(pb.TerminalOutcome, c.outcome.value if c.outcome else 0),
-                             work_status=proto_enum(pb.WorkStatus, c.work_status.value), tasks=c.tasks)
+                pb.TaskCount(
+                    state=proto_enum(pb.GenerationState, c.state.value),
+                    outcome=proto_enum(pb.TerminalOutcome, c.outcome.value if c.outcome else 0),
+                    work_status=proto_enum(pb.WorkStatus, c.work_status.value),
+                    tasks=c.tasks,
+                )
                 for c in counts
             ],
             total=sum(c.tasks for c in counts),
@@ -301,14 +309,24 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         ends = WatchEnds(Reason, self._broker.capacity)
         stream = (
             follow_from_head(
-                lambda: self._store.read(lambda tx: tx.last_sequence()), self._broker, workspace, task,
-                lambda head: pb.WatchLifecycleEventsResponse(head_sequence=head), sequence_of, ends,
+                lambda: self._store.read(lambda tx: tx.last_sequence()),
+                self._broker,
+                workspace,
+                task,
+                lambda head: pb.WatchLifecycleEventsResponse(head_sequence=head),
+                sequence_of,
+                ends,
             )
             if request.from_head
             else follow(
                 lambda cursor, limit: self._store.read(lambda tx: tx.events_after(workspace, cursor, task, limit)),
-                self._broker, workspace, task, request.after_sequence,
-                lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)), sequence_of, ends,
+                self._broker,
+                workspace,
+                task,
+                request.after_sequence,
+                lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)),
+                sequence_of,
+                ends,
             )
         )
         with self._watch_quota.admit(calls.served().principal.subject, workspace):

@@ -34,8 +34,10 @@ from funnel_cli.supervisor import start_pair, wait_serving
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FUNNEL = pathlib.Path(sys.executable).parent / "funnel"
 # funnel_cli/demo_policy.toml, with the open-children check left to the lifecycle service.
-POLICY = ('[defaults]\nrequired_evidence = []\n\n[workspaces.demo]\nrequired_evidence = ["tests"]\n'
-          'disabled_gates = ["lifecycle.no_active_children"]\n')
+POLICY = (
+    '[defaults]\nrequired_evidence = []\n\n[workspaces.demo]\nrequired_evidence = ["tests"]\n'
+    'disabled_gates = ["lifecycle.no_active_children"]\n'
+)
 # Runs open longer than this count as open long: short, so the picture needs no hour's wait.
 LONG_RUN_MINUTES = 0.05
 
@@ -51,16 +53,38 @@ async def more_tasks(callers: DemoCallers, lifecycle: str, completion: str) -> N
         await agent.claim_task(WORKSPACE, "fix-login-timeout", callers.agent_id, lease_ttl=600)
         await agent.claim_task(WORKSPACE, "flaky-ci-retry", callers.agent_id, lease_ttl=1)
         fenced = await agent.claim_task(WORKSPACE, "drop-legacy-api", callers.agent_id, lease_ttl=600)
-        await host.call(host.lifecycle.RequestCancellation, lpb.RequestCancellationRequest(
-            workspace_id=WORKSPACE, task_id="drop-legacy-api", generation=fenced.run.generation,
-            request_id=new_request_id(), cause=lpb.Cause(source="ui_screenshot", reason="the API stays")))
+        await host.call(
+            host.lifecycle.RequestCancellation,
+            lpb.RequestCancellationRequest(
+                workspace_id=WORKSPACE,
+                task_id="drop-legacy-api",
+                generation=fenced.run.generation,
+                request_id=new_request_id(),
+                cause=lpb.Cause(source="ui_screenshot", reason="the API stays"),
+            ),
+        )
         parent = await agent.claim_task(WORKSPACE, "split-payments", callers.agent_id, lease_ttl=600)
-        await host.register_task(WORKSPACE, "split-payments-tests", parent=lpb.ParentLink(
-            task_id="split-payments", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED))
-        await host.record_evidence(WORKSPACE, "split-payments", 1, "tests", cpb.EVIDENCE_VERDICT_PASSED,
-                                   details="pytest: 118 passed", run_id=parent.run.run_id)
-        refused = await agent.attempt_completion(WORKSPACE, "split-payments", parent.run.run_id, parent.lease.epoch,
-                                                 result="payments split into two services")
+        await host.register_task(
+            WORKSPACE,
+            "split-payments-tests",
+            parent=lpb.ParentLink(task_id="split-payments", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+        )
+        await host.record_evidence(
+            WORKSPACE,
+            "split-payments",
+            1,
+            "tests",
+            cpb.EVIDENCE_VERDICT_PASSED,
+            details="pytest: 118 passed",
+            run_id=parent.run.run_id,
+        )
+        refused = await agent.attempt_completion(
+            WORKSPACE,
+            "split-payments",
+            parent.run.run_id,
+            parent.lease.epoch,
+            result="payments split into two services",
+        )
         assert refused.completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED, refused
 
 
@@ -76,21 +100,42 @@ def main() -> None:
         lifecycle, completion = start_pair(data, "127.0.0.1:0", "127.0.0.1:0", str(policy))
         ui = None
         try:
-            host = conn.Connection(None, (data / "tls" / "ca.pem").read_bytes(),
-                                   (data / "tls" / "client.pem").read_bytes(),
-                                   (data / "tls" / "client.key").read_bytes())
+            host = conn.Connection(
+                None,
+                (data / "tls" / "ca.pem").read_bytes(),
+                (data / "tls" / "client.pem").read_bytes(),
+                (data / "tls" / "client.key").read_bytes(),
+            )
             asyncio.run(wait_serving(host, lifecycle.address))
-            callers = DemoCallers(host.with_token(conn.local_token(data, "demo-host", [f"{WORKSPACE}:host"])),
-                                  host.with_token(conn.local_token(data, "demo-agent", [f"{WORKSPACE}:agent"])),
-                                  "demo-agent")
+            callers = DemoCallers(
+                host.with_token(conn.local_token(data, "demo-host", [f"{WORKSPACE}:host"])),
+                host.with_token(conn.local_token(data, "demo-agent", [f"{WORKSPACE}:agent"])),
+                "demo-agent",
+            )
             story = asyncio.run(run_demo(callers, lifecycle.address, completion.address, lambda line: None))
             asyncio.run(more_tasks(callers, lifecycle.address, completion.address))
             ui = subprocess.Popen(
-                [str(FUNNEL), "ui", "--listen", "127.0.0.1:0", "--data-dir", str(data), "--workspace", WORKSPACE,
-                 "--lifecycle", lifecycle.address, "--completion", completion.address,
-                 "--long-run-minutes", str(LONG_RUN_MINUTES),
-                 "--action-token", conn.local_token(data, "operator", [f"{WORKSPACE}:operator"])],
-                stdout=subprocess.PIPE, text=True)
+                [
+                    str(FUNNEL),
+                    "ui",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--data-dir",
+                    str(data),
+                    "--workspace",
+                    WORKSPACE,
+                    "--lifecycle",
+                    lifecycle.address,
+                    "--completion",
+                    completion.address,
+                    "--long-run-minutes",
+                    str(LONG_RUN_MINUTES),
+                    "--action-token",
+                    conn.local_token(data, "operator", [f"{WORKSPACE}:operator"]),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             assert ui.stdout is not None
             url = ui.stdout.readline().split()[4]
             with sync_playwright() as playwright:

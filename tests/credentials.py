@@ -42,9 +42,7 @@ SERVICE_TOKEN_FILE.write_text(token(COMPLETION_IDENTITY, []), encoding="utf-8")
 
 def server_security(**overrides: Any) -> ServerSecurity:
     """Plaintext on loopback, tokens verified against JWKS_FILE, no rate limit."""
-    settings = dict(
-        insecure=True, jwks_file=str(JWKS_FILE), completion_identity=COMPLETION_IDENTITY, rate_limit=0.0
-    )
+    settings = dict(insecure=True, jwks_file=str(JWKS_FILE), completion_identity=COMPLETION_IDENTITY, rate_limit=0.0)
     settings.update(overrides)
     return ServerSecurity(**settings)
 

@@ -40,9 +40,23 @@ def funnel_up(cwd: Path, *arguments: str, ready: str = "both SERVING", wait: flo
     """Ready once a line holds `ready` (`Demo finished` for `--demo`'s story)."""
     lifecycle, completion = unused_port(), unused_port()
     up = subprocess.Popen(
-        [str(BIN / "funnel"), "up", "--lifecycle-port", str(lifecycle), "--completion-port", str(completion),
-         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0", *arguments],
-        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            str(BIN / "funnel"),
+            "up",
+            "--lifecycle-port",
+            str(lifecycle),
+            "--completion-port",
+            str(completion),
+            "--lifecycle-metrics-port",
+            "0",
+            "--completion-metrics-port",
+            "0",
+            *arguments,
+        ],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         assert up.stdout is not None

@@ -47,7 +47,10 @@ def ensure_packages(folder: Path) -> Path:
         if not (stamp.exists() and stamp.read_text() == wanted):
             result = subprocess.run(
                 [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                cwd=folder, capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT,
             )
             if result.returncode != 0:
                 raise RuntimeError(f"npm ci in {folder} failed:\n{result.stdout}\n{result.stderr}")

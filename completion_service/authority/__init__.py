@@ -65,13 +65,29 @@ class CompletionAuthority:
         self.clock = clock
         self.metrics = metrics if metrics is not None else Metrics()
         self.settler = Settler(
-            store, lifecycle, clock, self.metrics, publish, owner=ids.new_id("settler"), lease_seconds=settle_lease,
-            interval=settle_interval, faults=faults,
+            store,
+            lifecycle,
+            clock,
+            self.metrics,
+            publish,
+            owner=ids.new_id("settler"),
+            lease_seconds=settle_lease,
+            interval=settle_interval,
+            faults=faults,
         )
         # Off (0 workspaces) unless the server asks: its streams run among the workers.
         self.projection = LifecycleProjection(lifecycle, self.metrics, workspaces=projected_workspaces)
         self.completions = CompletionTransaction(
-            store, lifecycle, self.projection, policies, clock, ids, external, self.settler, self.metrics, publish,
+            store,
+            lifecycle,
+            self.projection,
+            policies,
+            clock,
+            ids,
+            external,
+            self.settler,
+            self.metrics,
+            publish,
             faults,
         )
         self.runs = RunsAndLeases(store, lifecycle, self.projection, clock, ids, publish, faults)
@@ -94,7 +110,5 @@ class CompletionAuthority:
         async def forget(created_before: int, limit: int) -> int:
             return await self.store.write(lambda tx: tx.forget_requests(created_before, limit))
 
-        loops.append(
-            ("request-id-sweeper", idempotency.sweeper(forget, self.clock, request_id_retention_seconds))
-        )
+        loops.append(("request-id-sweeper", idempotency.sweeper(forget, self.clock, request_id_retention_seconds)))
         return loops

@@ -104,9 +104,7 @@ class CompletionTransaction:
                 command.workspace_id,
                 command.task_id,
             )
-            raise ServiceError(
-                reject(Reason.COMPLETION_CORRUPTED, str(exc), completion_id=exc.completion_id)
-            ) from None
+            raise ServiceError(reject(Reason.COMPLETION_CORRUPTED, str(exc), completion_id=exc.completion_id)) from None
         if isinstance(outcome, Rejection):
             raise ServiceError(outcome)
         if isinstance(outcome, Replay):
@@ -148,7 +146,9 @@ class CompletionTransaction:
         """Steps 1-5: one write transaction judged at the moment it runs."""
         return await self._store.write(
             functools.partial(
-                completions.attempt, command=command, now=self._clock.now_micros(),
+                completions.attempt,
+                command=command,
+                now=self._clock.now_micros(),
                 inline_settle_micros=int(self._lifecycle.timeout * 1_000_000),
             ),
             after_commit=self._published,

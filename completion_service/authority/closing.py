@@ -240,7 +240,11 @@ class RunCloser:
             holder_run_id = other.run_id if other is not None else ""
             if fence is FenceEnd.SETTLE_CANCELLATION:
                 await self._lifecycle.settle_cancellation(
-                    workspace_id, run.task_id, run.generation, run.run_id, request_id=f"{run.run_id}:fence-settle",
+                    workspace_id,
+                    run.task_id,
+                    run.generation,
+                    run.run_id,
+                    request_id=f"{run.run_id}:fence-settle",
                     reason="the last run of a fenced generation closed",
                 )
             if fence is not FenceEnd.NONE:
@@ -250,7 +254,11 @@ class RunCloser:
         return _Decided(decision, completion, FinalStatus(task.work_status), effect, reason, seen)
 
     async def _complete(
-        self, workspace_id: str, run: RunRecord, stored: CompletionRecord | None, current: lpb.GetTaskResponse,
+        self,
+        workspace_id: str,
+        run: RunRecord,
+        stored: CompletionRecord | None,
+        current: lpb.GetTaskResponse,
         notes: str,
     ) -> tuple[Decision | None, CompletionRecord | None]:
         """DONE the only way there is: a settled completion. One committed already is
@@ -278,8 +286,10 @@ class RunCloser:
             assert isinstance(attempted, AttemptOutcome)
             decision, completion = attempted.decision, attempted.completion
         # A refusal by the fence leaves the generation to its cancellation (_decide).
-        if completion is not None and completion.settlement is SettlementStatus.REJECTED and not (
-            fence_refused(completion)
+        if (
+            completion is not None
+            and completion.settlement is SettlementStatus.REJECTED
+            and not (fence_refused(completion))
         ):
             assert decision is not None, "a refused completion comes with its decision"
             raise _settlement_refused(binding_decision(decision, completion), completion, run)

@@ -80,9 +80,7 @@ class Metrics:
             registry=r,
         )
         self._open_runs = Gauge("funnel_completion_open_runs", "Runs not closed yet.", registry=r)
-        self._leases = Gauge(
-            "funnel_completion_active_leases", "Open runs whose lease has not expired.", registry=r
-        )
+        self._leases = Gauge("funnel_completion_active_leases", "Open runs whose lease has not expired.", registry=r)
 
     def attempted(self, decision: Decision) -> None:
         gate = decision.details.decisive_gate if decision.details is not None else ""

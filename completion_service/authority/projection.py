@@ -160,8 +160,13 @@ class LifecycleProjection:
                 raise
             except Exception as exc:  # noqa: BLE001 - any end of the stream means: not live
                 level = logging.WARNING if stream.projection is not None else logging.DEBUG
-                log.log(level, "lifecycle events of workspace %s not followed (%s); attempts read the lifecycle "
-                        "service until the stream is back", workspace_id, _why(exc))
+                log.log(
+                    level,
+                    "lifecycle events of workspace %s not followed (%s); attempts read the lifecycle "
+                    "service until the stream is back",
+                    workspace_id,
+                    _why(exc),
+                )
             finally:
                 went_live = stream.projection is not None
                 if went_live:

@@ -92,8 +92,9 @@ class Settler:
         recorded = await self._record(completion, settlement)
         if isinstance(recorded, CancellationOwed):
             if not await self._end_fence(completion):
-                return await self._postpone(completion, "the settlement of the fenced generation's cancellation got "
-                                                        "no answer")
+                return await self._postpone(
+                    completion, "the settlement of the fenced generation's cancellation got no answer"
+                )
             recorded = await self._record(completion, dataclasses.replace(settlement, fence_ended=True))
         assert not isinstance(recorded, CancellationOwed), "an ended fence is recorded"
         if not isinstance(recorded, Recorded):
@@ -102,13 +103,19 @@ class Settler:
         self._metrics.settled(status)
         if status is SettlementStatus.REJECTED:
             log.warning(
-                "lifecycle rejected completion %s: %s", completion.completion_id, settlement.error_reason,
+                "lifecycle rejected completion %s: %s",
+                completion.completion_id,
+                settlement.error_reason,
                 extra=_settlement_fields(completion, status.name, reason=settlement.error_reason),
             )
         else:
             # One a completion, as many as attempts under load: the JSON handler's short way.
-            logs.log(log, logging.INFO, f"settled completion {completion.completion_id}",
-                     **_settlement_fields(completion, status.name)["fields"])
+            logs.log(
+                log,
+                logging.INFO,
+                f"settled completion {completion.completion_id}",
+                **_settlement_fields(completion, status.name)["fields"],
+            )
         return recorded.completion
 
     async def _record(
@@ -116,7 +123,9 @@ class Settler:
     ) -> Recorded | CompletionRecord | CancellationOwed | None:
         return await self._store.write(
             functools.partial(
-                settlements.record_settlement, completion=completion, settlement=settlement,
+                settlements.record_settlement,
+                completion=completion,
+                settlement=settlement,
                 now=self._clock.now_micros(),
             ),
             after_commit=self._published,
@@ -127,7 +136,10 @@ class Settler:
         self._metrics.settle_retried()
         delay = retry_delay_seconds(completion.settle_attempts)
         log.warning(
-            "settlement of %s pending (%s); retrying in %.1fs", completion.completion_id, error, delay,
+            "settlement of %s pending (%s); retrying in %.1fs",
+            completion.completion_id,
+            error,
+            delay,
             extra=_settlement_fields(completion, "PENDING", error=error, retry_in_seconds=delay),
         )
         next_attempt_at = self._clock.now_micros() + int(delay * 1_000_000)
@@ -155,8 +167,12 @@ class Settler:
             )
         except LifecycleRejected as exc:
             # Ended otherwise meanwhile (a host settled it, the task moved on): nothing is owed.
-            log.info("the fenced generation of %s ended otherwise (%s)", completion.completion_id, exc.reason,
-                     extra=_settlement_fields(completion, "REJECTED", reason=exc.reason))
+            log.info(
+                "the fenced generation of %s ended otherwise (%s)",
+                completion.completion_id,
+                exc.reason,
+                extra=_settlement_fields(completion, "REJECTED", reason=exc.reason),
+            )
         except LifecycleUnavailable:
             return False
         return True

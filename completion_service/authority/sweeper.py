@@ -53,7 +53,9 @@ class StallSweeper:
         )
         for run in (c.run for c in closed):
             log.info(
-                "closed stalled run %s of task %s", run.run_id, run.task_id,
+                "closed stalled run %s of task %s",
+                run.run_id,
+                run.task_id,
                 extra=fields(event="stall_sweep", workspace=run.workspace_id, task=run.task_id, run=run.run_id),
             )
         self._metrics.stalled(len(closed))

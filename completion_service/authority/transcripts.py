@@ -52,7 +52,10 @@ class Transcripts:
                 repaired = await self.repair(workspace_id, task_id)
         page = await self._store.read(
             functools.partial(
-                transcripts.page, workspace_id=workspace_id, task_id=task_id, after_sequence=after_sequence,
+                transcripts.page,
+                workspace_id=workspace_id,
+                task_id=task_id,
+                after_sequence=after_sequence,
                 limit=limit,
             )
         )
@@ -72,7 +75,8 @@ class Transcripts:
         if repaired.repaired:
             self._metrics.repaired()
             log.info(
-                "closed the interrupted final turn of task %s", task_id,
+                "closed the interrupted final turn of task %s",
+                task_id,
                 extra=fields(event="transcript_repair", workspace=workspace_id, task=task_id),
             )
         return repaired
@@ -106,7 +110,11 @@ class Transcripts:
     ) -> int | Rejection:
         return await self._store.write(
             functools.partial(
-                transcripts.commit_import, import_id=import_id, workspace_id=workspace_id, task_id=task_id,
-                final_tail=final_tail, checkpoints=checkpoints,
+                transcripts.commit_import,
+                import_id=import_id,
+                workspace_id=workspace_id,
+                task_id=task_id,
+                final_tail=final_tail,
+                checkpoints=checkpoints,
             )
         )

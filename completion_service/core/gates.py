@@ -299,24 +299,36 @@ def decide(
         if answer is None or answer.passed is None:
             reason = answer.reason if answer else "no answer"
             findings.append(
-                Finding(gate.gate_id, 1, GateStatus.FAILED, f"external gate unavailable: {reason}", False,
-                        AgentAction.RETRY_LATER, BlockDetails(gate_feedback=reason))
+                Finding(
+                    gate.gate_id,
+                    1,
+                    GateStatus.FAILED,
+                    f"external gate unavailable: {reason}",
+                    False,
+                    AgentAction.RETRY_LATER,
+                    BlockDetails(gate_feedback=reason),
+                )
             )
         elif answer.passed:
             findings.append(Finding(gate.gate_id, 1, GateStatus.PASSED, answer.reason or "passed"))
         else:
             findings.append(
-                Finding(gate.gate_id, 1, GateStatus.FAILED, answer.reason or "failed", False,
-                        AgentAction.ADDRESS_GATE_FEEDBACK, BlockDetails(gate_feedback=answer.reason or "failed"))
+                Finding(
+                    gate.gate_id,
+                    1,
+                    GateStatus.FAILED,
+                    answer.reason or "failed",
+                    False,
+                    AgentAction.ADDRESS_GATE_FEEDBACK,
+                    BlockDetails(gate_feedback=answer.reason or "failed"),
+                )
             )
     return _bind(snapshot, findings)
 
 
 def _bind(snapshot: Snapshot, findings: list[Finding]) -> Decision:
     decisive = next((f for f in findings if f.status is GateStatus.FAILED), None)
-    trace = tuple(
-        GateTrace(f.gate_id, f.version, f.status, f.reason, decisive=f is decisive) for f in findings
-    )
+    trace = tuple(GateTrace(f.gate_id, f.version, f.status, f.reason, decisive=f is decisive) for f in findings)
     bound = functools.partial(
         Decision,
         trace=trace,

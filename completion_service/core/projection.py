@@ -88,8 +88,7 @@ class Reading:
         """Whether a change delivered meanwhile may be missing from what it read."""
         return (
             self.revisions.get(self.task_id, 0) > record.revision
-            or any(parent == self.task_id and child not in record.open_children
-                   for parent, child in self.opened)
+            or any(parent == self.task_id and child not in record.open_children for parent, child in self.opened)
             or bool(self.ended & record.open_children)
         )
 
@@ -171,7 +170,11 @@ class WorkspaceProjection:
         else:
             open_children.add(change.task_id)
         self._records[parent_id] = Record(
-            parent.generation, parent.revision, parent.state, parent.outcome, parent.cancellation_requested,
+            parent.generation,
+            parent.revision,
+            parent.state,
+            parent.outcome,
+            parent.cancellation_requested,
             frozenset(open_children),
         )
 
@@ -189,14 +192,16 @@ def servable(record: Record) -> bool:
     would block, so a lagging record can only let through what the lifecycle
     service's own fences then refuse."""
     return (
-        record.state is not LifecycleState.TERMINAL
-        and not record.cancellation_requested
-        and not record.open_children
+        record.state is not LifecycleState.TERMINAL and not record.cancellation_requested and not record.open_children
     )
 
 
 def after(record: Record, change: Change, open_children: frozenset[str]) -> Record:
     return Record(
-        change.generation, change.revision, change.state, change.outcome, change.cancellation_requested,
+        change.generation,
+        change.revision,
+        change.state,
+        change.outcome,
+        change.cancellation_requested,
         open_children,
     )

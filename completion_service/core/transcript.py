@@ -156,9 +156,7 @@ def step(tail: Tail, event: SessionEvent, index: int, known_checkpoints: Mapping
     raise ValueError(f"unknown event kind {k}")
 
 
-def validate(
-    tail: Tail, events: Sequence[SessionEvent], known_checkpoints: Mapping[str, int] = {}
-) -> Tail | Violation:
+def validate(tail: Tail, events: Sequence[SessionEvent], known_checkpoints: Mapping[str, int] = {}) -> Tail | Violation:
     """Checks a whole batch against the tail; the batch is accepted whole or not at all.
     Checkpoints created earlier in the batch may be restored later in it."""
     known = dict(known_checkpoints)

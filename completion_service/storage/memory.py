@@ -166,7 +166,11 @@ class MemoryCompletionTx:
         return self._s.runs.get((workspace_id, run_id))
 
     def load_runs(
-        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int,
+        self,
+        workspace_id: str,
+        task_id: str | None,
+        before: tuple[int, str] | None,
+        limit: int,
         open_only: bool = False,
     ) -> list[RunRecord]:
         runs = sorted(
@@ -227,8 +231,12 @@ class MemoryCompletionTx:
         self, workspace_id: str, task_id: str, generation: int | None, after: tuple[int, str] | None, limit: int
     ) -> list[EvidenceRecord]:
         facts = sorted(
-            (record for (ws, task, gen), records in self._s.evidence.items()
-             if (ws, task) == (workspace_id, task_id) and generation in (None, gen) for record in records),
+            (
+                record
+                for (ws, task, gen), records in self._s.evidence.items()
+                if (ws, task) == (workspace_id, task_id) and generation in (None, gen)
+                for record in records
+            ),
             key=lambda r: (r.recorded_at, r.evidence_id),
         )
         return [r for r in facts if after is None or (r.recorded_at, r.evidence_id) > after][:limit]
@@ -392,7 +400,7 @@ class MemoryCompletionTx:
     def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
         events = self._s.transcripts.get((workspace_id, task_id), ())
         # Sequences are 1, 2, 3…: the event with sequence n is at index n - 1.
-        return list(events[max(after_sequence, 0):max(after_sequence, 0) + limit])
+        return list(events[max(after_sequence, 0) : max(after_sequence, 0) + limit])
 
     def insert_transcript_events(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
         transcripts = self._writing().transcripts

@@ -85,7 +85,11 @@ class CompletionReadTx(Protocol):
     def load_run(self, workspace_id: str, run_id: str) -> RunRecord | None: ...
 
     def load_runs(
-        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int,
+        self,
+        workspace_id: str,
+        task_id: str | None,
+        before: tuple[int, str] | None,
+        limit: int,
         open_only: bool = False,
     ) -> list[RunRecord]:
         """Runs newest first by (claimed_at, run_id), before the cursor; one task's if

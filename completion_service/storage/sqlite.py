@@ -210,7 +210,11 @@ class SqliteCompletionTx:
         return self._run(row) if row else None
 
     def load_runs(
-        self, workspace_id: str, task_id: str | None, before: tuple[int, str] | None, limit: int,
+        self,
+        workspace_id: str,
+        task_id: str | None,
+        before: tuple[int, str] | None,
+        limit: int,
         open_only: bool = False,
     ) -> list[RunRecord]:
         sql = f"SELECT {_RUN_COLUMNS} FROM agent_runs WHERE workspace_id = ?"
@@ -293,8 +297,9 @@ class SqliteCompletionTx:
         return [self._evidence(r) for r in self._db.execute(sql, params)]
 
     def _evidence(self, r: Sequence[Any]) -> EvidenceRecord:
-        return EvidenceRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], self._get_text(r[7]), r[8], r[9],
-                              Caller(r[10], r[11]))
+        return EvidenceRecord(
+            r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], self._get_text(r[7]), r[8], r[9], Caller(r[10], r[11])
+        )
 
     def insert_evidence(self, record: EvidenceRecord) -> None:
         self._db.execute(
@@ -534,7 +539,13 @@ class SqliteCompletionTx:
         params.append(limit)
         return [
             AuditEntry(
-                r[1], r[2], r[3], r[4], tuple(sorted(json.loads(r[5]).items())), r[6], audit_id=r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                tuple(sorted(json.loads(r[5]).items())),
+                r[6],
+                audit_id=r[0],
                 caller=Caller(r[7], r[8]),
             )
             for r in self._db.execute(sql, params)

@@ -113,8 +113,14 @@ def _ca(pki: LocalPki) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
                 decipher_only=False,
             ),
             critical=True,
@@ -157,9 +163,7 @@ def issue_leaf(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return key, cert
@@ -180,7 +184,10 @@ _LEAVES: dict[str, tuple[str, Callable[[], list[x509.GeneralName]], bool, bool]]
     # For a local external gate (examples/review_gate.py).
     "gate": ("completion gate", _loopback_names, True, False),
     "completion-identity": (
-        "completion_service", lambda: [x509.UniformResourceIdentifier(COMPLETION_IDENTITY)], False, True
+        "completion_service",
+        lambda: [x509.UniformResourceIdentifier(COMPLETION_IDENTITY)],
+        False,
+        True,
     ),
     "client": ("funnel local client", lambda: [x509.UniformResourceIdentifier(LOCAL_CLIENT_IDENTITY)], False, True),
 }

@@ -186,8 +186,12 @@ class TokenVerifier:
                 algorithms=[key.algorithm_name],
                 audience=self._audience,
                 issuer=self._issuer,
-                options={"require": ["exp", "sub", "iss", "aud"], "verify_exp": False, "verify_nbf": False,
-                         "verify_iat": False},
+                options={
+                    "require": ["exp", "sub", "iss", "aud"],
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
             )
         except jwt.InvalidAudienceError:
             raise Unauthenticated(Problem.INVALID, f"the token is not for audience {self._audience!r}") from None

@@ -121,7 +121,10 @@ class FunnelClient:
         return cls(
             lifecycle or os.environ.get("FUNNEL_LIFECYCLE", DEFAULT_LIFECYCLE),
             completion or os.environ.get("FUNNEL_COMPLETION", DEFAULT_COMPLETION),
-            tls=Tls.from_data_dir(data_dir), token=token, timeout=timeout, retry=retry,
+            tls=Tls.from_data_dir(data_dir),
+            token=token,
+            timeout=timeout,
+            retry=retry,
         )
 
     def as_caller(self, token: str, *, retry: RetryPolicy | None = None) -> FunnelClient:
@@ -171,7 +174,10 @@ class FunnelClient:
         """Registers `task_id` (generation 1, `REGISTERED`). Raises FunnelError,
         e.g. `TASK_ALREADY_EXISTS` for a task registered by another request."""
         request = lpb.RegisterTaskRequest(
-            workspace_id=workspace_id, task_id=task_id, cause=cause, parent=parent,
+            workspace_id=workspace_id,
+            task_id=task_id,
+            cause=cause,
+            parent=parent,
             request_id=request_id or new_request_id(),
         )
         response: lpb.RegisterTaskResponse = await self.call(self.lifecycle.RegisterTask, request)
@@ -221,13 +227,20 @@ class FunnelClient:
                 lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
                 metadata=self._metadata,
             ),
-            after_sequence, retry or self.retry, on_break,
+            after_sequence,
+            retry or self.retry,
+            on_break,
         )
 
     # -- the agent's and host's completion calls ------------------------------
 
     async def claim_task(
-        self, workspace_id: str, task_id: str, agent_id: str, *, lease_ttl: float = 60.0,
+        self,
+        workspace_id: str,
+        task_id: str,
+        agent_id: str,
+        *,
+        lease_ttl: float = 60.0,
         request_id: str | None = None,
     ) -> cpb.ClaimTaskResponse:
         """Opens a run of `agent_id` holding the task's lease for `lease_ttl`
@@ -235,7 +248,10 @@ class FunnelClient:
         Keep `run.run_id`, `run.generation` and `lease.epoch` for the later calls.
         Raises FunnelError (`LEASE_HELD` while another run holds it, ...)."""
         request = cpb.ClaimTaskRequest(
-            workspace_id=workspace_id, task_id=task_id, agent_id=agent_id, lease_ttl=_duration(lease_ttl),
+            workspace_id=workspace_id,
+            task_id=task_id,
+            agent_id=agent_id,
+            lease_ttl=_duration(lease_ttl),
             request_id=request_id or new_request_id(),
         )
         response: cpb.ClaimTaskResponse = await self.call(self.completion.ClaimTask, request)
@@ -255,7 +271,10 @@ class FunnelClient:
         """Moves the lease's expiry to now + `lease_ttl` seconds. Raises FunnelError
         (`LEASE_NOT_CURRENT` once another claim fenced this one, ...)."""
         request = cpb.RenewLeaseRequest(
-            workspace_id=workspace_id, run_id=run_id, epoch=epoch, lease_ttl=_duration(lease_ttl),
+            workspace_id=workspace_id,
+            run_id=run_id,
+            epoch=epoch,
+            lease_ttl=_duration(lease_ttl),
             request_id=request_id or new_request_id(),
         )
         response: cpb.RenewLeaseResponse = await self.call(self.completion.RenewLease, request)
@@ -277,8 +296,15 @@ class FunnelClient:
         """Stores one fact (e.g. kind `tests`, `EVIDENCE_VERDICT_PASSED`) about the
         task generation at `checkpoint`, for the evidence gate. Raises FunnelError."""
         request = cpb.RecordEvidenceRequest(
-            workspace_id=workspace_id, task_id=task_id, generation=generation, kind=kind, verdict=verdict,
-            checkpoint=checkpoint, details=details, run_id=run_id, request_id=request_id or new_request_id(),
+            workspace_id=workspace_id,
+            task_id=task_id,
+            generation=generation,
+            kind=kind,
+            verdict=verdict,
+            checkpoint=checkpoint,
+            details=details,
+            run_id=run_id,
+            request_id=request_id or new_request_id(),
         )
         response: cpb.RecordEvidenceResponse = await self.call(self.completion.RecordEvidence, request)
         return response
@@ -300,8 +326,14 @@ class FunnelClient:
         `ALLOW` commits the completion and settles it with the lifecycle
         service (`completion.settlement`). Raises FunnelError for a refused call."""
         request = cpb.AttemptCompletionRequest(
-            workspace_id=workspace_id, task_id=task_id, run_id=run_id, epoch=epoch, outcome=outcome,
-            result=result, state_version=state_version, request_id=request_id or new_request_id(),
+            workspace_id=workspace_id,
+            task_id=task_id,
+            run_id=run_id,
+            epoch=epoch,
+            outcome=outcome,
+            result=result,
+            state_version=state_version,
+            request_id=request_id or new_request_id(),
         )
         response: cpb.AttemptCompletionResponse = await self.call(self.completion.AttemptCompletion, request)
         return response
@@ -324,9 +356,16 @@ class FunnelClient:
         status through the lifecycle service; `task_effect` says what that did
         to the task. Raises FunnelError (`RUN_ALREADY_FINISHED`, ...)."""
         request = cpb.CompleteRunRequest(
-            workspace_id=workspace_id, run_id=run_id, outcome=outcome, notes=notes, error=error,
-            tokens_input=tokens_input, tokens_output=tokens_output, tokens_total=tokens_total,
-            final_status=final_status, request_id=request_id or new_request_id(),
+            workspace_id=workspace_id,
+            run_id=run_id,
+            outcome=outcome,
+            notes=notes,
+            error=error,
+            tokens_input=tokens_input,
+            tokens_output=tokens_output,
+            tokens_total=tokens_total,
+            final_status=final_status,
+            request_id=request_id or new_request_id(),
         )
         response: cpb.CompleteRunResponse = await self.call(self.completion.CompleteRun, request)
         return response
@@ -348,7 +387,9 @@ class FunnelClient:
                 cpb.WatchCompletionEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
                 metadata=self._metadata,
             ),
-            after_sequence, retry or self.retry, on_break,
+            after_sequence,
+            retry or self.retry,
+            on_break,
         )
 
     async def _watch(

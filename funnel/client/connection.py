@@ -78,28 +78,47 @@ def env(name: str, default: str) -> str:
 
 
 def add_data_dir(parser: argparse.ArgumentParser | argparse._ArgumentGroup, purpose: str) -> None:
-    parser.add_argument("--data-dir", default=env("FUNNEL_DATA_DIR", DEFAULT_DATA_DIR),
-                        help=f"{purpose} (FUNNEL_DATA_DIR; default: {DEFAULT_DATA_DIR})")
+    parser.add_argument(
+        "--data-dir",
+        default=env("FUNNEL_DATA_DIR", DEFAULT_DATA_DIR),
+        help=f"{purpose} (FUNNEL_DATA_DIR; default: {DEFAULT_DATA_DIR})",
+    )
 
 
 def add_addresses(parser: argparse.ArgumentParser, *, lifecycle: bool = True, completion: bool = True) -> None:
     if lifecycle:
-        parser.add_argument("--lifecycle", default=env("FUNNEL_LIFECYCLE", DEFAULT_LIFECYCLE),
-                            help=f"lifecycle_service address (FUNNEL_LIFECYCLE; default: {DEFAULT_LIFECYCLE})")
+        parser.add_argument(
+            "--lifecycle",
+            default=env("FUNNEL_LIFECYCLE", DEFAULT_LIFECYCLE),
+            help=f"lifecycle_service address (FUNNEL_LIFECYCLE; default: {DEFAULT_LIFECYCLE})",
+        )
     if completion:
-        parser.add_argument("--completion", default=env("FUNNEL_COMPLETION", DEFAULT_COMPLETION),
-                            help=f"completion_service address (FUNNEL_COMPLETION; default: {DEFAULT_COMPLETION})")
+        parser.add_argument(
+            "--completion",
+            default=env("FUNNEL_COMPLETION", DEFAULT_COMPLETION),
+            help=f"completion_service address (FUNNEL_COMPLETION; default: {DEFAULT_COMPLETION})",
+        )
 
 
 def add_workspace(parser: argparse.ArgumentParser, default: str = "demo") -> None:
-    parser.add_argument("--workspace", "-w", default=env("FUNNEL_WORKSPACE", default),
-                        help=f"the workspace (FUNNEL_WORKSPACE; default: {default})")
+    parser.add_argument(
+        "--workspace",
+        "-w",
+        default=env("FUNNEL_WORKSPACE", default),
+        help=f"the workspace (FUNNEL_WORKSPACE; default: {default})",
+    )
 
 
 # What an UNAVAILABLE says when nothing answered at all (no listener, no such host,
 # no route): not a handshake that the server ended.
-_NOT_A_HANDSHAKE = ("connection refused", "dns resolution", "name resolution", "no route to host",
-                    "network is unreachable", "deadline exceeded")
+_NOT_A_HANDSHAKE = (
+    "connection refused",
+    "dns resolution",
+    "name resolution",
+    "no route to host",
+    "network is unreachable",
+    "deadline exceeded",
+)
 
 
 def missing_certificate_hint(connection: Connection, code: grpc.StatusCode, details: str | None) -> str:
@@ -115,10 +134,12 @@ def missing_certificate_hint(connection: Connection, code: grpc.StatusCode, deta
         return ""
     if any(words in (details or "").lower() for words in _NOT_A_HANDSHAKE):
         return ""
-    return ("; the connection was made without a client certificate, and the lifecycle service requires one "
-            "(it ends the TLS handshake of a caller without one, a token is not enough): pass --cert and --key "
-            "(FUNNEL_CERT, FUNNEL_KEY), e.g. the client.pem and client.key in the tls/ folder of `funnel up`'s "
-            "--data-dir, or leave out --ca to use that folder")
+    return (
+        "; the connection was made without a client certificate, and the lifecycle service requires one "
+        "(it ends the TLS handshake of a caller without one, a token is not enough): pass --cert and --key "
+        "(FUNNEL_CERT, FUNNEL_KEY), e.g. the client.pem and client.key in the tls/ folder of `funnel up`'s "
+        "--data-dir, or leave out --ca to use that folder"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -166,6 +187,4 @@ def from_arguments(args: argparse.Namespace, *, local_operator: bool = True) -> 
     key_path = args.key or (str(pki.key("client")) if local and not args.ca else None)
     if (cert_path is None) != (key_path is None):
         raise ConnectionSetupError("--cert and --key go together")
-    return Connection(
-        token, ca, _read(cert_path) if cert_path else None, _read(key_path) if key_path else None
-    )
+    return Connection(token, ca, _read(cert_path) if cert_path else None, _read(key_path) if key_path else None)

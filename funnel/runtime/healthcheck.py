@@ -39,20 +39,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Exit 0 if the gRPC health service at ADDRESS reports SERVING, 1 otherwise.",
     )
     parser.add_argument("address", nargs="?", default=_env("address"), help=f"host:port ({ENV_PREFIX}ADDRESS)")
-    parser.add_argument("--ca", default=_env("ca"), help="PEM CA bundle of the service's certificate (default: "
-                        f"system roots) ({ENV_PREFIX}CA)")
-    parser.add_argument("--cert", default=_env("cert"), help="client certificate, where the service requires one "
-                        f"({ENV_PREFIX}CERT)")
+    parser.add_argument(
+        "--ca",
+        default=_env("ca"),
+        help=f"PEM CA bundle of the service's certificate (default: system roots) ({ENV_PREFIX}CA)",
+    )
+    parser.add_argument(
+        "--cert", default=_env("cert"), help=f"client certificate, where the service requires one ({ENV_PREFIX}CERT)"
+    )
     parser.add_argument("--key", default=_env("key"), help=f"the key of --cert ({ENV_PREFIX}KEY)")
-    parser.add_argument("--server-name", default=_env("server_name"),
-                        help=f"name to verify in the service's certificate ({ENV_PREFIX}SERVER_NAME)")
-    parser.add_argument("--service", default=_env("service", ""),
-                        help=f"service name to ask about; empty: the whole server ({ENV_PREFIX}SERVICE)")
-    parser.add_argument("--alive", action="store_true", default=_env("alive", "") in ("1", "true", "yes"),
-                        help="pass on any answer of the health service, NOT_SERVING too (a liveness probe: a "
-                        f"service whose database is briefly unwritable needs no restart) ({ENV_PREFIX}ALIVE)")
-    parser.add_argument("--timeout", type=float, default=float(_env("timeout", "3") or 3),
-                        help=f"seconds to wait for the answer ({ENV_PREFIX}TIMEOUT)")
+    parser.add_argument(
+        "--server-name",
+        default=_env("server_name"),
+        help=f"name to verify in the service's certificate ({ENV_PREFIX}SERVER_NAME)",
+    )
+    parser.add_argument(
+        "--service",
+        default=_env("service", ""),
+        help=f"service name to ask about; empty: the whole server ({ENV_PREFIX}SERVICE)",
+    )
+    parser.add_argument(
+        "--alive",
+        action="store_true",
+        default=_env("alive", "") in ("1", "true", "yes"),
+        help="pass on any answer of the health service, NOT_SERVING too (a liveness probe: a "
+        f"service whose database is briefly unwritable needs no restart) ({ENV_PREFIX}ALIVE)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=float(_env("timeout", "3") or 3),
+        help=f"seconds to wait for the answer ({ENV_PREFIX}TIMEOUT)",
+    )
     args = parser.parse_args(argv)
     if not args.address:
         parser.error(f"no address: pass ADDRESS or set {ENV_PREFIX}ADDRESS")

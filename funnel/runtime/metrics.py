@@ -70,9 +70,7 @@ class RpcMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         call = ("grpc_service", "grpc_method", "grpc_type")
-        self._started = Counter(
-            "grpc_server_started", "RPCs started on the server.", call, registry=registry
-        )
+        self._started = Counter("grpc_server_started", "RPCs started on the server.", call, registry=registry)
         self._handled = Counter(
             "grpc_server_handled",
             "RPCs completed on the server, by gRPC code and ErrorInfo reason (empty for OK).",
@@ -143,7 +141,8 @@ class ServiceMetrics:
             registry=self.registry,
         )
         self.database_bytes = Gauge(
-            "funnel_db_size_bytes", "Size of the service's database (its schema on PostgreSQL).",
+            "funnel_db_size_bytes",
+            "Size of the service's database (its schema on PostgreSQL).",
             registry=self.registry,
         )
         self.request_ids = Gauge(

@@ -63,8 +63,14 @@ def is_postgres_url(database: str) -> bool:
 class PostgresDatabase:
     """A pool of connections to one schema of a PostgreSQL database."""
 
-    def __init__(self, pool: ConnectionPool, executor: concurrent.futures.ThreadPoolExecutor, url: str,
-                 schema: str, commits: CommitObserver | None = None) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        executor: concurrent.futures.ThreadPoolExecutor,
+        url: str,
+        schema: str,
+        commits: CommitObserver | None = None,
+    ) -> None:
         self._pool = pool
         self._executor = executor
         self.url = url
@@ -72,8 +78,16 @@ class PostgresDatabase:
         self._commits = commits
 
     @classmethod
-    async def open(cls, url: str, schema: str, migrations: list[Migration], *, pool_size: int = 8,
-                   connect_timeout: float = POOL_TIMEOUT, commits: CommitObserver | None = None) -> PostgresDatabase:
+    async def open(
+        cls,
+        url: str,
+        schema: str,
+        migrations: list[Migration],
+        *,
+        pool_size: int = 8,
+        connect_timeout: float = POOL_TIMEOUT,
+        commits: CommitObserver | None = None,
+    ) -> PostgresDatabase:
         """Connects, creates the schema and applies its migrations, or raises StorageRefused.
         `commits` is told of each committed write transaction (the commit metrics)."""
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix=f"pg-{schema}")
@@ -132,8 +146,9 @@ class PostgresDatabase:
     async def _in_thread(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
-    async def write(self, fn: Callable[[psycopg.Connection[Any]], T],
-                    after_commit: Callable[[T], None] | None = None) -> T:
+    async def write(
+        self, fn: Callable[[psycopg.Connection[Any]], T], after_commit: Callable[[T], None] | None = None
+    ) -> T:
         """Runs fn in a write transaction on a pooled connection's thread and returns
         its result once committed; after_commit then runs on the event loop. A
         conflict reruns fn (see the module docstring). Locks are waited for at most
@@ -169,9 +184,7 @@ class PostgresDatabase:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
             except psycopg.errors.LockNotAvailable as exc:
-                raise StorageUnavailable(
-                    "a lock stayed held until the caller's deadline; nothing was applied"
-                ) from exc
+                raise StorageUnavailable("a lock stayed held until the caller's deadline; nothing was applied") from exc
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 raise StorageUnavailable(str(exc)) from exc
         raise AssertionError("unreachable")

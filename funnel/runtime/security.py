@@ -69,49 +69,89 @@ def add_arguments(parser: argparse.ArgumentParser, env: Callable[[str, str], str
     group.add_argument("--tls-cert", default=env("tls_cert", "") or None, help="PEM certificate chain of this listener")
     group.add_argument("--tls-key", default=env("tls_key", "") or None, help="PEM private key of --tls-cert")
     group.add_argument(
-        "--tls-client-ca", default=env("tls_client_ca", "") or None,
+        "--tls-client-ca",
+        default=env("tls_client_ca", "") or None,
         help="PEM CA bundle: require client certificates it signed (mTLS)",
     )
     group.add_argument(
-        "--insecure", action="store_true", default=env("insecure", "") in ("1", "true", "yes"),
+        "--insecure",
+        action="store_true",
+        default=env("insecure", "") in ("1", "true", "yes"),
         help="serve plaintext; refused unless --listen is a loopback address",
     )
-    group.add_argument("--jwks-file", default=env("jwks_file", "") or None,
-                       help="JWKS (EdDSA or ES256 keys) that verifies callers' bearer tokens; reloaded on change")
+    group.add_argument(
+        "--jwks-file",
+        default=env("jwks_file", "") or None,
+        help="JWKS (EdDSA or ES256 keys) that verifies callers' bearer tokens; reloaded on change",
+    )
     group.add_argument("--token-issuer", default=env("token_issuer", d.token_issuer), help="required `iss` of tokens")
     group.add_argument(
         "--token-audience", default=env("token_audience", d.token_audience), help="required `aud` of tokens"
     )
     group.add_argument(
-        "--no-auth", action="store_true", default=env("no_auth", "") in ("1", "true", "yes"),
+        "--no-auth",
+        action="store_true",
+        default=env("no_auth", "") in ("1", "true", "yes"),
         help="accept calls without credentials as an anonymous operator; refused unless --listen is loopback",
     )
-    group.add_argument("--rate-limit", type=float, default=float(env("rate_limit", str(d.rate_limit))),
-                       help="requests per second per caller (0: no limit)")
-    group.add_argument("--rate-burst", type=float, default=float(env("rate_burst", str(d.rate_burst))),
-                       help="requests a caller may send at once above the rate")
-    group.add_argument("--max-streams-per-connection", type=int,
-                       default=int(env("max_streams_per_connection", str(d.max_streams_per_connection))),
-                       help="concurrent calls one client connection may have open")
-    group.add_argument("--stream-idle-seconds", type=float,
-                       default=float(env("stream_idle_seconds", str(d.stream_idle_seconds))),
-                       help="a client stream (transcript import) silent this long is ended")
+    group.add_argument(
+        "--rate-limit",
+        type=float,
+        default=float(env("rate_limit", str(d.rate_limit))),
+        help="requests per second per caller (0: no limit)",
+    )
+    group.add_argument(
+        "--rate-burst",
+        type=float,
+        default=float(env("rate_burst", str(d.rate_burst))),
+        help="requests a caller may send at once above the rate",
+    )
+    group.add_argument(
+        "--max-streams-per-connection",
+        type=int,
+        default=int(env("max_streams_per_connection", str(d.max_streams_per_connection))),
+        help="concurrent calls one client connection may have open",
+    )
+    group.add_argument(
+        "--stream-idle-seconds",
+        type=float,
+        default=float(env("stream_idle_seconds", str(d.stream_idle_seconds))),
+        help="a client stream (transcript import) silent this long is ended",
+    )
     # Flags named after their ServerSecurity field, with its default.
     for field_name, meaning in (
-        ("stream_min_bytes_per_second", "a client stream that has sent less than this per second on average, once "
-         "its first idle timeout is over, is ended (0: no minimum)"),
-        ("handshake_timeout_seconds", "a connection that has not finished its TLS and HTTP/2 handshake by then is "
-         "closed"),
-        ("connection_idle_seconds", "a connection without a call for this long is closed (the client reconnects "
-         "when it needs to)"),
-        ("keepalive_seconds", "the server pings a connection quiet this long, and closes it when the ping stays "
-         "unanswered for --keepalive-timeout-seconds"),
+        (
+            "stream_min_bytes_per_second",
+            "a client stream that has sent less than this per second on average, once "
+            "its first idle timeout is over, is ended (0: no minimum)",
+        ),
+        (
+            "handshake_timeout_seconds",
+            "a connection that has not finished its TLS and HTTP/2 handshake by then is closed",
+        ),
+        (
+            "connection_idle_seconds",
+            "a connection without a call for this long is closed (the client reconnects when it needs to)",
+        ),
+        (
+            "keepalive_seconds",
+            "the server pings a connection quiet this long, and closes it when the ping stays "
+            "unanswered for --keepalive-timeout-seconds",
+        ),
         ("keepalive_timeout_seconds", "how long a keepalive ping may stay unanswered"),
     ):
-        group.add_argument("--" + field_name.replace("_", "-"), type=float,
-                           default=float(env(field_name, str(getattr(d, field_name)))), help=meaning)
-    group.add_argument("--reload-interval", type=float, default=float(env("reload_interval", str(d.reload_interval))),
-                       help="seconds between checks for changed certificate and JWKS files (SIGHUP reloads at once)")
+        group.add_argument(
+            "--" + field_name.replace("_", "-"),
+            type=float,
+            default=float(env(field_name, str(getattr(d, field_name)))),
+            help=meaning,
+        )
+    group.add_argument(
+        "--reload-interval",
+        type=float,
+        default=float(env("reload_interval", str(d.reload_interval))),
+        help="seconds between checks for changed certificate and JWKS files (SIGHUP reloads at once)",
+    )
 
 
 def from_arguments(args: argparse.Namespace, completion_identity: str | None = None) -> ServerSecurity:

@@ -133,17 +133,30 @@ def add_common_arguments(
         default=float(e("metrics_interval", str(DEFAULT_REFRESH_INTERVAL))),
         help=f"seconds between refreshes of the metrics read from the database ({env_prefix}_METRICS_INTERVAL)",
     )
-    parser.add_argument("--watch-buffer", type=int, default=int(e("watch_buffer", str(WATCH_BUFFER))),
-                        help=f"events a watch stream may fall behind before it is ended ({env_prefix}_WATCH_BUFFER)")
-    parser.add_argument("--max-watchers-per-caller", type=int,
-                        default=int(e("max_watchers_per_caller", str(MAX_WATCHERS_PER_CALLER))),
-                        help=f"open watch streams one caller may hold ({env_prefix}_MAX_WATCHERS_PER_CALLER)")
-    parser.add_argument("--max-watchers-per-workspace", type=int,
-                        default=int(e("max_watchers_per_workspace", str(MAX_WATCHERS_PER_WORKSPACE))),
-                        help=f"open watch streams on one workspace ({env_prefix}_MAX_WATCHERS_PER_WORKSPACE)")
-    parser.add_argument("--request-id-retention", type=float,
-                        default=float(e("request_id_retention", str(DEFAULT_RETENTION_SECONDS))),
-                        help=f"seconds a request id is remembered ({env_prefix}_REQUEST_ID_RETENTION)")
+    parser.add_argument(
+        "--watch-buffer",
+        type=int,
+        default=int(e("watch_buffer", str(WATCH_BUFFER))),
+        help=f"events a watch stream may fall behind before it is ended ({env_prefix}_WATCH_BUFFER)",
+    )
+    parser.add_argument(
+        "--max-watchers-per-caller",
+        type=int,
+        default=int(e("max_watchers_per_caller", str(MAX_WATCHERS_PER_CALLER))),
+        help=f"open watch streams one caller may hold ({env_prefix}_MAX_WATCHERS_PER_CALLER)",
+    )
+    parser.add_argument(
+        "--max-watchers-per-workspace",
+        type=int,
+        default=int(e("max_watchers_per_workspace", str(MAX_WATCHERS_PER_WORKSPACE))),
+        help=f"open watch streams on one workspace ({env_prefix}_MAX_WATCHERS_PER_WORKSPACE)",
+    )
+    parser.add_argument(
+        "--request-id-retention",
+        type=float,
+        default=float(e("request_id_retention", str(DEFAULT_RETENTION_SECONDS))),
+        help=f"seconds a request id is remembered ({env_prefix}_REQUEST_ID_RETENTION)",
+    )
     security_settings.add_arguments(parser, e)
 
 
@@ -270,23 +283,36 @@ async def check_integrity_after_start(
         try:
             damage = await check()
         except StorageUnavailable as exc:
-            log.warning("integrity check could not run, trying again in %.0fs: %s", retry_interval, exc,
-                        extra=fields(event="integrity_check", result="postponed"))
+            log.warning(
+                "integrity check could not run, trying again in %.0fs: %s",
+                retry_interval,
+                exc,
+                extra=fields(event="integrity_check", result="postponed"),
+            )
             await asyncio.sleep(retry_interval)
             continue
         except Exception:  # raised out of here, it would stop every other background loop
-            log.exception("integrity check failed to run, trying again in %.0fs", retry_interval,
-                          extra=fields(event="integrity_check", result="postponed"))
+            log.exception(
+                "integrity check failed to run, trying again in %.0fs",
+                retry_interval,
+                extra=fields(event="integrity_check", result="postponed"),
+            )
             await asyncio.sleep(retry_interval)
             continue
         seconds = time.monotonic() - started
         metrics.integrity_checked(damaged=damage is not None)
         if damage is None:
-            log.info("integrity check passed in %.1fs", seconds,
-                     extra=fields(event="integrity_check", result="ok", seconds=round(seconds, 3)))
+            log.info(
+                "integrity check passed in %.1fs",
+                seconds,
+                extra=fields(event="integrity_check", result="ok", seconds=round(seconds, 3)),
+            )
         else:
-            log.error("integrity check found damage, refusing writes and reporting NOT_SERVING: %s", damage,
-                      extra=fields(event="integrity_check", result="damaged", seconds=round(seconds, 3)))
+            log.error(
+                "integrity check found damage, refusing writes and reporting NOT_SERVING: %s",
+                damage,
+                extra=fields(event="integrity_check", result="damaged", seconds=round(seconds, 3)),
+            )
         return
 
 
@@ -307,16 +333,28 @@ def file_containing_symbol(pool: descriptor_pool.DescriptorPool, name: str) -> F
     parent, _, member = name.rpartition(".")
     if parent:
         finders: list[Callable[[str], Descriptor | EnumDescriptor | ServiceDescriptor]] = [
-            pool.FindServiceByName, pool.FindMessageTypeByName, pool.FindEnumTypeByName]
+            pool.FindServiceByName,
+            pool.FindMessageTypeByName,
+            pool.FindEnumTypeByName,
+        ]
         for find in finders:
             try:
                 container = find(parent)
             except KeyError:
                 continue
             members: list[dict[str, Any]] = [
-                getattr(container, attribute) for attribute in
-                ("methods_by_name", "fields_by_name", "nested_types_by_name", "enum_types_by_name",
-                 "oneofs_by_name", "extensions_by_name", "values_by_name") if hasattr(container, attribute)]
+                getattr(container, attribute)
+                for attribute in (
+                    "methods_by_name",
+                    "fields_by_name",
+                    "nested_types_by_name",
+                    "enum_types_by_name",
+                    "oneofs_by_name",
+                    "extensions_by_name",
+                    "values_by_name",
+                )
+                if hasattr(container, attribute)
+            ]
             if any(member in found for found in members):
                 return container.file
     raise KeyError(name)
@@ -338,12 +376,16 @@ class ReflectionServicer(reflection.aio.ReflectionServicer):
             return reflection_pb2.ServerReflectionResponse(
                 original_request=request,
                 error_response=reflection_pb2.ErrorResponse(
-                    error_code=grpc.StatusCode.NOT_FOUND.value[0], error_message=f"symbol {fully_qualified_name!r} "
-                    "is not defined by the files this server serves"))
+                    error_code=grpc.StatusCode.NOT_FOUND.value[0],
+                    error_message=f"symbol {fully_qualified_name!r} is not defined by the files this server serves",
+                ),
+            )
         return reflection_pb2.ServerReflectionResponse(
             original_request=request,
             file_descriptor_response=reflection_pb2.FileDescriptorResponse(
-                file_descriptor_proto=[_serialized(file) for file in with_dependencies(found)]))
+                file_descriptor_proto=[_serialized(file) for file in with_dependencies(found)]
+            ),
+        )
 
 
 def _describe_reflection_v1() -> None:
@@ -550,21 +592,33 @@ def serve_process(
         gc.freeze()
         announce(name, listen, running.port, endpoint)
         log.info(
-            "%s serving on port %d", name, running.port,
-            extra=fields(event="start", service=name, port=running.port,
-                         metrics=endpoint.url if endpoint is not None else None,
-                         frozen_objects=gc.get_freeze_count()),
+            "%s serving on port %d",
+            name,
+            running.port,
+            extra=fields(
+                event="start",
+                service=name,
+                port=running.port,
+                metrics=endpoint.url if endpoint is not None else None,
+                frozen_objects=gc.get_freeze_count(),
+            ),
         )
         await stop.wait()
         log.info(
-            "stopping: letting in-flight calls finish for up to %.1fs", grace,
+            "stopping: letting in-flight calls finish for up to %.1fs",
+            grace,
             extra=fields(event="stopping", service=name, grace_seconds=grace),
         )
         await running.stop(grace)
         log.info("%s stopped", name, extra=fields(event="stopped", service=name))
 
     refused: tuple[type[Exception], ...] = (
-        *refusals, SlowProtobuf, CannotListen, SecurityRefused, TracingRefused, CannotServeMetrics
+        *refusals,
+        SlowProtobuf,
+        CannotListen,
+        SecurityRefused,
+        TracingRefused,
+        CannotServeMetrics,
     )
     try:
         require_fast_protobuf()

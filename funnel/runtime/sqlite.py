@@ -440,7 +440,9 @@ def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args:
 
 
 def _answer(
-    db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T], loop: asyncio.AbstractEventLoop,
+    db: sqlite3.Connection,
+    fn: Callable[[sqlite3.Connection], T],
+    loop: asyncio.AbstractEventLoop,
     future: asyncio.Future[T],
 ) -> None:
     """On the database thread: runs fn and posts its outcome to `future`'s loop."""
@@ -629,9 +631,7 @@ def _prepare(db: sqlite3.Connection, path: str, migrations: list[Migration], bus
             ) from exc
     for migration in migrations[current:]:
         try:
-            db.executescript(
-                f"BEGIN IMMEDIATE;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;"
-            )
+            db.executescript(f"BEGIN IMMEDIATE;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;")
         except sqlite3.Error as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")

@@ -56,9 +56,7 @@ class Checker:
         self.violations: list[Violation] = []
 
     def add(self, kind: str, field: str, description: str, **limits: object) -> None:
-        self.violations.append(
-            Violation(kind, field, description, tuple((k, str(v)) for k, v in limits.items()))
-        )
+        self.violations.append(Violation(kind, field, description, tuple((k, str(v)) for k, v in limits.items())))
 
     def identifier(self, field: str, value: str, *, required: bool = True) -> None:
         if not value:

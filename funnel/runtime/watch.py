@@ -254,7 +254,8 @@ class WatchQuota:
             )
         if self._by_workspace[workspace] >= self.per_workspace:
             raise self._exhausted(
-                f"workspace {workspace!r} already has {self.per_workspace} open watch streams", "per_workspace",
+                f"workspace {workspace!r} already has {self.per_workspace} open watch streams",
+                "per_workspace",
                 self.per_workspace,
             )
         self._by_caller[caller] += 1

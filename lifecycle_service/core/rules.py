@@ -461,9 +461,7 @@ def _move(
     **changes: Unpack[_Changes],
 ) -> Transition:
     following = dataclasses.replace(task, revision=task.revision + 1, updated_at=s.now, **changes)
-    propagations = (
-        tuple(Propagation(child, propagate) for child in s.open_attached_children) if propagate else ()
-    )
+    propagations = tuple(Propagation(child, propagate) for child in s.open_attached_children) if propagate else ()
     return Transition(following, _event(intent, task.state, following, s.now, authoritative_at), propagations)
 
 

@@ -137,8 +137,11 @@ class MemoryLifecycleTx:
 
     def list_tasks(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
         found = sorted(
-            (task for (workspace, task_id), task in self._s.tasks.items()
-             if workspace == workspace_id and task_id > after_task_id and query.matches(task)),
+            (
+                task
+                for (workspace, task_id), task in self._s.tasks.items()
+                if workspace == workspace_id and task_id > after_task_id and query.matches(task)
+            ),
             key=lambda task: task.task_id,
         )
         return found[:limit]
@@ -160,7 +163,8 @@ class MemoryLifecycleTx:
     def count_tasks(self, workspace_id: str) -> list[TaskCount]:
         counted = collections.Counter(
             (task.state, task.outcome, task.work_status)
-            for (workspace, _), task in self._s.tasks.items() if workspace == workspace_id
+            for (workspace, _), task in self._s.tasks.items()
+            if workspace == workspace_id
         )
         return sorted(
             (TaskCount(state, outcome, work, n) for (state, outcome, work), n in counted.items()),

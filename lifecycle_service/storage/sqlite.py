@@ -161,8 +161,9 @@ class SqliteLifecycleTx:
 
     def list_tasks(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
         terms, params = _task_terms(query, "")
-        sql = (f"SELECT {_TASK_COLUMNS} FROM tasks WHERE workspace_id = ? AND task_id > ?{terms} "
-               "ORDER BY task_id LIMIT ?")
+        sql = (
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE workspace_id = ? AND task_id > ?{terms} ORDER BY task_id LIMIT ?"
+        )
         return [_task_from_row(r) for r in self._db.execute(sql, [workspace_id, after_task_id, *params, limit])]
 
     def list_tasks_by_change(
@@ -186,8 +187,9 @@ class SqliteLifecycleTx:
             "GROUP BY state, outcome, work_status",
             (workspace_id,),
         )
-        counts = [TaskCount(GenerationState[r[0]], Outcome[r[1]] if r[1] else None, WorkStatus[r[2]], r[3])
-                  for r in rows]
+        counts = [
+            TaskCount(GenerationState[r[0]], Outcome[r[1]] if r[1] else None, WorkStatus[r[2]], r[3]) for r in rows
+        ]
         return sorted(counts, key=_count_order)
 
     def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:

@@ -14,10 +14,13 @@ from lifecycle_service import server as lifecycle_server
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
 
 
-@pytest.mark.parametrize("unit, module, prefix", [
-    ("funnel-lifecycle.service", lifecycle_server, "FUNNEL_LIFECYCLE_"),
-    ("funnel-completion.service", completion_server, "FUNNEL_COMPLETION_"),
-])
+@pytest.mark.parametrize(
+    "unit, module, prefix",
+    [
+        ("funnel-lifecycle.service", lifecycle_server, "FUNNEL_LIFECYCLE_"),
+        ("funnel-completion.service", completion_server, "FUNNEL_COMPLETION_"),
+    ],
+)
 def test_every_environment_variable_of_a_unit_is_a_flag(unit, module, prefix, capsys):
     names = re.findall(r"^Environment=(\w+)=", (DEPLOY / unit).read_text(), re.M)
     assert names and all(name.startswith(prefix) for name in names)

@@ -22,9 +22,19 @@ T = 10.0
 def start_gate(port: int, log: Path) -> subprocess.Popen:
     with open(log, "wb") as stderr:  # the child keeps its own copy of the descriptor
         gate = subprocess.Popen(
-            [sys.executable, str(ROOT / "examples" / "review_gate.py"), "--listen", f"127.0.0.1:{port}",
-             "--tls-cert", str(credentials.PKI.cert("gate")), "--tls-key", str(credentials.PKI.key("gate"))],
-            stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT,
+            [
+                sys.executable,
+                str(ROOT / "examples" / "review_gate.py"),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--tls-cert",
+                str(credentials.PKI.cert("gate")),
+                "--tls-key",
+                str(credentials.PKI.key("gate")),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            cwd=ROOT,
         )
     line = gate.stdout.readline().decode()
     assert "review_gate serving on" in line, log.read_text()
@@ -41,20 +51,42 @@ async def test_the_example_policy_reaches_allow_for_acme(tmp_path):
     pair = await Pair(tmp_path / "pair", completion_args=["--policy-file", str(policy)]).start()
     try:
         await pair.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id="acme", task_id="t-1"), timeout=T)
-        claim = await pair.cs.ClaimTask(cpb.ClaimTaskRequest(
-            workspace_id="acme", task_id="t-1", agent_id="agent-1", lease_ttl=Duration(seconds=600)), timeout=T)
+        claim = await pair.cs.ClaimTask(
+            cpb.ClaimTaskRequest(
+                workspace_id="acme", task_id="t-1", agent_id="agent-1", lease_ttl=Duration(seconds=600)
+            ),
+            timeout=T,
+        )
 
         async def attempt(result: str) -> cpb.Decision:
-            return (await pair.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-                workspace_id="acme", task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result=result), timeout=T)).decision
+            return (
+                await pair.cs.AttemptCompletion(
+                    cpb.AttemptCompletionRequest(
+                        workspace_id="acme",
+                        task_id="t-1",
+                        run_id=claim.run.run_id,
+                        epoch=claim.lease.epoch,
+                        outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                        result=result,
+                    ),
+                    timeout=T,
+                )
+            ).decision
 
         missing = await attempt("Fixed the login bug.")
         assert list(missing.details.missing_evidence_kinds) == ["tests", "lint"]
         for kind in ("tests", "lint"):
-            await pair.cs.RecordEvidence(cpb.RecordEvidenceRequest(
-                workspace_id="acme", task_id="t-1", generation=1, kind=kind, verdict=cpb.EVIDENCE_VERDICT_PASSED,
-                run_id=claim.run.run_id), timeout=T)
+            await pair.cs.RecordEvidence(
+                cpb.RecordEvidenceRequest(
+                    workspace_id="acme",
+                    task_id="t-1",
+                    generation=1,
+                    kind=kind,
+                    verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                    run_id=claim.run.run_id,
+                ),
+                timeout=T,
+            )
         refused = await attempt("Fixed the login bug. TODO: the logout bug.")
         assert (refused.next_action, refused.details.decisive_gate) == (
             cpb.AGENT_ACTION_ADDRESS_GATE_FEEDBACK,
@@ -72,6 +104,7 @@ async def test_the_example_policy_reaches_allow_for_acme(tmp_path):
 
 
 def test_the_example_gate_refuses_to_serve_without_tls_or_insecure():
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "review_gate.py")], capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "review_gate.py")], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode != 0 and "--tls-cert" in result.stderr

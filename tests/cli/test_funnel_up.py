@@ -24,8 +24,10 @@ def story(lines: list[str]) -> list[str]:
     hashes that differ from run to run (and that the README shortens) masked."""
     first = next(i for i, line in enumerate(lines) if line.startswith("1. "))
     last = next(i for i, line in enumerate(lines) if line.startswith("8. "))
-    masked = (re.sub(r"\b(run|evd|cmp)_[0-9a-f]+…?|sha256:[0-9a-f]+…?|demo-[0-9a-f]{8}", r"\1…", line)
-              for line in lines[first:last + 1])
+    masked = (
+        re.sub(r"\b(run|evd|cmp)_[0-9a-f]+…?|sha256:[0-9a-f]+…?|demo-[0-9a-f]{8}", r"\1…", line)
+        for line in lines[first : last + 1]
+    )
     return [line.rstrip() for line in masked]
 
 
@@ -40,8 +42,22 @@ def test_funnel_up_demo_tells_the_whole_story_and_stops_cleanly_on_ctrl_c(tmp_pa
     data = tmp_path / "data"
     database = ["--database", fresh_database()] if backend == "postgresql" else []
     process = subprocess.Popen(
-        [str(FUNNEL), "up", "--demo", "--data-dir", str(data), "--lifecycle-port", "0", "--completion-port", "0",
-         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0", *database],
+        [
+            str(FUNNEL),
+            "up",
+            "--demo",
+            "--data-dir",
+            str(data),
+            "--lifecycle-port",
+            "0",
+            "--completion-port",
+            "0",
+            "--lifecycle-metrics-port",
+            "0",
+            "--completion-metrics-port",
+            "0",
+            *database,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -74,8 +74,19 @@ def test_the_direct_path_writes_what_logger_log_writes(stream, monkeypatch):
     logs.log(log, logging.WARNING, "GetTask OK", **values)
     direct, logged = stream.lines()
     assert direct.pop("time")[:16] == logged.pop("time")[:16]
-    assert direct == logged == {"level": "WARNING", "logger": "funnel.request", "message": "GetTask OK",
-                                "event": "rpc", "code": "OK", "subject": "host@acme", "duration_ms": 1.25}
+    assert (
+        direct
+        == logged
+        == {
+            "level": "WARNING",
+            "logger": "funnel.request",
+            "message": "GetTask OK",
+            "event": "rpc",
+            "code": "OK",
+            "subject": "host@acme",
+            "duration_ms": 1.25,
+        }
+    )
 
 
 def test_a_handler_added_later_sees_the_lines_the_direct_path_would_write(stream, caplog):

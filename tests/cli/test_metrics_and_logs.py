@@ -32,8 +32,15 @@ COMPLETION = "funnel.completion.v1.CompletionService"
 
 
 def handled(samples: Samples, service: str, method: str, code: str = "OK", reason: str = "") -> float | None:
-    return value(samples, "grpc_server_handled_total", grpc_service=service, grpc_method=method, grpc_type="unary",
-                 grpc_code=code, reason=reason)
+    return value(
+        samples,
+        "grpc_server_handled_total",
+        grpc_service=service,
+        grpc_method=method,
+        grpc_type="unary",
+        grpc_code=code,
+        reason=reason,
+    )
 
 
 def scraped_when(url: str, ready: Callable[[Samples], object], what: str, timeout: float = 30.0) -> Samples:
@@ -65,9 +72,26 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
         "OTEL_TRACES_EXPORTER": "console",
     }
     up = subprocess.Popen(
-        [str(FUNNEL), "up", "--demo", "--data-dir", str(data), "--lifecycle-port", "0", "--completion-port", "0",
-         "--lifecycle-metrics-port", "0", "--completion-metrics-port", "0", *database],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        [
+            str(FUNNEL),
+            "up",
+            "--demo",
+            "--data-dir",
+            str(data),
+            "--lifecycle-port",
+            "0",
+            "--completion-port",
+            "0",
+            "--lifecycle-metrics-port",
+            "0",
+            "--completion-metrics-port",
+            "0",
+            *database,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
     )
     lines: list[str] = []
     try:
@@ -86,21 +110,57 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
 
         # A caller of another workspace tries the story: RegisterTask is denied.
         token = subprocess.run(
-            [str(FUNNEL), "token", "issue", "--workspace", "elsewhere", "--role", "host", "--subject", "intruder",
-             "--data-dir", str(data)], capture_output=True, text=True, check=True, timeout=30,
+            [
+                str(FUNNEL),
+                "token",
+                "issue",
+                "--workspace",
+                "elsewhere",
+                "--role",
+                "host",
+                "--subject",
+                "intruder",
+                "--data-dir",
+                str(data),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
         ).stdout.strip()
         intruder = subprocess.run(
-            [str(FUNNEL), "demo", "--lifecycle", addresses["lifecycle"], "--completion", addresses["completion"],
-             "--data-dir", str(data), "--token", token], capture_output=True, text=True, timeout=30,
+            [
+                str(FUNNEL),
+                "demo",
+                "--lifecycle",
+                addresses["lifecycle"],
+                "--completion",
+                addresses["completion"],
+                "--data-dir",
+                str(data),
+                "--token",
+                token,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert intruder.returncode == 1 and "PERMISSION_DENIED" in intruder.stderr, intruder.stderr
 
         # A call is counted after its status went out, so the intruder can exit first.
-        lifecycle = scraped_when(urls["lifecycle"], lambda samples: handled(
-            samples, LIFECYCLE, "RegisterTask", "PERMISSION_DENIED", "WORKSPACE_NOT_GRANTED"), "the denied call")
+        lifecycle = scraped_when(
+            urls["lifecycle"],
+            lambda samples: handled(samples, LIFECYCLE, "RegisterTask", "PERMISSION_DENIED", "WORKSPACE_NOT_GRANTED"),
+            "the denied call",
+        )
         # The size is set by the same refresh as the outbox gauges, which start at 0.
-        completion = scraped_when(urls["completion"], lambda samples: value(samples, "funnel_db_size_bytes") and value(
-            samples, "funnel_completion_outbox_pending") == 0, "the settled story")
+        completion = scraped_when(
+            urls["completion"],
+            lambda samples: (
+                value(samples, "funnel_db_size_bytes") and value(samples, "funnel_completion_outbox_pending") == 0
+            ),
+            "the settled story",
+        )
     finally:
         up.send_signal(signal.SIGINT)
         rest, _ = up.communicate(timeout=30)
@@ -109,15 +169,34 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
     # -- per RPC -------------------------------------------------------------------
     assert handled(lifecycle, LIFECYCLE, "RegisterTask") == 1
     assert handled(lifecycle, LIFECYCLE, "RegisterTask", "PERMISSION_DENIED", "WORKSPACE_NOT_GRANTED") == 1
-    assert value(lifecycle, "grpc_server_started_total", grpc_service=LIFECYCLE, grpc_method="RegisterTask",
-                 grpc_type="unary") == 2
+    assert (
+        value(
+            lifecycle,
+            "grpc_server_started_total",
+            grpc_service=LIFECYCLE,
+            grpc_method="RegisterTask",
+            grpc_type="unary",
+        )
+        == 2
+    )
     assert handled(lifecycle, LIFECYCLE, "SettleCompletion") == 1
     assert handled(completion, COMPLETION, "AttemptCompletion") == 2
-    assert value(completion, "grpc_server_handling_seconds_count", grpc_service=COMPLETION,
-                 grpc_method="AttemptCompletion", grpc_type="unary") == 2
+    assert (
+        value(
+            completion,
+            "grpc_server_handling_seconds_count",
+            grpc_service=COMPLETION,
+            grpc_method="AttemptCompletion",
+            grpc_type="unary",
+        )
+        == 2
+    )
     for service, samples in ((LIFECYCLE, lifecycle), (COMPLETION, completion)):
-        in_flight = {dict(labels)["grpc_method"]: v for (name, labels), v in samples.items()
-                     if name == "grpc_server_in_flight_requests"}
+        in_flight = {
+            dict(labels)["grpc_method"]: v
+            for (name, labels), v in samples.items()
+            if name == "grpc_server_in_flight_requests"
+        }
         # Nothing in flight but the completion service's stream of the demo workspace's lifecycle events.
         watching = {"WatchLifecycleEvents": 1} if service == LIFECYCLE else {}
         assert in_flight and {m: v for m, v in in_flight.items() if v} == watching, (service, in_flight)
@@ -133,8 +212,11 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
     assert value(completion, "funnel_completion_active_leases") == 0
 
     # -- the lifecycle domain ----------------------------------------------------------
-    for kind, state in (("REGISTER_TASK", "REGISTERED"), ("ACTIVATE_GENERATION", "ACTIVE"),
-                        ("SETTLE_COMPLETION", "TERMINAL")):
+    for kind, state in (
+        ("REGISTER_TASK", "REGISTERED"),
+        ("ACTIVATE_GENERATION", "ACTIVE"),
+        ("SETTLE_COMPLETION", "TERMINAL"),
+    ):
         assert value(lifecycle, "funnel_lifecycle_transitions_total", kind=kind, state=state) == 1
     assert value(lifecycle, "funnel_lifecycle_propagations_pending") == 0
     assert value(lifecycle, "funnel_request_ids") >= 1  # the demo registers its task with a request id
@@ -165,8 +247,11 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
         samples = lifecycle if name == "lifecycle" else completion
         # One line per request: as many as the metrics counted (before the scrape: no call came after),
         # and one for each stream still open then (it ended when the services stopped).
-        counted = sum(v for (metric, _), v in samples.items()
-                      if metric in ("grpc_server_handled_total", "grpc_server_in_flight_requests"))
+        counted = sum(
+            v
+            for (metric, _), v in samples.items()
+            if metric in ("grpc_server_handled_total", "grpc_server_in_flight_requests")
+        )
         assert len(requests) == counted, name
         for entry in requests:
             assert {"service", "method", "code", "duration_ms", "workspace", "trace_id"} <= set(entry), entry
@@ -177,7 +262,10 @@ def test_after_the_demo_both_endpoints_and_both_logs_tell_the_story(tmp_path, ba
     assert len(denied) == 1, denied
     assert denied[0]["level"] == "WARNING"
     assert (denied[0]["method"], denied[0]["subject"], denied[0]["reason"]) == (
-        "RegisterTask", "intruder", "WORKSPACE_NOT_GRANTED")
+        "RegisterTask",
+        "intruder",
+        "WORKSPACE_NOT_GRANTED",
+    )
     # The story's own calls name its task; the settlement has its background line.
     attempts = [e for e in logs["completion"] if e.get("event") == "rpc" and e["method"] == "AttemptCompletion"]
     assert [e["task"] for e in attempts] == [task, task] and all(e["run"] for e in attempts)
@@ -192,10 +280,22 @@ def test_on_a_terminal_format_the_lines_read_as_text_and_a_busy_metrics_port_ref
     """`--log-format text` (what a terminal gets by default): the classic line
     followed by key=value fields; the metrics endpoint stops with the service;
     a metrics address already taken refuses the start with its reason."""
-    service = [sys.executable, "-m", "lifecycle_service", "--listen", "127.0.0.1:0", "--insecure", "--no-auth",
-               "--database", str(tmp_path / "lifecycle.sqlite3"), "--metrics-listen", "127.0.0.1:0"]
-    process = subprocess.Popen([*service, "--log-format", "text"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    service = [
+        sys.executable,
+        "-m",
+        "lifecycle_service",
+        "--listen",
+        "127.0.0.1:0",
+        "--insecure",
+        "--no-auth",
+        "--database",
+        str(tmp_path / "lifecycle.sqlite3"),
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]
+    process = subprocess.Popen(
+        [*service, "--log-format", "text"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         metrics_line = process.stdout.readline()
         assert process.stdout.readline().startswith("lifecycle_service serving on 127.0.0.1:")
@@ -210,8 +310,11 @@ def test_on_a_terminal_format_the_lines_read_as_text_and_a_busy_metrics_port_ref
         process.stdout.close()
     log = process.stderr.read()
     process.stderr.close()
-    assert re.search(r"INFO funnel\.runtime\.server: lifecycle_service serving on port \d+ event=start "
-                     r"service=lifecycle_service port=\d+ metrics=http://127\.0\.0\.1:\d+/metrics", log), log
+    assert re.search(
+        r"INFO funnel\.runtime\.server: lifecycle_service serving on port \d+ event=start "
+        r"service=lifecycle_service port=\d+ metrics=http://127\.0\.0\.1:\d+/metrics",
+        log,
+    ), log
     assert "lifecycle_service stopped event=stopped" in log
     with pytest.raises(OSError):  # the endpoint closed its socket when the service stopped
         urllib.request.urlopen(url, timeout=2)

@@ -34,8 +34,14 @@ def demo(tmp_path_factory):
 def funnel(demo, *args: str, json_output: bool = True) -> tuple[int, object, str]:
     command = [str(FUNNEL), *args]
     if args[0] not in ("check", "backup"):
-        command += ["--data-dir", str(demo["dir"] / "data"), "--lifecycle", f"127.0.0.1:{demo['lifecycle']}",
-                    "--completion", f"127.0.0.1:{demo['completion']}"]
+        command += [
+            "--data-dir",
+            str(demo["dir"] / "data"),
+            "--lifecycle",
+            f"127.0.0.1:{demo['lifecycle']}",
+            "--completion",
+            f"127.0.0.1:{demo['completion']}",
+        ]
     if json_output:
         command += ["-o", "json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
@@ -77,7 +83,9 @@ def test_resume_then_cancel_moves_the_task_through_a_new_generation(demo):
     assert code == 1 and "GENERATION" in err  # generation 2 is not terminal: nothing to resume
     code, cancelled, _ = funnel(demo, "task", "cancel", task, "--settle")
     assert code == 0 and [e["intent"] for e in cancelled["events"]] == [
-        "INTENT_REQUEST_CANCELLATION", "INTENT_SETTLE_CANCELLATION"]
+        "INTENT_REQUEST_CANCELLATION",
+        "INTENT_SETTLE_CANCELLATION",
+    ]
     code, got, _ = funnel(demo, "task", "get", task)
     assert (got["task"]["generation"], got["task"]["outcome"]) == ("2", "TERMINAL_OUTCOME_CANCELLED")
 
@@ -85,12 +93,38 @@ def test_resume_then_cancel_moves_the_task_through_a_new_generation(demo):
 def test_exit_codes_scripts_can_rely_on(demo):
     code, _, err = funnel(demo, "task", "get", "no-such-task")
     assert code == 3 and "TASK_NOT_FOUND (NOT_FOUND)" in err
-    viewer = subprocess.run([str(FUNNEL), "token", "issue", "--workspace", "demo", "--role", "viewer",
-                             "--data-dir", str(demo["dir"] / "data")], capture_output=True, text=True, check=True)
+    viewer = subprocess.run(
+        [
+            str(FUNNEL),
+            "token",
+            "issue",
+            "--workspace",
+            "demo",
+            "--role",
+            "viewer",
+            "--data-dir",
+            str(demo["dir"] / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     code, _, err = funnel(demo, "task", "cancel", demo["task"], "--token", viewer.stdout.strip())
     assert code == 4 and "ROLE_NOT_PERMITTED (PERMISSION_DENIED)" in err
-    done = subprocess.run([str(FUNNEL), "task", "list", "--data-dir", str(demo["dir"] / "data"),
-                           "--lifecycle", f"127.0.0.1:{unused_port()}"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            str(FUNNEL),
+            "task",
+            "list",
+            "--data-dir",
+            str(demo["dir"] / "data"),
+            "--lifecycle",
+            f"127.0.0.1:{unused_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 5 and "UNAVAILABLE" in done.stderr
 
 
@@ -130,8 +164,8 @@ def test_check_and_backup_of_a_live_database(demo, tmp_path):
         # Overwrite the page's cells (from its cell content area to its end): the
         # unused middle of a page that is not full is never read, so not damage.
         start = (page - 1) * page_size
-        content = int.from_bytes(damaged[start + 5:start + 7], "big") or 65536
-        damaged[start + content:start + page_size] = b"\xa5" * (page_size - content)
+        content = int.from_bytes(damaged[start + 5 : start + 7], "big") or 65536
+        damaged[start + content : start + page_size] = b"\xa5" * (page_size - content)
     copy.write_bytes(bytes(damaged))
     code, report, _ = funnel(demo, "check", str(copy))
     assert code == 1 and report["ok"] is False and report["problems"]
@@ -144,10 +178,28 @@ def outbox(pair: Pair, *args: str, command: tuple[str, ...] = ("outbox",)) -> tu
     """`funnel outbox` (or `command`) against the pair's processes, with the test PKI's client certificate."""
     pki = credentials.PKI
     done = subprocess.run(
-        [str(FUNNEL), *command, "--workspace", "ws", "--lifecycle", pair.lifecycle.address,
-         "--completion", pair.completion.address, "--ca", str(pki.ca), "--cert", str(pki.cert("client")),
-         "--key", str(pki.key("client")), "--token", credentials.SUPERUSER, *args],
-        capture_output=True, text=True, timeout=60,
+        [
+            str(FUNNEL),
+            *command,
+            "--workspace",
+            "ws",
+            "--lifecycle",
+            pair.lifecycle.address,
+            "--completion",
+            pair.completion.address,
+            "--ca",
+            str(pki.ca),
+            "--cert",
+            str(pki.cert("client")),
+            "--key",
+            str(pki.key("client")),
+            "--token",
+            credentials.SUPERUSER,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return done.returncode, json.loads(done.stdout) if "json" in args else done.stdout, done.stderr
 
@@ -168,17 +220,34 @@ async def test_the_outbox_shows_a_pending_settlement_until_the_lifecycle_answers
         assert outbox(pair)[1].strip() == "no pending settlements in workspace 'ws'"
 
         await pair.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id="ws", task_id="t-1"), timeout=CALL_TIMEOUT)
-        claim = await pair.cs.ClaimTask(cpb.ClaimTaskRequest(
-            workspace_id="ws", task_id="t-1", agent_id="agent-1", lease_ttl=Duration(seconds=600)),
-            timeout=CALL_TIMEOUT)
-        await pair.cs.RecordEvidence(cpb.RecordEvidenceRequest(
-            workspace_id="ws", task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-            run_id=claim.run.run_id), timeout=CALL_TIMEOUT)
+        claim = await pair.cs.ClaimTask(
+            cpb.ClaimTaskRequest(workspace_id="ws", task_id="t-1", agent_id="agent-1", lease_ttl=Duration(seconds=600)),
+            timeout=CALL_TIMEOUT,
+        )
+        await pair.cs.RecordEvidence(
+            cpb.RecordEvidenceRequest(
+                workspace_id="ws",
+                task_id="t-1",
+                generation=1,
+                kind="tests",
+                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                run_id=claim.run.run_id,
+            ),
+            timeout=CALL_TIMEOUT,
+        )
         # The lifecycle service's next write is the settlement: it dies before committing it.
         pair.lifecycle.arm("lifecycle.before_commit:crash:1")
-        answer = await pair.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-            workspace_id="ws", task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=CALL_TIMEOUT)
+        answer = await pair.cs.AttemptCompletion(
+            cpb.AttemptCompletionRequest(
+                workspace_id="ws",
+                task_id="t-1",
+                run_id=claim.run.run_id,
+                epoch=claim.lease.epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                result="done",
+            ),
+            timeout=CALL_TIMEOUT,
+        )
         assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
         assert poll(lambda: not pair.lifecycle.alive())
 
@@ -191,7 +260,11 @@ async def test_the_outbox_shows_a_pending_settlement_until_the_lifecycle_answers
         listed = poll(retried)
         (pending,) = listed["completions"]
         assert (pending["task_id"], pending["generation"], pending["completion_id"], pending["settlement"]) == (
-            "t-1", "1", answer.completion.completion_id, "SETTLEMENT_STATUS_PENDING")
+            "t-1",
+            "1",
+            answer.completion.completion_id,
+            "SETTLEMENT_STATUS_PENDING",
+        )
         assert pending["next_settle_time"] and "UNAVAILABLE" in pending["last_settle_error"]
         assert listed["oldest_commit_time"] == pending["commit_time"] and listed["oldest_age_seconds"] >= 0
         assert listed["more"] is False
@@ -208,10 +281,10 @@ async def test_the_outbox_shows_a_pending_settlement_until_the_lifecycle_answers
         # The lifecycle service is back (same port, same database): the outbox drains.
         await pair.ensure_alive()
         poll(lambda: outbox(pair, "-o", "json")[1]["count"] == 0)
-        settled = await pair.cs.GetCompletion(cpb.GetCompletionRequest(workspace_id="ws", task_id="t-1", generation=1),
-                                              timeout=CALL_TIMEOUT)
+        settled = await pair.cs.GetCompletion(
+            cpb.GetCompletionRequest(workspace_id="ws", task_id="t-1", generation=1), timeout=CALL_TIMEOUT
+        )
         assert settled.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
         assert settled.completion.last_settle_error == "" and not settled.completion.HasField("next_settle_time")
     finally:
         await pair.stop()
-

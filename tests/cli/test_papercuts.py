@@ -53,8 +53,10 @@ def test_token_issue_without_a_key_refuses_and_names_the_directory_it_looked_in(
 
 def test_pki_init_makes_the_key_that_token_issue_then_signs_with(tmp_path):
     made = funnel("pki", "init", "--data-dir", str(tmp_path / "data"))
-    assert made.returncode == 0 and f"made the local PKI and token signing key in {tmp_path / 'data' / 'tls'}" \
-        in made.stdout
+    assert (
+        made.returncode == 0
+        and f"made the local PKI and token signing key in {tmp_path / 'data' / 'tls'}" in made.stdout
+    )
     key = (tmp_path / "data" / "tls" / "token-signing.key").read_bytes()
     again = funnel("pki", "init", "--data-dir", str(tmp_path / "data"))
     assert again.returncode == 0 and again.stdout.startswith("kept ")
@@ -72,8 +74,13 @@ def up(tmp_path_factory):
     directory = tmp_path_factory.mktemp("papercuts")
     with funnel_up(directory, "--demo", "--data-dir", str(directory / "data"), ready="Demo finished", wait=90) as up:
         task = next(line.split()[3] for line in up.lines if line.startswith("1. register"))
-        yield {"data": directory / "data", "lifecycle": up.lifecycle, "completion": up.completion, "task": task,
-               "output": "".join(up.lines)}
+        yield {
+            "data": directory / "data",
+            "lifecycle": up.lifecycle,
+            "completion": up.completion,
+            "task": task,
+            "output": "".join(up.lines),
+        }
 
 
 def against(up) -> list[str]:
@@ -84,13 +91,21 @@ def against(up) -> list[str]:
 
 
 @pytest.mark.parametrize("reader", ["head -n 0", "true"])
-@pytest.mark.parametrize("command", [["task", "list"], ["task", "events", "{task}"], ["run", "list", "-o", "json"],
-                                     ["task", "watch", "--count", "2", "-o", "json"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["task", "list"],
+        ["task", "events", "{task}"],
+        ["run", "list", "-o", "json"],
+        ["task", "watch", "--count", "2", "-o", "json"],
+    ],
+)
 def test_a_reader_that_stops_reading_ends_the_command_quietly(up, command, reader):
     argv = " ".join(shlex.quote(a.format(task=up["task"])) for a in [str(FUNNEL), *command, *against(up)])
     # The reader is gone before the command writes: its first write meets a closed pipe.
-    done = subprocess.run(["bash", "-c", f"set -o pipefail; {argv} | {reader}"], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {argv} | {reader}"], capture_output=True, text=True, timeout=60
+    )
     assert done.stderr == "" and done.stdout == ""
     assert done.returncode == 141  # 128 + SIGPIPE, as a Unix tool ended by SIGPIPE reports it
 
@@ -113,7 +128,10 @@ def test_task_register_makes_a_task_and_a_retry_with_its_request_id_is_the_first
     code, made, err = run_json(up, "task", "register", "cli-registered", "--request-id", "op-register-1")
     assert code == 0, err
     assert (made["task"]["task_id"], made["task"]["generation"], made["task"]["state"]) == (
-        "cli-registered", "1", "GENERATION_STATE_REGISTERED")
+        "cli-registered",
+        "1",
+        "GENERATION_STATE_REGISTERED",
+    )
     assert made["event"]["intent"] == "INTENT_REGISTER_TASK"
     assert made["event"]["cause"] == {"source": "funnel-cli", "reason": "registered by an operator"}
     assert run_json(up, "task", "register", "cli-registered", "--request-id", "op-register-1")[:2] == (0, made)
@@ -124,8 +142,11 @@ def test_task_register_makes_a_task_and_a_retry_with_its_request_id_is_the_first
     assert code == 1 and "PARENT_NOT_ACTIVE" in err
     code, child, err = run_json(up, "task", "register", "cli-child", "--parent", "cli-registered", "--detached")
     assert code == 0, err
-    assert child["task"]["parent"] == {"task_id": "cli-registered", "generation": "1",
-                                       "mode": "PARENT_LINK_MODE_DETACHED"}
+    assert child["task"]["parent"] == {
+        "task_id": "cli-registered",
+        "generation": "1",
+        "mode": "PARENT_LINK_MODE_DETACHED",
+    }
     code, _, err = run_json(up, "task", "register", "cli-orphan", "--parent", "no-such-parent")
     assert code == 3 and "TASK_NOT_FOUND" in err
     table = funnel("task", "register", "cli-table", *against(up))
@@ -156,15 +177,24 @@ def test_audit_list_shows_the_run_the_demo_closed(up):
 
 
 def test_every_command_reads_the_addresses_workspace_and_data_directory_from_the_environment(up, tmp_path):
-    env = {**os.environ, "FUNNEL_DATA_DIR": str(up["data"]), "FUNNEL_LIFECYCLE": up["lifecycle"],
-           "FUNNEL_COMPLETION": up["completion"], "FUNNEL_WORKSPACE": "demo"}
+    env = {
+        **os.environ,
+        "FUNNEL_DATA_DIR": str(up["data"]),
+        "FUNNEL_LIFECYCLE": up["lifecycle"],
+        "FUNNEL_COMPLETION": up["completion"],
+        "FUNNEL_WORKSPACE": "demo",
+    }
 
     def bare(*args: str, **more: str) -> subprocess.CompletedProcess:
         return funnel(*args, env={**env, **more}, cwd=tmp_path)  # no ./funnel-data here: only the variables tell
 
-    for command, key in [(("task", "list"), "tasks"), (("run", "list"), "runs"),
-                         (("completion", "list"), "completions"), (("audit", "list"), "entries"),
-                         (("outbox",), "completions")]:
+    for command, key in [
+        (("task", "list"), "tasks"),
+        (("run", "list"), "runs"),
+        (("completion", "list"), "completions"),
+        (("audit", "list"), "entries"),
+        (("outbox",), "completions"),
+    ]:
         done = bare(*command, "-o", "json")
         assert done.returncode == 0, (command, done.stderr)
         assert up["task"] in done.stdout or command == ("outbox",), command
@@ -176,20 +206,44 @@ def test_every_command_reads_the_addresses_workspace_and_data_directory_from_the
     # FUNNEL_WORKSPACE names the workspace: another one holds none of the demo's tasks.
     assert json.loads(bare("task", "list", "-o", "json", FUNNEL_WORKSPACE="elsewhere").stdout) == {"tasks": []}
     # A flag wins over its variable.
-    assert bare("task", "list", "--lifecycle", up["lifecycle"], "-o", "json",
-                FUNNEL_LIFECYCLE=f"127.0.0.1:{unused_port()}").returncode == 0
+    assert (
+        bare(
+            "task", "list", "--lifecycle", up["lifecycle"], "-o", "json", FUNNEL_LIFECYCLE=f"127.0.0.1:{unused_port()}"
+        ).returncode
+        == 0
+    )
     unreachable = bare("task", "list", FUNNEL_LIFECYCLE=f"127.0.0.1:{unused_port()}")
     assert unreachable.returncode == 5 and "UNAVAILABLE" in unreachable.stderr
     # `funnel token issue` reads the data directory, issuer and audience as `funnel mcp` and the services do.
-    token = bare("token", "issue", "--workspace", "demo", "--role", "viewer", FUNNEL_TOKEN_ISSUER="https://issuer.example",
-                 FUNNEL_TOKEN_AUDIENCE="funnel-api")
+    token = bare(
+        "token",
+        "issue",
+        "--workspace",
+        "demo",
+        "--role",
+        "viewer",
+        FUNNEL_TOKEN_ISSUER="https://issuer.example",
+        FUNNEL_TOKEN_AUDIENCE="funnel-api",
+    )
     assert token.returncode == 0, token.stderr
     claims = jwt.decode(token.stdout.strip(), options={"verify_signature": False})
     assert (claims["iss"], claims["aud"]) == ("https://issuer.example", "funnel-api")
     # `funnel demo` and `funnel up` read them too, and every --help says which.
-    for command in (["task", "list"], ["task", "register"], ["audit", "list"], ["run", "get"], ["outbox"], ["demo"],
-                    ["transcript", "export"], ["transcript", "import"], ["token", "issue"], ["pki", "init"], ["up"],
-                    ["mcp"], ["ui"]):
+    for command in (
+        ["task", "list"],
+        ["task", "register"],
+        ["audit", "list"],
+        ["run", "get"],
+        ["outbox"],
+        ["demo"],
+        ["transcript", "export"],
+        ["transcript", "import"],
+        ["token", "issue"],
+        ["pki", "init"],
+        ["up"],
+        ["mcp"],
+        ["ui"],
+    ):
         text = bare(*command, "--help").stdout
         assert "FUNNEL_DATA_DIR" in text, command
         if command[0] not in ("token", "pki", "up"):
@@ -207,8 +261,16 @@ def test_a_token_caller_without_a_client_certificate_is_told_the_lifecycle_servi
     tls = up["data"] / "tls"
     token = funnel("token", "issue", "--workspace", "demo", "--role", "host", "--data-dir", str(up["data"])).stdout
     # --ca alone: the services' CA and a token, no client certificate (a token caller from elsewhere).
-    caller = ["--ca", str(tls / "ca.pem"), "--token", token.strip(), "--lifecycle", up["lifecycle"],
-              "--completion", up["completion"]]
+    caller = [
+        "--ca",
+        str(tls / "ca.pem"),
+        "--token",
+        token.strip(),
+        "--lifecycle",
+        up["lifecycle"],
+        "--completion",
+        up["completion"],
+    ]
     for command in (["task", "list"], ["task", "register", "cli-no-certificate"], ["demo"]):
         done = funnel(*command, *caller)
         assert done.returncode in (1, 5), (command, done.stderr)
@@ -232,7 +294,8 @@ def reflection_channel(up, service: str) -> grpc.Channel:
         root_certificates=(tls / "ca.pem").read_bytes(),
         # The lifecycle service's handshake requires a client certificate (docs/security.md, "Transport").
         private_key=(tls / "client.key").read_bytes() if service == "lifecycle" else None,
-        certificate_chain=(tls / "client.pem").read_bytes() if service == "lifecycle" else None)
+        certificate_chain=(tls / "client.pem").read_bytes() if service == "lifecycle" else None,
+    )
     return grpc.secure_channel(up[service], credentials)
 
 
@@ -248,14 +311,23 @@ def resolve_fully(message: Descriptor, seen: set[str]) -> None:
             resolve_fully(field.message_type, seen)
 
 
-@pytest.mark.parametrize("service, method, expected", [
-    ("completion", "funnel.completion.v1.CompletionService.CompleteRun",
-     {"funnel.completion.v1.CompleteRunRequest"}),
-    ("completion", "funnel.completion.v1.CompletionService.ClaimTask", {"google.protobuf.Duration"}),
-    ("completion", "funnel.completion.v1.TranscriptService.ImportTranscript", set()),
-    ("lifecycle", "funnel.lifecycle.v1.TaskLifecycleService.RegisterTask",
-     {"funnel.lifecycle.v1.Cause", "funnel.lifecycle.v1.ParentLink"}),
-])
+@pytest.mark.parametrize(
+    "service, method, expected",
+    [
+        (
+            "completion",
+            "funnel.completion.v1.CompletionService.CompleteRun",
+            {"funnel.completion.v1.CompleteRunRequest"},
+        ),
+        ("completion", "funnel.completion.v1.CompletionService.ClaimTask", {"google.protobuf.Duration"}),
+        ("completion", "funnel.completion.v1.TranscriptService.ImportTranscript", set()),
+        (
+            "lifecycle",
+            "funnel.lifecycle.v1.TaskLifecycleService.RegisterTask",
+            {"funnel.lifecycle.v1.Cause", "funnel.lifecycle.v1.ParentLink"},
+        ),
+    ],
+)
 def test_reflection_is_on_under_funnel_up_and_describes_a_method_down_to_every_type(up, service, method, expected):
     assert "gRPC reflection on both" in up["output"]
     with reflection_channel(up, service) as channel:
@@ -278,10 +350,15 @@ def test_reflection_is_on_under_funnel_up_and_describes_a_method_down_to_every_t
         resolve_fully(found.output_type, seen)
         assert {found.input_type.full_name, *expected} <= seen
         # The other names a client may ask for: an enum value, a field, the error details, health.
-        for symbol in ("funnel.completion.v1.RUN_OUTCOME_SUCCEEDED" if service == "completion"
-                       else "funnel.lifecycle.v1.TERMINAL_OUTCOME_COMPLETED",
-                       f"{found.input_type.full_name}.{found.input_type.fields[0].name}",
-                       "google.rpc.ErrorInfo", "grpc.health.v1.Health", "grpc.health.v1.Health.Check"):
+        for symbol in (
+            "funnel.completion.v1.RUN_OUTCOME_SUCCEEDED"
+            if service == "completion"
+            else "funnel.lifecycle.v1.TERMINAL_OUTCOME_COMPLETED",
+            f"{found.input_type.full_name}.{found.input_type.fields[0].name}",
+            "google.rpc.ErrorInfo",
+            "grpc.health.v1.Health",
+            "grpc.health.v1.Health.Check",
+        ):
             assert database.FindFileContainingSymbol(symbol).name, symbol
         with pytest.raises(KeyError):
             database.FindFileContainingSymbol(f"{method}.NoSuchThing")
@@ -311,20 +388,41 @@ def test_the_grpc_cores_own_lines_are_json_lines_of_the_service_log(up):
 
 
 def test_a_core_line_is_parsed_from_absls_format():
-    assert logs.native_record(
-        "E1202 00:07:26.678545   20824 chttp2_transport.cc:1234] Something broke: details") == (
-        logging.ERROR, "Something broke: details", {"source": "chttp2_transport.cc:1234", "native_thread": 20824})
+    assert logs.native_record("E1202 00:07:26.678545   20824 chttp2_transport.cc:1234] Something broke: details") == (
+        logging.ERROR,
+        "Something broke: details",
+        {"source": "chttp2_transport.cc:1234", "native_thread": 20824},
+    )
     assert logs.native_record("W0101 23:59:59.000001 7 a/b.cc:1] careful")[0] == logging.WARNING
     assert logs.native_record("F0101 23:59:59.000001 7 a.cc:1] gone")[0] == logging.CRITICAL
     assert logs.native_record("some other library's line") == (
-        logging.WARNING, "some other library's line", {"source": "stderr"})
+        logging.WARNING,
+        "some other library's line",
+        {"source": "stderr"},
+    )
 
 
 def test_funnel_up_no_reflection_serves_none(tmp_path):
     process = subprocess.Popen(
-        [str(FUNNEL), "up", "--no-reflection", "--data-dir", str(tmp_path / "data"), "--lifecycle-port", "0",
-         "--completion-port", "0", "--lifecycle-metrics-port", "-1", "--completion-metrics-port", "-1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            str(FUNNEL),
+            "up",
+            "--no-reflection",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--lifecycle-port",
+            "0",
+            "--completion-port",
+            "0",
+            "--lifecycle-metrics-port",
+            "-1",
+            "--completion-metrics-port",
+            "-1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines = []
         while not (lines and "both SERVING" in lines[-1]):
@@ -350,7 +448,8 @@ def test_a_service_stuck_before_serving_fails_the_start_at_the_deadline(tmp_path
     (tmp_path / "stuck_service.py").write_text("import sys, time\nprint('starting', flush=True)\ntime.sleep(120)\n")
     (tmp_path / "two_lines.py").write_text(
         "import sys, time\nsys.stdout.write('x metrics on http://127.0.0.1:1/metrics\\nx serving on 127.0.0.1:9\\n')\n"
-        "sys.stdout.flush()\ntime.sleep(120)\n")
+        "sys.stdout.flush()\ntime.sleep(120)\n"
+    )
     monkeypatch.setattr(supervisor, "READY_TIMEOUT", 2.0)
     env = {"PYTHONPATH": str(tmp_path)}
     started = time.monotonic()

@@ -18,10 +18,12 @@ def test_the_readme_client_example_registers_and_reads_a_task(tmp_path):
     with funnel_up(tmp_path, "--data-dir", str(data)) as up:
         token = subprocess.run(
             [str(BIN / "funnel"), "token", "issue", "--workspace", "acme", "--role", "host", "--data-dir", str(data)],
-            capture_output=True, text=True, check=True, timeout=30,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
         ).stdout.strip()
-        env = {**os.environ, "FUNNEL_TOKEN": token, "FUNNEL_LIFECYCLE": up.lifecycle,
-               "FUNNEL_DATA_DIR": str(data)}
+        env = {**os.environ, "FUNNEL_TOKEN": token, "FUNNEL_LIFECYCLE": up.lifecycle, "FUNNEL_DATA_DIR": str(data)}
         runs = [
             subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, env=env, timeout=60)
             for _ in range(2)

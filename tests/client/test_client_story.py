@@ -33,8 +33,11 @@ def client(pair: Pair, token: str | None, **options) -> FunnelClient:
     certificate (the lifecycle service asks for one), a token."""
     pki = credentials.PKI
     return FunnelClient(
-        pair.lifecycle.address, pair.completion.address,
-        tls=Tls.from_files(pki.ca, pki.cert("client"), pki.key("client")), token=token, **options,
+        pair.lifecycle.address,
+        pair.completion.address,
+        tls=Tls.from_files(pki.ca, pki.cert("client"), pki.key("client")),
+        token=token,
+        **options,
     )
 
 
@@ -71,12 +74,10 @@ async def test_the_story_reaches_completed_through_the_client(pair):
         run = claim.run
         blocked = await agent.attempt_completion(WS, task_id, run.run_id, claim.lease.epoch, result="fixed it")
         assert blocked.decision.next_action == cpb.AGENT_ACTION_RECORD_EVIDENCE
-        await host.record_evidence(WS, task_id, run.generation, "tests", cpb.EVIDENCE_VERDICT_PASSED,
-                                   run_id=run.run_id)
+        await host.record_evidence(WS, task_id, run.generation, "tests", cpb.EVIDENCE_VERDICT_PASSED, run_id=run.run_id)
         allowed = await agent.attempt_completion(WS, task_id, run.run_id, claim.lease.epoch, result="fixed it")
         assert allowed.decision.verdict == cpb.VERDICT_ALLOW
-        closed = await agent.complete_run(WS, run.run_id, cpb.RUN_OUTCOME_SUCCEEDED, notes="fixed it",
-                                          tokens_total=10)
+        closed = await agent.complete_run(WS, run.run_id, cpb.RUN_OUTCOME_SUCCEEDED, notes="fixed it", tokens_total=10)
         assert closed.final_status == cpb.FINAL_STATUS_DONE
         event = await asyncio.wait_for(terminal, BOUND)
         completion_id = allowed.completion.completion_id
@@ -99,8 +100,9 @@ async def test_a_lost_reply_is_retried_with_the_same_request_id_and_replayed(pai
         assert pair.lifecycle.faults_fired() >= 1
         events = await host.list_lifecycle_events(WS, task_id)
         # One registration, made by the first call: the retry was answered from memory.
-        assert [(e.sequence, e.request_id) for e in events] == [(registered.event.sequence,
-                                                                  registered.event.request_id)]
+        assert [(e.sequence, e.request_id) for e in events] == [
+            (registered.event.sequence, registered.event.request_id)
+        ]
         assert registered.event.request_id.startswith("py-")
 
 
@@ -128,7 +130,9 @@ async def test_a_refusal_is_a_funnel_error_with_its_reason_and_metadata(pair):
             await host.claim_task(WS, task_id, "agent-2")
     error = caught.value
     assert (error.code, error.reason, error.domain) == (
-        grpc.StatusCode.FAILED_PRECONDITION, "LEASE_HELD", "funnel.completion.v1"
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "LEASE_HELD",
+        "funnel.completion.v1",
     )
     assert error.metadata["holder_run_id"] == first.run.run_id
     assert "lease_expire_time" in error.metadata
@@ -143,7 +147,8 @@ async def test_as_caller_sends_each_callers_own_token_over_the_shared_channels(p
         with pytest.raises(FunnelError) as anonymous:
             await shared.get_task(WS, task_id)
         assert (anonymous.value.code, anonymous.value.reason) == (
-            grpc.StatusCode.UNAUTHENTICATED, "CREDENTIALS_MISSING"
+            grpc.StatusCode.UNAUTHENTICATED,
+            "CREDENTIALS_MISSING",
         )
         host, agent = shared.as_caller(host_token()), shared.as_caller(agent_token)
         registered = await host.register_task(WS, task_id)
@@ -192,8 +197,11 @@ async def test_a_client_from_a_funnel_up_data_directory(pair, tmp_path):
     (tmp_path / "tls").symlink_to(credentials.PKI.directory, target_is_directory=True)
     task_id = fresh_task()
     async with FunnelClient.from_data_dir(
-        tmp_path, subject="host-local", permissions=[f"{WS}:host"],
-        lifecycle=pair.lifecycle.address, completion=pair.completion.address,
+        tmp_path,
+        subject="host-local",
+        permissions=[f"{WS}:host"],
+        lifecycle=pair.lifecycle.address,
+        completion=pair.completion.address,
     ) as host:
         registered = await host.register_task(WS, task_id)
         assert registered.event.caller.subject == "host-local"

@@ -18,7 +18,7 @@ BIN = Path(sys.executable).parent
 
 def readme_section() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return text[text.index("## Python client"):text.index("## Error reasons")]
+    return text[text.index("## Python client") : text.index("## Error reasons")]
 
 
 def test_the_readme_python_client_story_runs_as_written(tmp_path):
@@ -31,7 +31,8 @@ def test_the_readme_python_client_story_runs_as_written(tmp_path):
     with funnel_up(tmp_path) as up:
         # The README's run uses funnel up's default ports; this one the ports of this run.
         env = {**os.environ, "FUNNEL_LIFECYCLE": up.lifecycle, "FUNNEL_COMPLETION": up.completion}
-        done = subprocess.run([sys.executable, "story.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [sys.executable, "story.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout == expected

@@ -54,8 +54,13 @@ async def start_funnel(tmp_path, manual_clock, completion_engine):
     fields. Everything is stopped at teardown."""
     started: list[Funnel] = []
 
-    async def _start(*, policy: dict | None = None, completion: dict | None = None,
-                     lifecycle: dict | None = None, clock: ManualClock | None = None) -> Funnel:
+    async def _start(
+        *,
+        policy: dict | None = None,
+        completion: dict | None = None,
+        lifecycle: dict | None = None,
+        clock: ManualClock | None = None,
+    ) -> Funnel:
         n = len(started)
         lifecycle_config = dataclasses.replace(
             LifecycleConfig(

@@ -79,8 +79,14 @@ async def rejected(
     return error
 
 
-async def eventually(check: Callable[[], Awaitable], *, timeout: float = 10.0, clock: ManualClock | None = None,
-                     advance_micros: int = 0, interval: float = 0.05):
+async def eventually(
+    check: Callable[[], Awaitable],
+    *,
+    timeout: float = 10.0,
+    clock: ManualClock | None = None,
+    advance_micros: int = 0,
+    interval: float = 0.05,
+):
     """Polls `check` until it returns a truthy value (returned) or `timeout` real
     seconds pass (the test fails). With `clock`, each round also moves the manual
     clock by `advance_micros`, so that backoff measured in service time elapses."""
@@ -115,10 +121,13 @@ def table_dump(database: str) -> dict[str, list[tuple]]:
     PostgreSQL database, read through its own connection."""
     if is_postgres_url(database):
         with psycopg.connect(database, autocommit=True) as conn:
-            tables = [r[0] for r in conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY table_name",
-                (COMPLETION_SCHEMA,),
-            )]
+            tables = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY table_name",
+                    (COMPLETION_SCHEMA,),
+                )
+            ]
             return {
                 t: sorted(conn.execute(f'SELECT * FROM "{COMPLETION_SCHEMA}"."{t}"').fetchall(), key=repr)
                 for t in tables
@@ -251,8 +260,15 @@ class Funnel:
 
     # -- lifecycle shortcuts -----------------------------------------------
 
-    async def register(self, task_id: str, *, workspace: str = WS, parent: str | None = None,
-                       parent_generation: int = 1, mode=lpb.PARENT_LINK_MODE_ATTACHED) -> lpb.Task:
+    async def register(
+        self,
+        task_id: str,
+        *,
+        workspace: str = WS,
+        parent: str | None = None,
+        parent_generation: int = 1,
+        mode=lpb.PARENT_LINK_MODE_ATTACHED,
+    ) -> lpb.Task:
         request = lpb.RegisterTaskRequest(
             workspace_id=workspace, task_id=task_id, cause=lpb.Cause(source="test", reason="a task to finish")
         )
@@ -272,7 +288,9 @@ class Funnel:
     async def request_cancellation(self, task_id: str, generation: int = 1, workspace: str = WS):
         return await self.lc.RequestCancellation(
             lpb.RequestCancellationRequest(
-                workspace_id=workspace, task_id=task_id, generation=generation,
+                workspace_id=workspace,
+                task_id=task_id,
+                generation=generation,
                 cause=lpb.Cause(source="operator:test", reason="the user changed their mind"),
             ),
             timeout=CALL_TIMEOUT,
@@ -293,9 +311,9 @@ class Funnel:
         (a stream opens the first time a workspace is asked about, once the
         service's background work runs)."""
         projection = self.completion.authority.projection
-        await eventually(lambda: _now(
-            projection.view(workspace, "probe") is None and projection.position(workspace) is not None
-        ))
+        await eventually(
+            lambda: _now(projection.view(workspace, "probe") is None and projection.position(workspace) is not None)
+        )
 
     async def projection_caught_up(self, workspace: str = WS) -> None:
         """Waits until the completion service's projection of `workspace` reflects
@@ -315,11 +333,17 @@ class Funnel:
 
     # -- completion shortcuts ----------------------------------------------
 
-    async def claim(self, task_id: str, *, workspace: str = WS, agent: str = "agent-1", ttl_seconds: int = 60,
-                    request_id: str = "") -> cpb.ClaimTaskResponse:
+    async def claim(
+        self, task_id: str, *, workspace: str = WS, agent: str = "agent-1", ttl_seconds: int = 60, request_id: str = ""
+    ) -> cpb.ClaimTaskResponse:
         return await self.cs.ClaimTask(
-            cpb.ClaimTaskRequest(workspace_id=workspace, task_id=task_id, agent_id=agent,
-                                 lease_ttl=Duration(seconds=ttl_seconds), request_id=request_id),
+            cpb.ClaimTaskRequest(
+                workspace_id=workspace,
+                task_id=task_id,
+                agent_id=agent,
+                lease_ttl=Duration(seconds=ttl_seconds),
+                request_id=request_id,
+            ),
             timeout=CALL_TIMEOUT,
         )
 
@@ -327,30 +351,48 @@ class Funnel:
         await self.register(task_id, workspace=workspace)
         return await self.claim(task_id, workspace=workspace, **claim_kw)
 
-    def attempt_request(self, claim: cpb.ClaimTaskResponse, *, outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
-                        result: str = "Implemented the change; all tests pass.", **kw) -> cpb.AttemptCompletionRequest:
+    def attempt_request(
+        self,
+        claim: cpb.ClaimTaskResponse,
+        *,
+        outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+        result: str = "Implemented the change; all tests pass.",
+        **kw,
+    ) -> cpb.AttemptCompletionRequest:
         return cpb.AttemptCompletionRequest(
-            workspace_id=claim.run.workspace_id, task_id=claim.run.task_id, run_id=claim.run.run_id,
-            epoch=claim.lease.epoch, outcome=outcome, result=result, **kw,
+            workspace_id=claim.run.workspace_id,
+            task_id=claim.run.task_id,
+            run_id=claim.run.run_id,
+            epoch=claim.lease.epoch,
+            outcome=outcome,
+            result=result,
+            **kw,
         )
 
     async def attempt(self, claim: cpb.ClaimTaskResponse, **kw) -> cpb.AttemptCompletionResponse:
         return await self.cs.AttemptCompletion(self.attempt_request(claim, **kw), timeout=CALL_TIMEOUT)
 
-    async def evidence(self, claim: cpb.ClaimTaskResponse, kind: str = "tests", passed: bool = True,
-                       checkpoint: str = "") -> cpb.Evidence:
+    async def evidence(
+        self, claim: cpb.ClaimTaskResponse, kind: str = "tests", passed: bool = True, checkpoint: str = ""
+    ) -> cpb.Evidence:
         response = await self.cs.RecordEvidence(
             cpb.RecordEvidenceRequest(
-                workspace_id=claim.run.workspace_id, task_id=claim.run.task_id, generation=claim.run.generation,
-                kind=kind, verdict=cpb.EVIDENCE_VERDICT_PASSED if passed else cpb.EVIDENCE_VERDICT_FAILED,
-                checkpoint=checkpoint, details="pytest: 42 passed", run_id=claim.run.run_id,
+                workspace_id=claim.run.workspace_id,
+                task_id=claim.run.task_id,
+                generation=claim.run.generation,
+                kind=kind,
+                verdict=cpb.EVIDENCE_VERDICT_PASSED if passed else cpb.EVIDENCE_VERDICT_FAILED,
+                checkpoint=checkpoint,
+                details="pytest: 42 passed",
+                run_id=claim.run.run_id,
             ),
             timeout=CALL_TIMEOUT,
         )
         return response.evidence
 
-    async def complete_run(self, claim_or_run_id, *, workspace: str = WS, outcome=cpb.RUN_OUTCOME_SUCCEEDED,
-                           **kw) -> cpb.CompleteRunResponse:
+    async def complete_run(
+        self, claim_or_run_id, *, workspace: str = WS, outcome=cpb.RUN_OUTCOME_SUCCEEDED, **kw
+    ) -> cpb.CompleteRunResponse:
         run_id = claim_or_run_id if isinstance(claim_or_run_id, str) else claim_or_run_id.run.run_id
         return await self.cs.CompleteRun(
             cpb.CompleteRunRequest(workspace_id=workspace, run_id=run_id, outcome=outcome, **kw), timeout=CALL_TIMEOUT
@@ -368,14 +410,13 @@ class Funnel:
         )
         return response.completion
 
-    async def completion_events(self, workspace: str = WS, task_id: str = "", after: int = 0,
-                                quiet: float = 0.05) -> list[cpb.CompletionEvent]:
+    async def completion_events(
+        self, workspace: str = WS, task_id: str = "", after: int = 0, quiet: float = 0.05
+    ) -> list[cpb.CompletionEvent]:
         """The stream's backlog as a client sees it. The stream never ends, so the
         number of committed events is taken from the service's store; the stream
         must deliver exactly those (and nothing more within `quiet` seconds)."""
-        stored = await self.completion.store.read(
-            lambda tx: tx.load_events(workspace, after, task_id or None, 100_000)
-        )
+        stored = await self.completion.store.read(lambda tx: tx.load_events(workspace, after, task_id or None, 100_000))
         call = self.cs.WatchCompletionEvents(
             cpb.WatchCompletionEventsRequest(workspace_id=workspace, task_id=task_id, after_sequence=after)
         )

@@ -66,16 +66,29 @@ class Shells:
     def replica(self, policy: WorkspacePolicy = WorkspacePolicy(), stall_after: float | None = None):
         """An authority over the same store and lifecycle service, as another replica has."""
         return CompletionAuthority(
-            self.world.store, self.lifecycle, PolicyBook(defaults=policy), self.world.clock, self.gates,
-            ids=self.world.ids, publish=self.published.extend, settle_interval=0.01, stall_after=stall_after,
+            self.world.store,
+            self.lifecycle,
+            PolicyBook(defaults=policy),
+            self.world.clock,
+            self.gates,
+            ids=self.world.ids,
+            publish=self.published.extend,
+            settle_interval=0.01,
+            stall_after=stall_after,
         )
 
     @property
     def store(self):
         return self.world.store
 
-    async def claim(self, task_id: str = "t-1", agent: str = "agent-1", ttl: int = 60 * SECOND,
-                    request=None, authority: CompletionAuthority | None = None) -> Claimed | Replay:
+    async def claim(
+        self,
+        task_id: str = "t-1",
+        agent: str = "agent-1",
+        ttl: int = 60 * SECOND,
+        request=None,
+        authority: CompletionAuthority | None = None,
+    ) -> Claimed | Replay:
         return await (authority or self.authority).runs.claim(
             WS, task_id, agent, ttl, request, lambda claimed: claimed.run.run_id.encode(), lambda raw: raw.decode()
         )
@@ -92,8 +105,17 @@ class Shells:
 
     async def close(self, claimed: Claimed, outcome=RunOutcome.SUCCEEDED, final_status=None, request=None):
         return await self.authority.closer.complete_run(
-            WS, claimed.run.run_id, outcome, (10, 5, None), "notes", "", final_status, Caller("agent-1", "agent"),
-            None, request, lambda closed: f"{closed.run.run_id}:{closed.effect.name}".encode(),
+            WS,
+            claimed.run.run_id,
+            outcome,
+            (10, 5, None),
+            "notes",
+            "",
+            final_status,
+            Caller("agent-1", "agent"),
+            None,
+            request,
+            lambda closed: f"{closed.run.run_id}:{closed.effect.name}".encode(),
         )
 
 
@@ -125,8 +147,11 @@ async def test_an_allowed_attempt_commits_settles_and_publishes_in_commit_order(
     assert outcome.inserted and outcome.completion.settlement is SettlementStatus.SETTLED
     assert outcome.completion == await shells.completion()
     assert shells.lifecycle.called("settle_completion") == [("t-1", outcome.completion.completion_id)]
-    assert kinds(shells.published) == [CompletionEventKind.RUN_CLAIMED, CompletionEventKind.COMPLETION_COMMITTED,
-                                       CompletionEventKind.COMPLETION_SETTLED]
+    assert kinds(shells.published) == [
+        CompletionEventKind.RUN_CLAIMED,
+        CompletionEventKind.COMPLETION_COMMITTED,
+        CompletionEventKind.COMPLETION_SETTLED,
+    ]
     assert shells.published == await shells.store.read(lambda tx: tx.load_events(WS, 0, None, 10))
     assert counted(shells.authority, "funnel_completion_settlements_total", {"status": "SETTLED"}) == 1
 
@@ -180,8 +205,9 @@ async def test_a_corrupted_completion_fails_closed_with_an_alarm(shells, caplog)
     claimed = await shells.claim()
     shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
     first = (await shells.attempt(claimed)).completion
-    await shells.store.write(lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(
-        dataclasses.replace(first, payload=b"{}"))))
+    await shells.store.write(
+        lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(dataclasses.replace(first, payload=b"{}")))
+    )
     before = shells.store.snapshot()
     with caplog.at_level(logging.ERROR, logger="completion_service"):
         error = await raises(shells.attempt(claimed), Reason.COMPLETION_CORRUPTED)
@@ -197,7 +223,8 @@ async def test_external_gates_are_asked_on_a_snapshot_that_must_hold_until_the_c
     shells.lifecycle.register("t-1")
     claimed = await shells.claim()
     await shells.authority.completions.record_evidence(
-        EvidenceRecord("", WS, "t-1", 1, "tests", True, "", "ok", None, 0), None, None, lambda e: b"")
+        EvidenceRecord("", WS, "t-1", 1, "tests", True, "", "ok", None, 0), None, None, lambda e: b""
+    )
     shells.gates.answers = {"review": ExternalAnswer(True, "looks good")}
     allowed = await shells.attempt(claimed)
     assert allowed.decision.verdict is Verdict.ALLOW
@@ -237,20 +264,21 @@ async def test_a_claim_activates_a_registered_generation_and_marks_it_in_progres
     # An active task is only marked in progress, once per run.
     other = await shells.claim("t-1")
     assert shells.lifecycle.called("set_work_status") == [
-        ("t-1", lpb.WORK_STATUS_IN_PROGRESS, f"{other.run.run_id}:in-progress")]
+        ("t-1", lpb.WORK_STATUS_IN_PROGRESS, f"{other.run.run_id}:in-progress")
+    ]
 
 
 @pytest.mark.parametrize(
     ("fields", "reason"),
     [
-        ({"state": lpb.GENERATION_STATE_TERMINAL, "outcome": lpb.TERMINAL_OUTCOME_COMPLETED},
-         Reason.GENERATION_TERMINAL),
+        (
+            {"state": lpb.GENERATION_STATE_TERMINAL, "outcome": lpb.TERMINAL_OUTCOME_COMPLETED},
+            Reason.GENERATION_TERMINAL,
+        ),
         ({"cancellation": lpb.CANCELLATION_STATE_REQUESTED}, Reason.CANCELLATION_REQUESTED),
     ],
 )
-async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anything_is_written(
-    shells, fields, reason
-):
+async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anything_is_written(shells, fields, reason):
     shells.lifecycle.register("t-3", **fields)
     before = shells.store.snapshot()
     await raises(shells.claim("t-3"), reason)
@@ -332,8 +360,7 @@ async def test_a_replayed_claim_completes_a_missing_confirmation_but_never_undoe
     request = key("ClaimTask", "claim-1")
     shells.lifecycle.register("t-3", state=lpb.GENERATION_STATE_REGISTERED)
     # What a claim committed before its process died: the run, without the activation.
-    committed = await shells.authority.runs.commit_claim(
-        shells.world.claim_command("t-3", request=request))
+    committed = await shells.authority.runs.commit_claim(shells.world.claim_command("t-3", request=request))
     replay = await shells.claim("t-3", request=request)
     assert replay == Replay(committed.run.run_id.encode())
     assert shells.lifecycle.called("activate") == [("t-3", 1, committed.run.run_id)]
@@ -348,8 +375,7 @@ async def test_renewals_go_through_the_unit_and_refusals_raise(shells):
     claimed = await shells.claim(ttl=10 * SECOND)
     renewed = await shells.authority.runs.renew(RenewCommand(WS, claimed.run.run_id, 1, 20 * SECOND))
     assert renewed.expires_at == START + 20 * SECOND
-    await raises(shells.authority.runs.renew(RenewCommand(WS, claimed.run.run_id, 2, SECOND)),
-                 Reason.LEASE_NOT_CURRENT)
+    await raises(shells.authority.runs.renew(RenewCommand(WS, claimed.run.run_id, 2, SECOND)), Reason.LEASE_NOT_CURRENT)
 
 
 async def test_claims_closes_evidence_and_sweeps_publish_their_events_as_stored():
@@ -450,8 +476,7 @@ async def test_closing_a_succeeded_run_completes_the_task_through_the_completion
         (RunOutcome.SUCCEEDED, FinalStatus.READY, TaskEffect.STATUS_SET, ["set_work_status"]),
     ],
 )
-async def test_closing_a_run_applies_its_plan_to_the_task_first(shells, outcome, final_status, effect,
-                                                                lifecycle_calls):
+async def test_closing_a_run_applies_its_plan_to_the_task_first(shells, outcome, final_status, effect, lifecycle_calls):
     claimed = await shells.claim()
     shells.lifecycle.calls.clear()
     closed = await shells.close(claimed, outcome, final_status)
@@ -476,7 +501,8 @@ async def test_a_close_request_id_replays_and_a_closed_run_is_refused(shells):
     closed = await shells.close(claimed, RunOutcome.STALLED, request=request)
     calls = len(shells.lifecycle.calls)
     assert await shells.close(claimed, RunOutcome.STALLED, request=request) == Replay(
-        f"{closed.run.run_id}:UNCHANGED".encode())
+        f"{closed.run.run_id}:UNCHANGED".encode()
+    )
     assert len(shells.lifecycle.calls) == calls  # a replay asks the lifecycle nothing
     await raises(shells.close(claimed, RunOutcome.STALLED), Reason.RUN_ALREADY_FINISHED)
 
@@ -528,8 +554,10 @@ async def test_transcript_loads_repair_an_interrupted_turn_first(shells):
     assert page.repaired and [e.kind for e in page.events] == [EventKind.TURN_START, EventKind.TURN_END]
     again = await transcripts.load(WS, "t-1", 0, 10, repair_first=True)
     assert not again.repaired and again.events == page.events
-    await raises(transcripts.append(AppendCommand(WS, "t-1", [SessionEvent(EventKind.TURN_END, ref="x")], 1)),
-                 Reason.TRANSCRIPT_GRAMMAR_VIOLATION)
+    await raises(
+        transcripts.append(AppendCommand(WS, "t-1", [SessionEvent(EventKind.TURN_END, ref="x")], 1)),
+        Reason.TRANSCRIPT_GRAMMAR_VIOLATION,
+    )
 
 
 def counted(authority, name: str, labels: dict[str, str] | None) -> float:

@@ -66,8 +66,13 @@ async def world(request, tmp_path_factory) -> World:
         ManualClock(CLOCK_START_MICROS),
         tmp,
         LifecycleConfig(listen="127.0.0.1:0", database=str(tmp / "lifecycle.sqlite3"), health_interval=5.0),
-        CompletionConfig(listen="127.0.0.1:0", database=completion_db, lifecycle_timeout=LIFECYCLE_TIMEOUT,
-                         settle_interval=0.05, health_interval=5.0),
+        CompletionConfig(
+            listen="127.0.0.1:0",
+            database=completion_db,
+            lifecycle_timeout=LIFECYCLE_TIMEOUT,
+            settle_interval=0.05,
+            health_interval=5.0,
+        ),
         {},
     )
     await f.start()
@@ -130,8 +135,14 @@ EVIDENCE_TOKEN = encode_token(["evidence", WS, "task-1", "0"], [1, "evd_1"])
 
 
 def attempt(w: World, **kw) -> cpb.AttemptCompletionRequest:
-    fields = dict(workspace_id=WS, task_id="task-1", run_id=w.run.run_id, epoch=w.run.epoch,
-                  outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done")
+    fields = dict(
+        workspace_id=WS,
+        task_id="task-1",
+        run_id=w.run.run_id,
+        epoch=w.run.epoch,
+        outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+        result="done",
+    )
     fields.update(kw)
     return cpb.AttemptCompletionRequest(**fields)
 
@@ -267,15 +278,29 @@ CASES = [
     *id_cases("ListEvidence", list_evidence, "task_id"),
     ("ListEvidence", lambda w: list_evidence(w, generation=-1), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
     ("ListEvidence", lambda w: list_evidence(w, page_size=1001), INVALID, "VALUE_OUT_OF_RANGE", "page_size"),
-    ("ListEvidence", lambda w: list_evidence(w, page_token="not a token!"), INVALID, "FIELD_MALFORMED",
-     "page_token"),
+    ("ListEvidence", lambda w: list_evidence(w, page_token="not a token!"), INVALID, "FIELD_MALFORMED", "page_token"),
     # A token is bound to its listing: another task, another generation.
-    ("ListEvidence", lambda w: list_evidence(w, task_id="task-2", page_token=EVIDENCE_TOKEN), INVALID,
-     "FIELD_MALFORMED", "page_token"),
-    ("ListEvidence", lambda w: list_evidence(w, generation=1, page_token=EVIDENCE_TOKEN), INVALID,
-     "FIELD_MALFORMED", "page_token"),
-    ("ListEvidence", lambda w: list_evidence(w, page_token=encode_token(["evidence", WS, "task-1", "0"], 5)),
-     INVALID, "FIELD_MALFORMED", "page_token"),
+    (
+        "ListEvidence",
+        lambda w: list_evidence(w, task_id="task-2", page_token=EVIDENCE_TOKEN),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
+    (
+        "ListEvidence",
+        lambda w: list_evidence(w, generation=1, page_token=EVIDENCE_TOKEN),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
+    (
+        "ListEvidence",
+        lambda w: list_evidence(w, page_token=encode_token(["evidence", WS, "task-1", "0"], 5)),
+        INVALID,
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
     # RecordEvidence
     *id_cases("RecordEvidence", evidence, "workspace_id"),
     *id_cases("RecordEvidence", evidence, "task_id"),
@@ -433,9 +458,21 @@ async def test_bad_input_is_rejected_with_its_reason_and_changes_nothing(world, 
     assert world.snapshot() == before
 
 
-RPCS = ["ClaimTask", "RenewLease", "CompleteRun", "GetRun", "ListRuns", "RecordEvidence", "ListEvidence",
-        "AttemptCompletion",
-        "GetCompletion", "ListCompletions", "ListAuditLog", "ListCompletionEvents", "WatchCompletionEvents"]
+RPCS = [
+    "ClaimTask",
+    "RenewLease",
+    "CompleteRun",
+    "GetRun",
+    "ListRuns",
+    "RecordEvidence",
+    "ListEvidence",
+    "AttemptCompletion",
+    "GetCompletion",
+    "ListCompletions",
+    "ListAuditLog",
+    "ListCompletionEvents",
+    "WatchCompletionEvents",
+]
 
 
 async def test_every_rpc_of_the_contract_has_bad_input_cases():
@@ -447,7 +484,9 @@ async def test_every_rpc_of_the_contract_has_bad_input_cases():
 async def test_every_violation_of_a_request_is_listed_and_the_first_is_named(world):
     error = await rejected(
         world.f.cs.ClaimTask(cpb.ClaimTaskRequest(workspace_id=WS, agent_id="a b"), timeout=CALL_TIMEOUT),
-        INVALID, "FIELD_REQUIRED", field="task_id",
+        INVALID,
+        "FIELD_REQUIRED",
+        field="task_id",
     )
     assert [name for name, _ in field_violations(error)] == ["task_id", "agent_id", "lease_ttl"]
     assert all(description for _, description in field_violations(error))
@@ -457,7 +496,9 @@ async def test_the_workspace_is_checked_first_and_alone(world):
     # The boundary checks (and authorizes) the workspace before the request is read.
     error = await rejected(
         world.f.cs.ClaimTask(cpb.ClaimTaskRequest(agent_id="a b"), timeout=CALL_TIMEOUT),
-        INVALID, "FIELD_REQUIRED", field="workspace_id",
+        INVALID,
+        "FIELD_REQUIRED",
+        field="workspace_id",
     )
     assert [name for name, _ in field_violations(error)] == ["workspace_id"]
 
@@ -471,16 +512,18 @@ async def test_another_workspace_sees_nothing(world):
     assert list(completions.completions) == []
     # This workspace's own two claims, nothing of the other's.
     assert {e.run_id for e in await f.completion_events(workspace=WS)} == {r.run_id for r in runs.runs}
-    assert [r.run_id for r in (await f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=OTHER_WS),
-                                                   timeout=CALL_TIMEOUT)).runs] == [foreign.run_id]
+    assert [
+        r.run_id for r in (await f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=OTHER_WS), timeout=CALL_TIMEOUT)).runs
+    ] == [foreign.run_id]
 
 
 async def test_a_request_above_the_message_limit_is_resource_exhausted(world):
     before = world.snapshot()
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await world.f.cs.CompleteRun(
-            cpb.CompleteRunRequest(workspace_id=WS, run_id=world.run.run_id, outcome=cpb.RUN_OUTCOME_FAILED,
-                                   notes="n" * (5 * MIB)),
+            cpb.CompleteRunRequest(
+                workspace_id=WS, run_id=world.run.run_id, outcome=cpb.RUN_OUTCOME_FAILED, notes="n" * (5 * MIB)
+            ),
             timeout=CALL_TIMEOUT,
         )
     assert caught.value.code() == Code.RESOURCE_EXHAUSTED, caught.value.details()

@@ -30,8 +30,10 @@ def before_next_settlement(f: Funnel, step) -> None:
 
 
 async def settle_child(f: Funnel, task_id: str) -> None:
-    for intent, request in (("RequestCancellation", lpb.RequestCancellationRequest),
-                            ("SettleCancellation", lpb.SettleCancellationRequest)):
+    for intent, request in (
+        ("RequestCancellation", lpb.RequestCancellationRequest),
+        ("SettleCancellation", lpb.SettleCancellationRequest),
+    ):
         await getattr(f.lc, intent)(request(workspace_id=WS, task_id=task_id, generation=1), timeout=CALL_TIMEOUT)
 
 
@@ -46,7 +48,9 @@ async def test_a_refusal_for_open_children_says_wait_and_a_later_attempt_complet
     assert (decision.verdict, decision.next_action) == (cpb.VERDICT_SOFT_BLOCK, cpb.AGENT_ACTION_WAIT_FOR_CHILDREN)
     assert REPORT in decision.forbidden_actions and "ACTIVE_ATTACHED_CHILD" in decision.instruction
     assert (decision.details.decisive_gate, decision.details.lifecycle_reason) == (
-        "lifecycle.settlement", "ACTIVE_ATTACHED_CHILD")
+        "lifecycle.settlement",
+        "ACTIVE_ATTACHED_CHILD",
+    )
     assert [t.gate_id for t in decision.trace if t.decisive] == ["lifecycle.settlement"]
     # The completion event tells the same.
     events = await f.completion_events(task_id="parent")
@@ -60,7 +64,12 @@ async def test_a_refusal_for_open_children_says_wait_and_a_later_attempt_complet
     assert (done.decision.verdict, done.decision.next_action) == (cpb.VERDICT_ALLOW, REPORT)
     assert (await f.task("parent")).task.completion_id == done.completion.completion_id
     assert kinds(await f.completion_events(task_id="parent")) == [
-        "RUN_CLAIMED", "COMPLETION_COMMITTED", "TERMINALIZATION_ERROR", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "RUN_CLAIMED",
+        "COMPLETION_COMMITTED",
+        "TERMINALIZATION_ERROR",
+        "COMPLETION_COMMITTED",
+        "COMPLETION_SETTLED",
+    ]
 
 
 async def test_a_refusal_after_a_cancellation_says_stop_for_good(start_funnel):
@@ -85,8 +94,12 @@ async def test_complete_run_reports_a_refused_settlement_as_an_error_with_the_ne
     f = funnel
     claim = await f.registered_and_claimed("parent", ttl_seconds=3600)
     before_next_settlement(f, lambda: f.register("child", parent="parent"))
-    error = await rejected(f.complete_run(claim, notes="done"), Code.FAILED_PRECONDITION, "LIFECYCLE_REJECTED",
-                           metadata={"lifecycle_reason", "next_action", "run_id", "completion_id"})
+    error = await rejected(
+        f.complete_run(claim, notes="done"),
+        Code.FAILED_PRECONDITION,
+        "LIFECYCLE_REJECTED",
+        metadata={"lifecycle_reason", "next_action", "run_id", "completion_id"},
+    )
     metadata = error_info(error).metadata
     assert (metadata["lifecycle_reason"], metadata["next_action"]) == ("ACTIVE_ATTACHED_CHILD", "WAIT_FOR_CHILDREN")
     assert not (await f.get_run(claim.run.run_id)).HasField("finish_time")  # the run stays open
@@ -155,7 +168,9 @@ async def test_block_details_reach_the_client(strict_funnel):
     stale = await f.attempt(claim)
     assert stale.decision.details.decisive_gate == "lease.live"
     assert (stale.decision.details.current_lease.run_id, stale.decision.details.current_lease.epoch) == (
-        newer.run.run_id, newer.lease.epoch)
+        newer.run.run_id,
+        newer.lease.epoch,
+    )
     # Events carry the same details.
     events = await f.completion_events(task_id="task-1")
     assert kinds(events)[:2] == ["RUN_CLAIMED", "DECISION_BLOCKED"]
@@ -173,19 +188,25 @@ async def test_completion_events_can_be_listed_with_the_watch_cursor(strict_funn
     listed, cursor = [], 0
     while True:
         page = await f.cs.ListCompletionEvents(
-            cpb.ListCompletionEventsRequest(workspace_id=WS, after_sequence=cursor, page_size=2), timeout=CALL_TIMEOUT)
+            cpb.ListCompletionEventsRequest(workspace_id=WS, after_sequence=cursor, page_size=2), timeout=CALL_TIMEOUT
+        )
         listed += list(page.events)
         if not page.has_more:
             break
         cursor = page.events[-1].sequence
     assert kinds(listed) == ["RUN_CLAIMED"] + ["DECISION_BLOCKED"] * 3 + [
-        "EVIDENCE_RECORDED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "EVIDENCE_RECORDED",
+        "COMPLETION_COMMITTED",
+        "COMPLETION_SETTLED",
+    ]
     # The same cursor resumes the watch: nothing before it, everything after it.
     watch = f.cs.WatchCompletionEvents(
-        cpb.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=listed[2].sequence), timeout=CALL_TIMEOUT)
+        cpb.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=listed[2].sequence), timeout=CALL_TIMEOUT
+    )
     resumed = [(await watch.read()).event for _ in listed[3:]]
     watch.cancel()
     assert resumed == listed[3:]
     one_task = await f.cs.ListCompletionEvents(
-        cpb.ListCompletionEventsRequest(workspace_id=WS, task_id="other"), timeout=CALL_TIMEOUT)
+        cpb.ListCompletionEventsRequest(workspace_id=WS, task_id="other"), timeout=CALL_TIMEOUT
+    )
     assert (list(one_task.events), one_task.has_more) == ([], False)

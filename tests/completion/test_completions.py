@@ -52,14 +52,24 @@ async def test_the_snapshot_holds_the_run_lease_transcript_evidence_attempts_and
     await world.set_transcript("t-1", 7, "cp-3", open_turn="turn-9")
     evidence = EvidenceRecord("evd-1", WS, "t-1", 1, "tests", True, "cp-3", "", claimed.run.run_id, START)
     await world.store.write(lambda tx: tx.insert_evidence(evidence))
-    await world.store.write(lambda tx: tx.insert_attempt(
-        AttemptRecord(WS, "t-1", 1, claimed.run.run_id, "cp-3", "digest", Verdict.SOFT_BLOCK, 7, START)))
+    await world.store.write(
+        lambda tx: tx.insert_attempt(
+            AttemptRecord(WS, "t-1", 1, claimed.run.run_id, "cp-3", "digest", Verdict.SOFT_BLOCK, 7, START)
+        )
+    )
     command = world.attempt_command(claimed, state_version=6, result="done")
     snapshot = await world.read(lambda tx: completions.load_snapshot(tx, command, START + 1))
     assert (snapshot.now, snapshot.run, snapshot.lease, snapshot.claimed_epoch) == (
-        START + 1, claimed.run.view(), claimed.lease, 1)
+        START + 1,
+        claimed.run.view(),
+        claimed.lease,
+        1,
+    )
     assert (snapshot.transcript.state_version, snapshot.transcript.checkpoint, snapshot.transcript.open_turn) == (
-        7, "cp-3", "turn-9")
+        7,
+        "cp-3",
+        "turn-9",
+    )
     assert snapshot.evaluated_state_version == 6 and snapshot.lifecycle == ACTIVE
     assert [(f.kind, f.passed, f.checkpoint, f.order) for f in snapshot.evidence] == [("tests", True, "cp-3", 0)]
     assert [(a.checkpoint, a.result_digest, a.blocked) for a in snapshot.attempts] == [("cp-3", "digest", True)]
@@ -103,7 +113,11 @@ async def test_a_blocked_attempt_is_recorded_with_its_event_and_no_completion(wo
     assert outcome.decision.verdict is Verdict.HARD_BLOCK and outcome.completion is None
     [event] = outcome.events
     assert (event.kind, event.decision, event.outcome, event.committed_at) == (
-        CompletionEventKind.DECISION_BLOCKED, outcome.decision, RequestedOutcome.COMPLETED, START)
+        CompletionEventKind.DECISION_BLOCKED,
+        outcome.decision,
+        RequestedOutcome.COMPLETED,
+        START,
+    )
     [recorded] = await world.read(lambda tx: tx.load_attempts(WS, "t-1", 1))
     assert (recorded.verdict, recorded.run_id, recorded.attempted_at) == (Verdict.HARD_BLOCK, claimed.run.run_id, START)
     assert await world.read(lambda tx: tx.load_completion(WS, "t-1", 1)) is None
@@ -116,7 +130,11 @@ async def test_an_allowed_attempt_inserts_the_named_completion_due_for_settlemen
     assert outcome.inserted and not outcome.existing
     completion = outcome.completion
     assert (completion.completion_id, completion.outcome, completion.settlement, completion.committed_at) == (
-        command.completion_id, RequestedOutcome.FAILED, SettlementStatus.PENDING, START)
+        command.completion_id,
+        RequestedOutcome.FAILED,
+        SettlementStatus.PENDING,
+        START,
+    )
     assert [e.kind for e in outcome.events] == [CompletionEventKind.COMPLETION_COMMITTED]
     assert await world.run(settlements.claim_due, owner="o", lease_micros=SECOND, limit=10) == [completion]
     # The allowed attempt counts too (never as blocked).
@@ -139,8 +157,9 @@ async def test_duplicates_keep_the_stored_completion_and_a_conflict_or_corruptio
     refused(await attempt(world, claimed, outcome=RequestedOutcome.FAILED), Reason.COMPLETION_CONFLICT)
     assert world.state() == before
     # The stored identity with another payload: corruption, raised.
-    await world.store.write(lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(
-        dataclasses.replace(first, payload=b"{}"))))
+    await world.store.write(
+        lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(dataclasses.replace(first, payload=b"{}")))
+    )
     await world.set_transcript("t-1", 0, "")
     before = world.state()
     with pytest.raises(CompletionCorrupted) as raised:
@@ -156,8 +175,9 @@ async def test_duplicates_keep_the_stored_completion_and_a_conflict_or_corruptio
 async def test_a_completion_refused_for_a_passing_reason_gives_way_to_a_new_attempt(world, refusal, superseded):
     claimed = await world.claimed()
     first = (await attempt(world, claimed)).completion
-    await world.run(settlements.record_settlement, completion=first,
-                    settlement=Settlement(error_reason=refusal, error_message="no"))
+    await world.run(
+        settlements.record_settlement, completion=first, settlement=Settlement(error_reason=refusal, error_message="no")
+    )
     again = await attempt(world, claimed)
     stored = await world.read(lambda tx: tx.load_completion(WS, "t-1", 1))
     if superseded:
@@ -175,13 +195,22 @@ async def test_external_answers_count_only_on_the_snapshot_they_were_given_for(w
     command = world.attempt_command(claimed, policy=policy)
     snapshot = await world.read(lambda tx: completions.load_snapshot(tx, command, START))
     basis = snapshot_basis(snapshot)
-    failing = await attempt(world, claimed, policy=policy, external_basis=basis,
-                            external_answers={"review": ExternalAnswer(False, "needs work")})
+    failing = await attempt(
+        world,
+        claimed,
+        policy=policy,
+        external_basis=basis,
+        external_answers={"review": ExternalAnswer(False, "needs work")},
+    )
     assert failing.decision.next_action is AgentAction.ADDRESS_GATE_FEEDBACK
     await world.set_transcript("t-1", 1, "cp-1")  # the transcript moved after the gates answered
     before = world.state()
-    refused(await attempt(world, claimed, policy=policy, external_basis=basis,
-                          external_answers={"review": ExternalAnswer(True, "ok")}), Reason.SNAPSHOT_CHANGED)
+    refused(
+        await attempt(
+            world, claimed, policy=policy, external_basis=basis, external_answers={"review": ExternalAnswer(True, "ok")}
+        ),
+        Reason.SNAPSHOT_CHANGED,
+    )
     assert world.state() == before
 
 
@@ -194,8 +223,10 @@ async def test_an_attempt_request_id_replays_its_rendered_answer(world):
 
     first = await attempt(world, claimed, request=request, render=render)
     assert await attempt(world, claimed, request=request, render=render) == Replay(render(first))
-    refused(await attempt(world, claimed, request=key("AttemptCompletion", "att-1", b"other"), render=render),
-            Reason.REQUEST_ID_REUSED)
+    refused(
+        await attempt(world, claimed, request=key("AttemptCompletion", "att-1", b"other"), render=render),
+        Reason.REQUEST_ID_REUSED,
+    )
     assert len(await world.read(lambda tx: tx.load_attempts(WS, "t-1", 1))) == 1
 
 
@@ -231,8 +262,7 @@ EVIDENCE_CASES = {
     "a host (a closed run)": (None, lambda mine, other: evidence(mine), None),
     "a host (an unknown run)": (None, lambda mine, other: evidence("run-unknown"), Reason.RUN_NOT_FOUND),
     "a host (another task's run)": (None, lambda mine, other: evidence(other), Reason.RUN_NOT_FOUND),
-    "a host (another generation's run)": (None, lambda mine, other: evidence(mine, generation=3),
-                                          Reason.RUN_NOT_FOUND),
+    "a host (another generation's run)": (None, lambda mine, other: evidence(mine, generation=3), Reason.RUN_NOT_FOUND),
 }
 
 
@@ -252,7 +282,10 @@ async def test_evidence_names_an_existing_run_of_its_task_and_an_agent_only_its_
         assert await world.read(lambda tx: tx.load_evidence(WS, record.task_id, record.generation)) == [result.record]
         # Its event names the fact and the run it vouches for, and is stored with it.
         assert (result.event.kind, result.event.evidence_id, result.event.run_id) == (
-            CompletionEventKind.EVIDENCE_RECORDED, record.evidence_id, record.run_id or "")
+            CompletionEventKind.EVIDENCE_RECORDED,
+            record.evidence_id,
+            record.run_id or "",
+        )
         assert (await world.read(lambda tx: tx.load_events(WS, 0, record.task_id, 100)))[-1] == result.event
     else:
         refused(result, reason)

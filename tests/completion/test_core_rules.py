@@ -374,13 +374,32 @@ def test_the_end_of_a_cancellation_fence(fenced, completion, other_holder, end):
 
 
 def _completion(settlement: SettlementStatus, reason: str | None = None) -> CompletionRecord:
-    decision = Decision(verdict=Verdict.ALLOW, next_action=AgentAction.REPORT_COMPLETE, forbidden_actions=(),
-                        instruction="done", trace=(), decision_schema="v1", state_version=1,
-                        checkpoint="")
+    decision = Decision(
+        verdict=Verdict.ALLOW,
+        next_action=AgentAction.REPORT_COMPLETE,
+        forbidden_actions=(),
+        instruction="done",
+        trace=(),
+        decision_schema="v1",
+        state_version=1,
+        checkpoint="",
+    )
     return CompletionRecord(
-        workspace_id="ws", task_id="t", generation=1, completion_id="cmp-1", identity="i", payload=b"p",
-        outcome=RequestedOutcome.COMPLETED, result="done", run_id="run-1", state_version=1, checkpoint="",
-        decision=decision, committed_at=NOW, settlement=settlement, error_reason=reason,
+        workspace_id="ws",
+        task_id="t",
+        generation=1,
+        completion_id="cmp-1",
+        identity="i",
+        payload=b"p",
+        outcome=RequestedOutcome.COMPLETED,
+        result="done",
+        run_id="run-1",
+        state_version=1,
+        checkpoint="",
+        decision=decision,
+        committed_at=NOW,
+        settlement=settlement,
+        error_reason=reason,
     )
 
 
@@ -388,8 +407,12 @@ def _completion(settlement: SettlementStatus, reason: str | None = None) -> Comp
     ("fence", "completion", "effect", "says"),
     [
         (FenceEnd.SETTLE_CANCELLATION, None, TaskEffect.CANCELLED, "settled the cancellation"),
-        (FenceEnd.SETTLE_CANCELLATION, _completion(REJECTED, "CANCELLATION_FENCED"), TaskEffect.CANCELLED,
-         "refused completion cmp-1"),
+        (
+            FenceEnd.SETTLE_CANCELLATION,
+            _completion(REJECTED, "CANCELLATION_FENCED"),
+            TaskEffect.CANCELLED,
+            "refused completion cmp-1",
+        ),
         (FenceEnd.AWAIT_SETTLEMENT, _completion(PENDING), TaskEffect.SETTLING, "settles the cancellation"),
         (FenceEnd.COMPLETED_FIRST, _completion(SETTLED), TaskEffect.DONE, "before the task's cancellation request"),
         (FenceEnd.AWAIT_HOLDER, None, TaskEffect.UNCHANGED, "run run-9 still holds its lease"),

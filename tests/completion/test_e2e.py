@@ -59,7 +59,10 @@ async def test_the_full_story(strict_funnel):
     f = strict_funnel
     registered = await f.register("task-1")
     assert (registered.generation, registered.state, registered.work_status) == (
-        1, lpb.GENERATION_STATE_REGISTERED, lpb.WORK_STATUS_READY)
+        1,
+        lpb.GENERATION_STATE_REGISTERED,
+        lpb.WORK_STATUS_READY,
+    )
 
     claim = await f.claim("task-1")
     task = (await f.task("task-1")).task
@@ -86,7 +89,10 @@ async def test_the_full_story(strict_funnel):
     assert completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED and not allowed.existing_completion
     assert completion.identity.startswith("sha256:") and len(completion.identity) == 7 + 64
     assert (completion.run_id, completion.outcome, completion.result) == (
-        claim.run.run_id, cpb.REQUESTED_OUTCOME_COMPLETED, "Implemented the change; all tests pass.")
+        claim.run.run_id,
+        cpb.REQUESTED_OUTCOME_COMPLETED,
+        "Implemented the change; all tests pass.",
+    )
     assert await f.completion_of("task-1") == completion
 
     events = await f.lifecycle_events("task-1")
@@ -94,22 +100,36 @@ async def test_the_full_story(strict_funnel):
     assert len(terminal) == 1
     [event] = terminal
     assert (event.intent, event.outcome, event.completion_id, event.generation) == (
-        lpb.INTENT_SETTLE_COMPLETION, lpb.TERMINAL_OUTCOME_COMPLETED, completion.completion_id, 1)
+        lpb.INTENT_SETTLE_COMPLETION,
+        lpb.TERMINAL_OUTCOME_COMPLETED,
+        completion.completion_id,
+        1,
+    )
     assert (event.revision, event.sequence) == (completion.lifecycle_revision, completion.lifecycle_event_sequence)
     assert event.authoritative_time == completion.commit_time
     task = (await f.task("task-1")).task
     assert (task.state, task.outcome, task.work_status, task.completion_id) == (
-        lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, lpb.WORK_STATUS_DONE, completion.completion_id)
+        lpb.GENERATION_STATE_TERMINAL,
+        lpb.TERMINAL_OUTCOME_COMPLETED,
+        lpb.WORK_STATUS_DONE,
+        completion.completion_id,
+    )
 
-    closed = await f.complete_run(claim, tokens_input=1200, tokens_output=300, tokens_total=1500,
-                                  notes="Implemented the change; all tests pass.")
+    closed = await f.complete_run(
+        claim, tokens_input=1200, tokens_output=300, tokens_total=1500, notes="Implemented the change; all tests pass."
+    )
     assert (closed.run_id, closed.final_status, closed.tokens_total) == (claim.run.run_id, cpb.FINAL_STATUS_DONE, 1500)
     assert closed.completion.completion_id == completion.completion_id
     assert (await f.completion_of("task-1")).completion_id == completion.completion_id  # no second completion
 
     assert kinds(await f.completion_events(task_id="task-1")) == [
-        "RUN_CLAIMED", "DECISION_BLOCKED", "EVIDENCE_RECORDED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED",
-        "RUN_CLOSED"]
+        "RUN_CLAIMED",
+        "DECISION_BLOCKED",
+        "EVIDENCE_RECORDED",
+        "COMPLETION_COMMITTED",
+        "COMPLETION_SETTLED",
+        "RUN_CLOSED",
+    ]
 
 
 async def test_claim_activates_a_registered_generation_and_sets_in_progress(funnel):
@@ -118,7 +138,12 @@ async def test_claim_activates_a_registered_generation_and_sets_in_progress(funn
     claim = await f.claim("task-1", agent="claude-cli@host-7", ttl_seconds=90)
     run, lease = claim.run, claim.lease
     assert (run.workspace_id, run.task_id, run.agent_id, run.generation, run.epoch) == (
-        WS, "task-1", "claude-cli@host-7", 1, 1)
+        WS,
+        "task-1",
+        "claude-cli@host-7",
+        1,
+        1,
+    )
     assert (lease.task_id, lease.run_id, lease.epoch) == ("task-1", run.run_id, 1)
     assert micros(lease.expire_time) == micros(run.claim_time) + 90 * SECOND == f.clock.now_micros() + 90 * SECOND
     assert not run.HasField("finish_time") and run.outcome == cpb.RUN_OUTCOME_UNSPECIFIED
@@ -146,7 +171,9 @@ async def test_lease_held_renew_and_expiry(funnel):
     f = funnel
     holder = await f.registered_and_claimed("task-1", ttl_seconds=10)
     await rejected(
-        f.claim("task-1", agent="agent-2"), Code.FAILED_PRECONDITION, "LEASE_HELD",
+        f.claim("task-1", agent="agent-2"),
+        Code.FAILED_PRECONDITION,
+        "LEASE_HELD",
         metadata={"holder_run_id", "lease_expire_time"},
     )
     error = await rejected(f.claim("task-1", agent="agent-2"), Code.FAILED_PRECONDITION, "LEASE_HELD")
@@ -166,16 +193,22 @@ async def test_lease_held_renew_and_expiry(funnel):
 
     f.clock.advance(11 * SECOND)
     await rejected(
-        f.cs.RenewLease(cpb.RenewLeaseRequest(workspace_id=WS, run_id=holder.run.run_id, epoch=1,
-                                              lease_ttl=Duration(seconds=30)), timeout=CALL_TIMEOUT),
-        Code.FAILED_PRECONDITION, "LEASE_EXPIRED",
+        f.cs.RenewLease(
+            cpb.RenewLeaseRequest(workspace_id=WS, run_id=holder.run.run_id, epoch=1, lease_ttl=Duration(seconds=30)),
+            timeout=CALL_TIMEOUT,
+        ),
+        Code.FAILED_PRECONDITION,
+        "LEASE_EXPIRED",
     )
     taker = await f.claim("task-1", agent="agent-2")
     assert taker.lease.epoch == 2
     await rejected(
-        f.cs.RenewLease(cpb.RenewLeaseRequest(workspace_id=WS, run_id=holder.run.run_id, epoch=1,
-                                              lease_ttl=Duration(seconds=30)), timeout=CALL_TIMEOUT),
-        Code.FAILED_PRECONDITION, "LEASE_NOT_CURRENT",
+        f.cs.RenewLease(
+            cpb.RenewLeaseRequest(workspace_id=WS, run_id=holder.run.run_id, epoch=1, lease_ttl=Duration(seconds=30)),
+            timeout=CALL_TIMEOUT,
+        ),
+        Code.FAILED_PRECONDITION,
+        "LEASE_NOT_CURRENT",
     )
     stale = await f.attempt(holder)
     assert stale.decision.verdict == cpb.VERDICT_HARD_BLOCK
@@ -191,8 +224,12 @@ async def test_claims_on_terminal_or_cancelled_tasks_are_refused_and_change_noth
     before = await f.visible_state()
     events = len(await f.lifecycle_events("cancelled"))
     await rejected(f.claim("cancelled"), Code.FAILED_PRECONDITION, "CANCELLATION_REQUESTED")
-    await rejected(f.claim("done", agent="agent-3"), Code.FAILED_PRECONDITION, "GENERATION_TERMINAL",
-                   metadata={"generation", "outcome"})
+    await rejected(
+        f.claim("done", agent="agent-3"),
+        Code.FAILED_PRECONDITION,
+        "GENERATION_TERMINAL",
+        metadata={"generation", "outcome"},
+    )
     assert await f.visible_state() == before
     assert len(await f.lifecycle_events("cancelled")) == events
 
@@ -259,12 +296,19 @@ async def test_completion_committed_then_cancellation_requested_then_settled_com
     assert completion.terminalization_error_reason == ""
     task = (await f.task("task-1")).task
     assert (task.state, task.outcome, task.work_status, task.completion_id) == (
-        lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, lpb.WORK_STATUS_DONE, completion.completion_id)
+        lpb.GENERATION_STATE_TERMINAL,
+        lpb.TERMINAL_OUTCOME_COMPLETED,
+        lpb.WORK_STATUS_DONE,
+        completion.completion_id,
+    )
     [settlement] = [e for e in await f.lifecycle_events("task-1") if e.intent == lpb.INTENT_SETTLE_COMPLETION]
     assert micros(settlement.authoritative_time) == committed_at
     assert settlement.sequence == completion.lifecycle_event_sequence
     assert kinds(await f.completion_events(task_id="task-1")) == [
-        "RUN_CLAIMED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "RUN_CLAIMED",
+        "COMPLETION_COMMITTED",
+        "COMPLETION_SETTLED",
+    ]
 
 
 async def test_completion_whose_order_against_the_cancellation_is_unprovable_is_fenced(start_funnel):
@@ -289,7 +333,10 @@ async def test_completion_whose_order_against_the_cancellation_is_unprovable_is_
     assert events[-1].completion_id == completion.completion_id
     task = (await f.task("task-1")).task
     assert (task.state, task.cancellation, task.completion_id) == (
-        lpb.GENERATION_STATE_ACTIVE, lpb.CANCELLATION_STATE_REQUESTED, "")
+        lpb.GENERATION_STATE_ACTIVE,
+        lpb.CANCELLATION_STATE_REQUESTED,
+        "",
+    )
     assert not [e for e in await f.lifecycle_events("task-1") if e.intent == lpb.INTENT_SETTLE_COMPLETION]
     assert counted(f.completion.authority, "funnel_completion_settlements_total", {"status": "REJECTED"}) == 1
     # Never retried once rejected, and a repeated attempt does not revive it.
@@ -341,8 +388,9 @@ async def settler_retried(f: Funnel, times: int) -> None:
     second each round so that its backoff elapses."""
     retries = counted(f.completion.authority, "funnel_completion_settlement_retries_total", None)
     await eventually(
-        lambda: _true(counted(f.completion.authority, "funnel_completion_settlement_retries_total", None)
-                      >= retries + times),
+        lambda: _true(
+            counted(f.completion.authority, "funnel_completion_settlement_retries_total", None) >= retries + times
+        ),
         clock=f.clock,
         advance_micros=SECOND,
     )
@@ -397,15 +445,21 @@ async def test_a_repeated_attempt_returns_the_pending_completion_and_settles_it(
     assert again.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
     assert [e.intent for e in await f.lifecycle_events("task-1")].count(lpb.INTENT_SETTLE_COMPLETION) == 1
     assert kinds(await f.completion_events(task_id="task-1")) == [
-        "RUN_CLAIMED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "RUN_CLAIMED",
+        "COMPLETION_COMMITTED",
+        "COMPLETION_SETTLED",
+    ]
 
 
 async def test_a_corrupted_completion_fails_closed_with_an_alarm(funnel, caplog):
     f = funnel
     claim, answer = await commit_while_lifecycle_is_down(f)
     await f.start_lifecycle()
-    damage(f.completion_db, "UPDATE task_completions SET payload = ? WHERE completion_id = ?",
-           (b"{}", answer.completion.completion_id))
+    damage(
+        f.completion_db,
+        "UPDATE task_completions SET payload = ? WHERE completion_id = ?",
+        (b"{}", answer.completion.completion_id),
+    )
     before = table_dump(f.completion_db)
     with caplog.at_level(logging.ERROR, logger="completion_service"):
         error = await rejected(f.attempt(claim), Code.DATA_LOSS, "COMPLETION_CORRUPTED", metadata={"completion_id"})
@@ -466,8 +520,11 @@ async def test_a_detached_child_does_not_block_the_parent(funnel):
 
 
 def external_gate_policy(address: str, timeout_ms: int = 1000, **workspace) -> dict:
-    return {"workspaces": {WS: {"external_gates": [{"id": "acme.review", "address": address, "timeout_ms": timeout_ms}],
-                                **workspace}}}
+    return {
+        "workspaces": {
+            WS: {"external_gates": [{"id": "acme.review", "address": address, "timeout_ms": timeout_ms}], **workspace}
+        }
+    }
 
 
 async def test_an_external_gate_that_times_out_blocks(start_funnel, gate_server):
@@ -522,7 +579,12 @@ async def test_an_external_gate_that_passes_allows_and_sees_the_snapshot(start_f
     assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
     [request] = calls
     assert (request.gate_id, request.workspace_id, request.task_id, request.generation, request.run_id) == (
-        "acme.review", WS, "task-1", 1, claim.run.run_id)
+        "acme.review",
+        WS,
+        "task-1",
+        1,
+        claim.run.run_id,
+    )
     assert (request.outcome, request.result) == (
         cpb.REQUESTED_OUTCOME_COMPLETED,
         "Implemented the change; all tests pass.",
@@ -532,9 +594,11 @@ async def test_an_external_gate_that_passes_allows_and_sees_the_snapshot(start_f
 
 @pytest.mark.parametrize(
     "status, action",
-    [(cpb.GATE_STATUS_FAILED, cpb.AGENT_ACTION_ADDRESS_GATE_FEEDBACK),
-     (cpb.GATE_STATUS_UNSPECIFIED, cpb.AGENT_ACTION_RETRY_LATER),
-     (cpb.GATE_STATUS_SKIPPED, cpb.AGENT_ACTION_RETRY_LATER)],
+    [
+        (cpb.GATE_STATUS_FAILED, cpb.AGENT_ACTION_ADDRESS_GATE_FEEDBACK),
+        (cpb.GATE_STATUS_UNSPECIFIED, cpb.AGENT_ACTION_RETRY_LATER),
+        (cpb.GATE_STATUS_SKIPPED, cpb.AGENT_ACTION_RETRY_LATER),
+    ],
 )
 async def test_an_external_gate_that_fails_or_answers_nonsense_blocks(start_funnel, gate_server, status, action):
     async def judge(request, context):
@@ -578,7 +642,12 @@ async def test_the_circuit_breaker_hard_blocks_repeated_blocked_attempts(start_f
     assert decisive_gate(tripped.decision).gate_id == "completion.circuit_breaker"
     assert not tripped.HasField("completion")
     assert kinds(await f.completion_events(task_id="task-1")) == [
-        "RUN_CLAIMED", "DECISION_BLOCKED", "DECISION_BLOCKED", "EVIDENCE_RECORDED", "DECISION_BLOCKED"]
+        "RUN_CLAIMED",
+        "DECISION_BLOCKED",
+        "DECISION_BLOCKED",
+        "EVIDENCE_RECORDED",
+        "DECISION_BLOCKED",
+    ]
 
     # The breaker counts repeats of the same result: a new result is judged afresh.
     fresh = await f.attempt(claim, result="tests pass at the current checkpoint")
@@ -595,7 +664,10 @@ async def test_a_failed_outcome_settles_with_settle_failure(strict_funnel):
     assert (completion.outcome, completion.settlement) == (cpb.REQUESTED_OUTCOME_FAILED, cpb.SETTLEMENT_STATUS_SETTLED)
     task = (await f.task("task-1")).task
     assert (task.state, task.outcome, task.work_status) == (
-        lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_FAILED, lpb.WORK_STATUS_BLOCKED)
+        lpb.GENERATION_STATE_TERMINAL,
+        lpb.TERMINAL_OUTCOME_FAILED,
+        lpb.WORK_STATUS_BLOCKED,
+    )
     [event] = [e for e in await f.lifecycle_events("task-1") if e.to_state == lpb.GENERATION_STATE_TERMINAL]
     assert (event.intent, event.sequence) == (lpb.INTENT_SETTLE_FAILURE, completion.lifecycle_event_sequence)
     events = await f.completion_events(task_id="task-1")
@@ -645,18 +717,29 @@ async def test_watch_streams_backlog_then_live_and_resumes_from_a_cursor(strict_
     try:
         claimed, backlog = await watch.next(2)
         assert (claimed.kind, claimed.run_id, claimed.generation) == (
-            cpb.COMPLETION_EVENT_KIND_RUN_CLAIMED, claim.run.run_id, 1)
+            cpb.COMPLETION_EVENT_KIND_RUN_CLAIMED,
+            claim.run.run_id,
+            1,
+        )
         assert (backlog.kind, backlog.task_id, backlog.workspace_id) == (
-            cpb.COMPLETION_EVENT_KIND_DECISION_BLOCKED, "task-1", WS)
+            cpb.COMPLETION_EVENT_KIND_DECISION_BLOCKED,
+            "task-1",
+            WS,
+        )
         assert backlog.decision.next_action == cpb.AGENT_ACTION_RECORD_EVIDENCE and backlog.completion_id == ""
 
         evidence = await f.evidence(claim)
         allowed = await f.attempt(claim)
         recorded, *live = await watch.next(3)
         assert (recorded.kind, recorded.evidence_id, recorded.run_id) == (
-            cpb.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED, evidence.evidence_id, claim.run.run_id)
-        assert [e.kind for e in live] == [cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED,
-                                          cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED]
+            cpb.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED,
+            evidence.evidence_id,
+            claim.run.run_id,
+        )
+        assert [e.kind for e in live] == [
+            cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED,
+            cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED,
+        ]
         assert {e.completion_id for e in live} == {allowed.completion.completion_id}
         sequences = [claimed.sequence, backlog.sequence, recorded.sequence] + [e.sequence for e in live]
         assert sequences == sorted(set(sequences))
@@ -689,7 +772,10 @@ async def test_watch_streams_backlog_then_live_and_resumes_from_a_cursor(strict_
     assert [e.sequence for e in resumed] == [live[1].sequence] + [e.sequence for e in more]
     assert resumed[0] == live[1]
     assert kinds(await f.completion_events(workspace=OTHER_WS)) == [
-        "RUN_CLAIMED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "RUN_CLAIMED",
+        "COMPLETION_COMMITTED",
+        "COMPLETION_SETTLED",
+    ]
 
 
 async def test_no_terminal_event_is_published_before_the_lifecycle_commit(funnel):
@@ -699,7 +785,9 @@ async def test_no_terminal_event_is_published_before_the_lifecycle_commit(funnel
         _, answer = await commit_while_lifecycle_is_down(f)
         claimed, committed = await watch.next(2)
         assert (claimed.kind, committed.kind) == (
-            cpb.COMPLETION_EVENT_KIND_RUN_CLAIMED, cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED)
+            cpb.COMPLETION_EVENT_KIND_RUN_CLAIMED,
+            cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED,
+        )
         # The settler retries against the dead lifecycle, twice: each a chance to publish too early.
         await settler_retried(f, times=2)
         await f.start_lifecycle()
@@ -707,7 +795,9 @@ async def test_no_terminal_event_is_published_before_the_lifecycle_commit(funnel
         # The next event on the stream is the one settlement, as stored: nothing came before it.
         [terminal] = await watch.next(1)
         assert (terminal.kind, terminal.completion_id) == (
-            cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, answer.completion.completion_id)
+            cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED,
+            answer.completion.completion_id,
+        )
         assert [claimed, committed, terminal] == await f.completion_events(task_id="task-1")
         assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_TERMINAL
     finally:
@@ -721,8 +811,9 @@ async def test_acceptance_a_successful_close_updates_finished_at_outcome_tokens_
     f = funnel
     claim = await f.registered_and_claimed("task-1")
     f.clock.advance(5 * SECOND)
-    closed = await f.complete_run(claim, tokens_input=1200, tokens_output=300, tokens_total=1500,
-                                  notes="Implemented the change.", error="")
+    closed = await f.complete_run(
+        claim, tokens_input=1200, tokens_output=300, tokens_total=1500, notes="Implemented the change.", error=""
+    )
     finished_at = claim.run.claim_time.seconds + 5
     assert closed.run_id == claim.run.run_id
     assert closed.finish_time.seconds == finished_at
@@ -749,7 +840,10 @@ async def test_acceptance_a_successful_close_updates_finished_at_outcome_tokens_
     )
     [entry] = await f.audit(run_id=run.run_id)
     assert (entry.action, entry.task_id, dict(entry.metadata)) == (
-        "task.completed", "task-1", {"outcome": "SUCCEEDED", "final_status": "DONE", "closed_by": "agent"})
+        "task.completed",
+        "task-1",
+        {"outcome": "SUCCEEDED", "final_status": "DONE", "closed_by": "agent"},
+    )
     assert entry.record_time == closed.finish_time
 
 
@@ -759,8 +853,12 @@ async def test_acceptance_double_close_errors_with_run_already_finished(funnel):
     first = await f.complete_run(claim, outcome=cpb.RUN_OUTCOME_FAILED, error="tests fail")
     before = (await f.visible_state(), await f.lifecycle_events("task-1"))
     for outcome in (cpb.RUN_OUTCOME_FAILED, cpb.RUN_OUTCOME_SUCCEEDED):
-        error = await rejected(f.complete_run(claim, outcome=outcome), Code.FAILED_PRECONDITION, "RUN_ALREADY_FINISHED",
-                               metadata={"run_id", "finish_time"})
+        error = await rejected(
+            f.complete_run(claim, outcome=outcome),
+            Code.FAILED_PRECONDITION,
+            "RUN_ALREADY_FINISHED",
+            metadata={"run_id", "finish_time"},
+        )
         assert error_info(error).metadata["run_id"] == claim.run.run_id
     assert (await f.visible_state(), await f.lifecycle_events("task-1")) == before
     assert (await f.get_run(claim.run.run_id)).finish_time == first.finish_time
@@ -784,7 +882,10 @@ async def test_acceptance_token_inconsistency_is_resolved_by_preferring_the_repo
     assert closed.tokens_total == total
     run = await f.get_run(claim.run.run_id)
     assert (run.tokens_input, run.tokens_output, run.tokens_total) == (
-        tokens.get("tokens_input", 0), tokens.get("tokens_output", 0), total)
+        tokens.get("tokens_input", 0),
+        tokens.get("tokens_output", 0),
+        total,
+    )
 
 
 async def test_notes_longer_than_2000_characters_are_cut_and_the_response_says_so(funnel):
@@ -862,7 +963,10 @@ async def test_a_cancelled_close_requests_and_settles_cancellation(funnel):
     assert closed.final_status == cpb.FINAL_STATUS_CANCELLED
     task = (await f.task("task-1")).task
     assert (task.state, task.outcome, task.work_status) == (
-        lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED, lpb.WORK_STATUS_CANCELLED)
+        lpb.GENERATION_STATE_TERMINAL,
+        lpb.TERMINAL_OUTCOME_CANCELLED,
+        lpb.WORK_STATUS_CANCELLED,
+    )
     intents = [e.intent for e in await f.lifecycle_events("task-1")]
     assert intents[-2:] == [lpb.INTENT_REQUEST_CANCELLATION, lpb.INTENT_SETTLE_CANCELLATION]
     [entry] = await f.audit(task_id="task-1")
@@ -948,7 +1052,9 @@ async def test_the_stall_sweeper_closes_runs_whose_lease_expired_long_ago(start_
     assert run.outcome == cpb.RUN_OUTCOME_STALLED and "lease expired" in run.error
     [entry] = await f.audit(run_id=stalled.run.run_id)
     assert (entry.action, dict(entry.metadata)) == (
-        "task.completed", {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"})
+        "task.completed",
+        {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"},
+    )
     assert not (await f.get_run(live.run.run_id)).HasField("finish_time")
     assert (await f.task("task-1")).task.work_status == lpb.WORK_STATUS_IN_PROGRESS
     # The task can be claimed again; an agent's late close of the stalled run is an error.
@@ -1008,16 +1114,30 @@ async def test_a_retried_claim_completes_a_confirmation_the_original_call_never_
     client's retry returns the original response and activates the task."""
     f = funnel
     await f.register("task-1")
-    request = cpb.ClaimTaskRequest(workspace_id=WS, task_id="task-1", agent_id="agent-1",
-                                   lease_ttl=Duration(seconds=60), request_id="claim-1")
+    request = cpb.ClaimTaskRequest(
+        workspace_id=WS, task_id="task-1", agent_id="agent-1", lease_ttl=Duration(seconds=60), request_id="claim-1"
+    )
     # What ClaimTask committed before the crash: the run, the lease, the remembered response.
-    committed = await f.completion.authority.runs.commit_claim(ClaimCommand(
-        WS, "task-1", "agent-1", 1, 60 * SECOND, "run-before-the-crash",
-        RequestKey(WS, COMPLETION_IDENTITY, "ClaimTask", "claim-1",
-                   fingerprint("ClaimTask", request.SerializeToString(deterministic=True))),
-        lambda claimed: cpb.ClaimTaskResponse(
-            run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease)).SerializeToString(),
-    ))
+    committed = await f.completion.authority.runs.commit_claim(
+        ClaimCommand(
+            WS,
+            "task-1",
+            "agent-1",
+            1,
+            60 * SECOND,
+            "run-before-the-crash",
+            RequestKey(
+                WS,
+                COMPLETION_IDENTITY,
+                "ClaimTask",
+                "claim-1",
+                fingerprint("ClaimTask", request.SerializeToString(deterministic=True)),
+            ),
+            lambda claimed: cpb.ClaimTaskResponse(
+                run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease)
+            ).SerializeToString(),
+        )
+    )
     assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_REGISTERED
 
     retried = await f.cs.ClaimTask(request, timeout=CALL_TIMEOUT)
@@ -1036,14 +1156,22 @@ async def test_attempt_completion_request_id_replays_the_original_decision(stric
     await f.evidence(claim)
     assert await f.attempt(claim, request_id="attempt-1") == blocked  # the original answer, not a new evaluation
     assert kinds(await f.completion_events(task_id="task-1")) == [
-        "RUN_CLAIMED", "DECISION_BLOCKED", "EVIDENCE_RECORDED"]
+        "RUN_CLAIMED",
+        "DECISION_BLOCKED",
+        "EVIDENCE_RECORDED",
+    ]
     await rejected(f.attempt(claim, result="other", request_id="attempt-1"), Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
 
     allowed = await f.attempt(claim, request_id="attempt-2")
     assert allowed.decision.verdict == cpb.VERDICT_ALLOW
     assert await f.attempt(claim, request_id="attempt-2") == allowed
     assert kinds(await f.completion_events(task_id="task-1")) == [
-        "RUN_CLAIMED", "DECISION_BLOCKED", "EVIDENCE_RECORDED", "COMPLETION_COMMITTED", "COMPLETION_SETTLED"]
+        "RUN_CLAIMED",
+        "DECISION_BLOCKED",
+        "EVIDENCE_RECORDED",
+        "COMPLETION_COMMITTED",
+        "COMPLETION_SETTLED",
+    ]
 
 
 async def test_a_replayed_attempt_reports_the_current_settlement(funnel):
@@ -1078,7 +1206,8 @@ async def test_complete_run_request_id_replays_instead_of_double_closing(funnel)
     before = (await f.visible_state(), await f.lifecycle_events("task-1"))
     await rejected(
         f.complete_run(claim, outcome=cpb.RUN_OUTCOME_FAILED, notes="other", request_id="close-1"),
-        Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED",
+        Code.INVALID_ARGUMENT,
+        "REQUEST_ID_REUSED",
     )
     assert (await f.visible_state(), await f.lifecycle_events("task-1")) == before
     assert len(await f.audit(task_id="task-1")) == 1
@@ -1087,21 +1216,27 @@ async def test_complete_run_request_id_replays_instead_of_double_closing(funnel)
 async def test_renew_and_evidence_request_ids_replay(funnel):
     f = funnel
     claim = await f.registered_and_claimed("task-1")
-    renew = cpb.RenewLeaseRequest(workspace_id=WS, run_id=claim.run.run_id, epoch=1, lease_ttl=Duration(seconds=30),
-                                  request_id="renew-1")
+    renew = cpb.RenewLeaseRequest(
+        workspace_id=WS, run_id=claim.run.run_id, epoch=1, lease_ttl=Duration(seconds=30), request_id="renew-1"
+    )
     first = await f.cs.RenewLease(renew, timeout=CALL_TIMEOUT)
     f.clock.advance(10 * SECOND)
     assert await f.cs.RenewLease(renew, timeout=CALL_TIMEOUT) == first  # not extended again
     renew.lease_ttl.seconds = 40
     await rejected(f.cs.RenewLease(renew, timeout=CALL_TIMEOUT), Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
 
-    record = cpb.RecordEvidenceRequest(workspace_id=WS, task_id="task-1", generation=1, kind="tests",
-                                       verdict=cpb.EVIDENCE_VERDICT_PASSED, request_id="evidence-1")
+    record = cpb.RecordEvidenceRequest(
+        workspace_id=WS,
+        task_id="task-1",
+        generation=1,
+        kind="tests",
+        verdict=cpb.EVIDENCE_VERDICT_PASSED,
+        request_id="evidence-1",
+    )
     evidence = await f.cs.RecordEvidence(record, timeout=CALL_TIMEOUT)
     assert await f.cs.RecordEvidence(record, timeout=CALL_TIMEOUT) == evidence
     record.verdict = cpb.EVIDENCE_VERDICT_FAILED
     await rejected(f.cs.RecordEvidence(record, timeout=CALL_TIMEOUT), Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
-
 
 
 async def test_open_runs_are_listed_alone_and_their_token_is_for_that_listing(funnel):
@@ -1118,8 +1253,11 @@ async def test_open_runs_are_listed_alone_and_their_token_is_for_that_listing(fu
     rest = await f.cs.ListRuns(listing(page_token=page.next_page_token), timeout=CALL_TIMEOUT)
     assert [r.run_id for r in (*page.runs, *rest.runs)] == [second.run.run_id, first.run.run_id]
     assert not rest.next_page_token
-    await rejected(f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_token=page.next_page_token),
-                                 timeout=CALL_TIMEOUT), Code.INVALID_ARGUMENT, "FIELD_MALFORMED")
+    await rejected(
+        f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_token=page.next_page_token), timeout=CALL_TIMEOUT),
+        Code.INVALID_ARGUMENT,
+        "FIELD_MALFORMED",
+    )
 
 
 async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_in_pages(funnel):
@@ -1136,11 +1274,16 @@ async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_in_p
     assert [*first.evidence, *second.evidence] == recorded and not second.next_page_token
     assert (recorded[0].recorded_by.subject, recorded[0].recorded_by.role) == (COMPLETION_IDENTITY, "operator")
     assert [e.kind for e in (await f.cs.ListEvidence(page(generation=1), timeout=CALL_TIMEOUT)).evidence] == [
-        "tests", "lint"]
+        "tests",
+        "lint",
+    ]
     assert list((await f.cs.ListEvidence(page(generation=2), timeout=CALL_TIMEOUT)).evidence) == []
     # A token is for its listing only.
-    await rejected(f.cs.ListEvidence(page(first.next_page_token, generation=1), timeout=CALL_TIMEOUT),
-                   Code.INVALID_ARGUMENT, "FIELD_MALFORMED")
+    await rejected(
+        f.cs.ListEvidence(page(first.next_page_token, generation=1), timeout=CALL_TIMEOUT),
+        Code.INVALID_ARGUMENT,
+        "FIELD_MALFORMED",
+    )
 
 
 async def test_evidence_naming_an_unknown_run_or_one_of_another_task_is_refused_and_changes_nothing(funnel):
@@ -1149,9 +1292,15 @@ async def test_evidence_naming_an_unknown_run_or_one_of_another_task_is_refused_
     elsewhere = await f.registered_and_claimed("task-2")
 
     def record(run_id: str, generation: int = 1) -> cpb.RecordEvidenceRequest:
-        return cpb.RecordEvidenceRequest(workspace_id=WS, task_id="task-1", generation=generation, kind="tests",
-                                         verdict=cpb.EVIDENCE_VERDICT_PASSED, run_id=run_id,
-                                         request_id=f"evidence-{run_id}-{generation}")
+        return cpb.RecordEvidenceRequest(
+            workspace_id=WS,
+            task_id="task-1",
+            generation=generation,
+            kind="tests",
+            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            run_id=run_id,
+            request_id=f"evidence-{run_id}-{generation}",
+        )
 
     before = table_dump(f.completion_db)
     for refused in (record("run-that-never-was"), record(elsewhere.run.run_id), record(claim.run.run_id, 2)):
@@ -1169,9 +1318,7 @@ async def test_evidence_naming_an_unknown_run_or_one_of_another_task_is_refused_
 async def test_concurrent_claims_grant_exactly_one_lease(funnel):
     f = funnel
     await f.register("task-1")
-    results = await asyncio.gather(
-        *(f.claim("task-1", agent=f"agent-{i}") for i in range(6)), return_exceptions=True
-    )
+    results = await asyncio.gather(*(f.claim("task-1", agent=f"agent-{i}") for i in range(6)), return_exceptions=True)
     granted = [r for r in results if isinstance(r, cpb.ClaimTaskResponse)]
     refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
     assert len(granted) == 1 and len(refused) == 5, results
@@ -1215,8 +1362,9 @@ async def test_listings_page_without_gaps_or_duplicates(funnel):
     async def pages(method, request_type, items_field, **filters):
         seen, token = [], ""
         while True:
-            page = await method(request_type(workspace_id=WS, page_size=2, page_token=token, **filters),
-                                timeout=CALL_TIMEOUT)
+            page = await method(
+                request_type(workspace_id=WS, page_size=2, page_token=token, **filters), timeout=CALL_TIMEOUT
+            )
             items = list(getattr(page, items_field))
             assert len(items) <= 2
             seen += items

@@ -56,7 +56,9 @@ async def test_a_close_after_the_fence_refused_the_completion_settles_the_cancel
     claim, answer = await fenced_while_pending(f)
     refused = await settled(f, "task-1")
     assert (refused.settlement, refused.terminalization_error_reason) == (
-        cpb.SETTLEMENT_STATUS_REJECTED, "CANCELLATION_FENCED")
+        cpb.SETTLEMENT_STATUS_REJECTED,
+        "CANCELLATION_FENCED",
+    )
     assert (await task_state(f))[0] == lpb.GENERATION_STATE_ACTIVE  # what used to wait for a host forever
 
     closed = await f.complete_run(claim, outcome=cpb.RunOutcome.Value(f"RUN_OUTCOME_{outcome}"))
@@ -79,7 +81,9 @@ async def test_a_close_while_the_completion_is_pending_settles_it_first(start_fu
     assert await task_state(f) == CANCELLED
     completion = await f.completion_of("task-1")
     assert (completion.settlement, completion.terminalization_error_reason) == (
-        cpb.SETTLEMENT_STATUS_REJECTED, "CANCELLATION_FENCED")
+        cpb.SETTLEMENT_STATUS_REJECTED,
+        "CANCELLATION_FENCED",
+    )
     await assert_settled_by_the_completion_service(f, claim.run.run_id)
 
 

@@ -38,8 +38,12 @@ async def test_the_lifecycle_channel_connects_to_a_service_slow_to_answer_its_ha
 
     async def slow_network(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         server_reader, server_writer = await asyncio.open_connection("127.0.0.1", port)
-        pipes.update({asyncio.create_task(pipe(client_reader, server_writer)),
-                      asyncio.create_task(pipe(server_reader, client_writer, HANDSHAKE_DELAY))})
+        pipes.update(
+            {
+                asyncio.create_task(pipe(client_reader, server_writer)),
+                asyncio.create_task(pipe(server_reader, client_writer, HANDSHAKE_DELAY)),
+            }
+        )
 
     proxy = await asyncio.start_server(slow_network, "127.0.0.1", 0)
     address = f"127.0.0.1:{proxy.sockets[0].getsockname()[1]}"

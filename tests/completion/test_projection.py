@@ -24,13 +24,11 @@ ACTIVE, TERMINAL, REGISTERED = LifecycleState.ACTIVE, LifecycleState.TERMINAL, L
 
 
 def record(revision=2, state=ACTIVE, children=(), generation=1, cancel=False) -> Record:
-    return Record(generation, revision, state, "COMPLETED" if state is TERMINAL else None, cancel,
-                  frozenset(children))
+    return Record(generation, revision, state, "COMPLETED" if state is TERMINAL else None, cancel, frozenset(children))
 
 
 def change(task_id, revision, state=ACTIVE, generation=1, cancel=False, attached_to=None):
-    return Change(task_id, generation, revision, state, "COMPLETED" if state is TERMINAL else None, cancel,
-                  attached_to)
+    return Change(task_id, generation, revision, state, "COMPLETED" if state is TERMINAL else None, cancel, attached_to)
 
 
 def read(projection: WorkspaceProjection, task_id: str, result: Record, *during: Change) -> None:
@@ -198,10 +196,17 @@ class Truth:
 
     def read(self, task_id: str) -> Record:
         task = self.tasks[task_id]
-        children = {c for c, t in self.tasks.items()
-                    if t.parent == (task_id, task.generation) and t.state is not TERMINAL}
-        return Record(task.generation, task.revision, task.state, "COMPLETED" if task.state is TERMINAL else None,
-                      task.cancel, frozenset(children))
+        children = {
+            c for c, t in self.tasks.items() if t.parent == (task_id, task.generation) and t.state is not TERMINAL
+        }
+        return Record(
+            task.generation,
+            task.revision,
+            task.state,
+            "COMPLETED" if task.state is TERMINAL else None,
+            task.cancel,
+            frozenset(children),
+        )
 
     def step(self, op: str, task_id: str, other: str) -> Change | None:
         task = self.tasks.get(task_id)
@@ -223,20 +228,32 @@ class Truth:
         else:
             return None
         task.revision += 1
-        return Change(task_id, task.generation, task.revision, task.state,
-                      "COMPLETED" if task.state is TERMINAL else None, task.cancel, opened)
+        return Change(
+            task_id,
+            task.generation,
+            task.revision,
+            task.state,
+            "COMPLETED" if task.state is TERMINAL else None,
+            task.cancel,
+            opened,
+        )
 
 
 IDS = ["a", "b", "c", "d", "e"]
-STEP = st.tuples(st.sampled_from(["child", "top", "activate", "cancel", "end", "resume", "read"]),
-                 st.sampled_from(IDS), st.sampled_from(IDS), st.integers(0, 3))
+STEP = st.tuples(
+    st.sampled_from(["child", "top", "activate", "cancel", "end", "resume", "read"]),
+    st.sampled_from(IDS),
+    st.sampled_from(IDS),
+    st.integers(0, 3),
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(STEP, max_size=60))
 # A child that ended before its parent was read resumes: only the resume's parent link tells.
-@example([("top", "a", "a", 0), ("child", "b", "a", 0), ("end", "b", "a", 0), ("read", "a", "a", 0),
-          ("resume", "b", "a", 0)])
+@example(
+    [("top", "a", "a", 0), ("child", "b", "a", 0), ("end", "b", "a", 0), ("read", "a", "a", 0), ("resume", "b", "a", 0)]
+)
 def test_a_served_view_is_what_a_read_returns_at_that_moment(steps):
     truth, projection = Truth(), WorkspaceProjection(3)
     reads: list[tuple[object, str, Record]] = []  # under way: (reading, task, what the read returned)
@@ -314,8 +331,9 @@ IDLE = 1.0
 @pytest.fixture
 async def shell():
     lifecycle = Lifecycle()
-    projection = LifecycleProjection(lifecycle, Metrics(), workspaces=1, tasks_per_workspace=10,
-                                     retry_seconds=0.01, idle_seconds=IDLE)
+    projection = LifecycleProjection(
+        lifecycle, Metrics(), workspaces=1, tasks_per_workspace=10, retry_seconds=0.01, idle_seconds=IDLE
+    )
     owner = asyncio.create_task(projection.run_forever())
     await until(lambda: projection.view("a", "t") is None and projection.position("a") == 7)
     yield lifecycle, projection
@@ -338,8 +356,18 @@ async def test_a_workspace_asked_about_recently_keeps_its_stream_an_idle_one_giv
 async def test_a_stream_that_ends_serves_nothing_until_it_is_live_again_with_a_new_projection(shell):
     lifecycle, projection = shell
     first = lifecycle.streams[0]
-    first.send(lpb.WatchLifecycleEventsResponse(event=lpb.LifecycleEvent(
-        sequence=8, workspace_id="a", task_id="t", generation=1, revision=2, to_state=lpb.GENERATION_STATE_ACTIVE)))
+    first.send(
+        lpb.WatchLifecycleEventsResponse(
+            event=lpb.LifecycleEvent(
+                sequence=8,
+                workspace_id="a",
+                task_id="t",
+                generation=1,
+                revision=2,
+                to_state=lpb.GENERATION_STATE_ACTIVE,
+            )
+        )
+    )
     await until(lambda: projection.position("a") == 8)
     first.send(RuntimeError("the lifecycle service went away"))
     await until(lambda: projection.position("a") is None)

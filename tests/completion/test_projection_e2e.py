@@ -26,8 +26,13 @@ async def lifecycle_get_tasks(f: Funnel) -> float:
     """GetTask calls the lifecycle service has answered."""
     value = f.lifecycle.metrics.registry.get_sample_value(
         "grpc_server_handled_total",
-        {"grpc_service": "funnel.lifecycle.v1.TaskLifecycleService", "grpc_method": "GetTask",
-         "grpc_type": "unary", "grpc_code": "OK", "reason": ""},
+        {
+            "grpc_service": "funnel.lifecycle.v1.TaskLifecycleService",
+            "grpc_method": "GetTask",
+            "grpc_type": "unary",
+            "grpc_code": "OK",
+            "reason": "",
+        },
     )
     return value or 0.0
 
@@ -92,9 +97,12 @@ async def test_an_attached_child_resuming_reaches_the_projection_of_its_parent(f
     await f.complete_run(child)
     await f.projection_caught_up()
     assert f.completion.authority.projection.view(WS, "parent") is not None
-    await f.lc.ResumeWithGeneration(lpb.ResumeWithGenerationRequest(
-        workspace_id=WS, task_id="child", generation=2, cause=lpb.Cause(source="test", reason="new feedback")),
-        timeout=CALL_TIMEOUT)
+    await f.lc.ResumeWithGeneration(
+        lpb.ResumeWithGenerationRequest(
+            workspace_id=WS, task_id="child", generation=2, cause=lpb.Cause(source="test", reason="new feedback")
+        ),
+        timeout=CALL_TIMEOUT,
+    )
     # The resume's event names the parent: the projection sees the child open again.
     (resumed,) = [e for e in await f.lifecycle_events("child") if e.intent == lpb.INTENT_RESUME_WITH_GENERATION]
     assert resumed.parent == lpb.ParentLink(task_id="parent", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)
@@ -172,9 +180,12 @@ async def test_a_projected_view_behind_the_runs_generation_is_read_again(funnel)
     first = await f.registered_and_claimed("task-1")
     assert (await f.attempt(first)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
     await f.complete_run(first)
-    await f.lc.ResumeWithGeneration(lpb.ResumeWithGenerationRequest(
-        workspace_id=WS, task_id="task-1", generation=2, cause=lpb.Cause(source="test", reason="new feedback")),
-        timeout=CALL_TIMEOUT)
+    await f.lc.ResumeWithGeneration(
+        lpb.ResumeWithGenerationRequest(
+            workspace_id=WS, task_id="task-1", generation=2, cause=lpb.Cause(source="test", reason="new feedback")
+        ),
+        timeout=CALL_TIMEOUT,
+    )
     second = await f.claim("task-1")
     assert second.run.generation == 2
     # The projection still holds generation 1 (as if the resume had not reached it yet).
@@ -203,8 +214,10 @@ async def test_while_the_lifecycle_is_down_attempts_are_judged_on_what_the_proje
     await rejected(f.attempt(unseen), Code.UNAVAILABLE, "LIFECYCLE_UNAVAILABLE")
 
     await f.start_lifecycle()
+
     async def settled():
         completion = await f.completion_of("task-1")
         return completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+
     await eventually(settled, clock=f.clock, advance_micros=1_000_000)
     assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_TERMINAL

@@ -101,12 +101,14 @@ def outcomes(results: list) -> Counter:
 
 
 async def table_counts(env: Env) -> dict[str, int]:
-    return await env.read(lambda tx: {
-        "runs": len(tx.load_runs(WS, None, None, 10_000)),
-        "completions": len(tx.load_completions(WS, None, None, None, 10_000)),
-        "events": len(tx.load_events(WS, 0, None, 10_000)),
-        "audit": len(tx.load_audit(WS, None, None, 0, 10_000)),
-    })
+    return await env.read(
+        lambda tx: {
+            "runs": len(tx.load_runs(WS, None, None, 10_000)),
+            "completions": len(tx.load_completions(WS, None, None, None, 10_000)),
+            "events": len(tx.load_events(WS, 0, None, 10_000)),
+            "audit": len(tx.load_audit(WS, None, None, 0, 10_000)),
+        }
+    )
 
 
 # -- request ids -------------------------------------------------------------------
@@ -118,8 +120,9 @@ async def test_the_same_claim_request_id_at_both_replicas_has_one_effect_and_one
 
     async def claim(env: Env, task_id: str):
         request = key("ClaimTask", f"claim-{task_id}", fingerprint("ClaimTask", task_id.encode()))
-        command = runs.ClaimCommand(WS, task_id, "agent-1", 1, 60 * SECOND, env.ids.new_id("run"), request,
-                                    slowly(render_claim))
+        command = runs.ClaimCommand(
+            WS, task_id, "agent-1", 1, 60 * SECOND, env.ids.new_id("run"), request, slowly(render_claim)
+        )
         return await env.write(runs.claim, command=command)
 
     results = await asyncio.gather(*(claim(env, task_id) for task_id in tasks for env in (a, b)))
@@ -172,7 +175,8 @@ async def test_concurrent_claims_of_one_task_at_both_replicas_grant_one_lease(re
         assert winner.lease.epoch == 1
         assert await b.lease(task_id) == winner.lease
         assert [r.run_id for r in await a.read(lambda tx, t=task_id: tx.load_runs(WS, t, None, 10))] == [
-            winner.run.run_id]
+            winner.run.run_id
+        ]
 
 
 async def test_the_duplicate_policy_holds_across_replicas(replicas):
@@ -188,11 +192,13 @@ async def test_the_duplicate_policy_holds_across_replicas(replicas):
 
     # Another outcome for the same generation at the same moment: one wins, the other conflicts.
     other = [await b.claimed(f"other-{n}") for n in range(4)]
-    results = await asyncio.gather(*(
-        env.attempt(claimed, outcome=outcome)
-        for claimed in other
-        for env, outcome in ((a, RequestedOutcome.COMPLETED), (b, RequestedOutcome.FAILED))
-    ))
+    results = await asyncio.gather(
+        *(
+            env.attempt(claimed, outcome=outcome)
+            for claimed in other
+            for env, outcome in ((a, RequestedOutcome.COMPLETED), (b, RequestedOutcome.FAILED))
+        )
+    )
     assert outcomes(results) == Counter({"AttemptOutcome": 4, "COMPLETION_CONFLICT": 4}), results
     events = await a.events()
     committed = [e for e in events if e.kind is CompletionEventKind.COMPLETION_COMMITTED]
@@ -223,8 +229,9 @@ async def test_the_settlement_outbox_is_never_claimed_by_two_replicas(replicas, 
     now, lease = clock.now_micros(), 10 * SECOND
 
     def claim(env: Env, owner: str, at: int, limit: int = 100):
-        return env.store.write(lambda tx: settlements.claim_due(tx, now=at, owner=owner, lease_micros=lease,
-                                                                limit=limit))
+        return env.store.write(
+            lambda tx: settlements.claim_due(tx, now=at, owner=owner, lease_micros=lease, limit=limit)
+        )
 
     everything = {c.completion_id for c in await a.read(lambda tx: tx.load_completions(WS, None, None, None, 100))}
     mine, theirs = await asyncio.gather(claim(a, "a", now, 12), claim(b, "b", now, 12))
@@ -237,11 +244,16 @@ async def test_the_settlement_outbox_is_never_claimed_by_two_replicas(replicas, 
 
     # Both settle the same row at once: one records it, with one terminal event.
     completion = mine[0]
-    recorded = await asyncio.gather(*(
-        env.write(settlements.record_settlement, completion=completion,
-                  settlement=Settlement(lifecycle_revision=3, lifecycle_event_sequence=n))
-        for n, env in enumerate((a, b, a, b))
-    ))
+    recorded = await asyncio.gather(
+        *(
+            env.write(
+                settlements.record_settlement,
+                completion=completion,
+                settlement=Settlement(lifecycle_revision=3, lifecycle_event_sequence=n),
+            )
+            for n, env in enumerate((a, b, a, b))
+        )
+    )
     assert sum(isinstance(r, Recorded) for r in recorded) == 1
     assert (await b.completion(completion.task_id)).settlement is SettlementStatus.SETTLED
     terminal = [e for e in await a.events(completion.task_id) if e.kind is CompletionEventKind.COMPLETION_SETTLED]
@@ -285,8 +297,9 @@ async def two_servers(tmp_path, url) -> AsyncIterator[TwoServers]:
         clock,
         tmp_path,
         LifecycleConfig(listen="127.0.0.1:0", database=str(tmp_path / "lifecycle.sqlite3"), health_interval=5.0),
-        CompletionConfig(listen="127.0.0.1:0", database=url, lifecycle_timeout=2.0, settle_interval=0.05,
-                         health_interval=5.0),
+        CompletionConfig(
+            listen="127.0.0.1:0", database=url, lifecycle_timeout=2.0, settle_interval=0.05, health_interval=5.0
+        ),
         {},
     )
     await f.start()
@@ -321,8 +334,9 @@ class Watcher:
 
 
 def claim_request(task_id: str, request_id: str = "") -> cpb.ClaimTaskRequest:
-    return cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id="agent-1",
-                                lease_ttl=Duration(seconds=600), request_id=request_id)
+    return cpb.ClaimTaskRequest(
+        workspace_id=WS, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=600), request_id=request_id
+    )
 
 
 async def test_a_watcher_on_either_replica_receives_every_event_of_both_in_order(two_servers):
@@ -332,12 +346,18 @@ async def test_a_watcher_on_either_replica_receives_every_event_of_both_in_order
         await s.f.register(task_id)
     on_a, on_b, one_task = Watcher(s.a), Watcher(s.b), Watcher(s.a, task_id="t-1")
     try:
+
         async def finish(stub, task_id: str) -> None:
             claim = await stub.ClaimTask(claim_request(task_id), timeout=CALL_TIMEOUT)
             attempt = await stub.AttemptCompletion(
-                cpb.AttemptCompletionRequest(workspace_id=WS, task_id=task_id, run_id=claim.run.run_id,
-                                             epoch=claim.lease.epoch, outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
-                                             result="done"),
+                cpb.AttemptCompletionRequest(
+                    workspace_id=WS,
+                    task_id=task_id,
+                    run_id=claim.run.run_id,
+                    epoch=claim.lease.epoch,
+                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                    result="done",
+                ),
                 timeout=CALL_TIMEOUT,
             )
             assert attempt.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
@@ -351,7 +371,8 @@ async def test_a_watcher_on_either_replica_receives_every_event_of_both_in_order
             # In order, without a gap (sequences are gapless), each event once.
             assert [e.sequence for e in received] == list(range(1, len(stored) + 1))
             assert [(e.sequence, e.task_id, e.completion_id) for e in received] == [
-                (e.sequence, e.task_id, e.completion_id or "") for e in stored]
+                (e.sequence, e.task_id, e.completion_id or "") for e in stored
+            ]
             await watcher.nothing_more()
         assert [e.sequence for e in await one_task.take(3)] == [e.sequence for e in stored if e.task_id == "t-1"]
         await one_task.nothing_more()
@@ -365,25 +386,37 @@ async def test_the_same_request_id_at_two_servers_gets_the_same_bytes(two_server
     tasks = [f"t-{n}" for n in range(6)]
     for task_id in tasks:
         await s.f.register(task_id)
-    answers = await asyncio.gather(*(
-        stub.ClaimTask(claim_request(task_id, f"claim-{task_id}"), timeout=CALL_TIMEOUT)
-        for task_id in tasks for stub in (s.a, s.b)
-    ))
+    answers = await asyncio.gather(
+        *(
+            stub.ClaimTask(claim_request(task_id, f"claim-{task_id}"), timeout=CALL_TIMEOUT)
+            for task_id in tasks
+            for stub in (s.a, s.b)
+        )
+    )
     for first, second in zip(answers[::2], answers[1::2], strict=True):
         assert first.SerializeToString(deterministic=True) == second.SerializeToString(deterministic=True)
     for task_id in tasks:
         listed = await s.b.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT)
         assert len(listed.runs) == 1
 
-    attempts = await asyncio.gather(*(
-        stub.AttemptCompletion(
-            cpb.AttemptCompletionRequest(workspace_id=WS, task_id=claim.run.task_id, run_id=claim.run.run_id,
-                                         epoch=claim.lease.epoch, outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
-                                         result="done", request_id=f"attempt-{claim.run.task_id}"),
-            timeout=CALL_TIMEOUT,
+    attempts = await asyncio.gather(
+        *(
+            stub.AttemptCompletion(
+                cpb.AttemptCompletionRequest(
+                    workspace_id=WS,
+                    task_id=claim.run.task_id,
+                    run_id=claim.run.run_id,
+                    epoch=claim.lease.epoch,
+                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                    result="done",
+                    request_id=f"attempt-{claim.run.task_id}",
+                ),
+                timeout=CALL_TIMEOUT,
+            )
+            for claim in answers[::2]
+            for stub in (s.b, s.a)
         )
-        for claim in answers[::2] for stub in (s.b, s.a)
-    ))
+    )
     # The same decision and completion; a replay shows the completion's settlement as
     # it is now, which may still be PENDING while the first call settles it.
     for first, second in zip(attempts[::2], attempts[1::2], strict=True):
@@ -399,9 +432,15 @@ async def test_the_same_request_id_at_two_servers_gets_the_same_bytes(two_server
             continue
         for stub in (s.a, s.b):
             again = await stub.AttemptCompletion(
-                cpb.AttemptCompletionRequest(workspace_id=WS, task_id=claim.run.task_id, run_id=claim.run.run_id,
-                                             epoch=claim.lease.epoch, outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
-                                             result="done", request_id=f"attempt-{claim.run.task_id}"),
+                cpb.AttemptCompletionRequest(
+                    workspace_id=WS,
+                    task_id=claim.run.task_id,
+                    run_id=claim.run.run_id,
+                    epoch=claim.lease.epoch,
+                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                    result="done",
+                    request_id=f"attempt-{claim.run.task_id}",
+                ),
                 timeout=CALL_TIMEOUT,
             )
             assert again.SerializeToString(deterministic=True) == answer.SerializeToString(deterministic=True)
@@ -413,9 +452,14 @@ async def test_replicas_starting_together_migrate_once_and_report_health_from_th
         applied = await stores[0].database.read(
             lambda conn: conn.execute("SELECT version, name FROM schema_migrations").fetchall()
         )
-        assert applied == [(1, "initial"), (2, "completion_traceparent"), (3, "settlement_outbox_view"),
-                           (4, "run_and_evidence_events"), (5, "evidence_recorded_by"),
-                           (6, "open_runs_by_claim")]
+        assert applied == [
+            (1, "initial"),
+            (2, "completion_traceparent"),
+            (3, "settlement_outbox_view"),
+            (4, "run_and_evidence_events"),
+            (5, "evidence_recorded_by"),
+            (6, "open_runs_by_claim"),
+        ]
     finally:
         for store in stores:
             await store.close()

@@ -64,7 +64,9 @@ async def test_a_claim_is_granted_unless_an_open_run_holds_a_live_lease(world, a
     else:
         rejection = refused(result, Reason.LEASE_HELD)
         assert rejection.metadata == {
-            "holder_run_id": holder.run.run_id, "lease_expire_time": instant(holder.lease.expires_at)}
+            "holder_run_id": holder.run.run_id,
+            "lease_expire_time": instant(holder.lease.expires_at),
+        }
         assert world.state() == before
 
 
@@ -77,7 +79,9 @@ async def test_a_claim_closes_the_turn_the_previous_holder_left_open(world):
     assert second.repaired and second.lease.epoch == first.lease.epoch + 1
     closers = await world.read(lambda tx: tx.load_transcript(WS, "t-1", 2, 10))
     assert [(e.kind, e.synthetic, e.recorded_at) for e in closers] == [
-        (EventKind.STEP_END, True, START + 2 * SECOND), (EventKind.TURN_END, True, START + 2 * SECOND)]
+        (EventKind.STEP_END, True, START + 2 * SECOND),
+        (EventKind.TURN_END, True, START + 2 * SECOND),
+    ]
 
 
 async def test_a_claim_request_id_replays_and_refuses_another_request(world):
@@ -85,7 +89,8 @@ async def test_a_claim_request_id_replays_and_refuses_another_request(world):
     claimed = await world.claimed(request=request)
     before = world.state()
     assert await world.run(runs.claim, command=world.claim_command(request=request)) == Replay(
-        claimed.run.run_id.encode())
+        claimed.run.run_id.encode()
+    )
     other = key("ClaimTask", "claim-1", b"another request")
     refused(await world.run(runs.claim, command=world.claim_command(request=other)), Reason.REQUEST_ID_REUSED)
     assert world.state() == before
@@ -141,17 +146,32 @@ async def test_closing_a_run_stores_what_the_agent_reported_and_an_audit_row(wor
     claimed = await world.claimed()
     world.clock.advance(SECOND)
     request = key("CompleteRun", "close-1")
-    command = close_command(claimed.run.run_id, outcome=RunOutcome.FAILED, final_status=FinalStatus.BLOCKED,
-                            notes="n" * 10, notes_truncated=True, error="boom", request=request,
-                            render=lambda run: f"closed {run.run_id}".encode())
+    command = close_command(
+        claimed.run.run_id,
+        outcome=RunOutcome.FAILED,
+        final_status=FinalStatus.BLOCKED,
+        notes="n" * 10,
+        notes_truncated=True,
+        error="boom",
+        request=request,
+        render=lambda run: f"closed {run.run_id}".encode(),
+    )
     closed = (await world.run(runs.close_run, command=command)).run
     assert (closed.finished_at, closed.outcome, closed.final_status, closed.notes_truncated, closed.error) == (
-        START + SECOND, RunOutcome.FAILED, FinalStatus.BLOCKED, True, "boom")
+        START + SECOND,
+        RunOutcome.FAILED,
+        FinalStatus.BLOCKED,
+        True,
+        "boom",
+    )
     assert await world.read(lambda tx: tx.load_run(WS, claimed.run.run_id)) == closed
     [audit] = await world.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
     assert (audit.action, dict(audit.metadata), audit.caller.subject, audit.recorded_at) == (
-        "task.completed", {"outcome": "FAILED", "final_status": "BLOCKED", "closed_by": "agent"}, "agent-1",
-        START + SECOND)
+        "task.completed",
+        {"outcome": "FAILED", "final_status": "BLOCKED", "closed_by": "agent"},
+        "agent-1",
+        START + SECOND,
+    )
     assert await world.run(runs.close_run, command=command) == Replay(f"closed {claimed.run.run_id}".encode())
 
 
@@ -181,7 +201,9 @@ async def test_stalled_runs_close_as_stalled_only_after_the_grace_and_in_batches
     assert (await world.read(lambda tx: tx.load_run(WS, renewed.run.run_id))).open
     audit = await world.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
     assert [(a.run_id, a.caller) for a in audit] == [
-        (stalled[0].run.run_id, runs.SELF), (stalled[1].run.run_id, runs.SELF)]
+        (stalled[0].run.run_id, runs.SELF),
+        (stalled[1].run.run_id, runs.SELF),
+    ]
 
 
 # -- a close overtaken by a fenced refusal (issue 21) -------------------------------------

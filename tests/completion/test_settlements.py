@@ -28,10 +28,16 @@ async def committed(world: World, task_id: str = "t-1"):
 @pytest.mark.parametrize(
     ("settlement", "status", "kind"),
     [
-        (Settlement(lifecycle_revision=4, lifecycle_event_sequence=9), SettlementStatus.SETTLED,
-         CompletionEventKind.COMPLETION_SETTLED),
-        (Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced"), SettlementStatus.REJECTED,
-         CompletionEventKind.TERMINALIZATION_ERROR),
+        (
+            Settlement(lifecycle_revision=4, lifecycle_event_sequence=9),
+            SettlementStatus.SETTLED,
+            CompletionEventKind.COMPLETION_SETTLED,
+        ),
+        (
+            Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced"),
+            SettlementStatus.REJECTED,
+            CompletionEventKind.TERMINALIZATION_ERROR,
+        ),
     ],
 )
 async def test_the_lifecycles_answer_is_recorded_once_with_its_terminal_event(world, settlement, status, kind):
@@ -51,8 +57,11 @@ async def test_the_lifecycles_answer_is_recorded_once_with_its_terminal_event(wo
         assert event.decision is None
     # Once recorded, any later answer changes nothing.
     before = world.state()
-    again = await world.run(settlements.record_settlement, completion=completion,
-                            settlement=Settlement(lifecycle_revision=5, lifecycle_event_sequence=10))
+    again = await world.run(
+        settlements.record_settlement,
+        completion=completion,
+        settlement=Settlement(lifecycle_revision=5, lifecycle_event_sequence=10),
+    )
     assert again == stored and world.state() == before
 
 
@@ -60,13 +69,27 @@ async def test_an_answer_for_another_or_unknown_completion_changes_nothing(world
     completion = await committed(world)
     before = world.state()
     stale = dataclasses.replace(completion, completion_id="cmp-replaced")
-    assert await world.run(settlements.record_settlement, completion=stale,
-                           settlement=Settlement(lifecycle_revision=1, lifecycle_event_sequence=1)) == completion
+    assert (
+        await world.run(
+            settlements.record_settlement,
+            completion=stale,
+            settlement=Settlement(lifecycle_revision=1, lifecycle_event_sequence=1),
+        )
+        == completion
+    )
     missing = dataclasses.replace(completion, task_id="t-unknown")
-    assert await world.run(settlements.record_settlement, completion=missing,
-                           settlement=Settlement(lifecycle_revision=1, lifecycle_event_sequence=1)) is None
-    assert await world.store.write(
-        lambda tx: settlements.postpone_settlement(tx, stale, next_attempt_at=START, error="x")) == completion
+    assert (
+        await world.run(
+            settlements.record_settlement,
+            completion=missing,
+            settlement=Settlement(lifecycle_revision=1, lifecycle_event_sequence=1),
+        )
+        is None
+    )
+    assert (
+        await world.store.write(lambda tx: settlements.postpone_settlement(tx, stale, next_attempt_at=START, error="x"))
+        == completion
+    )
     assert world.state() == before
 
 
@@ -74,7 +97,9 @@ async def test_a_postponed_settlement_counts_the_attempt_and_is_due_again_at_its
     completion = await committed(world)
     postponed = await world.store.write(
         lambda tx: settlements.postpone_settlement(
-            tx, completion, next_attempt_at=START + 3 * SECOND, error="UNAVAILABLE: down"))
+            tx, completion, next_attempt_at=START + 3 * SECOND, error="UNAVAILABLE: down"
+        )
+    )
     assert (postponed.settle_attempts, postponed.settlement) == (1, SettlementStatus.PENDING)
     assert (postponed.next_settle_at, postponed.last_settle_error) == (START + 3 * SECOND, "UNAVAILABLE: down")
 
@@ -83,14 +108,19 @@ async def test_a_postponed_settlement_counts_the_attempt_and_is_due_again_at_its
 
     assert await due(START + 3 * SECOND - 1) == []
     assert await due(START + 3 * SECOND) == [postponed]
-    settled = await world.run(settlements.record_settlement, completion=postponed,
-                              settlement=Settlement(lifecycle_revision=2, lifecycle_event_sequence=3))
+    settled = await world.run(
+        settlements.record_settlement,
+        completion=postponed,
+        settlement=Settlement(lifecycle_revision=2, lifecycle_event_sequence=3),
+    )
     assert settled.completion.settle_attempts == 2
     assert (settled.completion.next_settle_at, settled.completion.last_settle_error) == (None, None)
     assert await due(START + 100 * SECOND) == []
     # A settled row is not postponed any more.
-    assert await world.store.write(
-        lambda tx: settlements.postpone_settlement(tx, completion, START + 9 * SECOND, "x")) == settled.completion
+    assert (
+        await world.store.write(lambda tx: settlements.postpone_settlement(tx, completion, START + 9 * SECOND, "x"))
+        == settled.completion
+    )
 
 
 async def test_due_completions_are_claimed_earliest_first_up_to_the_limit(world):
@@ -99,7 +129,8 @@ async def test_due_completions_are_claimed_earliest_first_up_to_the_limit(world)
     second = await committed(world, "t-2")
     await world.store.write(lambda tx: settlements.postpone_settlement(tx, first, START + 5 * SECOND, "x"))
     claim = lambda limit: world.store.write(  # noqa: E731
-        lambda tx: settlements.claim_due(tx, START + 5 * SECOND, "settler-1", SECOND, limit))
+        lambda tx: settlements.claim_due(tx, START + 5 * SECOND, "settler-1", SECOND, limit)
+    )
     assert [c.completion_id for c in await claim(10)] == [second.completion_id, first.completion_id]
     assert [c.completion_id for c in await claim(1)] == [second.completion_id]
 
@@ -114,8 +145,12 @@ async def test_a_fenced_refusal_with_no_run_holding_the_task_owes_the_cancellati
     claimed = await world.claimed(ttl=10 * SECOND)
     completion = (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
     if how == "closed":
-        await world.run(runs.close_run, command=close_command(
-            claimed.run.run_id, completion_seen=(completion.completion_id, SettlementStatus.PENDING)))
+        await world.run(
+            runs.close_run,
+            command=close_command(
+                claimed.run.run_id, completion_seen=(completion.completion_id, SettlementStatus.PENDING)
+            ),
+        )
     else:
         world.clock.advance(11 * SECOND)
     before = world.state()
@@ -127,7 +162,9 @@ async def test_a_fenced_refusal_with_no_run_holding_the_task_owes_the_cancellati
     recorded = await world.run(settlements.record_settlement, completion=completion, settlement=ended)
     assert isinstance(recorded, Recorded)
     assert (recorded.completion.settlement, recorded.completion.error_reason) == (
-        SettlementStatus.REJECTED, "CANCELLATION_FENCED")
+        SettlementStatus.REJECTED,
+        "CANCELLATION_FENCED",
+    )
 
 
 @pytest.mark.parametrize("settlement", [FENCED, Settlement(error_reason="STALE_GENERATION", error_message="old")])

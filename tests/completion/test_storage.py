@@ -189,8 +189,17 @@ class Env:
     def close_command(self, run_id: str, **changes) -> CloseCommand:
         self.used(changes.get("request"))
         command = CloseCommand(
-            workspace_id=WS, run_id=run_id, outcome=RunOutcome.SUCCEEDED, tokens_input=10, tokens_output=5,
-            tokens_total=15, notes="done", notes_truncated=False, error="", final_status=None, closed_by="agent",
+            workspace_id=WS,
+            run_id=run_id,
+            outcome=RunOutcome.SUCCEEDED,
+            tokens_input=10,
+            tokens_output=5,
+            tokens_total=15,
+            notes="done",
+            notes_truncated=False,
+            error="",
+            final_status=None,
+            closed_by="agent",
             caller=Caller("agent-1", "agent"),
         )
         return dataclasses.replace(command, **changes)
@@ -207,8 +216,9 @@ class Env:
         )
 
     async def evidence(self, record: EvidenceRecord, request: RequestKey | None = None):
-        command = EvidenceCommand(dataclasses.replace(record, evidence_id=self.ids.new_id("evd")), None, request,
-                                  lambda stored: b"")
+        command = EvidenceCommand(
+            dataclasses.replace(record, evidence_id=self.ids.new_id("evd")), None, request, lambda stored: b""
+        )
         return await self.write(completions.record_evidence, command=command)
 
     async def events(self, task_id: str | None = None):
@@ -419,17 +429,13 @@ async def test_renew_refusals_change_nothing(env):
 
     new = await env.claimed(ttl=10 * SECOND)  # supersedes the old run's lease
     before = await env.state()
-    assert_rejected(
-        await env.renew(old.run.run_id, 1, 30 * SECOND), Reason.LEASE_NOT_CURRENT, epoch=1, current_epoch=2
-    )
+    assert_rejected(await env.renew(old.run.run_id, 1, 30 * SECOND), Reason.LEASE_NOT_CURRENT, epoch=1, current_epoch=2)
     assert_rejected(await env.renew(new.run.run_id, 1, 30 * SECOND), Reason.LEASE_NOT_CURRENT)
     assert await env.state() == before
 
     await env.close(new.run.run_id)
     before = await env.state()
-    assert_rejected(
-        await env.renew(new.run.run_id, 2, 30 * SECOND), Reason.RUN_ALREADY_FINISHED, run_id=new.run.run_id
-    )
+    assert_rejected(await env.renew(new.run.run_id, 2, 30 * SECOND), Reason.RUN_ALREADY_FINISHED, run_id=new.run.run_id)
     assert await env.state() == before
 
 
@@ -439,9 +445,14 @@ async def test_runs_are_listed_newest_first_per_task_with_a_cursor(env):
     second = await env.claimed(ttl=SECOND)
     other = await env.claimed("t-2")
     assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 10))] == [
-        other.run.run_id, second.run.run_id, first.run.run_id]
+        other.run.run_id,
+        second.run.run_id,
+        first.run.run_id,
+    ]
     assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", None, 10))] == [
-        second.run.run_id, first.run.run_id]
+        second.run.run_id,
+        first.run.run_id,
+    ]
     cursor = (second.run.claimed_at, second.run.run_id)
     assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", cursor, 10))] == [first.run.run_id]
     assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 1))] == [other.run.run_id]
@@ -473,15 +484,19 @@ async def test_stalled_runs_are_claimed_oldest_expiry_first_and_closed_with_an_a
     closed = await env.write(runs.close_stalled_runs, stall_after_micros=SECOND, limit=10)
     assert [c.run.run_id for c in closed] == [early.run.run_id]
     assert [(e.kind, e.run_outcome) for e in await env.events("t-2")] == [
-        (CompletionEventKind.RUN_CLAIMED, None), (CompletionEventKind.RUN_CLOSED, RunOutcome.STALLED)]
+        (CompletionEventKind.RUN_CLAIMED, None),
+        (CompletionEventKind.RUN_CLOSED, RunOutcome.STALLED),
+    ]
     assert (await env.events("t-2"))[-1] == closed[0].event
     stored = await env.run(early.run.run_id)
     assert (stored.outcome, stored.finished_at, stored.tokens_total) == (RunOutcome.STALLED, START + 4 * SECOND, 0)
     assert (await env.run(late.run.run_id)).open
     [audit] = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
     assert (audit.run_id, dict(audit.metadata), audit.caller) == (
-        early.run.run_id, {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"},
-        runs.SELF)
+        early.run.run_id,
+        {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"},
+        runs.SELF,
+    )
     assert await env.write(runs.close_stalled_runs, stall_after_micros=SECOND, limit=10) == []
 
 
@@ -491,8 +506,17 @@ async def test_stalled_runs_are_claimed_oldest_expiry_first_and_closed_with_an_a
 async def test_close_run_closes_the_run_and_writes_its_audit_row(env):
     claimed = await env.claimed()
     env.clock.advance(3 * SECOND)
-    closed = (await env.close(claimed.run.run_id, tokens_input=100, tokens_output=50, tokens_total=1000, notes="n",
-                              error="e", outcome=RunOutcome.FAILED)).run
+    closed = (
+        await env.close(
+            claimed.run.run_id,
+            tokens_input=100,
+            tokens_output=50,
+            tokens_total=1000,
+            notes="n",
+            error="e",
+            outcome=RunOutcome.FAILED,
+        )
+    ).run
     assert closed.finished_at == START + 3 * SECOND and not closed.open
     stored = await env.run(claimed.run.run_id)
     assert stored == closed
@@ -506,9 +530,14 @@ async def test_close_run_closes_the_run_and_writes_its_audit_row(env):
     ) == (RunOutcome.FAILED, 100, 50, 1000, "n", "e")
     audit = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
     assert [(a.action, a.run_id, a.task_id, dict(a.metadata), a.recorded_at, a.caller) for a in audit] == [
-        ("task.completed", claimed.run.run_id, "t-1",
-         {"outcome": "FAILED", "final_status": "UNCHANGED", "closed_by": "agent"}, START + 3 * SECOND,
-         Caller("agent-1", "agent"))
+        (
+            "task.completed",
+            claimed.run.run_id,
+            "t-1",
+            {"outcome": "FAILED", "final_status": "UNCHANGED", "closed_by": "agent"},
+            START + 3 * SECOND,
+            Caller("agent-1", "agent"),
+        )
     ]
 
     before = await env.state()
@@ -525,13 +554,14 @@ async def test_the_audit_log_is_listed_by_id_with_filters_and_a_cursor(env):
     every = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
     assert [a.run_id for a in every] == [first.run.run_id, second.run.run_id]
     assert every[0].audit_id < every[1].audit_id
-    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, "t-2", None, 0, 10))] == [
-        second.run.run_id]
+    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, "t-2", None, 0, 10))] == [second.run.run_id]
     assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, None, first.run.run_id, 0, 10))] == [
-        first.run.run_id]
+        first.run.run_id
+    ]
     after_first = every[0].audit_id
     assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, None, None, after_first, 10))] == [
-        second.run.run_id]
+        second.run.run_id
+    ]
     assert len(await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 1))) == 1
 
 
@@ -550,7 +580,8 @@ async def test_an_allowed_attempt_commits_one_pending_completion_and_a_committed
     assert await env.completion() == completion
     events = await env.events()
     assert [(e.kind, e.completion_id) for e in events] == [
-        (CompletionEventKind.RUN_CLAIMED, None), (CompletionEventKind.COMPLETION_COMMITTED, completion.completion_id)
+        (CompletionEventKind.RUN_CLAIMED, None),
+        (CompletionEventKind.COMPLETION_COMMITTED, completion.completion_id),
     ]
     assert list(claimed.events) + list(outcome.events) == events
     assert await env.due(START) == [completion]
@@ -565,7 +596,9 @@ async def test_same_identity_returns_the_existing_completion(env):
     assert again.completion == first
     assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))) == 1
     assert [e.kind for e in await env.events()] == [
-        CompletionEventKind.RUN_CLAIMED, CompletionEventKind.COMPLETION_COMMITTED]
+        CompletionEventKind.RUN_CLAIMED,
+        CompletionEventKind.COMPLETION_COMMITTED,
+    ]
 
 
 async def test_different_identity_with_the_same_outcome_keeps_the_existing_completion(env):
@@ -648,7 +681,10 @@ async def blocked_and_recorded(env: Env, claimed: Claimed, verdict, gate_id, act
     assert await env.attempts(claimed.run.task_id) == attempts + 1
     last = (await env.events())[-1]
     assert (last.kind, last.run_id, last.decision) == (
-        CompletionEventKind.DECISION_BLOCKED, claimed.run.run_id, outcome.decision)
+        CompletionEventKind.DECISION_BLOCKED,
+        claimed.run.run_id,
+        outcome.decision,
+    )
     assert list(outcome.events) == [last]
 
 
@@ -732,8 +768,10 @@ async def test_a_rejected_settlement_records_a_terminalization_error_and_never_a
     assert recorded.event.decision.next_action is AgentAction.STOP_AND_REPORT
     assert await env.settle(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7)) == rejected
     assert [e.kind for e in await env.events()] == [
-        CompletionEventKind.RUN_CLAIMED, CompletionEventKind.COMPLETION_COMMITTED,
-        CompletionEventKind.TERMINALIZATION_ERROR]
+        CompletionEventKind.RUN_CLAIMED,
+        CompletionEventKind.COMPLETION_COMMITTED,
+        CompletionEventKind.TERMINALIZATION_ERROR,
+    ]
 
 
 async def test_a_postponed_settlement_is_due_again_only_at_its_time(env):
@@ -764,7 +802,10 @@ async def test_a_postponed_settlement_keeps_its_attempts_next_time_and_error_unt
         stored = await env.completion()
         assert stored == postponed
         assert (stored.settle_attempts, stored.next_settle_at, stored.last_settle_error) == (
-            attempt, START + attempt * 10 * SECOND, error)
+            attempt,
+            START + attempt * 10 * SECOND,
+            error,
+        )
     [listed] = await env.read(lambda tx: tx.load_completions(WS, None, SettlementStatus.PENDING, None, 10))
     assert listed == stored
 
@@ -782,7 +823,7 @@ async def test_the_settlement_filter_lists_only_that_status_in_commit_order_and_
         committed.append((await env.attempt(await env.claimed(task_id))).completion)
         env.clock.advance(SECOND)
     settled = (await env.settle(committed[1], Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))).completion
-    rejected = (await env.settle(committed[3], Settlement(error_reason="CANCELLATION_FENCED", error_message="x")))
+    rejected = await env.settle(committed[3], Settlement(error_reason="CANCELLATION_FENCED", error_message="x"))
     pending = [committed[0], committed[2], committed[4]]
 
     def listed(settlement, after=None, limit=10, task_id=None):
@@ -801,7 +842,9 @@ async def test_the_settlement_filter_lists_only_that_status_in_commit_order_and_
         after = (page[-1].committed_at, page[-1].completion_id)
     assert pages == pending
     assert await listed(SettlementStatus.PENDING, (committed[1].committed_at, committed[1].completion_id)) == [
-        committed[2], committed[4]]
+        committed[2],
+        committed[4],
+    ]
 
 
 async def test_due_settlements_come_earliest_first_up_to_the_limit(env):
@@ -833,8 +876,13 @@ async def test_the_traceparent_of_the_committing_attempt_stays_with_the_completi
 
 async def test_the_figures_count_the_outbox_open_runs_live_leases_and_request_ids(env):
     empty = await env.read(lambda tx: tx.load_figures(START))
-    assert (empty.pending_settlements, empty.oldest_pending_committed_at, empty.open_runs, empty.live_leases,
-            empty.request_ids) == (0, None, 0, 0, 0)
+    assert (
+        empty.pending_settlements,
+        empty.oldest_pending_committed_at,
+        empty.open_runs,
+        empty.live_leases,
+        empty.request_ids,
+    ) == (0, None, 0, 0, 0)
     # Only the in-memory fake has no database on disk.
     assert (empty.database_bytes is None) == isinstance(env.store, MemoryCompletionStore)
     first = (await env.attempt(await env.claimed("t-1", ttl=10 * SECOND, request_id="claim-1"))).completion
@@ -980,11 +1028,25 @@ async def test_evidence_counts_only_at_the_checkpoint_it_names(env):
 
     await env.evidence(record("cp-1"))  # an older checkpoint
     await env.evidence(record("cp-2", generation=2))  # another generation
-    await blocked_and_recorded(env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE,
-                               policy=policy, result="first")
+    await blocked_and_recorded(
+        env,
+        claimed,
+        Verdict.SOFT_BLOCK,
+        "evidence.required",
+        AgentAction.RECORD_EVIDENCE,
+        policy=policy,
+        result="first",
+    )
     await env.evidence(record("cp-2", passed=False))
-    await blocked_and_recorded(env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE,
-                               policy=policy, result="second")
+    await blocked_and_recorded(
+        env,
+        claimed,
+        Verdict.SOFT_BLOCK,
+        "evidence.required",
+        AgentAction.RECORD_EVIDENCE,
+        policy=policy,
+        result="second",
+    )
     await env.evidence(record("cp-2"))  # the latest fact wins
     assert (await env.attempt(claimed, policy=policy, result="third")).decision.verdict is Verdict.ALLOW
 
@@ -994,13 +1056,16 @@ async def test_the_circuit_breaker_holds_until_the_checkpoint_changes(env):
     claimed = await env.claimed()
     await env.set_state_version("t-1", 1, "cp-1")
     for _ in range(2):
-        await blocked_and_recorded(env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE,
-                                   policy=policy)
-    await blocked_and_recorded(env, claimed, Verdict.HARD_BLOCK, "completion.circuit_breaker",
-                               AgentAction.STOP_AND_REPORT, policy=policy)
+        await blocked_and_recorded(
+            env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE, policy=policy
+        )
+    await blocked_and_recorded(
+        env, claimed, Verdict.HARD_BLOCK, "completion.circuit_breaker", AgentAction.STOP_AND_REPORT, policy=policy
+    )
     await env.set_state_version("t-1", 2, "cp-2")
-    await blocked_and_recorded(env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE,
-                               policy=policy)
+    await blocked_and_recorded(
+        env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE, policy=policy
+    )
 
 
 # -- transcripts ------------------------------------------------------------------
@@ -1011,9 +1076,12 @@ def ev(kind: EventKind, ref: str = "", **fields) -> SessionEvent:
 
 
 async def test_appended_events_are_stamped_kept_in_order_and_checkpoints_remembered(env):
-    batch = [ev(EventKind.TURN_START, "turn-1"), ev(EventKind.CHECKPOINT, "cp-1"),
-             ev(EventKind.ASSISTANT_MESSAGE, text="hello é"), ev(EventKind.TURN_END, "turn-1",
-                                                                 reason=TurnEndReason.COMPLETED)]
+    batch = [
+        ev(EventKind.TURN_START, "turn-1"),
+        ev(EventKind.CHECKPOINT, "cp-1"),
+        ev(EventKind.ASSISTANT_MESSAGE, text="hello é"),
+        ev(EventKind.TURN_END, "turn-1", reason=TurnEndReason.COMPLETED),
+    ]
     appended = await env.write(transcripts.append, command=AppendCommand(WS, "t-1", batch, 1))
     assert appended == Appended(1, 1)
     env.clock.advance(SECOND)
@@ -1023,9 +1091,12 @@ async def test_appended_events_are_stamped_kept_in_order_and_checkpoints_remembe
     assert again == Appended(2, 5)
     stored = await env.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 100))
     assert [(e.sequence, e.generation, e.kind, e.recorded_at) for e in stored] == [
-        (1, 1, EventKind.TURN_START, START), (2, 1, EventKind.CHECKPOINT, START),
-        (3, 1, EventKind.ASSISTANT_MESSAGE, START), (4, 1, EventKind.TURN_END, START),
-        (5, 2, EventKind.CHECKPOINT, START + SECOND)]
+        (1, 1, EventKind.TURN_START, START),
+        (2, 1, EventKind.CHECKPOINT, START),
+        (3, 1, EventKind.ASSISTANT_MESSAGE, START),
+        (4, 1, EventKind.TURN_END, START),
+        (5, 2, EventKind.CHECKPOINT, START + SECOND),
+    ]
     assert stored[2].text == "hello é" and stored[3].reason is TurnEndReason.COMPLETED
     assert await env.read(lambda tx: tx.load_transcript(WS, "t-1", 3, 1)) == stored[3:4]
     # A checkpoint is where it was first created.
@@ -1037,9 +1108,7 @@ async def test_appended_events_are_stamped_kept_in_order_and_checkpoints_remembe
 async def test_a_refused_append_changes_nothing(env):
     await env.write(transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.TURN_START, "turn-1")], 1))
     before = await env.state()
-    stale = await env.write(
-        transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.USER_MESSAGE)], 1, 0)
-    )
+    stale = await env.write(transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.USER_MESSAGE)], 1, 0))
     assert_rejected(stale, Reason.STATE_VERSION_MISMATCH, expected=0, actual=1)
     broken = await env.write(transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.TURN_START, "t2")], 1))
     assert_rejected(broken, Reason.TRANSCRIPT_GRAMMAR_VIOLATION)
@@ -1047,15 +1116,21 @@ async def test_a_refused_append_changes_nothing(env):
 
 
 async def test_repair_closes_an_interrupted_turn_once_and_the_claim_repairs_at_the_hand_over(env):
-    events = [ev(EventKind.TURN_START, "turn-1"), ev(EventKind.STEP_START, "step-1"),
-              ev(EventKind.TOOL_CALL, "call-1", name="run")]
+    events = [
+        ev(EventKind.TURN_START, "turn-1"),
+        ev(EventKind.STEP_START, "step-1"),
+        ev(EventKind.TOOL_CALL, "call-1", name="run"),
+    ]
     await env.write(transcripts.append, command=AppendCommand(WS, "t-1", events, 1))
     await env.write(transcripts.append, command=AppendCommand(WS, "t-2", events, 1))
     repaired = await env.write(transcripts.repair, workspace_id=WS, task_id="t-1")
     assert repaired.repaired and not repaired.turn_in_progress
     stored = await env.read(lambda tx: tx.load_transcript(WS, "t-1", 3, 100))
     assert [(e.kind, e.synthetic, e.sequence) for e in stored] == [
-        (EventKind.TOOL_RESULT, True, 4), (EventKind.STEP_END, True, 5), (EventKind.TURN_END, True, 6)]
+        (EventKind.TOOL_RESULT, True, 4),
+        (EventKind.STEP_END, True, 5),
+        (EventKind.TURN_END, True, 6),
+    ]
     assert (await env.read(lambda tx: tx.load_tail(WS, "t-1"))).state_version == 2
     before = await env.state()
     assert not (await env.write(transcripts.repair, workspace_id=WS, task_id="t-1")).repaired
@@ -1067,17 +1142,16 @@ async def test_repair_closes_an_interrupted_turn_once_and_the_claim_repairs_at_t
 
 
 async def test_a_staged_import_becomes_the_transcript_in_one_commit_or_is_discarded(env):
-    events = [ev(EventKind.TURN_START, "turn-1", sequence=1, generation=1, recorded_at=5),
-              ev(EventKind.CHECKPOINT, "cp-1", sequence=2, generation=1, recorded_at=6),
-              ev(EventKind.TURN_END, "turn-1", sequence=3, generation=1, recorded_at=7,
-                 reason=TurnEndReason.COMPLETED)]
+    events = [
+        ev(EventKind.TURN_START, "turn-1", sequence=1, generation=1, recorded_at=5),
+        ev(EventKind.CHECKPOINT, "cp-1", sequence=2, generation=1, recorded_at=6),
+        ev(EventKind.TURN_END, "turn-1", sequence=3, generation=1, recorded_at=7, reason=TurnEndReason.COMPLETED),
+    ]
     await env.store.write(lambda tx: tx.stage_import("import-1", events[:2]))
     await env.store.write(lambda tx: tx.stage_import("import-1", events[2:]))
     await env.store.write(lambda tx: tx.stage_import("import-2", events))
     final = Tail(checkpoint="cp-1", last_sequence=3)
-    version = await env.store.write(
-        lambda tx: transcripts.commit_import(tx, "import-1", WS, "t-1", final, {"cp-1": 2})
-    )
+    version = await env.store.write(lambda tx: transcripts.commit_import(tx, "import-1", WS, "t-1", final, {"cp-1": 2}))
     assert version == 1
     assert await env.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10)) == events
     assert await env.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1"})) == {"cp-1": 2}

@@ -43,18 +43,38 @@ class World:
     async def read(self, fn: Callable[..., Any]) -> Any:
         return await self.store.read(fn)
 
-    async def claimed(self, task_id: str = "t-1", agent: str = "agent-1", ttl: int = 60 * SECOND,
-                      request: RequestKey | None = None, generation: int = 1) -> Claimed:
+    async def claimed(
+        self,
+        task_id: str = "t-1",
+        agent: str = "agent-1",
+        ttl: int = 60 * SECOND,
+        request: RequestKey | None = None,
+        generation: int = 1,
+    ) -> Claimed:
         from completion_service import runs
 
         claimed = await self.run(runs.claim, command=self.claim_command(task_id, agent, ttl, request, generation))
         assert isinstance(claimed, Claimed), claimed
         return claimed
 
-    def claim_command(self, task_id: str = "t-1", agent: str = "agent-1", ttl: int = 60 * SECOND,
-                      request: RequestKey | None = None, generation: int = 1) -> ClaimCommand:
-        return ClaimCommand(WS, task_id, agent, generation, ttl, self.ids.new_id("run"), request,
-                            lambda claimed: claimed.run.run_id.encode())
+    def claim_command(
+        self,
+        task_id: str = "t-1",
+        agent: str = "agent-1",
+        ttl: int = 60 * SECOND,
+        request: RequestKey | None = None,
+        generation: int = 1,
+    ) -> ClaimCommand:
+        return ClaimCommand(
+            WS,
+            task_id,
+            agent,
+            generation,
+            ttl,
+            self.ids.new_id("run"),
+            request,
+            lambda claimed: claimed.run.run_id.encode(),
+        )
 
     def attempt_command(self, claimed: Claimed, **changes: Any) -> AttemptCommand:
         command = AttemptCommand(
@@ -71,8 +91,9 @@ class World:
         )
         return dataclasses.replace(command, **changes)
 
-    async def set_transcript(self, task_id: str, state_version: int, checkpoint: str = "",
-                             open_turn: str | None = None) -> None:
+    async def set_transcript(
+        self, task_id: str, state_version: int, checkpoint: str = "", open_turn: str | None = None
+    ) -> None:
         tail = Tail(open_turn=open_turn, checkpoint=checkpoint)
         await self.store.write(lambda tx: tx.save_tail(WS, task_id, TranscriptState(tail, state_version)))
 
@@ -83,8 +104,17 @@ class World:
 
 def close_command(run_id: str, **changes: Any) -> CloseCommand:
     command = CloseCommand(
-        workspace_id=WS, run_id=run_id, outcome=RunOutcome.SUCCEEDED, tokens_input=10, tokens_output=5,
-        tokens_total=15, notes="done", notes_truncated=False, error="", final_status=None, closed_by="agent",
+        workspace_id=WS,
+        run_id=run_id,
+        outcome=RunOutcome.SUCCEEDED,
+        tokens_input=10,
+        tokens_output=5,
+        tokens_total=15,
+        notes="done",
+        notes_truncated=False,
+        error="",
+        final_status=None,
+        closed_by="agent",
         caller=Caller("agent-1", "agent"),
     )
     return dataclasses.replace(command, **changes)
@@ -107,8 +137,9 @@ class FakeLifecycle:
         # Seconds a call may take, as LifecycleClient.timeout.
         self.timeout = 5.0
 
-    def register(self, task_id: str, state: int = lpb.GENERATION_STATE_ACTIVE, generation: int = 1,
-                 **fields: Any) -> lpb.Task:
+    def register(
+        self, task_id: str, state: int = lpb.GENERATION_STATE_ACTIVE, generation: int = 1, **fields: Any
+    ) -> lpb.Task:
         task = lpb.Task(workspace_id=WS, task_id=task_id, generation=generation, revision=1, state=state, **fields)
         self.tasks[task_id] = task
         return task
@@ -140,8 +171,9 @@ class FakeLifecycle:
         task.state, task.work_status = lpb.GENERATION_STATE_ACTIVE, lpb.WORK_STATUS_IN_PROGRESS
         return lpb.ActivateGenerationResponse(event=self._event(task), task=task)
 
-    async def set_work_status(self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str,
-                              reason: str, run_id: str) -> Any:
+    async def set_work_status(
+        self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str, reason: str, run_id: str
+    ) -> Any:
         self._called("set_work_status", task_id, status, request_id)
         task = self.tasks[task_id]
         task.work_status = status  # type: ignore[assignment]
@@ -152,24 +184,34 @@ class FakeLifecycle:
         self.tasks[task_id].cancellation = lpb.CANCELLATION_STATE_REQUESTED
         return lpb.RequestCancellationResponse()
 
-    async def settle_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str,
-                                  **cause: Any) -> Any:
+    async def settle_cancellation(
+        self, workspace_id: str, task_id: str, generation: int, run_id: str, **cause: Any
+    ) -> Any:
         self._called("settle_cancellation", task_id)
         task = self.tasks[task_id]
         task.state, task.outcome, task.work_status = (
-            lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED, lpb.WORK_STATUS_CANCELLED)
+            lpb.GENERATION_STATE_TERMINAL,
+            lpb.TERMINAL_OUTCOME_CANCELLED,
+            lpb.WORK_STATUS_CANCELLED,
+        )
         return lpb.SettleCancellationResponse()
 
-    async def settle_completion(self, workspace_id: str, task_id: str, generation: int, completion_id: str,
-                                authoritative_at: int, run_id: str) -> lpb.SettleCompletionResponse:
+    async def settle_completion(
+        self, workspace_id: str, task_id: str, generation: int, completion_id: str, authoritative_at: int, run_id: str
+    ) -> lpb.SettleCompletionResponse:
         self._called("settle_completion", task_id, completion_id)
         task = self.tasks[task_id]
         task.state, task.outcome, task.work_status, task.completion_id = (
-            lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, lpb.WORK_STATUS_DONE, completion_id)
+            lpb.GENERATION_STATE_TERMINAL,
+            lpb.TERMINAL_OUTCOME_COMPLETED,
+            lpb.WORK_STATUS_DONE,
+            completion_id,
+        )
         return lpb.SettleCompletionResponse(event=self._event(task))
 
-    async def settle_failure(self, workspace_id: str, task_id: str, generation: int, completion_id: str,
-                             run_id: str) -> lpb.SettleFailureResponse:
+    async def settle_failure(
+        self, workspace_id: str, task_id: str, generation: int, completion_id: str, run_id: str
+    ) -> lpb.SettleFailureResponse:
         self._called("settle_failure", task_id, completion_id)
         task = self.tasks[task_id]
         task.state, task.outcome = lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_FAILED

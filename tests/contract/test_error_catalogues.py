@@ -24,9 +24,7 @@ def test_catalogue_equals_the_contract_enum(module, contract, domain):
 def test_each_reason_documents_the_code_it_is_sent_with(module, contract, domain, descriptor_set):
     file = next(f for f in descriptor_set.file if f.package == contract.DESCRIPTOR.package)
     enum_index = [e.name for e in file.enum_type].index("ErrorReason")
-    comments = {
-        tuple(loc.path): loc.leading_comments.strip() for loc in file.source_code_info.location
-    }
+    comments = {tuple(loc.path): loc.leading_comments.strip() for loc in file.source_code_info.location}
     values = list(file.enum_type[enum_index].value)
     for value_index, value in enumerate(values):
         if value.number == 0:
@@ -38,6 +36,16 @@ def test_each_reason_documents_the_code_it_is_sent_with(module, contract, domain
 
 @pytest.mark.parametrize("module, contract, domain", CATALOGUES)
 def test_every_service_has_the_generic_reasons_the_runtime_relies_on(module, contract, domain):
-    for name in ("FIELD_REQUIRED", "FIELD_MALFORMED", "FIELD_TOO_LONG", "ENUM_UNSPECIFIED", "VALUE_OUT_OF_RANGE",
-                 "REQUEST_ID_REUSED", "WATCH_OVERFLOW", "STORAGE_UNAVAILABLE", "DEADLINE_EXPIRED", "INTERNAL_FAULT"):
+    for name in (
+        "FIELD_REQUIRED",
+        "FIELD_MALFORMED",
+        "FIELD_TOO_LONG",
+        "ENUM_UNSPECIFIED",
+        "VALUE_OUT_OF_RANGE",
+        "REQUEST_ID_REUSED",
+        "WATCH_OVERFLOW",
+        "STORAGE_UNAVAILABLE",
+        "DEADLINE_EXPIRED",
+        "INTERNAL_FAULT",
+    ):
         assert name in module.Reason.__members__

@@ -49,7 +49,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", text)  # grouping labels
     names = set()
     for match in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", text):
-        rest = text[match.end():].lstrip()
+        rest = text[match.end() :].lstrip()
         if rest.startswith("(") or match.group() in KEYWORDS:
             continue
         names.add(match.group())
@@ -57,8 +57,10 @@ def metric_names(expr: str) -> set[str]:
 
 
 def test_the_name_parser_sees_through_functions_groupings_and_matchers():
-    expr = ('histogram_quantile(0.99, sum by (le, job) (rate(funnel_db_commit_seconds_bucket{job=~"a|b"}[5m]))) '
-            "/ on (job) group_left max(up)")
+    expr = (
+        'histogram_quantile(0.99, sum by (le, job) (rate(funnel_db_commit_seconds_bucket{job=~"a|b"}[5m]))) '
+        "/ on (job) group_left max(up)"
+    )
     assert metric_names(expr) == {"funnel_db_commit_seconds_bucket", "up"}
 
 
@@ -69,9 +71,14 @@ def test_every_dashboard_query_uses_only_exported_metric_names():
     used = set().union(*(metric_names(q) for q in queries))
     assert not used - exported(), f"not exported: {sorted(used - exported())}"
     # It shows what the issue asks of it: RPC rate, errors and latency, the outbox, attempts, commits.
-    for name in ("grpc_server_handled_total", "grpc_server_handling_seconds_bucket",
-                 "funnel_completion_outbox_pending", "funnel_completion_outbox_oldest_age_seconds",
-                 "funnel_completion_attempts_total", "funnel_db_commit_seconds_bucket"):
+    for name in (
+        "grpc_server_handled_total",
+        "grpc_server_handling_seconds_bucket",
+        "funnel_completion_outbox_pending",
+        "funnel_completion_outbox_oldest_age_seconds",
+        "funnel_completion_attempts_total",
+        "funnel_db_commit_seconds_bucket",
+    ):
         assert name in used, name
     # The job variable's query names an exported series as well.
     [job] = [v for v in dashboard["templating"]["list"] if v["name"] == "job"]

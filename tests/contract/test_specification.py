@@ -29,8 +29,17 @@ CITATION = re.compile(r"specification\.md((?:\s*(?:,|and|\u2013|-)?\s*§\d+(?:\.
 OLD_BRIEF = re.compile("BRIEF" + r"\.md|\b[Bb]rief" + r" §|BRIEF" + r" §", re.M)
 
 TEXT_SUFFIXES = {".py", ".pyi", ".proto", ".md", ".ts", ".js", ".json", ".toml", ".yaml", ".yml", ".sh", ".sql", ".txt"}
-SKIPPED_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache",
-                "funnel-data", "third_party"}
+SKIPPED_DIRS = {
+    ".git",
+    ".venv",
+    "node_modules",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    "funnel-data",
+    "third_party",
+}
 
 
 def tree_files() -> list[pathlib.Path]:
@@ -44,18 +53,17 @@ def tree_files() -> list[pathlib.Path]:
 @functools.cache
 def defined_functions(path: pathlib.Path) -> frozenset[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return frozenset(
-        node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    )
+    return frozenset(node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def rules_and_bodies() -> list[tuple[str, str]]:
     """(anchor, text up to the next rule or heading) of every rule outside the gaps section."""
     body = TEXT.split(GAPS_HEADING, 1)[0]
     starts = [(m.start(), m.group(1)) for m in RULE.finditer(body)]
-    bounds = sorted({m.start() for m in RULE.finditer(body)} | {m.start() for m in HEADING.finditer(body)}
-                    | {len(body)})
-    return [(anchor, body[start:min(b for b in bounds if b > start)]) for start, anchor in starts]
+    bounds = sorted(
+        {m.start() for m in RULE.finditer(body)} | {m.start() for m in HEADING.finditer(body)} | {len(body)}
+    )
+    return [(anchor, body[start : min(b for b in bounds if b > start)]) for start, anchor in starts]
 
 
 def test_every_test_link_names_an_existing_test_function():

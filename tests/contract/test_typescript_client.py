@@ -88,7 +88,10 @@ def tarball(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         fcntl.flock(guard, fcntl.LOCK_SH)
         result = subprocess.run(
             [npm, "pack", "--ignore-scripts", "--json", "--pack-destination", str(destination)],
-            cwd=PACKAGE, capture_output=True, text=True, timeout=BUILD_TIMEOUT,
+            cwd=PACKAGE,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT,
         )
     assert result.returncode == 0, f"npm pack failed:\n{result.stdout}\n{result.stderr}"
     return destination / json.loads(result.stdout)[0]["filename"]
@@ -105,7 +108,10 @@ def consumer(tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # --prefer-offline: what clients/typescript's own install put in npm's cache serves.
     install = subprocess.run(
         [npm, "install", str(tarball), "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=warn"],
-        cwd=project, capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
     )
     output = install.stdout + install.stderr
     assert install.returncode == 0, f"npm install of the tarball failed:\n{output}"
@@ -114,7 +120,10 @@ def consumer(tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert dependency.startswith("file:") and dependency.endswith(tarball.name), dependency
     compile_ = subprocess.run(
         [str(project / "node_modules" / ".bin" / "tsc"), "-p", "tsconfig.json"],
-        cwd=project, capture_output=True, text=True, timeout=BUILD_TIMEOUT,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
     )
     assert compile_.returncode == 0, f"the consumer does not compile against the package:\n{compile_.stdout}"
     return project
@@ -125,9 +134,14 @@ async def node_test(files: list[Path], env: dict[str, str], cwd: Path = PACKAGE)
     unless every node test ran and passed."""
     node, _ = require_node()
     process = await asyncio.create_subprocess_exec(
-        node, "--test", "--test-reporter=tap", *map(str, files),
-        cwd=cwd, env={**os.environ, **env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        node,
+        "--test",
+        "--test-reporter=tap",
+        *map(str, files),
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     try:
         stdout, _ = await asyncio.wait_for(process.communicate(), NODE_TIMEOUT)
@@ -164,8 +178,14 @@ def test_the_tarball_ships_the_built_code_with_its_types(tarball: Path) -> None:
     manifest = json.loads((PACKAGE / "package.json").read_text())
     for entry in manifest["exports"]["."].values():
         assert entry.removeprefix("./") in names
-    for module in ("index", "session", "idempotency", "gen/funnel/completion/v1/completion_pb",
-                   "gen/funnel/lifecycle/v1/lifecycle_pb", "gen/google/rpc/error_details_pb"):
+    for module in (
+        "index",
+        "session",
+        "idempotency",
+        "gen/funnel/completion/v1/completion_pb",
+        "gen/funnel/lifecycle/v1/lifecycle_pb",
+        "gen/google/rpc/error_details_pb",
+    ):
         assert {f"dist/src/{module}.js", f"dist/src/{module}.d.ts"} <= names, module
     assert not [name for name in names if name.startswith(("dist/test/", "test/", "consumer/", "scripts/"))]
     assert "private" not in manifest

@@ -29,8 +29,12 @@ FUNNEL = {"lifecycle": ("lifecycle-service", 50051, 9451), "completion": ("compl
 
 
 def test_the_file_is_valid_against_the_compose_specification():
-    done = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
-                           str(DEPLOY / "compose.yaml")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(DEPLOY / "compose.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -118,16 +122,19 @@ def embedded_pair(tmp_path_factory):
 def test_the_health_check_command_passes_on_the_running_pair(embedded_pair, name):
     _, _, processes = embedded_pair
     test = SERVICES[name]["healthcheck"]["test"]
-    done = subprocess.run([sys.executable, *test[2:]], env=processes[name].env, capture_output=True, text=True,
-                          timeout=30)
+    done = subprocess.run(
+        [sys.executable, *test[2:]], env=processes[name].env, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith(": SERVING\n")
 
 
 def test_funnel_demo_walks_the_story_through_both_containers(embedded_pair):
     directory, localizer, _ = embedded_pair
-    command = (f"{BIN / 'funnel'} demo --data-dir {directory / 'funnel-data'} "
-               f"--lifecycle 127.0.0.1:{localizer.ports[50051]} --completion 127.0.0.1:{localizer.ports[50052]}")
+    command = (
+        f"{BIN / 'funnel'} demo --data-dir {directory / 'funnel-data'} "
+        f"--lifecycle 127.0.0.1:{localizer.ports[50051]} --completion 127.0.0.1:{localizer.ports[50052]}"
+    )
     done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "settlement SETTLED" in done.stdout and "final status DONE" in done.stdout

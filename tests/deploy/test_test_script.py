@@ -37,14 +37,30 @@ def test_the_install_part_brings_kubectl_into_a_scratch_venv_for_the_deploy_test
     assert shutil.which("kubectl", path=path) is None
     venv = tmp_path / "venv"
     env = {**os.environ, "PATH": path, "FUNNEL_VENV": str(venv)}
-    install = subprocess.run(["bash", "scripts/test.sh", "--install-only"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=1200)
+    install = subprocess.run(
+        ["bash", "scripts/test.sh", "--install-only"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     assert (venv / "bin" / "kubectl").is_file()
     deploy = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
-         "tests/deploy/test_kubernetes.py", "-k", "valid_against_the_kubernetes_schemas"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pytest",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "tests/deploy/test_kubernetes.py",
+            "-k",
+            "valid_against_the_kubernetes_schemas",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
     assert deploy.stdout.splitlines()[-1].startswith("4 passed"), deploy.stdout

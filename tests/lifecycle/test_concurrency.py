@@ -63,9 +63,7 @@ async def assert_history_matches_record(c: Client, task_id: str) -> list[pb.Life
 async def test_one_winner_among_writers_expecting_the_same_revision(c):
     await c.active("t1")
     statuses = [pb.WORK_STATUS_READY, pb.WORK_STATUS_IN_PROGRESS, pb.WORK_STATUS_BLOCKED]
-    successes, errors = await race(
-        [lambda k=k: c.work("t1", statuses[k % 3], expected_revision=2) for k in range(N)]
-    )
+    successes, errors = await race([lambda k=k: c.work("t1", statuses[k % 3], expected_revision=2) for k in range(N)])
     assert len(successes) == 1
     assert reasons(errors) == {(Code.ABORTED, "REVISION_MISMATCH"): N - 1}
     assert {tuple(sorted(error_info(e).metadata.items())) for e in errors} == {

@@ -192,14 +192,35 @@ async def test_a_child_registering_while_its_parent_ends_is_never_left_open(repl
 
 async def owe(replica: Replica, children: int) -> None:
     parent = TaskRecord(
-        workspace_id=WS, task_id="p", generation=1, revision=1, state=GenerationState.ACTIVE, outcome=None,
-        cancellation_requested_at=None, work_status=WorkStatus.READY, parent=None, completion_id=None,
-        created_at=1, updated_at=1,
+        workspace_id=WS,
+        task_id="p",
+        generation=1,
+        revision=1,
+        state=GenerationState.ACTIVE,
+        outcome=None,
+        cancellation_requested_at=None,
+        work_status=WorkStatus.READY,
+        parent=None,
+        completion_id=None,
+        created_at=1,
+        updated_at=1,
     )
     event = LifecycleEvent(
-        sequence=0, workspace_id=WS, task_id="p", generation=1, revision=1, intent=IntentKind.REGISTER_TASK,
-        from_state=None, to_state=GenerationState.ACTIVE, outcome=None, cancellation_requested_at=None,
-        work_status=WorkStatus.READY, cause=Cause(), completion_id=None, authoritative_at=None, committed_at=1,
+        sequence=0,
+        workspace_id=WS,
+        task_id="p",
+        generation=1,
+        revision=1,
+        intent=IntentKind.REGISTER_TASK,
+        from_state=None,
+        to_state=GenerationState.ACTIVE,
+        outcome=None,
+        cancellation_requested_at=None,
+        work_status=WorkStatus.READY,
+        cause=Cause(),
+        completion_id=None,
+        authoritative_at=None,
+        committed_at=1,
         request_id=None,
     )
     owed = [Propagation(ChildRef(f"c{n:03}", 1), IntentKind.REQUEST_CANCELLATION) for n in range(children)]
@@ -306,8 +327,10 @@ async def test_a_watcher_from_the_head_on_one_replica_receives_every_later_event
         head = await stream.head()
         await writers
         await b.work("seed")  # at least one event after the head, through the other replica
-        listed = sorted([e for task_id in ("seed", "t0", "t1", "t2", "t3") for e in await b.events(task_id)],
-                        key=lambda e: e.sequence)
+        listed = sorted(
+            [e for task_id in ("seed", "t0", "t1", "t2", "t3") for e in await b.events(task_id)],
+            key=lambda e: e.sequence,
+        )
         later = [e for e in listed if e.sequence > head]
         assert head >= 2 and later
         assert await stream.take(len(later)) == later
@@ -322,9 +345,7 @@ async def test_the_same_request_id_at_two_servers_gets_the_same_bytes(start_life
     a, b = Client(stub_a), Client(stub_b)
     for n in range(8):
         await a.active(f"t{n}")
-    answers = await asyncio.gather(
-        *(client.work(f"t{n}", request_id=f"r{n}") for n in range(8) for client in (a, b))
-    )
+    answers = await asyncio.gather(*(client.work(f"t{n}", request_id=f"r{n}") for n in range(8) for client in (a, b)))
     for n in range(8):
         first, second = answers[2 * n], answers[2 * n + 1]
         assert first.SerializeToString(deterministic=True) == second.SerializeToString(deterministic=True)

@@ -535,14 +535,22 @@ def test_attached_child_resumes_only_under_an_active_unfenced_parent(name):
 @pytest.mark.parametrize("link", [attached(), detached()])
 def test_the_events_that_open_a_child_and_only_those_name_its_parent(link):
     parent = parent_record()
-    registered = decide(make_intent(K.REGISTER_TASK, task_id="child", parent=link), situation(None, parent=parent),
-                        POLICY)
-    resumed = decide(make_intent(K.RESUME_WITH_GENERATION, task_id="child", generation=2),
-                     situation(child_record(TERMINAL, link=link, outcome=Outcome.FAILED), parent=parent), POLICY)
-    same_generation = decide(make_intent(K.RESUME_WITH_GENERATION, task_id="child"),
-                             situation(child_record(SUSPENDED, link=link), parent=parent), POLICY)
-    activated = decide(make_intent(K.ACTIVATE_GENERATION, task_id="child"),
-                       situation(child_record(link=link), parent=parent), POLICY)
+    registered = decide(
+        make_intent(K.REGISTER_TASK, task_id="child", parent=link), situation(None, parent=parent), POLICY
+    )
+    resumed = decide(
+        make_intent(K.RESUME_WITH_GENERATION, task_id="child", generation=2),
+        situation(child_record(TERMINAL, link=link, outcome=Outcome.FAILED), parent=parent),
+        POLICY,
+    )
+    same_generation = decide(
+        make_intent(K.RESUME_WITH_GENERATION, task_id="child"),
+        situation(child_record(SUSPENDED, link=link), parent=parent),
+        POLICY,
+    )
+    activated = decide(
+        make_intent(K.ACTIVATE_GENERATION, task_id="child"), situation(child_record(link=link), parent=parent), POLICY
+    )
     decisions = (registered, resumed, same_generation, activated)
     assert all(isinstance(d, Transition) for d in decisions)
     assert [d.event.parent for d in decisions] == [link, link, None, None]

@@ -287,15 +287,27 @@ async def test_list_tasks_filters_orders_by_last_change_and_counts_on_the_server
     assert await ids(state=pb.GENERATION_STATE_REGISTERED, task_id_prefix="u") == ["u-other"]
     assert await ids(order=pb.TASK_ORDER_LAST_CHANGE) == ["t-active", "u-other", "t-failed", "t-ready"]
     # Pages of a filtered listing in last-change order; the token is for that listing only.
-    first = await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, task_id_prefix="t-", page_size=2,
-                                                  order=pb.TASK_ORDER_LAST_CHANGE))
-    rest = await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, task_id_prefix="t-", page_size=2,
-                                                 order=pb.TASK_ORDER_LAST_CHANGE, page_token=first.next_page_token))
+    first = await c.ListTasks(
+        pb.ListTasksRequest(workspace_id=WS, task_id_prefix="t-", page_size=2, order=pb.TASK_ORDER_LAST_CHANGE)
+    )
+    rest = await c.ListTasks(
+        pb.ListTasksRequest(
+            workspace_id=WS,
+            task_id_prefix="t-",
+            page_size=2,
+            order=pb.TASK_ORDER_LAST_CHANGE,
+            page_token=first.next_page_token,
+        )
+    )
     assert [t.task_id for t in (*first.tasks, *rest.tasks)] == ["t-active", "t-failed", "t-ready"]
     assert not rest.next_page_token
     for other in ({"page_size": 2, "task_id_prefix": "t-"}, {"order": pb.TASK_ORDER_LAST_CHANGE}):
-        await rejected(c.ListTasks(pb.ListTasksRequest(workspace_id=WS, page_token=first.next_page_token, **other)),
-                       Code.INVALID_ARGUMENT, "FIELD_MALFORMED", field="page_token")
+        await rejected(
+            c.ListTasks(pb.ListTasksRequest(workspace_id=WS, page_token=first.next_page_token, **other)),
+            Code.INVALID_ARGUMENT,
+            "FIELD_MALFORMED",
+            field="page_token",
+        )
 
     counted = await c.stub.CountTasks(pb.CountTasksRequest(workspace_id=WS))
     assert counted.total == 4
@@ -307,17 +319,21 @@ async def test_list_tasks_filters_orders_by_last_change_and_counts_on_the_server
     assert (await c.stub.CountTasks(pb.CountTasksRequest(workspace_id=OTHER_WS))).total == 0
 
 
-@pytest.mark.parametrize(("fields", "reason", "field"), [
-    ({"state": 9}, "ENUM_UNSPECIFIED", "state"),
-    ({"outcome": 9}, "ENUM_UNSPECIFIED", "outcome"),
-    ({"work_status": 9}, "ENUM_UNSPECIFIED", "work_status"),
-    ({"order": 9}, "ENUM_UNSPECIFIED", "order"),
-    ({"task_id_prefix": "has space"}, "FIELD_MALFORMED", "task_id_prefix"),
-    ({"task_id_prefix": "x" * 129}, "FIELD_TOO_LONG", "task_id_prefix"),
-])
+@pytest.mark.parametrize(
+    ("fields", "reason", "field"),
+    [
+        ({"state": 9}, "ENUM_UNSPECIFIED", "state"),
+        ({"outcome": 9}, "ENUM_UNSPECIFIED", "outcome"),
+        ({"work_status": 9}, "ENUM_UNSPECIFIED", "work_status"),
+        ({"order": 9}, "ENUM_UNSPECIFIED", "order"),
+        ({"task_id_prefix": "has space"}, "FIELD_MALFORMED", "task_id_prefix"),
+        ({"task_id_prefix": "x" * 129}, "FIELD_TOO_LONG", "task_id_prefix"),
+    ],
+)
 async def test_list_tasks_refuses_a_filter_it_does_not_know(c, fields, reason, field):
-    await rejected(c.ListTasks(pb.ListTasksRequest(workspace_id=WS, **fields)), Code.INVALID_ARGUMENT, reason,
-                   field=field)
+    await rejected(
+        c.ListTasks(pb.ListTasksRequest(workspace_id=WS, **fields)), Code.INVALID_ARGUMENT, reason, field=field
+    )
 
 
 async def test_list_lifecycle_events_pages_through_a_history(c):
@@ -1188,9 +1204,7 @@ class PostgresBlocker:
 
     def __init__(self, url: str) -> None:
         self._conn = psycopg.connect(url)
-        self._conn.execute(
-            "LOCK TABLE funnel_lifecycle.schema_migrations, funnel_lifecycle.tasks IN EXCLUSIVE MODE"
-        )
+        self._conn.execute("LOCK TABLE funnel_lifecycle.schema_migrations, funnel_lifecycle.tasks IN EXCLUSIVE MODE")
 
     def release(self) -> None:
         self._conn.rollback()

@@ -26,8 +26,12 @@ def c(lifecycle) -> Client:
 
 def item(task_id: str, completion_id: str, *, workspace: str = WS, request_id: str = "") -> pb.SettleCompletionRequest:
     return pb.SettleCompletionRequest(
-        workspace_id=workspace, task_id=task_id, generation=1, completion_id=completion_id,
-        authoritative_time=ts(CLOCK_START_MICROS), request_id=request_id or f"settle:{completion_id}",
+        workspace_id=workspace,
+        task_id=task_id,
+        generation=1,
+        completion_id=completion_id,
+        authoritative_time=ts(CLOCK_START_MICROS),
+        request_id=request_id or f"settle:{completion_id}",
     )
 
 
@@ -54,8 +58,9 @@ async def test_each_item_is_settled_as_settle_completion_settles_it_alone(c):
         assert result.settled.task.state == pb.GENERATION_STATE_TERMINAL
         assert result.settled.task.outcome == pb.TERMINAL_OUTCOME_COMPLETED
         assert result.settled.event.completion_id == completion
-        assert result.settled == await c.complete(task, completion_id=completion, request_id=f"settle:{completion}",
-                                                  authoritative_time=ts(CLOCK_START_MICROS))
+        assert result.settled == await c.complete(
+            task, completion_id=completion, request_id=f"settle:{completion}", authoritative_time=ts(CLOCK_START_MICROS)
+        )
     # The refused item refuses only itself, with the reason SettleCompletion gives it.
     assert reason_of(fenced) == ("FAILED_PRECONDITION", "CANCELLATION_FENCED", DOMAIN)
     assert (await c.task("t3")).state == pb.GENERATION_STATE_ACTIVE
@@ -64,18 +69,21 @@ async def test_each_item_is_settled_as_settle_completion_settles_it_alone(c):
 async def test_an_items_request_id_is_the_one_of_settle_completion_whichever_way_it_comes(c):
     await c.active("t1")
     await c.active("t2")
-    alone = await c.complete("t1", completion_id="cmp-1", request_id="settle:cmp-1",
-                             authoritative_time=ts(CLOCK_START_MICROS))
+    alone = await c.complete(
+        "t1", completion_id="cmp-1", request_id="settle:cmp-1", authoritative_time=ts(CLOCK_START_MICROS)
+    )
     together = await c.SettleCompletions(batch(item("t1", "cmp-1"), item("t2", "cmp-2")))
     assert together.results[0].settled == alone  # a replay, not a second settlement
-    again = await c.complete("t2", completion_id="cmp-2", request_id="settle:cmp-2",
-                             authoritative_time=ts(CLOCK_START_MICROS))
+    again = await c.complete(
+        "t2", completion_id="cmp-2", request_id="settle:cmp-2", authoritative_time=ts(CLOCK_START_MICROS)
+    )
     assert again == together.results[1].settled
     assert [e.completion_id for e in await c.events("t1") if e.completion_id] == ["cmp-1"]
     # The same request id for another settlement is refused, for that item alone.
     await c.active("t3")
-    reused, fresh = (await c.SettleCompletions(batch(
-        item("t3", "cmp-other", request_id="settle:cmp-1"), item("t3", "cmp-3")))).results
+    reused, fresh = (
+        await c.SettleCompletions(batch(item("t3", "cmp-other", request_id="settle:cmp-1"), item("t3", "cmp-3")))
+    ).results
     assert reason_of(reused)[1] == "REQUEST_ID_REUSED"
     assert fresh.settled.event.completion_id == "cmp-3"
 
@@ -93,12 +101,20 @@ async def test_an_invalid_item_is_refused_with_its_field_and_the_others_apply(c)
 @pytest.mark.parametrize(
     ("name", "request_of", "reason", "field"),
     [
-        ("no workspace", lambda: pb.SettleCompletionsRequest(items=[item("t1", "cmp-1")]), "FIELD_REQUIRED",
-         "workspace_id"),
+        (
+            "no workspace",
+            lambda: pb.SettleCompletionsRequest(items=[item("t1", "cmp-1")]),
+            "FIELD_REQUIRED",
+            "workspace_id",
+        ),
         ("no items", lambda: pb.SettleCompletionsRequest(workspace_id=WS), "FIELD_REQUIRED", "items"),
         ("65 items", lambda: batch(*(item(f"t{n}", f"cmp-{n}") for n in range(65))), "VALUE_OUT_OF_RANGE", "items"),
-        ("an item of another workspace", lambda: batch(item("t1", "cmp-1"), item("t2", "cmp-2", workspace="ws-2")),
-         "FIELD_MALFORMED", "items[1].workspace_id"),
+        (
+            "an item of another workspace",
+            lambda: batch(item("t1", "cmp-1"), item("t2", "cmp-2", workspace="ws-2")),
+            "FIELD_MALFORMED",
+            "items[1].workspace_id",
+        ),
     ],
 )
 async def test_the_calls_own_fields_are_checked_before_any_item_is_applied(c, name, request_of, reason, field):

@@ -238,25 +238,50 @@ MIXED = [
 
 async def put_mixed(backend) -> None:
     for task_id, state, outcome, work in MIXED:
-        await put(backend, record(task_id, state=state, outcome=outcome, work_status=work,
-                                  completion_id="cmp" if outcome is Outcome.COMPLETED else None))
+        await put(
+            backend,
+            record(
+                task_id,
+                state=state,
+                outcome=outcome,
+                work_status=work,
+                completion_id="cmp" if outcome is Outcome.COMPLETED else None,
+            ),
+        )
     await put(backend, record("a-1", workspace="other"))
 
 
-@pytest.mark.parametrize("query", [
-    TaskQuery(state=GenerationState.ACTIVE), TaskQuery(state=TERMINAL), TaskQuery(state=GenerationState.REGISTERED),
-    TaskQuery(outcome=Outcome.COMPLETED), TaskQuery(outcome=Outcome.FAILED), TaskQuery(outcome=Outcome.TIMED_OUT),
-    TaskQuery(work_status=WorkStatus.BLOCKED), TaskQuery(work_status=WorkStatus.DONE),
-    TaskQuery(work_status=WorkStatus.READY), TaskQuery(task_id_prefix="b-"), TaskQuery(task_id_prefix="c-3"),
-    TaskQuery(task_id_prefix="d"), TaskQuery(state=TERMINAL, work_status=WorkStatus.BLOCKED),
-    TaskQuery(state=GenerationState.ACTIVE, outcome=Outcome.FAILED),
-    TaskQuery(outcome=Outcome.FAILED, task_id_prefix="b"),
-], ids=repr)
+@pytest.mark.parametrize(
+    "query",
+    [
+        TaskQuery(state=GenerationState.ACTIVE),
+        TaskQuery(state=TERMINAL),
+        TaskQuery(state=GenerationState.REGISTERED),
+        TaskQuery(outcome=Outcome.COMPLETED),
+        TaskQuery(outcome=Outcome.FAILED),
+        TaskQuery(outcome=Outcome.TIMED_OUT),
+        TaskQuery(work_status=WorkStatus.BLOCKED),
+        TaskQuery(work_status=WorkStatus.DONE),
+        TaskQuery(work_status=WorkStatus.READY),
+        TaskQuery(task_id_prefix="b-"),
+        TaskQuery(task_id_prefix="c-3"),
+        TaskQuery(task_id_prefix="d"),
+        TaskQuery(state=TERMINAL, work_status=WorkStatus.BLOCKED),
+        TaskQuery(state=GenerationState.ACTIVE, outcome=Outcome.FAILED),
+        TaskQuery(outcome=Outcome.FAILED, task_id_prefix="b"),
+    ],
+    ids=repr,
+)
 async def test_listing_tasks_filters_by_state_outcome_work_status_and_id_prefix_in_pages(backend, query):
     await put_mixed(backend)
-    expected = [task_id for task_id, state, outcome, work in MIXED
-                if query.state in (None, state) and query.outcome in (None, outcome)
-                and query.work_status in (None, work) and task_id.startswith(query.task_id_prefix)]
+    expected = [
+        task_id
+        for task_id, state, outcome, work in MIXED
+        if query.state in (None, state)
+        and query.outcome in (None, outcome)
+        and query.work_status in (None, work)
+        and task_id.startswith(query.task_id_prefix)
+    ]
 
     def ids(after, limit):
         return backend.read(lambda tx: [t.task_id for t in tx.list_tasks(WS, query, after, limit)])
@@ -273,8 +298,17 @@ async def test_listing_tasks_by_last_change_is_newest_change_first_once_each_in_
     # Changes after registration: a-1, then b-2, then a-1 again (each a new revision).
     a1 = record("a-1", revision=2, work_status=WorkStatus.IN_PROGRESS)
     await put(backend, a1)
-    await put(backend, record("b-2", revision=2, state=TERMINAL, outcome=Outcome.COMPLETED,
-                              work_status=WorkStatus.DONE, completion_id="cmp"))
+    await put(
+        backend,
+        record(
+            "b-2",
+            revision=2,
+            state=TERMINAL,
+            outcome=Outcome.COMPLETED,
+            work_status=WorkStatus.DONE,
+            completion_id="cmp",
+        ),
+    )
     latest = await put(backend, dataclasses.replace(a1, revision=3, work_status=WorkStatus.BLOCKED, updated_at=T0 + 3))
     registered_newest_first = [task_id for task_id, *_ in reversed(MIXED) if task_id not in ("a-1", "b-2")]
 
@@ -283,8 +317,10 @@ async def test_listing_tasks_by_last_change_is_newest_change_first_once_each_in_
 
     everything = await listed()
     assert [task.task_id for _, task in everything] == ["a-1", "b-2", *registered_newest_first]
-    assert everything[0] == (latest.sequence, dataclasses.replace(a1, revision=3, work_status=WorkStatus.BLOCKED,
-                                                                  updated_at=T0 + 3))
+    assert everything[0] == (
+        latest.sequence,
+        dataclasses.replace(a1, revision=3, work_status=WorkStatus.BLOCKED, updated_at=T0 + 3),
+    )
     sequences = [sequence for sequence, _ in everything]
     assert sequences == sorted(sequences, reverse=True)
     paged, before = [], None
@@ -1031,17 +1067,21 @@ async def test_sqlite_reopening_keeps_the_data_and_migrates_nothing_twice(sqlite
         await store.close()
 
 
-@pytest.mark.parametrize(("query", "by_change", "index"), [
-    (TaskQuery(), False, "PRIMARY KEY"),
-    (TaskQuery(state=GenerationState.ACTIVE), False, "tasks_open_by_state"),
-    (TaskQuery(work_status=WorkStatus.BLOCKED), False, "tasks_open_by_work_status"),
-    (TaskQuery(outcome=Outcome.FAILED), False, "tasks_ended_by_outcome"),
-    (TaskQuery(task_id_prefix="bulk-09"), False, "PRIMARY KEY"),
-    # Completed tasks are in no partial index: the key's order, filtered (they are the bulk).
-    (TaskQuery(state=TERMINAL), False, "PRIMARY KEY"),
-    (TaskQuery(), True, "lifecycle_events_by_workspace"),
-    (TaskQuery(state=GenerationState.ACTIVE), True, "lifecycle_events_by_workspace"),
-], ids=repr)
+@pytest.mark.parametrize(
+    ("query", "by_change", "index"),
+    [
+        (TaskQuery(), False, "PRIMARY KEY"),
+        (TaskQuery(state=GenerationState.ACTIVE), False, "tasks_open_by_state"),
+        (TaskQuery(work_status=WorkStatus.BLOCKED), False, "tasks_open_by_work_status"),
+        (TaskQuery(outcome=Outcome.FAILED), False, "tasks_ended_by_outcome"),
+        (TaskQuery(task_id_prefix="bulk-09"), False, "PRIMARY KEY"),
+        # Completed tasks are in no partial index: the key's order, filtered (they are the bulk).
+        (TaskQuery(state=TERMINAL), False, "PRIMARY KEY"),
+        (TaskQuery(), True, "lifecycle_events_by_workspace"),
+        (TaskQuery(state=GenerationState.ACTIVE), True, "lifecycle_events_by_workspace"),
+    ],
+    ids=repr,
+)
 async def test_sqlite_a_filtered_page_is_read_from_an_index_in_its_order(sqlite_path, query, by_change, index):
     """What keeps a filtered page as cheap as an unfiltered one: the query walks an
     index in the listing's order (a search, never a scan of the workspace, and no
@@ -1143,8 +1183,11 @@ async def _upgraded_store(engine: str, tmp_path, upgrade: str, earlier_rows) -> 
     try:
         await database.write(lambda conn: earlier_rows(SqliteStyle(conn), str.encode))
         # The counter the adapter takes the next event's sequence from.
-        await database.write(lambda conn: conn.execute(
-            "UPDATE lifecycle_event_sequence SET value = (SELECT COALESCE(MAX(sequence), 0) FROM lifecycle_events)"))
+        await database.write(
+            lambda conn: conn.execute(
+                "UPDATE lifecycle_event_sequence SET value = (SELECT COALESCE(MAX(sequence), 0) FROM lifecycle_events)"
+            )
+        )
     finally:
         await database.close()
     return await PostgresLifecycleStore.open(url)
@@ -1155,16 +1198,29 @@ def _previous_release_rows(db, cause_text) -> None:
     registration events named the parent stored them."""
     tx = SqliteLifecycleTx(db)
     link = ParentLink("parent", 1, LinkMode.ATTACHED)
-    rows = [(record("parent"), 1, None), (record("child", parent=link), 2, None),
-            (record("child", revision=2, parent=link, state=GenerationState.ACTIVE), 3, "REGISTERED")]
+    rows = [
+        (record("parent"), 1, None),
+        (record("child", parent=link), 2, None),
+        (record("child", revision=2, parent=link, state=GenerationState.ACTIVE), 3, "REGISTERED"),
+    ]
     for task, sequence, from_state in rows:
         (tx.insert_task if task.revision == 1 else tx.update_task)(task)
         db.execute(
             "INSERT INTO lifecycle_events (sequence, workspace_id, task_id, generation, revision, intent, from_state, "
             "to_state, work_status, cause_source, cause_reason, cause_originating_ids, committed_at) "
             "VALUES (?, ?, ?, 1, ?, ?, ?, ?, 'READY', ?, ?, '{}', ?)",
-            (sequence, WS, task.task_id, task.revision, event_of(task).intent.name, from_state, task.state.name,
-             cause_text("test"), cause_text("because"), T0),
+            (
+                sequence,
+                WS,
+                task.task_id,
+                task.revision,
+                event_of(task).intent.name,
+                from_state,
+                task.state.name,
+                cause_text("test"),
+                cause_text("because"),
+                T0,
+            ),
         )
 
 
@@ -1174,7 +1230,10 @@ async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engin
     try:
         events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
         assert [(e.task_id, e.revision, e.parent) for e in events] == [
-            ("parent", 1, None), ("child", 1, ParentLink("parent", 1, LinkMode.ATTACHED)), ("child", 2, None)]
+            ("parent", 1, None),
+            ("child", 1, ParentLink("parent", 1, LinkMode.ATTACHED)),
+            ("child", 2, None),
+        ]
         # History is immutable again once the upgrade has filled it in.
         with pytest.raises(Exception, match="immutable"):
             await store.write(lambda tx: tx._db.execute("UPDATE lifecycle_events SET parent_task_id = NULL"))
@@ -1207,10 +1266,16 @@ async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine,
         await store.write(append)
         events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
         assert [(e.task_id, e.caller) for e in events] == [
-            ("old", Caller("spiffe://before", "host")), ("new-0", agent), ("new-1", service), ("new-2", agent),
-            ("new-3", service), ("new-4", agent)]
+            ("old", Caller("spiffe://before", "host")),
+            ("new-0", agent),
+            ("new-1", service),
+            ("new-2", agent),
+            ("new-3", service),
+            ("new-4", agent),
+        ]
         assert [(e.task_id, e.caller) for e in await store.read(lambda tx: tx.list_events(WS, "new-1", 0, 5))] == [
-            ("new-1", service)]
+            ("new-1", service)
+        ]
 
         def stored(tx):
             callers = tx._db.execute("SELECT subject, role FROM callers ORDER BY caller_id").fetchall()

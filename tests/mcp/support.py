@@ -38,9 +38,18 @@ def mcp_arguments(pair: Pair, *extra: str, workspace: str | None = WS) -> list[s
     """`funnel mcp` against `pair`; `workspace` None starts it without --workspace."""
     pki = credentials.PKI
     return [
-        "mcp", *(("--workspace", workspace) if workspace else ()),
-        "--lifecycle", pair.lifecycle.address, "--completion", pair.completion.address,
-        "--ca", str(pki.ca), "--cert", str(pki.cert("client")), "--key", str(pki.key("client")),
+        "mcp",
+        *(("--workspace", workspace) if workspace else ()),
+        "--lifecycle",
+        pair.lifecycle.address,
+        "--completion",
+        pair.completion.address,
+        "--ca",
+        str(pki.ca),
+        "--cert",
+        str(pki.cert("client")),
+        "--key",
+        str(pki.key("client")),
         *extra,
     ]
 
@@ -48,15 +57,17 @@ def mcp_arguments(pair: Pair, *extra: str, workspace: str | None = WS) -> list[s
 @contextlib.asynccontextmanager
 async def stdio_client(pair: Pair, token: str | None, *extra: str, workspace: str = WS) -> AsyncIterator[Client]:
     env = {"FUNNEL_TOKEN": token} if token else {}
-    parameters = StdioServerParameters(command=str(FUNNEL), args=mcp_arguments(pair, *extra, workspace=workspace),
-                                       env=env)
+    parameters = StdioServerParameters(
+        command=str(FUNNEL), args=mcp_arguments(pair, *extra, workspace=workspace), env=env
+    )
     async with Client(parameters, read_timeout_seconds=30) as client:
         yield client
 
 
 @contextlib.contextmanager
-def http_server(pair: Pair, log: Path, *extra: str, host: str = "127.0.0.1", port: int | None = None,
-                workspace: str | None = WS) -> Any:
+def http_server(
+    pair: Pair, log: Path, *extra: str, host: str = "127.0.0.1", port: int | None = None, workspace: str | None = WS
+) -> Any:
     """`funnel mcp --http` on `host`, verifying callers' tokens with the services'
     JWKS (FUNNEL_JWKS_FILE); each caller sends its own token."""
     port = port or unused_port()
@@ -100,17 +111,26 @@ async def http_client(url: str, token: str | None, mode: str = "auto") -> AsyncI
 
 def initialize_request() -> dict[str, Any]:
     """A raw `initialize` of the 2025-11-25 protocol, for tests that post by hand."""
-    return {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe",
-                                                                                           "version": "1"}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "1"},
+        },
+    }
 
 
 def request_2026(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """A whole request of the 2026-07-28 protocol (no session, nothing before it):
     the client's protocol version, info and capabilities travel in `_meta`."""
-    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {}}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
     return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
 
 

@@ -79,12 +79,28 @@ class Inspected:
 
 async def inspect(inspector: Path, home: Path, url: str, token: str | None, *arguments: str) -> Inspected:
     headers = ("--header", f"Authorization: Bearer {token}") if token else ()
-    env = {**os.environ, "HOME": str(home), "MCP_CATALOG_PATH": str(home / "catalog.json"),
-           "MCP_CLIENT_CONFIG_PATH": str(home / "client.json")}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "MCP_CATALOG_PATH": str(home / "catalog.json"),
+        "MCP_CLIENT_CONFIG_PATH": str(home / "client.json"),
+    }
     process = await asyncio.create_subprocess_exec(
-        str(inspector), "--cli", url, "--transport", "http", *headers, "--format", "json", "--stored-auth-only",
-        *arguments, cwd=home, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        str(inspector),
+        "--cli",
+        url,
+        "--transport",
+        "http",
+        *headers,
+        "--format",
+        "json",
+        "--stored-auth-only",
+        *arguments,
+        cwd=home,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), INSPECTOR_TIMEOUT)
@@ -98,8 +114,17 @@ async def inspect(inspector: Path, home: Path, url: str, token: str | None, *arg
 
 async def call_tool(inspector: Path, home: Path, url: str, tool: str, **arguments: str) -> Inspected:
     pairs = [f"{key}={value}" for key, value in arguments.items()]
-    return await inspect(inspector, home, url, agent_token(), "--method", "tools/call", "--tool-name", tool,
-                         *(("--tool-arg", *pairs) if pairs else ()))
+    return await inspect(
+        inspector,
+        home,
+        url,
+        agent_token(),
+        "--method",
+        "tools/call",
+        "--tool-name",
+        tool,
+        *(("--tool-arg", *pairs) if pairs else ()),
+    )
 
 
 async def test_the_inspector_lists_the_servers_tools(inspector, url, tmp_path):
@@ -118,21 +143,47 @@ async def test_the_inspector_runs_seed_001s_loop_to_completed(pair, inspector, u
     claimed = (await call_tool(inspector, tmp_path, url, "claim_task", taskId=t)).tool_answer()
     run_id = claimed["runId"]
     assert (claimed["taskId"], claimed["generation"], claimed["leaseEpoch"]) == (t, 1, 1)
-    first = (await call_tool(inspector, tmp_path, url, "attempt_completion", runId=run_id,
-                             result="login fixed")).tool_answer()
+    first = (
+        await call_tool(inspector, tmp_path, url, "attempt_completion", runId=run_id, result="login fixed")
+    ).tool_answer()
     assert (first["verdict"], first["nextAction"]) == ("soft_block", "record_evidence")
     assert first["missing"]["missingEvidenceKinds"] == ["tests"]
-    evidence = (await call_tool(inspector, tmp_path, url, "record_evidence", runId=run_id, kind="tests",
-                                verdict="passed", details="42 passed")).tool_answer()
+    evidence = (
+        await call_tool(
+            inspector,
+            tmp_path,
+            url,
+            "record_evidence",
+            runId=run_id,
+            kind="tests",
+            verdict="passed",
+            details="42 passed",
+        )
+    ).tool_answer()
     assert (evidence["taskId"], evidence["kind"], evidence["verdict"]) == (t, "tests", "passed")
-    allowed = (await call_tool(inspector, tmp_path, url, "attempt_completion", runId=run_id,
-                               result="login fixed")).tool_answer()
+    allowed = (
+        await call_tool(inspector, tmp_path, url, "attempt_completion", runId=run_id, result="login fixed")
+    ).tool_answer()
     assert (allowed["verdict"], allowed["settlement"]) == ("allow", "settled")
     # --tool-arg coerces numbers: tokensTotal reaches the schema as an integer.
-    closed = (await call_tool(inspector, tmp_path, url, "complete_task", runId=run_id, outcome="succeeded",
-                              tokensTotal="900", notes="login fixed")).tool_answer()
+    closed = (
+        await call_tool(
+            inspector,
+            tmp_path,
+            url,
+            "complete_task",
+            runId=run_id,
+            outcome="succeeded",
+            tokensTotal="900",
+            notes="login fixed",
+        )
+    ).tool_answer()
     assert (closed["runId"], closed["finalStatus"], closed["taskEffect"], closed["tokensTotal"]) == (
-        run_id, "done", "done", 900)
+        run_id,
+        "done",
+        "done",
+        900,
+    )
     again = await call_tool(inspector, tmp_path, url, "complete_task", runId=run_id, outcome="succeeded")
     # A tool error: the result is printed, and the CLI exits 5 saying so.
     assert again.returncode == 5 and again.error["code"] == "tool_is_error", again.stderr
@@ -152,8 +203,10 @@ async def test_without_a_token_the_inspector_gets_the_401(pair, inspector, url, 
     2026-07-28 era names the status; either way it needs authorization
     (`auth_required`, exit 3) and no tool ran."""
     t = await fresh_task(pair)
-    for arguments in (("--method", "tools/list"),
-                      ("--method", "tools/call", "--tool-name", "claim_task", "--tool-arg", f"taskId={t}")):
+    for arguments in (
+        ("--method", "tools/list"),
+        ("--method", "tools/call", "--tool-name", "claim_task", "--tool-arg", f"taskId={t}"),
+    ):
         refused = await inspect(inspector, tmp_path, url, None, "--protocol-era", era, *arguments)
         assert refused.returncode == 3 and refused.stdout == "", (refused.stdout, refused.stderr)
         assert refused.error["code"] == "auth_required" and says in refused.error["message"], refused.stderr

@@ -36,14 +36,24 @@ async def test_an_agent_token_watches_its_task_until_completed(pair):
         async with stdio_client(pair, token) as client:
             run_id = ok(await client.call_tool("claim_task", {"taskId": t}))["runId"]
             first = ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "fixed"}))
-            ok(await client.call_tool("record_evidence", {"runId": run_id, "kind": "tests", "verdict": "passed",
-                                                          "checkpoint": first["missing"]["evidenceCheckpoint"]}))
+            ok(
+                await client.call_tool(
+                    "record_evidence",
+                    {
+                        "runId": run_id,
+                        "kind": "tests",
+                        "verdict": "passed",
+                        "checkpoint": first["missing"]["evidenceCheckpoint"],
+                    },
+                )
+            )
             ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "fixed"}))
             ended = await asyncio.wait_for(watching, BOUND)
             ok(await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded", "notes": "fixed"}))
         assert ended.outcome == lpb.TERMINAL_OUTCOME_COMPLETED
         history = await lifecycle.ListLifecycleEvents(
-            lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
+            lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT
+        )
         assert history.events[-1].outcome == lpb.TERMINAL_OUTCOME_COMPLETED
     finally:
         stream.cancel()

@@ -19,21 +19,33 @@ from funnel_mcp.failures import Refused, invalid_arguments
 
 def refused_close(action: int = cpb.AGENT_ACTION_PROVIDE_RESULT, *, decision: bool = True) -> cpb.CompleteRunResponse:
     """A succeeded close the gates refused, with the service's own words (which end in "then retry")."""
-    response = cpb.CompleteRunResponse(task_effect=cpb.TASK_EFFECT_BLOCKED,
-                                       task_effect_reason="Not complete: the result is empty (result.non_empty); "
-                                       "state the result, then retry.")
+    response = cpb.CompleteRunResponse(
+        task_effect=cpb.TASK_EFFECT_BLOCKED,
+        task_effect_reason="Not complete: the result is empty (result.non_empty); state the result, then retry.",
+    )
     if decision:
-        response.decision.CopyFrom(cpb.Decision(
-            verdict=cpb.VERDICT_SOFT_BLOCK, next_action=action,
-            instruction="Not complete: the result is empty (result.non_empty); state the result, then retry.",
-            trace=[cpb.GateResult(gate_id="lease.live", status=cpb.GATE_STATUS_PASSED, reason="the lease is live"),
-                   cpb.GateResult(gate_id="result.non_empty", status=cpb.GATE_STATUS_FAILED,
-                                  reason="the result is empty", decisive=True)],
-            details=cpb.BlockDetails(decisive_gate="result.non_empty"),
-        ))
+        response.decision.CopyFrom(
+            cpb.Decision(
+                verdict=cpb.VERDICT_SOFT_BLOCK,
+                next_action=action,
+                instruction="Not complete: the result is empty (result.non_empty); state the result, then retry.",
+                trace=[
+                    cpb.GateResult(gate_id="lease.live", status=cpb.GATE_STATUS_PASSED, reason="the lease is live"),
+                    cpb.GateResult(
+                        gate_id="result.non_empty",
+                        status=cpb.GATE_STATUS_FAILED,
+                        reason="the result is empty",
+                        decisive=True,
+                    ),
+                ],
+                details=cpb.BlockDetails(decisive_gate="result.non_empty"),
+            )
+        )
     else:
-        response.task_effect_reason = ("the task's cancellation was requested and run run-2 still holds its lease: "
-                                       "that run's close settles the cancellation")
+        response.task_effect_reason = (
+            "the task's cancellation was requested and run run-2 still holds its lease: "
+            "that run's close settles the cancellation"
+        )
     return response
 
 
@@ -42,7 +54,8 @@ def test_a_refused_completion_says_the_run_is_closed_why_and_what_finishes_the_t
     assert closing.effect_word(response) == "not_completed"
     assert closing.effect_reason(response, "in_progress") == (
         "The run is closed; the task was not completed: the completion gates refused it (the result is empty: "
-        "result.non_empty). The task stays in_progress and no run holds it.")
+        "result.non_empty). The task stays in_progress and no run holds it."
+    )
     assert "result in notes" in closing.next_step(response, "in_progress")
 
 
@@ -66,7 +79,8 @@ def test_no_answer_about_a_closed_run_asks_for_a_retry(action: int, decision: bo
     ],
 )
 def test_every_effect_has_its_word_the_services_reason_and_a_next_step(
-        effect: int, final_status: str, word: str, step: str) -> None:
+    effect: int, final_status: str, word: str, step: str
+) -> None:
     response = cpb.CompleteRunResponse(task_effect=effect, task_effect_reason="as the service says")
     assert closing.effect_word(response) == word
     assert closing.effect_reason(response, final_status) == "as the service says"
@@ -86,7 +100,8 @@ def test_argument_errors_name_each_field_in_plain_words() -> None:
     assert invalid_arguments("complete_task", refused.value) == (
         "Error executing tool complete_task: ARGUMENTS_INVALID: `runId` is required; `outcome` string should "
         "match pattern '^(succeeded|failed)$'; `tokensTotal` should be greater than or equal to 0. Fix the "
-        "arguments and call again.")
+        "arguments and call again."
+    )
 
 
 def grants(*workspaces: str) -> Principal:
@@ -113,8 +128,13 @@ def test_the_workspace_of_a_call(configured: str | None, principal: Principal, e
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("runId", "Run ID"), ("tokensTotal", "Tokens total"), ("openChildTaskIds", "Open child task IDs"),
-     ("verdict", "Verdict"), ("currentLeaseRunId", "Current lease run ID")],
+    [
+        ("runId", "Run ID"),
+        ("tokensTotal", "Tokens total"),
+        ("openChildTaskIds", "Open child task IDs"),
+        ("verdict", "Verdict"),
+        ("currentLeaseRunId", "Current lease run ID"),
+    ],
 )
 def test_titles_are_words(name: str, expected: str) -> None:
     assert title(name) == expected

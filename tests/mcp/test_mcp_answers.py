@@ -66,8 +66,17 @@ async def test_a_succeeded_close_without_notes_says_what_happened_to_the_task_an
         described = {tool.name: tool.description for tool in (await client.list_tools()).tools}
         run_id = ok(await client.call_tool("claim_task", {"taskId": t}))["runId"]
         first = ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "fixed"}))
-        ok(await client.call_tool("record_evidence", {"runId": run_id, "kind": "tests", "verdict": "passed",
-                                                      "checkpoint": first["missing"]["evidenceCheckpoint"]}))
+        ok(
+            await client.call_tool(
+                "record_evidence",
+                {
+                    "runId": run_id,
+                    "kind": "tests",
+                    "verdict": "passed",
+                    "checkpoint": first["missing"]["evidenceCheckpoint"],
+                },
+            )
+        )
         closed = ok(await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded"}))
         again = ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "done"}))
     assert "notes" in described["complete_task"] and "result" in described["complete_task"]
@@ -110,10 +119,20 @@ async def test_every_tool_says_succeeded_for_a_task_that_succeeded(pair):
         for task_id, word in ((t, "succeeded"), (former, "completed")):
             run_id = ok(await client.call_tool("claim_task", {"taskId": task_id}))["runId"]
             first = ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "x", "outcome": word}))
-            ok(await client.call_tool("record_evidence", {"runId": run_id, "kind": "tests", "verdict": "passed",
-                                                          "checkpoint": first["missing"]["evidenceCheckpoint"]}))
-            allowed = ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "x",
-                                                                       "outcome": word}))
+            ok(
+                await client.call_tool(
+                    "record_evidence",
+                    {
+                        "runId": run_id,
+                        "kind": "tests",
+                        "verdict": "passed",
+                        "checkpoint": first["missing"]["evidenceCheckpoint"],
+                    },
+                )
+            )
+            allowed = ok(
+                await client.call_tool("attempt_completion", {"runId": run_id, "result": "x", "outcome": word})
+            )
             assert allowed["settlement"] == "settled"
             assert ok(await client.call_tool("get_task", {"taskId": task_id}))["terminalOutcome"] == "succeeded"
     outcome = listed["attempt_completion"].input_schema["properties"]["outcome"]
@@ -130,18 +149,37 @@ async def test_attempt_completion_request_ids_hash_the_services_outcome_word(pai
     try:
         async with stdio_client(pair, token) as client:
             claimed = ok(await client.call_tool("claim_task", {"taskId": t}))
-            blocked = ok(await client.call_tool("attempt_completion", {"runId": claimed["runId"], "result": "done"},
-                                                meta={"io.funnel/callId": "toolu_a"}))
-            ok(await client.call_tool("record_evidence", {"runId": claimed["runId"], "kind": "tests",
-                                                          "verdict": "passed",
-                                                          "checkpoint": blocked["missing"]["evidenceCheckpoint"]}))
+            blocked = ok(
+                await client.call_tool(
+                    "attempt_completion",
+                    {"runId": claimed["runId"], "result": "done"},
+                    meta={"io.funnel/callId": "toolu_a"},
+                )
+            )
+            ok(
+                await client.call_tool(
+                    "record_evidence",
+                    {
+                        "runId": claimed["runId"],
+                        "kind": "tests",
+                        "verdict": "passed",
+                        "checkpoint": blocked["missing"]["evidenceCheckpoint"],
+                    },
+                )
+            )
             arguments = {"runId": claimed["runId"], "result": "done", "outcome": "completed", "stateVersion": None}
             replayed = await completion_pb2_grpc.CompletionServiceStub(channel).AttemptCompletion(
                 cpb.AttemptCompletionRequest(
-                    workspace_id=WS, task_id=t, run_id=claimed["runId"], epoch=claimed["leaseEpoch"],
-                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done",
-                    request_id=request_id("attempt_completion", WS, arguments, "host:toolu_a")),
-                timeout=CALL_TIMEOUT)
+                    workspace_id=WS,
+                    task_id=t,
+                    run_id=claimed["runId"],
+                    epoch=claimed["leaseEpoch"],
+                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                    result="done",
+                    request_id=request_id("attempt_completion", WS, arguments, "host:toolu_a"),
+                ),
+                timeout=CALL_TIMEOUT,
+            )
     finally:
         await channel.close()
     assert blocked["verdict"] == "soft_block"
@@ -178,8 +216,15 @@ async def test_one_start_line_and_one_json_line_per_tool_call(pair, tmp_path):
 async def test_stdio_logs_its_start_line_on_stderr_never_on_stdout(pair):
     """stdout is the protocol: a host that connects and leaves sees only JSON-RPC
     there, and the start line on stderr."""
-    done = await asyncio.to_thread(subprocess.run, [str(FUNNEL), *mcp_arguments(pair)], input="",
-                                   capture_output=True, text=True, timeout=60, env={"FUNNEL_TOKEN": agent_token()})
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(FUNNEL), *mcp_arguments(pair)],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"FUNNEL_TOKEN": agent_token()},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     (start,) = [line for line in log_lines(done.stderr) if line.get("event") == "start"]

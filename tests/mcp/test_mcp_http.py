@@ -28,12 +28,24 @@ async def test_the_whole_story_over_streamable_http(pair, tmp_path):
             run_id = ok(await client.call_tool("claim_task", {"taskId": t}))["runId"]
             blocked = ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "done"}))
             assert blocked["nextAction"] == "record_evidence"
-            ok(await client.call_tool("record_evidence", {"runId": run_id, "kind": "tests", "verdict": "passed",
-                                                          "checkpoint": blocked["missing"]["evidenceCheckpoint"]}))
+            ok(
+                await client.call_tool(
+                    "record_evidence",
+                    {
+                        "runId": run_id,
+                        "kind": "tests",
+                        "verdict": "passed",
+                        "checkpoint": blocked["missing"]["evidenceCheckpoint"],
+                    },
+                )
+            )
             allowed = ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "done"}))
             assert (allowed["nextAction"], allowed["settlement"]) == ("report_complete", "settled")
-            closed = ok(await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded",
-                                                                 "tokensInput": 5, "tokensOutput": 6}))
+            closed = ok(
+                await client.call_tool(
+                    "complete_task", {"runId": run_id, "outcome": "succeeded", "tokensInput": 5, "tokensOutput": 6}
+                )
+            )
             assert (closed["finalStatus"], closed["tokensTotal"]) == ("done", 11)
             again = error_text(await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded"}))
             assert "RUN_ALREADY_FINISHED" in again

@@ -39,8 +39,11 @@ def claim_request(task_id: str) -> dict:
 
 
 async def post(url: str, body: dict, headers: dict[str, str]) -> httpx2.Response:
-    base = {"content-type": "application/json", "accept": "application/json, text/event-stream",
-            "authorization": f"Bearer {agent_token()}"}
+    base = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "authorization": f"Bearer {agent_token()}",
+    }
     if body["method"] != "initialize":
         base |= {"mcp-protocol-version": PROTOCOL, "mcp-method": body["method"], "mcp-name": body["params"]["name"]}
     async with httpx2.AsyncClient(timeout=30) as http:
@@ -78,10 +81,21 @@ async def test_a_foreign_host_or_origin_on_127_0_0_2_is_refused_and_runs_no_tool
 async def test_the_names_given_by_flags_pass_and_others_do_not(pair, tmp_path):
     t = await fresh_task(pair)
     port = unused_port()
-    with http_server(pair, tmp_path / "mcp.log", "--allowed-host", f"mcp.internal:{port}",
-                     "--allowed-origin", "https://app.example", host=HOST, port=port) as url:
-        named = {"host": f"mcp.internal:{port}", "origin": "https://app.example",
-                 "authorization": f"Bearer {agent_token()}"}
+    with http_server(
+        pair,
+        tmp_path / "mcp.log",
+        "--allowed-host",
+        f"mcp.internal:{port}",
+        "--allowed-origin",
+        "https://app.example",
+        host=HOST,
+        port=port,
+    ) as url:
+        named = {
+            "host": f"mcp.internal:{port}",
+            "origin": "https://app.example",
+            "authorization": f"Bearer {agent_token()}",
+        }
         async with (
             httpx2.AsyncClient(timeout=30, headers=named) as http,
             Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30) as client,
@@ -89,11 +103,15 @@ async def test_the_names_given_by_flags_pass_and_others_do_not(pair, tmp_path):
             claimed = ok(await client.call_tool("claim_task", {"taskId": t}))
         assert claimed["taskId"] == t
         # The derived origin of an allowed host passes; names not given do not.
-        assert (await post(url, initialize_request(), {"host": f"mcp.internal:{port}",
-                                                       "origin": f"http://mcp.internal:{port}"})).status_code == 200
+        assert (
+            await post(
+                url, initialize_request(), {"host": f"mcp.internal:{port}", "origin": f"http://mcp.internal:{port}"}
+            )
+        ).status_code == 200
         assert (await post(url, initialize_request(), {"host": f"other.internal:{port}"})).status_code == 421
-        assert (await post(url, initialize_request(), {"host": f"mcp.internal:{port}",
-                                                       "origin": "https://other.example"})).status_code == 403
+        assert (
+            await post(url, initialize_request(), {"host": f"mcp.internal:{port}", "origin": "https://other.example"})
+        ).status_code == 403
 
 
 async def test_the_default_loopback_bind_still_answers_its_own_names(pair, tmp_path):

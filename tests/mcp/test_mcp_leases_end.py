@@ -48,8 +48,9 @@ async def claim_when_free(pair, task_id: str) -> cpb.ClaimTaskResponse:
     while True:
         try:
             return await pair.cs.ClaimTask(
-                cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id="agent-8",
-                                     lease_ttl=Duration(seconds=600)),
+                cpb.ClaimTaskRequest(
+                    workspace_id=WS, task_id=task_id, agent_id="agent-8", lease_ttl=Duration(seconds=600)
+                ),
                 timeout=CALL_TIMEOUT,
             )
         except grpc.aio.AioRpcError as error:
@@ -71,8 +72,13 @@ async def assert_withdrawn(pair, run_id: str) -> None:
 
 def start_agent(url: str, task_id: str, mode: str) -> tuple[subprocess.Popen, dict]:
     """A separate client process that claims `task_id` and keeps its session open."""
-    agent = subprocess.Popen([sys.executable, "-m", "tests.mcp.http_agent", url, agent_token(), task_id, mode],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "tests.mcp.http_agent", url, agent_token(), task_id, mode],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert agent.stdout is not None
     line = agent.stdout.readline()
     assert line, agent.communicate(timeout=10)
@@ -87,7 +93,7 @@ def kill(agent: subprocess.Popen) -> None:
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"], ids=["session", "sessionless"])
 async def test_a_killed_http_client_frees_its_task_after_the_idle_timeout(pair, tmp_path, mode):
-    """"legacy": the SDK's session (GET stream, Mcp-Session-Id) is reaped once idle;
+    """ "legacy": the SDK's session (GET stream, Mcp-Session-Id) is reaped once idle;
     "auto" (2026-07-28, no session): no call names the run for the idle timeout."""
     t = await fresh_task(pair)
     with http_server(pair, tmp_path / "mcp.log", *LEASE, "--session-idle-timeout", "2s") as url:
@@ -156,8 +162,11 @@ async def test_a_sessionless_caller_keeps_its_run_while_it_calls(pair, tmp_path)
             claimed = ok(await client.call_tool("claim_task", {"taskId": t}))
             deadline = time.monotonic() + BOUND
             while True:
-                ok(await client.call_tool("record_evidence", {"runId": claimed["runId"], "kind": "lint",
-                                                              "verdict": "passed"}))
+                ok(
+                    await client.call_tool(
+                        "record_evidence", {"runId": claimed["runId"], "kind": "lint", "verdict": "passed"}
+                    )
+                )
                 run = await run_row(pair, claimed["runId"])
                 assert not run.HasField("finish_time")
                 if run.lease_expire_time.ToMicroseconds() - run.claim_time.ToMicroseconds() >= 15_000_000:

@@ -49,8 +49,7 @@ def list_tools_2026() -> str:
     return json.dumps(request_2026("tools/list", {}))
 
 
-async def test_no_valid_token_is_401_naming_the_resource_metadata_which_names_the_authorization_server(
-        pair, tmp_path):
+async def test_no_valid_token_is_401_naming_the_resource_metadata_which_names_the_authorization_server(pair, tmp_path):
     expired = credentials.token("agent-7", [f"{WS}:agent"], ttl_seconds=-3600)
     for_another_audience = credentials.token("agent-7", [f"{WS}:agent"], audience="another")
     with http_server(pair, tmp_path / "mcp.log", "--authorization-server", AUTHORIZATION_SERVER) as url:
@@ -94,8 +93,9 @@ async def test_an_unauthenticated_sdk_client_is_refused_before_any_tool_runs(pai
 
 
 async def audit_callers(pair, run_id: str, workspace: str = WS) -> list[tuple[str, str]]:
-    audit = await pair.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=workspace, run_id=run_id),
-                                       timeout=CALL_TIMEOUT)
+    audit = await pair.cs.ListAuditLog(
+        cpb.ListAuditLogRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT
+    )
     return [(entry.caller.subject, entry.caller.role) for entry in audit.entries]
 
 
@@ -164,9 +164,11 @@ async def test_a_configured_token_is_refused_over_http(pair):
     """Over HTTP every client brings its own token; one held by the server would
     let whoever reaches the port act with it."""
     result = await asyncio.to_thread(
-        subprocess.run, [str(FUNNEL), *mcp_arguments(pair, "--http", f"127.0.0.1:{unused_port()}",
-                                                      "--token", agent_token())],
-        capture_output=True, text=True, timeout=60,
+        subprocess.run,
+        [str(FUNNEL), *mcp_arguments(pair, "--http", f"127.0.0.1:{unused_port()}", "--token", agent_token())],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert "every client sends its own token" in result.stderr

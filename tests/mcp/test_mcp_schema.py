@@ -53,7 +53,12 @@ async def test_the_tools_match_the_committed_snapshot(listed):
 
 async def test_every_tool_is_described_and_annotated(listed):
     assert [tool["name"] for tool in listed] == [
-        "claim_task", "complete_task", "record_evidence", "attempt_completion", "get_task"]
+        "claim_task",
+        "complete_task",
+        "record_evidence",
+        "attempt_completion",
+        "get_task",
+    ]
     for tool in listed:
         assert len(tool["description"]) > 200, tool["name"]
         assert tool["inputSchema"]["type"] == "object" and tool["outputSchema"]["type"] == "object"
@@ -80,7 +85,9 @@ async def test_complete_task_has_exactly_the_seeds_contract(listed):
     assert sorted(schema["required"]) == sorted(SEED_REQUIRED)
     for tokens in ("tokensInput", "tokensOutput", "tokensTotal"):
         assert schema["properties"][tokens]["anyOf"][0]["minimum"] == 0
-    assert "maxLength" not in schema["properties"]["notes"]["anyOf"][0] or \
-        schema["properties"]["notes"]["anyOf"][0]["maxLength"] > 2000  # capped, never refused, at 2000
+    assert (
+        "maxLength" not in schema["properties"]["notes"]["anyOf"][0]
+        or schema["properties"]["notes"]["anyOf"][0]["maxLength"] > 2000
+    )  # capped, never refused, at 2000
     output = tool["outputSchema"]
     assert set(output["required"]) >= SEED_OUTPUT

@@ -47,10 +47,18 @@ async def test_the_seed_loop_claim_then_complete_closes_the_run_row(pair):
     async with stdio_client(pair, agent_token()) as client:
         claimed = ok(await client.call_tool("claim_task", {"taskId": t}))
         assert claimed["taskId"] == t and claimed["generation"] == 1 and claimed["leaseEpoch"] == 1
-        closed = ok(await client.call_tool("complete_task", {
-            "runId": claimed["runId"], "outcome": "stalled", "tokensInput": 120, "tokensOutput": 30,
-            "notes": "nothing done yet",
-        }))
+        closed = ok(
+            await client.call_tool(
+                "complete_task",
+                {
+                    "runId": claimed["runId"],
+                    "outcome": "stalled",
+                    "tokensInput": 120,
+                    "tokensOutput": 30,
+                    "notes": "nothing done yet",
+                },
+            )
+        )
     assert set(closed) >= {"runId", "finishedAt", "finalStatus", "tokensTotal"}
     assert closed["runId"] == claimed["runId"] and closed["tokensTotal"] == 150
     assert closed["finalStatus"] == "in_progress" and closed["taskEffect"] == "unchanged"
@@ -58,8 +66,9 @@ async def test_the_seed_loop_claim_then_complete_closes_the_run_row(pair):
     assert run.HasField("finish_time") and run.outcome == cpb.RUN_OUTCOME_STALLED
     assert (run.agent_id, run.tokens_input, run.tokens_output, run.tokens_total) == (AGENT, 120, 30, 150)
     assert run.notes == "nothing done yet"
-    audit = await pair.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=WS, run_id=claimed["runId"]),
-                                       timeout=CALL_TIMEOUT)
+    audit = await pair.cs.ListAuditLog(
+        cpb.ListAuditLogRequest(workspace_id=WS, run_id=claimed["runId"]), timeout=CALL_TIMEOUT
+    )
     assert [row.action for row in audit.entries] == ["task.completed"]
 
 
@@ -71,16 +80,25 @@ async def test_the_whole_story_to_done_with_evidence(pair):
         assert (first["verdict"], first["nextAction"]) == ("soft_block", "record_evidence")
         assert "report_complete" in first["forbiddenActions"]
         assert first["missing"]["missingEvidenceKinds"] == ["tests"] and first["completionId"] is None
-        evidence = ok(await client.call_tool("record_evidence", {
-            "runId": run_id, "kind": "tests", "verdict": "passed",
-            "checkpoint": first["missing"]["evidenceCheckpoint"], "details": "42 passed",
-        }))
+        evidence = ok(
+            await client.call_tool(
+                "record_evidence",
+                {
+                    "runId": run_id,
+                    "kind": "tests",
+                    "verdict": "passed",
+                    "checkpoint": first["missing"]["evidenceCheckpoint"],
+                    "details": "42 passed",
+                },
+            )
+        )
         assert (evidence["taskId"], evidence["generation"], evidence["verdict"]) == (t, 1, "passed")
         allowed = ok(await client.call_tool("attempt_completion", {"runId": run_id, "result": "login fixed"}))
         assert (allowed["verdict"], allowed["nextAction"]) == ("allow", "report_complete")
         assert allowed["settlement"] == "settled" and allowed["completionId"] and allowed["missing"] is None
-        closed = ok(await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded",
-                                                             "tokensTotal": 900}))
+        closed = ok(
+            await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded", "tokensTotal": 900})
+        )
         assert (closed["finalStatus"], closed["taskEffect"], closed["tokensTotal"]) == ("done", "done", 900)
         truth = ok(await client.call_tool("get_task", {"taskId": t}))
     assert truth["state"] == "terminal" and truth["terminalOutcome"] == "succeeded"
@@ -93,8 +111,9 @@ async def test_succeeded_without_evidence_closes_the_run_but_the_task_stays_open
     t = await fresh_task(pair)
     async with stdio_client(pair, agent_token()) as client:
         run_id = ok(await client.call_tool("claim_task", {"taskId": t}))["runId"]
-        closed = ok(await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded",
-                                                             "finalStatus": "done"}))
+        closed = ok(
+            await client.call_tool("complete_task", {"runId": run_id, "outcome": "succeeded", "finalStatus": "done"})
+        )
     assert closed["finalStatus"] == "in_progress" and closed["taskEffect"] == "not_completed"
     assert closed["decision"]["missing"]["missingEvidenceKinds"] == ["tests"]
     assert closed["nextStep"].startswith("A new run finishes it: claim_task, record_evidence")
@@ -138,8 +157,9 @@ async def test_notes_over_2000_characters_are_capped_not_refused(pair):
     t = await fresh_task(pair)
     async with stdio_client(pair, agent_token()) as client:
         run_id = ok(await client.call_tool("claim_task", {"taskId": t}))["runId"]
-        closed = ok(await client.call_tool("complete_task", {"runId": run_id, "outcome": "stalled",
-                                                             "notes": "n" * 5000}))
+        closed = ok(
+            await client.call_tool("complete_task", {"runId": run_id, "outcome": "stalled", "notes": "n" * 5000})
+        )
     assert closed["notesTruncated"] is True
     run = await get_run(pair, run_id)
     assert run.notes == "n" * 2000 and run.notes_truncated
@@ -153,8 +173,12 @@ async def test_failed_blocks_the_task_and_stalled_leaves_it(pair, outcome, statu
     t = await fresh_task(pair)
     async with stdio_client(pair, agent_token()) as client:
         run_id = ok(await client.call_tool("claim_task", {"taskId": t}))["runId"]
-        closed = ok(await client.call_tool("complete_task", {"runId": run_id, "outcome": outcome,
-                                                             "error": "tests red" if outcome == "failed" else None}))
+        closed = ok(
+            await client.call_tool(
+                "complete_task",
+                {"runId": run_id, "outcome": outcome, "error": "tests red" if outcome == "failed" else None},
+            )
+        )
     assert closed["taskEffect"] == effect
     task = await get_task(pair, t)
     assert task.work_status == status and task.state == lpb.GENERATION_STATE_ACTIVE
@@ -166,10 +190,12 @@ async def test_a_foreign_run_is_a_tool_error_and_nothing_changes(pair):
     theirs = await fresh_task(pair)
     elsewhere = await fresh_task(pair, workspace="other")
     lease = {"lease_ttl": {"seconds": 600}}
-    their_claim = await pair.cs.ClaimTask(cpb.ClaimTaskRequest(workspace_id=WS, task_id=theirs, agent_id="agent-8",
-                                                          **lease), timeout=CALL_TIMEOUT)
-    elsewhere_claim = await pair.cs.ClaimTask(cpb.ClaimTaskRequest(workspace_id="other", task_id=elsewhere,
-                                                             agent_id=AGENT, **lease), timeout=CALL_TIMEOUT)
+    their_claim = await pair.cs.ClaimTask(
+        cpb.ClaimTaskRequest(workspace_id=WS, task_id=theirs, agent_id="agent-8", **lease), timeout=CALL_TIMEOUT
+    )
+    elsewhere_claim = await pair.cs.ClaimTask(
+        cpb.ClaimTaskRequest(workspace_id="other", task_id=elsewhere, agent_id=AGENT, **lease), timeout=CALL_TIMEOUT
+    )
     before = (await get_run(pair, their_claim.run.run_id), await get_run(pair, elsewhere_claim.run.run_id, "other"))
     async with stdio_client(pair, agent_token()) as client:
         for run_id, reason in ((their_claim.run.run_id, "RUN_NOT_HELD"), (elsewhere_claim.run.run_id, "RUN_NOT_FOUND")):
@@ -242,8 +268,9 @@ async def test_a_host_call_id_makes_a_retried_call_return_the_first_answer(pair)
         first = ok(await first_process.call_tool("claim_task", {"taskId": t}, meta=meta))
         async with stdio_client(pair, agent_token()) as client:  # a new process
             again = ok(await client.call_tool("claim_task", {"taskId": t}, meta=meta))
-            other = error_text(await client.call_tool("claim_task", {"taskId": t},
-                                                      meta={"io.funnel/callId": "toolu_02"}))
+            other = error_text(
+                await client.call_tool("claim_task", {"taskId": t}, meta={"io.funnel/callId": "toolu_02"})
+            )
             close = {"runId": first["runId"], "outcome": "stalled"}
             closed = ok(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_03"}))
             resent = ok(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_03"}))
@@ -258,8 +285,14 @@ async def test_a_resent_json_rpc_request_returns_the_first_answer(pair):
     """Without a host call id, the JSON-RPC request id within the connection names
     the call: the same request sent twice claims once; a new request is a new claim."""
     t = await fresh_task(pair)
-    process = subprocess.Popen([str(FUNNEL), *mcp_arguments(pair)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env={"FUNNEL_TOKEN": agent_token()}, text=True)
+    process = subprocess.Popen(
+        [str(FUNNEL), *mcp_arguments(pair)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"FUNNEL_TOKEN": agent_token()},
+        text=True,
+    )
 
     def send(message: dict) -> None:
         process.stdin.write(json.dumps(message) + "\n")
@@ -274,12 +307,26 @@ async def test_a_resent_json_rpc_request_returns_the_first_answer(pair):
                 return message["result"]
 
     def exchange() -> tuple[dict, dict, dict]:
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            }
+        )
         answer(1)
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                "params": {"name": "claim_task", "arguments": {"taskId": t}}}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "claim_task", "arguments": {"taskId": t}},
+        }
         send(call)
         first = answer(7)
         send(call)

@@ -136,7 +136,11 @@ def test_every_tool_speaks_the_outcome_words_of_complete_task() -> None:
     assert answers.TERMINAL_OUTCOMES[lpb.TERMINAL_OUTCOME_COMPLETED] == "succeeded"
     # The former word still works; anything else is left for validation to refuse.
     assert [answers.former_requested_outcome(v) for v in ("completed", "succeeded", "done", 3)] == [
-        "succeeded", "succeeded", "done", 3]
+        "succeeded",
+        "succeeded",
+        "done",
+        3,
+    ]
 
 
 INSTANT_FORMAT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
@@ -662,8 +666,13 @@ def test_every_bind_checks_host_and_origin_against_its_own_names_and_the_flags()
     assert "http://127.0.0.2:8080" in loopback.allowed_origins and "https://localhost:8080" in loopback.allowed_origins
     remote = transport_security("0.0.0.0", 8080, ["mcp.example.com", "mcp.internal:*"], ["https://app.example"])
     assert remote.enable_dns_rebinding_protection
-    assert remote.allowed_hosts == ["localhost:8080", "127.0.0.1:8080", "[::1]:8080", "mcp.example.com",
-                                    "mcp.internal:*"]
+    assert remote.allowed_hosts == [
+        "localhost:8080",
+        "127.0.0.1:8080",
+        "[::1]:8080",
+        "mcp.example.com",
+        "mcp.internal:*",
+    ]
     assert {"https://mcp.example.com", "http://mcp.internal:*", "https://app.example"} <= set(remote.allowed_origins)
     assert not any("0.0.0.0" in name for name in remote.allowed_hosts + remote.allowed_origins)
 

@@ -128,8 +128,14 @@ class Pair:
     """Both services over SQLite files in `directory` (or, given `database_url`,
     both on that PostgreSQL database, each in its schema), and client stubs to them."""
 
-    def __init__(self, directory: Path, *, lifecycle_args: list[str] = (), completion_args: list[str] = (),
-                 database_url: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        lifecycle_args: list[str] = (),
+        completion_args: list[str] = (),
+        database_url: str | None = None,
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         policy = directory / "policy.toml"

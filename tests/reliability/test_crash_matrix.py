@@ -76,8 +76,17 @@ async def test_crash_point(point, backend, tmp_path, record_property):
     url = await asyncio.to_thread(fresh_database) if backend == "postgresql" else None
     pair = await Pair(tmp_path / "pair", database_url=url).start()
     target = pair.service(point)
-    totals = {"point": f"{point} ({backend})", "runs": 0, "faults": 0, "crashes": 0, "drops": 0, "lost": 0,
-              "duplicated": 0, "unknown_calls": 0, "seconds": 0.0}
+    totals = {
+        "point": f"{point} ({backend})",
+        "runs": 0,
+        "faults": 0,
+        "crashes": 0,
+        "drops": 0,
+        "lost": 0,
+        "duplicated": 0,
+        "unknown_calls": 0,
+        "seconds": 0.0,
+    }
     violations: list[str] = []
     started = time.monotonic()
     try:

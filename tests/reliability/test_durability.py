@@ -111,9 +111,12 @@ def table_leaves(path: Path) -> list[int]:
             "WHERE s.pagetype = 'leaf' AND s.name NOT LIKE 'sqlite_%' GROUP BY s.name ORDER BY count(*) DESC LIMIT 1"
         ).fetchall()
         # dbstat's path is fixed-width hex per level: its order is the b-tree's.
-        pages = [row[0] for row in db.execute(
-            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path", (table,)
-        )]
+        pages = [
+            row[0]
+            for row in db.execute(
+                "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path", (table,)
+            )
+        ]
     finally:
         db.close()
     assert len(pages) >= 5, f"{table} has too few leaves to have a middle: {pages}"
@@ -193,8 +196,7 @@ def integrity_checks(url: str, result: str) -> float | None:
 
 
 def start_service(service: str, database: Path, tmp_path: Path, *more: str) -> ServiceProcess:
-    args = [*service_arguments(service, database), "--health-interval", "0.2", "--metrics-listen", "127.0.0.1:0",
-            *more]
+    args = [*service_arguments(service, database), "--health-interval", "0.2", "--metrics-listen", "127.0.0.1:0", *more]
     return spawn(service, service, args, tmp_path / f"{service}.log")
 
 
@@ -224,10 +226,15 @@ async def test_damage_deep_inside_a_table_is_found_after_the_service_serves(serv
             async with credentials.tls_channel(process.address) as channel:
                 stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await stub.RegisterTask(lpb.RegisterTaskRequest(
-                        workspace_id="ws-damaged", task_id="t-1", request_id="r-1",
-                        cause=lpb.Cause(source="host", reason="planned"),
-                    ), timeout=5)
+                    await stub.RegisterTask(
+                        lpb.RegisterTaskRequest(
+                            workspace_id="ws-damaged",
+                            task_id="t-1",
+                            request_id="r-1",
+                            cause=lpb.Cause(source="host", reason="planned"),
+                        ),
+                        timeout=5,
+                    )
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
             assert error_info(refused.value).reason == "STORAGE_UNAVAILABLE"
             assert "failed its integrity check" in refused.value.details()
@@ -236,8 +243,12 @@ async def test_damage_deep_inside_a_table_is_found_after_the_service_serves(serv
     log = (tmp_path / f"{service}.log").read_text()
     assert "integrity check found damage" in log and "ERROR" in log, log[-3000:]
     # The offline check finds it too.
-    check = subprocess.run([sys.executable, "-m", "funnel_cli.main", "check", str(corrupt)], capture_output=True,
-                           text=True, timeout=START_TIMEOUT)
+    check = subprocess.run(
+        [sys.executable, "-m", "funnel_cli.main", "check", str(corrupt)],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+    )
     assert check.returncode != 0 and "DAMAGED" in check.stdout, check
 
 

@@ -86,13 +86,34 @@ INT64_MIN = -(2**63)
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 LIFECYCLE_RPCS = [
-    "RegisterTask", "ActivateGeneration", "SuspendGeneration", "ResumeWithGeneration", "RequestCancellation",
-    "SettleCancellation", "SettleCompletion", "SettleFailure", "SettleTimeout", "PropagateParentTermination",
-    "SetWorkStatus", "GetTask", "ListTasks", "ListLifecycleEvents", "WatchLifecycleEvents",
+    "RegisterTask",
+    "ActivateGeneration",
+    "SuspendGeneration",
+    "ResumeWithGeneration",
+    "RequestCancellation",
+    "SettleCancellation",
+    "SettleCompletion",
+    "SettleFailure",
+    "SettleTimeout",
+    "PropagateParentTermination",
+    "SetWorkStatus",
+    "GetTask",
+    "ListTasks",
+    "ListLifecycleEvents",
+    "WatchLifecycleEvents",
 ]
 COMPLETION_RPCS = [
-    "ClaimTask", "RenewLease", "CompleteRun", "GetRun", "ListRuns", "RecordEvidence", "AttemptCompletion",
-    "GetCompletion", "ListCompletions", "ListAuditLog", "WatchCompletionEvents",
+    "ClaimTask",
+    "RenewLease",
+    "CompleteRun",
+    "GetRun",
+    "ListRuns",
+    "RecordEvidence",
+    "AttemptCompletion",
+    "GetCompletion",
+    "ListCompletions",
+    "ListAuditLog",
+    "WatchCompletionEvents",
 ]
 TRANSCRIPT_RPCS = ["AppendTranscript", "LoadTranscript", "ExportTranscript", "ImportTranscript", "ResolveResume"]
 SERVICE_OF = {
@@ -101,12 +122,26 @@ SERVICE_OF = {
     **{rpc: "ts" for rpc in TRANSCRIPT_RPCS},
 }
 READ_ONLY = {
-    "GetTask", "ListTasks", "ListLifecycleEvents", "WatchLifecycleEvents", "GetRun", "ListRuns", "GetCompletion",
-    "ListCompletions", "ListAuditLog", "WatchCompletionEvents", "ExportTranscript", "ResolveResume",
+    "GetTask",
+    "ListTasks",
+    "ListLifecycleEvents",
+    "WatchLifecycleEvents",
+    "GetRun",
+    "ListRuns",
+    "GetCompletion",
+    "ListCompletions",
+    "ListAuditLog",
+    "WatchCompletionEvents",
+    "ExportTranscript",
+    "ResolveResume",
 }
 Code = grpc.StatusCode
 BUSINESS_CODES = {
-    Code.INVALID_ARGUMENT, Code.NOT_FOUND, Code.ALREADY_EXISTS, Code.ABORTED, Code.FAILED_PRECONDITION,
+    Code.INVALID_ARGUMENT,
+    Code.NOT_FOUND,
+    Code.ALREADY_EXISTS,
+    Code.ABORTED,
+    Code.FAILED_PRECONDITION,
     Code.RESOURCE_EXHAUSTED,
 }
 # INVALID_ARGUMENT reasons that a request with well-formed fields can still get.
@@ -129,22 +164,105 @@ def id_ok(value: str, required: bool = True) -> bool:
 
 
 HOSTILE_IDS = [
-    "", " ", "a b", " lead", "trail ", "tab\tid", "new\nline", "cr\rid", "nul\x00id", "\x00", "del\x7fid",
-    "c1\x85id", "zero\u200bwidth", "bom\ufeffid", "rtl\u202eid", "dev\u200d\U0001f4bb", "e\u0301", "A\u030a",
-    "\u212b", "\u2126", "\ue000priv", "\U000f0000", "un\u0378assigned", "\uffff", "\U0010ffff", "nbsp\u00a0id",
-    "ideo\u3000sp", "ls\u2028", "ps\u2029", "soft\u00adhyphen", "x" * 129, "\u00e9" * 129, "\U0001f600" * 129,
-    "y" * 5000, "\u0644\u064e" * 70, "tag\U000e0041",
+    "",
+    " ",
+    "a b",
+    " lead",
+    "trail ",
+    "tab\tid",
+    "new\nline",
+    "cr\rid",
+    "nul\x00id",
+    "\x00",
+    "del\x7fid",
+    "c1\x85id",
+    "zero\u200bwidth",
+    "bom\ufeffid",
+    "rtl\u202eid",
+    "dev\u200d\U0001f4bb",
+    "e\u0301",
+    "A\u030a",
+    "\u212b",
+    "\u2126",
+    "\ue000priv",
+    "\U000f0000",
+    "un\u0378assigned",
+    "\uffff",
+    "\U0010ffff",
+    "nbsp\u00a0id",
+    "ideo\u3000sp",
+    "ls\u2028",
+    "ps\u2029",
+    "soft\u00adhyphen",
+    "x" * 129,
+    "\u00e9" * 129,
+    "\U0001f600" * 129,
+    "y" * 5000,
+    "\u0644\u064e" * 70,
+    "tag\U000e0041",
     # Outside the safe set: path, quoting and shell characters, symbols.
-    "\U0001f600", "x';DROP/**/TABLE/**/tasks;--", "../../etc/passwd", "a..b", "..", "%s%n%x", "{}", "\\",
-    "a.b:c/d@e", "\U0001f44d\U0001f3fd", "a/b", "a\\b", "a\"b", "<tag>", "a,b", "a;b", "a*b", "a?b",
+    "\U0001f600",
+    "x';DROP/**/TABLE/**/tasks;--",
+    "../../etc/passwd",
+    "a..b",
+    "..",
+    "%s%n%x",
+    "{}",
+    "\\",
+    "a.b:c/d@e",
+    "\U0001f44d\U0001f3fd",
+    "a/b",
+    "a\\b",
+    'a"b',
+    "<tag>",
+    "a,b",
+    "a;b",
+    "a*b",
+    "a?b",
 ]
 ODD_VALID_IDS = [
-    "x" * 128, "\u00e9" * 128, "\ufb01", "\u03a9", "t\u00e2che-\u00e9t\u00e9",
-    "\u30bf\u30b9\u30af", "null", "NaN", "-1", "0", "\u2460", "\u00c5", "a.b:c@e", "\u05d0\u05d1", "\u0915\u093f",
-    "\u0644\u064e" * 64, ".", "a.b", "run_1+2=3~", "user@host:7", "-", "_",
+    "x" * 128,
+    "\u00e9" * 128,
+    "\ufb01",
+    "\u03a9",
+    "t\u00e2che-\u00e9t\u00e9",
+    "\u30bf\u30b9\u30af",
+    "null",
+    "NaN",
+    "-1",
+    "0",
+    "\u2460",
+    "\u00c5",
+    "a.b:c@e",
+    "\u05d0\u05d1",
+    "\u0915\u093f",
+    "\u0644\u064e" * 64,
+    ".",
+    "a.b",
+    "run_1+2=3~",
+    "user@host:7",
+    "-",
+    "_",
 ]
-EDGE_INTS = [0, 1, 2, 3, -1, -2, 7, 100, MAX_SAFE, MAX_SAFE + 1, 2**62, INT64_MAX, INT64_MIN, -MAX_SAFE, 2**31 - 1,
-             2**31, -(2**31)]
+EDGE_INTS = [
+    0,
+    1,
+    2,
+    3,
+    -1,
+    -2,
+    7,
+    100,
+    MAX_SAFE,
+    MAX_SAFE + 1,
+    2**62,
+    INT64_MAX,
+    INT64_MIN,
+    -MAX_SAFE,
+    2**31 - 1,
+    2**31,
+    -(2**31),
+]
 EDGE_INT32 = [0, 1, 2, -1, 99, 100, 999, 1000, 1001, 5000, 2**31 - 1, -(2**31)]
 
 
@@ -318,7 +436,7 @@ class Pick:
         if r < 0.1:
             return None, False
         if r < 0.75:
-            micros = CLOCK_START_MICROS + self.rng.randrange(-10**9, 10**9)
+            micros = CLOCK_START_MICROS + self.rng.randrange(-(10**9), 10**9)
             return Timestamp(seconds=micros // 10**6, nanos=(micros % 10**6) * 1000), True
         seconds = self.rng.choice([0, -1, -62135596800, -62135596801, 253402300799, 253402300800, INT64_MAX, INT64_MIN])
         nanos = self.rng.choice([0, 999_999_999, 1_000_000_000, -1, 2**31 - 1])
@@ -376,8 +494,13 @@ async def build_world(tmp: Path) -> World:
         clock,
         tmp,
         LifecycleConfig(listen="127.0.0.1:0", database=str(tmp / "lifecycle.sqlite3"), health_interval=5.0),
-        CompletionConfig(listen="127.0.0.1:0", database=str(tmp / "completion.sqlite3"), lifecycle_timeout=30.0,
-                         settle_interval=0.2, health_interval=5.0),
+        CompletionConfig(
+            listen="127.0.0.1:0",
+            database=str(tmp / "completion.sqlite3"),
+            lifecycle_timeout=30.0,
+            settle_interval=0.2,
+            health_interval=5.0,
+        ),
         {"workspaces": {OTHER_WS: {"required_evidence": ["tests"]}}},
     )
     await f.start()
@@ -391,8 +514,10 @@ async def build_world(tmp: Path) -> World:
             tpb.AppendTranscriptRequest(workspace_id=workspace, task_id=task, events=list(events)), timeout=10
         )
 
-    closed_turn = [ev(turn_start=tpb.TurnStart(turn_id="turn-1")),
-                   ev(turn_end=tpb.TurnEnd(turn_id="turn-1", reason=tpb.TURN_END_REASON_COMPLETED))]
+    closed_turn = [
+        ev(turn_start=tpb.TurnStart(turn_id="turn-1")),
+        ev(turn_end=tpb.TurnEnd(turn_id="turn-1", reason=tpb.TURN_END_REASON_COMPLETED)),
+    ]
     runs: list[cpb.ClaimTaskResponse] = []
     completions: list[str] = []
 
@@ -403,8 +528,12 @@ async def build_world(tmp: Path) -> World:
     runs.append(await f.registered_and_claimed("t-act", workspace=WS, ttl_seconds=day))
     runs.append(await f.registered_and_claimed("t-short", workspace=WS, ttl_seconds=5))
     runs.append(await f.registered_and_claimed("t-done", workspace=WS, ttl_seconds=day))
-    await append("t-done", ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-1")), *closed_turn,
-                 ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-2")))
+    await append(
+        "t-done",
+        ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-1")),
+        *closed_turn,
+        ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-2")),
+    )
     completions.append((await f.attempt(runs[-1])).completion.completion_id)
     runs.append(await f.registered_and_claimed("t-fence", workspace=WS, ttl_seconds=day))
     await f.request_cancellation("t-fence", workspace=WS)
@@ -452,18 +581,32 @@ async def build_world(tmp: Path) -> World:
     tokens = []
     for rpc, call, key in [
         ("ListTasks", f.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1)), ("ListTasks", WS, "")),
-        ("ListTasks", f.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1, parent_task_id="t-parent")),
-         ("ListTasks", WS, "t-parent")),
-        ("ListLifecycleEvents", f.lc.ListLifecycleEvents(
-            lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-done", page_size=1)),
-         ("ListLifecycleEvents", WS, "t-done")),
+        (
+            "ListTasks",
+            f.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1, parent_task_id="t-parent")),
+            ("ListTasks", WS, "t-parent"),
+        ),
+        (
+            "ListLifecycleEvents",
+            f.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-done", page_size=1)),
+            ("ListLifecycleEvents", WS, "t-done"),
+        ),
         ("ListRuns", f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_size=1)), ("ListRuns", WS, "")),
-        ("ListCompletions", f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS, page_size=1)),
-         ("ListCompletions", WS, "")),
-        ("ListAuditLog", f.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=WS, page_size=1)),
-         ("ListAuditLog", WS, "", "")),
-        ("LoadTranscript", ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-done", page_size=1)),
-         ("LoadTranscript", WS, "t-done")),
+        (
+            "ListCompletions",
+            f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS, page_size=1)),
+            ("ListCompletions", WS, ""),
+        ),
+        (
+            "ListAuditLog",
+            f.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=WS, page_size=1)),
+            ("ListAuditLog", WS, "", ""),
+        ),
+        (
+            "LoadTranscript",
+            ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-done", page_size=1)),
+            ("LoadTranscript", WS, "t-done"),
+        ),
     ]:
         response = await call
         assert response.next_page_token, rpc
@@ -496,8 +639,15 @@ async def build_world(tmp: Path) -> World:
         "t-new-2",
     ]
     return World(
-        f, ts, task_ids, [r.run.run_id for r in runs] + ["run_99999999"], [r.lease.epoch for r in runs],
-        completions + ["cmp_99999999"], ["cp-1", "cp-2", "cp-a", "cp-zz"], tokens, jsonl,
+        f,
+        ts,
+        task_ids,
+        [r.run.run_id for r in runs] + ["run_99999999"],
+        [r.lease.epoch for r in runs],
+        completions + ["cmp_99999999"],
+        ["cp-1", "cp-2", "cp-a", "cp-zz"],
+        tokens,
+        jsonl,
     )
 
 
@@ -555,8 +705,13 @@ class Generator:
 
     def _header(self, generation: bool = True) -> dict[str, tuple[Any, bool | None]]:
         p = self.p
-        picks = {"workspace_id": p.ws(), "task_id": p.task(), "request_id": p.request_id(),
-                 "expected_revision": p.optional_revision(), "cause": p.cause()}
+        picks = {
+            "workspace_id": p.ws(),
+            "task_id": p.task(),
+            "request_id": p.request_id(),
+            "expected_revision": p.optional_revision(),
+            "cause": p.cause(),
+        }
         if generation:
             picks["generation"] = p.generation()
         return picks
@@ -573,22 +728,27 @@ class Generator:
         if r < 0.8:
             issued_for, token = self.rng.choice(self.w.tokens)
             return token, issued_for == key
-        forged = self.rng.choice([
-            "garbage", "%%%", "=", "a" * 2000,
-            base64.urlsafe_b64encode(b"[" * 50_000 + b"]" * 50_000).decode(),
-            base64.urlsafe_b64encode(b'{"a":' * 20_000 + b"1" + b"}" * 20_000).decode(),
-            base64.urlsafe_b64encode(b"\xff\xfe\xfd").decode(),
-            base64.urlsafe_b64encode(b"[1, 2, 3]").decode(),
-            base64.urlsafe_b64encode(b'[["x"], NaN]').decode(),
-            encode_token(list(key[:1]) + list(key[1:]), 10**30),
-            encode_token(["tasks", WS, ""], "\x00"),
-            encode_token(["events", WS, "t-done"], -5),
-            encode_token(["runs", WS, ""], [2**70, "run"]),
-            encode_token(["runs", WS, ""], [1, 2]),
-            encode_token(["completions", WS, ""], [1.5, "c"]),
-            encode_token(["audit", WS, "", ""], True),
-            encode_token(["transcript", WS, "t-done"], 2**63),
-        ])
+        forged = self.rng.choice(
+            [
+                "garbage",
+                "%%%",
+                "=",
+                "a" * 2000,
+                base64.urlsafe_b64encode(b"[" * 50_000 + b"]" * 50_000).decode(),
+                base64.urlsafe_b64encode(b'{"a":' * 20_000 + b"1" + b"}" * 20_000).decode(),
+                base64.urlsafe_b64encode(b"\xff\xfe\xfd").decode(),
+                base64.urlsafe_b64encode(b"[1, 2, 3]").decode(),
+                base64.urlsafe_b64encode(b'[["x"], NaN]').decode(),
+                encode_token(list(key[:1]) + list(key[1:]), 10**30),
+                encode_token(["tasks", WS, ""], "\x00"),
+                encode_token(["events", WS, "t-done"], -5),
+                encode_token(["runs", WS, ""], [2**70, "run"]),
+                encode_token(["runs", WS, ""], [1, 2]),
+                encode_token(["completions", WS, ""], [1.5, "c"]),
+                encode_token(["audit", WS, "", ""], True),
+                encode_token(["transcript", WS, "t-done"], 2**63),
+            ]
+        )
         return forged, None  # a forged cursor of the right type and listing is accepted
 
     # lifecycle
@@ -654,14 +814,22 @@ class Generator:
 
     def _ListTasks(self):
         ws, parent = self.p.ws(), self.p.task(required=False)
-        fields, valid = self._collect(workspace_id=ws, parent_task_id=parent, page_size=self.p.page_size(),
-                                      page_token=self._token(("ListTasks", ws[0], parent[0])))
+        fields, valid = self._collect(
+            workspace_id=ws,
+            parent_task_id=parent,
+            page_size=self.p.page_size(),
+            page_token=self._token(("ListTasks", ws[0], parent[0])),
+        )
         return lpb.ListTasksRequest(**fields), valid
 
     def _ListLifecycleEvents(self):
         ws, task = self.p.ws(), self.p.task()
-        fields, valid = self._collect(workspace_id=ws, task_id=task, page_size=self.p.page_size(),
-                                      page_token=self._token(("ListLifecycleEvents", ws[0], task[0])))
+        fields, valid = self._collect(
+            workspace_id=ws,
+            task_id=task,
+            page_size=self.p.page_size(),
+            page_token=self._token(("ListLifecycleEvents", ws[0], task[0])),
+        )
         return lpb.ListLifecycleEventsRequest(**fields), valid
 
     def _WatchLifecycleEvents(self):
@@ -678,22 +846,33 @@ class Generator:
 
     def _ClaimTask(self):
         p = self.p
-        fields, valid = self._collect(workspace_id=p.ws(), task_id=p.task(), agent_id=p.any_id(["agent-1", "agent-2"]),
-                                      lease_ttl=p.duration(), request_id=p.request_id())
+        fields, valid = self._collect(
+            workspace_id=p.ws(),
+            task_id=p.task(),
+            agent_id=p.any_id(["agent-1", "agent-2"]),
+            lease_ttl=p.duration(),
+            request_id=p.request_id(),
+        )
         return cpb.ClaimTaskRequest(**fields), valid
 
     def _RenewLease(self):
         p = self.p
-        fields, valid = self._collect(workspace_id=p.ws(), run_id=p.run(), epoch=self._epoch(), lease_ttl=p.duration(),
-                                      request_id=p.request_id())
+        fields, valid = self._collect(
+            workspace_id=p.ws(), run_id=p.run(), epoch=self._epoch(), lease_ttl=p.duration(), request_id=p.request_id()
+        )
         return cpb.RenewLeaseRequest(**fields), valid
 
     def _CompleteRun(self):
         p = self.p
-        picks = {"workspace_id": p.ws(), "run_id": p.run(), "outcome": p.enum([1, 2, 3, 4]),
-                 "notes": p.text(1024 * 1024) if p.chance(0.05) else p.text(1024 * 1024, near=2000),
-                 "error": p.text(8192), "final_status": p.enum([1, 2, 3, 4, 5], optional=True),
-                 "request_id": p.request_id()}
+        picks = {
+            "workspace_id": p.ws(),
+            "run_id": p.run(),
+            "outcome": p.enum([1, 2, 3, 4]),
+            "notes": p.text(1024 * 1024) if p.chance(0.05) else p.text(1024 * 1024, near=2000),
+            "error": p.text(8192),
+            "final_status": p.enum([1, 2, 3, 4, 5], optional=True),
+            "request_id": p.request_id(),
+        }
         for field in ("tokens_input", "tokens_output", "tokens_total"):
             picks[field] = (None, True) if p.chance(0.5) else p.int64(lambda v: 0 <= v <= MAX_SAFE, [0, 10, 1500])
         fields, valid = self._collect(**picks)
@@ -705,16 +884,26 @@ class Generator:
 
     def _ListRuns(self):
         ws, task = self.p.ws(), self.p.task(required=False)
-        fields, valid = self._collect(workspace_id=ws, task_id=task, page_size=self.p.page_size(),
-                                      page_token=self._token(("ListRuns", ws[0], task[0])))
+        fields, valid = self._collect(
+            workspace_id=ws,
+            task_id=task,
+            page_size=self.p.page_size(),
+            page_token=self._token(("ListRuns", ws[0], task[0])),
+        )
         return cpb.ListRunsRequest(**fields), valid
 
     def _RecordEvidence(self):
         p = self.p
         fields, valid = self._collect(
-            workspace_id=p.ws(), task_id=p.task(), generation=p.generation(), kind=p.any_id(["tests", "lint"]),
-            verdict=p.enum([1, 2]), checkpoint=p.any_id(self.w.checkpoints, required=False),
-            details=p.text(8192), run_id=p.run(required=False), request_id=p.request_id(),
+            workspace_id=p.ws(),
+            task_id=p.task(),
+            generation=p.generation(),
+            kind=p.any_id(["tests", "lint"]),
+            verdict=p.enum([1, 2]),
+            checkpoint=p.any_id(self.w.checkpoints, required=False),
+            details=p.text(8192),
+            run_id=p.run(required=False),
+            request_id=p.request_id(),
         )
         return cpb.RecordEvidenceRequest(**fields), valid
 
@@ -723,8 +912,14 @@ class Generator:
         state_version = (None, True) if p.chance(0.6) else p.int64(lambda v: 0 <= v <= MAX_SAFE, [0, 1, 2, 3, 4])
         result = p.text(16384) if p.chance(0.9) else ("   ", True)
         fields, valid = self._collect(
-            workspace_id=p.ws(), task_id=p.task(), run_id=p.run(), epoch=self._epoch(), outcome=p.enum([1, 2]),
-            result=result, state_version=state_version, request_id=p.request_id(),
+            workspace_id=p.ws(),
+            task_id=p.task(),
+            run_id=p.run(),
+            epoch=self._epoch(),
+            outcome=p.enum([1, 2]),
+            result=result,
+            state_version=state_version,
+            request_id=p.request_id(),
         )
         return cpb.AttemptCompletionRequest(**fields), valid
 
@@ -734,14 +929,23 @@ class Generator:
 
     def _ListCompletions(self):
         ws, task = self.p.ws(), self.p.task(required=False)
-        fields, valid = self._collect(workspace_id=ws, task_id=task, page_size=self.p.page_size(),
-                                      page_token=self._token(("ListCompletions", ws[0], task[0])))
+        fields, valid = self._collect(
+            workspace_id=ws,
+            task_id=task,
+            page_size=self.p.page_size(),
+            page_token=self._token(("ListCompletions", ws[0], task[0])),
+        )
         return cpb.ListCompletionsRequest(**fields), valid
 
     def _ListAuditLog(self):
         ws, task, run = self.p.ws(), self.p.task(required=False), self.p.run(required=False)
-        fields, valid = self._collect(workspace_id=ws, task_id=task, run_id=run, page_size=self.p.page_size(),
-                                      page_token=self._token(("ListAuditLog", ws[0], task[0], run[0])))
+        fields, valid = self._collect(
+            workspace_id=ws,
+            task_id=task,
+            run_id=run,
+            page_size=self.p.page_size(),
+            page_token=self._token(("ListAuditLog", ws[0], task[0], run[0])),
+        )
         return cpb.ListAuditLogRequest(**fields), valid
 
     def _WatchCompletionEvents(self):
@@ -756,15 +960,41 @@ class Generator:
     def event(self) -> tuple[tpb.SessionEvent, bool | None]:
         """One appended event: mostly well-formed, sometimes breaking a field rule."""
         p = self.p
-        kind = self.rng.choice([
-            "turn_start", "turn_end", "step_start", "step_end", "tool_call", "tool_result", "user_message",
-            "assistant_message", "checkpoint", "checkpoint_restore", "user_feedback", "prompt_resend", None,
-        ])
-        refs = {"turn_start": "turn_id", "turn_end": "turn_id", "step_start": "step_id", "step_end": "step_id",
-                "tool_call": "call_id", "tool_result": "call_id", "checkpoint": "checkpoint_id",
-                "checkpoint_restore": "checkpoint_id"}
-        texts = {"tool_call": "arguments", "tool_result": "content", "user_message": "text",
-                 "assistant_message": "text", "user_feedback": "text", "prompt_resend": "text"}
+        kind = self.rng.choice(
+            [
+                "turn_start",
+                "turn_end",
+                "step_start",
+                "step_end",
+                "tool_call",
+                "tool_result",
+                "user_message",
+                "assistant_message",
+                "checkpoint",
+                "checkpoint_restore",
+                "user_feedback",
+                "prompt_resend",
+                None,
+            ]
+        )
+        refs = {
+            "turn_start": "turn_id",
+            "turn_end": "turn_id",
+            "step_start": "step_id",
+            "step_end": "step_id",
+            "tool_call": "call_id",
+            "tool_result": "call_id",
+            "checkpoint": "checkpoint_id",
+            "checkpoint_restore": "checkpoint_id",
+        }
+        texts = {
+            "tool_call": "arguments",
+            "tool_result": "content",
+            "user_message": "text",
+            "assistant_message": "text",
+            "user_feedback": "text",
+            "prompt_resend": "text",
+        }
         if kind is None:
             return tpb.SessionEvent(), False
         message = tpb.SessionEvent()
@@ -813,14 +1043,19 @@ class Generator:
                 events.append(event)
                 valid = _and(valid, good)
         expected = (None, True) if p.chance(0.7) else p.int64(lambda v: 0 <= v <= MAX_SAFE, [0, 1, 2, 3, 4])
-        fields, base_valid = self._collect(workspace_id=p.ws(), task_id=p.task(), request_id=p.request_id(),
-                                           expected_state_version=expected)
+        fields, base_valid = self._collect(
+            workspace_id=p.ws(), task_id=p.task(), request_id=p.request_id(), expected_state_version=expected
+        )
         return tpb.AppendTranscriptRequest(events=events, **fields), _and(base_valid, valid)
 
     def _LoadTranscript(self):
         ws, task = self.p.ws(), self.p.task()
-        fields, valid = self._collect(workspace_id=ws, task_id=task, page_size=self.p.page_size(),
-                                      page_token=self._token(("LoadTranscript", ws[0], task[0])))
+        fields, valid = self._collect(
+            workspace_id=ws,
+            task_id=task,
+            page_size=self.p.page_size(),
+            page_token=self._token(("LoadTranscript", ws[0], task[0])),
+        )
         return tpb.LoadTranscriptRequest(**fields), valid
 
     def _ExportTranscript(self):
@@ -861,19 +1096,29 @@ class Generator:
             return b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2]  # torn final line
         if r < 0.5:
             return b""
-        damage = self.rng.choice([
-            b"not json\n", b"[" * 30_000 + b"]" * 30_000 + b"\n", b'{"a":' * 10_000 + b"1" + b"}" * 10_000 + b"\n",
-            b"\xff\xfe\n", b"{}\n", b"null\n", b'{"sequence": 1, "generation": 1, "turn_start": {"turn_id": "x y"}}\n',
-            b'{"sequence": 99, "generation": 1, "user_message": {"text": "skip"}}\n',
-            b'{"sequence": 1, "generation": 0, "user_message": {}}\n',
-            b'{"sequence": 1, "generation": 1, "turn_end": {"turn_id": "t", "reason": 77}}\n',
-            b'{"sequence": 1, "generation": 1, "record_time": "9999-12-31T23:59:59Z", "user_message": {}}\n',
-            b'{"sequence": 1, "generation": 9007199254740991, "user_message": {"text": "far"}}\n',
-            b'{"sequence": 1e400, "user_message": {}}\n', b'{"unknown_field": 1}\n',
-            b'{"sequence": 1, "generation": 1, "turn_start": {"turn_id": "\\ud800"}}\n',
-            b'{"sequence": 1, "generation": 1, "tool_result": {"call_id": "nope"}}\n',
-            b"\n", b"\r\n", b" " * 100 + b"\n",
-        ])
+        damage = self.rng.choice(
+            [
+                b"not json\n",
+                b"[" * 30_000 + b"]" * 30_000 + b"\n",
+                b'{"a":' * 10_000 + b"1" + b"}" * 10_000 + b"\n",
+                b"\xff\xfe\n",
+                b"{}\n",
+                b"null\n",
+                b'{"sequence": 1, "generation": 1, "turn_start": {"turn_id": "x y"}}\n',
+                b'{"sequence": 99, "generation": 1, "user_message": {"text": "skip"}}\n',
+                b'{"sequence": 1, "generation": 0, "user_message": {}}\n',
+                b'{"sequence": 1, "generation": 1, "turn_end": {"turn_id": "t", "reason": 77}}\n',
+                b'{"sequence": 1, "generation": 1, "record_time": "9999-12-31T23:59:59Z", "user_message": {}}\n',
+                b'{"sequence": 1, "generation": 9007199254740991, "user_message": {"text": "far"}}\n',
+                b'{"sequence": 1e400, "user_message": {}}\n',
+                b'{"unknown_field": 1}\n',
+                b'{"sequence": 1, "generation": 1, "turn_start": {"turn_id": "\\ud800"}}\n',
+                b'{"sequence": 1, "generation": 1, "tool_result": {"call_id": "nope"}}\n',
+                b"\n",
+                b"\r\n",
+                b" " * 100 + b"\n",
+            ]
+        )
         where = self.rng.randrange(len(lines) + 1)
         return b"".join(lines[:where]) + damage + b"".join(lines[where:])
 
@@ -1031,9 +1276,9 @@ def describe_diff(before: dict, after: dict) -> list[str]:
     changes = []
     for table in sorted(set(before) | set(after)):
         old, new = collections.Counter(before.get(table, [])), collections.Counter(after.get(table, []))
-        for row in (new - old):
+        for row in new - old:
             changes.append(f"+ {table} {row!r:.300}")
-        for row in (old - new):
+        for row in old - new:
             changes.append(f"- {table} {row!r:.300}")
     return changes
 
@@ -1211,8 +1456,13 @@ async def test_hostile_requests_get_business_answers_and_rejections_change_nothi
         after = world.snapshot()
         _tasks_of_runs(touched, after[1], columns(paths["completion"]), run_tasks)
         _expand_touched(touched, after[0], columns(paths["lifecycle"]))
-        unexplained, tally.changed_rows = attribute(paths, {"lifecycle": before[0], "completion": before[1]},
-                                {"lifecycle": after[0], "completion": after[1]}, touched, run_tasks)
+        unexplained, tally.changed_rows = attribute(
+            paths,
+            {"lifecycle": before[0], "completion": before[1]},
+            {"lifecycle": after[0], "completion": after[1]},
+            touched,
+            run_tasks,
+        )
         tally.problems += [f"changed by no accepted request: {row}" for row in unexplained[:20]]
         for table in ("transcript_staging",):
             assert after[1][table] == [], f"{table} keeps debris of rejected imports"
@@ -1254,9 +1504,14 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
 
         return handler
 
-    for cls, name in [(LifecycleService, "RegisterTask"), (CompletionService, "CompleteRun"),
-                      (CompletionService, "RecordEvidence"), (TranscriptService, "AppendTranscript"),
-                      (TranscriptService, "ImportTranscript"), (LifecycleService, "GetTask")]:
+    for cls, name in [
+        (LifecycleService, "RegisterTask"),
+        (CompletionService, "CompleteRun"),
+        (CompletionService, "RecordEvidence"),
+        (TranscriptService, "AppendTranscript"),
+        (TranscriptService, "ImportTranscript"),
+        (LifecycleService, "GetTask"),
+    ]:
         monkeypatch.setattr(cls, name, counting(cls, name))
 
     limit = 64 * 1024
@@ -1264,10 +1519,17 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
     f = Funnel(
         clock,
         tmp_path,
-        LifecycleConfig(listen="127.0.0.1:0", database=str(tmp_path / "l.sqlite3"), health_interval=5.0,
-                        max_message_bytes=limit),
-        CompletionConfig(listen="127.0.0.1:0", database=str(tmp_path / "c.sqlite3"), lifecycle_timeout=5.0,
-                         settle_interval=0.2, health_interval=5.0, max_message_bytes=limit),
+        LifecycleConfig(
+            listen="127.0.0.1:0", database=str(tmp_path / "l.sqlite3"), health_interval=5.0, max_message_bytes=limit
+        ),
+        CompletionConfig(
+            listen="127.0.0.1:0",
+            database=str(tmp_path / "c.sqlite3"),
+            lifecycle_timeout=5.0,
+            settle_interval=0.2,
+            health_interval=5.0,
+            max_message_bytes=limit,
+        ),
         {},
     )
     await f.start()
@@ -1408,8 +1670,13 @@ async def start_funnel_pair(tmp_path):
         ManualClock(CLOCK_START_MICROS),
         tmp_path,
         LifecycleConfig(listen="127.0.0.1:0", database=str(tmp_path / "l.sqlite3"), health_interval=5.0),
-        CompletionConfig(listen="127.0.0.1:0", database=str(tmp_path / "c.sqlite3"), lifecycle_timeout=5.0,
-                         settle_interval=0.2, health_interval=5.0),
+        CompletionConfig(
+            listen="127.0.0.1:0",
+            database=str(tmp_path / "c.sqlite3"),
+            lifecycle_timeout=5.0,
+            settle_interval=0.2,
+            health_interval=5.0,
+        ),
         {},
     )
     await f.start()
@@ -1440,11 +1707,18 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
             timeout=10,
         )
     await f.register("t-noisy")  # 200 events of about 28 KB
-    cause = lpb.Cause(source=emoji * 128, reason=emoji * 1024,
-                      originating_ids={f"{wide_letter * 120}{i:02d}": emoji * 256 for i in range(16)})
+    cause = lpb.Cause(
+        source=emoji * 128,
+        reason=emoji * 1024,
+        originating_ids={f"{wide_letter * 120}{i:02d}": emoji * 256 for i in range(16)},
+    )
     for i in range(200):
-        await f.lc.SetWorkStatus(lpb.SetWorkStatusRequest(
-            workspace_id=E2E_WS, task_id="t-noisy", generation=1, work_status=1 + i % 3, cause=cause), timeout=10)
+        await f.lc.SetWorkStatus(
+            lpb.SetWorkStatusRequest(
+                workspace_id=E2E_WS, task_id="t-noisy", generation=1, work_status=1 + i % 3, cause=cause
+            ),
+            timeout=10,
+        )
     await f.register("t-runs")  # 110 closed runs of about 40 KB
     for _ in range(110):
         claim = await f.claim("t-runs", ttl_seconds=60)
@@ -1482,23 +1756,42 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
             await drain(f.cs.ListCompletions, cpb.ListCompletionsRequest(workspace_id=E2E_WS), "completions", size)
             == 70
         )
-        assert await drain(ts.LoadTranscript, tpb.LoadTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"),
-                           "events", size) == 6
-    chunks = [c.jsonl async for c in ts.ExportTranscript(
-        tpb.ExportTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"), timeout=30)]
+        assert (
+            await drain(
+                ts.LoadTranscript, tpb.LoadTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"), "events", size
+            )
+            == 6
+        )
+    chunks = [
+        c.jsonl
+        async for c in ts.ExportTranscript(
+            tpb.ExportTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"), timeout=30
+        )
+    ]
     assert len(chunks) > 1 and all(c.endswith(b"\n") for c in chunks)
     assert len(b"".join(chunks).splitlines()) == 6
     # One event of 1 MiB control characters is a JSONL line of 6 MiB: it is exported
     # in pieces, and the file imports back.
     await f.register("t-nul")
     await f.register("t-nul-copy")
-    await ts.AppendTranscript(tpb.AppendTranscriptRequest(
-        workspace_id=E2E_WS, task_id="t-nul", events=[ev(user_message=tpb.UserMessage(text="\x00" * 1024 * 1024))]
-    ), timeout=10)
-    chunks = [c.jsonl async for c in ts.ExportTranscript(
-        tpb.ExportTranscriptRequest(workspace_id=E2E_WS, task_id="t-nul"), timeout=30)]
+    await ts.AppendTranscript(
+        tpb.AppendTranscriptRequest(
+            workspace_id=E2E_WS, task_id="t-nul", events=[ev(user_message=tpb.UserMessage(text="\x00" * 1024 * 1024))]
+        ),
+        timeout=10,
+    )
+    chunks = [
+        c.jsonl
+        async for c in ts.ExportTranscript(
+            tpb.ExportTranscriptRequest(workspace_id=E2E_WS, task_id="t-nul"), timeout=30
+        )
+    ]
     assert len(chunks) > 1 and len(b"".join(chunks).splitlines()) == 1
-    imported = await ts.ImportTranscript(iter(
-        [tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=E2E_WS, task_id="t-nul-copy"))]
-        + [tpb.ImportTranscriptRequest(jsonl_chunk=c) for c in chunks]), timeout=30)
+    imported = await ts.ImportTranscript(
+        iter(
+            [tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=E2E_WS, task_id="t-nul-copy"))]
+            + [tpb.ImportTranscriptRequest(jsonl_chunk=c) for c in chunks]
+        ),
+        timeout=30,
+    )
     assert imported.imported_events == 1

@@ -136,8 +136,13 @@ async def ready_to_complete(pair: Pair, task_id: str) -> cpb.ClaimTaskResponse:
     )
     await pair.cs.RecordEvidence(
         cpb.RecordEvidenceRequest(
-            workspace_id=WS, task_id=task_id, generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-            checkpoint="cp", run_id=claim.run.run_id,
+            workspace_id=WS,
+            task_id=task_id,
+            generation=1,
+            kind="tests",
+            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            checkpoint="cp",
+            run_id=claim.run.run_id,
         ),
         timeout=T,
     )
@@ -192,8 +197,12 @@ def settled_once(pair: Pair, task_id: str, completion: cpb.Completion) -> None:
             "BY sequence",
             (WS, task_id),
         ).fetchall()
-        assert kinds == [("RUN_CLAIMED", None), ("EVIDENCE_RECORDED", None), ("COMPLETION_COMMITTED", None),
-                         ("COMPLETION_SETTLED", completion.lifecycle_event_sequence)]
+        assert kinds == [
+            ("RUN_CLAIMED", None),
+            ("EVIDENCE_RECORDED", None),
+            ("COMPLETION_COMMITTED", None),
+            ("COMPLETION_SETTLED", completion.lifecycle_event_sequence),
+        ]
         task = L.execute(
             "SELECT state, outcome, completion_id FROM tasks WHERE workspace_id = ? AND task_id = ?", (WS, task_id)
         ).fetchone()

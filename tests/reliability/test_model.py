@@ -72,7 +72,11 @@ ACTIVATE, SUSPEND, RESUME, REQUEST_CANCEL, SETTLE_CANCEL = (
     "SETTLE_CANCELLATION",
 )
 SETTLE_COMPLETION, SETTLE_FAILURE, SETTLE_TIMEOUT, PROPAGATE, SET_STATUS = (
-    "SETTLE_COMPLETION", "SETTLE_FAILURE", "SETTLE_TIMEOUT", "PROPAGATE_PARENT_TERMINATION", "SET_WORK_STATUS",
+    "SETTLE_COMPLETION",
+    "SETTLE_FAILURE",
+    "SETTLE_TIMEOUT",
+    "PROPAGATE_PARENT_TERMINATION",
+    "SET_WORK_STATUS",
 )
 SETTLEMENT_OUTCOME = {
     SETTLE_CANCEL: (CANCELLED, "CANCELLED"),
@@ -164,8 +168,11 @@ class Model:
     def children(self, t: MTask) -> list[MTask]:
         """Attached children of t's current generation that are not terminal."""
         return sorted(
-            (c for c in self.tasks.values() if c.attached and c.attached[0] == t.task_id
-             and c.attached[1] == t.generation and not c.terminal),
+            (
+                c
+                for c in self.tasks.values()
+                if c.attached and c.attached[0] == t.task_id and c.attached[1] == t.generation and not c.terminal
+            ),
             key=lambda c: c.task_id,
         )
 
@@ -205,14 +212,25 @@ class Model:
         link = t.attached
         parent = self.tasks.get(link[0]) if link else None
         if intent == ACTIVATE:
-            return ("CANCELLATION_FENCED" if t.fenced else None) or (
-                "INVALID_TRANSITION" if t.state != REGISTERED else None) or self.attached_parent_problem(t) or OK
+            return (
+                ("CANCELLATION_FENCED" if t.fenced else None)
+                or ("INVALID_TRANSITION" if t.state != REGISTERED else None)
+                or self.attached_parent_problem(t)
+                or OK
+            )
         if intent == SUSPEND:
-            return ("CANCELLATION_FENCED" if t.fenced else None) or (
-                "INVALID_TRANSITION" if t.state != ACTIVE else None) or OK
+            return (
+                ("CANCELLATION_FENCED" if t.fenced else None)
+                or ("INVALID_TRANSITION" if t.state != ACTIVE else None)
+                or OK
+            )
         if intent == RESUME:
-            return ("CANCELLATION_FENCED" if t.fenced else None) or (
-                "INVALID_TRANSITION" if t.state != SUSPENDED else None) or self.attached_parent_problem(t) or OK
+            return (
+                ("CANCELLATION_FENCED" if t.fenced else None)
+                or ("INVALID_TRANSITION" if t.state != SUSPENDED else None)
+                or self.attached_parent_problem(t)
+                or OK
+            )
         if intent == REQUEST_CANCEL:
             return "CANCELLATION_ALREADY_REQUESTED" if t.fenced else OK
         if intent == SETTLE_CANCEL:
@@ -251,8 +269,15 @@ class Model:
             return "CANCELLATION_FENCED" if t.fenced else OK
         raise AssertionError(intent)
 
-    def apply(self, intent: str, task_id: str, generation: int, *, work_status: str | None = None,
-              completion_id: str | None = None) -> str:
+    def apply(
+        self,
+        intent: str,
+        task_id: str,
+        generation: int,
+        *,
+        work_status: str | None = None,
+        completion_id: str | None = None,
+    ) -> str:
         """Judges and, when accepted, applies one intent with its propagations (delivered
         in commit order, as the service's propagation worker does)."""
         verdict = self.judge(intent, task_id, generation, completion_id)
@@ -267,8 +292,13 @@ class Model:
 
     def _transition(self, intent: str, task_id: str, work_status: str | None, completion_id: str | None) -> list:
         t = self.tasks[task_id]
-        propagate = {REQUEST_CANCEL: REQUEST_CANCEL, SETTLE_CANCEL: SETTLE_CANCEL, SETTLE_FAILURE: PROPAGATE,
-                     SETTLE_TIMEOUT: PROPAGATE, PROPAGATE: PROPAGATE}.get(intent)
+        propagate = {
+            REQUEST_CANCEL: REQUEST_CANCEL,
+            SETTLE_CANCEL: SETTLE_CANCEL,
+            SETTLE_FAILURE: PROPAGATE,
+            SETTLE_TIMEOUT: PROPAGATE,
+            PROPAGATE: PROPAGATE,
+        }.get(intent)
         owed = [(c.task_id, c.generation, propagate) for c in self.children(t)] if propagate else []
         t.revision += 1
         if intent == RESUME and t.terminal:
@@ -382,9 +412,16 @@ def to_event(kind: str, ref: str) -> tpb.SessionEvent:
     event = tpb.SessionEvent()
     body = getattr(event, kind)
     body.SetInParent()
-    field = {"turn_start": "turn_id", "turn_end": "turn_id", "step_start": "step_id", "step_end": "step_id",
-             "tool_call": "call_id", "tool_result": "call_id", "checkpoint": "checkpoint_id",
-             "checkpoint_restore": "checkpoint_id"}.get(kind)
+    field = {
+        "turn_start": "turn_id",
+        "turn_end": "turn_id",
+        "step_start": "step_id",
+        "step_end": "step_id",
+        "tool_call": "call_id",
+        "tool_result": "call_id",
+        "checkpoint": "checkpoint_id",
+        "checkpoint_restore": "checkpoint_id",
+    }.get(kind)
     if field:
         setattr(body, field, ref)
     if kind == "tool_call":
@@ -420,8 +457,13 @@ class FunnelMachine(RuleBasedStateMachine):
             self.clock,
             self.tmp,
             LifecycleConfig(listen="127.0.0.1:0", database=str(self.tmp / "lifecycle.sqlite3"), health_interval=5.0),
-            CompletionConfig(listen="127.0.0.1:0", database=str(self.tmp / "completion.sqlite3"),
-                             lifecycle_timeout=10.0, settle_interval=0.2, health_interval=5.0),
+            CompletionConfig(
+                listen="127.0.0.1:0",
+                database=str(self.tmp / "completion.sqlite3"),
+                lifecycle_timeout=10.0,
+                settle_interval=0.2,
+                health_interval=5.0,
+            ),
             POLICY,
         )
         self.run(lambda: self.f.start())
@@ -501,13 +543,20 @@ class FunnelMachine(RuleBasedStateMachine):
     @initialize()
     def two_tasks(self):
         for task_id in TASKS[:2]:
-            got, response = self.call(lambda task_id=task_id: self.f.lc.RegisterTask(
-                lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT))
+            got, response = self.call(
+                lambda task_id=task_id: self.f.lc.RegisterTask(
+                    lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
+                )
+            )
             self.expect("RegisterTask", OK, got, response)
             self.model.tasks[task_id] = MTask(task_id, None)
 
-    @rule(index=st.integers(0, 11), parent=st.one_of(st.none(), st.integers(0, 5)),
-          attached=st.booleans(), offset=st.sampled_from([0, 0, 0, -1, 1]))
+    @rule(
+        index=st.integers(0, 11),
+        parent=st.one_of(st.none(), st.integers(0, 5)),
+        attached=st.booleans(),
+        offset=st.sampled_from([0, 0, 0, -1, 1]),
+    )
     def register(self, index, parent, attached, offset):
         m = self.model
         task_id = TASKS[index % len(TASKS)]
@@ -519,8 +568,11 @@ class FunnelMachine(RuleBasedStateMachine):
             generation = max(1, (parent_task.generation if parent_task else 1) + offset)
             mode = "ATTACHED" if attached else "DETACHED"
             link = (parent_id, generation, mode)
-            request.parent.CopyFrom(lpb.ParentLink(task_id=parent_id, generation=generation,
-                                                   mode=lpb.ParentLinkMode.Value(f"PARENT_LINK_MODE_{mode}")))
+            request.parent.CopyFrom(
+                lpb.ParentLink(
+                    task_id=parent_id, generation=generation, mode=lpb.ParentLinkMode.Value(f"PARENT_LINK_MODE_{mode}")
+                )
+            )
         if link and link[0] == task_id:
             expected = "FIELD_MALFORMED"
         elif existing is not None:
@@ -565,8 +617,13 @@ class FunnelMachine(RuleBasedStateMachine):
         m = self.model
         task_id, t = self.task_of(index)
         generation = max(1, (t.generation if t else 1) + offset)
-        common = dict(workspace_id=WS, task_id=task_id, generation=generation, request_id=self.rid(),
-                      cause=lpb.Cause(source="operator:model", reason=f"{intent} by the model test"))
+        common = dict(
+            workspace_id=WS,
+            task_id=task_id,
+            generation=generation,
+            request_id=self.rid(),
+            cause=lpb.Cause(source="operator:model", reason=f"{intent} by the model test"),
+        )
         work_status = lpb.WorkStatus.Value(f"WORK_STATUS_{status}")
         request, method = {
             REQUEST_CANCEL: (lpb.RequestCancellationRequest, self.f.lc.RequestCancellation),
@@ -574,8 +631,10 @@ class FunnelMachine(RuleBasedStateMachine):
             SETTLE_FAILURE: (lpb.SettleFailureRequest, self.f.lc.SettleFailure),
             SETTLE_TIMEOUT: (lpb.SettleTimeoutRequest, self.f.lc.SettleTimeout),
             SUSPEND: (lpb.SuspendGenerationRequest, self.f.lc.SuspendGeneration),
-            ACTIVATE: (lambda **kw: lpb.ActivateGenerationRequest(work_status=work_status, **kw),
-                       self.f.lc.ActivateGeneration),
+            ACTIVATE: (
+                lambda **kw: lpb.ActivateGenerationRequest(work_status=work_status, **kw),
+                self.f.lc.ActivateGeneration,
+            ),
             RESUME: (lpb.ResumeWithGenerationRequest, self.f.lc.ResumeWithGeneration),
             PROPAGATE: (lpb.PropagateParentTerminationRequest, self.f.lc.PropagateParentTermination),
             SET_STATUS: (lambda **kw: lpb.SetWorkStatusRequest(work_status=work_status, **kw), self.f.lc.SetWorkStatus),
@@ -617,8 +676,11 @@ class FunnelMachine(RuleBasedStateMachine):
         if expected == "LIFECYCLE_REJECTED":
             # The lifecycle refused the activation the claim needs, which comes before
             # the claim commits: nothing was written, the epoch was not used.
-            self.expect("refused claim's lifecycle reason", m.judge(ACTIVATE, task_id, t.generation),
-                        error_info(response).metadata["lifecycle_reason"])
+            self.expect(
+                "refused claim's lifecycle reason",
+                m.judge(ACTIVATE, task_id, t.generation),
+                error_info(response).metadata["lifecycle_reason"],
+            )
         elif expected == OK:
             # The claim closed the turn the previous holder left open.
             m.repair(t)
@@ -649,9 +711,12 @@ class FunnelMachine(RuleBasedStateMachine):
             expected = "LEASE_EXPIRED"
         else:
             expected = OK
-        got, response = self.call(lambda: self.f.cs.RenewLease(
-            cpb.RenewLeaseRequest(workspace_id=WS, run_id=run.run_id, epoch=epoch, lease_ttl=Duration(seconds=ttl)),
-            timeout=CALL_TIMEOUT))
+        got, response = self.call(
+            lambda: self.f.cs.RenewLease(
+                cpb.RenewLeaseRequest(workspace_id=WS, run_id=run.run_id, epoch=epoch, lease_ttl=Duration(seconds=ttl)),
+                timeout=CALL_TIMEOUT,
+            )
+        )
         self.expect(f"RenewLease {run.run_id}", expected, got, response)
         if got == OK:
             t.lease = (run.run_id, epoch, m.now + ttl * SECOND)
@@ -663,9 +728,25 @@ class FunnelMachine(RuleBasedStateMachine):
 
     # rules: transcripts and evidence
 
-    @rule(index=st.integers(0, 11), shape=st.sampled_from(
-        ["open", "work", "close", "full", "checkpoint", "feedback", "resend", "restore", "restore_unknown", "bad",
-         "message"]), n=st.integers(0, 3))
+    @rule(
+        index=st.integers(0, 11),
+        shape=st.sampled_from(
+            [
+                "open",
+                "work",
+                "close",
+                "full",
+                "checkpoint",
+                "feedback",
+                "resend",
+                "restore",
+                "restore_unknown",
+                "bad",
+                "message",
+            ]
+        ),
+        n=st.integers(0, 3),
+    )
     def append(self, index, shape, n):
         m = self.model
         task_id, t = self.task_of(index)
@@ -699,8 +780,9 @@ class FunnelMachine(RuleBasedStateMachine):
             "bad": [("tool_result", "call-unknown")],
             "message": [("user_message", "")],
         }[shape] or [("user_message", "")]
-        request = tpb.AppendTranscriptRequest(workspace_id=WS, task_id=task_id, request_id=self.rid(),
-                                              events=[to_event(k, r) for k, r in events])
+        request = tpb.AppendTranscriptRequest(
+            workspace_id=WS, task_id=task_id, request_id=self.rid(), events=[to_event(k, r) for k, r in events]
+        )
         resume = False
         if t is None:
             expected = "TASK_NOT_FOUND"
@@ -710,9 +792,12 @@ class FunnelMachine(RuleBasedStateMachine):
                 completion = t.completions.get(t.generation)
                 first_kind, first_ref = events[0]
                 reopens = first_kind in ("user_feedback", "prompt_resend") or (
-                    first_kind == "checkpoint_restore" and completion is not None and completion.checkpoint
+                    first_kind == "checkpoint_restore"
+                    and completion is not None
+                    and completion.checkpoint
                     and first_ref in t.checkpoints
-                    and t.checkpoints[first_ref] < t.checkpoints.get(completion.checkpoint, 0))
+                    and t.checkpoints[first_ref] < t.checkpoints.get(completion.checkpoint, 0)
+                )
                 if t.outcome != COMPLETED or not reopens:
                     expected = "GENERATION_TERMINAL"
                 elif isinstance(following, str):
@@ -748,8 +833,11 @@ class FunnelMachine(RuleBasedStateMachine):
         m = self.model
         task_id, t = self.task_of(index)
         expected_repair = bool(t and t.tail.open_turn is not None and not m.live_lease(t))
-        got, response = self.call(lambda: self.ts.LoadTranscript(
-            tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=CALL_TIMEOUT))
+        got, response = self.call(
+            lambda: self.ts.LoadTranscript(
+                tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=CALL_TIMEOUT
+            )
+        )
         if t is None:  # never registered, so it has no transcript either
             self.expect(f"LoadTranscript {task_id}", "TASK_NOT_FOUND", got, response)
             return
@@ -762,19 +850,35 @@ class FunnelMachine(RuleBasedStateMachine):
         assert response.state_version == (t.state_version if t else 0)
         assert len(response.events) == (t.tail.last_sequence if t else 0)
         synthetic = [e for e in response.events if e.synthetic]
-        assert all(e.tool_result.is_error or e.HasField("step_end") or
-                   e.turn_end.reason == tpb.TURN_END_REASON_INTERRUPTED for e in synthetic)
+        assert all(
+            e.tool_result.is_error or e.HasField("step_end") or e.turn_end.reason == tpb.TURN_END_REASON_INTERRUPTED
+            for e in synthetic
+        )
 
-    @rule(index=st.integers(0, 11), passed=st.booleans(), where=st.sampled_from(["current", "current", "other"]),
-          generation_offset=st.sampled_from([0, 0, 1]))
+    @rule(
+        index=st.integers(0, 11),
+        passed=st.booleans(),
+        where=st.sampled_from(["current", "current", "other"]),
+        generation_offset=st.sampled_from([0, 0, 1]),
+    )
     def evidence(self, index, passed, where, generation_offset):
         task_id, t = self.task_of(index)
         checkpoint = (t.tail.checkpoint if t else "") if where == "current" else "cp-elsewhere"
         generation = (t.generation if t else 1) + generation_offset
-        got, response = self.call(lambda: self.f.cs.RecordEvidence(cpb.RecordEvidenceRequest(
-            workspace_id=WS, task_id=task_id, generation=generation, kind="tests", checkpoint=checkpoint,
-            verdict=cpb.EVIDENCE_VERDICT_PASSED if passed else cpb.EVIDENCE_VERDICT_FAILED, request_id=self.rid(),
-        ), timeout=CALL_TIMEOUT))
+        got, response = self.call(
+            lambda: self.f.cs.RecordEvidence(
+                cpb.RecordEvidenceRequest(
+                    workspace_id=WS,
+                    task_id=task_id,
+                    generation=generation,
+                    kind="tests",
+                    checkpoint=checkpoint,
+                    verdict=cpb.EVIDENCE_VERDICT_PASSED if passed else cpb.EVIDENCE_VERDICT_FAILED,
+                    request_id=self.rid(),
+                ),
+                timeout=CALL_TIMEOUT,
+            )
+        )
         self.expect(f"RecordEvidence {task_id}", OK, got, response)  # not checked against the task
         self.model.completion_events += 1  # EVIDENCE_RECORDED
         if t is not None:
@@ -828,8 +932,9 @@ class FunnelMachine(RuleBasedStateMachine):
                 latest = passed
         return latest is True
 
-    def completion_transaction(self, t: MTask, run: MRun, epoch: int, outcome: str, result: str,
-                               state_version: int | None):
+    def completion_transaction(
+        self, t: MTask, run: MRun, epoch: int, outcome: str, result: str, state_version: int | None
+    ):
         """The model's attempt: (verdict, decisive gate, settlement or None, error or None); applies it."""
         m = self.model
         verdict, decisive = self.gates(t, run, epoch, outcome, result, state_version)
@@ -853,18 +958,28 @@ class FunnelMachine(RuleBasedStateMachine):
     def record_completion(self, t: MTask, run: MRun, outcome: str, completion, plan) -> None:
         identity, intent, problem = plan
         assert completion.completion_id and completion.generation == run.generation
-        t.completions[run.generation] = MCompletion(completion.completion_id, run.generation, outcome, identity,
-                                                    t.tail.checkpoint, "SETTLED" if problem == OK else "REJECTED",
-                                                    "" if problem == OK else problem)
+        t.completions[run.generation] = MCompletion(
+            completion.completion_id,
+            run.generation,
+            outcome,
+            identity,
+            t.tail.checkpoint,
+            "SETTLED" if problem == OK else "REJECTED",
+            "" if problem == OK else problem,
+        )
         if problem == OK:
             self.model.apply(intent, t.task_id, run.generation, completion_id=completion.completion_id)
         else:
             assert completion.terminalization_error_reason == problem, (completion, problem)
 
-    @rule(pick=st.integers(0, 100), outcome=st.sampled_from([COMPLETED, COMPLETED, COMPLETED, FAILED]),
-          result=st.sampled_from(["Done: tests pass.", "Done: tests pass.", "Another result", "   "]),
-          version=st.sampled_from(["unset", "unset", "current", "stale"]), stale_epoch=st.booleans(),
-          wrong_task=st.integers(0, 12))
+    @rule(
+        pick=st.integers(0, 100),
+        outcome=st.sampled_from([COMPLETED, COMPLETED, COMPLETED, FAILED]),
+        result=st.sampled_from(["Done: tests pass.", "Done: tests pass.", "Another result", "   "]),
+        version=st.sampled_from(["unset", "unset", "current", "stale"]),
+        stale_epoch=st.booleans(),
+        wrong_task=st.integers(0, 12),
+    )
     def attempt(self, pick, outcome, result, version, stale_epoch, wrong_task):
         m = self.model
         run = self.pick_run(pick)
@@ -875,8 +990,14 @@ class FunnelMachine(RuleBasedStateMachine):
         epoch = run.epoch + 1 if stale_epoch and pick % 3 == 0 else run.epoch
         state_version = {"unset": None, "current": t.state_version, "stale": max(t.state_version - 1, 0)}[version]
         request = cpb.AttemptCompletionRequest(
-            workspace_id=WS, task_id=task_id, run_id=run.run_id, epoch=epoch, result=result, request_id=self.rid(),
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED if outcome == COMPLETED else cpb.REQUESTED_OUTCOME_FAILED)
+            workspace_id=WS,
+            task_id=task_id,
+            run_id=run.run_id,
+            epoch=epoch,
+            result=result,
+            request_id=self.rid(),
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED if outcome == COMPLETED else cpb.REQUESTED_OUTCOME_FAILED,
+        )
         if state_version is not None:
             request.state_version = state_version
         if task_id not in m.tasks:
@@ -884,8 +1005,9 @@ class FunnelMachine(RuleBasedStateMachine):
         elif task_id != run.task_id:
             expected, plan = "RUN_NOT_FOUND", None
         else:
-            verdict, decisive, settlement, plan = self.completion_transaction(t, run, epoch, outcome, result,
-                                                                                state_version)
+            verdict, decisive, settlement, plan = self.completion_transaction(
+                t, run, epoch, outcome, result, state_version
+            )
             expected = plan if isinstance(plan, str) else OK
         # The model predicts the gates on the current lifecycle state: the attempt's
         # projected view must have caught up with the lifecycle events committed so far.
@@ -900,8 +1022,11 @@ class FunnelMachine(RuleBasedStateMachine):
         self.expect("decisive gate", str([decisive] if decisive else []), str(actual_decisive))
         if verdict == "ALLOW":
             completion = response.completion
-            self.expect("settlement", settlement,
-                        cpb.SettlementStatus.Name(completion.settlement).removeprefix("SETTLEMENT_STATUS_"))
+            self.expect(
+                "settlement",
+                settlement,
+                cpb.SettlementStatus.Name(completion.settlement).removeprefix("SETTLEMENT_STATUS_"),
+            )
             if isinstance(plan, tuple):
                 self.record_completion(t, run, outcome, completion, plan)
             else:
@@ -964,7 +1089,8 @@ class FunnelMachine(RuleBasedStateMachine):
                 settled = t.completions.get(run.generation)
                 if settled is None or settled.settlement != "SETTLED":
                     verdict, decisive, settlement, plan = self.completion_transaction(
-                        t, run, run.epoch, COMPLETED, "Done: tests pass.", None)
+                        t, run, run.epoch, COMPLETED, "Done: tests pass.", None
+                    )
                     decision = (verdict, decisive, settlement)
                     if isinstance(plan, str):
                         expected = plan
@@ -999,8 +1125,12 @@ class FunnelMachine(RuleBasedStateMachine):
         if got == "LIFECYCLE_REJECTED":
             self.expect("lifecycle_reason", lifecycle_reason, error_info(response).metadata["lifecycle_reason"])
             if isinstance(plan, tuple):  # the completion committed and was rejected: the model records it
-                completion = self.run(lambda: self.f.cs.GetCompletion(cpb.GetCompletionRequest(
-                    workspace_id=WS, task_id=t.task_id, generation=run.generation), timeout=CALL_TIMEOUT)).completion
+                completion = self.run(
+                    lambda: self.f.cs.GetCompletion(
+                        cpb.GetCompletionRequest(workspace_id=WS, task_id=t.task_id, generation=run.generation),
+                        timeout=CALL_TIMEOUT,
+                    )
+                ).completion
                 self.record_completion(t, run, COMPLETED, completion, plan)
             self.settle_background()
             return
@@ -1012,8 +1142,11 @@ class FunnelMachine(RuleBasedStateMachine):
             verdict, decisive, settlement = decision
             self.expect("close verdict", verdict, cpb.Verdict.Name(response.decision.verdict).removeprefix("VERDICT_"))
             if verdict == "ALLOW":
-                self.expect("close settlement", settlement,
-                            cpb.SettlementStatus.Name(response.completion.settlement).removeprefix("SETTLEMENT_STATUS_"))
+                self.expect(
+                    "close settlement",
+                    settlement,
+                    cpb.SettlementStatus.Name(response.completion.settlement).removeprefix("SETTLEMENT_STATUS_"),
+                )
                 if isinstance(plan, tuple):
                     self.record_completion(t, run, COMPLETED, response.completion, plan)
         self.expect(
@@ -1027,8 +1160,11 @@ class FunnelMachine(RuleBasedStateMachine):
     def agrees_with_the_model(self):
         m = self.model
         self.settle_background()
-        completions = self.run(lambda: self.f.cs.ListCompletions(
-            cpb.ListCompletionsRequest(workspace_id=WS, page_size=1000), timeout=CALL_TIMEOUT)).completions
+        completions = self.run(
+            lambda: self.f.cs.ListCompletions(
+                cpb.ListCompletionsRequest(workspace_id=WS, page_size=1000), timeout=CALL_TIMEOUT
+            )
+        ).completions
         by_id = {c.completion_id: c for c in completions}
         stored_events = self.run(lambda: self.f.completion.store.read(lambda tx: tx.load_events(WS, 0, None, 100_000)))
         assert len(stored_events) == m.completion_events, (len(stored_events), m.completion_events)
@@ -1041,13 +1177,23 @@ class FunnelMachine(RuleBasedStateMachine):
             view = self.run(lambda task_id=task_id: self.f.task(task_id, workspace=WS)).task
             state = lpb.GenerationState.Name(view.state).removeprefix("GENERATION_STATE_")
             outcome = lpb.TerminalOutcome.Name(view.outcome).removeprefix("TERMINAL_OUTCOME_")
-            actual = (view.generation, view.revision, state, outcome if view.outcome else None,
-                      view.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
-                      lpb.WorkStatus.Name(view.work_status).removeprefix("WORK_STATUS_"), view.completion_id or None)
+            actual = (
+                view.generation,
+                view.revision,
+                state,
+                outcome if view.outcome else None,
+                view.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+                lpb.WorkStatus.Name(view.work_status).removeprefix("WORK_STATUS_"),
+                view.completion_id or None,
+            )
             expected = (t.generation, t.revision, t.state, t.outcome, t.fenced, t.work_status, t.completion_id)
             assert actual == expected, f"task {task_id}: service {actual}, model {expected}"
-            events = self.run(lambda task_id=task_id: self.f.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
-                workspace_id=WS, task_id=task_id, page_size=1000), timeout=CALL_TIMEOUT)).events
+            events = self.run(
+                lambda task_id=task_id: self.f.lc.ListLifecycleEvents(
+                    lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id=task_id, page_size=1000),
+                    timeout=CALL_TIMEOUT,
+                )
+            ).events
             # Revisions gapless and increasing; events equal committed transitions.
             assert [e.revision for e in events] == list(range(1, t.revision + 1)), [e.revision for e in events]
             assert all(a.sequence < b.sequence for a, b in itertools.pairwise(events))
@@ -1078,22 +1224,33 @@ class FunnelMachine(RuleBasedStateMachine):
             actual_tail = (tail.open_turn, tail.open_step, tuple(tail.open_calls), tail.checkpoint, tail.last_sequence)
             mt = t.tail
             assert actual_tail == (mt.open_turn, mt.open_step, mt.open_calls, mt.checkpoint, mt.last_sequence), (
-                task_id, actual_tail, mt)
+                task_id,
+                actual_tail,
+                mt,
+            )
             assert version == t.state_version, (task_id, version, t.state_version)
             lease = self.run(
-                lambda task_id=task_id: self.f.completion.store.read(lambda tx: tx.load_lease(WS, task_id)))
+                lambda task_id=task_id: self.f.completion.store.read(lambda tx: tx.load_lease(WS, task_id))
+            )
             assert (lease.run_id, lease.epoch, lease.expires_at) == t.lease if t.lease else lease is None
-        runs = self.run(lambda: self.f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_size=1000),
-                                           timeout=CALL_TIMEOUT)).runs
+        runs = self.run(
+            lambda: self.f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_size=1000), timeout=CALL_TIMEOUT)
+        ).runs
         assert {r.run_id: (r.epoch, not r.HasField("finish_time")) for r in runs} == {
-            r.run_id: (r.epoch, r.open) for r in m.runs.values()}
+            r.run_id: (r.epoch, r.open) for r in m.runs.values()
+        }
 
 
 @pytest.mark.slow
 def test_both_services_agree_with_the_reference_model():
     run_state_machine_as_test(
         FunnelMachine,
-        settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
     )
     print("\nmodel test: " + ", ".join(f"{call}:{answer} {n}" for (call, answer), n in sorted(STATS.items())))

@@ -29,12 +29,20 @@ def free_port() -> int:
 
 async def start_service(service: str, tmp_path, listen: str, metrics_listen: str | None):
     if service == "lifecycle":
-        config = LifecycleConfig(listen=listen, database=str(tmp_path / "lifecycle.sqlite3"),
-                                 security=credentials.server_security(), metrics_listen=metrics_listen)
+        config = LifecycleConfig(
+            listen=listen,
+            database=str(tmp_path / "lifecycle.sqlite3"),
+            security=credentials.server_security(),
+            metrics_listen=metrics_listen,
+        )
         return await start_lifecycle(config)
-    config = CompletionConfig(listen=listen, database=str(tmp_path / "completion.sqlite3"),
-                              security=credentials.server_security(),
-                              outbound=credentials.outbound_security(), metrics_listen=metrics_listen)
+    config = CompletionConfig(
+        listen=listen,
+        database=str(tmp_path / "completion.sqlite3"),
+        security=credentials.server_security(),
+        outbound=credentials.outbound_security(),
+        metrics_listen=metrics_listen,
+    )
     return await start_completion(config)
 
 
@@ -56,4 +64,3 @@ async def test_a_start_refused_after_the_database_opened_leaves_nothing_open(tmp
     finally:
         await running.stop(None)
     assert database_threads_left(before) == []
-

@@ -24,8 +24,18 @@ LIFECYCLE = "funnel.lifecycle.v1.TaskLifecycleService"
 
 
 def handled(url: str, method: str) -> float:
-    return value(scrape(url), "grpc_server_handled_total", grpc_service=LIFECYCLE, grpc_method=method,
-                 grpc_type="unary", grpc_code="OK", reason="") or 0
+    return (
+        value(
+            scrape(url),
+            "grpc_server_handled_total",
+            grpc_service=LIFECYCLE,
+            grpc_method=method,
+            grpc_type="unary",
+            grpc_code="OK",
+            reason="",
+        )
+        or 0
+    )
 
 
 async def committed(pair, count: int) -> bool:
@@ -42,9 +52,17 @@ async def test_settlements_due_together_go_in_one_call_and_each_settles_its_own_
         for task_id in tasks:
             await agent.claim(task_id)
             run_id, _ = agent.runs[task_id]
-            await pair.cs.RecordEvidence(cpb.RecordEvidenceRequest(
-                workspace_id=WS, task_id=task_id, generation=1, run_id=run_id, kind="tests",
-                verdict=cpb.EVIDENCE_VERDICT_PASSED), timeout=T)
+            await pair.cs.RecordEvidence(
+                cpb.RecordEvidenceRequest(
+                    workspace_id=WS,
+                    task_id=task_id,
+                    generation=1,
+                    run_id=run_id,
+                    kind="tests",
+                    verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                ),
+                timeout=T,
+            )
         url = pair.lifecycle.process.metrics_url
         with writes_held(pair.lifecycle):
             first = asyncio.ensure_future(agent.attempt(tasks[0]))
@@ -56,11 +74,14 @@ async def test_settlements_due_together_go_in_one_call_and_each_settles_its_own_
         lc = Client(pair.lc, WS)
         for task_id, answer in zip(tasks, answers, strict=True):
             task = await lc.eventually(task_id, lambda t: t.state == lpb.GENERATION_STATE_TERMINAL)
-            assert (task.outcome, task.completion_id) == (lpb.TERMINAL_OUTCOME_COMPLETED,
-                                                          answer.completion.completion_id)
+            assert (task.outcome, task.completion_id) == (
+                lpb.TERMINAL_OUTCOME_COMPLETED,
+                answer.completion.completion_id,
+            )
         assert await asyncio.to_thread(handled, url, "SettleCompletions") == 1
-        settled = await pair.cs.ListCompletions(cpb.ListCompletionsRequest(
-            workspace_id=WS, settlement=cpb.SETTLEMENT_STATUS_SETTLED), timeout=T)
+        settled = await pair.cs.ListCompletions(
+            cpb.ListCompletionsRequest(workspace_id=WS, settlement=cpb.SETTLEMENT_STATUS_SETTLED), timeout=T
+        )
         assert sorted(c.task_id for c in settled.completions) == tasks
     finally:
         await pair.stop()

@@ -82,8 +82,11 @@ def in_flight(service: Service, method: str) -> float:
     """How many `method` calls the service is handling now (its metrics)."""
     assert service.process is not None and service.process.metrics_url is not None
     samples = scrape(service.process.metrics_url)
-    return sum(count for (name, labels), count in samples.items()
-               if name == "grpc_server_in_flight_requests" and dict(labels)["grpc_method"] == method)
+    return sum(
+        count
+        for (name, labels), count in samples.items()
+        if name == "grpc_server_in_flight_requests" and dict(labels)["grpc_method"] == method
+    )
 
 
 async def until_in_flight(service: Service, method: str, calls: int = 1) -> None:
@@ -154,9 +157,11 @@ def assert_ended_for_shutdown(watcher: Watcher, domain: str) -> None:
 
 async def lifecycle_history(pair: Pair, task_id: str = "") -> list[int]:
     c = Client(pair.lc, WS)
-    tasks = [task_id] if task_id else [
-        t.task_id for t in (await pair.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1000))).tasks
-    ]
+    tasks = (
+        [task_id]
+        if task_id
+        else [t.task_id for t in (await pair.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1000))).tasks]
+    )
     sequences = []
     for t in tasks:
         sequences += [e.sequence for e in await c.events(t)]
@@ -166,8 +171,12 @@ async def lifecycle_history(pair: Pair, task_id: str = "") -> list[int]:
 async def completion_history(pair: Pair, task_id: str = "") -> list[int]:
     found: list[int] = []
     while True:
-        page = await pair.cs.ListCompletionEvents(cpb.ListCompletionEventsRequest(
-            workspace_id=WS, task_id=task_id, after_sequence=found[-1] if found else 0, page_size=1000), timeout=T)
+        page = await pair.cs.ListCompletionEvents(
+            cpb.ListCompletionEventsRequest(
+                workspace_id=WS, task_id=task_id, after_sequence=found[-1] if found else 0, page_size=1000
+            ),
+            timeout=T,
+        )
         found += [e.sequence for e in page.events]
         if not page.has_more:
             return found
@@ -183,15 +192,25 @@ class Agent:
 
     async def claim(self, task_id: str) -> None:
         await Client(self.pair.lc, WS).register(task_id)
-        claimed = await self.pair.cs.ClaimTask(cpb.ClaimTaskRequest(
-            workspace_id=WS, task_id=task_id, agent_id="agent", lease_ttl=Duration(seconds=600)), timeout=T)
+        claimed = await self.pair.cs.ClaimTask(
+            cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id="agent", lease_ttl=Duration(seconds=600)),
+            timeout=T,
+        )
         self.runs[task_id] = (claimed.run.run_id, claimed.lease.epoch)
 
     async def attempt(self, task_id: str) -> cpb.AttemptCompletionResponse:
         run_id, epoch = self.runs[task_id]
-        return await self.pair.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-            workspace_id=WS, task_id=task_id, run_id=run_id, epoch=epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+        return await self.pair.cs.AttemptCompletion(
+            cpb.AttemptCompletionRequest(
+                workspace_id=WS,
+                task_id=task_id,
+                run_id=run_id,
+                epoch=epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                result="done",
+            ),
+            timeout=T,
+        )
 
 
 # -- the test ----------------------------------------------------------------------
@@ -218,8 +237,7 @@ async def sigterm_with_open_watchers(
         Watcher(open_stream(filtered_task)),
     ]
     try:
-        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)],
-                                     strict=True):
+        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)], strict=True):
             await watcher.caught_up(expected)
         process = service.process
         assert process is not None
@@ -246,14 +264,12 @@ async def sigterm_with_open_watchers(
         for watcher in watchers:
             watcher.resume()
         everything = await history("")
-        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)],
-                                     strict=True):
+        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)], strict=True):
             await watcher.caught_up(expected)  # all of it: no gap, no duplicate across the restart
         # A duplicate sent after the last event would come before the next one.
         await one_more_event()
         everything = await history("")
-        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)],
-                                     strict=True):
+        for watcher, expected in zip(watchers, [everything, everything[2:], await history(filtered_task)], strict=True):
             await watcher.caught_up(expected)
             assert watcher.error is None
     finally:
@@ -271,11 +287,16 @@ async def test_sigterm_ends_lifecycle_watchers_at_once_and_they_resume_without_a
 
         def open_stream(task_id: str) -> Callable[[int], grpc.aio.UnaryStreamCall]:
             return lambda after: pair.lc.WatchLifecycleEvents(
-                lpb.WatchLifecycleEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after))
+                lpb.WatchLifecycleEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after)
+            )
 
         async def slow_call() -> None:
-            await pair.lc.SetWorkStatus(lpb.SetWorkStatusRequest(
-                workspace_id=WS, task_id="t1", generation=1, work_status=lpb.WORK_STATUS_IN_PROGRESS), timeout=T)
+            await pair.lc.SetWorkStatus(
+                lpb.SetWorkStatusRequest(
+                    workspace_id=WS, task_id="t1", generation=1, work_status=lpb.WORK_STATUS_IN_PROGRESS
+                ),
+                timeout=T,
+            )
 
         async def more_events() -> None:
             await Client(pair.lc, WS).work("t1", lpb.WORK_STATUS_BLOCKED)
@@ -285,9 +306,15 @@ async def test_sigterm_ends_lifecycle_watchers_at_once_and_they_resume_without_a
             await Client(pair.lc, WS).work("t1", lpb.WORK_STATUS_IN_PROGRESS)
 
         await sigterm_with_open_watchers(
-            pair, pair.lifecycle, "funnel.lifecycle.v1", open_stream,
-            lambda task_id: lifecycle_history(pair, task_id), ("SetWorkStatus", slow_call), more_events,
-            one_more_event, "t1",
+            pair,
+            pair.lifecycle,
+            "funnel.lifecycle.v1",
+            open_stream,
+            lambda task_id: lifecycle_history(pair, task_id),
+            ("SetWorkStatus", slow_call),
+            more_events,
+            one_more_event,
+            "t1",
         )
         assert (await c.task("t3")).state == lpb.GENERATION_STATE_ACTIVE
     finally:
@@ -306,7 +333,8 @@ async def test_sigterm_ends_completion_watchers_at_once_and_they_resume_without_
 
         def open_stream(task_id: str) -> Callable[[int], grpc.aio.UnaryStreamCall]:
             return lambda after: pair.cs.WatchCompletionEvents(
-                cpb.WatchCompletionEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after))
+                cpb.WatchCompletionEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after)
+            )
 
         async def slow_call() -> None:
             blocked = await agent.attempt("c1")
@@ -321,9 +349,15 @@ async def test_sigterm_ends_completion_watchers_at_once_and_they_resume_without_
             await agent.attempt("c1")
 
         await sigterm_with_open_watchers(
-            pair, pair.completion, "funnel.completion.v1", open_stream,
-            lambda task_id: completion_history(pair, task_id), ("AttemptCompletion", slow_call), more_events,
-            one_more_event, "c1",
+            pair,
+            pair.completion,
+            "funnel.completion.v1",
+            open_stream,
+            lambda task_id: completion_history(pair, task_id),
+            ("AttemptCompletion", slow_call),
+            more_events,
+            one_more_event,
+            "c1",
         )
     finally:
         await pair.stop()
@@ -335,10 +369,18 @@ async def test_sigterm_lets_an_import_finish_in_the_grace_and_cuts_one_still_sen
     try:
         for task_id in ("source", "finishes", "cut"):
             await lc.register(task_id)
-        await pair.ts.AppendTranscript(tpb.AppendTranscriptRequest(
-            workspace_id=WS, task_id="source", events=[P.user_message(), *a_full_turn()]), timeout=T)
-        exported = b"".join([chunk.jsonl async for chunk in pair.ts.ExportTranscript(
-            tpb.ExportTranscriptRequest(workspace_id=WS, task_id="source"), timeout=T)])
+        await pair.ts.AppendTranscript(
+            tpb.AppendTranscriptRequest(workspace_id=WS, task_id="source", events=[P.user_message(), *a_full_turn()]),
+            timeout=T,
+        )
+        exported = b"".join(
+            [
+                chunk.jsonl
+                async for chunk in pair.ts.ExportTranscript(
+                    tpb.ExportTranscriptRequest(workspace_id=WS, task_id="source"), timeout=T
+                )
+            ]
+        )
         half = exported.index(b"\n") + 1  # a first line, the rest later
 
         imports = {name: pair.ts.ImportTranscript(timeout=T) for name in ("finishes", "cut")}
@@ -370,7 +412,8 @@ async def test_sigterm_lets_an_import_finish_in_the_grace_and_cuts_one_still_sen
         states = {}
         for task_id in ("source", "finishes", "cut"):
             page = await pair.ts.LoadTranscript(
-                tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=T)
+                tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=T
+            )
             states[task_id] = len(page.events)
         # All or nothing: the finished import is whole, the cut one left nothing behind.
         assert states == {"source": states["source"], "finishes": states["source"], "cut": 0}

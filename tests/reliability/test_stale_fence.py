@@ -78,8 +78,12 @@ class Services:
 @pytest.fixture
 async def services(tmp_path, clock):
     lifecycle = await start_lifecycle(
-        LifecycleConfig(listen="127.0.0.1:0", database=str(tmp_path / "lifecycle.sqlite3"), max_clock_offset_ms=500,
-                        security=credentials.server_security()),
+        LifecycleConfig(
+            listen="127.0.0.1:0",
+            database=str(tmp_path / "lifecycle.sqlite3"),
+            max_clock_offset_ms=500,
+            security=credentials.server_security(),
+        ),
         clock=clock,
     )
     completion = await start_completion(
@@ -166,8 +170,13 @@ async def ready_to_complete(s: Services, task_id: str) -> cpb.ClaimTaskResponse:
     )
     await s.cs.RecordEvidence(
         cpb.RecordEvidenceRequest(
-            workspace_id=WS, task_id=task_id, generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-            checkpoint="cp", run_id=held.run.run_id,
+            workspace_id=WS,
+            task_id=task_id,
+            generation=1,
+            kind="tests",
+            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            checkpoint="cp",
+            run_id=held.run.run_id,
         ),
         timeout=T,
     )
@@ -247,8 +256,13 @@ async def test_an_attempt_with_epoch_1_delayed_until_just_after_the_reclaim_chan
     # The holder of the new epoch can still finish the task.
     await s.cs.RecordEvidence(
         cpb.RecordEvidenceRequest(
-            workspace_id=WS, task_id="t", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-            checkpoint="cp", run_id=second.run.run_id,
+            workspace_id=WS,
+            task_id="t",
+            generation=1,
+            kind="tests",
+            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            checkpoint="cp",
+            run_id=second.run.run_id,
         ),
         timeout=T,
     )
@@ -290,8 +304,12 @@ async def test_a_settlement_for_generation_1_delayed_until_just_before_the_resum
     await s.lc.ResumeWithGeneration(
         lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id="t", generation=2, cause=cause()), timeout=T
     )
-    history = s.rows(s.lifecycle_db, "SELECT generation, intent, outcome, completion_id FROM lifecycle_events "
-                     "WHERE workspace_id = ? AND task_id = 't' ORDER BY revision", WS)
+    history = s.rows(
+        s.lifecycle_db,
+        "SELECT generation, intent, outcome, completion_id FROM lifecycle_events "
+        "WHERE workspace_id = ? AND task_id = 't' ORDER BY revision",
+        WS,
+    )
     assert (1, "SETTLE_COMPLETION", "COMPLETED", completion.completion_id) in history
 
 
@@ -390,9 +408,11 @@ async def test_a_completion_just_before_the_cancellation_fence_passes_it_just_af
     await s.lc.ActivateGeneration(
         lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
     )
-    fence = (await s.lc.RequestCancellation(
-        lpb.RequestCancellationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
-    )).task.cancellation_request_time
+    fence = (
+        await s.lc.RequestCancellation(
+            lpb.RequestCancellationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
+        )
+    ).task.cancellation_request_time
     fence_micros = fence.seconds * SECOND + fence.nanos // 1000
     # Proven earlier only if authoritative_time + 500 ms < the fence.
     authoritative = fence_micros - 500_000 - margin_micros

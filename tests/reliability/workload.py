@@ -474,6 +474,7 @@ class Workload:
         elif ending == "timeout":
             steps.append((lambda: race("SettleTimeout"), racer_ready))
         else:
+
             async def cancel_lazy_child() -> bool:
                 await self.host_intent(lazy, "RequestCancellation")
                 await self.host_intent(lazy, "SettleCancellation")
@@ -719,8 +720,10 @@ def _check_completions(L, C, ws: str, found: Findings) -> None:
         ).fetchall()
         seen = kinds[cid]
         if seen["COMPLETION_COMMITTED"] != 1:
-            found.fail("duplicated" if seen["COMPLETION_COMMITTED"] > 1 else "lost",
-                       f"{cid}: {seen['COMPLETION_COMMITTED']} COMPLETION_COMMITTED events")
+            found.fail(
+                "duplicated" if seen["COMPLETION_COMMITTED"] > 1 else "lost",
+                f"{cid}: {seen['COMPLETION_COMMITTED']} COMPLETION_COMMITTED events",
+            )
         if settlement == "PENDING":
             found.fail("lost", f"{cid} ({task_id}) is still PENDING after the drain")
         elif settlement == "SETTLED":
@@ -729,14 +732,18 @@ def _check_completions(L, C, ws: str, found: Findings) -> None:
                     "duplicated" if len(settles) > 1 else "lost", f"{cid}: {len(settles)} lifecycle settle events"
                 )
             if seen["COMPLETION_SETTLED"] != 1 or seen["TERMINALIZATION_ERROR"]:
-                found.fail("duplicated" if seen["COMPLETION_SETTLED"] > 1 else "lost",
-                           f"{cid}: settled, events {dict(seen)}")
+                found.fail(
+                    "duplicated" if seen["COMPLETION_SETTLED"] > 1 else "lost", f"{cid}: settled, events {dict(seen)}"
+                )
             if settles:
                 s_sequence, s_revision, s_generation, intent, s_outcome, s_cid = settles[0]
                 expected = "SETTLE_COMPLETION" if outcome == "COMPLETED" else "SETTLE_FAILURE"
                 if (s_sequence, s_revision, s_generation, intent) != (sequence, revision, generation, expected):
-                    found.fail("mismatch", f"{cid}: row says {(sequence, revision, generation, expected)}, "
-                                           f"lifecycle {(s_sequence, s_revision, s_generation, intent)}")
+                    found.fail(
+                        "mismatch",
+                        f"{cid}: row says {(sequence, revision, generation, expected)}, "
+                        f"lifecycle {(s_sequence, s_revision, s_generation, intent)}",
+                    )
                 if outcome == "COMPLETED" and (s_outcome, s_cid) != ("COMPLETED", cid):
                     found.fail("mismatch", f"{cid}: lifecycle event outcome {s_outcome} completion {s_cid}")
             task = L.execute(
@@ -769,7 +776,7 @@ def _check_completions(L, C, ws: str, found: Findings) -> None:
         if row is None or row[0] != event_sequence:
             found.fail("phantom", f"COMPLETION_SETTLED for {cid} without its lifecycle commit")
     settled = {row[0] for row in rows if row[4] == "SETTLED"}
-    for request_id, in L.execute(
+    for (request_id,) in L.execute(
         "SELECT request_id FROM lifecycle_events WHERE workspace_id = ? AND request_id LIKE 'settle:%'", (ws,)
     ):
         if request_id.removeprefix("settle:") not in settled:
@@ -783,9 +790,7 @@ def _check_completions(L, C, ws: str, found: Findings) -> None:
             found.fail("phantom", f"task {task_id} COMPLETED by {completion_id}, not a settled completion")
 
 
-FINAL_LIFECYCLE_REASONS = {
-    r.name for r in LifecycleReason if r.value.code.name in ("FAILED_PRECONDITION", "NOT_FOUND")
-}
+FINAL_LIFECYCLE_REASONS = {r.name for r in LifecycleReason if r.value.code.name in ("FAILED_PRECONDITION", "NOT_FOUND")}
 
 
 def _refusal_stands(L, ws: str, task_id: str, generation: int) -> bool:
@@ -877,7 +882,7 @@ def _check_acknowledged(L, C, ledger: Ledger, found: Findings) -> None:
     ):
         if count != 1:
             found.fail("duplicated", f"run {run_id} has {count} audit rows")
-    for run_id, in C.execute(
+    for (run_id,) in C.execute(
         "SELECT run_id FROM agent_runs WHERE workspace_id = ? AND finished_at IS NOT NULL "
         "AND run_id NOT IN (SELECT run_id FROM audit_log WHERE workspace_id = ?)",
         (ws, ws),
@@ -913,8 +918,10 @@ def _check_transcripts(C, ledger: Ledger, found: Findings) -> None:
             (ws, task_id),
         ).fetchone()[0]
         if not acknowledged[task_id] <= real <= acknowledged[task_id] + ledger.unknown_appends[task_id]:
-            found.fail("duplicated" if real > acknowledged[task_id] else "lost",
-                       f"transcript of {task_id}: {real} events, {acknowledged[task_id]} acknowledged")
+            found.fail(
+                "duplicated" if real > acknowledged[task_id] else "lost",
+                f"transcript of {task_id}: {real} events, {acknowledged[task_id]} acknowledged",
+            )
         closers = C.execute(
             "SELECT kind, ref, count(*) FROM transcript_events WHERE workspace_id = ? AND task_id = ? AND synthetic = "
             "1 "

@@ -50,16 +50,33 @@ class Cluster:
         policy.write_text(POLICY, encoding="utf-8")
         pki = credentials.PKI
         self.lifecycles = [
-            Replica(f"lifecycle-{n}", "lifecycle_service",
-                    ["--database", database_url, *lifecycle_tls_arguments(pki)], directory / f"lifecycle-{n}.log")
+            Replica(
+                f"lifecycle-{n}",
+                "lifecycle_service",
+                ["--database", database_url, *lifecycle_tls_arguments(pki)],
+                directory / f"lifecycle-{n}.log",
+            )
             for n in range(replicas)
         ]
         self.completions = [
-            Replica(f"completion-{n}", "completion_service",
-                    ["--database", database_url, *completion_tls_arguments(pki),
-                     "--lifecycle-address", self.lifecycles[n].address, "--settle-interval", "0.05",
-                     "--lifecycle-timeout", "2", "--policy-file", str(policy)],
-                    directory / f"completion-{n}.log")
+            Replica(
+                f"completion-{n}",
+                "completion_service",
+                [
+                    "--database",
+                    database_url,
+                    *completion_tls_arguments(pki),
+                    "--lifecycle-address",
+                    self.lifecycles[n].address,
+                    "--settle-interval",
+                    "0.05",
+                    "--lifecycle-timeout",
+                    "2",
+                    "--policy-file",
+                    str(policy),
+                ],
+                directory / f"completion-{n}.log",
+            )
             for n in range(replicas)
         ]
 

@@ -46,11 +46,23 @@ async def test_a_frozen_lifecycle_service_ends_the_stream_and_attempts_commit_pe
 
         async def claimed(task_id: str) -> cpb.ClaimTaskResponse:
             await lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
-            claim = await cs.ClaimTask(cpb.ClaimTaskRequest(
-                workspace_id=WS, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=600)), timeout=T)
-            await cs.RecordEvidence(cpb.RecordEvidenceRequest(
-                workspace_id=WS, task_id=task_id, generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-                run_id=claim.run.run_id), timeout=T)
+            claim = await cs.ClaimTask(
+                cpb.ClaimTaskRequest(
+                    workspace_id=WS, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=600)
+                ),
+                timeout=T,
+            )
+            await cs.RecordEvidence(
+                cpb.RecordEvidenceRequest(
+                    workspace_id=WS,
+                    task_id=task_id,
+                    generation=1,
+                    kind="tests",
+                    verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                    run_id=claim.run.run_id,
+                ),
+                timeout=T,
+            )
             return claim
 
         await claimed("opens-the-stream")
@@ -59,17 +71,28 @@ async def test_a_frozen_lifecycle_service_ends_the_stream_and_attempts_commit_pe
 
         os.kill(lifecycle_pid, signal.SIGSTOP)
         await until(lambda: streams_live() == 0, "the keepalive ends the stream of the frozen service")
-        answer = await cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-            workspace_id=WS, task_id="task-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=30)
+        answer = await cs.AttemptCompletion(
+            cpb.AttemptCompletionRequest(
+                workspace_id=WS,
+                task_id="task-1",
+                run_id=claim.run.run_id,
+                epoch=claim.lease.epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                result="done",
+            ),
+            timeout=30,
+        )
         assert answer.decision.verdict == cpb.VERDICT_ALLOW
         assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
 
         os.kill(lifecycle_pid, signal.SIGCONT)
 
         async def settled() -> bool:
-            completion = (await cs.GetCompletion(cpb.GetCompletionRequest(
-                workspace_id=WS, task_id="task-1", generation=1), timeout=T)).completion
+            completion = (
+                await cs.GetCompletion(
+                    cpb.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1), timeout=T
+                )
+            ).completion
             return completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
 
         deadline = time.monotonic() + 30

@@ -78,45 +78,72 @@ async def work_on(clients: Clients, task_id: str, stats: collections.Counter) ->
     request_id, so that a retry on another replica is the same request."""
     choice = random.random()
     if choice < 0.6:
-        claim_request = cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id=random.choice(AGENTS),
-                                             lease_ttl=Duration(seconds=20), request_id=rid())
+        claim_request = cpb.ClaimTaskRequest(
+            workspace_id=WS,
+            task_id=task_id,
+            agent_id=random.choice(AGENTS),
+            lease_ttl=Duration(seconds=20),
+            request_id=rid(),
+        )
         claim = await clients.call("completion", lambda s: s.ClaimTask(claim_request, timeout=CALL_TIMEOUT))
         if isinstance(claim, grpc.aio.AioRpcError):
             return
         stats["claims"] += 1
         run = claim.run
-        evidence = cpb.RecordEvidenceRequest(workspace_id=WS, task_id=task_id, generation=run.generation,
-                                             kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED, run_id=run.run_id,
-                                             request_id=rid())
+        evidence = cpb.RecordEvidenceRequest(
+            workspace_id=WS,
+            task_id=task_id,
+            generation=run.generation,
+            kind="tests",
+            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            run_id=run.run_id,
+            request_id=rid(),
+        )
         await clients.call("completion", lambda s: s.RecordEvidence(evidence, timeout=CALL_TIMEOUT))
-        attempt_request = cpb.AttemptCompletionRequest(workspace_id=WS, task_id=task_id, run_id=run.run_id,
-                                                       epoch=claim.lease.epoch, result="done", request_id=rid(),
-                                                       outcome=cpb.REQUESTED_OUTCOME_COMPLETED)
-        attempt = await clients.call("completion", lambda s: s.AttemptCompletion(attempt_request,
-                                                                                  timeout=CALL_TIMEOUT))
+        attempt_request = cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id=task_id,
+            run_id=run.run_id,
+            epoch=claim.lease.epoch,
+            result="done",
+            request_id=rid(),
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+        )
+        attempt = await clients.call("completion", lambda s: s.AttemptCompletion(attempt_request, timeout=CALL_TIMEOUT))
         if not isinstance(attempt, grpc.aio.AioRpcError):
             stats["attempts"] += 1
             if attempt.decision.next_action == cpb.AGENT_ACTION_REPORT_COMPLETE:
                 assert attempt.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED  # binding answers
-        close = cpb.CompleteRunRequest(workspace_id=WS, run_id=run.run_id, request_id=rid(),
-                                       outcome=random.choice([cpb.RUN_OUTCOME_SUCCEEDED, cpb.RUN_OUTCOME_STALLED]))
+        close = cpb.CompleteRunRequest(
+            workspace_id=WS,
+            run_id=run.run_id,
+            request_id=rid(),
+            outcome=random.choice([cpb.RUN_OUTCOME_SUCCEEDED, cpb.RUN_OUTCOME_STALLED]),
+        )
         await clients.call("completion", lambda s: s.CompleteRun(close, timeout=CALL_TIMEOUT))
         return
     read = lpb.GetTaskRequest(workspace_id=WS, task_id=task_id)
     task = (await clients.call("lifecycle", lambda s: s.GetTask(read, timeout=CALL_TIMEOUT))).task
     if task.state == lpb.GENERATION_STATE_TERMINAL:
-        resume = lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id=task_id, generation=task.generation + 1,
-                                                 expected_revision=task.revision, request_id=rid())
+        resume = lpb.ResumeWithGenerationRequest(
+            workspace_id=WS,
+            task_id=task_id,
+            generation=task.generation + 1,
+            expected_revision=task.revision,
+            request_id=rid(),
+        )
         resumed = await clients.call("lifecycle", lambda s: s.ResumeWithGeneration(resume, timeout=CALL_TIMEOUT))
         stats["resumes"] += not isinstance(resumed, grpc.aio.AioRpcError)
     elif choice < 0.8:
-        fence = lpb.RequestCancellationRequest(workspace_id=WS, task_id=task_id, generation=task.generation,
-                                               request_id=rid())
+        fence = lpb.RequestCancellationRequest(
+            workspace_id=WS, task_id=task_id, generation=task.generation, request_id=rid()
+        )
         fenced = await clients.call("lifecycle", lambda s: s.RequestCancellation(fence, timeout=CALL_TIMEOUT))
         if not isinstance(fenced, grpc.aio.AioRpcError):
             stats["cancellations"] += 1
-            settle = lpb.SettleCancellationRequest(workspace_id=WS, task_id=task_id, generation=task.generation,
-                                                   request_id=rid())
+            settle = lpb.SettleCancellationRequest(
+                workspace_id=WS, task_id=task_id, generation=task.generation, request_id=rid()
+            )
             await clients.call("lifecycle", lambda s: s.SettleCancellation(settle, timeout=CALL_TIMEOUT))
 
 
@@ -140,10 +167,12 @@ class Watcher:
             try:
                 if self.service == "lifecycle":
                     stream = self.cluster.lifecycle(self.replica).WatchLifecycleEvents(
-                        lpb.WatchLifecycleEventsRequest(workspace_id=WS, after_sequence=self.cursor))
+                        lpb.WatchLifecycleEventsRequest(workspace_id=WS, after_sequence=self.cursor)
+                    )
                 else:
                     stream = self.cluster.completion(self.replica).WatchCompletionEvents(
-                        cpb.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=self.cursor))
+                        cpb.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=self.cursor)
+                    )
                 async for message in stream:
                     self.events.append(message.event)
             except grpc.aio.AioRpcError:
@@ -154,8 +183,12 @@ class Watcher:
 async def all_completions(clients: Clients) -> list[cpb.Completion]:
     found, token = [], ""
     while True:
-        page = await clients.call("completion", lambda s, t=token: s.ListCompletions(
-            cpb.ListCompletionsRequest(workspace_id=WS, page_size=500, page_token=t), timeout=CALL_TIMEOUT))
+        page = await clients.call(
+            "completion",
+            lambda s, t=token: s.ListCompletions(
+                cpb.ListCompletionsRequest(workspace_id=WS, page_size=500, page_token=t), timeout=CALL_TIMEOUT
+            ),
+        )
         found += page.completions
         token = page.next_page_token
         if not token:
@@ -166,9 +199,12 @@ async def last_completion_sequence(clients: Clients) -> int:
     """The sequence of the workspace's last completion event (its events are numbered 1..N)."""
     last, cursor = 0, 0
     while True:
-        page = await clients.call("completion", lambda s, c=cursor: s.ListCompletionEvents(
-            cpb.ListCompletionEventsRequest(workspace_id=WS, after_sequence=c, page_size=500),
-            timeout=CALL_TIMEOUT))
+        page = await clients.call(
+            "completion",
+            lambda s, c=cursor: s.ListCompletionEvents(
+                cpb.ListCompletionEventsRequest(workspace_id=WS, after_sequence=c, page_size=500), timeout=CALL_TIMEOUT
+            ),
+        )
         if not page.events:
             return last
         last = cursor = page.events[-1].sequence
@@ -221,8 +257,14 @@ async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(
             await asyncio.sleep(0.2)
         tasks = {}
         for task_id in TASKS:
-            tasks[task_id] = (await clients.call("lifecycle", lambda s, t=task_id: s.GetTask(
-                lpb.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT))).task
+            tasks[task_id] = (
+                await clients.call(
+                    "lifecycle",
+                    lambda s, t=task_id: s.GetTask(
+                        lpb.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT
+                    ),
+                )
+            ).task
         # Every event is delivered to both watchers (the restarted one resumes from its cursor).
         total = sum(task.revision for task in tasks.values())
         completion_total = await last_completion_sequence(clients)
@@ -244,7 +286,8 @@ async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(
     events = watchers[1].events
     assert watchers[0].breaks >= 1 and completion_watchers[0].breaks >= 1  # their replicas were killed under them
     terminal = collections.Counter(
-        (e.task_id, e.generation) for e in events
+        (e.task_id, e.generation)
+        for e in events
         if e.to_state == lpb.GENERATION_STATE_TERMINAL and e.from_state != lpb.GENERATION_STATE_TERMINAL
     )
     for task_id, task in tasks.items():
@@ -253,7 +296,8 @@ async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(
             assert terminal[(task_id, generation)] == expected, (task_id, generation)
     settled_by_lifecycle = collections.Counter(e.completion_id for e in events if e.completion_id)
     closing = collections.Counter(
-        e.completion_id for e in completion_watchers[1].events
+        e.completion_id
+        for e in completion_watchers[1].events
         if e.kind in (cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR)
     )
     outcomes = collections.Counter()
@@ -266,8 +310,10 @@ async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(
             assert completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
             assert settled_by_lifecycle[completion.completion_id] == 0
     assert stats["kills"] == 2 and outcomes["SETTLEMENT_STATUS_SETTLED"] >= 1
-    print(f"\nreplicas: {clients.calls} calls ({clients.moved} moved to another replica), {stats['kills']} kills, "
-          f"{stats['claims']} claims, {stats['attempts']} attempts, {stats['cancellations']} cancellations, "
-          f"{stats['resumes']} resumes; completions {dict(outcomes)}; {len(events)} events checked on 2 watchers; "
-          f"refusals {dict(clients.reasons.most_common(6))}; "
-          f"{completion_total} completion events checked on 2 watchers")
+    print(
+        f"\nreplicas: {clients.calls} calls ({clients.moved} moved to another replica), {stats['kills']} kills, "
+        f"{stats['claims']} claims, {stats['attempts']} attempts, {stats['cancellations']} cancellations, "
+        f"{stats['resumes']} resumes; completions {dict(outcomes)}; {len(events)} events checked on 2 watchers; "
+        f"refusals {dict(clients.reasons.most_common(6))}; "
+        f"{completion_total} completion events checked on 2 watchers"
+    )

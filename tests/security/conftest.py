@@ -21,19 +21,28 @@ async def secured(tmp_path):
 
     async def start(*, lifecycle: dict | None = None, completion: dict | None = None, policy: dict | None = None):
         lifecycle_fields = dict(
-            listen="127.0.0.1:0", database=str(tmp_path / f"lifecycle-{len(started)}.sqlite3"),
-            security=credentials.server_security(), health_interval=5.0,
+            listen="127.0.0.1:0",
+            database=str(tmp_path / f"lifecycle-{len(started)}.sqlite3"),
+            security=credentials.server_security(),
+            health_interval=5.0,
         )
         completion_fields = dict(
-            listen="127.0.0.1:0", database=str(tmp_path / f"completion-{len(started)}.sqlite3"),
-            security=credentials.server_security(), outbound=credentials.outbound_security(),
-            lifecycle_timeout=2.0, settle_interval=0.05, health_interval=5.0,
+            listen="127.0.0.1:0",
+            database=str(tmp_path / f"completion-{len(started)}.sqlite3"),
+            security=credentials.server_security(),
+            outbound=credentials.outbound_security(),
+            lifecycle_timeout=2.0,
+            settle_interval=0.05,
+            health_interval=5.0,
         )
         lifecycle_fields.update(lifecycle or {})
         completion_fields.update(completion or {})
         funnel = Funnel(
-            ManualClock(CLOCK_START_MICROS), tmp_path, LifecycleConfig(**lifecycle_fields),
-            CompletionConfig(**completion_fields), policy or {},
+            ManualClock(CLOCK_START_MICROS),
+            tmp_path,
+            LifecycleConfig(**lifecycle_fields),
+            CompletionConfig(**completion_fields),
+            policy or {},
         )
         try:
             await funnel.start()

@@ -45,14 +45,17 @@ async def story(funnel, task_id: str = "t-1"):
     """A registered task claimed by the agent: (host clients, agent clients, claim)."""
     host, agent = funnel.clients(HOST), funnel.clients(AGENT_TOKEN)
     await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
-    claim = await agent.cs.ClaimTask(cpb.ClaimTaskRequest(
-        workspace_id=WS, task_id=task_id, agent_id=AGENT, lease_ttl=Duration(seconds=3600)), timeout=T)
+    claim = await agent.cs.ClaimTask(
+        cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id=AGENT, lease_ttl=Duration(seconds=3600)),
+        timeout=T,
+    )
     return host, agent, claim
 
 
 def settle_request(task_id: str, authoritative_at: Timestamp) -> lpb.SettleCompletionRequest:
-    return lpb.SettleCompletionRequest(workspace_id=WS, task_id=task_id, generation=1, completion_id="cmp_forged",
-                                       authoritative_time=authoritative_at)
+    return lpb.SettleCompletionRequest(
+        workspace_id=WS, task_id=task_id, generation=1, completion_id="cmp_forged", authoritative_time=authoritative_at
+    )
 
 
 # -- forged settlements -------------------------------------------------------
@@ -62,18 +65,26 @@ def settle_request(task_id: str, authoritative_at: Timestamp) -> lpb.SettleCompl
 async def test_nobody_but_the_completion_service_can_settle_a_completion(secured, who):
     funnel = await secured()
     await story(funnel)
-    token = {"host": HOST, "operator": OPERATOR, "agent": AGENT_TOKEN,
-             "foreign-operator": credentials.token("op-2", [f"{OTHER_WS}:operator"])}[who]
+    token = {
+        "host": HOST,
+        "operator": OPERATOR,
+        "agent": AGENT_TOKEN,
+        "foreign-operator": credentials.token("op-2", [f"{OTHER_WS}:operator"]),
+    }[who]
     forger = funnel.clients(token)
     back_dated = Timestamp(seconds=1)  # "long before any cancellation fence"
     before = funnel.snapshot()
     reason = "WORKSPACE_NOT_GRANTED" if who == "foreign-operator" else "ROLE_NOT_PERMITTED"
-    error = await denied(forger.lc.SettleCompletion(settle_request("t-1", back_dated), timeout=T),
-                         Code.PERMISSION_DENIED, reason)
+    error = await denied(
+        forger.lc.SettleCompletion(settle_request("t-1", back_dated), timeout=T), Code.PERMISSION_DENIED, reason
+    )
     if reason == "ROLE_NOT_PERMITTED":
         assert error_info(error).metadata["permitted_roles"] == "completion-service"
-    await denied(forger.lc.SettleFailure(lpb.SettleFailureRequest(workspace_id=WS, task_id="t-1", generation=1),
-                                         timeout=T), Code.PERMISSION_DENIED, reason)
+    await denied(
+        forger.lc.SettleFailure(lpb.SettleFailureRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T),
+        Code.PERMISSION_DENIED,
+        reason,
+    )
     assert funnel.snapshot() == before
     task = (await funnel.clients(HOST).lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)).task
     assert (task.state, task.work_status) == (lpb.GENERATION_STATE_ACTIVE, lpb.WORK_STATUS_IN_PROGRESS)
@@ -82,12 +93,23 @@ async def test_nobody_but_the_completion_service_can_settle_a_completion(secured
 async def test_a_completion_reaches_done_only_through_the_completion_service(secured):
     funnel = await secured()
     _, agent, claim = await story(funnel)
-    allowed = await agent.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-        workspace_id=WS, task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+    allowed = await agent.cs.AttemptCompletion(
+        cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="t-1",
+            run_id=claim.run.run_id,
+            epoch=claim.lease.epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+        ),
+        timeout=T,
+    )
     assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
-    events = (await funnel.clients(HOST).lc.ListLifecycleEvents(
-        lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T)).events
+    events = (
+        await funnel.clients(HOST).lc.ListLifecycleEvents(
+            lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T
+        )
+    ).events
     settled = events[-1]
     assert settled.intent == lpb.INTENT_SETTLE_COMPLETION
     assert (settled.caller.subject, settled.caller.role) == (COMPLETION_IDENTITY, "completion-service")
@@ -102,10 +124,16 @@ async def test_another_workspace_cannot_read_watch_or_write_and_learns_nothing(s
     foreign = funnel.clients(FOREIGN_HOST)
     before = funnel.snapshot()
     # Reads: the same answer for a task that exists and one that does not.
-    existing = await denied(foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
-                            Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
-    missing = await denied(foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="no-such"), timeout=T),
-                           Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
+    existing = await denied(
+        foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
+        Code.PERMISSION_DENIED,
+        "WORKSPACE_NOT_GRANTED",
+    )
+    missing = await denied(
+        foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="no-such"), timeout=T),
+        Code.PERMISSION_DENIED,
+        "WORKSPACE_NOT_GRANTED",
+    )
     assert existing.details() == missing.details()
     assert dict(error_info(existing).metadata) == dict(error_info(missing).metadata) == {"workspace_id": WS}
     for call in (
@@ -115,25 +143,42 @@ async def test_another_workspace_cannot_read_watch_or_write_and_learns_nothing(s
     ):
         await denied(call, Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
     # Watches: no event of the foreign workspace is ever delivered.
-    for watch in (foreign.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=T),
-                  foreign.cs.WatchCompletionEvents(cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=T)):
+    for watch in (
+        foreign.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=T),
+        foreign.cs.WatchCompletionEvents(cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=T),
+    ):
         await denied(watch.read(), Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
     # Writes: evidence, a failure, a registration.
-    await denied(foreign.cs.RecordEvidence(cpb.RecordEvidenceRequest(
-        workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED), timeout=T),
-        Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
-    await denied(foreign.lc.SettleFailure(lpb.SettleFailureRequest(workspace_id=WS, task_id="t-1", generation=1),
-                                          timeout=T), Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
-    await denied(foreign.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="planted"), timeout=T),
-                 Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
+    await denied(
+        foreign.cs.RecordEvidence(
+            cpb.RecordEvidenceRequest(
+                workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED
+            ),
+            timeout=T,
+        ),
+        Code.PERMISSION_DENIED,
+        "WORKSPACE_NOT_GRANTED",
+    )
+    await denied(
+        foreign.lc.SettleFailure(lpb.SettleFailureRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T),
+        Code.PERMISSION_DENIED,
+        "WORKSPACE_NOT_GRANTED",
+    )
+    await denied(
+        foreign.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="planted"), timeout=T),
+        Code.PERMISSION_DENIED,
+        "WORKSPACE_NOT_GRANTED",
+    )
     assert funnel.snapshot() == before
 
 
 async def request_lines(caplog) -> list[dict]:
     """The request log's lines so far, once there is one: the server writes its
     line after the status went out, so the client can see the status first."""
+
     async def lines():
         return [r.fields for r in caplog.records if r.name == "funnel.request"]
+
     await eventually(lines, timeout=T)
     return await lines()
 
@@ -142,14 +187,20 @@ async def test_a_denied_call_is_logged_once_with_caller_method_and_reason(secure
     funnel = await secured()
     caplog.set_level(logging.WARNING, logger="funnel.request")
     foreign = funnel.clients(FOREIGN_HOST)
-    await denied(foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
-                 Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
+    await denied(
+        foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
+        Code.PERMISSION_DENIED,
+        "WORKSPACE_NOT_GRANTED",
+    )
     [line] = await request_lines(caplog)
     assert (line["method"], line["code"], line["reason"]) == ("GetTask", "PERMISSION_DENIED", "WORKSPACE_NOT_GRANTED")
     assert (line["subject"], line["workspace"], line["task"]) == ("host-2", WS, "t-1")
     caplog.clear()
-    await denied(funnel.clients(None).lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
-                 Code.UNAUTHENTICATED, "CREDENTIALS_MISSING")
+    await denied(
+        funnel.clients(None).lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
+        Code.UNAUTHENTICATED,
+        "CREDENTIALS_MISSING",
+    )
     [line] = await request_lines(caplog)
     assert (line["method"], line["code"], line["reason"]) == ("GetTask", "UNAUTHENTICATED", "CREDENTIALS_MISSING")
     # Without a subject, the peer's address says who called.
@@ -166,29 +217,65 @@ async def test_an_agent_cannot_act_on_another_agents_run(secured):
     run = claim.run
     before = funnel.snapshot()
     for call in (
-        other.cs.RenewLease(cpb.RenewLeaseRequest(workspace_id=WS, run_id=run.run_id, epoch=claim.lease.epoch,
-                                                  lease_ttl=Duration(seconds=60)), timeout=T),
-        other.cs.CompleteRun(cpb.CompleteRunRequest(workspace_id=WS, run_id=run.run_id,
-                                                    outcome=cpb.RUN_OUTCOME_SUCCEEDED), timeout=T),
-        other.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-            workspace_id=WS, task_id="t-1", run_id=run.run_id, epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="mine now"), timeout=T),
-        other.cs.RecordEvidence(cpb.RecordEvidenceRequest(
-            workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-            run_id=run.run_id), timeout=T),
-        other.ts.AppendTranscript(tpb.AppendTranscriptRequest(
-            workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))]),
-            timeout=T),
+        other.cs.RenewLease(
+            cpb.RenewLeaseRequest(
+                workspace_id=WS, run_id=run.run_id, epoch=claim.lease.epoch, lease_ttl=Duration(seconds=60)
+            ),
+            timeout=T,
+        ),
+        other.cs.CompleteRun(
+            cpb.CompleteRunRequest(workspace_id=WS, run_id=run.run_id, outcome=cpb.RUN_OUTCOME_SUCCEEDED), timeout=T
+        ),
+        other.cs.AttemptCompletion(
+            cpb.AttemptCompletionRequest(
+                workspace_id=WS,
+                task_id="t-1",
+                run_id=run.run_id,
+                epoch=claim.lease.epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                result="mine now",
+            ),
+            timeout=T,
+        ),
+        other.cs.RecordEvidence(
+            cpb.RecordEvidenceRequest(
+                workspace_id=WS,
+                task_id="t-1",
+                generation=1,
+                kind="tests",
+                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                run_id=run.run_id,
+            ),
+            timeout=T,
+        ),
+        other.ts.AppendTranscript(
+            tpb.AppendTranscriptRequest(
+                workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))]
+            ),
+            timeout=T,
+        ),
     ):
         await denied(call, Code.PERMISSION_DENIED, "RUN_NOT_HELD")
     # Evidence without a run is not vouched for by any agent.
-    await denied(other.cs.RecordEvidence(cpb.RecordEvidenceRequest(
-        workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED), timeout=T),
-        Code.PERMISSION_DENIED, "RUN_NOT_HELD")
+    await denied(
+        other.cs.RecordEvidence(
+            cpb.RecordEvidenceRequest(
+                workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED
+            ),
+            timeout=T,
+        ),
+        Code.PERMISSION_DENIED,
+        "RUN_NOT_HELD",
+    )
     # And an agent claims only as itself.
-    await denied(other.cs.ClaimTask(cpb.ClaimTaskRequest(workspace_id=WS, task_id="t-1", agent_id=AGENT,
-                                                         lease_ttl=Duration(seconds=60)), timeout=T),
-                 Code.PERMISSION_DENIED, "AGENT_ID_MISMATCH")
+    await denied(
+        other.cs.ClaimTask(
+            cpb.ClaimTaskRequest(workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=60)),
+            timeout=T,
+        ),
+        Code.PERMISSION_DENIED,
+        "AGENT_ID_MISMATCH",
+    )
     assert funnel.snapshot() == before
 
 
@@ -199,15 +286,27 @@ async def test_the_reopen_id_cannot_be_squatted(secured):
     funnel = await secured()
     host, agent, claim = await story(funnel, "s1")
     # The attack: a junk task registered under the completion service's reopen id of s1.
-    await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id="reopen:s1:2"),
-                               timeout=T)
-    done = await agent.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-        workspace_id=WS, task_id="s1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+    await host.lc.RegisterTask(
+        lpb.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id="reopen:s1:2"), timeout=T
+    )
+    done = await agent.cs.AttemptCompletion(
+        cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="s1",
+            run_id=claim.run.run_id,
+            epoch=claim.lease.epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+        ),
+        timeout=T,
+    )
     assert done.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
-    reopened = await host.ts.AppendTranscript(tpb.AppendTranscriptRequest(
-        workspace_id=WS, task_id="s1", events=[tpb.SessionEvent(user_feedback=tpb.UserFeedback(text="not quite"))]),
-        timeout=T)
+    reopened = await host.ts.AppendTranscript(
+        tpb.AppendTranscriptRequest(
+            workspace_id=WS, task_id="s1", events=[tpb.SessionEvent(user_feedback=tpb.UserFeedback(text="not quite"))]
+        ),
+        timeout=T,
+    )
     assert (reopened.resumed, reopened.generation) == (True, 2)
     task = (await host.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="s1"), timeout=T)).task
     assert (task.generation, task.state) == (2, lpb.GENERATION_STATE_ACTIVE)
@@ -230,8 +329,9 @@ async def test_the_cancel_request_id_cannot_be_squatted(secured):
         ),
     ):
         await getattr(host.lc, method)(request, timeout=T)
-    closed = await agent.cs.CompleteRun(cpb.CompleteRunRequest(
-        workspace_id=WS, run_id=run_id, outcome=cpb.RUN_OUTCOME_CANCELLED), timeout=T)
+    closed = await agent.cs.CompleteRun(
+        cpb.CompleteRunRequest(workspace_id=WS, run_id=run_id, outcome=cpb.RUN_OUTCOME_CANCELLED), timeout=T
+    )
     assert closed.final_status == cpb.FINAL_STATUS_CANCELLED
     task = (await host.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)).task
     assert (task.state, task.outcome) == (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED)
@@ -242,21 +342,33 @@ async def test_the_settle_id_of_a_pending_completion_cannot_be_squatted(secured)
     host, agent, claim = await story(funnel)
     f = funnel.f
     stop_lifecycle_during_next_settlement(f)
-    pending = await agent.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-        workspace_id=WS, task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+    pending = await agent.cs.AttemptCompletion(
+        cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="t-1",
+            run_id=claim.run.run_id,
+            epoch=claim.lease.epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+        ),
+        timeout=T,
+    )
     assert pending.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
     completion_id = pending.completion.completion_id
     await f.start_lifecycle()
     host = funnel.clients(HOST)
     # The attack: the settlement's request id used first, by the host, for intents of its own.
-    await host.lc.RegisterTask(lpb.RegisterTaskRequest(
-        workspace_id=WS, task_id="junk", request_id=f"settle:{completion_id}"), timeout=T)
+    await host.lc.RegisterTask(
+        lpb.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id=f"settle:{completion_id}"), timeout=T
+    )
     deadline = time.monotonic() + 30
     while True:  # the outbox settles it once its retry is due
         f.clock.advance(2_000_000)
-        completion = (await host.cs.GetCompletion(cpb.GetCompletionRequest(
-            workspace_id=WS, task_id="t-1", generation=1), timeout=T)).completion
+        completion = (
+            await host.cs.GetCompletion(
+                cpb.GetCompletionRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T
+            )
+        ).completion
         if completion.settlement != cpb.SETTLEMENT_STATUS_PENDING or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.05)
@@ -272,16 +384,19 @@ async def test_request_ids_are_scoped_to_the_caller(secured):
         lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"), timeout=T
     )
     # Another caller's identical id is its own: a new request, not a replay of the first.
-    second = await other_host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="b", request_id="r-1"),
-                                              timeout=T)
+    second = await other_host.lc.RegisterTask(
+        lpb.RegisterTaskRequest(workspace_id=WS, task_id="b", request_id="r-1"), timeout=T
+    )
     assert (first.task.task_id, second.task.task_id) == ("a", "b")
-    assert (await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"),
-                                       timeout=T)) == first
+    assert (
+        await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"), timeout=T)
+    ) == first
 
 
 async def test_request_ids_are_forgotten_after_the_retention(secured):
-    funnel = await secured(lifecycle={"request_id_retention_seconds": 60.0},
-                           completion={"request_id_retention_seconds": 60.0})
+    funnel = await secured(
+        lifecycle={"request_id_retention_seconds": 60.0}, completion={"request_id_retention_seconds": 60.0}
+    )
     host = funnel.clients(HOST)
     request = lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1")
     first = await host.lc.RegisterTask(request, timeout=T)
@@ -308,10 +423,12 @@ async def test_request_ids_are_forgotten_after_the_retention(secured):
 async def test_events_and_audit_rows_record_the_authenticated_caller(secured):
     funnel = await secured()
     host, agent, claim = await story(funnel)
-    await agent.cs.CompleteRun(cpb.CompleteRunRequest(workspace_id=WS, run_id=claim.run.run_id,
-                                                      outcome=cpb.RUN_OUTCOME_FAILED), timeout=T)
-    events = (await host.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"),
-                                                timeout=T)).events
+    await agent.cs.CompleteRun(
+        cpb.CompleteRunRequest(workspace_id=WS, run_id=claim.run.run_id, outcome=cpb.RUN_OUTCOME_FAILED), timeout=T
+    )
+    events = (
+        await host.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+    ).events
     callers = [(e.intent, e.caller.subject, e.caller.role) for e in events]
     assert callers == [
         (lpb.INTENT_REGISTER_TASK, "host-1", "host"),
@@ -326,16 +443,28 @@ async def test_events_and_audit_rows_record_the_authenticated_caller(secured):
 async def test_a_transcript_that_reopens_a_task_names_its_caller_on_the_resume_event(secured, who):
     funnel = await secured()
     host, agent, claim = await story(funnel)
-    await agent.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-        workspace_id=WS, task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+    await agent.cs.AttemptCompletion(
+        cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="t-1",
+            run_id=claim.run.run_id,
+            epoch=claim.lease.epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+        ),
+        timeout=T,
+    )
     caller = funnel.clients({"host": HOST, "operator": OPERATOR}[who])
-    reopened = await caller.ts.AppendTranscript(tpb.AppendTranscriptRequest(
-        workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_feedback=tpb.UserFeedback(text="not quite"))]),
-        timeout=T)
+    reopened = await caller.ts.AppendTranscript(
+        tpb.AppendTranscriptRequest(
+            workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_feedback=tpb.UserFeedback(text="not quite"))]
+        ),
+        timeout=T,
+    )
     assert (reopened.resumed, reopened.generation) == (True, 2)
-    events = (await host.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"),
-                                                timeout=T)).events
+    events = (
+        await host.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+    ).events
     resume = events[-1]
     assert resume.intent == lpb.INTENT_RESUME_WITH_GENERATION
     assert (resume.caller.subject, resume.caller.role) == (f"{who}-1", who)
@@ -346,27 +475,42 @@ async def test_a_transcript_that_reopens_a_task_names_its_caller_on_the_resume_e
 async def test_only_the_completion_service_names_the_caller_of_a_resume(secured):
     funnel = await secured()
     host, agent, claim = await story(funnel)
-    await agent.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-        workspace_id=WS, task_id="t-1", run_id=claim.run.run_id, epoch=claim.lease.epoch,
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+    await agent.cs.AttemptCompletion(
+        cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="t-1",
+            run_id=claim.run.run_id,
+            epoch=claim.lease.epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+        ),
+        timeout=T,
+    )
     before = funnel.snapshot()
 
     def resume(subject: str, role: str) -> lpb.ResumeWithGenerationRequest:
-        return lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id="t-1", generation=2,
-                                               on_behalf_of=lpb.Caller(subject=subject, role=role))
+        return lpb.ResumeWithGenerationRequest(
+            workspace_id=WS, task_id="t-1", generation=2, on_behalf_of=lpb.Caller(subject=subject, role=role)
+        )
 
-    error = await denied(host.lc.ResumeWithGeneration(resume("host-9", "host"), timeout=T),
-                         Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED")
+    error = await denied(
+        host.lc.ResumeWithGeneration(resume("host-9", "host"), timeout=T), Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED"
+    )
     assert error_info(error).metadata["permitted_roles"] == "completion-service"
     service = funnel.clients(credentials.token(COMPLETION_IDENTITY, []))
     for role in ("agent", "viewer", "completion-service"):
-        error = await denied(service.lc.ResumeWithGeneration(resume("someone", role), timeout=T),
-                             Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED")
+        error = await denied(
+            service.lc.ResumeWithGeneration(resume("someone", role), timeout=T),
+            Code.PERMISSION_DENIED,
+            "ROLE_NOT_PERMITTED",
+        )
         assert error_info(error).metadata["permitted_roles"] == "operator,host"
-    await denied(service.lc.ResumeWithGeneration(resume("someone", "root"), timeout=T),
-                 Code.INVALID_ARGUMENT, "FIELD_MALFORMED")
-    await denied(service.lc.ResumeWithGeneration(resume("", "host"), timeout=T),
-                 Code.INVALID_ARGUMENT, "FIELD_REQUIRED")
+    await denied(
+        service.lc.ResumeWithGeneration(resume("someone", "root"), timeout=T), Code.INVALID_ARGUMENT, "FIELD_MALFORMED"
+    )
+    await denied(
+        service.lc.ResumeWithGeneration(resume("", "host"), timeout=T), Code.INVALID_ARGUMENT, "FIELD_REQUIRED"
+    )
     assert funnel.snapshot() == before
     resumed = await service.lc.ResumeWithGeneration(resume("host-9", "host"), timeout=T)
     assert (resumed.event.caller.subject, resumed.event.caller.role) == ("host-9", "host")
@@ -380,14 +524,27 @@ async def test_a_held_database_lock_answers_unavailable_within_the_callers_deadl
     funnel = await secured()
     host, _agent, _claim = await story(funnel)
     path = funnel.f.lifecycle_config.database if service == "lifecycle" else funnel.f.completion_db
-    if service == "lifecycle":
-        call = lambda: host.lc.SetWorkStatus(lpb.SetWorkStatusRequest(  # noqa: E731
-            workspace_id=WS, task_id="t-1", generation=1, work_status=lpb.WORK_STATUS_BLOCKED, request_id="w-1"),
-            timeout=2.0)
-    else:
-        call = lambda: host.cs.RecordEvidence(cpb.RecordEvidenceRequest(  # noqa: E731
-            workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-            request_id="w-1"), timeout=2.0)
+
+    def call():
+        if service == "lifecycle":
+            return host.lc.SetWorkStatus(
+                lpb.SetWorkStatusRequest(
+                    workspace_id=WS, task_id="t-1", generation=1, work_status=lpb.WORK_STATUS_BLOCKED, request_id="w-1"
+                ),
+                timeout=2.0,
+            )
+        return host.cs.RecordEvidence(
+            cpb.RecordEvidenceRequest(
+                workspace_id=WS,
+                task_id="t-1",
+                generation=1,
+                kind="tests",
+                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                request_id="w-1",
+            ),
+            timeout=2.0,
+        )
+
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:

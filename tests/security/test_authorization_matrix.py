@@ -120,15 +120,22 @@ class World:
             await self.su.lc.RegisterTask(
                 lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=TIMEOUT
             )
-        claim = await agent.cs.ClaimTask(cpb.ClaimTaskRequest(
-            workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=3600)), timeout=TIMEOUT)
+        claim = await agent.cs.ClaimTask(
+            cpb.ClaimTaskRequest(workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=3600)),
+            timeout=TIMEOUT,
+        )
         self.run_id, self.epoch = claim.run.run_id, claim.lease.epoch
-        await self.su.lc.ActivateGeneration(lpb.ActivateGenerationRequest(workspace_id=WS, task_id="p-1", generation=1),
-                                            timeout=TIMEOUT)
-        await self.su.lc.RegisterTask(lpb.RegisterTaskRequest(
-            workspace_id=WS, task_id="c-1", parent=lpb.ParentLink(task_id="p-1", generation=1,
-                                                                   mode=lpb.PARENT_LINK_MODE_ATTACHED)),
-            timeout=TIMEOUT)
+        await self.su.lc.ActivateGeneration(
+            lpb.ActivateGenerationRequest(workspace_id=WS, task_id="p-1", generation=1), timeout=TIMEOUT
+        )
+        await self.su.lc.RegisterTask(
+            lpb.RegisterTaskRequest(
+                workspace_id=WS,
+                task_id="c-1",
+                parent=lpb.ParentLink(task_id="p-1", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+            ),
+            timeout=TIMEOUT,
+        )
         return self
 
     def fresh(self, prefix: str) -> str:
@@ -148,13 +155,17 @@ class World:
             "RequestCancellation": lambda: lpb.RequestCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
             "SettleCancellation": lambda: lpb.SettleCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
             "SettleCompletion": lambda: lpb.SettleCompletionRequest(
-                **plain, completion_id=self.fresh("cmp"), authoritative_time=now),
-            "SettleCompletions": lambda: lpb.SettleCompletionsRequest(workspace_id=WS, items=[
-                lpb.SettleCompletionRequest(**plain, completion_id=self.fresh("cmp"), authoritative_time=now)]),
+                **plain, completion_id=self.fresh("cmp"), authoritative_time=now
+            ),
+            "SettleCompletions": lambda: lpb.SettleCompletionsRequest(
+                workspace_id=WS,
+                items=[lpb.SettleCompletionRequest(**plain, completion_id=self.fresh("cmp"), authoritative_time=now)],
+            ),
             "SettleFailure": lambda: lpb.SettleFailureRequest(**plain),
             "SettleTimeout": lambda: lpb.SettleTimeoutRequest(**plain),
             "PropagateParentTermination": lambda: lpb.PropagateParentTerminationRequest(
-                workspace_id=WS, task_id="c-1", generation=1),
+                workspace_id=WS, task_id="c-1", generation=1
+            ),
             "SetWorkStatus": lambda: lpb.SetWorkStatusRequest(**plain, work_status=lpb.WORK_STATUS_BLOCKED),
             "GetTask": lambda: lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"),
             "ListTasks": lambda: lpb.ListTasksRequest(workspace_id=WS),
@@ -162,27 +173,41 @@ class World:
             "ListLifecycleEvents": lambda: lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"),
             "WatchLifecycleEvents": lambda: lpb.WatchLifecycleEventsRequest(workspace_id=WS),
             "ClaimTask": lambda: cpb.ClaimTaskRequest(
-                workspace_id=WS, task_id="t-2", agent_id=agent_id, lease_ttl=Duration(seconds=60)),
+                workspace_id=WS, task_id="t-2", agent_id=agent_id, lease_ttl=Duration(seconds=60)
+            ),
             "RenewLease": lambda: cpb.RenewLeaseRequest(
-                workspace_id=WS, run_id=self.run_id, epoch=self.epoch, lease_ttl=Duration(seconds=3600)),
+                workspace_id=WS, run_id=self.run_id, epoch=self.epoch, lease_ttl=Duration(seconds=3600)
+            ),
             "CompleteRun": lambda: cpb.CompleteRunRequest(
-                workspace_id=WS, run_id=self.run_id, outcome=cpb.RUN_OUTCOME_STALLED),
+                workspace_id=WS, run_id=self.run_id, outcome=cpb.RUN_OUTCOME_STALLED
+            ),
             "GetRun": lambda: cpb.GetRunRequest(workspace_id=WS, run_id=self.run_id),
             "ListRuns": lambda: cpb.ListRunsRequest(workspace_id=WS),
             "RecordEvidence": lambda: cpb.RecordEvidenceRequest(
-                workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-                run_id=self.run_id),
+                workspace_id=WS,
+                task_id="t-1",
+                generation=1,
+                kind="tests",
+                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                run_id=self.run_id,
+            ),
             "ListEvidence": lambda: cpb.ListEvidenceRequest(workspace_id=WS, task_id="t-1"),
             "AttemptCompletion": lambda: cpb.AttemptCompletionRequest(
-                workspace_id=WS, task_id="t-1", run_id=self.run_id, epoch=self.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"),
+                workspace_id=WS,
+                task_id="t-1",
+                run_id=self.run_id,
+                epoch=self.epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                result="done",
+            ),
             "GetCompletion": lambda: cpb.GetCompletionRequest(workspace_id=WS, task_id="t-1", generation=1),
             "ListCompletions": lambda: cpb.ListCompletionsRequest(workspace_id=WS),
             "ListAuditLog": lambda: cpb.ListAuditLogRequest(workspace_id=WS),
             "ListCompletionEvents": lambda: cpb.ListCompletionEventsRequest(workspace_id=WS),
             "WatchCompletionEvents": lambda: cpb.WatchCompletionEventsRequest(workspace_id=WS),
             "AppendTranscript": lambda: tpb.AppendTranscriptRequest(
-                workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="hi"))]),
+                workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="hi"))]
+            ),
             "LoadTranscript": lambda: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"),
             "ExportTranscript": lambda: tpb.ExportTranscriptRequest(workspace_id=WS, task_id="t-1"),
             "ImportTranscript": lambda: [

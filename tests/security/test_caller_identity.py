@@ -75,7 +75,9 @@ SAN_CASES: dict[str, tuple[str, list[x509.GeneralName], bool]] = {
     "uri-with-a-longer-path": (COMPLETION_IDENTITY, [URI(COMPLETION_IDENTITY + "/x")], False),
     "uri-in-capitals": (COMPLETION_IDENTITY, [URI(COMPLETION_IDENTITY.upper())], False),
     "several-uris-none-equal": (
-        COMPLETION_IDENTITY, [URI("spiffe://funnel.local/funnel/local-client"), URI("spiffe://evil.example/x")], False
+        COMPLETION_IDENTITY,
+        [URI("spiffe://funnel.local/funnel/local-client"), URI("spiffe://evil.example/x")],
+        False,
     ),
     "every-other-type-equal": (
         COMPLETION_IDENTITY,
@@ -85,7 +87,6 @@ SAN_CASES: dict[str, tuple[str, list[x509.GeneralName], bool]] = {
     # The control of "ip": that lifecycle takes a URI SAN naming its identity.
     "uri-naming-an-ip-identity": (IP_IDENTITY, [URI(IP_IDENTITY)], True),
 }
-
 
 
 # -- the processes ---------------------------------------------------------------
@@ -173,15 +174,19 @@ async def test_only_an_exact_uri_san_proves_the_completion_service(lifecycles, c
     lifecycle = lifecycles(identity)
     task_id = f"t-{case}"
     forged = pb.SettleCompletionRequest(
-        workspace_id=WS, task_id=task_id, generation=1, completion_id="cmp_forged",
+        workspace_id=WS,
+        task_id=task_id,
+        generation=1,
+        completion_id="cmp_forged",
         authoritative_time=Timestamp(seconds=1),  # back-dated: "before any cancellation"
     )
     certificate = client_certificate(names)
     async with channel(lifecycle.address, local_client(), HOST) as host_channel:
         host = stub(host_channel)
         await host.RegisterTask(pb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
-        await host.ActivateGeneration(pb.ActivateGenerationRequest(workspace_id=WS, task_id=task_id, generation=1),
-                                      timeout=T)
+        await host.ActivateGeneration(
+            pb.ActivateGenerationRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
+        )
         before = lifecycle.snapshot()
         async with channel(lifecycle.address, certificate, None) as alone:
             if proves:
@@ -191,13 +196,19 @@ async def test_only_an_exact_uri_san_proves_the_completion_service(lifecycles, c
                 return
             # The certificate alone is no credential; with an operator's token it is that operator.
             assert await refused(stub(alone).SettleCompletion(forged, timeout=T)) == (
-                grpc.StatusCode.UNAUTHENTICATED, "CREDENTIALS_MISSING")
+                grpc.StatusCode.UNAUTHENTICATED,
+                "CREDENTIALS_MISSING",
+            )
         async with channel(lifecycle.address, certificate, credentials.token("ops", ["*:operator"])) as operator:
             assert await refused(stub(operator).SettleCompletion(forged, timeout=T)) == (
-                grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_PERMITTED")
-            assert await refused(stub(operator).SettleFailure(
-                pb.SettleFailureRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T)) == (
-                grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_PERMITTED")
+                grpc.StatusCode.PERMISSION_DENIED,
+                "ROLE_NOT_PERMITTED",
+            )
+            assert await refused(
+                stub(operator).SettleFailure(
+                    pb.SettleFailureRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
+                )
+            ) == (grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_PERMITTED")
         assert lifecycle.snapshot() == before
         task = (await host.GetTask(pb.GetTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)).task
         assert task.state == pb.GENERATION_STATE_ACTIVE
@@ -210,25 +221,36 @@ def signed(payload: str) -> str:
     """A token of the test key whose payload is exactly this JSON text (no JSON
     encoder writes 1e999)."""
     key = credentials.KEY
-    return jwt.api_jws.PyJWS().encode(payload.encode(), key.private_key, algorithm=key.algorithm,
-                                      headers={"kid": key.key_id})
+    return jwt.api_jws.PyJWS().encode(
+        payload.encode(), key.private_key, algorithm=key.algorithm, headers={"kid": key.key_id}
+    )
 
 
 def claims(times: str) -> str:
     return f'{{"iss":"funnel","aud":"funnel","sub":"host-1","permissions":["{WS}:host"],{times}}}'
 
 
-@pytest.mark.parametrize("times", [
-    '"exp":NaN', '"exp":1e999', '"exp":1e300', '"exp":-1e999', '"exp":4102444800,"nbf":NaN',
-    '"exp":4102444800,"iat":-Infinity', '"exp":4102444800,"iat":true',
-])
+@pytest.mark.parametrize(
+    "times",
+    [
+        '"exp":NaN',
+        '"exp":1e999',
+        '"exp":1e300',
+        '"exp":-1e999',
+        '"exp":4102444800,"nbf":NaN',
+        '"exp":4102444800,"iat":-Infinity',
+        '"exp":4102444800,"iat":true',
+    ],
+)
 async def test_a_token_with_an_impossible_time_is_refused_every_time(lifecycles, times):
     lifecycle = lifecycles(COMPLETION_IDENTITY)
     async with channel(lifecycle.address, local_client(), signed(claims(times))) as ch:
         # Several times: neither the first verification nor the cache lets it pass.
         for _ in range(4):
             assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)) == (
-                grpc.StatusCode.UNAUTHENTICATED, "CREDENTIALS_INVALID")
+                grpc.StatusCode.UNAUTHENTICATED,
+                "CREDENTIALS_INVALID",
+            )
     # The control: the same claims with a real expiry (2100-01-01) are served.
     async with channel(lifecycle.address, local_client(), signed(claims('"exp":4102444800'))) as ch:
         await stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)
@@ -256,13 +278,19 @@ async def test_an_unsafe_subject_is_refused_and_every_log_line_stays_one_safe_li
     for subject in UNSAFE_SUBJECTS:
         async with channel(lifecycle.address, local_client(), credentials.token(subject, [f"{WS}:host"])) as ch:
             assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)) == (
-                grpc.StatusCode.UNAUTHENTICATED, "CREDENTIALS_INVALID"), ascii(subject)
+                grpc.StatusCode.UNAUTHENTICATED,
+                "CREDENTIALS_INVALID",
+            ), ascii(subject)
     async with channel(lifecycle.address, local_client(), HOST) as ch:
         # Ids that break the id rule are refused, and logged as the caller sent them.
         assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=HOSTILE), timeout=T)) == (
-            grpc.StatusCode.INVALID_ARGUMENT, "FIELD_MALFORMED")
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "FIELD_MALFORMED",
+        )
         assert await refused(stub(ch).GetTask(pb.GetTaskRequest(workspace_id=WS, task_id=HOSTILE), timeout=T)) == (
-            grpc.StatusCode.INVALID_ARGUMENT, "FIELD_MALFORMED")
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "FIELD_MALFORMED",
+        )
     # A call's line may be written just after its answer: wait for the two refusals'.
     lines = await lines_until(lifecycle, lambda ls: sum("INVALID_ARGUMENT FIELD_MALFORMED" in line for line in ls) == 2)
     for line in lines:
@@ -280,8 +308,6 @@ async def test_an_unsafe_subject_is_refused_and_every_log_line_stays_one_safe_li
     else:
         assert sum("forged" in line for line in lines) == 0  # the subject is never written
         assert sum(json.dumps(HOSTILE) in line for line in lines) == 2
-
-
 
 
 async def lines_until(lifecycle: Lifecycle, done: Callable[[list[str]], bool], within: float = T) -> list[str]:

@@ -47,8 +47,10 @@ async def test_silent_tcp_connections_are_closed_after_the_handshake_timeout(pai
         task.cancel()
     for _, writer in connections:
         writer.close()
-    assert open_after == 0, f"{open_after} of {len(connections)} silent connections still open " \
-                            f"{time.monotonic() - opened:.0f} s after they were opened"
+    assert open_after == 0, (
+        f"{open_after} of {len(connections)} silent connections still open "
+        f"{time.monotonic() - opened:.0f} s after they were opened"
+    )
 
 
 async def test_a_connection_without_calls_is_closed_after_the_idle_timeout(pair):
@@ -56,10 +58,10 @@ async def test_a_connection_without_calls_is_closed_after_the_idle_timeout(pair)
     idle = credentials.tls_channel(p.completion.address, HOST, identity=None)
     watching = credentials.tls_channel(p.completion.address, HOST, identity=None)
     try:
-        await completion_pb2_grpc.CompletionServiceStub(idle).ListRuns(cpb.ListRunsRequest(workspace_id=WS),
-                                                                       timeout=10)
+        await completion_pb2_grpc.CompletionServiceStub(idle).ListRuns(cpb.ListRunsRequest(workspace_id=WS), timeout=10)
         watch = completion_pb2_grpc.CompletionServiceStub(watching).WatchCompletionEvents(
-            cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=120)
+            cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=120
+        )
         await until_state(watching, grpc.ChannelConnectivity.READY)
         assert idle.get_state() == grpc.ChannelConnectivity.READY
         # The server ends the connection without a call (GOAWAY): the channel goes idle.
@@ -101,8 +103,10 @@ class Blackhole:
     async def _accept(self, client_reader, client_writer) -> None:
         server_reader, server_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         self._writers += [client_writer, server_writer]
-        self._tasks += [asyncio.ensure_future(self._pipe(client_reader, server_writer)),
-                        asyncio.ensure_future(self._pipe(server_reader, client_writer, from_server=True))]
+        self._tasks += [
+            asyncio.ensure_future(self._pipe(client_reader, server_writer)),
+            asyncio.ensure_future(self._pipe(server_reader, client_writer, from_server=True)),
+        ]
 
     async def _pipe(self, reader, writer, from_server: bool = False) -> None:
         with contextlib.suppress(ConnectionError):

@@ -116,52 +116,56 @@ def test_replacing_the_key_set_revokes_cached_tokens(key):
 def signed(key: SigningKey, times: str, subject: str = '"a"') -> str:
     """A token whose payload is this JSON text (times: raw `"exp": …` members)."""
     payload = f'{{"iss":"funnel","aud":"funnel","sub":{subject},"permissions":[],{times}}}'
-    return jwt.api_jws.PyJWS().encode(payload.encode(), key.private_key, algorithm=key.algorithm,
-                                      headers={"kid": key.key_id})
+    return jwt.api_jws.PyJWS().encode(
+        payload.encode(), key.private_key, algorithm=key.algorithm, headers={"kid": key.key_id}
+    )
 
 
 EXP = int(NOW) + 60
 LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
 
 
-@pytest.mark.parametrize("times, problem", [
-    (f'"exp":{EXP}', None),
-    (f'"exp":{EXP}.5,"nbf":{int(NOW)}.25,"iat":{int(NOW)}', None),
-    (f'"exp":{LAST_SECOND}', None),
-    ('"exp":0', Problem.EXPIRED),  # in range, long past
-    # Not finite: PyJWT reads these as float nan / inf.
-    ('"exp":NaN', Problem.INVALID),
-    ('"exp":1e999', Problem.INVALID),
-    ('"exp":Infinity', Problem.INVALID),
-    ('"exp":-1e999', Problem.INVALID),
-    ('"exp":-Infinity', Problem.INVALID),
-    # Finite, but not a time of years 1970..9999.
-    ('"exp":1e300', Problem.INVALID),
-    (f'"exp":{LAST_SECOND + 1}', Problem.INVALID),
-    (f'"exp":{10**400}', Problem.INVALID),
-    ('"exp":-1', Problem.INVALID),
-    # Not numbers.
-    ('"exp":true', Problem.INVALID),
-    ('"exp":false', Problem.INVALID),
-    (f'"exp":"{EXP}"', Problem.INVALID),
-    ('"exp":null', Problem.INVALID),
-    (f'"exp":[{EXP}]', Problem.INVALID),
-    ('"exp":{}', Problem.INVALID),
-    # nbf and iat: checked the same way when present.
-    (f'"exp":{EXP},"nbf":NaN', Problem.INVALID),
-    (f'"exp":{EXP},"nbf":-1e999', Problem.INVALID),
-    (f'"exp":{EXP},"nbf":1e999', Problem.INVALID),
-    (f'"exp":{EXP},"nbf":-5', Problem.INVALID),
-    (f'"exp":{EXP},"nbf":true', Problem.INVALID),
-    (f'"exp":{EXP},"nbf":"0"', Problem.INVALID),
-    (f'"exp":{EXP},"iat":NaN', Problem.INVALID),
-    (f'"exp":{EXP},"iat":1e999', Problem.INVALID),
-    (f'"exp":{EXP},"iat":1e300', Problem.INVALID),
-    (f'"exp":{EXP},"iat":-1', Problem.INVALID),
-    (f'"exp":{EXP},"iat":false', Problem.INVALID),
-    (f'"exp":{EXP},"iat":"now"', Problem.INVALID),
-    (f'"exp":{EXP},"iat":null', Problem.INVALID),
-])
+@pytest.mark.parametrize(
+    "times, problem",
+    [
+        (f'"exp":{EXP}', None),
+        (f'"exp":{EXP}.5,"nbf":{int(NOW)}.25,"iat":{int(NOW)}', None),
+        (f'"exp":{LAST_SECOND}', None),
+        ('"exp":0', Problem.EXPIRED),  # in range, long past
+        # Not finite: PyJWT reads these as float nan / inf.
+        ('"exp":NaN', Problem.INVALID),
+        ('"exp":1e999', Problem.INVALID),
+        ('"exp":Infinity', Problem.INVALID),
+        ('"exp":-1e999', Problem.INVALID),
+        ('"exp":-Infinity', Problem.INVALID),
+        # Finite, but not a time of years 1970..9999.
+        ('"exp":1e300', Problem.INVALID),
+        (f'"exp":{LAST_SECOND + 1}', Problem.INVALID),
+        (f'"exp":{10**400}', Problem.INVALID),
+        ('"exp":-1', Problem.INVALID),
+        # Not numbers.
+        ('"exp":true', Problem.INVALID),
+        ('"exp":false', Problem.INVALID),
+        (f'"exp":"{EXP}"', Problem.INVALID),
+        ('"exp":null', Problem.INVALID),
+        (f'"exp":[{EXP}]', Problem.INVALID),
+        ('"exp":{}', Problem.INVALID),
+        # nbf and iat: checked the same way when present.
+        (f'"exp":{EXP},"nbf":NaN', Problem.INVALID),
+        (f'"exp":{EXP},"nbf":-1e999', Problem.INVALID),
+        (f'"exp":{EXP},"nbf":1e999', Problem.INVALID),
+        (f'"exp":{EXP},"nbf":-5', Problem.INVALID),
+        (f'"exp":{EXP},"nbf":true', Problem.INVALID),
+        (f'"exp":{EXP},"nbf":"0"', Problem.INVALID),
+        (f'"exp":{EXP},"iat":NaN', Problem.INVALID),
+        (f'"exp":{EXP},"iat":1e999', Problem.INVALID),
+        (f'"exp":{EXP},"iat":1e300', Problem.INVALID),
+        (f'"exp":{EXP},"iat":-1', Problem.INVALID),
+        (f'"exp":{EXP},"iat":false', Problem.INVALID),
+        (f'"exp":{EXP},"iat":"now"', Problem.INVALID),
+        (f'"exp":{EXP},"iat":null', Problem.INVALID),
+    ],
+)
 def test_token_times_are_finite_numbers_of_years_1970_to_9999(key, times, problem):
     verifier = verifier_for(key)
     token = signed(key, times)
@@ -197,15 +201,49 @@ def test_the_cache_answers_as_a_fresh_verification_would(key):
 # -- the subject of a token ---------------------------------------------------------
 
 SAFE_SUBJECTS = [
-    "a", "host-1", "host@acme", "operator@*", "demo-agent", "user+tag@example.com", "auth0|5f7c8ec7c33c6c004bb",
-    "spiffe://funnel.local/funnel/completion-service", "repo:octo-org/octo-repo:ref:refs/heads/main",
-    "system:serviceaccount:ns:name", "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66", "a%2Fb", "x=1;y=(2),[3]!$&'",
-    "~_.", "x" * 255,
+    "a",
+    "host-1",
+    "host@acme",
+    "operator@*",
+    "demo-agent",
+    "user+tag@example.com",
+    "auth0|5f7c8ec7c33c6c004bb",
+    "spiffe://funnel.local/funnel/completion-service",
+    "repo:octo-org/octo-repo:ref:refs/heads/main",
+    "system:serviceaccount:ns:name",
+    "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66",
+    "a%2Fb",
+    "x=1;y=(2),[3]!$&'",
+    "~_.",
+    "x" * 255,
 ]
 UNSAFE_SUBJECTS = [
-    "", "a\nb", "a\rb", "line\n2026-01-01 INFO forged", "a\x00", "\x00", "a\tb", "a b", "a\x7f", "a\x85b",
-    "a\u202eb", "a\u2066b", "a\u200bb", "a\u2028b", "\ufeffa", "a\u00a0b", "t\u00e2che", "\u30bf\u30b9\u30af",
-    "\U0001f600", 'a"b', "a\\b", "<script>", "a`b", "a^b", "a{b}", "x" * 256,
+    "",
+    "a\nb",
+    "a\rb",
+    "line\n2026-01-01 INFO forged",
+    "a\x00",
+    "\x00",
+    "a\tb",
+    "a b",
+    "a\x7f",
+    "a\x85b",
+    "a\u202eb",
+    "a\u2066b",
+    "a\u200bb",
+    "a\u2028b",
+    "\ufeffa",
+    "a\u00a0b",
+    "t\u00e2che",
+    "\u30bf\u30b9\u30af",
+    "\U0001f600",
+    'a"b',
+    "a\\b",
+    "<script>",
+    "a`b",
+    "a^b",
+    "a{b}",
+    "x" * 256,
 ]
 
 
@@ -226,7 +264,7 @@ def test_a_subject_outside_the_safe_set_is_refused(key, subject):
         assert caught.value.message.isprintable() and caught.value.message.isascii()
 
 
-@pytest.mark.parametrize("subject", ['7', 'null', '["a"]', '{"a":1}', 'true'])
+@pytest.mark.parametrize("subject", ["7", "null", '["a"]', '{"a":1}', "true"])
 def test_a_subject_that_is_not_a_string_is_refused(key, subject):
     assert problem_of(verifier_for(key), signed(key, f'"exp":{EXP}', subject=subject)) is Problem.INVALID
 
@@ -256,12 +294,15 @@ def test_permissions_that_are_not_workspace_role_pairs_grant_nothing():
     assert grants == {"acme": {Role.HOST}, "x:y": {Role.VIEWER}, "*": {Role.AGENT}}
 
 
-@pytest.mark.parametrize("header, problem", [
-    ([], Problem.MISSING),
-    ([("authorization", "Basic dXNlcjpwYXNz")], Problem.INVALID),
-    ([("authorization", "Bearer ")], Problem.INVALID),
-    ([("authorization", "bearer abc")], None),
-])
+@pytest.mark.parametrize(
+    "header, problem",
+    [
+        ([], Problem.MISSING),
+        ([("authorization", "Basic dXNlcjpwYXNz")], Problem.INVALID),
+        ([("authorization", "Bearer ")], Problem.INVALID),
+        ([("authorization", "bearer abc")], None),
+    ],
+)
 def test_the_bearer_header(header, problem):
     if problem is None:
         assert bearer_token(header) == "abc"
@@ -293,16 +334,28 @@ LIFECYCLE = "/funnel.lifecycle.v1.TaskLifecycleService"
 COMPLETION = "/funnel.completion.v1.CompletionService"
 
 
-@pytest.mark.parametrize("who, method, workspace, want", [
-    (principal(acme={Role.HOST}), f"{LIFECYCLE}/RegisterTask", "acme", Granted(Role.HOST, False)),
-    (principal(acme={Role.HOST}), f"{LIFECYCLE}/RegisterTask", "beta", Denied("WORKSPACE_NOT_GRANTED", "")),
-    (principal(ALL={Role.OPERATOR}), f"{LIFECYCLE}/SettleCompletion", "acme", Denied("ROLE_NOT_PERMITTED", "")),
-    (principal(acme={Role.AGENT}), f"{COMPLETION}/AttemptCompletion", "acme", Granted(Role.AGENT, True)),
-    (principal(acme={Role.AGENT, Role.HOST}), f"{COMPLETION}/AttemptCompletion", "acme", Granted(Role.HOST, False)),
-    (principal(acme={Role.VIEWER}, ALL={Role.AGENT}), f"{COMPLETION}/ListRuns", "acme", Granted(Role.VIEWER, False)),
-    (principal(ALL={Role.OPERATOR}), "/funnel.completion.v1.CompletionService/Unlisted", "acme",
-     Denied("ROLE_NOT_PERMITTED", "")),
-])
+@pytest.mark.parametrize(
+    "who, method, workspace, want",
+    [
+        (principal(acme={Role.HOST}), f"{LIFECYCLE}/RegisterTask", "acme", Granted(Role.HOST, False)),
+        (principal(acme={Role.HOST}), f"{LIFECYCLE}/RegisterTask", "beta", Denied("WORKSPACE_NOT_GRANTED", "")),
+        (principal(ALL={Role.OPERATOR}), f"{LIFECYCLE}/SettleCompletion", "acme", Denied("ROLE_NOT_PERMITTED", "")),
+        (principal(acme={Role.AGENT}), f"{COMPLETION}/AttemptCompletion", "acme", Granted(Role.AGENT, True)),
+        (principal(acme={Role.AGENT, Role.HOST}), f"{COMPLETION}/AttemptCompletion", "acme", Granted(Role.HOST, False)),
+        (
+            principal(acme={Role.VIEWER}, ALL={Role.AGENT}),
+            f"{COMPLETION}/ListRuns",
+            "acme",
+            Granted(Role.VIEWER, False),
+        ),
+        (
+            principal(ALL={Role.OPERATOR}),
+            "/funnel.completion.v1.CompletionService/Unlisted",
+            "acme",
+            Denied("ROLE_NOT_PERMITTED", ""),
+        ),
+    ],
+)
 def test_the_authorization_decision(who, method, workspace, want):
     got = authorize(who, method, workspace)
     if isinstance(want, Granted):
@@ -325,11 +378,29 @@ def test_the_token_bucket_allows_a_burst_then_the_rate():
     assert limiter.take("a") == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("acme", True), ("run_0f3a", True), ("reopen:s1:2", True), ("a.b", True), ("user@host", True), ("a+b=c~d", True),
-    ("t\u00e2che", True), ("\u30bf\u30b9\u30af", True),
-    ("a/b", False), ("..", False), ("a..b", False), ("a\\b", False), ("a b", False), ("a\x00", False),
-    ("a\u200bb", False), ("\U0001f600", False), ("e\u0301", False), ("x" * 129, False), ("%2F", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("acme", True),
+        ("run_0f3a", True),
+        ("reopen:s1:2", True),
+        ("a.b", True),
+        ("user@host", True),
+        ("a+b=c~d", True),
+        ("t\u00e2che", True),
+        ("\u30bf\u30b9\u30af", True),
+        ("a/b", False),
+        ("..", False),
+        ("a..b", False),
+        ("a\\b", False),
+        ("a b", False),
+        ("a\x00", False),
+        ("a\u200bb", False),
+        ("\U0001f600", False),
+        ("e\u0301", False),
+        ("x" * 129, False),
+        ("%2F", False),
+    ],
+)
 def test_the_id_rule(value, ok):
     assert (id_problem(value) is None) is ok

@@ -45,12 +45,17 @@ def policy(address: str) -> dict:
 
 
 def outbound(**overrides):
-    identity = {"cert": str(credentials.PKI.cert("completion-identity")),
-                "key": str(credentials.PKI.key("completion-identity"))}
+    identity = {
+        "cert": str(credentials.PKI.cert("completion-identity")),
+        "key": str(credentials.PKI.key("completion-identity")),
+    }
     from funnel.auth.tls import ClientTlsFiles
 
-    settings = dict(gates_insecure=False, gate_ca=str(credentials.PKI.ca),
-                    lifecycle_tls=ClientTlsFiles(None, identity["cert"], identity["key"]))
+    settings = dict(
+        gates_insecure=False,
+        gate_ca=str(credentials.PKI.ca),
+        lifecycle_tls=ClientTlsFiles(None, identity["cert"], identity["key"]),
+    )
     settings.update(overrides)
     return credentials.outbound_security(**settings)
 

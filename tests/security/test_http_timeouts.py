@@ -63,8 +63,10 @@ async def assert_half_sent_requests_are_closed(url: str) -> None:
         task.cancel()
     for _, writer in connections:
         writer.close()
-    assert not pending, f"{len(pending)} of {HALF_SENT} half-sent requests still open " \
-                        f"{time.monotonic() - opened:.0f} s after they were sent (timeout {REQUEST_SECONDS:g} s)"
+    assert not pending, (
+        f"{len(pending)} of {HALF_SENT} half-sent requests still open "
+        f"{time.monotonic() - opened:.0f} s after they were sent (timeout {REQUEST_SECONDS:g} s)"
+    )
 
 
 async def test_metrics(pair):
@@ -76,11 +78,29 @@ async def test_dashboard(pair):
     p = await pair()
     pki = credentials.PKI
     process = subprocess.Popen(
-        [str(FUNNEL), "ui", "--listen", "127.0.0.1:0", "--workspace", WS,
-         "--lifecycle", p.lifecycle.address, "--completion", p.completion.address,
-         "--ca", str(pki.ca), "--cert", str(pki.cert("client")), "--key", str(pki.key("client")),
-         "--token", credentials.token("viewer-1", [f"{WS}:viewer"])],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            str(FUNNEL),
+            "ui",
+            "--listen",
+            "127.0.0.1:0",
+            "--workspace",
+            WS,
+            "--lifecycle",
+            p.lifecycle.address,
+            "--completion",
+            p.completion.address,
+            "--ca",
+            str(pki.ca),
+            "--cert",
+            str(pki.cert("client")),
+            "--key",
+            str(pki.key("client")),
+            "--token",
+            credentials.token("viewer-1", [f"{WS}:viewer"]),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         line = await asyncio.to_thread(process.stdout.readline)

@@ -118,14 +118,19 @@ async def test_floods_of_stalled_and_admitted_imports_stay_under_the_documented_
     refused, then files are imported (retrying while the buffer is taken) once the
     stalled imports have ended at the idle timeout."""
     bound = documented_bound()
-    p = await pair(completion_args=["--stream-idle-seconds", "4", "--lifecycle-timeout", "30",
-                                    "--metrics-listen", "127.0.0.1:0"])
+    p = await pair(
+        completion_args=["--stream-idle-seconds", "4", "--lifecycle-timeout", "30", "--metrics-listen", "127.0.0.1:0"]
+    )
     pid = p.completion.process.process.pid
     # Per caller a connection for its stalled imports and one for its files, so that
     # the files never wait behind the stalled imports' chunks.
-    channels = {(caller, kind): credentials.tls_channel(
-                    p.completion.address, credentials.token(caller, [f"{workspace}:host"]), identity=None)
-                for workspace, caller in CALLERS for kind in ("stalled", "whole")}
+    channels = {
+        (caller, kind): credentials.tls_channel(
+            p.completion.address, credentials.token(caller, [f"{workspace}:host"]), identity=None
+        )
+        for workspace, caller in CALLERS
+        for kind in ("stalled", "whole")
+    }
     stubs = {key: transcript_pb2_grpc.TranscriptServiceStub(channel) for key, channel in channels.items()}
     data = jsonl_file(FILE_EVENTS)
     held_by_first_wave = len(CALLERS) * (4 * MB + len(STALLED_CHUNK))
@@ -143,23 +148,30 @@ async def test_floods_of_stalled_and_admitted_imports_stay_under_the_documented_
             for workspace, caller in CALLERS:
                 for n in range(WHOLE_PER_CALLER):
                     task_id = f"whole-{round_}-{caller}-{n}"
-                    await p.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id),
-                                            timeout=30)
+                    await p.lc.RegisterTask(
+                        lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=30
+                    )
                     wholes.append((stubs[caller, "whole"], workspace, task_id))
             stop = asyncio.Event()
-            first_wave = [asyncio.ensure_future(stalled(stubs[caller, "stalled"], workspace, stall_task, stop))
-                          for workspace, caller in CALLERS]
+            first_wave = [
+                asyncio.ensure_future(stalled(stubs[caller, "stalled"], workspace, stall_task, stop))
+                for workspace, caller in CALLERS
+            ]
             await buffer_holds(p.completion.process.metrics_url, held_by_first_wave)
-            flood = [asyncio.ensure_future(stalled(stubs[caller, "stalled"], workspace, stall_task, stop))
-                     for workspace, caller in CALLERS for _ in range(STALLED_PER_CALLER - 1)]
+            flood = [
+                asyncio.ensure_future(stalled(stubs[caller, "stalled"], workspace, stall_task, stop))
+                for workspace, caller in CALLERS
+                for _ in range(STALLED_PER_CALLER - 1)
+            ]
             refused = await asyncio.gather(*flood)
             imported = await asyncio.gather(*(whole(ts, ws, task, data) for ts, ws, task in wholes))
             ended = await asyncio.gather(*first_wave)
             peak = sampler.take_peak()
             settled = await _settled(pid)
             rounds.append((peak, settled))
-            report.append(f"round {round_}: peak +{(peak - baseline) / MB:.0f} MB, "
-                          f"then +{(settled - baseline) / MB:.0f} MB")
+            report.append(
+                f"round {round_}: peak +{(peak - baseline) / MB:.0f} MB, then +{(settled - baseline) / MB:.0f} MB"
+            )
             assert set(ended) == {"STREAM_IDLE"}, ended
             assert set(refused) == {"IMPORT_BUFFER_EXHAUSTED"}, refused
             assert imported == [FILE_EVENTS] * len(wholes)

@@ -14,15 +14,36 @@ from funnel.runtime import logs
 
 HOSTILE = [
     "t-1\n2026-01-01T00:00:00Z INFO funnel.request: forged line",
-    "a\r\nb", "nul\x00", "del\x7f", "nel\x85", "csi\x1b[31mred", "\u202egnp.exe", "\u2066isolate\u2069",
-    "zero\u200bwidth", "line\u2028separator", "para\u2029graph", "bom\ufeff", "nbsp\u00a0", "tag\U000e0041",
-    "private\ue000", "unassigned\u0378", 'quote" key=value', "back\\slash",
+    "a\r\nb",
+    "nul\x00",
+    "del\x7f",
+    "nel\x85",
+    "csi\x1b[31mred",
+    "\u202egnp.exe",
+    "\u2066isolate\u2069",
+    "zero\u200bwidth",
+    "line\u2028separator",
+    "para\u2029graph",
+    "bom\ufeff",
+    "nbsp\u00a0",
+    "tag\U000e0041",
+    "private\ue000",
+    "unassigned\u0378",
+    'quote" key=value',
+    "back\\slash",
 ]
 
 
 def record(message: str, *args: object, exc: BaseException | None = None, **values: object) -> logging.LogRecord:
-    made = logging.LogRecord("funnel.request", logging.WARNING, __file__, 1, message, args,
-                             (type(exc), exc, exc.__traceback__) if exc else None)
+    made = logging.LogRecord(
+        "funnel.request",
+        logging.WARNING,
+        __file__,
+        1,
+        message,
+        args,
+        (type(exc), exc, exc.__traceback__) if exc else None,
+    )
     made.__dict__.update(logs.fields(**values))
     return made
 
@@ -61,4 +82,3 @@ def test_printable_text_is_written_as_it_is():
         line = formatter.format(record("claimed t\u00e2che-\u30bf", subject="host@acme", task="t\u00e2che"))
         assert "claimed t\u00e2che-\u30bf" in line and "t\u00e2che" in line.replace("claimed t\u00e2che", "")
         safe(line)
-

@@ -38,10 +38,23 @@ TOKENS = {
     "other-agent": credentials.token("agent-2", [f"{WS}:agent"]),
     "completion-service": credentials.token(COMPLETION_IDENTITY, []),
 }
-READS = {"GetTask", "ListTasks", "CountTasks", "ListLifecycleEvents", "WatchLifecycleEvents", "GetRun", "ListRuns",
-         "ListEvidence",
-         "GetCompletion", "ListCompletions", "ListAuditLog", "ListCompletionEvents", "WatchCompletionEvents",
-         "ExportTranscript", "ResolveResume"}
+READS = {
+    "GetTask",
+    "ListTasks",
+    "CountTasks",
+    "ListLifecycleEvents",
+    "WatchLifecycleEvents",
+    "GetRun",
+    "ListRuns",
+    "ListEvidence",
+    "GetCompletion",
+    "ListCompletions",
+    "ListAuditLog",
+    "ListCompletionEvents",
+    "WatchCompletionEvents",
+    "ExportTranscript",
+    "ResolveResume",
+}
 # LoadTranscript reads, but may write (the repair of an interrupted turn).
 MUTATING = set(ALLOWED) - READS
 TRANSCRIPT_RPCS = {"AppendTranscript", "LoadTranscript", "ImportTranscript"}
@@ -65,26 +78,54 @@ class World:
             await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
         for task_id, who in (("held", "agent"), ("done", "agent"), ("fenced", "other-agent"), ("stalled", "agent")):
             agent_id = AGENT if who == "agent" else "agent-2"
-            self.runs[task_id] = await self.clients[who].cs.ClaimTask(cpb.ClaimTaskRequest(
-                workspace_id=WS, task_id=task_id, agent_id=agent_id, lease_ttl=Duration(seconds=3600)), timeout=T)
-        await agent.ts.AppendTranscript(tpb.AppendTranscriptRequest(
-            workspace_id=WS, task_id="held", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="hi"))]),
-            timeout=T)
+            self.runs[task_id] = await self.clients[who].cs.ClaimTask(
+                cpb.ClaimTaskRequest(
+                    workspace_id=WS, task_id=task_id, agent_id=agent_id, lease_ttl=Duration(seconds=3600)
+                ),
+                timeout=T,
+            )
+        await agent.ts.AppendTranscript(
+            tpb.AppendTranscriptRequest(
+                workspace_id=WS, task_id="held", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="hi"))]
+            ),
+            timeout=T,
+        )
         done = self.runs["done"]
-        allowed = await agent.cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-            workspace_id=WS, task_id="done", run_id=done.run.run_id, epoch=done.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), timeout=T)
+        allowed = await agent.cs.AttemptCompletion(
+            cpb.AttemptCompletionRequest(
+                workspace_id=WS,
+                task_id="done",
+                run_id=done.run.run_id,
+                epoch=done.lease.epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                result="done",
+            ),
+            timeout=T,
+        )
         assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
-        await host.lc.RequestCancellation(lpb.RequestCancellationRequest(
-            workspace_id=WS, task_id="fenced", generation=1), timeout=T)
-        await host.lc.ActivateGeneration(lpb.ActivateGenerationRequest(
-            workspace_id=WS, task_id="parent", generation=1), timeout=T)
-        await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="child", parent=lpb.ParentLink(
-            task_id="parent", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)), timeout=T)
-        await host.lc.SuspendGeneration(lpb.SuspendGenerationRequest(
-            workspace_id=WS, task_id="parent", generation=1), timeout=T)
-        await agent.cs.CompleteRun(cpb.CompleteRunRequest(
-            workspace_id=WS, run_id=self.runs["stalled"].run.run_id, outcome=cpb.RUN_OUTCOME_STALLED), timeout=T)
+        await host.lc.RequestCancellation(
+            lpb.RequestCancellationRequest(workspace_id=WS, task_id="fenced", generation=1), timeout=T
+        )
+        await host.lc.ActivateGeneration(
+            lpb.ActivateGenerationRequest(workspace_id=WS, task_id="parent", generation=1), timeout=T
+        )
+        await host.lc.RegisterTask(
+            lpb.RegisterTaskRequest(
+                workspace_id=WS,
+                task_id="child",
+                parent=lpb.ParentLink(task_id="parent", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+            ),
+            timeout=T,
+        )
+        await host.lc.SuspendGeneration(
+            lpb.SuspendGenerationRequest(workspace_id=WS, task_id="parent", generation=1), timeout=T
+        )
+        await agent.cs.CompleteRun(
+            cpb.CompleteRunRequest(
+                workspace_id=WS, run_id=self.runs["stalled"].run.run_id, outcome=cpb.RUN_OUTCOME_STALLED
+            ),
+            timeout=T,
+        )
         return self
 
     def run(self, task_id: str) -> str:
@@ -113,8 +154,10 @@ def jsonl(*events: tpb.SessionEvent) -> bytes:
 
 
 def import_of(task_id: str, data: bytes) -> list[tpb.ImportTranscriptRequest]:
-    return [tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=task_id)),
-            tpb.ImportTranscriptRequest(jsonl_chunk=data)]
+    return [
+        tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=task_id)),
+        tpb.ImportTranscriptRequest(jsonl_chunk=data),
+    ]
 
 
 def imported(sequence: int, **body: Any) -> tpb.SessionEvent:
@@ -145,202 +188,692 @@ def _lc(rpc: str, **fields: Any) -> Callable[[World], Any]:
 P = Code.FAILED_PRECONDITION
 CASES = [
     # -- the lifecycle service ---------------------------------------------------
-    Refusal("existing task", "host", "RegisterTask", _lc("RegisterTask", task_id="free"),
-            Code.ALREADY_EXISTS, "TASK_ALREADY_EXISTS"),
-    Refusal("missing parent", "host", "RegisterTask", _lc("RegisterTask", task_id="n-1", parent=lpb.ParentLink(
-        task_id="nope", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)), Code.NOT_FOUND, "PARENT_NOT_FOUND"),
-    Refusal("terminal parent", "host", "RegisterTask", _lc("RegisterTask", task_id="n-1", parent=lpb.ParentLink(
-        task_id="done", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)), P, "PARENT_TERMINAL"),
-    Refusal("fenced parent", "host", "RegisterTask", _lc("RegisterTask", task_id="n-1", parent=lpb.ParentLink(
-        task_id="fenced", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)), P, "PARENT_CANCELLATION_FENCED"),
-    Refusal("revision of a missing task", "host", "RegisterTask", _lc("RegisterTask", task_id="n-1",
-                                                                      expected_revision=3),
-            Code.ABORTED, "REVISION_MISMATCH"),
-    Refusal("request id reused", "host", "RegisterTask", _lc("RegisterTask", task_id="n-2", request_id="r-1"),
-            Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED",
-            prepare=lambda w: w.clients["host"].lc.RegisterTask(
-                lpb.RegisterTaskRequest(workspace_id=WS, task_id="n-1", request_id="r-1"), timeout=T)),
-    Refusal("active", "host", "ActivateGeneration", _lc("ActivateGeneration", task_id="held", generation=1),
-            P, "INVALID_TRANSITION"),
-    Refusal("fenced", "host", "ActivateGeneration", _lc("ActivateGeneration", task_id="fenced", generation=1),
-            P, "CANCELLATION_FENCED"),
-    Refusal("future generation", "host", "ActivateGeneration", _lc("ActivateGeneration", task_id="free",
-                                                                   generation=2), P, "FUTURE_GENERATION"),
-    Refusal("wrong revision", "host", "ActivateGeneration", _lc("ActivateGeneration", task_id="free", generation=1,
-                                                                expected_revision=9),
-            Code.ABORTED, "REVISION_MISMATCH"),
-    Refusal("suspended parent", "host", "ActivateGeneration", _lc("ActivateGeneration", task_id="child",
-                                                                  generation=1), P, "PARENT_NOT_ACTIVE"),
-    Refusal("unknown task", "host", "ActivateGeneration", _lc("ActivateGeneration", task_id="nope", generation=1),
-            Code.NOT_FOUND, "TASK_NOT_FOUND"),
-    Refusal("reserved status", "host", "ActivateGeneration", _lc("ActivateGeneration", task_id="free", generation=1,
-                                                                 work_status=lpb.WORK_STATUS_DONE),
-            Code.INVALID_ARGUMENT, "WORK_STATUS_RESERVED"),
-    Refusal("registered", "host", "SuspendGeneration", _lc("SuspendGeneration", task_id="free", generation=1),
-            P, "INVALID_TRANSITION"),
-    Refusal("fenced", "host", "SuspendGeneration", _lc("SuspendGeneration", task_id="fenced", generation=1),
-            P, "CANCELLATION_FENCED"),
-    Refusal("terminal", "host", "SuspendGeneration", _lc("SuspendGeneration", task_id="done", generation=1),
-            P, "GENERATION_TERMINAL"),
-    Refusal("active", "host", "ResumeWithGeneration", _lc("ResumeWithGeneration", task_id="held", generation=1),
-            P, "INVALID_TRANSITION"),
-    Refusal("terminal generation itself", "host", "ResumeWithGeneration",
-            _lc("ResumeWithGeneration", task_id="done", generation=1), P, "GENERATION_TERMINAL"),
-    Refusal("two generations on", "host", "ResumeWithGeneration",
-            _lc("ResumeWithGeneration", task_id="done", generation=3), P, "FUTURE_GENERATION"),
-    Refusal("a host naming another caller", "host", "ResumeWithGeneration",
-            lambda w: lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id="done", generation=2,
-                                                      **on_behalf("host-9", "host")),
-            Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED"),
-    Refusal("the completion service for an agent", "completion-service", "ResumeWithGeneration",
-            lambda w: lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id="done", generation=2,
-                                                      **on_behalf(AGENT, "agent")),
-            Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED"),
-    Refusal("already requested", "host", "RequestCancellation",
-            _lc("RequestCancellation", task_id="fenced", generation=1), P, "CANCELLATION_ALREADY_REQUESTED"),
-    Refusal("terminal", "host", "RequestCancellation", _lc("RequestCancellation", task_id="done", generation=1),
-            P, "GENERATION_TERMINAL"),
-    Refusal("not requested", "host", "SettleCancellation", _lc("SettleCancellation", task_id="held", generation=1),
-            P, "CANCELLATION_NOT_REQUESTED"),
-    Refusal("terminal", "host", "SettleCancellation", _lc("SettleCancellation", task_id="done", generation=1),
-            P, "GENERATION_TERMINAL"),
-    Refusal("fenced", "completion-service", "SettleCompletion",
-            lambda w: lpb.SettleCompletionRequest(workspace_id=WS, task_id="fenced", generation=1,
-                                                  completion_id="cmp-x", authoritative_time=now()),
-            P, "CANCELLATION_FENCED"),
-    Refusal("another completion of a completed generation", "completion-service", "SettleCompletion",
-            lambda w: lpb.SettleCompletionRequest(workspace_id=WS, task_id="done", generation=1,
-                                                  completion_id="cmp-x", authoritative_time=now()),
-            P, "GENERATION_TERMINAL"),
-    Refusal("future generation", "completion-service", "SettleCompletion",
-            lambda w: lpb.SettleCompletionRequest(workspace_id=WS, task_id="held", generation=2,
-                                                  completion_id="cmp-x", authoritative_time=now()),
-            P, "FUTURE_GENERATION"),
+    Refusal(
+        "existing task",
+        "host",
+        "RegisterTask",
+        _lc("RegisterTask", task_id="free"),
+        Code.ALREADY_EXISTS,
+        "TASK_ALREADY_EXISTS",
+    ),
+    Refusal(
+        "missing parent",
+        "host",
+        "RegisterTask",
+        _lc(
+            "RegisterTask",
+            task_id="n-1",
+            parent=lpb.ParentLink(task_id="nope", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+        ),
+        Code.NOT_FOUND,
+        "PARENT_NOT_FOUND",
+    ),
+    Refusal(
+        "terminal parent",
+        "host",
+        "RegisterTask",
+        _lc(
+            "RegisterTask",
+            task_id="n-1",
+            parent=lpb.ParentLink(task_id="done", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+        ),
+        P,
+        "PARENT_TERMINAL",
+    ),
+    Refusal(
+        "fenced parent",
+        "host",
+        "RegisterTask",
+        _lc(
+            "RegisterTask",
+            task_id="n-1",
+            parent=lpb.ParentLink(task_id="fenced", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+        ),
+        P,
+        "PARENT_CANCELLATION_FENCED",
+    ),
+    Refusal(
+        "revision of a missing task",
+        "host",
+        "RegisterTask",
+        _lc("RegisterTask", task_id="n-1", expected_revision=3),
+        Code.ABORTED,
+        "REVISION_MISMATCH",
+    ),
+    Refusal(
+        "request id reused",
+        "host",
+        "RegisterTask",
+        _lc("RegisterTask", task_id="n-2", request_id="r-1"),
+        Code.INVALID_ARGUMENT,
+        "REQUEST_ID_REUSED",
+        prepare=lambda w: w.clients["host"].lc.RegisterTask(
+            lpb.RegisterTaskRequest(workspace_id=WS, task_id="n-1", request_id="r-1"), timeout=T
+        ),
+    ),
+    Refusal(
+        "active",
+        "host",
+        "ActivateGeneration",
+        _lc("ActivateGeneration", task_id="held", generation=1),
+        P,
+        "INVALID_TRANSITION",
+    ),
+    Refusal(
+        "fenced",
+        "host",
+        "ActivateGeneration",
+        _lc("ActivateGeneration", task_id="fenced", generation=1),
+        P,
+        "CANCELLATION_FENCED",
+    ),
+    Refusal(
+        "future generation",
+        "host",
+        "ActivateGeneration",
+        _lc("ActivateGeneration", task_id="free", generation=2),
+        P,
+        "FUTURE_GENERATION",
+    ),
+    Refusal(
+        "wrong revision",
+        "host",
+        "ActivateGeneration",
+        _lc("ActivateGeneration", task_id="free", generation=1, expected_revision=9),
+        Code.ABORTED,
+        "REVISION_MISMATCH",
+    ),
+    Refusal(
+        "suspended parent",
+        "host",
+        "ActivateGeneration",
+        _lc("ActivateGeneration", task_id="child", generation=1),
+        P,
+        "PARENT_NOT_ACTIVE",
+    ),
+    Refusal(
+        "unknown task",
+        "host",
+        "ActivateGeneration",
+        _lc("ActivateGeneration", task_id="nope", generation=1),
+        Code.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    ),
+    Refusal(
+        "reserved status",
+        "host",
+        "ActivateGeneration",
+        _lc("ActivateGeneration", task_id="free", generation=1, work_status=lpb.WORK_STATUS_DONE),
+        Code.INVALID_ARGUMENT,
+        "WORK_STATUS_RESERVED",
+    ),
+    Refusal(
+        "registered",
+        "host",
+        "SuspendGeneration",
+        _lc("SuspendGeneration", task_id="free", generation=1),
+        P,
+        "INVALID_TRANSITION",
+    ),
+    Refusal(
+        "fenced",
+        "host",
+        "SuspendGeneration",
+        _lc("SuspendGeneration", task_id="fenced", generation=1),
+        P,
+        "CANCELLATION_FENCED",
+    ),
+    Refusal(
+        "terminal",
+        "host",
+        "SuspendGeneration",
+        _lc("SuspendGeneration", task_id="done", generation=1),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "active",
+        "host",
+        "ResumeWithGeneration",
+        _lc("ResumeWithGeneration", task_id="held", generation=1),
+        P,
+        "INVALID_TRANSITION",
+    ),
+    Refusal(
+        "terminal generation itself",
+        "host",
+        "ResumeWithGeneration",
+        _lc("ResumeWithGeneration", task_id="done", generation=1),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "two generations on",
+        "host",
+        "ResumeWithGeneration",
+        _lc("ResumeWithGeneration", task_id="done", generation=3),
+        P,
+        "FUTURE_GENERATION",
+    ),
+    Refusal(
+        "a host naming another caller",
+        "host",
+        "ResumeWithGeneration",
+        lambda w: lpb.ResumeWithGenerationRequest(
+            workspace_id=WS, task_id="done", generation=2, **on_behalf("host-9", "host")
+        ),
+        Code.PERMISSION_DENIED,
+        "ROLE_NOT_PERMITTED",
+    ),
+    Refusal(
+        "the completion service for an agent",
+        "completion-service",
+        "ResumeWithGeneration",
+        lambda w: lpb.ResumeWithGenerationRequest(
+            workspace_id=WS, task_id="done", generation=2, **on_behalf(AGENT, "agent")
+        ),
+        Code.PERMISSION_DENIED,
+        "ROLE_NOT_PERMITTED",
+    ),
+    Refusal(
+        "already requested",
+        "host",
+        "RequestCancellation",
+        _lc("RequestCancellation", task_id="fenced", generation=1),
+        P,
+        "CANCELLATION_ALREADY_REQUESTED",
+    ),
+    Refusal(
+        "terminal",
+        "host",
+        "RequestCancellation",
+        _lc("RequestCancellation", task_id="done", generation=1),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "not requested",
+        "host",
+        "SettleCancellation",
+        _lc("SettleCancellation", task_id="held", generation=1),
+        P,
+        "CANCELLATION_NOT_REQUESTED",
+    ),
+    Refusal(
+        "terminal",
+        "host",
+        "SettleCancellation",
+        _lc("SettleCancellation", task_id="done", generation=1),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "fenced",
+        "completion-service",
+        "SettleCompletion",
+        lambda w: lpb.SettleCompletionRequest(
+            workspace_id=WS, task_id="fenced", generation=1, completion_id="cmp-x", authoritative_time=now()
+        ),
+        P,
+        "CANCELLATION_FENCED",
+    ),
+    Refusal(
+        "another completion of a completed generation",
+        "completion-service",
+        "SettleCompletion",
+        lambda w: lpb.SettleCompletionRequest(
+            workspace_id=WS, task_id="done", generation=1, completion_id="cmp-x", authoritative_time=now()
+        ),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "future generation",
+        "completion-service",
+        "SettleCompletion",
+        lambda w: lpb.SettleCompletionRequest(
+            workspace_id=WS, task_id="held", generation=2, completion_id="cmp-x", authoritative_time=now()
+        ),
+        P,
+        "FUTURE_GENERATION",
+    ),
     # A batch whose own fields are wrong applies none of its items, not even a valid one.
-    Refusal("an item of another workspace", "completion-service", "SettleCompletions",
-            lambda w: lpb.SettleCompletionsRequest(workspace_id=WS, items=[
-                lpb.SettleCompletionRequest(workspace_id=WS, task_id="held", generation=1,
-                                            completion_id="cmp-x", authoritative_time=now()),
-                lpb.SettleCompletionRequest(workspace_id="ws-2", task_id="held", generation=1,
-                                            completion_id="cmp-y", authoritative_time=now())]),
-            Code.INVALID_ARGUMENT, "FIELD_MALFORMED"),
-    Refusal("fenced", "completion-service", "SettleFailure", _lc("SettleFailure", task_id="fenced", generation=1),
-            P, "CANCELLATION_FENCED"),
-    Refusal("terminal", "completion-service", "SettleFailure", _lc("SettleFailure", task_id="done", generation=1),
-            P, "GENERATION_TERMINAL"),
-    Refusal("fenced", "host", "SettleTimeout", _lc("SettleTimeout", task_id="fenced", generation=1),
-            P, "CANCELLATION_FENCED"),
-    Refusal("terminal", "host", "SettleTimeout", _lc("SettleTimeout", task_id="done", generation=1),
-            P, "GENERATION_TERMINAL"),
-    Refusal("no parent", "operator", "PropagateParentTermination",
-            _lc("PropagateParentTermination", task_id="held", generation=1), P, "NOT_ATTACHED_CHILD"),
-    Refusal("parent open", "operator", "PropagateParentTermination",
-            _lc("PropagateParentTermination", task_id="child", generation=1), P, "PARENT_NOT_TERMINAL"),
-    Refusal("fenced", "host", "SetWorkStatus", _lc("SetWorkStatus", task_id="fenced", generation=1,
-                                                   work_status=lpb.WORK_STATUS_BLOCKED), P, "CANCELLATION_FENCED"),
-    Refusal("terminal", "host", "SetWorkStatus", _lc("SetWorkStatus", task_id="done", generation=1,
-                                                     work_status=lpb.WORK_STATUS_BLOCKED), P, "GENERATION_TERMINAL"),
-    Refusal("reserved status", "host", "SetWorkStatus", _lc("SetWorkStatus", task_id="held", generation=1,
-                                                            work_status=lpb.WORK_STATUS_DONE),
-            Code.INVALID_ARGUMENT, "WORK_STATUS_RESERVED"),
+    Refusal(
+        "an item of another workspace",
+        "completion-service",
+        "SettleCompletions",
+        lambda w: lpb.SettleCompletionsRequest(
+            workspace_id=WS,
+            items=[
+                lpb.SettleCompletionRequest(
+                    workspace_id=WS, task_id="held", generation=1, completion_id="cmp-x", authoritative_time=now()
+                ),
+                lpb.SettleCompletionRequest(
+                    workspace_id="ws-2", task_id="held", generation=1, completion_id="cmp-y", authoritative_time=now()
+                ),
+            ],
+        ),
+        Code.INVALID_ARGUMENT,
+        "FIELD_MALFORMED",
+    ),
+    Refusal(
+        "fenced",
+        "completion-service",
+        "SettleFailure",
+        _lc("SettleFailure", task_id="fenced", generation=1),
+        P,
+        "CANCELLATION_FENCED",
+    ),
+    Refusal(
+        "terminal",
+        "completion-service",
+        "SettleFailure",
+        _lc("SettleFailure", task_id="done", generation=1),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "fenced",
+        "host",
+        "SettleTimeout",
+        _lc("SettleTimeout", task_id="fenced", generation=1),
+        P,
+        "CANCELLATION_FENCED",
+    ),
+    Refusal(
+        "terminal",
+        "host",
+        "SettleTimeout",
+        _lc("SettleTimeout", task_id="done", generation=1),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "no parent",
+        "operator",
+        "PropagateParentTermination",
+        _lc("PropagateParentTermination", task_id="held", generation=1),
+        P,
+        "NOT_ATTACHED_CHILD",
+    ),
+    Refusal(
+        "parent open",
+        "operator",
+        "PropagateParentTermination",
+        _lc("PropagateParentTermination", task_id="child", generation=1),
+        P,
+        "PARENT_NOT_TERMINAL",
+    ),
+    Refusal(
+        "fenced",
+        "host",
+        "SetWorkStatus",
+        _lc("SetWorkStatus", task_id="fenced", generation=1, work_status=lpb.WORK_STATUS_BLOCKED),
+        P,
+        "CANCELLATION_FENCED",
+    ),
+    Refusal(
+        "terminal",
+        "host",
+        "SetWorkStatus",
+        _lc("SetWorkStatus", task_id="done", generation=1, work_status=lpb.WORK_STATUS_BLOCKED),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "reserved status",
+        "host",
+        "SetWorkStatus",
+        _lc("SetWorkStatus", task_id="held", generation=1, work_status=lpb.WORK_STATUS_DONE),
+        Code.INVALID_ARGUMENT,
+        "WORK_STATUS_RESERVED",
+    ),
     # -- runs, evidence, completions ---------------------------------------------
-    Refusal("lease held", "other-agent", "ClaimTask", lambda w: cpb.ClaimTaskRequest(
-        workspace_id=WS, task_id="held", agent_id="agent-2", lease_ttl=Duration(seconds=60)), P, "LEASE_HELD"),
-    Refusal("terminal", "agent", "ClaimTask", lambda w: cpb.ClaimTaskRequest(
-        workspace_id=WS, task_id="done", agent_id=AGENT, lease_ttl=Duration(seconds=60)), P, "GENERATION_TERMINAL"),
-    Refusal("fenced", "agent", "ClaimTask", lambda w: cpb.ClaimTaskRequest(
-        workspace_id=WS, task_id="fenced", agent_id=AGENT, lease_ttl=Duration(seconds=60)),
-        P, "CANCELLATION_REQUESTED"),
-    Refusal("as another agent", "agent", "ClaimTask", lambda w: cpb.ClaimTaskRequest(
-        workspace_id=WS, task_id="free", agent_id="agent-x", lease_ttl=Duration(seconds=60)),
-        Code.PERMISSION_DENIED, "AGENT_ID_MISMATCH"),
-    Refusal("unknown task", "host", "ClaimTask", lambda w: cpb.ClaimTaskRequest(
-        workspace_id=WS, task_id="nope", agent_id="agent-x", lease_ttl=Duration(seconds=60)),
-        Code.NOT_FOUND, "TASK_NOT_FOUND"),
-    Refusal("the lifecycle refuses the activation", "host", "ClaimTask", lambda w: cpb.ClaimTaskRequest(
-        workspace_id=WS, task_id="child", agent_id="agent-x", lease_ttl=Duration(seconds=60)),
-        P, "LIFECYCLE_REJECTED"),
-    Refusal("another agent's run", "other-agent", "RenewLease", lambda w: cpb.RenewLeaseRequest(
-        workspace_id=WS, run_id=w.run("held"), epoch=w.epoch("held"), lease_ttl=Duration(seconds=60)),
-        Code.PERMISSION_DENIED, "RUN_NOT_HELD"),
-    Refusal("a superseded epoch", "agent", "RenewLease", lambda w: cpb.RenewLeaseRequest(
-        workspace_id=WS, run_id=w.run("held"), epoch=w.epoch("held") + 1, lease_ttl=Duration(seconds=60)),
-        P, "LEASE_NOT_CURRENT"),
-    Refusal("unknown run", "host", "RenewLease", lambda w: cpb.RenewLeaseRequest(
-        workspace_id=WS, run_id="run-nope", epoch=1, lease_ttl=Duration(seconds=60)), Code.NOT_FOUND, "RUN_NOT_FOUND"),
-    Refusal("closed run", "agent", "RenewLease", lambda w: cpb.RenewLeaseRequest(
-        workspace_id=WS, run_id=w.run("stalled"), epoch=w.epoch("stalled"), lease_ttl=Duration(seconds=60)),
-        P, "RUN_ALREADY_FINISHED"),
-    Refusal("another agent's run", "other-agent", "CompleteRun", lambda w: cpb.CompleteRunRequest(
-        workspace_id=WS, run_id=w.run("held"), outcome=cpb.RUN_OUTCOME_SUCCEEDED),
-        Code.PERMISSION_DENIED, "RUN_NOT_HELD"),
-    Refusal("unknown run", "host", "CompleteRun", lambda w: cpb.CompleteRunRequest(
-        workspace_id=WS, run_id="run-nope", outcome=cpb.RUN_OUTCOME_SUCCEEDED), Code.NOT_FOUND, "RUN_NOT_FOUND"),
-    Refusal("closed run", "agent", "CompleteRun", lambda w: cpb.CompleteRunRequest(
-        workspace_id=WS, run_id=w.run("stalled"), outcome=cpb.RUN_OUTCOME_FAILED), P, "RUN_ALREADY_FINISHED"),
-    Refusal("a status for a terminal generation", "agent", "CompleteRun", lambda w: cpb.CompleteRunRequest(
-        workspace_id=WS, run_id=w.run("done"), outcome=cpb.RUN_OUTCOME_FAILED), P, "LIFECYCLE_REJECTED"),
-    Refusal("another agent's run", "other-agent", "RecordEvidence", lambda w: cpb.RecordEvidenceRequest(
-        workspace_id=WS, task_id="held", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED,
-        run_id=w.run("held")), Code.PERMISSION_DENIED, "RUN_NOT_HELD"),
-    Refusal("no run", "agent", "RecordEvidence", lambda w: cpb.RecordEvidenceRequest(
-        workspace_id=WS, task_id="held", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED),
-        Code.PERMISSION_DENIED, "RUN_NOT_HELD"),
-    Refusal("another agent's run", "other-agent", "AttemptCompletion", lambda w: cpb.AttemptCompletionRequest(
-        workspace_id=WS, task_id="held", run_id=w.run("held"), epoch=w.epoch("held"),
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="mine"), Code.PERMISSION_DENIED, "RUN_NOT_HELD"),
-    Refusal("unknown run", "host", "AttemptCompletion", lambda w: cpb.AttemptCompletionRequest(
-        workspace_id=WS, task_id="held", run_id="run-nope", epoch=1, outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
-        result="done"), Code.NOT_FOUND, "RUN_NOT_FOUND"),
-    Refusal("a run of another task", "agent", "AttemptCompletion", lambda w: cpb.AttemptCompletionRequest(
-        workspace_id=WS, task_id="free", run_id=w.run("held"), epoch=w.epoch("held"),
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done"), Code.NOT_FOUND, "RUN_NOT_FOUND"),
-    Refusal("another outcome for a completed generation", "agent", "AttemptCompletion",
-            lambda w: cpb.AttemptCompletionRequest(
-                workspace_id=WS, task_id="done", run_id=w.run("done"), epoch=w.epoch("done"),
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done", request_id="a-1"),
-            Code.INVALID_ARGUMENT, "REQUEST_ID_REUSED",
-            prepare=lambda w: w.clients["agent"].cs.AttemptCompletion(cpb.AttemptCompletionRequest(
-                workspace_id=WS, task_id="held", run_id=w.run("held"), epoch=w.epoch("held"),
-                outcome=cpb.REQUESTED_OUTCOME_FAILED, result="gave up", request_id="a-1"), timeout=T)),
+    Refusal(
+        "lease held",
+        "other-agent",
+        "ClaimTask",
+        lambda w: cpb.ClaimTaskRequest(
+            workspace_id=WS, task_id="held", agent_id="agent-2", lease_ttl=Duration(seconds=60)
+        ),
+        P,
+        "LEASE_HELD",
+    ),
+    Refusal(
+        "terminal",
+        "agent",
+        "ClaimTask",
+        lambda w: cpb.ClaimTaskRequest(workspace_id=WS, task_id="done", agent_id=AGENT, lease_ttl=Duration(seconds=60)),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "fenced",
+        "agent",
+        "ClaimTask",
+        lambda w: cpb.ClaimTaskRequest(
+            workspace_id=WS, task_id="fenced", agent_id=AGENT, lease_ttl=Duration(seconds=60)
+        ),
+        P,
+        "CANCELLATION_REQUESTED",
+    ),
+    Refusal(
+        "as another agent",
+        "agent",
+        "ClaimTask",
+        lambda w: cpb.ClaimTaskRequest(
+            workspace_id=WS, task_id="free", agent_id="agent-x", lease_ttl=Duration(seconds=60)
+        ),
+        Code.PERMISSION_DENIED,
+        "AGENT_ID_MISMATCH",
+    ),
+    Refusal(
+        "unknown task",
+        "host",
+        "ClaimTask",
+        lambda w: cpb.ClaimTaskRequest(
+            workspace_id=WS, task_id="nope", agent_id="agent-x", lease_ttl=Duration(seconds=60)
+        ),
+        Code.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    ),
+    Refusal(
+        "the lifecycle refuses the activation",
+        "host",
+        "ClaimTask",
+        lambda w: cpb.ClaimTaskRequest(
+            workspace_id=WS, task_id="child", agent_id="agent-x", lease_ttl=Duration(seconds=60)
+        ),
+        P,
+        "LIFECYCLE_REJECTED",
+    ),
+    Refusal(
+        "another agent's run",
+        "other-agent",
+        "RenewLease",
+        lambda w: cpb.RenewLeaseRequest(
+            workspace_id=WS, run_id=w.run("held"), epoch=w.epoch("held"), lease_ttl=Duration(seconds=60)
+        ),
+        Code.PERMISSION_DENIED,
+        "RUN_NOT_HELD",
+    ),
+    Refusal(
+        "a superseded epoch",
+        "agent",
+        "RenewLease",
+        lambda w: cpb.RenewLeaseRequest(
+            workspace_id=WS, run_id=w.run("held"), epoch=w.epoch("held") + 1, lease_ttl=Duration(seconds=60)
+        ),
+        P,
+        "LEASE_NOT_CURRENT",
+    ),
+    Refusal(
+        "unknown run",
+        "host",
+        "RenewLease",
+        lambda w: cpb.RenewLeaseRequest(workspace_id=WS, run_id="run-nope", epoch=1, lease_ttl=Duration(seconds=60)),
+        Code.NOT_FOUND,
+        "RUN_NOT_FOUND",
+    ),
+    Refusal(
+        "closed run",
+        "agent",
+        "RenewLease",
+        lambda w: cpb.RenewLeaseRequest(
+            workspace_id=WS, run_id=w.run("stalled"), epoch=w.epoch("stalled"), lease_ttl=Duration(seconds=60)
+        ),
+        P,
+        "RUN_ALREADY_FINISHED",
+    ),
+    Refusal(
+        "another agent's run",
+        "other-agent",
+        "CompleteRun",
+        lambda w: cpb.CompleteRunRequest(workspace_id=WS, run_id=w.run("held"), outcome=cpb.RUN_OUTCOME_SUCCEEDED),
+        Code.PERMISSION_DENIED,
+        "RUN_NOT_HELD",
+    ),
+    Refusal(
+        "unknown run",
+        "host",
+        "CompleteRun",
+        lambda w: cpb.CompleteRunRequest(workspace_id=WS, run_id="run-nope", outcome=cpb.RUN_OUTCOME_SUCCEEDED),
+        Code.NOT_FOUND,
+        "RUN_NOT_FOUND",
+    ),
+    Refusal(
+        "closed run",
+        "agent",
+        "CompleteRun",
+        lambda w: cpb.CompleteRunRequest(workspace_id=WS, run_id=w.run("stalled"), outcome=cpb.RUN_OUTCOME_FAILED),
+        P,
+        "RUN_ALREADY_FINISHED",
+    ),
+    Refusal(
+        "a status for a terminal generation",
+        "agent",
+        "CompleteRun",
+        lambda w: cpb.CompleteRunRequest(workspace_id=WS, run_id=w.run("done"), outcome=cpb.RUN_OUTCOME_FAILED),
+        P,
+        "LIFECYCLE_REJECTED",
+    ),
+    Refusal(
+        "another agent's run",
+        "other-agent",
+        "RecordEvidence",
+        lambda w: cpb.RecordEvidenceRequest(
+            workspace_id=WS,
+            task_id="held",
+            generation=1,
+            kind="tests",
+            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            run_id=w.run("held"),
+        ),
+        Code.PERMISSION_DENIED,
+        "RUN_NOT_HELD",
+    ),
+    Refusal(
+        "no run",
+        "agent",
+        "RecordEvidence",
+        lambda w: cpb.RecordEvidenceRequest(
+            workspace_id=WS, task_id="held", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED
+        ),
+        Code.PERMISSION_DENIED,
+        "RUN_NOT_HELD",
+    ),
+    Refusal(
+        "another agent's run",
+        "other-agent",
+        "AttemptCompletion",
+        lambda w: cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="held",
+            run_id=w.run("held"),
+            epoch=w.epoch("held"),
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="mine",
+        ),
+        Code.PERMISSION_DENIED,
+        "RUN_NOT_HELD",
+    ),
+    Refusal(
+        "unknown run",
+        "host",
+        "AttemptCompletion",
+        lambda w: cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="held",
+            run_id="run-nope",
+            epoch=1,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+        ),
+        Code.NOT_FOUND,
+        "RUN_NOT_FOUND",
+    ),
+    Refusal(
+        "a run of another task",
+        "agent",
+        "AttemptCompletion",
+        lambda w: cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="free",
+            run_id=w.run("held"),
+            epoch=w.epoch("held"),
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+        ),
+        Code.NOT_FOUND,
+        "RUN_NOT_FOUND",
+    ),
+    Refusal(
+        "another outcome for a completed generation",
+        "agent",
+        "AttemptCompletion",
+        lambda w: cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id="done",
+            run_id=w.run("done"),
+            epoch=w.epoch("done"),
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+            request_id="a-1",
+        ),
+        Code.INVALID_ARGUMENT,
+        "REQUEST_ID_REUSED",
+        prepare=lambda w: w.clients["agent"].cs.AttemptCompletion(
+            cpb.AttemptCompletionRequest(
+                workspace_id=WS,
+                task_id="held",
+                run_id=w.run("held"),
+                epoch=w.epoch("held"),
+                outcome=cpb.REQUESTED_OUTCOME_FAILED,
+                result="gave up",
+                request_id="a-1",
+            ),
+            timeout=T,
+        ),
+    ),
     # -- transcripts ----------------------------------------------------------------
-    Refusal("another agent's task", "other-agent", "AppendTranscript",
-            lambda w: append("held", tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))),
-            Code.PERMISSION_DENIED, "RUN_NOT_HELD"),
-    Refusal("plain event for a terminal generation", "host", "AppendTranscript",
-            lambda w: append("done", tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))),
-            P, "GENERATION_TERMINAL"),
-    Refusal("an agent that never held the task reopens it", "other-agent", "AppendTranscript",
-            lambda w: append("done", feedback()), Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED"),
-    Refusal("the agent holding the lease reopens it", "agent", "AppendTranscript",
-            lambda w: append("done", feedback()), Code.PERMISSION_DENIED, "ROLE_NOT_PERMITTED"),
-    Refusal("a reopening batch with a stale state version", "host", "AppendTranscript",
-            lambda w: append("done", feedback(), expected_state_version=99), Code.ABORTED, "STATE_VERSION_MISMATCH"),
-    Refusal("a reopening batch the grammar refuses", "host", "AppendTranscript",
-            lambda w: append("done", feedback(), tpb.SessionEvent(tool_result=tpb.ToolResult(call_id="c-9"))),
-            P, "TRANSCRIPT_GRAMMAR_VIOLATION"),
-    Refusal("a stale state version", "host", "AppendTranscript",
-            lambda w: append("held", feedback(), expected_state_version=99), Code.ABORTED, "STATE_VERSION_MISMATCH"),
-    Refusal("unknown task", "host", "AppendTranscript", lambda w: append("nope", feedback()),
-            Code.NOT_FOUND, "TASK_NOT_FOUND"),
-    Refusal("unknown task", "host", "LoadTranscript",
-            lambda w: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="nope"), Code.NOT_FOUND, "TASK_NOT_FOUND"),
-    Refusal("malformed page token", "host", "LoadTranscript",
-            lambda w: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="held", page_token="junk"),
-            Code.INVALID_ARGUMENT, "FIELD_MALFORMED"),
-    Refusal("a transcript exists", "host", "ImportTranscript",
-            lambda w: import_of("held", jsonl(imported(1, user_message=tpb.UserMessage(text="x")))),
-            P, "TRANSCRIPT_NOT_EMPTY"),
-    Refusal("damage before the last line", "host", "ImportTranscript",
-            lambda w: import_of("free", jsonl(imported(1, user_message=tpb.UserMessage(text="x"))) + b"{oops\n"
-                                + jsonl(imported(2, user_message=tpb.UserMessage(text="y")))),
-            Code.INVALID_ARGUMENT, "TRANSCRIPT_LINE_INVALID"),
-    Refusal("a line the grammar refuses", "host", "ImportTranscript",
-            lambda w: import_of("free", jsonl(imported(1, user_message=tpb.UserMessage(text="x")),
-                                              imported(2, tool_result=tpb.ToolResult(call_id="c-9")))),
-            P, "TRANSCRIPT_GRAMMAR_VIOLATION"),
-    Refusal("unknown task", "host", "ImportTranscript", lambda w: import_of("nope", b""),
-            Code.NOT_FOUND, "TASK_NOT_FOUND"),
+    Refusal(
+        "another agent's task",
+        "other-agent",
+        "AppendTranscript",
+        lambda w: append("held", tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))),
+        Code.PERMISSION_DENIED,
+        "RUN_NOT_HELD",
+    ),
+    Refusal(
+        "plain event for a terminal generation",
+        "host",
+        "AppendTranscript",
+        lambda w: append("done", tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))),
+        P,
+        "GENERATION_TERMINAL",
+    ),
+    Refusal(
+        "an agent that never held the task reopens it",
+        "other-agent",
+        "AppendTranscript",
+        lambda w: append("done", feedback()),
+        Code.PERMISSION_DENIED,
+        "ROLE_NOT_PERMITTED",
+    ),
+    Refusal(
+        "the agent holding the lease reopens it",
+        "agent",
+        "AppendTranscript",
+        lambda w: append("done", feedback()),
+        Code.PERMISSION_DENIED,
+        "ROLE_NOT_PERMITTED",
+    ),
+    Refusal(
+        "a reopening batch with a stale state version",
+        "host",
+        "AppendTranscript",
+        lambda w: append("done", feedback(), expected_state_version=99),
+        Code.ABORTED,
+        "STATE_VERSION_MISMATCH",
+    ),
+    Refusal(
+        "a reopening batch the grammar refuses",
+        "host",
+        "AppendTranscript",
+        lambda w: append("done", feedback(), tpb.SessionEvent(tool_result=tpb.ToolResult(call_id="c-9"))),
+        P,
+        "TRANSCRIPT_GRAMMAR_VIOLATION",
+    ),
+    Refusal(
+        "a stale state version",
+        "host",
+        "AppendTranscript",
+        lambda w: append("held", feedback(), expected_state_version=99),
+        Code.ABORTED,
+        "STATE_VERSION_MISMATCH",
+    ),
+    Refusal(
+        "unknown task",
+        "host",
+        "AppendTranscript",
+        lambda w: append("nope", feedback()),
+        Code.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    ),
+    Refusal(
+        "unknown task",
+        "host",
+        "LoadTranscript",
+        lambda w: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="nope"),
+        Code.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    ),
+    Refusal(
+        "malformed page token",
+        "host",
+        "LoadTranscript",
+        lambda w: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="held", page_token="junk"),
+        Code.INVALID_ARGUMENT,
+        "FIELD_MALFORMED",
+    ),
+    Refusal(
+        "a transcript exists",
+        "host",
+        "ImportTranscript",
+        lambda w: import_of("held", jsonl(imported(1, user_message=tpb.UserMessage(text="x")))),
+        P,
+        "TRANSCRIPT_NOT_EMPTY",
+    ),
+    Refusal(
+        "damage before the last line",
+        "host",
+        "ImportTranscript",
+        lambda w: import_of(
+            "free",
+            jsonl(imported(1, user_message=tpb.UserMessage(text="x")))
+            + b"{oops\n"
+            + jsonl(imported(2, user_message=tpb.UserMessage(text="y"))),
+        ),
+        Code.INVALID_ARGUMENT,
+        "TRANSCRIPT_LINE_INVALID",
+    ),
+    Refusal(
+        "a line the grammar refuses",
+        "host",
+        "ImportTranscript",
+        lambda w: import_of(
+            "free",
+            jsonl(
+                imported(1, user_message=tpb.UserMessage(text="x")),
+                imported(2, tool_result=tpb.ToolResult(call_id="c-9")),
+            ),
+        ),
+        P,
+        "TRANSCRIPT_GRAMMAR_VIOLATION",
+    ),
+    Refusal(
+        "unknown task", "host", "ImportTranscript", lambda w: import_of("nope", b""), Code.NOT_FOUND, "TASK_NOT_FOUND"
+    ),
 ]
 
 
@@ -359,8 +892,12 @@ async def call(clients, rpc: str, request) -> None:
 
 def changed_tables(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[str]:
     pairs = (("lifecycle", before[0], after[0]), ("completion", before[1], after[1]))
-    return [f"{db}.{table}" for db, old, new in pairs for table in sorted(set(old) | set(new))
-            if old.get(table) != new.get(table)]
+    return [
+        f"{db}.{table}"
+        for db, old, new in pairs
+        for table in sorted(set(old) | set(new))
+        if old.get(table) != new.get(table)
+    ]
 
 
 @pytest.mark.parametrize("rpc", sorted(MUTATING))

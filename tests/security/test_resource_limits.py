@@ -112,8 +112,9 @@ async def test_a_connection_has_a_bounded_number_of_concurrent_streams(secured):
     funnel = await secured(lifecycle={"security": credentials.server_security(max_streams_per_connection=3)})
     await funnel.f.register("t-1")
     host = funnel.clients(HOST)
-    calls = [host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30)
-             for _ in range(4)]
+    calls = [
+        host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30) for _ in range(4)
+    ]
     firsts = [asyncio.ensure_future(call.read()) for call in calls]
     async with asyncio.timeout(T):
         while sum(first.done() for first in firsts) < 3:
@@ -150,7 +151,10 @@ async def test_a_silent_client_stream_is_ended(secured):
     assert 0.4 < time.monotonic() - started < 3.0
     info = error_info(error)
     assert (error.code(), info.reason, dict(info.metadata)) == (
-        Code.DEADLINE_EXCEEDED, "STREAM_IDLE", {"idle_timeout_seconds": "0.5"})
+        Code.DEADLINE_EXCEEDED,
+        "STREAM_IDLE",
+        {"idle_timeout_seconds": "0.5"},
+    )
     page = await host.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T)
     assert list(page.events) == []
 
@@ -161,8 +165,13 @@ async def test_imports_in_flight_share_a_bounded_buffer(secured):
     what is left is refused the same way."""
     limit = 11 * MB
     # The caller's and the workspace's shares are larger: the whole buffer runs out first.
-    funnel = await secured(completion={"import_buffer_bytes": limit, "import_buffer_per_caller_bytes": 2 * limit,
-                                       "import_buffer_per_workspace_bytes": 2 * limit})
+    funnel = await secured(
+        completion={
+            "import_buffer_bytes": limit,
+            "import_buffer_per_caller_bytes": 2 * limit,
+            "import_buffer_per_workspace_bytes": 2 * limit,
+        }
+    )
     for task in ("t-1", "t-2", "t-3"):
         await funnel.f.register(task)
     host = funnel.clients(HOST)
@@ -172,7 +181,10 @@ async def test_imports_in_flight_share_a_bounded_buffer(secured):
     error = await failure(stalled_import(host.ts, "t-3", stop))
     info = error_info(error)
     assert (error.code(), info.reason, dict(info.metadata)) == (
-        Code.RESOURCE_EXHAUSTED, "IMPORT_BUFFER_EXHAUSTED", {"scope": "global", "limit_bytes": str(limit)})
+        Code.RESOURCE_EXHAUSTED,
+        "IMPORT_BUFFER_EXHAUSTED",
+        {"scope": "global", "limit_bytes": str(limit)},
+    )
     held[0].cancel()
     await until_buffer_holds(funnel, LEAST)
     # Admitted beside the other (5 MiB of 11 are taken), its 3 MiB line would take 12.
@@ -190,8 +202,13 @@ async def test_an_import_is_charged_for_its_decoded_events_not_their_bytes_on_th
     room for a message, 12 MiB, more than the 11 MiB buffer. The plain one, 6 MiB,
     is imported."""
     limit = 11 * MB
-    funnel = await secured(completion={"import_buffer_bytes": limit, "import_buffer_per_caller_bytes": 2 * limit,
-                                       "import_buffer_per_workspace_bytes": 2 * limit})
+    funnel = await secured(
+        completion={
+            "import_buffer_bytes": limit,
+            "import_buffer_per_caller_bytes": 2 * limit,
+            "import_buffer_per_workspace_bytes": 2 * limit,
+        }
+    )
     await funnel.f.register("t-wide")
     await funnel.f.register("t-plain")
     host = funnel.clients(HOST)
@@ -199,12 +216,14 @@ async def test_an_import_is_charged_for_its_decoded_events_not_their_bytes_on_th
     def one_event(text: str) -> bytes:
         return to_line(tpb.SessionEvent(sequence=1, generation=1, user_message=tpb.UserMessage(text=text)))
 
-    wide, plain = one_event("w" * (MB - 1) + "\U0001F600"), one_event("p" * MB)
+    wide, plain = one_event("w" * (MB - 1) + "\U0001f600"), one_event("p" * MB)
     assert len(wide) - len(plain) == 3  # the same size on the wire, within a character
     error = await failure(send_file(host.ts, "t-wide", wide))
     info = error_info(error)
     assert (info.reason, dict(info.metadata)) == (
-        "IMPORT_BUFFER_EXHAUSTED", {"scope": "global", "limit_bytes": str(limit)})
+        "IMPORT_BUFFER_EXHAUSTED",
+        {"scope": "global", "limit_bytes": str(limit)},
+    )
     await until_buffer_holds(funnel, 0)
     assert (await send_file(host.ts, "t-plain", plain)).imported_events == 1
 
@@ -212,6 +231,7 @@ async def test_an_import_is_charged_for_its_decoded_events_not_their_bytes_on_th
 async def send_file(ts, task_id: str, data: bytes, chunk: int = 256 * 1024):
     """Imports `data` in chunks; the line ends in the last one, so that a refusal
     comes after every write (grpc-aio hides one that comes before a write: grpc/grpc#36066)."""
+
     async def requests():
         yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=task_id))
         for start in range(0, len(data), chunk):
@@ -235,7 +255,10 @@ async def test_a_caller_and_a_workspace_hold_at_most_their_share_of_the_import_b
     await until_buffer_holds(funnel, 3 * LEAST)
     error = await failure(stalled_import(a.ts, "t-1", stop))
     assert (error.code(), error_info(error).reason, dict(error_info(error).metadata)) == (
-        Code.RESOURCE_EXHAUSTED, "IMPORT_BUFFER_EXHAUSTED", {"scope": "per_caller", "limit_bytes": str(16 * MB)})
+        Code.RESOURCE_EXHAUSTED,
+        "IMPORT_BUFFER_EXHAUSTED",
+        {"scope": "per_caller", "limit_bytes": str(16 * MB)},
+    )
     held += [asyncio.ensure_future(stalled_import(b.ts, "t-1", stop)) for _ in range(3)]
     await until_buffer_holds(funnel, 6 * LEAST)
     error = await failure(stalled_import(c.ts, "t-1", stop))
@@ -264,8 +287,10 @@ async def test_an_import_that_trickles_below_the_minimum_rate_is_ended(secured):
     host = funnel.clients(HOST)
 
     def events(count: int) -> bytes:
-        return b"".join(to_line(tpb.SessionEvent(sequence=n, generation=1, user_message=tpb.UserMessage(text=f"e{n}")))
-                        for n in range(1, count + 1))
+        return b"".join(
+            to_line(tpb.SessionEvent(sequence=n, generation=1, user_message=tpb.UserMessage(text=f"e{n}")))
+            for n in range(1, count + 1)
+        )
 
     async def paced(task_id: str, data: bytes, size: int):
         async def requests():
@@ -279,7 +304,10 @@ async def test_an_import_that_trickles_below_the_minimum_rate_is_ended(secured):
     error = await failure(paced("t-1", events(100), 1))
     info = error_info(error)
     assert (error.code(), info.reason, info.metadata["min_bytes_per_second"]) == (
-        Code.DEADLINE_EXCEEDED, "STREAM_IDLE", "200")
+        Code.DEADLINE_EXCEEDED,
+        "STREAM_IDLE",
+        "200",
+    )
     assert int(info.metadata["received_bytes"]) < 200, info.metadata
     await until_buffer_holds(funnel, 0)
     page = await host.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T)
@@ -319,8 +347,10 @@ async def test_stalled_imports_are_bounded_in_memory_and_ended(pair):
     results = await asyncio.gather(*calls, return_exceptions=True)
     after = rss_bytes(pid)
     reasons = [error_info(r).reason if error_info(r) is not None else r.code().name for r in results]
-    print(f"\nstalled imports: 300 opened, {reasons.count('STREAM_IDLE')} ended idle; completion RSS "
-          f"{baseline / MB:.0f} MB before, {after / MB:.0f} MB after")
+    print(
+        f"\nstalled imports: 300 opened, {reasons.count('STREAM_IDLE')} ended idle; completion RSS "
+        f"{baseline / MB:.0f} MB before, {after / MB:.0f} MB after"
+    )
     # A refusal that came while the client was writing its chunk reaches it as
     # INTERNAL without ErrorInfo (grpc/grpc#36066).
     assert reasons.count("STREAM_IDLE") == 3
@@ -348,8 +378,10 @@ async def test_a_watcher_flood_is_capped_with_a_clear_error(pair):
             channel = credentials.tls_channel(p.lifecycle.address, token, identity="client")
             channels.append(channel)
             per_channel.append(lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel))
-        streams = [per_channel[i // 90].WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS),
-                                                             timeout=60) for i in range(count)]
+        streams = [
+            per_channel[i // 90].WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=60)
+            for i in range(count)
+        ]
         return streams, await asyncio.gather(*(s.read() for s in streams), return_exceptions=True)
 
     def tally(answers) -> tuple[int, dict]:
@@ -373,9 +405,11 @@ async def test_a_watcher_flood_is_capped_with_a_clear_error(pair):
         admitted_total += admitted
     assert admitted_total == 256
     peak = rss_bytes(pid)
-    print(f"\nwatcher flood: 620 streams asked, {admitted_total} admitted (64 per caller, 256 per workspace); "
-          f"lifecycle RSS {baseline / MB:.0f} MB before, {peak / MB:.0f} MB with the streams open "
-          f"(+{(peak - baseline) / MB:.0f} MB)")
+    print(
+        f"\nwatcher flood: 620 streams asked, {admitted_total} admitted (64 per caller, 256 per workspace); "
+        f"lifecycle RSS {baseline / MB:.0f} MB before, {peak / MB:.0f} MB with the streams open "
+        f"(+{(peak - baseline) / MB:.0f} MB)"
+    )
     assert peak - baseline < 100 * MB
     for stream in all_streams:
         stream.cancel()

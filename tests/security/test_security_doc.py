@@ -18,9 +18,7 @@ def test_the_documented_table_is_the_enforced_table():
             continue
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         service, method = cells[0].strip("`").split(".")
-        rows[(service, method)] = {
-            role: cell for role, cell in zip(COLUMNS, cells[1:], strict=False) if cell
-        }
+        rows[(service, method)] = {role: cell for role, cell in zip(COLUMNS, cells[1:], strict=False) if cell}
     assert len(rows) == len(TABLE)
     for path, rule in TABLE.items():
         service, method = path.strip("/").split("/")

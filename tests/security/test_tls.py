@@ -170,11 +170,16 @@ def copied_tls(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     shutil.copyfile(PKI.cert("lifecycle"), cert)
     shutil.copyfile(PKI.key("lifecycle"), key)
     args = [
-        "--tls-cert", str(cert),
-        "--tls-key", str(key),
-        "--tls-client-ca", str(PKI.ca),
-        "--jwks-file", str(PKI.jwks),
-        "--completion-identity", COMPLETION_IDENTITY,
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
+        "--tls-client-ca",
+        str(PKI.ca),
+        "--jwks-file",
+        str(PKI.jwks),
+        "--completion-identity",
+        COMPLETION_IDENTITY,
     ]
     return cert, key, args
 
@@ -238,26 +243,26 @@ async def test_completion_identity_certificate_may_settle_and_an_operator_may_no
         # The completion-identity certificate and no token: the completion service,
         # past authorization; the unknown task is the service's own answer.
         async with channel(address, None, "completion-identity") as ch:
-            got = await failure(lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(
-                settle_request(), timeout=CALL_TIMEOUT
-            ))
+            got = await failure(
+                lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
+            )
             assert got.code() == grpc.StatusCode.NOT_FOUND, got
             assert error_info(got).reason == "TASK_NOT_FOUND"
 
         # The local client certificate with an operator token: not permitted.
         async with channel(address, credentials.token("ops", ["*:operator"]), "client") as ch:
-            got = await failure(lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(
-                settle_request(), timeout=CALL_TIMEOUT
-            ))
+            got = await failure(
+                lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
+            )
             assert got.code() == grpc.StatusCode.PERMISSION_DENIED, got
             assert error_info(got).reason == "ROLE_NOT_PERMITTED"
 
         # Where client certificates are verified, a token naming the completion
         # identity does not stand in for its certificate.
         async with channel(address, credentials.token(COMPLETION_IDENTITY, ["*:operator"]), "client") as ch:
-            got = await failure(lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(
-                settle_request(), timeout=CALL_TIMEOUT
-            ))
+            got = await failure(
+                lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
+            )
             assert got.code() == grpc.StatusCode.PERMISSION_DENIED, got
             assert error_info(got).reason == "ROLE_NOT_PERMITTED"
 
@@ -305,15 +310,28 @@ REFUSALS = {
     ),
     "unsafe-completion-identity": (
         "lifecycle_service",
-        lambda: [*_lifecycle_tls_only(), "--listen", "127.0.0.1:0", "--jwks-file", str(credentials.JWKS_FILE),
-                 "--completion-identity", "spiffe://funnel.local/completion\nservice"],
+        lambda: [
+            *_lifecycle_tls_only(),
+            "--listen",
+            "127.0.0.1:0",
+            "--jwks-file",
+            str(credentials.JWKS_FILE),
+            "--completion-identity",
+            "spiffe://funnel.local/completion\nservice",
+        ],
         ["--completion-identity", "U+000A"],
     ),
     "completion-plaintext-to-remote-lifecycle": (
         "completion_service",
         lambda: [
-            "--listen", "127.0.0.1:0", "--insecure", "--jwks-file", str(credentials.JWKS_FILE),
-            "--lifecycle-insecure", "--lifecycle-address", "10.1.2.3:50051",
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure",
+            "--jwks-file",
+            str(credentials.JWKS_FILE),
+            "--lifecycle-insecure",
+            "--lifecycle-address",
+            "10.1.2.3:50051",
         ],
         ["--lifecycle-insecure", "loopback", "10.1.2.3:50051"],
     ),
@@ -460,8 +478,9 @@ def funnel_cli(*args: str) -> subprocess.CompletedProcess:
 def test_token_issue_prints_a_token_signed_by_the_local_key(tmp_path):
     made = funnel_cli("pki", "init", "--data-dir", str(tmp_path))
     assert made.returncode == 0 and str(tmp_path / "tls") in made.stdout, made.stderr
-    result = funnel_cli("token", "issue", "--workspace", "acme", "--role", "host", "--ttl", "15m",
-                        "--data-dir", str(tmp_path))
+    result = funnel_cli(
+        "token", "issue", "--workspace", "acme", "--role", "host", "--ttl", "15m", "--data-dir", str(tmp_path)
+    )
     assert result.returncode == 0, result.stderr
     token = result.stdout.strip()
     assert token and "\n" not in token
@@ -494,11 +513,14 @@ def test_token_issue_refuses_a_malformed_workspace(tmp_path):
     assert result.stdout.strip() == ""
 
 
-@pytest.mark.parametrize("args, shown", [
-    (["--workspace", "acme", "--role", "agent", "--subject", "agent 7\u202e"], "U+0020"),
-    # The default subject, <role>@<workspace>, of a workspace id beyond ASCII.
-    (["--workspace", "t\u00e2che", "--role", "host"], "U+00E2"),
-])
+@pytest.mark.parametrize(
+    "args, shown",
+    [
+        (["--workspace", "acme", "--role", "agent", "--subject", "agent 7\u202e"], "U+0020"),
+        # The default subject, <role>@<workspace>, of a workspace id beyond ASCII.
+        (["--workspace", "t\u00e2che", "--role", "host"], "U+00E2"),
+    ],
+)
 def test_token_issue_refuses_a_subject_the_services_would_refuse(tmp_path, args, shown):
     result = funnel_cli("token", "issue", *args, "--data-dir", str(tmp_path))
     assert result.returncode == 2, result.stdout

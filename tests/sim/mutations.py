@@ -42,9 +42,16 @@ def late_commit_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lifecycle watch subscribes after draining the backlog without reading the
     store once more: an event committed in between is never delivered."""
 
-    async def follow(read_after: Callable[..., Any], broker: watch.EventBroker, scope: Any, key: Any, cursor: int,
-                     wrap: Callable[[Any], Any], sequence_of: Callable[[Any], int],
-                     ends: watch.WatchEnds) -> AsyncIterator[Any]:
+    async def follow(
+        read_after: Callable[..., Any],
+        broker: watch.EventBroker,
+        scope: Any,
+        key: Any,
+        cursor: int,
+        wrap: Callable[[Any], Any],
+        sequence_of: Callable[[Any], int],
+        ends: watch.WatchEnds,
+    ) -> AsyncIterator[Any]:
         while True:
             events = await read_after(cursor, watch.WATCH_BATCH)
             for event in events:

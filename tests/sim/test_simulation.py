@@ -47,8 +47,11 @@ def test_a_write_without_an_answer_may_or_may_not_have_happened():
 def test_two_writes_answered_with_the_same_revision_are_not_linearizable():
     record = (1, 1, 2, 0, 1, 2, "")
     double = (2, 1, 2, 0, 1, 3, "")
-    history = [Operation(0, 1, ("write", record)), Operation(2, 3, ("write", double)),
-               Operation(4, 5, ("write", double[:5] + (1, "")))]
+    history = [
+        Operation(0, 1, ("write", record)),
+        Operation(2, 3, ("write", double)),
+        Operation(4, 5, ("write", double[:5] + (1, ""))),
+    ]
     assert linearizable(history, ("absent",), step) is False
 
 

@@ -19,8 +19,11 @@ from tests.postgres import fresh_database
 
 MIGRATIONS = [
     Migration(1, "items", "CREATE TABLE items (key text PRIMARY KEY, value integer NOT NULL);"),
-    Migration(2, "counter", "CREATE TABLE counter (id integer PRIMARY KEY, value bigint NOT NULL);"
-                            "INSERT INTO counter VALUES (1, 0);"),
+    Migration(
+        2,
+        "counter",
+        "CREATE TABLE counter (id integer PRIMARY KEY, value bigint NOT NULL);INSERT INTO counter VALUES (1, 0);",
+    ),
 ]
 
 
@@ -78,6 +81,7 @@ async def test_a_lost_race_reruns_the_unit_of_work_on_the_winning_state(url):
                 looked.wait()
             conn.execute("INSERT INTO items VALUES ('k', %s)", (value,))
             return ("inserted", value)
+
         return unit
 
     try:
@@ -167,12 +171,14 @@ def test_sqlite_placeholders_translate_outside_quotes():
 async def test_sqlite_style_statements_run_on_postgres(url):
     database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
     try:
+
         def unit(conn: psycopg.Connection) -> list[tuple]:
             db = SqliteStyle(conn)
             db.executemany("INSERT INTO items (key, value) VALUES (?, ?)", [("a", 1), ("b%", 2)])
             db.execute("INSERT INTO items VALUES (?, ?) ON CONFLICT (key) DO NOTHING", ("a", 9))
-            return db.execute("SELECT key, value FROM items WHERE key LIKE 'b%' OR value = ? ORDER BY key",
-                              (1,)).fetchall()
+            return db.execute(
+                "SELECT key, value FROM items WHERE key LIKE 'b%' OR value = ? ORDER BY key", (1,)
+            ).fetchall()
 
         assert await database.write(unit) == [("a", 1), ("b%", 2)]
     finally:

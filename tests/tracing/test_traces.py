@@ -117,8 +117,9 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 def only(spans: list[Exported], **wanted) -> Exported:
-    matching = [s for s in spans if all(getattr(s, k) == v if k != "kind" else s.span.kind == v
-                                        for k, v in wanted.items())]
+    matching = [
+        s for s in spans if all(getattr(s, k) == v if k != "kind" else s.span.kind == v for k, v in wanted.items())
+    ]
     assert len(matching) == 1, (wanted, [(s.service, s.name, s.span.kind) for s in spans])
     return matching[0]
 
@@ -152,19 +153,40 @@ class TracedPair:
         if self.lifecycle is not None:  # a restart: reap the one that died, close its pipe
             self.lifecycle.kill()
         self.lifecycle = await asyncio.to_thread(
-            spawn, "lifecycle_service", "lifecycle_service",
-            ["--listen", f"127.0.0.1:{self.lifecycle_port}", "--database", str(self.directory / "lifecycle.sqlite3"),
-             *lifecycle_tls_arguments(credentials.PKI)],
-            self.directory / "lifecycle.log", self.lifecycle_env | {"FUNNEL_FAULTS_FILE": str(self.faults)},
+            spawn,
+            "lifecycle_service",
+            "lifecycle_service",
+            [
+                "--listen",
+                f"127.0.0.1:{self.lifecycle_port}",
+                "--database",
+                str(self.directory / "lifecycle.sqlite3"),
+                *lifecycle_tls_arguments(credentials.PKI),
+            ],
+            self.directory / "lifecycle.log",
+            self.lifecycle_env | {"FUNNEL_FAULTS_FILE": str(self.faults)},
         )
 
     async def start_completion(self) -> None:
         self.completion = await asyncio.to_thread(
-            spawn, "completion_service", "completion_service",
-            ["--listen", "127.0.0.1:0", "--database", str(self.directory / "completion.sqlite3"),
-             *completion_tls_arguments(credentials.PKI), "--lifecycle-address", f"127.0.0.1:{self.lifecycle_port}",
-             "--settle-interval", "0.05", "--lifecycle-timeout", "1"],
-            self.directory / "completion.log", self.completion_env,
+            spawn,
+            "completion_service",
+            "completion_service",
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--database",
+                str(self.directory / "completion.sqlite3"),
+                *completion_tls_arguments(credentials.PKI),
+                "--lifecycle-address",
+                f"127.0.0.1:{self.lifecycle_port}",
+                "--settle-interval",
+                "0.05",
+                "--lifecycle-timeout",
+                "1",
+            ],
+            self.directory / "completion.log",
+            self.completion_env,
         )
 
     def client_span(self, name: str) -> ReadableSpan:
@@ -233,22 +255,37 @@ async def pair(start_pair) -> TracedPair:
 
 async def registered_and_claimed(p: TracedPair, task_id: str) -> cpb.ClaimTaskResponse:
     await p.lc.RegisterTask(
-        lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id, request_id=f"register-{task_id}",
-                                cause=lpb.Cause(source="host", reason="planned")),
+        lpb.RegisterTaskRequest(
+            workspace_id=WS,
+            task_id=task_id,
+            request_id=f"register-{task_id}",
+            cause=lpb.Cause(source="host", reason="planned"),
+        ),
         timeout=CALL_TIMEOUT,
     )
     return await p.cs.ClaimTask(
-        cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=600),
-                             request_id=f"claim-{task_id}"),
+        cpb.ClaimTaskRequest(
+            workspace_id=WS,
+            task_id=task_id,
+            agent_id="agent-1",
+            lease_ttl=Duration(seconds=600),
+            request_id=f"claim-{task_id}",
+        ),
         timeout=CALL_TIMEOUT,
     )
 
 
 async def attempt(p: TracedPair, claim: cpb.ClaimTaskResponse) -> cpb.AttemptCompletionResponse:
     return await p.cs.AttemptCompletion(
-        cpb.AttemptCompletionRequest(workspace_id=WS, task_id=claim.run.task_id, run_id=claim.run.run_id,
-                                     epoch=claim.lease.epoch, outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done",
-                                     request_id=f"attempt-{claim.run.task_id}"),
+        cpb.AttemptCompletionRequest(
+            workspace_id=WS,
+            task_id=claim.run.task_id,
+            run_id=claim.run.run_id,
+            epoch=claim.lease.epoch,
+            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            result="done",
+            request_id=f"attempt-{claim.run.task_id}",
+        ),
         timeout=CALL_TIMEOUT,
     )
 
@@ -311,8 +348,11 @@ async def test_one_trace_runs_from_the_client_through_the_completion_service_to_
     # problem, so the span's status stays unset).
     outsider = credentials.token("host-2", ["ws-2:host"])
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await p.cs.GetCompletion(cpb.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1),
-                                 metadata=credentials.metadata(outsider), timeout=CALL_TIMEOUT)
+        await p.cs.GetCompletion(
+            cpb.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1),
+            metadata=credentials.metadata(outsider),
+            timeout=CALL_TIMEOUT,
+        )
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     refused_trace = trace_id_of(p.client_span(f"{COMPLETION}/GetCompletion"))
     denied = await p.collector.wait_for(
@@ -353,38 +393,57 @@ async def test_a_settlement_retried_after_the_lifecycle_service_came_back_joins_
     assert {outbox.trace_id, call.trace_id, served.trace_id} == {attempt_trace}
     assert (served.span.kind, served.attribute("rpc.grpc.status_code")) == (SERVER, 0)
     assert (call.service, call.span.kind, call.name) == ("completion_service", CLIENT, f"{LIFECYCLE}/SettleCompletion")
-    assert (outbox.service, outbox.name, outbox.span.kind) == ("completion_service", "settle pending completion",
-                                                               INTERNAL)
+    assert (outbox.service, outbox.name, outbox.span.kind) == (
+        "completion_service",
+        "settle pending completion",
+        INTERNAL,
+    )
     # A child of the attempt's span, which ended before the retry began.
     assert outbox.parent_id == server.span_id
     assert outbox.span.start_time_unix_nano > server.span.end_time_unix_nano
     assert outbox.attribute("funnel.completion_id") == answer.completion.completion_id
     # The settlement that met the dying service is in the same trace, failed.
-    failed = [s for s in spans if s.span.kind == CLIENT and s.name == f"{LIFECYCLE}/SettleCompletion"
-              and s.parent_id == server.span_id]
+    failed = [
+        s
+        for s in spans
+        if s.span.kind == CLIENT and s.name == f"{LIFECYCLE}/SettleCompletion" and s.parent_id == server.span_id
+    ]
     assert [s.attribute("rpc.grpc.status_code") for s in failed] == [grpc.StatusCode.UNAVAILABLE.value[0]]
-    settled = await p.cs.GetCompletion(cpb.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1),
-                                       timeout=CALL_TIMEOUT)
+    settled = await p.cs.GetCompletion(
+        cpb.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1), timeout=CALL_TIMEOUT
+    )
     assert settled.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
-
 
 
 async def test_the_console_exporter_writes_each_span_as_one_json_line_to_the_service_log(tmp_path):
     env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "lifecycle-east", "OTEL_BSP_SCHEDULE_DELAY": "50"}
     log = tmp_path / "lifecycle.log"
     service = await asyncio.to_thread(
-        spawn, "lifecycle_service", "lifecycle_service",
-        ["--listen", "127.0.0.1:0", "--database", str(tmp_path / "lifecycle.sqlite3"),
-         *lifecycle_tls_arguments(credentials.PKI)],
-        log, env,
+        spawn,
+        "lifecycle_service",
+        "lifecycle_service",
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            str(tmp_path / "lifecycle.sqlite3"),
+            *lifecycle_tls_arguments(credentials.PKI),
+        ],
+        log,
+        env,
     )
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     try:
         async with credentials.tls_channel(service.address) as channel:
             await lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel).RegisterTask(
-                lpb.RegisterTaskRequest(workspace_id=WS, task_id="task-1", request_id="register-1",
-                                        cause=lpb.Cause(source="host", reason="planned")),
-                metadata=(("traceparent", f"00-{trace_id}-{parent_id}-01"),), timeout=CALL_TIMEOUT,
+                lpb.RegisterTaskRequest(
+                    workspace_id=WS,
+                    task_id="task-1",
+                    request_id="register-1",
+                    cause=lpb.Cause(source="host", reason="planned"),
+                ),
+                metadata=(("traceparent", f"00-{trace_id}-{parent_id}-01"),),
+                timeout=CALL_TIMEOUT,
             )
     finally:
         assert await asyncio.to_thread(service.stop, 10) == 0  # stopping exports what is still buffered
@@ -392,7 +451,10 @@ async def test_the_console_exporter_writes_each_span_as_one_json_line_to_the_ser
     lines = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.startswith("{")]
     [span] = [s for s in lines if "context" in s and s["name"] == f"{LIFECYCLE}/RegisterTask"]
     assert (span["context"]["trace_id"], span["parent_id"], span["kind"]) == (
-        f"0x{trace_id}", f"0x{parent_id}", "SpanKind.SERVER")
+        f"0x{trace_id}",
+        f"0x{parent_id}",
+        "SpanKind.SERVER",
+    )
     assert span["attributes"]["rpc.grpc.status_code"] == 0
     assert span["resource"]["attributes"]["service.name"] == "lifecycle-east"
 
@@ -400,10 +462,19 @@ async def test_the_console_exporter_writes_each_span_as_one_json_line_to_the_ser
 def test_an_exporter_that_is_not_installed_refuses_the_start(tmp_path):
     log = tmp_path / "lifecycle.log"
     with pytest.raises(StartupFailed):
-        spawn("lifecycle_service", "lifecycle_service",
-              ["--listen", "127.0.0.1:0", "--database", str(tmp_path / "lifecycle.sqlite3"),
-               *lifecycle_tls_arguments(credentials.PKI)],
-              log, {"OTEL_TRACES_EXPORTER": "zipkin_json"})
+        spawn(
+            "lifecycle_service",
+            "lifecycle_service",
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--database",
+                str(tmp_path / "lifecycle.sqlite3"),
+                *lifecycle_tls_arguments(credentials.PKI),
+            ],
+            log,
+            {"OTEL_TRACES_EXPORTER": "zipkin_json"},
+        )
     assert "refuses to start: OTEL_TRACES_EXPORTER asks for 'zipkin_json', which is not installed" in log.read_text()
 
 
@@ -431,14 +502,18 @@ def test_only_an_exporter_or_an_endpoint_in_the_environment_installs_the_sdk(mon
 
 async def test_without_an_exporter_a_service_makes_no_spans_but_passes_the_callers_context_on(start_pair):
     # The completion service has no exporter; the lifecycle service writes its spans to its log.
-    p = await start_pair(lifecycle_env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50"},
-                         completion_env={})
+    p = await start_pair(
+        lifecycle_env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50"}, completion_env={}
+    )
     answer = await attempt(p, await registered_and_claimed(p, "task-1"))
     assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
     assert p.lifecycle is not None and await asyncio.to_thread(p.lifecycle.stop, 10) == 0
     client = p.client_span(f"{COMPLETION}/AttemptCompletion")
-    lines = [json.loads(line) for line in (p.directory / "lifecycle.log").read_text(encoding="utf-8").splitlines()
-             if line.startswith("{")]
+    lines = [
+        json.loads(line)
+        for line in (p.directory / "lifecycle.log").read_text(encoding="utf-8").splitlines()
+        if line.startswith("{")
+    ]
     served = {s["name"]: s for s in lines if "context" in s and s["context"]["trace_id"] == f"0x{trace_id_of(client)}"}
     # The completion service made no span of its own between the client's and the lifecycle service's.
     assert set(served) == {f"{LIFECYCLE}/GetTask", f"{LIFECYCLE}/SettleCompletion"}

@@ -167,8 +167,9 @@ async def export_bytes(ts, task_id: str, *, workspace: str = WS) -> bytes:
     return b"".join(chunks)
 
 
-async def import_bytes(ts, task_id: str, data: bytes, *, workspace: str = WS, chunk: int = 7,
-                       timeout: float = CALL_TIMEOUT):
+async def import_bytes(
+    ts, task_id: str, data: bytes, *, workspace: str = WS, chunk: int = 7, timeout: float = CALL_TIMEOUT
+):
     """Streams `data` in deliberately odd-sized chunks, so that lines straddle messages.
     Stops sending once the server has answered (a rejection of a bad line comes
     early): grpc-aio turns a write that fails after the server's status into

@@ -88,10 +88,23 @@ VIOLATIONS = [
 ]
 
 EVERY_RULE = {
-    "NESTED_TURN", "TURN_END_WITHOUT_TURN", "TURN_MISMATCH", "TURN_END_WITH_OPEN_STEP", "STEP_OUTSIDE_TURN",
-    "NESTED_STEP", "STEP_END_WITHOUT_STEP", "STEP_MISMATCH", "STEP_END_WITH_OPEN_CALLS", "TOOL_CALL_OUTSIDE_STEP",
-    "DUPLICATE_CALL_ID", "RESULT_FOR_UNKNOWN_CALL", "ASSISTANT_MESSAGE_OUTSIDE_TURN", "USER_INPUT_INSIDE_TURN",
-    "CHECKPOINT_INSIDE_STEP", "RESTORE_INSIDE_TURN", "UNKNOWN_CHECKPOINT",
+    "NESTED_TURN",
+    "TURN_END_WITHOUT_TURN",
+    "TURN_MISMATCH",
+    "TURN_END_WITH_OPEN_STEP",
+    "STEP_OUTSIDE_TURN",
+    "NESTED_STEP",
+    "STEP_END_WITHOUT_STEP",
+    "STEP_MISMATCH",
+    "STEP_END_WITH_OPEN_CALLS",
+    "TOOL_CALL_OUTSIDE_STEP",
+    "DUPLICATE_CALL_ID",
+    "RESULT_FOR_UNKNOWN_CALL",
+    "ASSISTANT_MESSAGE_OUTSIDE_TURN",
+    "USER_INPUT_INSIDE_TURN",
+    "CHECKPOINT_INSIDE_STEP",
+    "RESTORE_INSIDE_TURN",
+    "UNKNOWN_CHECKPOINT",
 }
 
 
@@ -121,12 +134,21 @@ def test_a_batch_that_breaks_a_rule_names_the_first_failing_event(rule, batch, i
         (Tail(open_turn="t1", open_step="s1", last_sequence=7), turn_end("t1"), "TURN_END_WITH_OPEN_STEP"),
         (Tail(open_turn="t1", last_sequence=7), turn_end("t9"), "TURN_MISMATCH"),
         (Tail(open_turn="t1", open_step="s1", last_sequence=7), step_end("s9"), "STEP_MISMATCH"),
-        (Tail(open_turn="t1", open_step="s1", open_calls=("c1",), last_sequence=7), step_end("s1"),
-         "STEP_END_WITH_OPEN_CALLS"),
-        (Tail(open_turn="t1", open_step="s1", open_calls=("c1",), last_sequence=7), tool_call("c1"),
-         "DUPLICATE_CALL_ID"),
-        (Tail(open_turn="t1", open_step="s1", open_calls=("c1",), last_sequence=7), tool_result("c2"),
-         "RESULT_FOR_UNKNOWN_CALL"),
+        (
+            Tail(open_turn="t1", open_step="s1", open_calls=("c1",), last_sequence=7),
+            step_end("s1"),
+            "STEP_END_WITH_OPEN_CALLS",
+        ),
+        (
+            Tail(open_turn="t1", open_step="s1", open_calls=("c1",), last_sequence=7),
+            tool_call("c1"),
+            "DUPLICATE_CALL_ID",
+        ),
+        (
+            Tail(open_turn="t1", open_step="s1", open_calls=("c1",), last_sequence=7),
+            tool_result("c2"),
+            "RESULT_FOR_UNKNOWN_CALL",
+        ),
         (Tail(checkpoint="k1", last_sequence=7), restore("k2"), "UNKNOWN_CHECKPOINT"),
         (Tail(open_turn="t1", last_sequence=7), feedback(), "USER_INPUT_INSIDE_TURN"),
     ],
@@ -173,8 +195,10 @@ def test_a_whole_session_is_accepted_and_leaves_a_closed_tail():
         ([turn_start("t1")], Tail(open_turn="t1", last_sequence=1)),
         (OPEN_STEP, Tail(open_turn="t1", open_step="s1", last_sequence=2)),
         (OPEN_CALL + [tool_call("c2")], Tail(open_turn="t1", open_step="s1", open_calls=("c1", "c2"), last_sequence=4)),
-        (OPEN_CALL + [tool_call("c2"), tool_result("c1")],
-         Tail(open_turn="t1", open_step="s1", open_calls=("c2",), last_sequence=5)),
+        (
+            OPEN_CALL + [tool_call("c2"), tool_result("c1")],
+            Tail(open_turn="t1", open_step="s1", open_calls=("c2",), last_sequence=5),
+        ),
         ([turn_start("t1"), checkpoint("k1")], Tail(open_turn="t1", checkpoint="k1", last_sequence=2)),
         ([checkpoint("k1"), checkpoint("k2"), restore("k1")], Tail(checkpoint="k1", last_sequence=3)),
     ],
@@ -185,8 +209,9 @@ def test_valid_batches_leave_the_expected_tail(batch, expected):
 
 def test_a_batch_continues_the_tail_it_is_given():
     tail = Tail(open_turn="t1", open_step="s1", open_calls=("c1", "c2"), checkpoint="k0", last_sequence=40)
-    after = validate(tail, [tool_result("c2"), tool_result("c1"), step_end("s1"), turn_end("t1"), restore("k0")],
-                     {"k0": 12})
+    after = validate(
+        tail, [tool_result("c2"), tool_result("c1"), step_end("s1"), turn_end("t1"), restore("k0")], {"k0": 12}
+    )
     assert after == Tail(checkpoint="k0", last_sequence=45)
 
 

@@ -45,16 +45,26 @@ async def rich_transcript(both, task_id: str) -> bytes:
     # Non-ASCII text on purpose (the en dash included): it must round-trip unchanged.
     await append(ts, task_id, [P.user_message('fix "the bug" – ünïcödé ✓\n\ttabs'), P.checkpoint("k1")])  # noqa: RUF001
     await append(ts, task_id, a_full_turn("t1") + [P.checkpoint("k2")])
-    await append(ts, task_id, [P.turn_start("t2"), P.step_start("s1"), P.tool_call("c1"), P.tool_call("c2"),
-                               P.tool_result("c2", "boom", is_error=True)])
+    await append(
+        ts,
+        task_id,
+        [
+            P.turn_start("t2"),
+            P.step_start("s1"),
+            P.tool_call("c1"),
+            P.tool_call("c2"),
+            P.tool_result("c2", "boom", is_error=True),
+        ],
+    )
     f.clock.advance(2 * SECOND)  # agent-1 is gone
     assert (await load(ts, task_id)).repaired
     claim = await f.claim(task_id, agent="agent-2")
     allowed = await f.attempt(claim)
     assert allowed.decision.verdict == cpb.VERDICT_ALLOW, allowed.decision
     f.clock.advance(SECOND)
-    reopened = await append(ts, task_id, [P.feedback("not quite"), P.turn_start("t3"), P.assistant_message("again"),
-                                          P.turn_end("t3")])
+    reopened = await append(
+        ts, task_id, [P.feedback("not quite"), P.turn_start("t3"), P.assistant_message("again"), P.turn_end("t3")]
+    )
     assert (reopened.resumed, reopened.generation) == (True, 2)
     exported = await export_bytes(ts, task_id)
     assert exported.count(b"\n") == 2 + 8 + 5 + 3 + 4
@@ -102,7 +112,8 @@ async def test_export_then_import_into_another_task_then_export_is_byte_identica
     assert {d["generation"] for d in documents} == {"1", "2"}
     assert [list(d)[-1] for d in documents if d.get("synthetic")] == ["tool_result", "step_end", "turn_end"]
     assert [d["turn_end"]["reason"] for d in documents if d.get("synthetic") and "turn_end" in d] == [
-        "TURN_END_REASON_INTERRUPTED"]
+        "TURN_END_REASON_INTERRUPTED"
+    ]
 
     await both.f.register("copy")
     response = await import_bytes(both.ts, "copy", exported, chunk=13)
@@ -166,9 +177,18 @@ async def test_the_funnel_command_exports_imports_and_reports_damage(both, tmp_p
 
     async def funnel(*argv: str) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(
-            FUNNEL, "transcript", *argv, "--workspace", WS, "--completion", both.address, "--insecure",
-            "--token", credentials.SUPERUSER,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            FUNNEL,
+            "transcript",
+            *argv,
+            "--workspace",
+            WS,
+            "--completion",
+            both.address,
+            "--insecure",
+            "--token",
+            credentials.SUPERUSER,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(process.communicate(), timeout=30)
         return process.returncode, out.decode(), err.decode()
@@ -239,7 +259,7 @@ async def test_cli_import_reports_the_torn_line_warning(both, tmp_path):
         b"",  # an empty line
         b'{"sequence":"3","generation":"1"}',  # no body
         b'{"sequence":"3","generation":"1","turn_start":{"turn_id":"t1"},"bogus":1}',  # unknown field
-        b'[1, 2, 3]',
+        b"[1, 2, 3]",
         b'{"sequence":"7","generation":"1","turn_start":{"turn_id":"t1"}}',  # a gap in the sequence
         b'{"generation":"1","turn_start":{"turn_id":"t1"}}',  # no sequence
         b'{"sequence":"3","generation":"1","turn_end":{"turn_id":"t1"}}',  # turn end without reason
@@ -250,8 +270,12 @@ async def test_a_damaged_middle_line_fails_with_its_number_and_imports_nothing(b
     await both.f.register("copy")
     lines = lines_of(numbered(SIMPLE))
     lines[2] = damage
-    error = await rejected(import_bytes(both.ts, "copy", b"\n".join(lines) + b"\n"), Code.INVALID_ARGUMENT,
-                           "TRANSCRIPT_LINE_INVALID", metadata={"line"})
+    error = await rejected(
+        import_bytes(both.ts, "copy", b"\n".join(lines) + b"\n"),
+        Code.INVALID_ARGUMENT,
+        "TRANSCRIPT_LINE_INVALID",
+        metadata={"line"},
+    )
     assert line_of(error) == "3"
     assert "line 3" in error.details()
     await assert_empty(both, "copy")
@@ -276,8 +300,12 @@ async def test_damage_after_thousands_of_staged_events_still_imports_nothing(bot
 async def test_a_line_that_breaks_the_grammar_fails_with_its_number_and_rule(both):
     await both.f.register("copy")
     events = [P.user_message("hi"), P.turn_start("t1"), P.step_start("s1"), P.turn_end("t1"), P.step_end("s1")]
-    error = await rejected(import_bytes(both.ts, "copy", numbered(events)), Code.FAILED_PRECONDITION,
-                           "TRANSCRIPT_GRAMMAR_VIOLATION", metadata={"line", "rule"})
+    error = await rejected(
+        import_bytes(both.ts, "copy", numbered(events)),
+        Code.FAILED_PRECONDITION,
+        "TRANSCRIPT_GRAMMAR_VIOLATION",
+        metadata={"line", "rule"},
+    )
     assert dict(error_info(error).metadata) == {"line": "4", "rule": "TURN_END_WITH_OPEN_STEP"}
     await assert_empty(both, "copy")
 
@@ -286,8 +314,9 @@ async def test_a_torn_final_line_does_not_hide_a_grammar_violation_before_it(bot
     await both.f.register("copy")
     events = [P.user_message("hi"), P.tool_result("c9")]
     data = numbered(events) + b'{"sequence":"3"'
-    error = await rejected(import_bytes(both.ts, "copy", data), Code.FAILED_PRECONDITION,
-                           "TRANSCRIPT_GRAMMAR_VIOLATION")
+    error = await rejected(
+        import_bytes(both.ts, "copy", data), Code.FAILED_PRECONDITION, "TRANSCRIPT_GRAMMAR_VIOLATION"
+    )
     assert line_of(error) == "2"
     await assert_empty(both, "copy")
 
@@ -424,8 +453,10 @@ async def test_a_50_mb_file_is_streamed_in_bounded_memory(both, tmp_path, record
 
     record_property("import_seconds", round(elapsed, 2))
     record_property("peak_rss_growth_mb", round(growth / MB, 1))
-    print(f"\n50 MB import: {size / MB:.1f} MB, {events} events in {elapsed:.1f}s, "
-          f"peak RSS growth {growth / MB:.1f} MB (peak reset: {reset})")
+    print(
+        f"\n50 MB import: {size / MB:.1f} MB, {events} events in {elapsed:.1f}s, "
+        f"peak RSS growth {growth / MB:.1f} MB (peak reset: {reset})"
+    )
     assert (response.imported_events, list(response.warnings)) == (events, [])
     assert response.state_version == 1
     # The writer's SQLite page cache fills up to its fixed budget whatever the file

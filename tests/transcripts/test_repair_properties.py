@@ -38,7 +38,7 @@ TURNS = ["t0", "t1", "t2"]
 STEPS = ["s0", "s1", "s2"]
 CALLS = ["c0", "c1", "c2", "c3", "c4"]
 CHECKPOINTS = ["k0", "k1", "k2"]
-texts = st.text(alphabet="abc xyz\n\"{}é", max_size=12)
+texts = st.text(alphabet='abc xyz\n"{}é', max_size=12)
 
 
 @dataclasses.dataclass
@@ -90,8 +90,9 @@ def transcripts(draw, max_events: int = 60) -> list[SessionEvent]:
         elif choice == "tool_call":
             call = draw(st.sampled_from([c for c in CALLS if c not in model.calls]))
             model.calls.append(call)
-            event = SessionEvent(EventKind.TOOL_CALL, ref=call, name=draw(st.sampled_from(["bash", "edit"])),
-                                 text=draw(texts))
+            event = SessionEvent(
+                EventKind.TOOL_CALL, ref=call, name=draw(st.sampled_from(["bash", "edit"])), text=draw(texts)
+            )
         elif choice == "tool_result":
             call = draw(st.sampled_from(model.calls))
             model.calls.remove(call)
@@ -183,7 +184,12 @@ def test_repair_of_a_cut_transcript_is_accepted_idempotent_and_only_appends(cut_
     assert isinstance(tail, Tail), tail
     model = replay(log)
     assert (tail.open_turn, tail.open_step, list(tail.open_calls), tail.checkpoint, tail.last_sequence) == (
-        model.turn, model.step, model.calls, model.last_checkpoint, cut)
+        model.turn,
+        model.step,
+        model.calls,
+        model.last_checkpoint,
+        cut,
+    )
 
     before = list(log)
     closers = repair(tail, generation)

@@ -26,8 +26,12 @@ def ev(kind: EventKind, ref: str = "", **fields) -> SessionEvent:
     return SessionEvent(kind, ref=ref, **fields)
 
 
-OPEN_TURN = [ev(EventKind.TURN_START, "turn-1"), ev(EventKind.STEP_START, "step-1"),
-             ev(EventKind.TOOL_CALL, "call-1", name="grep"), ev(EventKind.TOOL_CALL, "call-2", name="ls")]
+OPEN_TURN = [
+    ev(EventKind.TURN_START, "turn-1"),
+    ev(EventKind.STEP_START, "step-1"),
+    ev(EventKind.TOOL_CALL, "call-1", name="grep"),
+    ev(EventKind.TOOL_CALL, "call-2", name="ls"),
+]
 
 
 async def append(world: World, events, task_id: str = "t-1", generation: int = 1, **fields):
@@ -49,16 +53,22 @@ async def test_an_append_stamps_sequence_generation_and_time_and_moves_the_tail(
     assert await append(world, OPEN_TURN[2:], generation=2, expected_state_version=1) == Appended(2, 3)
     stored = await world.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10))
     assert [(e.sequence, e.generation, e.recorded_at, e.kind) for e in stored] == [
-        (1, 2, START, EventKind.TURN_START), (2, 2, START, EventKind.STEP_START),
-        (3, 2, START + SECOND, EventKind.TOOL_CALL), (4, 2, START + SECOND, EventKind.TOOL_CALL)]
+        (1, 2, START, EventKind.TURN_START),
+        (2, 2, START, EventKind.STEP_START),
+        (3, 2, START + SECOND, EventKind.TOOL_CALL),
+        (4, 2, START + SECOND, EventKind.TOOL_CALL),
+    ]
     assert await world.read(lambda tx: tx.load_tail(WS, "t-1")) == TranscriptState(
-        Tail("turn-1", "step-1", ("call-1", "call-2"), "", 4), 2)
+        Tail("turn-1", "step-1", ("call-1", "call-2"), "", 4), 2
+    )
 
 
 async def test_a_checkpoint_is_remembered_where_it_was_first_created(world):
     await append(world, [ev(EventKind.CHECKPOINT, "cp-1"), ev(EventKind.CHECKPOINT, "cp-1")])
-    await append(world, [ev(EventKind.CHECKPOINT, "cp-2"), ev(EventKind.CHECKPOINT, "cp-1"),
-                         ev(EventKind.CHECKPOINT_RESTORE, "cp-2")])
+    await append(
+        world,
+        [ev(EventKind.CHECKPOINT, "cp-2"), ev(EventKind.CHECKPOINT, "cp-1"), ev(EventKind.CHECKPOINT_RESTORE, "cp-2")],
+    )
     assert await world.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1", "cp-2"})) == {"cp-1": 1, "cp-2": 3}
     assert (await world.read(lambda tx: tx.load_tail(WS, "t-1"))).tail.checkpoint == "cp-2"
 
@@ -86,8 +96,10 @@ async def test_a_refused_append_changes_nothing(world, case, reason):
     elif case == "grammar":
         events = [ev(EventKind.TURN_START, "turn-2")]
     elif case == "unknown checkpoint":
-        events = [ev(EventKind.TURN_END, "turn-1", reason=TurnEndReason.COMPLETED),
-                  ev(EventKind.CHECKPOINT_RESTORE, "cp-never")]
+        events = [
+            ev(EventKind.TURN_END, "turn-1", reason=TurnEndReason.COMPLETED),
+            ev(EventKind.CHECKPOINT_RESTORE, "cp-never"),
+        ]
     elif case == "no lease":
         fields["holder"] = "agent-1"
         task_id, events = "t-2", [ev(EventKind.USER_MESSAGE)]
@@ -107,8 +119,9 @@ async def test_a_refused_append_changes_nothing(world, case, reason):
 async def test_the_holder_of_the_live_lease_appends_and_a_request_id_replays(world):
     await world.claimed(ttl=10 * SECOND)
     request = key("AppendTranscript", "append-1")
-    command = AppendCommand(WS, "t-1", OPEN_TURN[:1], 1, None, "agent-1", request,
-                            lambda appended: f"v{appended.state_version}".encode())
+    command = AppendCommand(
+        WS, "t-1", OPEN_TURN[:1], 1, None, "agent-1", request, lambda appended: f"v{appended.state_version}".encode()
+    )
     assert await world.run(transcripts.append, command=command) == Appended(1, 1)
     assert await world.run(transcripts.append, command=command) == Replay(b"v1")
     assert len(await world.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10))) == 1
@@ -150,18 +163,23 @@ async def test_a_turn_a_live_lease_owns_is_in_progress_not_interrupted(world):
 
 
 async def test_a_staged_import_is_committed_into_an_empty_transcript_only(world):
-    imported = [ev(EventKind.TURN_START, "turn-1", sequence=1, generation=2, recorded_at=7),
-                ev(EventKind.CHECKPOINT, "cp-1", sequence=2, generation=2, recorded_at=8)]
+    imported = [
+        ev(EventKind.TURN_START, "turn-1", sequence=1, generation=2, recorded_at=7),
+        ev(EventKind.CHECKPOINT, "cp-1", sequence=2, generation=2, recorded_at=8),
+    ]
     await world.store.write(lambda tx: tx.stage_import("import-1", imported))
     tail = Tail(open_turn="turn-1", checkpoint="cp-1", last_sequence=2)
     version = await world.store.write(
-        lambda tx: transcripts.commit_import(tx, "import-1", WS, "t-1", tail, {"cp-1": 2}))
+        lambda tx: transcripts.commit_import(tx, "import-1", WS, "t-1", tail, {"cp-1": 2})
+    )
     assert version == 1
     assert await world.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10)) == imported
     await world.store.write(lambda tx: tx.stage_import("import-2", imported))
     before = world.state()
-    refused(await world.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-1", tail, {})),
-            Reason.TRANSCRIPT_NOT_EMPTY)
+    refused(
+        await world.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-1", tail, {})),
+        Reason.TRANSCRIPT_NOT_EMPTY,
+    )
     assert world.state() == before
 
 

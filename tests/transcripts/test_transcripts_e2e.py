@@ -50,7 +50,14 @@ async def test_every_accepted_batch_raises_the_state_version_by_one(both):
     page = await load(both.ts, "task-1")
     assert (page.state_version, page.repaired, page.turn_in_progress, page.next_page_token) == (3, False, False, "")
     assert [body(e) for e in page.events] == [
-        "user_message", "turn_start", "step_start", "tool_call", "tool_result", "step_end", "turn_end"]
+        "user_message",
+        "turn_start",
+        "step_start",
+        "tool_call",
+        "tool_result",
+        "step_end",
+        "turn_end",
+    ]
     assert [e.sequence for e in page.events] == list(range(1, 8))
     assert {(e.generation, e.synthetic) for e in page.events} == {(1, False)}
     assert all(e.HasField("record_time") for e in page.events)
@@ -62,8 +69,9 @@ async def test_a_stale_expected_state_version_is_aborted_and_appends_nothing(bot
     assert (await append(both.ts, "task-1", [P.user_message()], expected_state_version=0)).state_version == 1
     await append(both.ts, "task-1", [P.user_message("again")])
     before = await visible(both, "task-1")
-    error = await rejected(append(both.ts, "task-1", [P.turn_start()], expected_state_version=1), Code.ABORTED,
-                           "STATE_VERSION_MISMATCH")
+    error = await rejected(
+        append(both.ts, "task-1", [P.turn_start()], expected_state_version=1), Code.ABORTED, "STATE_VERSION_MISMATCH"
+    )
     assert metadata(error) == {"expected": "1", "actual": "2"}
     assert await visible(both, "task-1") == before
     assert (await append(both.ts, "task-1", [P.turn_start()], expected_state_version=2)).state_version == 3
@@ -82,8 +90,9 @@ async def test_an_invalid_batch_is_rejected_whole_with_its_index_and_rule(both):
         ([P.step_end("s1"), P.feedback()], 1, "USER_INPUT_INSIDE_TURN"),
     ]
     for events, index, rule in cases:
-        error = await rejected(append(both.ts, "task-1", events), Code.FAILED_PRECONDITION,
-                               "TRANSCRIPT_GRAMMAR_VIOLATION")
+        error = await rejected(
+            append(both.ts, "task-1", events), Code.FAILED_PRECONDITION, "TRANSCRIPT_GRAMMAR_VIOLATION"
+        )
         assert metadata(error) == {"index": str(index), "rule": rule}, events
         assert f"event {index}" in error.details()
         assert await visible(both, "task-1") == before
@@ -106,8 +115,12 @@ async def test_pages_follow_tokens_bound_to_their_transcript(both):
             break
     assert pages == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14]]
     first = await load(both.ts, "task-1", page_size=4)
-    await rejected(load(both.ts, "task-2", page_token=first.next_page_token), Code.INVALID_ARGUMENT,
-                   "FIELD_MALFORMED", field="page_token")
+    await rejected(
+        load(both.ts, "task-2", page_token=first.next_page_token),
+        Code.INVALID_ARGUMENT,
+        "FIELD_MALFORMED",
+        field="page_token",
+    )
 
 
 # -- repair of an interrupted turn ----------------------------------------------------------
@@ -120,12 +133,22 @@ async def crashed_mid_turn(both, task_id: str, how: str) -> tuple[int, list[tpb.
     f = both.f
     claim = await f.registered_and_claimed(task_id, agent="agent-1", ttl_seconds=1)
     await append(both.ts, task_id, [P.user_message(), P.checkpoint("k1")])
-    left = await append(both.ts, task_id, [
-        P.turn_start("t1"), P.assistant_message("working"), P.step_start("s1"),
-        P.tool_call("c1"), P.tool_call("c2"), P.tool_result("c1"), P.tool_call("c3"),
-    ])
-    events = await both.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id),
-                                          timeout=CALL_TIMEOUT)
+    left = await append(
+        both.ts,
+        task_id,
+        [
+            P.turn_start("t1"),
+            P.assistant_message("working"),
+            P.step_start("s1"),
+            P.tool_call("c1"),
+            P.tool_call("c2"),
+            P.tool_result("c1"),
+            P.tool_call("c3"),
+        ],
+    )
+    events = await both.ts.LoadTranscript(
+        tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
+    )
     assert events.turn_in_progress and not events.repaired  # agent-1 is still alive here
     if how == "lease expired":
         f.clock.advance(2 * SECOND)
@@ -151,7 +174,7 @@ async def test_ten_concurrent_loads_repair_an_interrupted_turn_exactly_once(both
     assert not any(e.synthetic for e in written)
     # ...and closed by synthetic events: an error result per unanswered call, the
     # open step's end, the turn's end with reason INTERRUPTED.
-    closers = events[len(written):]
+    closers = events[len(written) :]
     assert [body(e) for e in closers] == ["tool_result", "tool_result", "step_end", "turn_end"]
     assert all(e.synthetic and e.generation == 1 for e in closers)
     assert [(e.tool_result.call_id, e.tool_result.is_error) for e in closers[:2]] == [("c2", True), ("c3", True)]
@@ -175,7 +198,7 @@ async def test_a_new_claim_closes_the_turn_the_dead_agent_left_open(both):
     assert (page.repaired, page.turn_in_progress, page.state_version) == (False, False, version + 1)
     events = list(page.events)
     assert events[: len(written)] == written
-    closers = events[len(written):]
+    closers = events[len(written) :]
     assert [body(e) for e in closers] == ["tool_result", "tool_result", "step_end", "turn_end"]
     assert all(e.synthetic for e in closers)
     assert closers[-1].turn_end.reason == tpb.TURN_END_REASON_INTERRUPTED
@@ -193,8 +216,12 @@ async def test_a_turn_owned_by_a_live_lease_is_returned_as_is(both):
         assert (page.repaired, page.turn_in_progress, page.state_version) == (False, True, written.state_version)
         assert [body(e) for e in page.events] == ["turn_start", "step_start", "tool_call"]
     # A renewed lease still owns it.
-    await f.cs.RenewLease(cpb.RenewLeaseRequest(workspace_id=WS, run_id=claim.run.run_id, epoch=claim.lease.epoch,
-                                                lease_ttl={"seconds": 60}), timeout=CALL_TIMEOUT)
+    await f.cs.RenewLease(
+        cpb.RenewLeaseRequest(
+            workspace_id=WS, run_id=claim.run.run_id, epoch=claim.lease.epoch, lease_ttl={"seconds": 60}
+        ),
+        timeout=CALL_TIMEOUT,
+    )
     f.clock.advance(30 * SECOND)
     assert (await load(both.ts, "task-1")).turn_in_progress
     # Once it lapses, the next load repairs.
@@ -210,8 +237,10 @@ async def test_an_attempt_against_the_pre_repair_state_version_must_refresh(both
     claim = await both.f.claim("task-1", agent="agent-2")
 
     stale = await both.f.attempt(claim, state_version=version)
-    assert (stale.decision.verdict, stale.decision.next_action) == (cpb.VERDICT_SOFT_BLOCK,
-                                                                     cpb.AGENT_ACTION_REFRESH_STATE)
+    assert (stale.decision.verdict, stale.decision.next_action) == (
+        cpb.VERDICT_SOFT_BLOCK,
+        cpb.AGENT_ACTION_REFRESH_STATE,
+    )
     assert decisive_gate(stale.decision).gate_id == "transcript.state_version_current"
     assert not stale.HasField("completion")
 
@@ -230,7 +259,9 @@ async def test_an_open_tool_call_blocks_completion_until_its_result_and_step_end
 
     blocked = await f.attempt(claim)
     assert (blocked.decision.verdict, blocked.decision.next_action) == (
-        cpb.VERDICT_SOFT_BLOCK, cpb.AGENT_ACTION_RESOLVE_OPEN_TOOL_CALLS)
+        cpb.VERDICT_SOFT_BLOCK,
+        cpb.AGENT_ACTION_RESOLVE_OPEN_TOOL_CALLS,
+    )
     assert decisive_gate(blocked.decision).gate_id == "transcript.no_open_work"
     assert "c1" in decisive_gate(blocked.decision).reason
     assert cpb.AGENT_ACTION_REPORT_COMPLETE in blocked.decision.forbidden_actions
@@ -238,7 +269,9 @@ async def test_an_open_tool_call_blocks_completion_until_its_result_and_step_end
     await append(both.ts, "task-1", [P.tool_result("c1")])
     still = await f.attempt(claim)  # the step is still open
     assert (still.decision.verdict, still.decision.next_action) == (
-        cpb.VERDICT_SOFT_BLOCK, cpb.AGENT_ACTION_RESOLVE_OPEN_TOOL_CALLS)
+        cpb.VERDICT_SOFT_BLOCK,
+        cpb.AGENT_ACTION_RESOLVE_OPEN_TOOL_CALLS,
+    )
     assert "s1" in decisive_gate(still.decision).reason
 
     done = await append(both.ts, "task-1", [P.step_end("s1"), P.assistant_message("done"), P.turn_end("t1")])
@@ -261,8 +294,11 @@ async def completed(both, task_id: str) -> tuple[cpb.ClaimTaskResponse, cpb.Comp
     assert allowed.decision.verdict == cpb.VERDICT_ALLOW, allowed.decision
     assert allowed.completion.checkpoint == "k2"
     task = (await both.f.task(task_id)).task
-    assert (task.generation, task.state, task.outcome) == (1, lpb.GENERATION_STATE_TERMINAL,
-                                                           lpb.TERMINAL_OUTCOME_COMPLETED)
+    assert (task.generation, task.state, task.outcome) == (
+        1,
+        lpb.GENERATION_STATE_TERMINAL,
+        lpb.TERMINAL_OUTCOME_COMPLETED,
+    )
     return claim, allowed.completion
 
 
@@ -271,17 +307,22 @@ async def test_feedback_after_completion_resumes_into_generation_2_and_fences_ge
     claim, completion = await completed(both, "task-1")
     before = await visible(both, "task-1")
 
-    resumed = await append(both.ts, "task-1", [P.feedback("the button is still red"), P.turn_start("t2")],
-                           request_id="feedback-1")
+    resumed = await append(
+        both.ts, "task-1", [P.feedback("the button is still red"), P.turn_start("t2")], request_id="feedback-1"
+    )
     assert (resumed.resumed, resumed.generation, resumed.state_version) == (True, 2, before[1] + 1)
     task = (await f.task("task-1")).task
     assert (task.generation, task.state) == (2, lpb.GENERATION_STATE_ACTIVE)
     events = await load_all(both.ts, "task-1")
-    assert [(body(e), e.generation) for e in events[-3:]] == [("checkpoint", 1), ("user_feedback", 2),
-                                                               ("turn_start", 2)]
+    assert [(body(e), e.generation) for e in events[-3:]] == [
+        ("checkpoint", 1),
+        ("user_feedback", 2),
+        ("turn_start", 2),
+    ]
     # Replaying the request answers the same without a generation 3.
-    replay = await append(both.ts, "task-1", [P.feedback("the button is still red"), P.turn_start("t2")],
-                          request_id="feedback-1")
+    replay = await append(
+        both.ts, "task-1", [P.feedback("the button is still red"), P.turn_start("t2")], request_id="feedback-1"
+    )
     assert replay == resumed
     assert (await f.task("task-1")).task.generation == 2
     assert (await load(both.ts, "task-1")).state_version == resumed.state_version
@@ -289,18 +330,35 @@ async def test_feedback_after_completion_resumes_into_generation_2_and_fences_ge
     # Callbacks for generation 1 are fenced.
     authoritative_at = Timestamp()
     authoritative_at.FromMicroseconds(f.clock.now_micros())
-    late_completion = f.lc.SettleCompletion(lpb.SettleCompletionRequest(
-        workspace_id=WS, task_id="task-1", generation=1, completion_id=completion.completion_id,
-        authoritative_time=authoritative_at, request_id="late-settle"), timeout=CALL_TIMEOUT)
-    late_failure = f.lc.SettleFailure(lpb.SettleFailureRequest(
-        workspace_id=WS, task_id="task-1", generation=1, request_id="late-failure",
-        cause=lpb.Cause(source="test", reason="an old callback")), timeout=CALL_TIMEOUT)
+    late_completion = f.lc.SettleCompletion(
+        lpb.SettleCompletionRequest(
+            workspace_id=WS,
+            task_id="task-1",
+            generation=1,
+            completion_id=completion.completion_id,
+            authoritative_time=authoritative_at,
+            request_id="late-settle",
+        ),
+        timeout=CALL_TIMEOUT,
+    )
+    late_failure = f.lc.SettleFailure(
+        lpb.SettleFailureRequest(
+            workspace_id=WS,
+            task_id="task-1",
+            generation=1,
+            request_id="late-failure",
+            cause=lpb.Cause(source="test", reason="an old callback"),
+        ),
+        timeout=CALL_TIMEOUT,
+    )
     for call in (late_completion, late_failure):
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await call
         assert caught.value.code() == Code.FAILED_PRECONDITION
         assert (error_info(caught.value).reason, error_info(caught.value).domain) == (
-            "STALE_GENERATION", "funnel.lifecycle.v1")
+            "STALE_GENERATION",
+            "funnel.lifecycle.v1",
+        )
     task = (await f.task("task-1")).task
     assert (task.generation, task.state) == (2, lpb.GENERATION_STATE_ACTIVE)
     # The old run cannot complete the new generation either.
@@ -344,11 +402,17 @@ async def test_a_refused_reopening_leaves_the_completed_generation_as_it_was(bot
     """Checks that would refuse the batch come before the move to generation + 1."""
     await completed(both, "task-1")
     before = await visible(both, "task-1")
-    error = await rejected(append(both.ts, "task-1", [P.feedback()], expected_state_version=before[1] - 1),
-                           Code.ABORTED, "STATE_VERSION_MISMATCH")
+    error = await rejected(
+        append(both.ts, "task-1", [P.feedback()], expected_state_version=before[1] - 1),
+        Code.ABORTED,
+        "STATE_VERSION_MISMATCH",
+    )
     assert metadata(error) == {"expected": str(before[1] - 1), "actual": str(before[1])}
-    await rejected(append(both.ts, "task-1", [P.feedback(), P.tool_result("c9")]), Code.FAILED_PRECONDITION,
-                   "TRANSCRIPT_GRAMMAR_VIOLATION")
+    await rejected(
+        append(both.ts, "task-1", [P.feedback(), P.tool_result("c9")]),
+        Code.FAILED_PRECONDITION,
+        "TRANSCRIPT_GRAMMAR_VIOLATION",
+    )
     assert await visible(both, "task-1") == before
     resumed = await append(both.ts, "task-1", [P.feedback()], expected_state_version=before[1])
     assert (resumed.resumed, resumed.generation, resumed.state_version) == (True, 2, before[1] + 1)
@@ -359,8 +423,9 @@ async def test_an_ended_generation_takes_no_more_events(both):
     await f.registered_and_claimed("task-1")
     await append(both.ts, "task-1", [P.user_message(), P.checkpoint("k1")])
     await f.request_cancellation("task-1")
-    await f.lc.SettleCancellation(lpb.SettleCancellationRequest(workspace_id=WS, task_id="task-1", generation=1),
-                                  timeout=CALL_TIMEOUT)
+    await f.lc.SettleCancellation(
+        lpb.SettleCancellationRequest(workspace_id=WS, task_id="task-1", generation=1), timeout=CALL_TIMEOUT
+    )
     before = await visible(both, "task-1")
     for events in ([P.feedback()], [P.resend()], [P.restore("k1")], [P.user_message()]):
         error = await rejected(append(both.ts, "task-1", events), Code.FAILED_PRECONDITION, "GENERATION_TERMINAL")
@@ -372,41 +437,56 @@ async def test_an_ended_generation_takes_no_more_events(both):
 
 
 async def resolve(both, task_id: str) -> tpb.ResolveResumeResponse:
-    return await both.ts.ResolveResume(tpb.ResolveResumeRequest(workspace_id=WS, task_id=task_id),
-                                       timeout=CALL_TIMEOUT)
+    return await both.ts.ResolveResume(tpb.ResolveResumeRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT)
 
 
 async def test_resolve_resume_offers_what_fits_the_task(both):
     f = both.f
     await f.register("open")
     open_answer = await resolve(both, "open")
-    assert (open_answer.ask, open_answer.primary, open_answer.secondary, open_answer.generation,
-            open_answer.completion_id) == (tpb.RESUME_ASK_RESUME_TASK, tpb.HOST_ACTION_RESUME_TASK,
-                                           tpb.HOST_ACTION_UNSPECIFIED, 1, "")
+    assert (
+        open_answer.ask,
+        open_answer.primary,
+        open_answer.secondary,
+        open_answer.generation,
+        open_answer.completion_id,
+    ) == (tpb.RESUME_ASK_RESUME_TASK, tpb.HOST_ACTION_RESUME_TASK, tpb.HOST_ACTION_UNSPECIFIED, 1, "")
     assert open_answer.reason
 
     _, completion = await completed(both, "done")
     before = await visible(both, "done")
     done = await resolve(both, "done")
     assert (done.ask, done.primary, done.secondary, done.generation, done.completion_id) == (
-        tpb.RESUME_ASK_RESUME_COMPLETED_TASK, tpb.HOST_ACTION_RESUME_TASK, tpb.HOST_ACTION_NEW_TASK, 1,
-        completion.completion_id)
+        tpb.RESUME_ASK_RESUME_COMPLETED_TASK,
+        tpb.HOST_ACTION_RESUME_TASK,
+        tpb.HOST_ACTION_NEW_TASK,
+        1,
+        completion.completion_id,
+    )
     assert "generation 2" in done.reason
     assert await visible(both, "done") == before  # a read: nothing moved
 
     await f.registered_and_claimed("cancelled")
     await f.request_cancellation("cancelled")
-    await f.lc.SettleCancellation(lpb.SettleCancellationRequest(workspace_id=WS, task_id="cancelled", generation=1),
-                                  timeout=CALL_TIMEOUT)
+    await f.lc.SettleCancellation(
+        lpb.SettleCancellationRequest(workspace_id=WS, task_id="cancelled", generation=1), timeout=CALL_TIMEOUT
+    )
     ended = await resolve(both, "cancelled")
     assert (ended.ask, ended.primary, ended.secondary) == (
-        tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK, tpb.HOST_ACTION_UNSPECIFIED)
+        tpb.RESUME_ASK_RESUME_ENDED_TASK,
+        tpb.HOST_ACTION_NEW_TASK,
+        tpb.HOST_ACTION_UNSPECIFIED,
+    )
     assert "CANCELLED" in ended.reason
 
     await append(both.ts, "done", [P.feedback()])
     reopened = await resolve(both, "done")
     assert (reopened.ask, reopened.primary, reopened.generation, reopened.completion_id) == (
-        tpb.RESUME_ASK_RESUME_TASK, tpb.HOST_ACTION_RESUME_TASK, 2, "")
+        tpb.RESUME_ASK_RESUME_TASK,
+        tpb.HOST_ACTION_RESUME_TASK,
+        2,
+        "",
+    )
 
 
 # -- input validation --------------------------------------------------------------------------
@@ -435,22 +515,37 @@ BAD_APPENDS = [
     (appending(), "VALUE_OUT_OF_RANGE", "events"),
     (appending(*[P.user_message(f"m{n}") for n in range(1001)]), "VALUE_OUT_OF_RANGE", "events"),
     (appending(P.user_message(), tpb.SessionEvent()), "FIELD_REQUIRED", "events[1].body"),
-    (appending(P.user_message(), with_fields(P.user_message(), synthetic=True)), "FIELD_MALFORMED",
-     "events[1].synthetic"),
+    (
+        appending(P.user_message(), with_fields(P.user_message(), synthetic=True)),
+        "FIELD_MALFORMED",
+        "events[1].synthetic",
+    ),
     (appending(with_fields(P.user_message(), sequence=1)), "FIELD_MALFORMED", "events[0]"),
     (appending(with_fields(P.user_message(), generation=1)), "FIELD_MALFORMED", "events[0]"),
     (appending(with_fields(P.user_message(), record_time=1)), "FIELD_MALFORMED", "events[0]"),
-    (appending(P.turn_start("t1"), P.turn_end("t1", reason=tpb.TURN_END_REASON_UNSPECIFIED)), "ENUM_UNSPECIFIED",
-     "events[1].turn_end.reason"),
+    (
+        appending(P.turn_start("t1"), P.turn_end("t1", reason=tpb.TURN_END_REASON_UNSPECIFIED)),
+        "ENUM_UNSPECIFIED",
+        "events[1].turn_end.reason",
+    ),
     (appending(P.turn_start("t1"), P.turn_end("t1", reason=42)), "ENUM_UNSPECIFIED", "events[1].turn_end.reason"),
     (appending(P.turn_start("")), "FIELD_REQUIRED", "events[0].turn_start.turn_id"),
     (appending(P.checkpoint("")), "FIELD_REQUIRED", "events[0].checkpoint.checkpoint_id"),
-    (appending(P.turn_start("t1"), P.step_start("s1"), P.tool_call("c1", name="")), "FIELD_REQUIRED",
-     "events[2].tool_call.tool_name"),
-    (appending(P.turn_start("t1"), P.step_start("s1"), P.tool_call("c1", name="x" * 257)), "FIELD_TOO_LONG",
-     "events[2].tool_call.tool_name"),
-    (appending(P.turn_start("t1"), P.step_start("s1"), P.tool_call("c 1")), "FIELD_MALFORMED",
-     "events[2].tool_call.call_id"),
+    (
+        appending(P.turn_start("t1"), P.step_start("s1"), P.tool_call("c1", name="")),
+        "FIELD_REQUIRED",
+        "events[2].tool_call.tool_name",
+    ),
+    (
+        appending(P.turn_start("t1"), P.step_start("s1"), P.tool_call("c1", name="x" * 257)),
+        "FIELD_TOO_LONG",
+        "events[2].tool_call.tool_name",
+    ),
+    (
+        appending(P.turn_start("t1"), P.step_start("s1"), P.tool_call("c 1")),
+        "FIELD_MALFORMED",
+        "events[2].tool_call.call_id",
+    ),
     (appending(P.user_message("x" * (1024 * 1024 + 1))), "FIELD_TOO_LONG", "events[0].user_message.text"),
     (appending(P.user_message(), expected_state_version=-1), "VALUE_OUT_OF_RANGE", "expected_state_version"),
     (appending(P.user_message(), request_id="bad id"), "FIELD_MALFORMED", "request_id"),
@@ -463,8 +558,7 @@ async def test_bad_appends_are_invalid_arguments_naming_the_field(both, request_
     await append(both.ts, "task-1", [P.user_message(), P.turn_start("t0"), P.step_start("s0"), P.tool_call("c0")])
     both.f.clock.advance(2 * SECOND)  # a load would repair: a bad request must not
     before = await export_bytes(both.ts, "task-1")
-    await rejected(both.ts.AppendTranscript(request_, timeout=CALL_TIMEOUT), Code.INVALID_ARGUMENT, reason,
-                   field=field)
+    await rejected(both.ts.AppendTranscript(request_, timeout=CALL_TIMEOUT), Code.INVALID_ARGUMENT, reason, field=field)
     assert await export_bytes(both.ts, "task-1") == before
     page = await load(both.ts, "task-1")
     assert (page.repaired, page.state_version) == (True, 2)  # nothing in between: version 1 + the repair
@@ -488,29 +582,51 @@ CHUNK = tpb.ImportTranscriptRequest(jsonl_chunk=b"")
 BAD_READS = [
     ("load", tpb.LoadTranscriptRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
     ("load", tpb.LoadTranscriptRequest(workspace_id=WS), "FIELD_REQUIRED", "task_id"),
-    ("load", tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_size=1001), "VALUE_OUT_OF_RANGE",
-     "page_size"),
-    ("load", tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_size=-1), "VALUE_OUT_OF_RANGE",
-     "page_size"),
-    ("load", tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_token="not-a-token"),
-     "FIELD_MALFORMED", "page_token"),
+    (
+        "load",
+        tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_size=1001),
+        "VALUE_OUT_OF_RANGE",
+        "page_size",
+    ),
+    (
+        "load",
+        tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_size=-1),
+        "VALUE_OUT_OF_RANGE",
+        "page_size",
+    ),
+    (
+        "load",
+        tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_token="not-a-token"),
+        "FIELD_MALFORMED",
+        "page_token",
+    ),
     ("export", tpb.ExportTranscriptRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
     ("export", tpb.ExportTranscriptRequest(workspace_id=WS, task_id="bad id"), "FIELD_MALFORMED", "task_id"),
     ("import", (CHUNK,), "FIELD_REQUIRED", "target"),
     ("import", (), "FIELD_REQUIRED", "target"),
-    ("import", (tpb.ImportTranscriptRequest(target=tpb.ImportTarget(task_id="task-1")),), "FIELD_REQUIRED",
-     "target.workspace_id"),
-    ("import", (tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS)),), "FIELD_REQUIRED",
-     "target.task_id"),
+    (
+        "import",
+        (tpb.ImportTranscriptRequest(target=tpb.ImportTarget(task_id="task-1")),),
+        "FIELD_REQUIRED",
+        "target.workspace_id",
+    ),
+    (
+        "import",
+        (tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS)),),
+        "FIELD_REQUIRED",
+        "target.task_id",
+    ),
     ("resolve", tpb.ResolveResumeRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
     ("resolve", tpb.ResolveResumeRequest(workspace_id=WS), "FIELD_REQUIRED", "task_id"),
 ]
 
 
-@pytest.mark.parametrize("rpc, request_, reason, field", BAD_READS,
-                         ids=[f"{rpc}-{f}-{i}" for i, (rpc, _, _, f) in enumerate(BAD_READS)])
+@pytest.mark.parametrize(
+    "rpc, request_, reason, field", BAD_READS, ids=[f"{rpc}-{f}-{i}" for i, (rpc, _, _, f) in enumerate(BAD_READS)]
+)
 async def test_bad_input_to_the_other_transcript_rpcs_is_an_invalid_argument_naming_the_field(
-        both, rpc, request_, reason, field):
+    both, rpc, request_, reason, field
+):
     await both.f.registered_and_claimed("task-1", ttl_seconds=1)
     await both.f.register("task-2")  # empty: an import into it would succeed
     await append(both.ts, "task-1", [P.turn_start("t0"), P.step_start("s0")])
@@ -533,9 +649,14 @@ async def test_bad_input_to_the_other_transcript_rpcs_is_an_invalid_argument_nam
 async def test_unknown_tasks_are_not_found(both):
     await rejected(append(both.ts, "ghost", [P.user_message()]), Code.NOT_FOUND, "TASK_NOT_FOUND")
     await rejected(resolve(both, "ghost"), Code.NOT_FOUND, "TASK_NOT_FOUND")
-    await rejected(both.ts.ImportTranscript(_import_stream(tpb.ImportTranscriptRequest(
-        target=tpb.ImportTarget(workspace_id=WS, task_id="ghost"))), timeout=CALL_TIMEOUT),
-        Code.NOT_FOUND, "TASK_NOT_FOUND")
+    await rejected(
+        both.ts.ImportTranscript(
+            _import_stream(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id="ghost"))),
+            timeout=CALL_TIMEOUT,
+        ),
+        Code.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    )
     await rejected(load(both.ts, "ghost"), Code.NOT_FOUND, "TASK_NOT_FOUND")
 
 

@@ -30,8 +30,10 @@ from tests.reliability.harness import unused_port
 FUNNEL = Path(sys.executable).parent / "funnel"
 # `kids` leaves the open-children check to the lifecycle service (its settlement
 # refuses ACTIVE_ATTACHED_CHILD): a completion it commits can be rejected.
-POLICY = ('[defaults]\nrequired_evidence = []\n\n[workspaces.demo]\nrequired_evidence = ["tests"]\n\n'
-          '[workspaces.kids]\ndisabled_gates = ["lifecycle.no_active_children"]\n')
+POLICY = (
+    '[defaults]\nrequired_evidence = []\n\n[workspaces.demo]\nrequired_evidence = ["tests"]\n\n'
+    '[workspaces.kids]\ndisabled_gates = ["lifecycle.no_active_children"]\n'
+)
 CONCURRENT = 64
 OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
 
@@ -52,8 +54,12 @@ class Services:
         self.data.mkdir(parents=True, exist_ok=True)
         (self.data / "policy.toml").write_text(POLICY)
         self.lifecycle, self.completion = start_pair(
-            self.data, self.lifecycle_address, self.completion_address, str(self.data / "policy.toml"),
-            extra_completion=["--settle-interval", "0.2"], env=self.fault_env,
+            self.data,
+            self.lifecycle_address,
+            self.completion_address,
+            str(self.data / "policy.toml"),
+            extra_completion=["--settle-interval", "0.2"],
+            env=self.fault_env,
             lifecycle_metrics=self.lifecycle_metrics_address,
         )
 
@@ -72,8 +78,13 @@ class Services:
     def lifecycle_calls(self, method: str) -> float:
         """How many `method` calls the lifecycle service has started (its metrics)."""
         samples = scrape(f"http://{self.lifecycle_metrics_address}/metrics")
-        started = value(samples, "grpc_server_started_total", grpc_service="funnel.lifecycle.v1.TaskLifecycleService",
-                        grpc_method=method, grpc_type="unary")
+        started = value(
+            samples,
+            "grpc_server_started_total",
+            grpc_service="funnel.lifecycle.v1.TaskLifecycleService",
+            grpc_method=method,
+            grpc_type="unary",
+        )
         return started or 0.0
 
     @property
@@ -93,10 +104,21 @@ class Services:
         self.lifecycle.stop()
         self.arm_lifecycle("")
         pki = ensure_local_pki(self.data / "tls")
-        self.lifecycle = spawn("lifecycle_service", "lifecycle_service", [
-            "--listen", self.lifecycle_address, "--database", str(self.data / "lifecycle.sqlite3"),
-            *lifecycle_tls_arguments(pki), "--metrics-listen", self.lifecycle_metrics_address],
-            self.data / "lifecycle.log", self.fault_env)
+        self.lifecycle = spawn(
+            "lifecycle_service",
+            "lifecycle_service",
+            [
+                "--listen",
+                self.lifecycle_address,
+                "--database",
+                str(self.data / "lifecycle.sqlite3"),
+                *lifecycle_tls_arguments(pki),
+                "--metrics-listen",
+                self.lifecycle_metrics_address,
+            ],
+            self.data / "lifecycle.log",
+            self.fault_env,
+        )
 
     def stop(self) -> None:
         for service in (self.completion, self.lifecycle):
@@ -136,9 +158,19 @@ class Dashboard:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        command = [str(FUNNEL), "ui", "--listen", f"{self.host}:{self.port}", "--data-dir", str(self.services.data),
-                   "--lifecycle", self.services.lifecycle_address, "--completion", self.services.completion_address,
-                   *self.extra]
+        command = [
+            str(FUNNEL),
+            "ui",
+            "--listen",
+            f"{self.host}:{self.port}",
+            "--data-dir",
+            str(self.services.data),
+            "--lifecycle",
+            self.services.lifecycle_address,
+            "--completion",
+            self.services.completion_address,
+            *self.extra,
+        ]
         for workspace in self.workspaces:
             command += ["--workspace", workspace]
         if self.action_token:
@@ -168,10 +200,13 @@ class Driver:
     def __init__(self, services: Services, token: str) -> None:
         pki = LocalPki(services.data / "tls")
         credentials = grpc.ssl_channel_credentials(
-            pki.ca.read_bytes(), pki.key("client").read_bytes(), pki.cert("client").read_bytes())
+            pki.ca.read_bytes(), pki.key("client").read_bytes(), pki.cert("client").read_bytes()
+        )
         self.metadata = [("authorization", f"Bearer {token}")]
-        self._channels = [grpc.secure_channel(address, credentials, options=OPTIONS)
-                          for address in (services.lifecycle_address, services.completion_address)]
+        self._channels = [
+            grpc.secure_channel(address, credentials, options=OPTIONS)
+            for address in (services.lifecycle_address, services.completion_address)
+        ]
         self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])
         self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])
         self.transcripts = transcript_pb2_grpc.TranscriptServiceStub(self._channels[1])
@@ -181,55 +216,106 @@ class Driver:
             channel.close()
 
     def register(self, workspace: str, task_id: str, parent: lpb.ParentLink | None = None) -> lpb.RegisterTaskResponse:
-        return self.lifecycle.RegisterTask(lpb.RegisterTaskRequest(
-            workspace_id=workspace, task_id=task_id, cause=lpb.Cause(source="test", reason="a task to finish"),
-            parent=parent), metadata=self.metadata, timeout=10)
+        return self.lifecycle.RegisterTask(
+            lpb.RegisterTaskRequest(
+                workspace_id=workspace,
+                task_id=task_id,
+                cause=lpb.Cause(source="test", reason="a task to finish"),
+                parent=parent,
+            ),
+            metadata=self.metadata,
+            timeout=10,
+        )
 
     def claim(self, workspace: str, task_id: str, seconds: int = 60) -> cpb.ClaimTaskResponse:
-        return self.completion.ClaimTask(cpb.ClaimTaskRequest(
-            workspace_id=workspace, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=seconds)),
-            metadata=self.metadata, timeout=10)
+        return self.completion.ClaimTask(
+            cpb.ClaimTaskRequest(
+                workspace_id=workspace, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=seconds)
+            ),
+            metadata=self.metadata,
+            timeout=10,
+        )
 
     def attempt(self, workspace: str, claim: cpb.ClaimTaskResponse) -> cpb.AttemptCompletionResponse:
-        return self.completion.AttemptCompletion(cpb.AttemptCompletionRequest(
-            workspace_id=workspace, task_id=claim.run.task_id, run_id=claim.run.run_id, epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED, result="done; all tests pass"), metadata=self.metadata, timeout=10)
+        return self.completion.AttemptCompletion(
+            cpb.AttemptCompletionRequest(
+                workspace_id=workspace,
+                task_id=claim.run.task_id,
+                run_id=claim.run.run_id,
+                epoch=claim.lease.epoch,
+                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                result="done; all tests pass",
+            ),
+            metadata=self.metadata,
+            timeout=10,
+        )
 
     def evidence(self, workspace: str, claim: cpb.ClaimTaskResponse) -> cpb.RecordEvidenceResponse:
-        return self.completion.RecordEvidence(cpb.RecordEvidenceRequest(
-            workspace_id=workspace, task_id=claim.run.task_id, generation=claim.run.generation, kind="tests",
-            verdict=cpb.EVIDENCE_VERDICT_PASSED, details="pytest: 42 passed", run_id=claim.run.run_id),
-            metadata=self.metadata, timeout=10)
+        return self.completion.RecordEvidence(
+            cpb.RecordEvidenceRequest(
+                workspace_id=workspace,
+                task_id=claim.run.task_id,
+                generation=claim.run.generation,
+                kind="tests",
+                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                details="pytest: 42 passed",
+                run_id=claim.run.run_id,
+            ),
+            metadata=self.metadata,
+            timeout=10,
+        )
 
-    def complete_run(self, workspace: str, claim: cpb.ClaimTaskResponse,
-                     outcome: int = cpb.RUN_OUTCOME_SUCCEEDED) -> cpb.CompleteRunResponse:
-        return self.completion.CompleteRun(cpb.CompleteRunRequest(
-            workspace_id=workspace, run_id=claim.run.run_id, outcome=outcome, tokens_total=1500,
-            notes="Implemented the change."), metadata=self.metadata, timeout=10)
+    def complete_run(
+        self, workspace: str, claim: cpb.ClaimTaskResponse, outcome: int = cpb.RUN_OUTCOME_SUCCEEDED
+    ) -> cpb.CompleteRunResponse:
+        return self.completion.CompleteRun(
+            cpb.CompleteRunRequest(
+                workspace_id=workspace,
+                run_id=claim.run.run_id,
+                outcome=outcome,
+                tokens_total=1500,
+                notes="Implemented the change.",
+            ),
+            metadata=self.metadata,
+            timeout=10,
+        )
 
     def renew(self, workspace: str, claim: cpb.ClaimTaskResponse, seconds: int) -> cpb.RenewLeaseResponse:
-        return self.completion.RenewLease(cpb.RenewLeaseRequest(
-            workspace_id=workspace, run_id=claim.run.run_id, epoch=claim.lease.epoch,
-            lease_ttl=Duration(seconds=seconds)), metadata=self.metadata, timeout=10)
+        return self.completion.RenewLease(
+            cpb.RenewLeaseRequest(
+                workspace_id=workspace,
+                run_id=claim.run.run_id,
+                epoch=claim.lease.epoch,
+                lease_ttl=Duration(seconds=seconds),
+            ),
+            metadata=self.metadata,
+            timeout=10,
+        )
 
     def append(self, workspace: str, task_id: str, *events: tpb.SessionEvent) -> None:
-        self.transcripts.AppendTranscript(tpb.AppendTranscriptRequest(
-            workspace_id=workspace, task_id=task_id, events=events), metadata=self.metadata, timeout=10)
+        self.transcripts.AppendTranscript(
+            tpb.AppendTranscriptRequest(workspace_id=workspace, task_id=task_id, events=events),
+            metadata=self.metadata,
+            timeout=10,
+        )
 
     def lifecycle_sequences(self, workspace: str, task_id: str) -> list[int]:
-        listed = self.lifecycle.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(
-            workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10)
+        listed = self.lifecycle.ListLifecycleEvents(
+            lpb.ListLifecycleEventsRequest(workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10
+        )
         return [event.sequence for event in listed.events]
 
     def settle_attempts(self, workspace: str, task_id: str) -> int:
         """The settlement attempts of the task's completions so far."""
-        listed = self.completion.ListCompletions(cpb.ListCompletionsRequest(
-            workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10)
+        listed = self.completion.ListCompletions(
+            cpb.ListCompletionsRequest(workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10
+        )
         return sum(completion.settle_attempts for completion in listed.completions)
 
     def completion_sequences(self, workspace: str, task_id: str) -> list[int]:
-        listed = self.completion.ListCompletionEvents(cpb.ListCompletionEventsRequest(
-            workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10)
+        listed = self.completion.ListCompletionEvents(
+            cpb.ListCompletionEventsRequest(workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10
+        )
         return [event.sequence for event in listed.events]
 
     def completed(self, workspace: str, task_id: str) -> cpb.ClaimTaskResponse:
@@ -261,8 +347,9 @@ async def register_many(services: Services, token: str, workspace: str, task_ids
         await asyncio.gather(*(worker() for _ in range(CONCURRENT)))
 
 
-async def change_at_rate(services: Services, token: str, workspace: str, changes: list[tuple[str, int]],
-                         rate: float) -> float:
+async def change_at_rate(
+    services: Services, token: str, workspace: str, changes: list[tuple[str, int]], rate: float
+) -> float:
     """SetWorkStatus for each (task id, work status) in order, the i-th sent at
     i / `rate` seconds from the start (never earlier; later only if the service
     answers slower than the pace, with at most CONCURRENT calls in flight);
@@ -277,8 +364,9 @@ async def change_at_rate(services: Services, token: str, workspace: str, changes
 
         async def change(task_id: str, status: int) -> None:
             try:
-                request = lpb.SetWorkStatusRequest(workspace_id=workspace, task_id=task_id, generation=1,
-                                                   work_status=status)
+                request = lpb.SetWorkStatusRequest(
+                    workspace_id=workspace, task_id=task_id, generation=1, work_status=status
+                )
                 await honouring_retry_info(lambda: stub.SetWorkStatus(request, timeout=60))
             finally:
                 slots.release()

@@ -33,8 +33,9 @@ KIDS = "kids"  # its policy leaves open children to the lifecycle service: a com
 @pytest.fixture(scope="module")
 def dashboard(services):
     # Runs open longer than 6 s are "open long" on the attention page.
-    dashboard = Dashboard(services, [WS, "bulk"], services.token("ui-operator", ["*:operator"]),
-                          extra=["--long-run-minutes", "0.1"])
+    dashboard = Dashboard(
+        services, [WS, "bulk"], services.token("ui-operator", ["*:operator"]), extra=["--long-run-minutes", "0.1"]
+    )
     dashboard.start()
     yield dashboard
     dashboard.stop()
@@ -181,9 +182,7 @@ def test_a_stalled_close_shows_without_reload(page, dashboard, driver):
     assert page.evaluate("window.notReloaded") is True
 
 
-def test_a_failed_close_that_commits_after_its_lifecycle_event_shows_without_reload(
-    page, dashboard, driver, services
-):
+def test_a_failed_close_that_commits_after_its_lifecycle_event_shows_without_reload(page, dashboard, driver, services):
     """A close applies the work status first and commits last: the page has the
     lifecycle event (BLOCKED) before the run is closed."""
     driver.register(WS, "failed-1")
@@ -225,8 +224,11 @@ def test_new_tasks_enter_the_list_where_its_order_puts_them(page, dashboard, dri
     driver.register(WS, "enter-a")
     driver.register(WS, "elsewhere-1")  # not in the filter: never shown
     driver.register(WS, "enter-e")
-    wait_until(lambda: row_ids(page) == ["enter-a", "enter-b", "enter-c", "enter-d", "enter-e"], LIVE / 1000,
-               "the new tasks in order")
+    wait_until(
+        lambda: row_ids(page) == ["enter-a", "enter-b", "enter-c", "enter-d", "enter-e"],
+        LIVE / 1000,
+        "the new tasks in order",
+    )
     expect(page.locator("#shown")).to_have_text("5 shown")
     expect(page.locator("#row-enter-c .badge")).to_have_text("registered")
     assert page.evaluate("window.notReloaded") is True
@@ -303,9 +305,13 @@ def test_the_attention_page_shows_a_lapsed_lease_and_a_run_open_long(page, dashb
 def test_the_synthetic_closer_of_an_interrupted_turn_is_marked(page, dashboard, driver):
     driver.register(WS, "interrupted-1")
     claim = driver.claim(WS, "interrupted-1")
-    driver.append(WS, "interrupted-1", tpb.SessionEvent(user_message=tpb.UserMessage(text="fix the <login> bug")),
-                  tpb.SessionEvent(turn_start=tpb.TurnStart(turn_id="turn-1")),
-                  tpb.SessionEvent(assistant_message=tpb.AssistantMessage(text="Looking at it.")))
+    driver.append(
+        WS,
+        "interrupted-1",
+        tpb.SessionEvent(user_message=tpb.UserMessage(text="fix the <login> bug")),
+        tpb.SessionEvent(turn_start=tpb.TurnStart(turn_id="turn-1")),
+        tpb.SessionEvent(assistant_message=tpb.AssistantMessage(text="Looking at it.")),
+    )
     # The run ends with its turn open: loading the transcript closes the turn
     # durably, and the page marks the synthetic closer as such.
     driver.complete_run(WS, claim)
@@ -349,10 +355,14 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
     expect(badge(page)).to_have_text("completed")
     expect(page.locator("#completions .settlement")).to_contain_text("settled at lifecycle revision")
     # Once the page has as many rows as the services have events, they are the same events, once each.
-    wait_until(lambda: len(timeline_sequences(page)) == len(driver.lifecycle_sequences(WS, "held-1")),
-               what="every lifecycle event")
-    wait_until(lambda: len(attempt_sequences(page)) == len(driver.completion_sequences(WS, "held-1")),
-               what="every completion event")
+    wait_until(
+        lambda: len(timeline_sequences(page)) == len(driver.lifecycle_sequences(WS, "held-1")),
+        what="every lifecycle event",
+    )
+    wait_until(
+        lambda: len(attempt_sequences(page)) == len(driver.completion_sequences(WS, "held-1")),
+        what="every completion event",
+    )
     assert page.locator("#timeline tr[data-outcome=COMPLETED]").count() == 1
     assert page.evaluate("window.notReloaded") is True
     assert timeline_sequences(page) == driver.lifecycle_sequences(WS, "held-1")
@@ -391,8 +401,10 @@ def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard,
     wait_until(lambda: answered(lambda: driver.attempt(WS, claim)), LIVE / 1000, "the attempt answered")
     expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
     expect(badge(page)).to_have_text("completed")
-    wait_until(lambda: len(attempt_sequences(page)) == len(driver.completion_sequences(WS, "reconnect-1")),
-               what="every completion event")
+    wait_until(
+        lambda: len(attempt_sequences(page)) == len(driver.completion_sequences(WS, "reconnect-1")),
+        what="every completion event",
+    )
     assert timeline_sequences(page) == driver.lifecycle_sequences(WS, "reconnect-1")
     assert attempt_sequences(page) == driver.completion_sequences(WS, "reconnect-1")
     assert page.evaluate("window.notReloaded") is True
@@ -418,10 +430,16 @@ def test_resume_task_starts_generation_2_and_a_viewer_has_no_buttons(page, dashb
     buttons = page.locator("#task-head .actions button")
     expect(buttons).to_have_text(["Resume task", "New chat"])
     expect(buttons.first).to_have_class("primary")
-    form = {name: page.locator(f"#task-head form >> nth=0 >> input[name={name}]").get_attribute("value")
-            for name in ("csrf", "generation", "revision", "request_id")}
-    forged = page.request.post(f"{dashboard.url}/w/{WS}/t/resume-1/resume", form=form,
-                               headers={"origin": "http://evil.example"}, max_redirects=0)
+    form = {
+        name: page.locator(f"#task-head form >> nth=0 >> input[name={name}]").get_attribute("value")
+        for name in ("csrf", "generation", "revision", "request_id")
+    }
+    forged = page.request.post(
+        f"{dashboard.url}/w/{WS}/t/resume-1/resume",
+        form=form,
+        headers={"origin": "http://evil.example"},
+        max_redirects=0,
+    )
     assert forged.status == 403  # a page of another site posting the very same form
     with contextlib.closing(http.client.HTTPConnection("127.0.0.1", dashboard.port, timeout=10)) as rebound:
         rebound.request("GET", f"/w/{WS}/t/resume-1", headers={"Host": f"evil.example:{dashboard.port}"})
@@ -436,8 +454,10 @@ def test_resume_task_starts_generation_2_and_a_viewer_has_no_buttons(page, dashb
     page.goto(f"{viewer_dashboard.url}/w/{WS}/t/resume-1")
     expect(page.locator("#generation")).to_have_text("2")
     expect(page.locator("button")).to_have_count(0)
-    refused = page.request.post(f"{viewer_dashboard.url}/w/{WS}/t/resume-1/cancel",
-                                form={"csrf": "guess", "generation": "2", "revision": "1", "request_id": "r1"})
+    refused = page.request.post(
+        f"{viewer_dashboard.url}/w/{WS}/t/resume-1/cancel",
+        form={"csrf": "guess", "generation": "2", "revision": "1", "request_id": "r1"},
+    )
     # Refused for having no action credential, not merely for the guessed form token.
     assert refused.status == 403 and "Read only" in refused.text()
     page.goto(f"{viewer_dashboard.url}/w/{WS}")
@@ -456,8 +476,14 @@ def in_thread(coroutine):
 def bulk(services) -> float:
     """Workspace `bulk` with 10,000 registered tasks; the seconds their registration took."""
     started = time.monotonic()
-    in_thread(register_many(services, services.token("bulk-host", ["bulk:host"]), "bulk",
-                            [f"bulk-{number:05d}" for number in range(BULK)]))
+    in_thread(
+        register_many(
+            services,
+            services.token("bulk-host", ["bulk:host"]),
+            "bulk",
+            [f"bulk-{number:05d}" for number in range(BULK)],
+        )
+    )
     return time.monotonic() - started
 
 
@@ -490,14 +516,14 @@ def test_the_list_of_10000_tasks_is_one_call_per_page_filtered_sorted_and_counte
     expect(page.locator("#tasks tr")).to_have_count(50)
     stamps = page.locator("#tasks tr .changed time").evaluate_all("ts => ts.map(t => t.getAttribute('datetime'))")
     assert stamps == sorted(stamps, reverse=True)
-    print(f"\n10,000 tasks registered in {bulk:.1f}s; list page load (one ListTasks, one CountTasks) "
-          f"{[round(t) for t in timings]} ms; filtered {filtered:.0f} ms; a filter nothing matches {rare:.0f} ms; "
-          f"last change first {changed:.0f} ms")
+    print(
+        f"\n10,000 tasks registered in {bulk:.1f}s; list page load (one ListTasks, one CountTasks) "
+        f"{[round(t) for t in timings]} ms; filtered {filtered:.0f} ms; a filter nothing matches {rare:.0f} ms; "
+        f"last change first {changed:.0f} ms"
+    )
 
 
-def test_new_chat_registers_a_task_naming_the_original_and_cancellation_fences_an_active_task(
-    page, dashboard, driver
-):
+def test_new_chat_registers_a_task_naming_the_original_and_cancellation_fences_an_active_task(page, dashboard, driver):
     driver.completed(WS, "chat-1")
     open_live(page, f"{dashboard.url}/w/{WS}/t/chat-1")
     expect(badge(page)).to_have_text("completed")
@@ -518,8 +544,9 @@ def test_new_chat_registers_a_task_naming_the_original_and_cancellation_fences_a
     expect(page.locator("#timeline tr")).to_have_count(1)
     expect(page.locator("#timeline tr").first).to_contain_text("New chat")
     # The same form sent again (a double click, a retry) replays the one registration.
-    again = page.request.post(f"{dashboard.url}/w/{WS}/t/chat-1/new-chat", form=fields,
-                              headers={"origin": dashboard.url}, max_redirects=0)
+    again = page.request.post(
+        f"{dashboard.url}/w/{WS}/t/chat-1/new-chat", form=fields, headers={"origin": dashboard.url}, max_redirects=0
+    )
     assert again.status == 303 and again.headers["location"].endswith(f"/t/{new_task}")
     # The original task is untouched: still completed, generation 1.
     page.goto(f"{dashboard.url}/w/{WS}/t/chat-1")
@@ -581,11 +608,20 @@ def test_the_list_of_10000_tasks_follows_100_changes_a_second_coalesced_and_stay
     answered = time.monotonic()
 
     rows = page.locator("#tasks > tr")
-    listed = driver.lifecycle.ListTasks(lpb.ListTasksRequest(
-        workspace_id="bulk", page_size=200, order=lpb.TASK_ORDER_LAST_CHANGE), metadata=driver.metadata, timeout=10)
+    listed = driver.lifecycle.ListTasks(
+        lpb.ListTasksRequest(workspace_id="bulk", page_size=200, order=lpb.TASK_ORDER_LAST_CHANGE),
+        metadata=driver.metadata,
+        timeout=10,
+    )
     wanted = sorted((task.task_id, task.revision) for task in listed.tasks)
-    wait_until(lambda: sorted(rows.evaluate_all("rs => rs.map(r => [r.id.slice(4), Number(r.dataset.revision)])"))
-               == [list(row) for row in wanted], 3 * LIVE / 1000, "the service's 200 latest changes on the page")
+    wait_until(
+        lambda: (
+            sorted(rows.evaluate_all("rs => rs.map(r => [r.id.slice(4), Number(r.dataset.revision)])"))
+            == [list(row) for row in wanted]
+        ),
+        3 * LIVE / 1000,
+        "the service's 200 latest changes on the page",
+    )
     shown_after = time.monotonic() - answered
     measured = page.evaluate("window.responsiveness.summary()")
     messages = int(page.evaluate("document.body.dataset.messages")) - before
@@ -593,17 +629,24 @@ def test_the_list_of_10000_tasks_follows_100_changes_a_second_coalesced_and_stay
     stamps = page.locator("#tasks td.changed .age").evaluate_all("ns => ns.map(n => Number(n.dataset.at))")
     assert stamps == sorted(stamps, reverse=True)
     expect(page.locator("#shown")).to_have_text("200 shown")
-    blocked = sum(c.tasks for c in driver.lifecycle.CountTasks(lpb.CountTasksRequest(workspace_id="bulk"),
-                  metadata=driver.metadata, timeout=10).counts if c.work_status == lpb.WORK_STATUS_BLOCKED)
+    blocked = sum(
+        c.tasks
+        for c in driver.lifecycle.CountTasks(
+            lpb.CountTasksRequest(workspace_id="bulk"), metadata=driver.metadata, timeout=10
+        ).counts
+        if c.work_status == lpb.WORK_STATUS_BLOCKED
+    )
     expect(page.locator("#counts a[data-work-status=BLOCKED] b")).to_have_text(str(blocked), timeout=LIVE)
     assert messages < BURST / 2, f"{messages} messages for {BURST} changes: the list did not coalesce"
     assert measured["frames"] > 0  # the page kept painting while it took the updates in
     assert page.evaluate("window.notReloaded") is True
-    print(f"\n{BURST} lifecycle changes in {took:.1f}s ({BURST / took:.0f}/s) on the 10,000-task list, last change "
-          f"first: {messages} messages; the final state shown {shown_after:.2f}s after the last answer; longest "
-          f"frame gap {measured['longestGap']:.0f} ms (99th percentile {measured['p99Gap']:.0f} ms, "
-          f"{measured['frames']} frames); {measured['longTasks']} long tasks, the longest "
-          f"{measured['longestTask']:.0f} ms, {measured['longTaskMs']:.0f} ms in all")
+    print(
+        f"\n{BURST} lifecycle changes in {took:.1f}s ({BURST / took:.0f}/s) on the 10,000-task list, last change "
+        f"first: {messages} messages; the final state shown {shown_after:.2f}s after the last answer; longest "
+        f"frame gap {measured['longestGap']:.0f} ms (99th percentile {measured['p99Gap']:.0f} ms, "
+        f"{measured['frames']} frames); {measured['longTasks']} long tasks, the longest "
+        f"{measured['longestTask']:.0f} ms, {measured['longTaskMs']:.0f} ms in all"
+    )
 
 
 def action_buttons(page: Page):
@@ -632,13 +675,16 @@ def test_buttons_show_only_where_the_action_token_grants_and_a_refusal_shows_the
 
     # The services still decide: the same form, sent for the other workspace's task
     # from this page, is refused by the lifecycle service, and its reason shown.
-    page.evaluate("""([action, csrf]) => {
+    page.evaluate(
+        """([action, csrf]) => {
         const form = Object.assign(document.createElement("form"), {method: "post", action});
         for (const [name, value] of Object.entries({csrf, generation: "1", revision: "2", request_id: "forged-1"}))
             form.append(Object.assign(document.createElement("input"), {type: "hidden", name, value}));
         document.body.append(form);
         form.submit();
-    }""", [f"/w/{OTHER}/t/grant-open-1/cancel", csrf])
+    }""",
+        [f"/w/{OTHER}/t/grant-open-1/cancel", csrf],
+    )
     expect(page.locator("#refusal")).to_have_attribute("data-reason", "WORKSPACE_NOT_GRANTED")
     expect(page.locator("#refusal")).to_contain_text("WORKSPACE_NOT_GRANTED (PERMISSION_DENIED)")
     expect(page.locator("h1")).to_have_text("Request cancellation: not done")
@@ -656,8 +702,9 @@ def test_buttons_show_only_where_the_action_token_grants_and_a_refusal_shows_the
     expect(badge(page)).to_have_text("active")
     expect(action_buttons(page)).to_have_text(["Request cancellation"])
     for workspace in (WS, OTHER):
-        task = driver.lifecycle.GetTask(lpb.GetTaskRequest(workspace_id=workspace, task_id="grant-open-1"),
-                                        metadata=driver.metadata, timeout=10).task
+        task = driver.lifecycle.GetTask(
+            lpb.GetTaskRequest(workspace_id=workspace, task_id="grant-open-1"), metadata=driver.metadata, timeout=10
+        ).task
         assert task.cancellation != lpb.CANCELLATION_STATE_REQUESTED
 
 
@@ -668,8 +715,9 @@ def test_a_completion_the_lifecycle_rejected_is_listed_until_a_later_one_settles
     the child has ended and a new attempt settled."""
     driver.register(KIDS, "att-parent-1")
     claim = driver.claim(KIDS, "att-parent-1")
-    driver.register(KIDS, "att-child-1", lpb.ParentLink(task_id="att-parent-1", generation=1,
-                                                         mode=lpb.PARENT_LINK_MODE_ATTACHED))
+    driver.register(
+        KIDS, "att-child-1", lpb.ParentLink(task_id="att-parent-1", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)
+    )
     open_live(page, f"{dashboard.url}/w/{KIDS}/attention")
     expect(attention_rows(page, "rejected", "att-parent-1")).to_have_count(0)
 
@@ -692,8 +740,9 @@ def test_a_completion_the_lifecycle_rejected_is_listed_until_a_later_one_settles
 def test_a_rejected_completions_row_links_to_its_task(page, dashboard, driver):
     driver.register(KIDS, "att-parent-2")
     claim = driver.claim(KIDS, "att-parent-2")
-    driver.register(KIDS, "att-child-2", lpb.ParentLink(task_id="att-parent-2", generation=1,
-                                                         mode=lpb.PARENT_LINK_MODE_ATTACHED))
+    driver.register(
+        KIDS, "att-child-2", lpb.ParentLink(task_id="att-parent-2", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)
+    )
     assert driver.attempt(KIDS, claim).completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
     page.goto(f"{dashboard.url}/w/{KIDS}/attention")
     attention_rows(page, "rejected", "att-parent-2").get_by_role("link", name="att-parent-2").click()

@@ -27,8 +27,9 @@ def dashboard(services, host: str, *extra: str, action: bool = False):
         started.stop()
 
 
-def request(address: str, port: int, method: str, path: str, headers: dict[str, str],
-            body: str | None = None) -> tuple[int, str]:
+def request(
+    address: str, port: int, method: str, path: str, headers: dict[str, str], body: str | None = None
+) -> tuple[int, str]:
     """One request; an event stream's status is read and the stream left."""
     with contextlib.closing(http.client.HTTPConnection(address, port, timeout=30)) as connection:
         connection.request(method, path, body=body, headers=headers)
@@ -66,14 +67,16 @@ def test_a_foreign_host_or_origin_on_127_0_0_2_reads_nothing_and_acts_on_nothing
         assert request("127.0.0.2", ui.port, "GET", stream, foreign)[0] == 403
         assert request("127.0.0.2", ui.port, "POST", f"{page}/cancel", rebound | posted, body)[0] == 400
         assert request("127.0.0.2", ui.port, "POST", f"{page}/cancel", foreign | posted, body)[0] == 403
-        task = driver.lifecycle.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="hosts-2"),
-                                        metadata=driver.metadata, timeout=10).task
+        task = driver.lifecycle.GetTask(
+            lpb.GetTaskRequest(workspace_id=WS, task_id="hosts-2"), metadata=driver.metadata, timeout=10
+        ).task
         assert task.cancellation == lpb.CANCELLATION_STATE_NONE
 
         # Its own origin is answered: the refusals were about the names.
         same = {"Host": own, "Origin": f"http://{own}"}
         assert request("127.0.0.2", ui.port, "GET", stream, same)[0] == 200
         assert request("127.0.0.2", ui.port, "POST", f"{page}/cancel", same | posted, body)[0] == 303
-    task = driver.lifecycle.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="hosts-2"),
-                                    metadata=driver.metadata, timeout=10).task
+    task = driver.lifecycle.GetTask(
+        lpb.GetTaskRequest(workspace_id=WS, task_id="hosts-2"), metadata=driver.metadata, timeout=10
+    ).task
     assert task.cancellation == lpb.CANCELLATION_STATE_REQUESTED

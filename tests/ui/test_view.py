@@ -38,21 +38,40 @@ BADGES = [
     ("registered task", life("REGISTERED"), {}, "registered"),
     ("gate denial: no completion, lifecycle unchanged", life("ACTIVE"), {}, "active"),
     ("committed, not settled", life("ACTIVE"), settled("PENDING"), "completion committed, settling"),
-    ("settled fact before the lifecycle event arrives", life("ACTIVE"), settled("SETTLED"),
-     "completion committed, settling"),
+    (
+        "settled fact before the lifecycle event arrives",
+        life("ACTIVE"),
+        settled("SETTLED"),
+        "completion committed, settling",
+    ),
     ("lifecycle terminal completed", life("TERMINAL", outcome="COMPLETED"), settled("SETTLED"), "completed"),
-    ("lifecycle terminal completed, completion facts not read", life("TERMINAL", outcome="COMPLETED"), {},
-     "completed"),
-    ("lifecycle rejected the completion", life("ACTIVE", cancel=True), settled("REJECTED", error="CANCELLATION_FENCED"),
-     "completion rejected"),
-    ("cancelled while a completion was pending", life("TERMINAL", outcome="CANCELLED"), settled("PENDING"),
-     "cancelled"),
+    ("lifecycle terminal completed, completion facts not read", life("TERMINAL", outcome="COMPLETED"), {}, "completed"),
+    (
+        "lifecycle rejected the completion",
+        life("ACTIVE", cancel=True),
+        settled("REJECTED", error="CANCELLATION_FENCED"),
+        "completion rejected",
+    ),
+    (
+        "cancelled while a completion was pending",
+        life("TERMINAL", outcome="CANCELLED"),
+        settled("PENDING"),
+        "cancelled",
+    ),
     ("failed", life("TERMINAL", outcome="FAILED"), {}, "failed"),
     ("timed out", life("TERMINAL", outcome="TIMED_OUT"), {}, "timed out"),
-    ("an old generation's completion cannot touch generation 2", life("ACTIVE", generation=2), settled("SETTLED"),
-     "active"),
-    ("an old generation's pending completion neither", life("REGISTERED", generation=2), settled("PENDING"),
-     "registered"),
+    (
+        "an old generation's completion cannot touch generation 2",
+        life("ACTIVE", generation=2),
+        settled("SETTLED"),
+        "active",
+    ),
+    (
+        "an old generation's pending completion neither",
+        life("REGISTERED", generation=2),
+        settled("PENDING"),
+        "registered",
+    ),
     ("fenced", life("ACTIVE", cancel=True), {}, "active, cancellation requested"),
     ("suspended", life("SUSPENDED"), {}, "suspended"),
 ]
@@ -85,13 +104,15 @@ def test_no_completion_fact_makes_a_task_terminal():
         ((0.0, 0.0), (1_700_000_000.0, 1_700_000_123.5)),
     ):
         facts = {f"c{i}": Settlement(f"c{i}", generation, s) for i, s in enumerate(statuses)}
-        lifecycle = Lifecycle("t1", 1, 3, state, work_status=work, cancellation_requested=cancel,
-                              created=times[0], changed=times[1])
+        lifecycle = Lifecycle(
+            "t1", 1, 3, state, work_status=work, cancellation_requested=cancel, created=times[0], changed=times[1]
+        )
         badge = view.task_badge(lifecycle, facts)
         assert not TERMINAL_WORDS.search(badge.label)
-        for html in (render.task_row("w", lifecycle, facts),
-                     render.task_head("w", lifecycle, facts, view.task_actions(lifecycle, None, EVERY), "csrf",
-                                      "request")):
+        for html in (
+            render.task_row("w", lifecycle, facts),
+            render.task_head("w", lifecycle, facts, view.task_actions(lifecycle, None, EVERY), "csrf", "request"),
+        ):
             shown = re.sub(r"<[^>]*>", " ", html)
             assert not TERMINAL_WORDS.search(shown), shown
 
@@ -102,12 +123,24 @@ def event(kind: int, completion_id: str = "cmp_1", **fields) -> cpb.CompletionEv
 
 SETTLEMENT_STEPS = [
     ("committed", {}, event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "PENDING"),
-    ("settled", settled("PENDING"), event(cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, lifecycle_revision=4),
-     "SETTLED"),
-    ("rejected", settled("PENDING"), event(cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR, error_reason="X"),
-     "REJECTED"),
-    ("a replayed commit cannot take a settlement back", settled("SETTLED"),
-     event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "SETTLED"),
+    (
+        "settled",
+        settled("PENDING"),
+        event(cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, lifecycle_revision=4),
+        "SETTLED",
+    ),
+    (
+        "rejected",
+        settled("PENDING"),
+        event(cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR, error_reason="X"),
+        "REJECTED",
+    ),
+    (
+        "a replayed commit cannot take a settlement back",
+        settled("SETTLED"),
+        event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED),
+        "SETTLED",
+    ),
     ("nor un-reject one", settled("REJECTED"), event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "REJECTED"),
 ]
 
@@ -130,8 +163,9 @@ def test_a_blocked_decision_is_no_settlement():
 
 def test_the_higher_revision_wins_whatever_the_arrival_order():
     read = Lifecycle("t1", 1, 5, "TERMINAL", "COMPLETED")
-    replayed = view.lifecycle_from_event(lpb.LifecycleEvent(
-        task_id="t1", generation=1, revision=4, to_state=lpb.GENERATION_STATE_ACTIVE))
+    replayed = view.lifecycle_from_event(
+        lpb.LifecycleEvent(task_id="t1", generation=1, revision=4, to_state=lpb.GENERATION_STATE_ACTIVE)
+    )
     assert view.newer(read, replayed) is read
     assert view.newer(None, replayed) is replayed
     assert view.newer(replayed, read) is read
@@ -145,22 +179,41 @@ COMPLETED_ADVICE = advice(tpb.RESUME_ASK_RESUME_COMPLETED_TASK, tpb.HOST_ACTION_
 ACTIONS = [
     ("viewer: nothing", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, NOTHING, []),
     ("viewer on an open task: nothing", life("ACTIVE"), None, NOTHING, []),
-    ("completed: Resume task first, New chat second", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, EVERY,
-     [("resume", "Resume task", True), ("new-chat", "New chat", False)]),
-    ("advice for another generation is not followed", life("TERMINAL", generation=2, outcome="COMPLETED"),
-     COMPLETED_ADVICE, EVERY, []),
-    ("ended: a new chat only", life("TERMINAL", outcome="CANCELLED"),
-     advice(tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK), EVERY, [("new-chat", "New chat", True)]),
+    (
+        "completed: Resume task first, New chat second",
+        life("TERMINAL", outcome="COMPLETED"),
+        COMPLETED_ADVICE,
+        EVERY,
+        [("resume", "Resume task", True), ("new-chat", "New chat", False)],
+    ),
+    (
+        "advice for another generation is not followed",
+        life("TERMINAL", generation=2, outcome="COMPLETED"),
+        COMPLETED_ADVICE,
+        EVERY,
+        [],
+    ),
+    (
+        "ended: a new chat only",
+        life("TERMINAL", outcome="CANCELLED"),
+        advice(tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK),
+        EVERY,
+        [("new-chat", "New chat", True)],
+    ),
     ("open: request cancellation", life("ACTIVE"), None, EVERY, [("cancel", "Request cancellation", False)]),
     ("fenced already: nothing more", life("ACTIVE", cancel=True), None, EVERY, []),
-    ("a token that may register but not resume: New chat only", life("TERMINAL", outcome="COMPLETED"),
-     COMPLETED_ADVICE, frozenset({"new-chat"}), [("new-chat", "New chat", False)]),
+    (
+        "a token that may register but not resume: New chat only",
+        life("TERMINAL", outcome="COMPLETED"),
+        COMPLETED_ADVICE,
+        frozenset({"new-chat"}),
+        [("new-chat", "New chat", False)],
+    ),
     ("a token that may not cancel: nothing on an open task", life("ACTIVE"), None, frozenset({"resume"}), []),
 ]
 
 
-@pytest.mark.parametrize(("case", "lifecycle", "resume", "permitted", "expected"), ACTIONS,
-                         ids=[a[0] for a in ACTIONS])
+@pytest.mark.parametrize(("case", "lifecycle", "resume", "permitted", "expected"), ACTIONS, ids=[a[0] for a in ACTIONS])
 def test_actions(case, lifecycle, resume, permitted, expected):
     actions = view.task_actions(lifecycle, resume, permitted)
     assert [(a.name, a.label, a.primary) for a in actions] == expected
@@ -194,10 +247,19 @@ def test_a_token_that_is_no_jwt_offers_nothing():
     assert grants.permitted(None, "demo") == NOTHING
 
 
-@pytest.mark.parametrize(("text", "cursor"), [
-    ("12.7", Cursor(12, 7)), ("0.0", Cursor(0, 0)), (None, None), ("", None), ("12", None), ("a.b", None),
-    ("-1.2", None), ("1.2.3", None),
-])
+@pytest.mark.parametrize(
+    ("text", "cursor"),
+    [
+        ("12.7", Cursor(12, 7)),
+        ("0.0", Cursor(0, 0)),
+        (None, None),
+        ("", None),
+        ("12", None),
+        ("a.b", None),
+        ("-1.2", None),
+        ("1.2.3", None),
+    ],
+)
 def test_event_ids(text, cursor):
     assert view.parse_cursor(text) == cursor
     if cursor is not None:
@@ -208,7 +270,12 @@ def test_a_filter_is_sent_to_the_service_and_judges_live_rows_as_the_service_wou
     blocked = view.Filter(state="ACTIVE", work_status="BLOCKED", prefix="t-", order="changed")
     request = blocked.list_request("ws", 50, "token")
     assert (request.state, request.outcome, request.work_status, request.task_id_prefix, request.order) == (
-        lpb.GENERATION_STATE_ACTIVE, 0, lpb.WORK_STATUS_BLOCKED, "t-", lpb.TASK_ORDER_LAST_CHANGE)
+        lpb.GENERATION_STATE_ACTIVE,
+        0,
+        lpb.WORK_STATUS_BLOCKED,
+        "t-",
+        lpb.TASK_ORDER_LAST_CHANGE,
+    )
     assert (request.page_size, request.page_token) == (50, "token")
     assert blocked.query == {"state": "ACTIVE", "work_status": "BLOCKED", "q": "t-", "sort": "changed"}
     assert view.Filter().query == {} and view.Filter().list_request("ws", 50, "").order == 0
@@ -231,39 +298,53 @@ def test_a_live_page_admits_a_task_in_its_range_or_on_top_of_the_first_page_of_c
 
 def test_service_text_is_escaped():
     hostile = "<script>alert(1)</script>\"'"
-    row = render.lifecycle_row(lpb.LifecycleEvent(
-        sequence=1, task_id="t1", cause=lpb.Cause(source=hostile, reason=hostile),
-        caller=lpb.Caller(subject=hostile, role="host")))
+    row = render.lifecycle_row(
+        lpb.LifecycleEvent(
+            sequence=1,
+            task_id="t1",
+            cause=lpb.Cause(source=hostile, reason=hostile),
+            caller=lpb.Caller(subject=hostile, role="host"),
+        )
+    )
     assert "<script>" not in row and "&lt;script&gt;" in row and "&quot;" in row
-    completion = render.completion_event_row(cpb.CompletionEvent(
-        sequence=2, decision=cpb.Decision(instruction=hostile, trace=[cpb.GateResult(gate_id="g", reason=hostile)])))
+    completion = render.completion_event_row(
+        cpb.CompletionEvent(
+            sequence=2, decision=cpb.Decision(instruction=hostile, trace=[cpb.GateResult(gate_id="g", reason=hostile)])
+        )
+    )
     assert "<script>" not in completion
     page = render.task_list("w", view.Filter(prefix=hostile), [], {}, "", Cursor(), lpb.CountTasksResponse())
     assert "<script>alert" not in page
 
 
-@pytest.mark.parametrize(("headers", "allowed"), [
-    ({"host": "127.0.0.1:8470", "origin": "http://127.0.0.1:8470", "sec-fetch-site": "same-origin"}, True),
-    ({"host": "127.0.0.1:8470"}, True),
-    ({"host": "127.0.0.1:8470", "origin": "http://evil.example"}, False),
-    ({"host": "127.0.0.1:8470", "sec-fetch-site": "cross-site"}, False),
-    ({"host": "127.0.0.1:8470", "origin": "http://127.0.0.1:8470", "sec-fetch-site": "same-site"}, False),
-])
+@pytest.mark.parametrize(
+    ("headers", "allowed"),
+    [
+        ({"host": "127.0.0.1:8470", "origin": "http://127.0.0.1:8470", "sec-fetch-site": "same-origin"}, True),
+        ({"host": "127.0.0.1:8470"}, True),
+        ({"host": "127.0.0.1:8470", "origin": "http://evil.example"}, False),
+        ({"host": "127.0.0.1:8470", "sec-fetch-site": "cross-site"}, False),
+        ({"host": "127.0.0.1:8470", "origin": "http://127.0.0.1:8470", "sec-fetch-site": "same-site"}, False),
+    ],
+)
 def test_posts_from_other_origins_are_refused(headers, allowed):
     assert same_origin(headers) is allowed
 
 
-@pytest.mark.parametrize(("listen", "names"), [
-    ("127.0.0.1", ["127.0.0.1", "localhost", "[::1]"]),
-    ("127.0.0.2", ["127.0.0.2", "localhost", "127.0.0.1", "[::1]"]),
-    ("::1", ["[::1]", "localhost", "127.0.0.1"]),
-    ("localhost", ["localhost", "127.0.0.1", "[::1]"]),
-    ("0.0.0.0", ["localhost", "127.0.0.1", "[::1]"]),  # every address: remote names are given
-    ("::", ["localhost", "127.0.0.1", "[::1]"]),
-    ("10.0.0.5", ["10.0.0.5"]),
-    ("fd00::5", ["[fd00::5]"]),
-    ("Dash.Example", ["dash.example"]),
-])
+@pytest.mark.parametrize(
+    ("listen", "names"),
+    [
+        ("127.0.0.1", ["127.0.0.1", "localhost", "[::1]"]),
+        ("127.0.0.2", ["127.0.0.2", "localhost", "127.0.0.1", "[::1]"]),
+        ("::1", ["[::1]", "localhost", "127.0.0.1"]),
+        ("localhost", ["localhost", "127.0.0.1", "[::1]"]),
+        ("0.0.0.0", ["localhost", "127.0.0.1", "[::1]"]),  # every address: remote names are given
+        ("::", ["localhost", "127.0.0.1", "[::1]"]),
+        ("10.0.0.5", ["10.0.0.5"]),
+        ("fd00::5", ["[fd00::5]"]),
+        ("Dash.Example", ["dash.example"]),
+    ],
+)
 def test_a_listener_answers_its_own_names_by_default(listen, names):
     assert own_names(listen) == names
 
@@ -283,9 +364,9 @@ def open_run(run_id: str, claimed: float, lease_until: float, closed: bool = Fal
 def test_open_runs_need_attention_when_their_lease_lapsed_or_they_are_open_past_the_bound():
     now, bound = 1000.0, 60.0
     runs = [
-        open_run("young", claimed=990, lease_until=1010),      # live, open 10 s: nothing to say
-        open_run("long", claimed=900, lease_until=1010),       # live, open 100 s > 60 s
-        open_run("lapsed", claimed=995, lease_until=999),      # its lease lapsed, not closed
+        open_run("young", claimed=990, lease_until=1010),  # live, open 10 s: nothing to say
+        open_run("long", claimed=900, lease_until=1010),  # live, open 100 s > 60 s
+        open_run("lapsed", claimed=995, lease_until=999),  # its lease lapsed, not closed
         open_run("old-lapsed", claimed=100, lease_until=200),  # lapsed and long: listed once, as lapsed
         open_run("closed", claimed=100, lease_until=200, closed=True),
     ]
@@ -298,25 +379,35 @@ def test_open_runs_need_attention_when_their_lease_lapsed_or_they_are_open_past_
     assert view.attention_deadline(runs[2:], now, bound) is None  # nothing live: no change by time
 
 
-@pytest.mark.parametrize(("case", "task", "stands"), [
-    ("the task still open at that generation", life("ACTIVE", cancel=True), True),
-    ("the task moved on to a later generation", life("ACTIVE", generation=2), False),
-    ("the task ended since (cancelled)", life("TERMINAL", outcome="CANCELLED"), False),
-    ("the task not read (gone)", None, False),
-])
+@pytest.mark.parametrize(
+    ("case", "task", "stands"),
+    [
+        ("the task still open at that generation", life("ACTIVE", cancel=True), True),
+        ("the task moved on to a later generation", life("ACTIVE", generation=2), False),
+        ("the task ended since (cancelled)", life("TERMINAL", outcome="CANCELLED"), False),
+        ("the task not read (gone)", None, False),
+    ],
+)
 def test_a_rejected_completion_stands_while_its_task_is_open_at_its_generation(case, task, stands):
-    rejected = cpb.Completion(completion_id="cmp_1", task_id="t1", generation=1,
-                              settlement=cpb.SETTLEMENT_STATUS_REJECTED)
+    rejected = cpb.Completion(
+        completion_id="cmp_1", task_id="t1", generation=1, settlement=cpb.SETTLEMENT_STATUS_REJECTED
+    )
     assert view.still_rejected(rejected, task) is stands
 
 
 def test_the_attention_panel_links_each_entry_to_its_task_and_escapes_service_text():
     hostile = "<script>alert(1)</script>"
-    pending = cpb.Completion(completion_id="cmp_p", task_id="t-pending", generation=1,
-                             settlement=cpb.SETTLEMENT_STATUS_PENDING)
-    rejected = cpb.Completion(completion_id="cmp_r", task_id="t-rejected", generation=1,
-                              settlement=cpb.SETTLEMENT_STATUS_REJECTED,
-                              terminalization_error_reason="CANCELLATION_FENCED", terminalization_error_message=hostile)
+    pending = cpb.Completion(
+        completion_id="cmp_p", task_id="t-pending", generation=1, settlement=cpb.SETTLEMENT_STATUS_PENDING
+    )
+    rejected = cpb.Completion(
+        completion_id="cmp_r",
+        task_id="t-rejected",
+        generation=1,
+        settlement=cpb.SETTLEMENT_STATUS_REJECTED,
+        terminalization_error_reason="CANCELLATION_FENCED",
+        terminalization_error_message=hostile,
+    )
     lapsed = open_run("r1", claimed=10, lease_until=20)
     facts = view.Attention(pending=(pending,), expired=(lapsed,), rejected=(rejected,))
     html = render.attention("ws", facts, 3600, 100.0)
@@ -329,8 +420,7 @@ def test_the_attention_panel_links_each_entry_to_its_task_and_escapes_service_te
 
 
 def completion_at(completion_id: str, task_id: str, committed: float, status: int, generation: int = 1):
-    completion = cpb.Completion(completion_id=completion_id, task_id=task_id, generation=generation,
-                                settlement=status)
+    completion = cpb.Completion(completion_id=completion_id, task_id=task_id, generation=generation, settlement=status)
     completion.commit_time.FromNanoseconds(int(committed * 1e9))
     return completion
 
@@ -353,12 +443,15 @@ def test_of_the_rejections_each_tasks_latest_counts_unless_a_later_completion_is
     assert [c.completion_id for c in view.latest_rejections(rejected, pending, limit=2)] == ["a-2", "d-1"]
 
 
-@pytest.mark.parametrize(("permissions", "said"), [
-    (["demo:host"], "actions in demo"),
-    (["demo:host", "acme:operator", "zeta:viewer"], "actions in acme, demo"),
-    (["*:operator"], "actions in every workspace"),
-    (["demo:viewer"], "read only: the action token grants no action"),
-])
+@pytest.mark.parametrize(
+    ("permissions", "said"),
+    [
+        (["demo:host"], "actions in demo"),
+        (["demo:host", "acme:operator", "zeta:viewer"], "actions in acme, demo"),
+        (["*:operator"], "actions in every workspace"),
+        (["demo:viewer"], "read only: the action token grants no action"),
+    ],
+)
 def test_the_start_line_says_where_the_action_token_acts(permissions, said):
     assert grants.start_mode(SIGNER.issue("ui-action", permissions, 600)) == said
     assert grants.start_mode(None) == "read only"
