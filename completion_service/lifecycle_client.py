@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import grpc
 from google.rpc import code_pb2, error_details_pb2
@@ -126,8 +126,8 @@ class LifecycleClient:
         return stub
 
     async def _call(self, name: str, request: Any) -> Any:
-        """The response of the unary RPC `name`, found on the stub by name: each caller casts it to its RPC's
-        response message."""
+        """The response of the unary RPC `name`, found on the stub by name: each caller
+        names its RPC's response type on the variable it assigns it to."""
         try:
             return await self._calls.unary(
                 SERVICE_NAME, name, getattr(self._stub, name), request, self._timeout, self._channel.metadata()
@@ -145,10 +145,10 @@ class LifecycleClient:
             raise _classified(error.code().name, error.details() or "", error_info(error)) from None
 
     async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
-        return cast(
-            lpb.GetTaskResponse,
-            await self._call("GetTask", lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id)),
+        response: lpb.GetTaskResponse = await self._call(
+            "GetTask", lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id)
         )
+        return response
 
     def watch_from_head(
         self, workspace_id: str
@@ -167,55 +167,49 @@ class LifecycleClient:
     async def activate(
         self, workspace_id: str, task_id: str, generation: int, run_id: str
     ) -> lpb.ActivateGenerationResponse:
-        return cast(
-            lpb.ActivateGenerationResponse,
-            await self._call(
-                "ActivateGeneration",
-                lpb.ActivateGenerationRequest(
-                    workspace_id=workspace_id,
-                    task_id=task_id,
-                    generation=generation,
-                    request_id=f"{run_id}:activate",
-                    work_status=lpb.WORK_STATUS_IN_PROGRESS,
-                    cause=self._cause("claimed by an agent run", run_id=run_id),
-                ),
+        response: lpb.ActivateGenerationResponse = await self._call(
+            "ActivateGeneration",
+            lpb.ActivateGenerationRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=f"{run_id}:activate",
+                work_status=lpb.WORK_STATUS_IN_PROGRESS,
+                cause=self._cause("claimed by an agent run", run_id=run_id),
             ),
         )
+        return response
 
     async def set_work_status(
         self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str, reason: str, run_id: str
     ) -> lpb.SetWorkStatusResponse:
-        return cast(
-            lpb.SetWorkStatusResponse,
-            await self._call(
-                "SetWorkStatus",
-                lpb.SetWorkStatusRequest(
-                    workspace_id=workspace_id,
-                    task_id=task_id,
-                    generation=generation,
-                    work_status=proto_enum(lpb.WorkStatus, status),
-                    request_id=request_id,
-                    cause=self._cause(reason, run_id=run_id),
-                ),
+        response: lpb.SetWorkStatusResponse = await self._call(
+            "SetWorkStatus",
+            lpb.SetWorkStatusRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                work_status=proto_enum(lpb.WorkStatus, status),
+                request_id=request_id,
+                cause=self._cause(reason, run_id=run_id),
             ),
         )
+        return response
 
     async def request_cancellation(
         self, workspace_id: str, task_id: str, generation: int, run_id: str
     ) -> lpb.RequestCancellationResponse:
-        return cast(
-            lpb.RequestCancellationResponse,
-            await self._call(
-                "RequestCancellation",
-                lpb.RequestCancellationRequest(
-                    workspace_id=workspace_id,
-                    task_id=task_id,
-                    generation=generation,
-                    request_id=f"{run_id}:cancel-request",
-                    cause=self._cause("agent run closed as cancelled", run_id=run_id),
-                ),
+        response: lpb.RequestCancellationResponse = await self._call(
+            "RequestCancellation",
+            lpb.RequestCancellationRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=f"{run_id}:cancel-request",
+                cause=self._cause("agent run closed as cancelled", run_id=run_id),
             ),
         )
+        return response
 
     async def settle_cancellation(
         self,
@@ -230,19 +224,17 @@ class LifecycleClient:
     ) -> lpb.SettleCancellationResponse:
         """By default the cancellation a run closed as cancelled settles; a fenced
         generation's end names its own request id and reason."""
-        return cast(
-            lpb.SettleCancellationResponse,
-            await self._call(
-                "SettleCancellation",
-                lpb.SettleCancellationRequest(
-                    workspace_id=workspace_id,
-                    task_id=task_id,
-                    generation=generation,
-                    request_id=request_id or f"{run_id}:cancel-settle",
-                    cause=self._cause(reason, run_id=run_id, completion_id=completion_id),
-                ),
+        response: lpb.SettleCancellationResponse = await self._call(
+            "SettleCancellation",
+            lpb.SettleCancellationRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=request_id or f"{run_id}:cancel-settle",
+                cause=self._cause(reason, run_id=run_id, completion_id=completion_id),
             ),
         )
+        return response
 
     async def settle_completion(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, authoritative_at: int, run_id: str
@@ -265,49 +257,46 @@ class LifecycleClient:
     ) -> list[lpb.SettleCompletionResponse | Exception]:
         if len(items) == 1:
             try:
-                return [cast(lpb.SettleCompletionResponse, await self._call("SettleCompletion", items[0]))]
+                settled: lpb.SettleCompletionResponse = await self._call("SettleCompletion", items[0])
+                return [settled]
             except LifecycleRejected as exc:
                 return [exc]
         batch = lpb.SettleCompletionsRequest(workspace_id=items[0].workspace_id, items=items)
-        response = cast(lpb.SettleCompletionsResponse, await self._call("SettleCompletions", batch))
+        response: lpb.SettleCompletionsResponse = await self._call("SettleCompletions", batch)
         return [_item_answer(result) for result in response.results]
 
     async def settle_failure(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, run_id: str
     ) -> lpb.SettleFailureResponse:
-        return cast(
-            lpb.SettleFailureResponse,
-            await self._call(
-                "SettleFailure",
-                lpb.SettleFailureRequest(
-                    workspace_id=workspace_id,
-                    task_id=task_id,
-                    generation=generation,
-                    request_id=settle_request_id(completion_id),
-                    cause=self._cause("failure committed", completion_id=completion_id, run_id=run_id),
-                ),
+        response: lpb.SettleFailureResponse = await self._call(
+            "SettleFailure",
+            lpb.SettleFailureRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=settle_request_id(completion_id),
+                cause=self._cause("failure committed", completion_id=completion_id, run_id=run_id),
             ),
         )
+        return response
 
     async def resume_with_generation(
         self, workspace_id: str, task_id: str, generation: int, request_id: str, reason: str, on_behalf_of: Caller
     ) -> lpb.ResumeWithGenerationResponse:
         """A resume for this service's caller `on_behalf_of`, whom the lifecycle
         service records on the event (after judging that it may resume)."""
-        return cast(
-            lpb.ResumeWithGenerationResponse,
-            await self._call(
-                "ResumeWithGeneration",
-                lpb.ResumeWithGenerationRequest(
-                    workspace_id=workspace_id,
-                    task_id=task_id,
-                    generation=generation,
-                    request_id=request_id,
-                    cause=self._cause(reason),
-                    on_behalf_of=lpb.Caller(subject=on_behalf_of.subject, role=on_behalf_of.role),
-                ),
+        response: lpb.ResumeWithGenerationResponse = await self._call(
+            "ResumeWithGeneration",
+            lpb.ResumeWithGenerationRequest(
+                workspace_id=workspace_id,
+                task_id=task_id,
+                generation=generation,
+                request_id=request_id,
+                cause=self._cause(reason),
+                on_behalf_of=lpb.Caller(subject=on_behalf_of.subject, role=on_behalf_of.role),
             ),
         )
+        return response
 
 
 def settle_request_id(completion_id: str) -> str:
