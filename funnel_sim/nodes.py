@@ -16,6 +16,7 @@ next incarnation from the durable state, as a restarted process does."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Coroutine
@@ -167,9 +168,9 @@ class NodeStore:
         return None
 
 
-class Node:
+class Node(abc.ABC):
     """What the network and the faults see of a service: up or not, the tasks of
-    the current incarnation."""
+    the current incarnation. Each service's node builds its incarnation."""
 
     def __init__(self, name: str, catalogue: Any, domain: str, chaos: Chaos, record: Callable[..., None]) -> None:
         self.name = name
@@ -217,8 +218,9 @@ class Node:
         self.record("start", self.name, f"incarnation {self.incarnation}")
         self.build()
 
+    @abc.abstractmethod
     def build(self) -> None:
-        raise NotImplementedError
+        """Builds the next incarnation from the durable store."""
 
 
 async def _owned(coroutine: Awaitable[Any]) -> Any:
