@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from funnel.client.connection import Connection
+from funnel.client.errors import stream_until_answered
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel_cli.output import Progress
@@ -56,28 +57,30 @@ async def import_transcript(
     path: Path,
     progress_to: TextIO | None = None,
 ) -> tpb.ImportTranscriptResponse:
-    """Streams the file in chunks, so its size never matters to memory. A bar of
-    the bytes read so far on `progress_to` (standard error) when it is a terminal."""
-    with open(path, "rb") as source:
-        progress = Progress(f"importing {path.name}", Path(path).stat().st_size, progress_to)
+    """Streams the file in chunks, so its size never matters to memory, from its
+    start again if the client library lost a refusal. A bar of the bytes read so
+    far on `progress_to` (standard error) when it is a terminal."""
+    progress = Progress(f"importing {path.name}", Path(path).stat().st_size, progress_to)
 
-        async def requests() -> AsyncIterator[tpb.ImportTranscriptRequest]:
-            yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace_id, task_id=task_id))
-            while chunk := source.read(CHUNK_BYTES):
-                yield tpb.ImportTranscriptRequest(jsonl_chunk=chunk)
-                progress.update(source.tell())
+    async def send_file(stub: transcript_pb2_grpc.TranscriptServiceStub) -> tpb.ImportTranscriptResponse:
+        with open(path, "rb") as source:
 
-        try:
-            async with connection.channel(address) as channel:
-                stub = transcript_pb2_grpc.TranscriptServiceStub(  # type: ignore[no-untyped-call, unused-ignore]
-                    channel
-                )
-                response: tpb.ImportTranscriptResponse = await stub.ImportTranscript(
-                    requests(), timeout=TRANSFER_TIMEOUT
-                )
-        except BaseException:
-            progress.stop()
-            raise
+            async def requests() -> AsyncIterator[tpb.ImportTranscriptRequest]:
+                yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace_id, task_id=task_id))
+                while chunk := source.read(CHUNK_BYTES):
+                    yield tpb.ImportTranscriptRequest(jsonl_chunk=chunk)
+                    progress.update(source.tell())
+
+            response: tpb.ImportTranscriptResponse = await stub.ImportTranscript(requests(), timeout=TRANSFER_TIMEOUT)
+            return response
+
+    try:
+        async with connection.channel(address) as channel:
+            stub = transcript_pb2_grpc.TranscriptServiceStub(channel)  # type: ignore[no-untyped-call, unused-ignore]
+            response = await stream_until_answered(lambda: send_file(stub))
+    except BaseException:
+        progress.stop()
+        raise
     progress.finish()
     return response
 

@@ -55,6 +55,7 @@ from grpc_status import rpc_status
 import completion_service.imports
 from completion_service.errors import Reason as CompletionReason
 from completion_service.server import CompletionConfig
+from funnel.client.errors import stream_until_answered
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
@@ -1164,25 +1165,6 @@ def _error_infos(error: grpc.aio.AioRpcError) -> list:
     return found
 
 
-# What gRPC's Python client reports, in place of the server's status, when the
-# server ends a client stream while the client still writes (grpc/grpc#36066): a
-# rejection of an early message, whose answer the client library lost.
-LOST_BY_THE_CLIENT = "Internal error from Core"
-
-
-async def import_stream(method, messages: list) -> Any:
-    """An import's messages as one call, sent again while the client library loses
-    the server's answer (it can only have been a rejection: an import that is
-    accepted reads the stream to its end). A rejection changes nothing."""
-    for _ in range(10):
-        try:
-            return await method(iter(messages), timeout=CALL_TIMEOUT)
-        except grpc.aio.AioRpcError as error:
-            if (error.code(), error.details(), _error_infos(error)) != (Code.INTERNAL, LOST_BY_THE_CLIENT, []):
-                raise
-    return await method(iter(messages), timeout=CALL_TIMEOUT)
-
-
 async def send(world: World, call: Call, watch_wait: float = WATCH_WAIT) -> Answer:
     f = world.f
     stub = {"lc": f.lc, "cs": f.cs, "ts": world.ts}[call.service]
@@ -1202,7 +1184,9 @@ async def send(world: World, call: Call, watch_wait: float = WATCH_WAIT) -> Answ
             chunks = [chunk async for chunk in method(call.request, timeout=CALL_TIMEOUT)]
             return Answer(Code.OK, chunks)
         if call.rpc == "ImportTranscript":
-            return Answer(Code.OK, await import_stream(method, call.request))
+            return Answer(
+                Code.OK, await stream_until_answered(lambda: method(iter(call.request), timeout=CALL_TIMEOUT))
+            )
         return Answer(Code.OK, await method(call.request, timeout=CALL_TIMEOUT))
     except grpc.aio.AioRpcError as error:
         return Answer(error.code(), None, error.details() or "", _error_infos(error))

@@ -4,6 +4,7 @@ grammar, protobuf `SessionEvent`s for the wire, and small gRPC shortcuts."""
 from __future__ import annotations
 
 from completion_service.core.transcript import EventKind, SessionEvent, TurnEndReason
+from funnel.client.errors import stream_until_answered
 from funnel.completion.v1 import transcript_pb2 as tpb
 from tests.completion.e2e_support import CALL_TIMEOUT, WS
 
@@ -170,18 +171,12 @@ async def export_bytes(ts, task_id: str, *, workspace: str = WS) -> bytes:
 async def import_bytes(
     ts, task_id: str, data: bytes, *, workspace: str = WS, chunk: int = 7, timeout: float = CALL_TIMEOUT
 ):
-    """Streams `data` in deliberately odd-sized chunks, so that lines straddle messages.
-    Stops sending once the server has answered (a rejection of a bad line comes
-    early): grpc-aio turns a write that fails after the server's status into
-    INTERNAL "Internal error from Core", hiding that status (grpc/grpc#36066)."""
-    call = None
+    """Streams `data` in deliberately odd-sized chunks, so that lines straddle messages,
+    again while grpc-aio loses a refusal of an early message (grpc/grpc#36066)."""
 
     async def requests():
         yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace, task_id=task_id))
         for start in range(0, len(data), chunk):
-            if call is not None and call.done():
-                return
             yield tpb.ImportTranscriptRequest(jsonl_chunk=data[start : start + chunk])
 
-    call = ts.ImportTranscript(requests(), timeout=timeout)
-    return await call
+    return await stream_until_answered(lambda: ts.ImportTranscript(requests(), timeout=timeout))
