@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from funnel.client.connection import Connection
-from funnel.client.errors import stream_until_answered
+from funnel.client.retry import stream_until_answered
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel_cli.output import Progress

@@ -4,21 +4,11 @@ metadata), so that a host matches `reason` by name instead of parsing text."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from collections.abc import Mapping
 
 import grpc
 
 from funnel.runtime.grpc_errors import error_info, field_violations, retry_delay
-
-T = TypeVar("T")
-
-# What gRPC's Python client reports in place of the server's status when the
-# server ends a client stream while the client still writes (grpc/grpc#36066).
-_LOST_BY_THE_CLIENT = "Internal error from Core"
-# A lost answer comes from a race with the server's early reply, which a loaded
-# machine loses several times in a row; ten in a row say something else is wrong.
-_STREAM_ATTEMPTS = 10
 
 
 class FunnelError(Exception):
@@ -66,28 +56,3 @@ class FunnelError(Exception):
             violations=tuple(field_violations(error)),
             retry_after=retry_delay(error),
         )
-
-
-def answer_lost_by_the_client(error: grpc.aio.AioRpcError) -> bool:
-    """Whether a client-streaming call failed only because grpc-aio lost the
-    server's answer: a status that came while the client still wrote."""
-    return (
-        error.code() == grpc.StatusCode.INTERNAL
-        and error.details() == _LOST_BY_THE_CLIENT
-        and error_info(error) is None
-    )
-
-
-async def stream_until_answered(call: Callable[[], Awaitable[T]]) -> T:
-    """Makes a client-streaming call again, from the start of its stream, while
-    the client library loses the server's answer. That answer can only have been
-    a refusal of an early message (a call that is accepted reads its stream to
-    the end), and a refusal changed nothing, so sending again is safe and shows
-    the refusal's own code and reason instead of INTERNAL."""
-    for _ in range(_STREAM_ATTEMPTS - 1):
-        try:
-            return await call()
-        except grpc.aio.AioRpcError as error:
-            if not answer_lost_by_the_client(error):
-                raise
-    return await call()

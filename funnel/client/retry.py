@@ -7,7 +7,9 @@ answers from its memory if the first one did commit after all) and
 `RESOURCE_EXHAUSTED` with a `google.rpc.RetryInfo` (`RATE_LIMITED`), after the
 delay it names. Everything else is the caller's to decide (docs/specification.md:
 `ABORTED` re-read, `FAILED_PRECONDITION` do not retry), unless its policy names
-the code too (`funnel mcp` also resends after `DEADLINE_EXCEEDED`)."""
+the code too (`funnel mcp` also resends after `DEADLINE_EXCEEDED`). A client
+stream is sent again whenever grpc-aio lost the server's answer to it
+(`stream_until_answered`)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,16 @@ from typing import TypeVar
 import grpc
 
 from funnel.client.errors import FunnelError
+from funnel.runtime.grpc_errors import error_info
 
 T = TypeVar("T")
+
+# What gRPC's Python client reports in place of the server's status when the
+# server ends a client stream while the client still writes (grpc/grpc#36066).
+_LOST_BY_THE_CLIENT = "Internal error from Core"
+# A lost answer comes from a race with the server's early reply, which a loaded
+# machine loses several times in a row; ten in a row say something else is wrong.
+_STREAM_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -98,3 +108,28 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy) ->
             if wait is None:
                 raise error from failed
         await asyncio.sleep(wait)
+
+
+def answer_lost_by_the_client(error: grpc.aio.AioRpcError) -> bool:
+    """Whether a client-streaming call failed only because grpc-aio lost the
+    server's answer: a status that came while the client still wrote."""
+    return (
+        error.code() == grpc.StatusCode.INTERNAL
+        and error.details() == _LOST_BY_THE_CLIENT
+        and error_info(error) is None
+    )
+
+
+async def stream_until_answered(call: Callable[[], Awaitable[T]]) -> T:
+    """Makes a client-streaming call again, from the start of its stream, while
+    the client library loses the server's answer. That answer can only have been
+    a refusal of an early message (a call that is accepted reads its stream to
+    the end), and a refusal changed nothing, so sending again is safe and shows
+    the refusal's own code and reason instead of INTERNAL."""
+    for _ in range(_STREAM_ATTEMPTS - 1):
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as error:
+            if not answer_lost_by_the_client(error):
+                raise
+    return await call()

@@ -4,7 +4,7 @@ the server's answer (grpc/grpc#36066), never for an answer the server gave."""
 import grpc
 import pytest
 
-from funnel.client.errors import answer_lost_by_the_client, stream_until_answered
+from funnel.client.retry import answer_lost_by_the_client, stream_until_answered
 
 Code = grpc.StatusCode
 LOST = grpc.aio.AioRpcError(Code.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), "Internal error from Core")

@@ -55,7 +55,7 @@ from grpc_status import rpc_status
 import completion_service.imports
 from completion_service.errors import Reason as CompletionReason
 from completion_service.server import CompletionConfig
-from funnel.client.errors import stream_until_answered
+from funnel.client.retry import stream_until_answered
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc

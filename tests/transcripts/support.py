@@ -4,7 +4,7 @@ grammar, protobuf `SessionEvent`s for the wire, and small gRPC shortcuts."""
 from __future__ import annotations
 
 from completion_service.core.transcript import EventKind, SessionEvent, TurnEndReason
-from funnel.client.errors import stream_until_answered
+from funnel.client.retry import stream_until_answered
 from funnel.completion.v1 import transcript_pb2 as tpb
 from tests.completion.e2e_support import CALL_TIMEOUT, WS
 
