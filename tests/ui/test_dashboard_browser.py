@@ -25,6 +25,7 @@ from tests.ui.support import Dashboard, change_at_rate, register_many, wait_unti
 CHROMIUM = "/usr/bin/chromium"
 WS = "demo"  # its policy requires test evidence: the story has a blocked attempt
 LIVE = 10_000  # ms a live update may take
+SETTLED = 60.0  # s the outbox may take to settle once the lifecycle service is back
 BULK = 10_000  # tasks in workspace `bulk`
 OTHER = "elsewhere"  # a workspace the demo-only action token grants nothing in
 KIDS = "kids"  # its policy leaves open children to the lifecycle service: a completion can be rejected
@@ -284,6 +285,7 @@ def test_the_attention_page_shows_a_pending_settlement_while_the_lifecycle_servi
         expect(row).to_contain_text("call(s) unanswered")
     finally:
         services.restart_lifecycle()
+    wait_until(lambda: settled(driver, "att-held-1"), SETTLED, "the settlement at the lifecycle service")
     expect(attention_rows(page, "pending", "att-held-1")).to_have_count(0, timeout=LIVE)
     assert page.evaluate("window.notReloaded") is True
 
@@ -351,6 +353,7 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
     finally:
         services.restart_lifecycle()
 
+    wait_until(lambda: settled(driver, "held-1"), SETTLED, "the settlement at the lifecycle service")
     expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
     expect(badge(page)).to_have_text("completed")
     expect(page.locator("#completions .settlement")).to_contain_text("settled at lifecycle revision")
@@ -367,6 +370,22 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
     assert page.evaluate("window.notReloaded") is True
     assert timeline_sequences(page) == driver.lifecycle_sequences(WS, "held-1")
     assert attempt_sequences(page) == driver.completion_sequences(WS, "held-1")
+
+
+def settled(driver, task_id: str) -> bool:
+    """Whether the lifecycle service has settled the task's completion. After it
+    restarted, the outbox sends a settlement refused meanwhile again only after the
+    settler's backoff (up to 10 s a try), longer than LIVE on a loaded machine: a
+    test of how fast the page follows starts its clock here, once the event exists."""
+    try:
+        task = driver.lifecycle.GetTask(
+            lpb.GetTaskRequest(workspace_id=WS, task_id=task_id), metadata=driver.metadata, timeout=10
+        ).task
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.UNAVAILABLE:  # not listening yet
+            raise
+        return False
+    return task.outcome == lpb.TERMINAL_OUTCOME_COMPLETED
 
 
 def answered(call) -> bool:
@@ -399,6 +418,7 @@ def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard,
     services.restart_lifecycle()
     driver.evidence(WS, claim)
     wait_until(lambda: answered(lambda: driver.attempt(WS, claim)), LIVE / 1000, "the attempt answered")
+    wait_until(lambda: settled(driver, "reconnect-1"), SETTLED, "the settlement at the lifecycle service")
     expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
     expect(badge(page)).to_have_text("completed")
     wait_until(
