@@ -163,10 +163,15 @@ async def start(
             store = postgres
             undo.push_async_callback(postgres.close)
             tailer = Tailer(
-                postgres.events_since, _sequence_of, _one_by_one(publisher(broker)), await postgres.latest_sequence()
+                postgres.events_since,
+                _sequence_of,
+                _one_by_one(publisher(broker)),
+                await postgres.latest_sequence(),
+                announce=postgres.announce,
             )
             background.add("event-tail", lambda: tailer.run(postgres.notifications()))
-            publish = lambda events: tailer.poke()  # noqa: E731
+            background.add("event-announce", postgres.announce_forever)
+            publish = lambda events: tailer.poke() if events else None  # noqa: E731
         else:
             sqlite = await SqliteCompletionStore.open(config.database, commits=metrics.commit)
             store = sqlite

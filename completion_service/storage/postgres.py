@@ -15,21 +15,28 @@ mapping (through `SqliteStyle`) with only the engine hooks overridden:
   lock: two replicas claiming one task at once give one lease, two attempts of
   one generation are judged one after the other (the duplicate policy and the
   circuit breaker's count of attempts hold across replicas). Locks are always
-  taken in one order (request id, task, run row, number counters), so writers
-  do not deadlock.
+  taken in one order (request id, task, run row), so writers do not deadlock.
 - A request id is held by a transaction advisory lock from its recall to the
   commit: the same id sent to two replicas at once is applied once, and the second
   transaction replays the first's remembered response.
-- Completion event sequences and audit ids come from one counter row each, taken
-  in the writing transaction: its row lock orders the writers, so numbers become
-  visible in commit order without gaps, and a reader by cursor never skips a row
-  committed late. Each committed event NOTIFYs `funnel_completion_events`; every
-  replica's `funnel.runtime.tail.Tailer` reads the table after it.
+- Completion event sequences and audit ids are numbered from the writing
+  transaction's id (`funnel.runtime.postgres.OWN_POSITION`), so writers share no
+  counter and never wait for one another's commit; a read by cursor across tasks
+  returns only numbers below the horizon (`HORIZON`), which no running
+  transaction can take, so it never skips a row committed late. A task's events
+  are numbered under its lock, each above the task's last, so one task's events
+  are in its commit order and a task's own listing needs no horizon. After a
+  commit with events the store NOTIFYs `funnel_completion_events`
+  (`announce`); every replica's `funnel.runtime.tail.Tailer` reads the table
+  after it.
 - The settlement outbox is claimed with `FOR UPDATE SKIP LOCKED` and a lease
   (claimed_by, claimed_until): replicas never settle the same row at once, and a
   row of a replica that stopped is taken over when its lease ends. The stall
   sweeper claims runs with `FOR UPDATE SKIP LOCKED` and closes them in the same
-  transaction, so the row lock is its claim and each run is closed once.
+  transaction, so the row lock is its claim and each run is closed once; it
+  closes only the runs whose task lock it gets at once (the others' tasks are
+  being written, and the next sweep takes them), so it never waits on a task
+  lock while holding a run row, the reverse of every other writer's order.
 - Streamed imports are staged under an id qualified with this store's id, so a
   replica discards only its own staging (and debris older than a day).
 - Caller free text is stored as UTF-8 BYTEA: TEXT cannot hold U+0000.
@@ -41,6 +48,7 @@ so a fault point is reached at most once per write, as on SQLite."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
@@ -67,8 +75,9 @@ from completion_service.storage.port import (
 )
 from completion_service.storage.sqlite import COMPLETION_COLUMNS, EVENT_COLUMNS, RolledBack, SqliteCompletionTx
 from funnel.runtime.errors import Rejection
-from funnel.runtime.postgres import SCHEMA_BYTES, PostgresDatabase, SqliteStyle
+from funnel.runtime.postgres import HORIZON, OWN_POSITION, SCHEMA_BYTES, PostgresDatabase, SqliteStyle
 from funnel.runtime.sqlite import CommitObserver, migrations_in
+from funnel.runtime.tail import TailRead
 
 T = TypeVar("T")
 MIGRATIONS_PACKAGE = "completion_service.storage.migrations_postgresql"
@@ -80,11 +89,14 @@ EVENTS_CHANNEL = "funnel_completion_events"
 # lock), nor with the lifecycle service's ("lic") when both share a database.
 TASK_LOCKS = 0x636D74  # "cmt"
 REQUEST_ID_LOCKS = 0x636D72  # "cmr"
+# The number of a task's next event (see PostgresCompletionTx._number), computed
+# in its INSERT: no round trip of its own.
+_EVENT_NUMBER = (
+    f"(SELECT greatest({OWN_POSITION} + ?, coalesce(max(sequence), 0) + 1) FROM completion_events"
+    " WHERE workspace_id = ? AND task_id = ?)"
+)
 # Staged imports whose last batch is older than this are a vanished replica's debris.
 STALE_IMPORT = "1 day"
-
-# The counter row of each log read by cursor (see _next_number).
-_COUNTERS = {"completion_events": "completion_event_sequence", "audit_log": "audit_sequence"}
 
 
 class PostgresCompletionStore:
@@ -92,6 +104,7 @@ class PostgresCompletionStore:
         self._database = database
         # Qualifies this store's staged imports (see PostgresCompletionTx.stage_import).
         self.instance = uuid.uuid4().hex
+        self._announced = asyncio.Event()
 
     @classmethod
     async def open(
@@ -135,11 +148,20 @@ class PostgresCompletionStore:
         """The sequence of the last committed completion event (0 before the first)."""
         return await self._database.last_sequence("completion_events")
 
-    async def events_since(self, after_sequence: int, limit: int) -> list[CompletionEvent]:
-        """Committed completion events of every workspace after `after_sequence`, by sequence."""
+    async def events_since(self, after_sequence: int, limit: int) -> TailRead[CompletionEvent]:
+        """Committed completion events of every workspace after `after_sequence`
+        and below the horizon, by sequence."""
         return await self._database.read(
             lambda conn: PostgresCompletionTx(conn, writable=False).all_events_after(after_sequence, limit)
         )
+
+    def announce(self) -> None:
+        """Events committed here: the other replicas' tails are told (announce_forever)."""
+        self._announced.set()
+
+    async def announce_forever(self) -> None:
+        """NOTIFYs the other replicas after commits with events, until cancelled."""
+        await self._database.notify_forever(EVENTS_CHANNEL, self._announced)
 
     def notifications(self, poll: float = 1.0) -> AsyncIterator[None]:
         """Wake-ups after completion events committed by any replica (and every `poll` seconds)."""
@@ -154,6 +176,7 @@ class PostgresCompletionTx(SqliteCompletionTx):
         self._writable = writable
         self._instance = instance
         self._locked_tasks: set[tuple[str, str]] = set()
+        self._ordinal = 0  # rows this transaction has numbered
 
     # -- the engine hooks of the row mapping --------------------------------------
 
@@ -167,12 +190,21 @@ class PostgresCompletionTx(SqliteCompletionTx):
         (size,) = self._db.execute(SCHEMA_BYTES).fetchone()
         return int(size)
 
-    def _next_number(self, counter: str) -> int | None:
-        # The counter row stays locked until this transaction ends: the next writer
-        # takes the next number only after this one has committed (or rolled back,
-        # giving the number back).
-        row = self._db.execute(f"UPDATE {_COUNTERS[counter]} SET value = value + 1 RETURNING value").fetchone()
-        return int(row[0])
+    def _number(self, log: str, workspace_id: str, task_id: str) -> tuple[str, tuple[object, ...]]:
+        # The transaction's own position plus an ordinal (funnel.runtime.postgres);
+        # an event also above the task's last, read under the task's lock: a writer
+        # that got its id before waiting for that lock still numbers after the
+        # holder's events. (A number taken meanwhile by another transaction is a
+        # unique violation, and the unit runs again with a new id.)
+        ordinal = self._ordinal
+        self._ordinal += 1
+        if log != "completion_events":
+            return f"{OWN_POSITION} + ?", (ordinal,)
+        self._lock_task(workspace_id, task_id)
+        return _EVENT_NUMBER, (ordinal, workspace_id, task_id)
+
+    def _deliverable(self, column: str) -> str:
+        return f" AND {column} < {HORIZON}"
 
     def _put_text(self, text: str | None) -> object:
         return None if text is None else text.encode("utf-8")
@@ -191,6 +223,26 @@ class PostgresCompletionTx(SqliteCompletionTx):
             return
         self._db.execute("SELECT pg_advisory_xact_lock(?, ?)", (TASK_LOCKS, _lock_key(workspace_id, task_id)))
         self._locked_tasks.add((workspace_id, task_id))
+
+    def _try_lock_task(self, workspace_id: str, task_id: str) -> bool:
+        """Takes the task's lock if no other transaction holds it; never waits."""
+        if (workspace_id, task_id) not in self._locked_tasks:
+            (taken,) = self._db.execute(
+                "SELECT pg_try_advisory_xact_lock(?, ?)", (TASK_LOCKS, _lock_key(workspace_id, task_id))
+            ).fetchone()
+            if not taken:
+                return False
+            self._locked_tasks.add((workspace_id, task_id))
+        return True
+
+    def claim_stalled_runs(self, expired_before: int, limit: int) -> list[RunRecord]:
+        # The run rows come locked; of those, the runs whose task another writer
+        # holds are left to the next sweep (see the module docstring).
+        return [
+            run
+            for run in super().claim_stalled_runs(expired_before, limit)
+            if self._try_lock_task(run.workspace_id, run.task_id)
+        ]
 
     def load_run(self, workspace_id: str, run_id: str) -> RunRecord | None:
         if self._writable:
@@ -264,13 +316,15 @@ class PostgresCompletionTx(SqliteCompletionTx):
 
     # -- events ---------------------------------------------------------------------
 
-    def all_events_after(self, after_sequence: int, limit: int) -> list[CompletionEvent]:
-        """Every workspace's completion events after `after_sequence`, by sequence (for the tail)."""
+    def all_events_after(self, after_sequence: int, limit: int) -> TailRead[CompletionEvent]:
+        """Every workspace's completion events after `after_sequence` and below the
+        horizon, by sequence (for the tail), and whether any beyond wait for it."""
         rows = self._db.execute(
-            f"SELECT {EVENT_COLUMNS} FROM completion_events WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            f"SELECT {EVENT_COLUMNS}, {HORIZON} FROM completion_events WHERE sequence > ? ORDER BY sequence LIMIT ?",
             (after_sequence, limit),
-        )
-        return [self._event(r) for r in rows]
+        ).fetchall()
+        deliverable = [self._event(r[:-1]) for r in rows if r[0] < r[-1]]
+        return TailRead(deliverable, held_back=len(deliverable) < len(rows))
 
     # -- staged imports: each store's own ------------------------------------------------
 

@@ -7,8 +7,9 @@ The SQL keeps to what PostgreSQL also understands (`INSERT … ON CONFLICT`,
 can run the same row mapping over a psycopg connection in
 `funnel.runtime.postgres.SqliteStyle`, overriding only the hooks where the engines
 differ: row locks (`_locking`), claims that skip rows others hold (`_skip_locked`),
-where event and audit numbers come from (`_next_number`), and how caller free text
-is kept (`_put_text`, `_get_text`)."""
+where event and audit numbers come from (`_number`) and which of them a
+reader by cursor may see yet (`_deliverable`), and how caller free text is kept
+(`_put_text`, `_get_text`)."""
 
 from __future__ import annotations
 
@@ -150,10 +151,19 @@ class SqliteCompletionTx:
         another transaction holds; none here: one writer at a time."""
         return ""
 
-    def _next_number(self, counter: str) -> int | None:
-        """The number of the next row of an append-only log read by cursor
-        (`completion_events`, `audit_log`); None: the INTEGER PRIMARY KEY assigns it."""
-        return None
+    def _number(self, log: str, workspace_id: str, task_id: str) -> tuple[str, tuple[object, ...]]:
+        """The SQL value (and its parameters) that numbers the next row of an
+        append-only log read by cursor (`completion_events`, `audit_log`) about a
+        task, inside its INSERT; here NULL, which the INTEGER PRIMARY KEY replaces
+        (the writer holds the database's write lock to its commit, so numbers are
+        given in commit order, without gaps)."""
+        return "?", (None,)
+
+    def _deliverable(self, column: str) -> str:
+        """The condition (` AND …`) a read by cursor adds so that it returns no
+        row a later commit could still number below; none here: numbers are
+        given in commit order."""
+        return ""
 
     def _put_text(self, text: str | None) -> object:
         """Free text a caller sent (notes, errors, results, details, transcript
@@ -468,10 +478,12 @@ class SqliteCompletionTx:
 
     def append_event(self, event: CompletionEvent) -> CompletionEvent:
         e = event
+        number, numbering = self._number("completion_events", e.workspace_id, e.task_id)
         row = self._db.execute(
-            f"INSERT INTO completion_events ({EVENT_COLUMNS}) VALUES ({', '.join('?' * 16)}) RETURNING sequence",
+            f"INSERT INTO completion_events ({EVENT_COLUMNS}) VALUES ({number}, {', '.join('?' * 15)}) "
+            "RETURNING sequence",
             (
-                self._next_number("completion_events"),
+                *numbering,
                 e.workspace_id,
                 e.task_id,
                 e.generation,
@@ -495,6 +507,8 @@ class SqliteCompletionTx:
         self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
     ) -> list[CompletionEvent]:
         if task_id:
+            # Nothing to hold back: a task's events are numbered under its lock, each
+            # above the task's last (see _number), so in its commit order.
             sql = (
                 f"SELECT {EVENT_COLUMNS} FROM completion_events "
                 "WHERE workspace_id = ? AND task_id = ? AND sequence > ? ORDER BY sequence LIMIT ?"
@@ -502,17 +516,18 @@ class SqliteCompletionTx:
             params: tuple[object, ...] = (workspace_id, task_id, after_sequence, limit)
         else:
             sql = (
-                f"SELECT {EVENT_COLUMNS} FROM completion_events WHERE workspace_id = ? AND sequence > ? "
-                "ORDER BY sequence LIMIT ?"
+                f"SELECT {EVENT_COLUMNS} FROM completion_events WHERE workspace_id = ? AND sequence > ?"
+                f"{self._deliverable('sequence')} ORDER BY sequence LIMIT ?"
             )
             params = (workspace_id, after_sequence, limit)
         return [self._event(r) for r in self._db.execute(sql, params)]
 
     def insert_audit(self, entry: AuditEntry) -> None:
+        number, numbering = self._number("audit_log", entry.workspace_id, entry.task_id)
         self._db.execute(
-            f"INSERT INTO audit_log ({_AUDIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO audit_log ({_AUDIT_COLUMNS}) VALUES ({number}, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                self._next_number("audit_log"),
+                *numbering,
                 entry.workspace_id,
                 entry.action,
                 entry.run_id,
@@ -527,7 +542,10 @@ class SqliteCompletionTx:
     def load_audit(
         self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
     ) -> list[AuditEntry]:
-        sql = f"SELECT {_AUDIT_COLUMNS} FROM audit_log WHERE workspace_id = ? AND audit_id > ?"
+        sql = (
+            f"SELECT {_AUDIT_COLUMNS} FROM audit_log WHERE workspace_id = ? AND audit_id > ?"
+            f"{self._deliverable('audit_id')}"
+        )
         params: list[object] = [workspace_id, after_id]
         if task_id:
             sql += " AND task_id = ?"

@@ -54,6 +54,24 @@ RETRYABLE = (
     psycopg.errors.ExclusionViolation,
 )
 POOL_TIMEOUT = 10.0
+# A transaction left open by a process that hangs (not one that dies: the server
+# ends those at once) would hold every watcher's horizon back (see HORIZON); no
+# unit of work of this package pauses inside a transaction, so this much idle
+# time means its process is stuck, and the server ends the transaction.
+IDLE_IN_TRANSACTION = "30s"
+
+# Numbers of the logs read by cursor (event and audit tables): see
+# docs/architecture.md, "Numbers on PostgreSQL". A transaction numbers its rows
+# from its own transaction id shifted left by POSITION_BITS, plus an ordinal, so
+# writers share no row and none waits for another's commit. Every transaction
+# still running has an id at least the oldest one a snapshot sees running
+# (pg_snapshot_xmin), and no row is numbered below its writer's own position, so
+# every number below HORIZON is final: a reader by cursor delivers only those,
+# and a late commit is never skipped. The numbers skip values (and a rolled-back
+# transaction leaves a hole); they increase, which is all a cursor needs.
+POSITION_BITS = 16
+OWN_POSITION = f"(pg_current_xact_id()::text::bigint << {POSITION_BITS})"
+HORIZON = f"(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << {POSITION_BITS})"
 
 
 def is_postgres_url(database: str) -> bool:
@@ -95,7 +113,10 @@ class PostgresDatabase:
             url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "options": f"-c search_path={schema}"},
+            kwargs={
+                "autocommit": True,
+                "options": f"-c search_path={schema} -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION}",
+            },
             open=False,
             name=schema,
             check=ConnectionPool.check_connection,
@@ -172,9 +193,8 @@ class PostgresDatabase:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             started = time.perf_counter()
             try:
-                with self._pool.connection(timeout=POOL_TIMEOUT) as conn, conn.transaction():
-                    conn.execute(f"SET LOCAL lock_timeout = {int(wait_ms)}")
-                    value = fn(conn)
+                with self._pool.connection(timeout=POOL_TIMEOUT) as conn:
+                    value = in_transaction(conn, f"BEGIN; SET LOCAL lock_timeout = {int(wait_ms)}", fn)
                 if self._commits is not None:
                     self._commits(time.perf_counter() - started, 1)
                 return value
@@ -194,24 +214,17 @@ class PostgresDatabase:
 
         def run() -> T:
             try:
-                with self._pool.connection(timeout=POOL_TIMEOUT) as conn, conn.transaction():
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    return fn(conn)
+                with self._pool.connection(timeout=POOL_TIMEOUT) as conn:
+                    return in_transaction(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", fn)
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 raise StorageUnavailable(str(exc)) from exc
 
         return await self._in_thread(run)
 
     async def last_sequence(self, table: str) -> int:
-        """The largest `sequence` of an event table (0 while it is empty): where a
-        replica's tail (funnel.runtime.tail) starts."""
-
-        def last(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute(f"SELECT coalesce(max(sequence), 0) FROM {table}").fetchone()
-            assert row is not None, "an aggregate returns a row"
-            return int(row[0])
-
-        return await self.read(last)
+        """The largest deliverable `sequence` of an event table (below HORIZON; 0
+        while there is none): where a replica's tail (funnel.runtime.tail) starts."""
+        return await self.read(lambda conn: last_deliverable(conn, table))
 
     async def check_writable(self) -> None:
         def probe() -> None:
@@ -225,6 +238,34 @@ class PostgresDatabase:
                 raise StorageUnavailable(str(exc)) from exc
 
         await self._in_thread(probe)
+
+    async def notify_forever(self, channel: str, wanted: asyncio.Event) -> None:
+        """Sends NOTIFY on `channel` after each time `wanted` is set, from one
+        connection of its own, until cancelled: what tells the other replicas'
+        tails that this one committed events. A NOTIFY inside the writing
+        transaction would take the database's notification lock at its commit
+        and hold it through the commit's flush, so that every notifying writer of
+        both services committed one after another; here each NOTIFY is its own
+        short transaction, and the commits made while one is sent share the next."""
+        while True:
+            await wanted.wait()
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            except psycopg.OperationalError as exc:
+                log.warning("NOTIFY %s: cannot connect (%s); the other replicas poll", channel, exc)
+                await asyncio.sleep(1.0)
+                continue
+            try:
+                while True:
+                    await wanted.wait()
+                    wanted.clear()
+                    await conn.execute(f'NOTIFY "{channel}"')
+            except psycopg.OperationalError as exc:
+                log.warning("NOTIFY %s lost its connection (%s); reconnecting", channel, exc)
+                wanted.set()  # what was wanted is not known to be sent
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close()
 
     async def notifications(self, channel: str, poll: float = 1.0) -> AsyncIterator[None]:
         """Yields once per wake-up: after each NOTIFY on `channel` (sent by any
@@ -255,6 +296,29 @@ class PostgresDatabase:
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._pool.close)
         self._executor.shutdown(wait=True)
+
+
+def in_transaction(conn: psycopg.Connection[Any], begin: str, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    """fn in a transaction that `begin` (statements without parameters) opens:
+    its settings travel with the BEGIN, one round trip instead of one each, and
+    COMMIT is the last. On any failure the transaction is rolled back (a broken
+    connection is the pool's to discard)."""
+    conn.execute(begin.encode())
+    try:
+        value = fn(conn)
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(b"ROLLBACK")
+        raise
+    conn.execute(b"COMMIT")
+    return value
+
+
+def last_deliverable(conn: Any, table: str) -> int:
+    """The largest `sequence` of an event table below HORIZON (0: none yet)."""
+    row = conn.execute(f"SELECT coalesce(max(sequence), 0) FROM {table} WHERE sequence < {HORIZON}").fetchone()
+    assert row is not None, "an aggregate returns a row"
+    return int(row[0])
 
 
 # What the tables of the connection's schema (the service's own) take, with their

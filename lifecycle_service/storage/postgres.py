@@ -9,10 +9,14 @@ connection; a transaction that loses a race runs again), in the schema
   its parent `FOR SHARE`, and `update_task` replaces only the loaded revision. Two
   registers of one task race on the primary key; the loser is rerun by the engine
   and finds the task (TASK_ALREADY_EXISTS).
-- Event sequences come from one counter row taken in the writing transaction
-  (`UPDATE … RETURNING`): its row lock orders the writers, so sequences become
-  visible in commit order and without gaps, and a reader by cursor never skips an
-  event committed late. Each committed event NOTIFYs `funnel_lifecycle_events`.
+- Event sequences are numbered from the writing transaction's id
+  (`funnel.runtime.postgres.OWN_POSITION`), so writers share no counter and never
+  wait for one another's commit; a read by cursor across tasks returns only
+  numbers below the horizon (`HORIZON`), which no running transaction can take,
+  so it never skips an event committed late. An event is numbered under its
+  task's row lock, above the task's last, so a task's history is in its commit
+  order. After a commit with events the store NOTIFYs `funnel_lifecycle_events`
+  (`announce`) for the other replicas' tails.
 - A request id is held by a transaction-scoped advisory lock from its recall to
   the commit: the same id sent to two replicas at once is applied once, and the
   second transaction replays the first's remembered response.
@@ -23,15 +27,18 @@ connection; a transaction that loses a race runs again), in the schema
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 
-from funnel.runtime.postgres import SCHEMA_BYTES, PostgresDatabase, SqliteStyle
+from funnel.auth.principal import Caller
+from funnel.runtime.postgres import HORIZON, OWN_POSITION, SCHEMA_BYTES, PostgresDatabase, SqliteStyle, last_deliverable
 from funnel.runtime.sqlite import CommitObserver, migrations_in
+from funnel.runtime.tail import TailRead
 from lifecycle_service.core.model import LifecycleEvent, TaskRecord
 from lifecycle_service.storage.port import LifecycleReadTx, LifecycleStore, LifecycleTx, PendingPropagation
 from lifecycle_service.storage.sqlite import (
@@ -55,12 +62,21 @@ EVENTS_CHANNEL = "funnel_lifecycle_events"
 # the engine's migration lock.
 REQUEST_ID_LOCKS = 0x6C6963  # "lic"
 
-_INSERT_EVENT = f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ({', '.join(['?'] * 22)})"
+# The number (see PostgresLifecycleTx.append_event) is computed in the INSERT: one round trip.
+_INSERT_EVENT = (
+    f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ("
+    f"(SELECT greatest({OWN_POSITION} + ?, coalesce(max(sequence), 0) + 1) FROM lifecycle_events"
+    f" WHERE workspace_id = ? AND task_id = ?), {', '.join(['?'] * 21)}) RETURNING sequence"
+)
 
 
 class PostgresLifecycleStore:
     def __init__(self, database: PostgresDatabase) -> None:
         self._database = database
+        self._announced = asyncio.Event()
+        # Callers' numbers (the callers table), each known committed: a number never
+        # changes once made, so an event of a known caller needs no lookup.
+        self._callers: dict[Caller, int] = {}
 
     @classmethod
     async def open(
@@ -74,7 +90,15 @@ class PostgresLifecycleStore:
         return cls(database)
 
     async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        return await self._database.write(lambda conn: fn(PostgresLifecycleTx(conn, writable=True)), after_commit)
+        runs: list[PostgresLifecycleTx] = []
+
+        def run(conn: psycopg.Connection[Any]) -> T:
+            runs.append(PostgresLifecycleTx(conn, writable=True, callers=self._callers))
+            return fn(runs[-1])
+
+        value = await self._database.write(run, after_commit)
+        self._callers.update(runs[-1].callers_seen)  # the run that committed
+        return value
 
     async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
         return await self._database.read(lambda conn: fn(PostgresLifecycleTx(conn, writable=False)))
@@ -91,11 +115,19 @@ class PostgresLifecycleStore:
         """The sequence of the last committed event (0 before the first)."""
         return await self._database.last_sequence("lifecycle_events")
 
-    async def events_since(self, after_sequence: int, limit: int) -> list[LifecycleEvent]:
-        """Committed events of every workspace after `after_sequence`, by sequence."""
+    async def events_since(self, after_sequence: int, limit: int) -> TailRead[LifecycleEvent]:
+        """Committed events of every workspace after `after_sequence` and below the horizon, by sequence."""
         return await self._database.read(
             lambda conn: PostgresLifecycleTx(conn, writable=False).all_events_after(after_sequence, limit)
         )
+
+    def announce(self) -> None:
+        """Events committed here: the other replicas' tails are told (announce_forever)."""
+        self._announced.set()
+
+    async def announce_forever(self) -> None:
+        """NOTIFYs the other replicas after commits with events, until cancelled."""
+        await self._database.notify_forever(EVENTS_CHANNEL, self._announced)
 
     def notifications(self, poll: float = 1.0) -> AsyncIterator[None]:
         """Wake-ups after events committed by any replica (and every `poll` seconds)."""
@@ -107,9 +139,15 @@ class PostgresLifecycleTx(SqliteLifecycleTx):
 
     _TASKS_BY_PARENT = "tasks"
 
-    def __init__(self, conn: psycopg.Connection[Any], *, writable: bool) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], *, writable: bool, callers: Mapping[Caller, int] | None = None
+    ) -> None:
         super().__init__(SqliteStyle(conn))
         self._writable = writable
+        self._ordinal = 0  # events this transaction has numbered
+        self._known_callers = callers or {}
+        # The callers' numbers this transaction used: known committed once it is.
+        self.callers_seen: dict[Caller, int] = {}
 
     # -- row locks -------------------------------------------------------------
 
@@ -126,14 +164,30 @@ class PostgresLifecycleTx(SqliteLifecycleTx):
     # -- events ------------------------------------------------------------------
 
     def append_event(self, event: LifecycleEvent) -> LifecycleEvent:
-        # The counter row stays locked until this transaction ends: the next writer
-        # takes the next number only after this one has committed (or rolled back,
-        # giving the number back).
+        # The transaction's own position plus an ordinal (funnel.runtime.postgres),
+        # and above the task's last event: the task's row is locked FOR UPDATE (or
+        # inserted) by this transaction, so a writer that got its id before waiting
+        # for that lock still numbers after the holder's events. (A number taken
+        # meanwhile by another transaction is a unique violation, and the unit runs
+        # again with a new id.)
+        values = self._event_values(event)
         (sequence,) = self._db.execute(
-            "UPDATE lifecycle_event_sequence SET value = value + 1 RETURNING value"
+            _INSERT_EVENT, (self._ordinal, event.workspace_id, event.task_id, *values)
         ).fetchone()
-        self._db.execute(_INSERT_EVENT, (sequence, *self._event_values(event)))
+        self._ordinal += 1
         return dataclasses.replace(event, sequence=sequence)
+
+    def _deliverable(self, column: str) -> str:
+        return f" AND {column} < {HORIZON}"
+
+    def last_sequence(self) -> int:
+        return last_deliverable(self._db, "lifecycle_events")
+
+    def _caller_id(self, caller: Caller) -> int:
+        known = self._known_callers.get(caller)
+        if known is None:
+            known = self.callers_seen[caller] = super()._caller_id(caller)
+        return known
 
     def _event_values(self, event: LifecycleEvent) -> tuple[Any, ...]:
         values = list(super()._event_values(event))
@@ -147,13 +201,15 @@ class PostgresLifecycleTx(SqliteLifecycleTx):
             values[position] = bytes(values[position]).decode()
         return super()._event(values)
 
-    def all_events_after(self, after_sequence: int, limit: int) -> list[LifecycleEvent]:
-        """Every workspace's events after `after_sequence`, by sequence (for the tail)."""
+    def all_events_after(self, after_sequence: int, limit: int) -> TailRead[LifecycleEvent]:
+        """Every workspace's events after `after_sequence` and below the horizon, by
+        sequence (for the tail), and whether any beyond wait for it."""
         rows = self._db.execute(
-            f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            f"SELECT {EVENT_COLUMNS}, {HORIZON} FROM {EVENTS} WHERE sequence > ? ORDER BY sequence LIMIT ?",
             (after_sequence, limit),
-        )
-        return [self._event(r) for r in rows]
+        ).fetchall()
+        deliverable = [self._event(r[:-1]) for r in rows if r[0] < r[-1]]
+        return TailRead(deliverable, held_back=len(deliverable) < len(rows))
 
     # -- propagations ----------------------------------------------------------
 

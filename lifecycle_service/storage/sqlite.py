@@ -210,14 +210,21 @@ class SqliteLifecycleTx:
             params: tuple[str | int, ...] = (workspace_id, task_id, after_sequence, limit)
         else:
             sql = (
-                f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE workspace_id = ? AND sequence > ? "
-                "ORDER BY sequence LIMIT ?"
+                f"SELECT {EVENT_COLUMNS} FROM {EVENTS} WHERE workspace_id = ? AND sequence > ?"
+                f"{self._deliverable('sequence')} ORDER BY sequence LIMIT ?"
             )
             params = (workspace_id, after_sequence, limit)
         return [self._event(r) for r in self._db.execute(sql, params)]
 
     def last_sequence(self) -> int:
         return cast(int, self._db.execute("SELECT COALESCE(MAX(sequence), 0) FROM lifecycle_events").fetchone()[0])
+
+    def _deliverable(self, column: str) -> str:
+        """The condition (` AND …`) a read by cursor across tasks adds so that it
+        returns no event a later commit could still number below; none here: the
+        writer holds the database's write lock to its commit, so events are
+        numbered in commit order (PostgresLifecycleTx overrides it)."""
+        return ""
 
     def _event(self, row: Sequence[Any]) -> LifecycleEvent:
         return _event_from_row(row)
@@ -259,8 +266,9 @@ class SqliteLifecycleTx:
         find = "SELECT caller_id FROM callers WHERE subject = ? AND role = ?"
         row = self._db.execute(find, (caller.subject, caller.role)).fetchone()
         if row is None:
-            # On PostgreSQL the event counter's row lock, taken before, already orders
-            # the replicas' event writers; ON CONFLICT keeps the statement safe alone.
+            # Two first events of one caller at once (replicas on PostgreSQL): the
+            # second's insert waits for the first's to commit, then does nothing
+            # and finds its row (or, if that rolled back, makes it).
             self._db.execute(
                 "INSERT INTO callers (subject, role) VALUES (?, ?) ON CONFLICT (subject, role) DO NOTHING",
                 (caller.subject, caller.role),

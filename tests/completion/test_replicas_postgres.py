@@ -273,7 +273,8 @@ async def test_stalled_runs_are_swept_once_by_replicas_sweeping_together(replica
     assert sorted(closed) == sorted(c.run.run_id for c in stalled)  # each exactly once
     audit = await a.read(lambda tx: tx.load_audit(WS, None, None, 0, 1000))
     assert sorted(e.run_id for e in audit) == sorted(closed)
-    assert [e.audit_id for e in audit] == list(range(1, 31))  # numbered in commit order, without a gap
+    ids = [e.audit_id for e in audit]
+    assert len(ids) == 30 and ids == sorted(set(ids))  # each once, in one order
     for claimed in stalled:
         assert (await b.run(claimed.run.run_id)).outcome is RunOutcome.STALLED
 
@@ -368,8 +369,7 @@ async def test_a_watcher_on_either_replica_receives_every_event_of_both_in_order
         assert len(stored) == 3 * len(tasks)  # each task: claimed, committed, settled
         for watcher in (on_a, on_b):
             received = await watcher.take(len(stored))
-            # In order, without a gap (sequences are gapless), each event once.
-            assert [e.sequence for e in received] == list(range(1, len(stored) + 1))
+            # In order, each event once: what the table holds by cursor.
             assert [(e.sequence, e.task_id, e.completion_id) for e in received] == [
                 (e.sequence, e.task_id, e.completion_id or "") for e in stored
             ]
@@ -459,6 +459,7 @@ async def test_replicas_starting_together_migrate_once_and_report_health_from_th
             (4, "run_and_evidence_events"),
             (5, "evidence_recorded_by"),
             (6, "open_runs_by_claim"),
+            (7, "numbers_without_a_counter"),
         ]
     finally:
         for store in stores:

@@ -1,7 +1,7 @@
 """The lifecycle schema on PostgreSQL, inspected with raw connections on purpose:
 migrations applied once by replicas starting together, the same tables and columns
-as the SQLite schema's end state, immutable events, the sequence counter, and the
-notification every committed event sends."""
+as the SQLite schema's end state, immutable events, sequences without a counter,
+and the notification sent after a commit, outside its transaction."""
 
 from __future__ import annotations
 
@@ -75,20 +75,15 @@ async def test_the_tables_and_columns_are_those_of_the_sqlite_schema(url, tmp_pa
     for table, columns in on_sqlite.items():
         assert on_postgres.get(table) is not None, f"no table {table} on PostgreSQL"
         assert columns <= on_postgres[table], (table, columns - on_postgres[table])
-    # What PostgreSQL adds for replicas: the sequence counter and propagation claims.
-    assert set(on_postgres) - set(on_sqlite) == {"lifecycle_event_sequence", "schema_migrations"}
+    # What PostgreSQL adds for replicas: propagation claims (and no counter row).
+    assert set(on_postgres) - set(on_sqlite) == {"schema_migrations"}
     assert on_postgres["pending_propagations"] - on_sqlite["pending_propagations"] == {"claimed_by", "claimed_until"}
 
 
-async def test_events_are_immutable_and_each_commit_notifies_every_listener(url):
+async def test_events_are_immutable(url):
     store = await PostgresLifecycleStore.open(url)
-    listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
     try:
-        await listener.execute(f'LISTEN "{EVENTS_CHANNEL}"')
-        committed = await committed_register(store, "t1")
-        notification = await anext(aiter(listener.notifies(timeout=5, stop_after=1)))
-        assert notification.payload == str(committed.event.sequence)
-
+        await committed_register(store, "t1")
         with psycopg.connect(url) as conn:
             for statement in (
                 "UPDATE lifecycle_events SET cause_reason = 'rewritten'",
@@ -98,26 +93,47 @@ async def test_events_are_immutable_and_each_commit_notifies_every_listener(url)
                 with pytest.raises(psycopg.errors.RaiseException, match="immutable"):
                     conn.execute(f"SET search_path = {SCHEMA}; {statement}")
                 conn.rollback()
-            assert conn.execute(f"SELECT value FROM {SCHEMA}.lifecycle_event_sequence").fetchone() == (
-                committed.event.sequence,
-            )
     finally:
+        await store.close()
+
+
+async def test_an_announcement_reaches_every_listener_and_a_commit_notifies_nobody_itself(url):
+    """The commit takes no notification lock (PostgresDatabase.notify_forever):
+    listeners hear of it only from the announcement sent after it."""
+    store = await PostgresLifecycleStore.open(url)
+    listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    announcer = asyncio.create_task(store.announce_forever())
+    try:
+        await listener.execute(f'LISTEN "{EVENTS_CHANNEL}"')
+        await committed_register(store, "t1")
+        assert [n async for n in listener.notifies(timeout=0.5, stop_after=1)] == []
+        store.announce()
+        store.announce()  # coalesced while the first is sent, or sent after it
+        notification = await anext(aiter(listener.notifies(timeout=5, stop_after=1)))
+        assert notification.channel == EVENTS_CHANNEL
+    finally:
+        announcer.cancel()
+        await asyncio.gather(announcer, return_exceptions=True)
         await listener.close()
         await store.close()
 
 
-async def test_a_rolled_back_write_gives_its_sequence_back(url):
+async def test_a_rolled_back_write_leaves_no_event_and_the_next_is_delivered_after_the_first(url):
     store = await PostgresLifecycleStore.open(url)
     try:
         first = await committed_register(store, "t1")
 
         def unit(tx):
             tx.append_event(dataclasses.replace(first.event, task_id="t2", sequence=0))
-            raise RuntimeError("after taking a sequence")
+            raise RuntimeError("after numbering an event")
 
         with pytest.raises(RuntimeError):
             await store.write(unit)
         second = await committed_register(store, "t3", now=T0 + 1)
-        assert second.event.sequence == first.event.sequence + 1
+        assert second.event.sequence > first.event.sequence
+        read = await store.events_since(0, 10)
+        assert [e.sequence for e in read.events] == [first.event.sequence, second.event.sequence]
+        assert not read.held_back
+        assert await store.latest_sequence() == second.event.sequence
     finally:
         await store.close()

@@ -295,8 +295,8 @@ async def test_a_watcher_on_one_replica_receives_every_event_of_both_in_order(st
         await asyncio.gather(*(writer(b if n % 3 else a, f"t{n}") for n in range(6)))
         received = await everything.take(6 * 12)
         sequences = [e.sequence for e in received]
-        # In order, without a gap (sequences are gapless), each event once.
-        assert sequences == list(range(sequences[0], sequences[0] + len(received)))
+        # In order, each event once: what the table holds, by sequence.
+        assert sequences == sorted(set(sequences))
         listed = sorted([e for n in range(6) for e in await b.events(f"t{n}")], key=lambda e: e.sequence)
         assert received == listed
         assert await one_task.take(12) == [e for e in listed if e.task_id == "t0"]

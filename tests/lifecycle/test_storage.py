@@ -438,9 +438,12 @@ async def test_sequences_increase_strictly_in_commit_order_across_tasks_and_work
     writing = False
     await reading
     stored = await backend.read(visible)
-    # Gapless, each committed once; and a reader by cursor never sees a sequence
-    # before every earlier one: what is visible is always a prefix.
-    assert stored == list(range(stored[0], stored[0] + 3 * len(tasks)))
+    # Each committed once; and a reader by cursor never sees a sequence before
+    # every earlier one: what is visible is always a prefix (on PostgreSQL through
+    # the horizon, since concurrent transactions number out of commit order).
+    assert len(stored) == 3 * len(tasks) and stored == sorted(set(stored))
+    if not isinstance(backend, PostgresLifecycleStore):
+        assert stored == list(range(stored[0], stored[0] + 3 * len(tasks)))  # and gapless
     assert sorted(committed) == stored
     assert seen and all(snapshot == stored[: len(snapshot)] for snapshot in seen)
     if not isinstance(backend, PostgresLifecycleStore):

@@ -44,10 +44,11 @@ WS = "shutdown"
 GRACE = 10.0
 T = 10.0
 BACKENDS = ["sqlite", "postgresql"]
-# The counters every event-writing commit locks on PostgreSQL (SQLite: the whole file).
-EVENT_COUNTERS = {
-    "lifecycle_service": ["lifecycle_event_sequence"],
-    "completion_service": ["completion_event_sequence", "audit_sequence"],
+# The logs every event-writing commit inserts into, whose table lock holds it on
+# PostgreSQL (SQLite: the whole file).
+EVENT_LOGS = {
+    "lifecycle_service": ["lifecycle_events"],
+    "completion_service": ["completion_events", "audit_log"],
 }
 
 
@@ -64,7 +65,7 @@ def writes_held(service: Service) -> Iterator[None]:
     database = service.database
     if isinstance(database, PostgresSchema):
         with psycopg.connect(database.url) as conn:
-            tables = ", ".join(f"{database.schema}.{table}" for table in EVENT_COUNTERS[service.name])
+            tables = ", ".join(f"{database.schema}.{table}" for table in EVENT_LOGS[service.name])
             conn.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE")
             yield
             conn.rollback()

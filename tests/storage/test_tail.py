@@ -1,5 +1,6 @@
-"""The tailer publishes what the event table holds after its cursor, in order,
-once per event, whatever wakes it (a local commit or another replica's)."""
+"""The tailer publishes what the event table holds after its cursor and below
+the horizon, in order, once per event, whatever wakes it (a local commit or
+another replica's), and reads again by itself while events are held back."""
 
 from __future__ import annotations
 
@@ -7,19 +8,26 @@ import asyncio
 
 from funnel.runtime import tail
 from funnel.runtime.storage_errors import StorageUnavailable
-from funnel.runtime.tail import Tailer
+from funnel.runtime.tail import Tailer, TailRead
 
 
 class Table:
+    """Committed rows, and the horizon below which they may be delivered."""
+
     def __init__(self) -> None:
         self.rows: list[int] = []
+        self.horizon = float("inf")
         self.failures = 0
+        self.reads = 0
 
-    async def read_after(self, cursor: int, limit: int) -> list[int]:
+    async def read_after(self, cursor: int, limit: int) -> TailRead[int]:
+        self.reads += 1
         if self.failures:
             self.failures -= 1
             raise StorageUnavailable("the database is restarting")
-        return [row for row in self.rows if row > cursor][:limit]
+        after = sorted(row for row in self.rows if row > cursor)[:limit]
+        deliverable = [row for row in after if row < self.horizon]
+        return TailRead(deliverable, held_back=len(deliverable) < len(after))
 
 
 async def quiet():
@@ -73,3 +81,36 @@ async def test_a_notification_from_another_replica_wakes_it_and_failures_are_ret
     finally:
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_held_back_events_are_read_again_without_a_wake_up_and_a_late_commit_is_not_skipped(monkeypatch):
+    monkeypatch.setattr(tail, "HELD_BACK_RECHECK", 0.01)
+    table, published = Table(), []
+    tailer = Tailer(table.read_after, lambda e: e, published.append, start_after=0)
+    runner = asyncio.create_task(tailer.run(quiet()))
+    try:
+        # 20 committed while the transaction that will write 10 still runs: the
+        # horizon stays at 10, so 20 waits.
+        table.rows, table.horizon = [5, 20], 10
+        tailer.poke()
+        await until(lambda: published == [5])
+        reads = table.reads
+        await until(lambda: table.reads >= reads + 3)  # polled, no wake-up needed
+        assert published == [5]
+        # That transaction commits 10 and ends without a wake-up reaching this
+        # tail (another replica's, its notification lost): both follow, in order.
+        table.rows, table.horizon = [5, 10, 20], float("inf")
+        await until(lambda: published == [5, 10, 20])
+        reads = table.reads
+        await asyncio.sleep(0.1)
+        assert table.reads == reads, "nothing held back: the tail waits for a wake-up"
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_a_local_commit_announces_itself_to_the_other_replicas():
+    table, announced = Table(), []
+    tailer = Tailer(table.read_after, lambda e: e, lambda e: None, start_after=0, announce=lambda: announced.append(1))
+    tailer.poke()
+    assert announced == [1]
