@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import json
 import os
 import sys
@@ -71,18 +72,32 @@ class Exhausted(Exception):
 
 
 class Funnel:
+    """The services' stubs. An address may list several replicas, comma-separated:
+    each call then goes to the next one in turn, as behind a round-robin balancer,
+    so one task's calls land on different replicas."""
+
     def __init__(self, lifecycle_address: str, completion_address: str, request_ids: bool, tls_dir: str) -> None:
         credentials = Credentials(tls_dir)
-        self.lifecycle_channel = credentials.lifecycle_channel(lifecycle_address)
-        self.completion_channel = credentials.completion_channel(completion_address)
-        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self.lifecycle_channel)
-        self.completion = completion_pb2_grpc.CompletionServiceStub(self.completion_channel)
+        lifecycle_channels = [credentials.lifecycle_channel(a) for a in lifecycle_address.split(",")]
+        completion_channels = [credentials.completion_channel(a) for a in completion_address.split(",")]
+        self._channels = [*lifecycle_channels, *completion_channels]
+        self._lifecycles = [lifecycle_pb2_grpc.TaskLifecycleServiceStub(c) for c in lifecycle_channels]
+        self._completions = [completion_pb2_grpc.CompletionServiceStub(c) for c in completion_channels]
+        self._turns = itertools.count()
         # Per-call metadata (no interceptor): the host registers, the agent claims and attempts.
         self.host = credentials.host_metadata()
         self.agent = credentials.agent_metadata()
         self.request_ids = request_ids
         self.sizes: dict[str, tuple[int, int]] = {}
         self.requests: dict[str, bytes] = {}  # last request of each method (calibration)
+
+    @property
+    def lifecycle(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
+        return self._lifecycles[next(self._turns) % len(self._lifecycles)]
+
+    @property
+    def completion(self) -> completion_pb2_grpc.CompletionServiceStub:
+        return self._completions[next(self._turns) % len(self._completions)]
 
     def _rid(self, task_id: str, step: str) -> str:
         return f"{task_id}:{step}" if self.request_ids else ""
@@ -153,8 +168,8 @@ class Funnel:
         return response
 
     async def close(self) -> None:
-        await self.lifecycle_channel.close()
-        await self.completion_channel.close()
+        for channel in self._channels:
+            await channel.close()
 
 
 def check_settled(response: cpb.AttemptCompletionResponse) -> None:

@@ -390,3 +390,58 @@ def embedded_postgres(directory: Path) -> str:
         )
     assert settings == {"fsync": "on", "synchronous_commit": "on"}, settings
     return url.replace("/postgres?", "/bench?", 1)
+
+
+class WaitSampler:
+    """Samples, every SAMPLE_S on a thread of its own, what the transactions of one
+    PostgreSQL database are doing (`pg_stat_activity`): of the client backends in
+    a transaction, how many wait for a heavyweight lock (a row, a transaction, an
+    advisory or a notification lock: `wait_event_type = 'Lock'`) and for what else
+    they wait. Summed over the samples, the share of transaction time spent
+    waiting on locks, and the top wait events by share of that time."""
+
+    SAMPLE_S = 0.005
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self._url = url
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wait-sampler", daemon=True)
+        self._in_transaction = 0
+        self._waiting: dict[str, int] = {}
+        self._samples = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self._url, autocommit=True) as conn:
+            while not self._stop.is_set():
+                rows = conn.execute(
+                    "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+                ).fetchall()
+                self._samples += 1
+                self._in_transaction += len(rows)
+                for kind, event in rows:
+                    if kind is not None:
+                        key = f"{kind}:{event}"
+                        self._waiting[key] = self._waiting.get(key, 0) + 1
+                time.sleep(self.SAMPLE_S)
+
+    def stop(self) -> dict:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(10)
+        total = max(self._in_transaction, 1)
+        locks = sum(count for key, count in self._waiting.items() if key.startswith("Lock:"))
+        top = sorted(self._waiting.items(), key=lambda kv: -kv[1])
+        return {
+            "samples": self._samples,
+            "transactions_sampled": self._in_transaction,
+            "lock_share": locks / total,
+            "top": [(key, count / total) for key, count in top],
+        }

@@ -3,7 +3,7 @@ shape, on this machine, in one run. See bench/README.md.
 
     .venv/bin/python bench/run.py [--seconds 10] [--concurrency 1,16,64]
                                   [--workload attempt,story] [--baseline-only]
-                                  [--tasks-preload N [--compare-empty]] [--postgresql [URL]]
+                                  [--tasks-preload N [--compare-empty]] [--postgresql [URL] [--replicas 1,2]]
                                   [--json out.json]
 """
 
@@ -27,6 +27,7 @@ from bench.common import (
     ROOT,
     Credentials,
     Services,
+    WaitSampler,
     completion_arguments,
     cpu_snapshot,
     ensure_pki,
@@ -107,26 +108,35 @@ def client(config: dict) -> Child:
     return Child([PYTHON, str(BENCH / "client.py"), json.dumps(config)])
 
 
-def measure(config: dict, server_pids: dict[str, int], metrics: dict[str, str] | None = None) -> dict:
+def measure(
+    config: dict, server_pids: dict[str, int], metrics: dict[str, str] | None = None, database_url: str | None = None
+) -> dict:
     """Runs one client measurement and reads every process's CPU counters (and the
     commit time of each service whose metrics URL `metrics` names) right before GO
-    and right after RESULT."""
+    and right after RESULT; on PostgreSQL (`database_url`) it also samples what the
+    transactions wait for meanwhile (bench.common.WaitSampler)."""
     config = {**config, "wait_bye": True}
     metrics = metrics or {}
     child = client(config)
+    sampler = WaitSampler(database_url) if database_url else None
     try:
         child.expect("READY")
         pids = {**server_pids, "client": child.pid}
         load = load_average()
         commits_before = {name: commit_seconds(url) for name, url in metrics.items()}
         before = cpu_snapshot(pids)
+        if sampler is not None:
+            sampler.start()
         child.send("GO")
         line = child.expect("RESULT ")
+        waits = sampler.stop() if sampler is not None else None
         after = cpu_snapshot(pids)
         commits_after = {name: commit_seconds(url) for name, url in metrics.items()}
         child.send("BYE")
         child.process.wait(30)
     finally:
+        if sampler is not None:
+            sampler.stop()
         child.stop()
     result = json.loads(line[len("RESULT ") :])
     ops = max(result["ops"], 1)
@@ -143,6 +153,21 @@ def measure(config: dict, server_pids: dict[str, int], metrics: dict[str, str] |
         if result["elapsed_s"]
         else {}
     )
+    if waits is not None:
+        result["waits"] = waits
+    return fold_replicas(result)
+
+
+def fold_replicas(result: dict) -> dict:
+    """Replicas measured as `lifecycle#2`, `completion#2`, ...: CPU added to their
+    service's, writer busy shares averaged, so that a point reads like one process's."""
+    for figure in ("cpu_s", "cpu_ms_per_op"):
+        for name in [n for n in result[figure] if "#" in n]:
+            result[figure][name.split("#")[0]] += result[figure].pop(name)
+    busy = result["writer_busy"]
+    for service in {n.split("#")[0] for n in busy}:
+        shares = [busy.pop(n) for n in list(busy) if n.split("#")[0] == service]
+        busy[service] = sum(shares) / len(shares)
     return result
 
 
@@ -340,27 +365,46 @@ def run_funnel(
     verify: dict | None,
     pki,
     database_url: str | None = None,
+    replicas: int = 1,
 ) -> dict:
-    log(f"starting the services on {'PostgreSQL' if database_url else data_dir} ...")
+    where = f"PostgreSQL, {replicas} replica(s) of each" if database_url else data_dir
+    log(f"starting the services on {where} ...")
     metrics_listen = ["--metrics-listen", "127.0.0.1:0"]
-    services: Services = start_services(data_dir, metrics_listen, metrics_listen, pki=pki, database_url=database_url)
+    # Each replica's completion service calls the lifecycle replica started with it.
+    every: list[Services] = []
+    try:
+        for n in range(replicas):
+            directory = data_dir if n == 0 else data_dir / f"replica-{n + 1}"
+            every.append(start_services(directory, metrics_listen, metrics_listen, pki=pki, database_url=database_url))
+    except BaseException:
+        for started in every:
+            started.stop()
+        raise
+    services = every[0]
     phase: dict = {
         "startup_s": {"lifecycle": services.lifecycle_startup_s, "completion": services.completion_startup_s},
         "results": {},
+        "replicas": replicas,
     }
     log(
         f"  SERVING after {services.lifecycle_startup_s:.2f}s (lifecycle), "
         f"{services.completion_startup_s:.2f}s (completion)"
     )
     addresses = {
-        "lifecycle": services.lifecycle.address,
-        "completion": services.completion.address,
+        "lifecycle": ",".join(s.lifecycle.address for s in every),
+        "completion": ",".join(s.completion.address for s in every),
         "tls_dir": services.tls_dir,
     }
-    try:
+    pids: dict[str, int] = {}
+    metrics: dict[str, str] = {}
+    for n, replica in enumerate(every):
+        suffix = f"#{n + 1}" if n else ""
         # Both services were started with --metrics-listen, so each printed its metrics URL.
-        assert services.lifecycle.metrics_url is not None and services.completion.metrics_url is not None
-        metrics = {"lifecycle": services.lifecycle.metrics_url, "completion": services.completion.metrics_url}
+        assert replica.lifecycle.metrics_url is not None and replica.completion.metrics_url is not None
+        pids |= {f"{name}{suffix}": pid for name, pid in replica.pids.items()}
+        metrics |= {f"lifecycle{suffix}": replica.lifecycle.metrics_url}
+        metrics |= {f"completion{suffix}": replica.completion.metrics_url}
+    try:
         if verify is not None:
             child = client({"mode": "verify_preload", **addresses, **verify, "request_ids": request_ids})
             try:
@@ -389,7 +433,7 @@ def run_funnel(
                     "concurrency": concurrency,
                     "seconds": seconds,
                     "request_ids": request_ids,
-                    "task_prefix": f"{workload[0]}{concurrency}-{tag}",
+                    "task_prefix": f"{workload[0]}{concurrency}r{replicas}-{tag}",
                 }
                 if workload == "attempt":
                     config["pool"] = attempt_pool or pool_size(seconds, concurrency, baseline, previous_cpu)
@@ -398,7 +442,7 @@ def run_funnel(
                 else:
                     log(f"{workload} at {concurrency} in flight ...")
                 try:
-                    result = measure(config, services.pids, metrics)
+                    result = measure(config, pids, metrics, database_url)
                 except KeyboardInterrupt:
                     phase["interrupted"] = f"{workload} at {concurrency} in flight"
                     log("interrupted: reporting what was measured")
@@ -415,9 +459,10 @@ def run_funnel(
         if database_url is None:
             log(f"footprint: whole stories at {FOOTPRINT_CONCURRENCY} in flight for {FOOTPRINT_SECONDS:g}s ...")
             phase["footprint"] = measure_footprint(data_dir, addresses, request_ids, tag, services.pids)
-        phase["memory_mb"] = {name: {"rss": rss_mb(pid), "peak": hwm_mb(pid)} for name, pid in services.pids.items()}
+        phase["memory_mb"] = {name: {"rss": rss_mb(pid), "peak": hwm_mb(pid)} for name, pid in pids.items()}
     finally:
-        services.stop()
+        for replica in every:
+            replica.stop()
     if database_url is None:
         phase["database_mb"] = database_sizes(data_dir)
     phase["backend"] = "PostgreSQL 16 (its server's CPU not counted)" if database_url else "file SQLite"
@@ -619,19 +664,42 @@ def print_report(report: dict) -> None:
                 largest = ", ".join(f"{table} {b:.0f}" for table, b in d["tables"][:4])
                 print(f"    {name:<10} {d['total']:6.0f} ({d['swept']:.0f} swept); largest: {largest}")
 
-    phases = report.get("phases", {})
-    if "postgresql" in phases and "empty" in phases:
-        print("\nPostgreSQL beside SQLite, same run (ops/s, p99 ms):")
-        for workload, by_c in phases["postgresql"]["results"].items():
-            for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):
-                e = phases["empty"]["results"].get(workload, {}).get(c)
-                if e and e["ops_per_s"]:
-                    print(
-                        f"  {workload:<8} {int(c):>3} in flight: SQLite {e['ops_per_s']:7.0f} ({e['p99_ms']:.1f}), "
-                        f"PostgreSQL {r['ops_per_s']:7.0f} ({r['p99_ms']:.1f}), "
-                        f"ratio {r['ops_per_s'] / e['ops_per_s']:.2f}x"
-                    )
+    print_scale_out(report.get("phases", {}))
     print_targets(report)
+
+
+def print_scale_out(phases: dict) -> None:
+    """PostgreSQL with 1 and 2 replicas of each service beside SQLite (issue 26's
+    table), with the share of transaction time spent waiting on a lock."""
+    postgres = sorted((p["replicas"], name) for name, p in phases.items() if name.startswith("postgresql"))
+    if not postgres or "empty" not in phases:
+        return
+    print("\nscale-out: PostgreSQL beside SQLite, same run (ops/s; p99 ms; lock wait as a share of transaction time)")
+    sqlite = phases["empty"]["results"]
+    for workload in sqlite:
+        for c in sorted(sqlite[workload], key=int):
+            e = sqlite[workload][c]
+            cells = [f"SQLite {e['ops_per_s']:6.0f} ({e['p99_ms']:6.1f})"]
+            one = None
+            for replicas, name in postgres:
+                r = phases[name]["results"].get(workload, {}).get(c)
+                if not r:
+                    continue
+                one = r["ops_per_s"] if replicas == 1 else one
+                waits = r.get("waits", {})
+                versus = f"{r['ops_per_s'] / e['ops_per_s']:.2f}x SQLite" if e["ops_per_s"] else "-"
+                if replicas > 1 and one:
+                    versus += f", {r['ops_per_s'] / one:.2f}x 1 replica"
+                cells.append(
+                    f"PG x{replicas} {r['ops_per_s']:6.0f} ({r['p99_ms']:6.1f}; {versus}; "
+                    f"lock wait {waits.get('lock_share', 0.0):.1%})"
+                )
+            print(f"  {workload:<8} {int(c):>3} in flight: " + " | ".join(cells))
+    for replicas, name in postgres:
+        for workload, by_c in phases[name]["results"].items():
+            for c, r in sorted(by_c.items(), key=lambda kv: int(kv[0])):
+                top = ", ".join(f"{event} {share:.1%}" for event, share in r.get("waits", {}).get("top", [])[:5])
+                print(f"    PG x{replicas} {workload} {int(c):>3}: waiting on {top or 'nothing sampled'}")
 
 
 def _comparisons(workload: str) -> list[str]:
@@ -813,6 +881,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure both services on PostgreSQL, beside SQLite in the same run: a throwaway server "
         "(pgserver wheel, the test extra) or the database URL given",
     )
+    parser.add_argument(
+        "--replicas",
+        default="1,2",
+        metavar="N,M",
+        help="with --postgresql: replicas of each service, one PostgreSQL phase per count (default 1,2)",
+    )
     parser.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
     args = parser.parse_args(argv)
 
@@ -869,7 +943,10 @@ def main(argv: list[str] | None = None) -> int:
                 database_urls["postgresql"] = embedded_postgres(data_dir / "pgdata")
             else:
                 database_urls["postgresql"] = args.postgresql
-            phases.append(("postgresql", data_dir / "postgresql", None))
+            for replicas in sorted({int(r) for r in parse_list(args.replicas)}):
+                name = "postgresql" if replicas == 1 else f"postgresql-{replicas}"
+                database_urls[name] = database_urls["postgresql"]
+                phases.append((name, data_dir / name, None))
 
         baseline: dict = {}
         if not args.no_baseline:
@@ -900,6 +977,7 @@ def main(argv: list[str] | None = None) -> int:
                         verify,
                         pki,
                         database_urls.get(name),
+                        int(name.split("-")[1]) if name.startswith("postgresql-") else 1,
                     )
                 except Interrupted as stop:
                     report["phases"][name] = stop.phase
