@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -109,12 +110,17 @@ def client(config: dict) -> Child:
 
 
 def measure(
-    config: dict, server_pids: dict[str, int], metrics: dict[str, str] | None = None, database_url: str | None = None
+    config: dict,
+    server_pids: dict[str, int],
+    metrics: dict[str, str] | None = None,
+    database_url: str | None = None,
+    snapshot: Callable[[], dict] | None = None,
 ) -> dict:
     """Runs one client measurement and reads every process's CPU counters (and the
     commit time of each service whose metrics URL `metrics` names) right before GO
     and right after RESULT; on PostgreSQL (`database_url`) it also samples what the
-    transactions wait for meanwhile (bench.common.WaitSampler)."""
+    transactions wait for meanwhile (bench.common.WaitSampler). `snapshot`, when
+    given, is taken at both moments too (result["snapshots"]: before, after)."""
     config = {**config, "wait_bye": True}
     metrics = metrics or {}
     child = client(config)
@@ -124,6 +130,7 @@ def measure(
         pids = {**server_pids, "client": child.pid}
         load = load_average()
         commits_before = {name: commit_seconds(url) for name, url in metrics.items()}
+        snapshots = [snapshot()] if snapshot is not None else []
         before = cpu_snapshot(pids)
         if sampler is not None:
             sampler.start()
@@ -131,6 +138,8 @@ def measure(
         line = child.expect("RESULT ")
         waits = sampler.stop() if sampler is not None else None
         after = cpu_snapshot(pids)
+        if snapshot is not None:
+            snapshots.append(snapshot())
         commits_after = {name: commit_seconds(url) for name, url in metrics.items()}
         child.send("BYE")
         child.process.wait(30)
@@ -155,6 +164,8 @@ def measure(
     )
     if waits is not None:
         result["waits"] = waits
+    if snapshots:
+        result["snapshots"] = snapshots
     return fold_replicas(result)
 
 
