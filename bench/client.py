@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import json
 import os
 import sys
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -73,8 +73,11 @@ class Exhausted(Exception):
 
 class Funnel:
     """The services' stubs. An address may list several replicas, comma-separated:
-    each call then goes to the next one in turn, as behind a round-robin balancer,
-    so one task's calls land on different replicas."""
+    each task's calls then go to one of them (by a hash of its id), as one agent's
+    channel does behind a balancer that spreads connections, and the tasks spread
+    evenly over the replicas. (Spreading one task's calls too would make each
+    replica read afresh, at the lifecycle service, what another replica's claim
+    taught the other one: a cost of that routing, not of the replicas.)"""
 
     def __init__(self, lifecycle_address: str, completion_address: str, request_ids: bool, tls_dir: str) -> None:
         credentials = Credentials(tls_dir)
@@ -83,7 +86,6 @@ class Funnel:
         self._channels = [*lifecycle_channels, *completion_channels]
         self._lifecycles = [lifecycle_pb2_grpc.TaskLifecycleServiceStub(c) for c in lifecycle_channels]
         self._completions = [completion_pb2_grpc.CompletionServiceStub(c) for c in completion_channels]
-        self._turns = itertools.count()
         # Per-call metadata (no interceptor): the host registers, the agent claims and attempts.
         self.host = credentials.host_metadata()
         self.agent = credentials.agent_metadata()
@@ -93,11 +95,15 @@ class Funnel:
 
     @property
     def lifecycle(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
-        return self._lifecycles[next(self._turns) % len(self._lifecycles)]
+        """The first replica's (the reads of the calibration and the preload check)."""
+        return self._lifecycles[0]
 
     @property
     def completion(self) -> completion_pb2_grpc.CompletionServiceStub:
-        return self._completions[next(self._turns) % len(self._completions)]
+        return self._completions[0]
+
+    def _replica(self, task_id: str) -> int:
+        return zlib.crc32(task_id.encode()) % len(self._completions)
 
     def _rid(self, task_id: str, step: str) -> str:
         return f"{task_id}:{step}" if self.request_ids else ""
@@ -132,21 +138,24 @@ class Funnel:
 
     async def register(self, task_id: str) -> lpb.RegisterTaskResponse:
         request = self.register_request(task_id)
-        response = await self.lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT, metadata=self.host)
+        lifecycle = self._lifecycles[self._replica(task_id) % len(self._lifecycles)]
+        response = await lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT, metadata=self.host)
         self.sizes["RegisterTask"] = (request.ByteSize(), response.ByteSize())
         self.requests["RegisterTask"] = request.SerializeToString()
         return response
 
     async def claim(self, task_id: str) -> cpb.ClaimTaskResponse:
         request = self.claim_request(task_id)
-        response = await self.completion.ClaimTask(request, timeout=CALL_TIMEOUT, metadata=self.agent)
+        completion = self._completions[self._replica(task_id)]
+        response = await completion.ClaimTask(request, timeout=CALL_TIMEOUT, metadata=self.agent)
         self.sizes["ClaimTask"] = (request.ByteSize(), response.ByteSize())
         self.requests["ClaimTask"] = request.SerializeToString()
         return response
 
     async def attempt(self, task_id: str, run_id: str, epoch: int) -> cpb.AttemptCompletionResponse:
         request = self.attempt_request(task_id, run_id, epoch)
-        response = await self.completion.AttemptCompletion(request, timeout=CALL_TIMEOUT, metadata=self.agent)
+        completion = self._completions[self._replica(task_id)]
+        response = await completion.AttemptCompletion(request, timeout=CALL_TIMEOUT, metadata=self.agent)
         check_settled(response)
         self.sizes["AttemptCompletion"] = (request.ByteSize(), response.ByteSize())
         self.requests["AttemptCompletion"] = request.SerializeToString()
@@ -162,7 +171,8 @@ class Funnel:
             notes=RESULT_TEXT,
             request_id=self._rid(task_id, "complete"),
         )
-        response = await self.completion.CompleteRun(request, timeout=CALL_TIMEOUT, metadata=self.agent)
+        completion = self._completions[self._replica(task_id)]
+        response = await completion.CompleteRun(request, timeout=CALL_TIMEOUT, metadata=self.agent)
         self.sizes["CompleteRun"] = (request.ByteSize(), response.ByteSize())
         self.requests["CompleteRun"] = request.SerializeToString()
         return response

@@ -34,9 +34,12 @@ Event = TypeVar("Event")
 
 BATCH = 1000
 RETRY_DELAY = 0.5
-# Seconds between reads while a committed event waits for the horizon: about
-# the length of a short write transaction.
-HELD_BACK_RECHECK = 0.005
+# Seconds between reads while a committed event waits for the horizon. What
+# holds it back is mostly another commit with events, whose wake-up (a local
+# poke, another replica's notification) comes first; this bounds the wait for a
+# transaction that writes no event (or the other service's, sharing the
+# database), at a few reads a second more while commits keep overlapping.
+HELD_BACK_RECHECK = 0.02
 
 
 @dataclass(frozen=True)
