@@ -29,13 +29,12 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import CLK_TCK, embedded_postgres, ensure_pki, load_average, start_services
-from bench.run import log, measure
+from bench.run import commit_seconds, log, measure
 
 SCHEMAS = {"lifecycle": "funnel_lifecycle", "completion": "funnel_completion"}
 POOL_SIZE = 8  # connections per service process (PostgresDatabase's default)
@@ -56,15 +55,6 @@ def postgres_cpu_seconds() -> float:
             fields = stat[stat.rindex(")") + 2 :].split()
             total += int(fields[11]) + int(fields[12])
     return total / CLK_TCK
-
-
-def commits(metrics_url: str) -> float:
-    """The transactions a service has committed (funnel_db_commit_seconds_count)."""
-    with urllib.request.urlopen(metrics_url, timeout=30) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("funnel_db_commit_seconds_count"):
-                return float(line.split()[-1])
-    raise RuntimeError(f"{metrics_url} reports no funnel_db_commit_seconds_count")
 
 
 def database_figures(url: str) -> dict:
@@ -123,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             def snapshot() -> dict:
                 return {
                     "database": database_figures(url),
-                    "commits": {name: commits(u) for name, u in urls.items()},
+                    "commits": {name: commit_seconds(u, "funnel_db_commit_seconds_count") for name, u in urls.items()},
                     "postgres_cpu_s": postgres_cpu_seconds(),
                 }
 

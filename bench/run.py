@@ -182,15 +182,16 @@ def fold_replicas(result: dict) -> dict:
     return result
 
 
-def commit_seconds(url: str) -> float:
-    """The `funnel_db_commit_seconds_sum` a service's metrics endpoint reports."""
+def commit_seconds(url: str, sample: str = "funnel_db_commit_seconds_sum") -> float:
+    """A sample of the commit histogram a service's metrics endpoint reports: the
+    time spent committing (`_sum`, default) or the commits (`_count`)."""
     import urllib.request
 
     with urllib.request.urlopen(url, timeout=30) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith("funnel_db_commit_seconds_sum"):
+            if line.startswith(sample):
                 return float(line.split()[-1])
-    raise RuntimeError(f"{url} reports no funnel_db_commit_seconds_sum")
+    raise RuntimeError(f"{url} reports no {sample}")
 
 
 # -- calibration ----------------------------------------------------------------
