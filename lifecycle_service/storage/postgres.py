@@ -62,6 +62,8 @@ EVENTS_CHANNEL = "funnel_lifecycle_events"
 # the engine's migration lock.
 REQUEST_ID_LOCKS = 0x6C6963  # "lic"
 
+# Callers' numbers a store remembers at most; past it, it starts again (a lookup each).
+CALLERS_KEPT = 10_000
 # The number (see PostgresLifecycleTx.append_event) is computed in the INSERT: one round trip.
 _INSERT_EVENT = (
     f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ("
@@ -97,6 +99,8 @@ class PostgresLifecycleStore:
             return fn(runs[-1])
 
         value = await self._database.write(run, after_commit)
+        if len(self._callers) > CALLERS_KEPT:  # callers may come and go (one per agent, say)
+            self._callers.clear()
         self._callers.update(runs[-1].callers_seen)  # the run that committed
         return value
 

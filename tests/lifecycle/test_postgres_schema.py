@@ -12,11 +12,12 @@ import sqlite3
 import psycopg
 import pytest
 
+from funnel.auth.principal import Caller
 from funnel.runtime.sqlite import migrations_in
 from lifecycle_service.storage import postgres as pg_adapter
 from lifecycle_service.storage.postgres import EVENTS_CHANNEL, SCHEMA, PostgresLifecycleStore
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore
-from tests.lifecycle.test_storage import T0, WS, committed_register
+from tests.lifecycle.test_storage import T0, WS, committed_register, event_of, record
 from tests.postgres import fresh_database
 
 VERSIONS = len(migrations_in(pg_adapter.MIGRATIONS_PACKAGE))
@@ -141,5 +142,31 @@ async def test_a_rolled_back_write_leaves_no_event_and_the_next_is_delivered_aft
         assert [e.sequence for e in read.events] == [first.event.sequence, second.event.sequence]
         assert not read.held_back
         assert await store.latest_sequence() == second.event.sequence
+    finally:
+        await store.close()
+
+
+async def test_a_callers_number_is_remembered_only_once_committed(url):
+    """A store remembers callers' numbers (no lookup per event), but only those a
+    committed transaction used: a caller first seen by a write that rolled back is
+    looked up (and made) again, and every event names its own caller."""
+    store = await PostgresLifecycleStore.open(url)
+    try:
+        newcomer = Caller("newcomer", "agent")
+
+        def rolled_back(tx):
+            task = record("t-lost")
+            tx.insert_task(task)
+            tx.append_event(event_of(task, caller=newcomer))
+            raise RuntimeError("after the caller's row was made")
+
+        with pytest.raises(RuntimeError):
+            await store.write(rolled_back)
+        for task_id, caller in (("t1", newcomer), ("t2", newcomer), ("t3", Caller("someone", "agent"))):
+            task = record(task_id)
+            await store.write(lambda tx, t=task, c=caller: (tx.insert_task(t), tx.append_event(event_of(t, caller=c))))
+        for task_id, caller in (("t1", newcomer), ("t2", newcomer), ("t3", Caller("someone", "agent"))):
+            (event,) = await store.read(lambda tx, t=task_id: tx.list_events(WS, t, 0, 10))
+            assert event.caller == caller, task_id
     finally:
         await store.close()
