@@ -167,10 +167,10 @@ async def start(
                 _sequence_of,
                 _one_by_one(publisher(broker)),
                 await postgres.latest_sequence(),
-                announce=postgres.announce,
+                announce=postgres.announcer.announce,
             )
             background.add("event-tail", lambda: tailer.run(postgres.notifications()))
-            background.add("event-announce", postgres.announce_forever)
+            background.add("event-announce", postgres.announcer.run)
             publish = lambda events: tailer.poke() if events else None  # noqa: E731
         else:
             sqlite = await SqliteCompletionStore.open(config.database, commits=metrics.commit)

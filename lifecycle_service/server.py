@@ -119,11 +119,10 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
             store = postgres
             undo.push_async_callback(postgres.close)
             start_after = await postgres.latest_sequence()
-            tailer = Tailer(
-                postgres.events_since, _sequence_of, publisher(broker), start_after, announce=postgres.announce
-            )
+            announcer = postgres.announcer
+            tailer = Tailer(postgres.events_since, _sequence_of, publisher(broker), start_after, announcer.announce)
+            background.add("event-announce", announcer.run)
             background.add("event-tail", lambda: tailer.run(postgres.notifications()))
-            background.add("event-announce", postgres.announce_forever)
             publish, replay_interval = (lambda event: tailer.poke()), REPLICA_REPLAY_INTERVAL
         else:
             sqlite = await SqliteLifecycleStore.open(config.database, commits=metrics.commit)

@@ -26,9 +26,8 @@ mapping (through `SqliteStyle`) with only the engine hooks overridden:
   transaction can take, so it never skips a row committed late. A task's events
   are numbered under its lock, each above the task's last, so one task's events
   are in its commit order and a task's own listing needs no horizon. After a
-  commit with events the store NOTIFYs `funnel_completion_events`
-  (`announce`); every replica's `funnel.runtime.tail.Tailer` reads the table
-  after it.
+  commit with events the store's `Announcer` NOTIFYs `funnel_completion_events`;
+  every replica's `funnel.runtime.tail.Tailer` reads the table after it.
 - The settlement outbox is claimed with `FOR UPDATE SKIP LOCKED` and a lease
   (claimed_by, claimed_until): replicas never settle the same row at once, and a
   row of a replica that stopped is taken over when its lease ends. The stall
@@ -48,7 +47,6 @@ so a fault point is reached at most once per write, as on SQLite."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
@@ -75,7 +73,16 @@ from completion_service.storage.port import (
 )
 from completion_service.storage.sqlite import COMPLETION_COLUMNS, EVENT_COLUMNS, RolledBack, SqliteCompletionTx
 from funnel.runtime.errors import Rejection
-from funnel.runtime.postgres import HORIZON, OWN_POSITION, SCHEMA_BYTES, PostgresDatabase, SqliteStyle
+from funnel.runtime.postgres import (
+    HORIZON,
+    OWN_POSITION,
+    SCHEMA_BYTES,
+    Announcer,
+    PostgresDatabase,
+    SqliteStyle,
+    tail_read,
+    task_number,
+)
 from funnel.runtime.sqlite import CommitObserver, migrations_in
 from funnel.runtime.tail import TailRead
 
@@ -89,12 +96,8 @@ EVENTS_CHANNEL = "funnel_completion_events"
 # lock), nor with the lifecycle service's ("lic") when both share a database.
 TASK_LOCKS = 0x636D74  # "cmt"
 REQUEST_ID_LOCKS = 0x636D72  # "cmr"
-# The number of a task's next event (see PostgresCompletionTx._number), computed
-# in its INSERT: no round trip of its own.
-_EVENT_NUMBER = (
-    f"(SELECT greatest({OWN_POSITION} + ?, coalesce(max(sequence), 0) + 1) FROM completion_events"
-    " WHERE workspace_id = ? AND task_id = ?)"
-)
+# The number of a task's next event, computed in its INSERT: no round trip of its own.
+_EVENT_NUMBER = task_number("completion_events")
 # Staged imports whose last batch is older than this are a vanished replica's debris.
 STALE_IMPORT = "1 day"
 
@@ -104,7 +107,7 @@ class PostgresCompletionStore:
         self._database = database
         # Qualifies this store's staged imports (see PostgresCompletionTx.stage_import).
         self.instance = uuid.uuid4().hex
-        self._announced = asyncio.Event()
+        self.announcer = Announcer(database, EVENTS_CHANNEL)
 
     @classmethod
     async def open(
@@ -155,14 +158,6 @@ class PostgresCompletionStore:
             lambda conn: PostgresCompletionTx(conn, writable=False).all_events_after(after_sequence, limit)
         )
 
-    def announce(self) -> None:
-        """Events committed here: the other replicas' tails are told (announce_forever)."""
-        self._announced.set()
-
-    async def announce_forever(self) -> None:
-        """NOTIFYs the other replicas after commits with events, until cancelled."""
-        await self._database.notify_forever(EVENTS_CHANNEL, self._announced)
-
     def notifications(self, poll: float = 1.0) -> AsyncIterator[None]:
         """Wake-ups after completion events committed by any replica (and every `poll` seconds)."""
         return self._database.notifications(EVENTS_CHANNEL, poll)
@@ -192,10 +187,7 @@ class PostgresCompletionTx(SqliteCompletionTx):
 
     def _number(self, log: str, workspace_id: str, task_id: str) -> tuple[str, tuple[object, ...]]:
         # The transaction's own position plus an ordinal (funnel.runtime.postgres);
-        # an event also above the task's last, read under the task's lock: a writer
-        # that got its id before waiting for that lock still numbers after the
-        # holder's events. (A number taken meanwhile by another transaction is a
-        # unique violation, and the unit runs again with a new id.)
+        # an event also above the task's last (task_number), under the task's lock.
         ordinal = self._ordinal
         self._ordinal += 1
         if log != "completion_events":
@@ -323,8 +315,7 @@ class PostgresCompletionTx(SqliteCompletionTx):
             f"SELECT {EVENT_COLUMNS}, {HORIZON} FROM completion_events WHERE sequence > ? ORDER BY sequence LIMIT ?",
             (after_sequence, limit),
         ).fetchall()
-        deliverable = [self._event(r[:-1]) for r in rows if r[0] < r[-1]]
-        return TailRead(deliverable, held_back=len(deliverable) < len(rows))
+        return tail_read(rows, self._event)
 
     # -- staged imports: each store's own ------------------------------------------------
 

@@ -36,9 +36,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from funnel.runtime import calls
 from funnel.runtime.sqlite import CommitObserver, Migration
 from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
+from funnel.runtime.tail import TailRead
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+E = TypeVar("E")
 
 # How long a write waits for a lock held by another transaction when its caller
 # set no deadline (background work): then it fails with StorageUnavailable.
@@ -239,34 +241,6 @@ class PostgresDatabase:
 
         await self._in_thread(probe)
 
-    async def notify_forever(self, channel: str, wanted: asyncio.Event) -> None:
-        """Sends NOTIFY on `channel` after each time `wanted` is set, from one
-        connection of its own, until cancelled: what tells the other replicas'
-        tails that this one committed events. A NOTIFY inside the writing
-        transaction would take the database's notification lock at its commit
-        and hold it through the commit's flush, so that every notifying writer of
-        both services committed one after another; here each NOTIFY is its own
-        short transaction, and the commits made while one is sent share the next."""
-        while True:
-            await wanted.wait()
-            try:
-                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-            except psycopg.OperationalError as exc:
-                log.warning("NOTIFY %s: cannot connect (%s); the other replicas poll", channel, exc)
-                await asyncio.sleep(1.0)
-                continue
-            try:
-                while True:
-                    await wanted.wait()
-                    wanted.clear()
-                    await conn.execute(f'NOTIFY "{channel}"')
-            except psycopg.OperationalError as exc:
-                log.warning("NOTIFY %s lost its connection (%s); reconnecting", channel, exc)
-                wanted.set()  # what was wanted is not known to be sent
-            finally:
-                with contextlib.suppress(Exception):
-                    await conn.close()
-
     async def notifications(self, channel: str, poll: float = 1.0) -> AsyncIterator[None]:
         """Yields once per wake-up: after each NOTIFY on `channel` (sent by any
         replica's committed transaction), and at least every `poll` seconds as a
@@ -296,6 +270,67 @@ class PostgresDatabase:
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._pool.close)
         self._executor.shutdown(wait=True)
+
+
+class Announcer:
+    """Tells the other replicas' tails that this one committed events: `announce()`
+    after such a commit, and `run()` (under the server's background owner) sends
+    NOTIFY on `channel` from one connection of its own. A NOTIFY inside the
+    writing transaction would take the database's notification lock at its commit
+    and hold it through the commit's flush, so that every notifying writer of both
+    services committed one after another; here each NOTIFY is its own short
+    transaction, and the commits announced while one is sent share the next."""
+
+    def __init__(self, database: PostgresDatabase, channel: str) -> None:
+        self._url = database.url
+        self.channel = channel
+        self._wanted = asyncio.Event()
+
+    def announce(self) -> None:
+        self._wanted.set()
+
+    async def run(self) -> None:
+        """Sends a NOTIFY after each announcement (coalesced), until cancelled."""
+        while True:
+            await self._wanted.wait()
+            try:
+                conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+            except psycopg.OperationalError as exc:
+                log.warning("NOTIFY %s: cannot connect (%s); the other replicas poll", self.channel, exc)
+                await asyncio.sleep(1.0)
+                continue
+            try:
+                while True:
+                    await self._wanted.wait()
+                    self._wanted.clear()
+                    await conn.execute(f'NOTIFY "{self.channel}"')
+            except psycopg.OperationalError as exc:
+                log.warning("NOTIFY %s lost its connection (%s); reconnecting", self.channel, exc)
+                self._wanted.set()  # what was wanted is not known to be sent
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+
+
+def task_number(table: str) -> str:
+    """The SQL value that numbers a task's next row of `table` inside its INSERT
+    (parameters: the transaction's ordinal, the workspace and the task): the
+    transaction's own position plus the ordinal, and above the task's last row,
+    read under the task's lock, so that a writer that got its id before waiting
+    for that lock still numbers after the holder's rows. (A number taken meanwhile
+    by another transaction is a unique violation, and the unit runs again with a
+    new id.)"""
+    return (
+        f"(SELECT greatest({OWN_POSITION} + ?, coalesce(max(sequence), 0) + 1) FROM {table}"
+        " WHERE workspace_id = ? AND task_id = ?)"
+    )
+
+
+def tail_read(rows: Sequence[Sequence[Any]], event: Callable[[Sequence[Any]], E]) -> TailRead[E]:
+    """A tail's read from rows of (sequence, ..., HORIZON): the events below the
+    horizon, and whether committed ones beyond it wait."""
+    deliverable = [event(r[:-1]) for r in rows if r[0] < r[-1]]
+    return TailRead(deliverable, held_back=len(deliverable) < len(rows))
 
 
 def in_transaction(conn: psycopg.Connection[Any], begin: str, fn: Callable[[psycopg.Connection[Any]], T]) -> T:

@@ -15,8 +15,8 @@ connection; a transaction that loses a race runs again), in the schema
   numbers below the horizon (`HORIZON`), which no running transaction can take,
   so it never skips an event committed late. An event is numbered under its
   task's row lock, above the task's last, so a task's history is in its commit
-  order. After a commit with events the store NOTIFYs `funnel_lifecycle_events`
-  (`announce`) for the other replicas' tails.
+  order. After a commit with events the store's `Announcer` NOTIFYs
+  `funnel_lifecycle_events` for the other replicas' tails.
 - A request id is held by a transaction-scoped advisory lock from its recall to
   the commit: the same id sent to two replicas at once is applied once, and the
   second transaction replays the first's remembered response.
@@ -27,7 +27,6 @@ connection; a transaction that loses a race runs again), in the schema
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -36,7 +35,16 @@ from typing import Any, TypeVar
 import psycopg
 
 from funnel.auth.principal import Caller
-from funnel.runtime.postgres import HORIZON, OWN_POSITION, SCHEMA_BYTES, PostgresDatabase, SqliteStyle, last_deliverable
+from funnel.runtime.postgres import (
+    HORIZON,
+    SCHEMA_BYTES,
+    Announcer,
+    PostgresDatabase,
+    SqliteStyle,
+    last_deliverable,
+    tail_read,
+    task_number,
+)
 from funnel.runtime.sqlite import CommitObserver, migrations_in
 from funnel.runtime.tail import TailRead
 from lifecycle_service.core.model import LifecycleEvent, TaskRecord
@@ -66,16 +74,15 @@ REQUEST_ID_LOCKS = 0x6C6963  # "lic"
 CALLERS_KEPT = 10_000
 # The number (see PostgresLifecycleTx.append_event) is computed in the INSERT: one round trip.
 _INSERT_EVENT = (
-    f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) VALUES ("
-    f"(SELECT greatest({OWN_POSITION} + ?, coalesce(max(sequence), 0) + 1) FROM lifecycle_events"
-    f" WHERE workspace_id = ? AND task_id = ?), {', '.join(['?'] * 21)}) RETURNING sequence"
+    f"INSERT INTO lifecycle_events (sequence, {EVENT_VALUES}) "
+    f"VALUES ({task_number('lifecycle_events')}, {', '.join(['?'] * 21)}) RETURNING sequence"
 )
 
 
 class PostgresLifecycleStore:
     def __init__(self, database: PostgresDatabase) -> None:
         self._database = database
-        self._announced = asyncio.Event()
+        self.announcer = Announcer(database, EVENTS_CHANNEL)
         # Callers' numbers (the callers table), each known committed: a number never
         # changes once made, so an event of a known caller needs no lookup.
         self._callers: dict[Caller, int] = {}
@@ -125,14 +132,6 @@ class PostgresLifecycleStore:
             lambda conn: PostgresLifecycleTx(conn, writable=False).all_events_after(after_sequence, limit)
         )
 
-    def announce(self) -> None:
-        """Events committed here: the other replicas' tails are told (announce_forever)."""
-        self._announced.set()
-
-    async def announce_forever(self) -> None:
-        """NOTIFYs the other replicas after commits with events, until cancelled."""
-        await self._database.notify_forever(EVENTS_CHANNEL, self._announced)
-
     def notifications(self, poll: float = 1.0) -> AsyncIterator[None]:
         """Wake-ups after events committed by any replica (and every `poll` seconds)."""
         return self._database.notifications(EVENTS_CHANNEL, poll)
@@ -168,12 +167,8 @@ class PostgresLifecycleTx(SqliteLifecycleTx):
     # -- events ------------------------------------------------------------------
 
     def append_event(self, event: LifecycleEvent) -> LifecycleEvent:
-        # The transaction's own position plus an ordinal (funnel.runtime.postgres),
-        # and above the task's last event: the task's row is locked FOR UPDATE (or
-        # inserted) by this transaction, so a writer that got its id before waiting
-        # for that lock still numbers after the holder's events. (A number taken
-        # meanwhile by another transaction is a unique violation, and the unit runs
-        # again with a new id.)
+        # Numbered in its INSERT (funnel.runtime.postgres.task_number): the task's row
+        # is locked FOR UPDATE (or inserted) by this transaction.
         values = self._event_values(event)
         (sequence,) = self._db.execute(
             _INSERT_EVENT, (self._ordinal, event.workspace_id, event.task_id, *values)
@@ -212,8 +207,7 @@ class PostgresLifecycleTx(SqliteLifecycleTx):
             f"SELECT {EVENT_COLUMNS}, {HORIZON} FROM {EVENTS} WHERE sequence > ? ORDER BY sequence LIMIT ?",
             (after_sequence, limit),
         ).fetchall()
-        deliverable = [self._event(r[:-1]) for r in rows if r[0] < r[-1]]
-        return TailRead(deliverable, held_back=len(deliverable) < len(rows))
+        return tail_read(rows, self._event)
 
     # -- propagations ----------------------------------------------------------
 

@@ -99,11 +99,11 @@ async def test_events_are_immutable(url):
 
 
 async def test_an_announcement_reaches_every_listener_and_a_commit_notifies_nobody_itself(url):
-    """The commit takes no notification lock (PostgresDatabase.notify_forever):
+    """The commit takes no notification lock (funnel.runtime.postgres.Announcer):
     listeners hear of it only from the announcement sent after it."""
     store = await PostgresLifecycleStore.open(url)
     listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    announcer = asyncio.create_task(store.announce_forever())
+    announcer = asyncio.create_task(store.announcer.run())
     try:
         await listener.execute(f'LISTEN "{EVENTS_CHANNEL}"')
         await committed_register(store, "t1")
@@ -114,8 +114,8 @@ async def test_an_announcement_reaches_every_listener_and_a_commit_notifies_nobo
             ).fetchall()
         # Only the immutability triggers: nothing notifies from inside a transaction.
         assert [t[0] for t in triggers] == ["lifecycle_events_immutable", "lifecycle_events_not_truncated"]
-        store.announce()
-        store.announce()  # coalesced while the first is sent, or sent after it
+        store.announcer.announce()
+        store.announcer.announce()  # coalesced while the first is sent, or sent after it
         notification = await anext(aiter(listener.notifies(timeout=5, stop_after=1)))
         assert notification.channel == EVENTS_CHANNEL
     finally:
