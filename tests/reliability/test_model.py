@@ -160,6 +160,9 @@ class Model:
     def __init__(self) -> None:
         self.tasks: dict[str, MTask] = {}
         self.runs: dict[str, MRun] = {}
+        # Evidence is recorded without checking the task (RecordEvidence's contract):
+        # what names a task not registered yet counts once the task is.
+        self.early_evidence: dict[str, list] = {}
         self.completion_events = 0
         self.now = CLOCK_START_MICROS
 
@@ -590,7 +593,7 @@ class FunnelMachine(RuleBasedStateMachine):
         got, response = self.call(lambda: self.f.lc.RegisterTask(request, timeout=CALL_TIMEOUT))
         self.expect(f"RegisterTask {task_id} {link}", expected, got, response)
         if got == OK:
-            m.tasks[task_id] = MTask(task_id, link)
+            m.tasks[task_id] = MTask(task_id, link, evidence=m.early_evidence.pop(task_id, []))
 
     @rule(
         index=st.integers(0, 11),
@@ -881,8 +884,8 @@ class FunnelMachine(RuleBasedStateMachine):
         )
         self.expect(f"RecordEvidence {task_id}", OK, got, response)  # not checked against the task
         self.model.completion_events += 1  # EVIDENCE_RECORDED
-        if t is not None:
-            t.evidence.append((generation, "tests", passed, checkpoint))
+        facts = t.evidence if t is not None else self.model.early_evidence.setdefault(task_id, [])
+        facts.append((generation, "tests", passed, checkpoint))
 
     # rules: the completion transaction
 
