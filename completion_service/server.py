@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from completion_service.api.service import SERVICE_NAME, CompletionService, publisher
+from completion_service.api.transcript_service import SERVICE_NAME as TRANSCRIPT_SERVICE
+from completion_service.api.transcript_service import TranscriptService
 from completion_service.authority import CompletionAuthority, Metrics
+from completion_service.clients.external_gates import ExternalGates
+from completion_service.clients.lifecycle_client import LifecycleClient
+from completion_service.clients.outbound import GateChannels, LifecycleChannel, OutboundRefused, OutboundSecurity, check
 from completion_service.core.model import CompletionEvent
 from completion_service.errors import DOMAIN, Reason
-from completion_service.external_gates import ExternalGates
-from completion_service.lifecycle_client import LifecycleClient
-from completion_service.outbound import GateChannels, LifecycleChannel, OutboundRefused, OutboundSecurity, check
 from completion_service.policy import PolicyBook, PolicyError, load_policy
-from completion_service.service import SERVICE_NAME, CompletionService, publisher
 from completion_service.storage.port import CompletionStore
 from completion_service.storage.postgres import PostgresCompletionStore
 from completion_service.storage.sqlite import SqliteCompletionStore
-from completion_service.transcript_service import SERVICE_NAME as TRANSCRIPT_SERVICE
-from completion_service.transcript_service import TranscriptService
 from funnel.auth.tls import ClientTlsFiles, TlsError
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc

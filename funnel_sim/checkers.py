@@ -38,7 +38,7 @@ from funnel_sim.clocks import SimClock
 from funnel_sim.history import Call, History
 from funnel_sim.linearizability import Operation, linearizable
 from funnel_sim.network import INTERNAL, Failed, Ok, no_answer
-from lifecycle_service.convert import event_to_proto
+from lifecycle_service.api.convert import event_to_proto
 from lifecycle_service.core.model import GenerationState, IntentKind, LifecycleEvent, Outcome, Policy
 from lifecycle_service.storage.memory import MemoryLifecycleStore
 from lifecycle_service.storage.port import TaskQuery

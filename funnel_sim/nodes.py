@@ -24,14 +24,14 @@ from typing import Any, TypeVar
 
 import grpc
 
+from completion_service.api.service import CompletionService
+from completion_service.api.service import publisher as completion_publisher
 from completion_service.authority import CompletionAuthority
+from completion_service.clients.external_gates import ExternalGates
+from completion_service.clients.lifecycle_client import LifecycleClient
 from completion_service.errors import DOMAIN as COMPLETION_DOMAIN
 from completion_service.errors import Reason as CompletionReason
-from completion_service.external_gates import ExternalGates
-from completion_service.lifecycle_client import LifecycleClient
 from completion_service.policy import PolicyBook
-from completion_service.service import CompletionService
-from completion_service.service import publisher as completion_publisher
 from completion_service.storage.memory import MemoryCompletionStore
 from funnel.auth.principal import Principal, Role
 from funnel.completion.v1 import completion_pb2 as cpb
@@ -42,12 +42,12 @@ from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.watch import EventBroker, WatchQuota
 from funnel_sim.clocks import SimClock, SimIds
 from funnel_sim.network import Failed, Network, Ok, SimContext, StreamEnded
+from lifecycle_service.api.service import LifecycleService
+from lifecycle_service.api.service import publisher as lifecycle_publisher
 from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.core.model import Policy
 from lifecycle_service.errors import DOMAIN as LIFECYCLE_DOMAIN
 from lifecycle_service.errors import Reason as LifecycleReason
-from lifecycle_service.service import LifecycleService
-from lifecycle_service.service import publisher as lifecycle_publisher
 from lifecycle_service.storage.memory import MemoryLifecycleStore
 
 T = TypeVar("T")

@@ -30,11 +30,11 @@ from funnel.runtime.security import Reloader, ServerSecurity
 from funnel.runtime.storage_errors import StorageRefused
 from funnel.runtime.tail import Tailer
 from funnel.runtime.watch import EventBroker, WatchQuota
+from lifecycle_service.api.service import SERVICE_NAME, LifecycleService, publisher
 from lifecycle_service.authority import LifecycleAuthority
 from lifecycle_service.core.model import LifecycleEvent, Policy
 from lifecycle_service.errors import DOMAIN, Reason
 from lifecycle_service.metrics import LifecycleMetrics
-from lifecycle_service.service import SERVICE_NAME, LifecycleService, publisher
 from lifecycle_service.storage.port import LifecycleStore
 from lifecycle_service.storage.postgres import PostgresLifecycleStore
 from lifecycle_service.storage.sqlite import SqliteLifecycleStore

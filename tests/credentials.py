@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from completion_service.outbound import OutboundSecurity
+from completion_service.clients.outbound import OutboundSecurity
 from funnel.auth.client import bearer_interceptors
 from funnel.auth.pki import COMPLETION_IDENTITY, ensure_local_pki
 from funnel.runtime.security import ServerSecurity

@@ -8,7 +8,7 @@
   sweeper.StallSweeper            closing stalled runs
   transcripts.Transcripts         appends, loads with repair, imports
 
-Decisions come from the pure core and the units of work (completion_service.runs,
+Decisions come from the pure core and the units of work (completion_service.units.runs,
 .completions, .settlements, .transcripts), each run by the store in one
 transaction; the shells call other services outside transactions and publish what
 committed. `CompletionAuthority` wires them and lists the background workers,
@@ -27,9 +27,9 @@ from completion_service.authority.projection import LifecycleProjection
 from completion_service.authority.settler import Settler
 from completion_service.authority.sweeper import StallSweeper
 from completion_service.authority.transcripts import Transcripts
+from completion_service.clients.external_gates import ExternalGates
+from completion_service.clients.lifecycle_client import LifecycleClient
 from completion_service.core.model import CompletionEvent
-from completion_service.external_gates import ExternalGates
-from completion_service.lifecycle_client import LifecycleClient
 from completion_service.policy import PolicyBook
 from completion_service.storage.port import CompletionStore
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb

@@ -10,18 +10,11 @@ import functools
 import logging
 from collections.abc import Callable
 
-from completion_service import completions
 from completion_service.authority.metrics import Metrics
 from completion_service.authority.projection import LifecycleProjection
 from completion_service.authority.settler import Settler
-from completion_service.completions import (
-    AttemptCommand,
-    AttemptOutcome,
-    CompletionCorrupted,
-    EvidenceCommand,
-    EvidenceStored,
-    StaleView,
-)
+from completion_service.clients.external_gates import ExternalGates
+from completion_service.clients.lifecycle_client import LifecycleClient, record_of
 from completion_service.core import gates
 from completion_service.core.gates import WorkspacePolicy, snapshot_basis
 from completion_service.core.model import (
@@ -33,10 +26,17 @@ from completion_service.core.model import (
     Snapshot,
 )
 from completion_service.errors import Reason
-from completion_service.external_gates import ExternalGates
-from completion_service.lifecycle_client import LifecycleClient, record_of
 from completion_service.policy import PolicyBook
 from completion_service.storage.port import CompletionReadTx, CompletionStore
+from completion_service.units import completions
+from completion_service.units.completions import (
+    AttemptCommand,
+    AttemptOutcome,
+    CompletionCorrupted,
+    EvidenceCommand,
+    EvidenceStored,
+    StaleView,
+)
 from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import NO_FAULTS, Faults

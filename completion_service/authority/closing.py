@@ -17,10 +17,14 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from completion_service import runs
 from completion_service.authority.attempts import CompletionTransaction
 from completion_service.authority.lifecycle import close_refused, unavailable
-from completion_service.completions import AttemptCommand, AttemptOutcome
+from completion_service.clients.lifecycle_client import (
+    LifecycleClient,
+    LifecycleRejected,
+    LifecycleUnavailable,
+    record_of,
+)
 from completion_service.core.model import (
     CompletionEvent,
     CompletionRecord,
@@ -44,11 +48,12 @@ from completion_service.core.runs import (
 )
 from completion_service.core.settlement import binding_decision, fence_refused
 from completion_service.errors import Reason
-from completion_service.holding import holding_run
-from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable, record_of
-from completion_service.request_ids import peek
-from completion_service.runs import CloseCommand, Closed, Replan
 from completion_service.storage.port import CompletionReadTx, CompletionStore
+from completion_service.units import runs
+from completion_service.units.completions import AttemptCommand, AttemptOutcome
+from completion_service.units.holding import holding_run
+from completion_service.units.request_ids import peek
+from completion_service.units.runs import CloseCommand, Closed, Replan
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock

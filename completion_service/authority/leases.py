@@ -7,15 +7,15 @@ import functools
 import logging
 from collections.abc import Callable
 
-from completion_service import runs
 from completion_service.authority.lifecycle import rejected, unavailable
 from completion_service.authority.projection import LifecycleProjection
+from completion_service.clients.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.core.model import CompletionEvent, Lease
 from completion_service.errors import Reason
-from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
-from completion_service.request_ids import peek
-from completion_service.runs import ClaimCommand, Claimed, RenewCommand
 from completion_service.storage.port import CompletionStore, CompletionTx
+from completion_service.units import runs
+from completion_service.units.request_ids import peek
+from completion_service.units.runs import ClaimCommand, Claimed, RenewCommand
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject

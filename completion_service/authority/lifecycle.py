@@ -3,9 +3,9 @@ service's errors."""
 
 from __future__ import annotations
 
+from completion_service.clients.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.core.model import RunRecord
 from completion_service.errors import Reason
-from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.errors import ServiceError, reject
 

@@ -27,9 +27,9 @@ import grpc
 
 from completion_service.authority.lifecycle import read_task
 from completion_service.authority.metrics import Metrics
+from completion_service.clients.lifecycle_client import LifecycleClient, change_of, record_of
 from completion_service.core.model import LifecycleView
 from completion_service.core.projection import WorkspaceProjection
-from completion_service.lifecycle_client import LifecycleClient, change_of, record_of
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 
 log = logging.getLogger(__name__)

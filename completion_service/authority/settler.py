@@ -13,13 +13,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from completion_service import settlements
 from completion_service.authority.metrics import Metrics
+from completion_service.clients.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.core.model import CompletionEvent, CompletionRecord, RequestedOutcome, SettlementStatus
 from completion_service.core.settlement import retry_delay_seconds
-from completion_service.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
-from completion_service.settlements import CancellationOwed, Recorded, Settlement
 from completion_service.storage.port import CompletionStore
+from completion_service.units import settlements
+from completion_service.units.settlements import CancellationOwed, Recorded, Settlement
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime import logs
 from funnel.runtime.clock import Clock

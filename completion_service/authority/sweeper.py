@@ -8,10 +8,10 @@ import functools
 import logging
 from collections.abc import Callable
 
-from completion_service import runs
 from completion_service.authority.metrics import Metrics
 from completion_service.core.model import CompletionEvent
 from completion_service.storage.port import CompletionStore
+from completion_service.units import runs
 from funnel.runtime.clock import Clock
 from funnel.runtime.logs import fields
 

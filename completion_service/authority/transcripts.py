@@ -8,11 +8,11 @@ import functools
 import logging
 from collections.abc import Collection, Mapping, Sequence
 
-from completion_service import transcripts
 from completion_service.authority.metrics import Metrics
 from completion_service.core.transcript import SessionEvent, Tail
 from completion_service.storage.port import CompletionStore, CompletionTx, TranscriptState
-from completion_service.transcripts import AppendCommand, Appended, Repaired, TranscriptPage
+from completion_service.units import transcripts
+from completion_service.units.transcripts import AppendCommand, Appended, Repaired, TranscriptPage
 from funnel.runtime import calls
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError

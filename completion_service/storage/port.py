@@ -4,7 +4,7 @@ store that runs one unit of work in one transaction (`CompletionStore`). Plain
 values only: no protobuf (stored responses are bytes), no driver types.
 
 The units of work that use it are plain functions of the application layer
-(completion_service.runs, .completions, .settlements, .transcripts). Adapters only
+(completion_service.units.runs, .completions, .settlements, .transcripts). Adapters only
 map rows: `storage.sqlite` (SQLite) and `storage.memory` (an in-memory fake); each
 passes the conformance suite tests/completion/test_storage.py."""
 

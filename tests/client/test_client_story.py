@@ -16,7 +16,7 @@ import pytest
 from funnel.client import FunnelClient, FunnelError, RetryPolicy, Tls
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from lifecycle_service.requests import MAX_CAUSE_REASON_LENGTH
+from lifecycle_service.api.requests import MAX_CAUSE_REASON_LENGTH
 from tests import credentials
 from tests.reliability.harness import Pair
 

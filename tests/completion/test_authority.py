@@ -15,7 +15,7 @@ import time
 import pytest
 
 from completion_service.authority import CompletionAuthority
-from completion_service.completions import AttemptOutcome
+from completion_service.clients.lifecycle_client import LifecycleRejected
 from completion_service.core.gates import ExternalAnswer, ExternalGate, WorkspacePolicy
 from completion_service.core.model import (
     AgentAction,
@@ -30,10 +30,10 @@ from completion_service.core.model import (
 from completion_service.core.runs import TaskEffect
 from completion_service.core.transcript import EventKind, SessionEvent
 from completion_service.errors import Reason
-from completion_service.lifecycle_client import LifecycleRejected
 from completion_service.policy import PolicyBook
-from completion_service.runs import Claimed, RenewCommand
-from completion_service.transcripts import AppendCommand
+from completion_service.units.completions import AttemptOutcome
+from completion_service.units.runs import Claimed, RenewCommand
+from completion_service.units.transcripts import AppendCommand
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.background import Background

@@ -6,7 +6,7 @@ says whether it ended the task."""
 
 from __future__ import annotations
 
-from completion_service.lifecycle_client import LifecycleUnavailable
+from completion_service.clients.lifecycle_client import LifecycleUnavailable
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.grpc_errors import error_info

@@ -1,5 +1,5 @@
 """Unit tests of the completion transaction's units of work
-(completion_service/completions.py) on the in-memory store: the snapshot the
+(completion_service/units/completions.py) on the in-memory store: the snapshot the
 gates judge, the duplicate policy, superseding a refused completion, request-id
 replay, external-gate answers, and evidence. Refusals change nothing."""
 
@@ -9,8 +9,6 @@ import dataclasses
 
 import pytest
 
-from completion_service import completions, runs, settlements
-from completion_service.completions import AttemptOutcome, CompletionCorrupted, EvidenceCommand, StaleView
 from completion_service.core.gates import ExternalAnswer, ExternalGate, WorkspacePolicy, snapshot_basis
 from completion_service.core.model import (
     AgentAction,
@@ -22,8 +20,10 @@ from completion_service.core.model import (
     Verdict,
 )
 from completion_service.errors import Reason
-from completion_service.settlements import Settlement
 from completion_service.storage.port import AttemptRecord
+from completion_service.units import completions, runs, settlements
+from completion_service.units.completions import AttemptOutcome, CompletionCorrupted, EvidenceCommand, StaleView
+from completion_service.units.settlements import Settlement
 from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import Replay
 from tests.completion.units_support import ACTIVE, SECOND, START, WS, World, close_command, key

@@ -14,8 +14,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from completion_service.convert import lease_to_proto, run_to_proto
-from completion_service.runs import ClaimCommand
+from completion_service.api.convert import lease_to_proto, run_to_proto
+from completion_service.units.runs import ClaimCommand
 from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from completion_service.lifecycle_client import LifecycleUnavailable
+from completion_service.clients.lifecycle_client import LifecycleUnavailable
 from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb

@@ -1,4 +1,4 @@
-"""The completion service's channel to the lifecycle service (completion_service.outbound),
+"""The completion service's channel to the lifecycle service (completion_service.clients.outbound),
 against a real gRPC server behind a loopback proxy that plays a slow network."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import contextlib
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from completion_service.outbound import LifecycleChannel, OutboundSecurity
+from completion_service.clients.outbound import LifecycleChannel, OutboundSecurity
 
 # How long the proxy holds the server's first bytes (its HTTP/2 SETTINGS): a loaded
 # machine or a slow network, slower than a connection attempt was once given (100 ms).

@@ -22,17 +22,17 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from completion_service import runs, settlements
-from completion_service.completions import AttemptOutcome
+from completion_service.api.service import SERVICE_NAME
 from completion_service.core.gates import WorkspacePolicy
 from completion_service.core.model import CompletionEventKind, RequestedOutcome, RunOutcome, SettlementStatus, Verdict
 from completion_service.policy import parse_policy
-from completion_service.runs import Claimed
 from completion_service.server import CompletionConfig, RunningCompletion
 from completion_service.server import start as start_completion
-from completion_service.service import SERVICE_NAME
-from completion_service.settlements import Recorded, Settlement
 from completion_service.storage.postgres import PostgresCompletionStore
+from completion_service.units import runs, settlements
+from completion_service.units.completions import AttemptOutcome
+from completion_service.units.runs import Claimed
+from completion_service.units.settlements import Recorded, Settlement
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.runtime.clock import ManualClock, RandomIds

@@ -1,4 +1,4 @@
-"""Unit tests of the runs-and-leases units of work (completion_service/runs.py) on
+"""Unit tests of the runs-and-leases units of work (completion_service/units/runs.py) on
 the in-memory store: claim, renew, close a run, close stalled
 runs. Refusals change nothing."""
 
@@ -8,13 +8,13 @@ import dataclasses
 
 import pytest
 
-from completion_service import completions, runs, settlements, transcripts
 from completion_service.core.model import FinalStatus, Lease, RunOutcome, SettlementStatus
 from completion_service.core.transcript import EventKind, SessionEvent
 from completion_service.errors import Reason
-from completion_service.runs import Claimed, RenewCommand
-from completion_service.settlements import Settlement
-from completion_service.transcripts import AppendCommand
+from completion_service.units import completions, runs, settlements, transcripts
+from completion_service.units.runs import Claimed, RenewCommand
+from completion_service.units.settlements import Settlement
+from completion_service.units.transcripts import AppendCommand
 from funnel.runtime.errors import Rejection, instant
 from funnel.runtime.idempotency import Replay
 from tests.completion.units_support import SECOND, START, WS, World, close_command, key

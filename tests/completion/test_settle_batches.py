@@ -1,4 +1,4 @@
-"""Settlements due together share one lifecycle call (completion_service/settle_batches.py):
+"""Settlements due together share one lifecycle call (completion_service/clients/settle_batches.py):
 alone a settlement is sent at once by itself; those that come while a call is in
 flight go together in the next one; every caller gets its own item's answer, and
 no caller that goes away (cancelled while waiting, while sending, or just as its
@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
-from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
-from completion_service.settle_batches import SettleBatches
+from completion_service.clients.lifecycle_client import LifecycleRejected, LifecycleUnavailable
+from completion_service.clients.settle_batches import SettleBatches
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 
 pytestmark = pytest.mark.asyncio

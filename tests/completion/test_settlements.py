@@ -1,5 +1,5 @@
 """Unit tests of the settlement outbox's units of work
-(completion_service/settlements.py) on the in-memory store: a settlement is
+(completion_service/units/settlements.py) on the in-memory store: a settlement is
 recorded once, for the completion it names, with one terminal event; an
 unanswered one is postponed; due completions are claimed earliest first."""
 
@@ -9,9 +9,9 @@ import dataclasses
 
 import pytest
 
-from completion_service import completions, runs, settlements
 from completion_service.core.model import AgentAction, CompletionEventKind, SettlementStatus
-from completion_service.settlements import Recorded, Settlement
+from completion_service.units import completions, runs, settlements
+from completion_service.units.settlements import Recorded, Settlement
 from tests.completion.units_support import SECOND, START, WS, World, close_command
 
 

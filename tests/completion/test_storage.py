@@ -23,9 +23,7 @@ import sqlite3
 
 import pytest
 
-from completion_service import completions, runs, settlements, transcripts
-from completion_service.completions import AttemptCommand, AttemptOutcome, CompletionCorrupted, EvidenceCommand
-from completion_service.convert import completion_to_proto, decision_to_proto, lease_to_proto, run_to_proto
+from completion_service.api.convert import completion_to_proto, decision_to_proto, lease_to_proto, run_to_proto
 from completion_service.core.gates import WorkspacePolicy
 from completion_service.core.identity import IdentityInput, completion_identity
 from completion_service.core.model import (
@@ -43,14 +41,16 @@ from completion_service.core.model import (
 )
 from completion_service.core.transcript import EventKind, SessionEvent, Tail, TurnEndReason
 from completion_service.errors import Reason
-from completion_service.request_ids import peek
-from completion_service.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
-from completion_service.settlements import Recorded, Settlement
 from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import AttemptRecord, CompletionStore, CompletionTx, TranscriptState
 from completion_service.storage.postgres import PostgresCompletionTx
 from completion_service.storage.sqlite import SqliteCompletionStore, SqliteCompletionTx
-from completion_service.transcripts import AppendCommand, Appended
+from completion_service.units import completions, runs, settlements, transcripts
+from completion_service.units.completions import AttemptCommand, AttemptOutcome, CompletionCorrupted, EvidenceCommand
+from completion_service.units.request_ids import peek
+from completion_service.units.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
+from completion_service.units.settlements import Recorded, Settlement
+from completion_service.units.transcripts import AppendCommand, Appended
 from funnel.auth.principal import Caller
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.runtime.clock import ManualClock, SequentialIds

@@ -9,14 +9,14 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from completion_service.completions import AttemptCommand
+from completion_service.clients.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.core.gates import WorkspacePolicy
 from completion_service.core.model import LifecycleState, LifecycleView, RequestedOutcome, RunOutcome
 from completion_service.core.transcript import Tail
-from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
-from completion_service.runs import ClaimCommand, Claimed, CloseCommand
 from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import TranscriptState
+from completion_service.units.completions import AttemptCommand
+from completion_service.units.runs import ClaimCommand, Claimed, CloseCommand
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime.clock import ManualClock, SequentialIds
@@ -51,7 +51,7 @@ class World:
         request: RequestKey | None = None,
         generation: int = 1,
     ) -> Claimed:
-        from completion_service import runs
+        from completion_service.units import runs
 
         claimed = await self.run(runs.claim, command=self.claim_command(task_id, agent, ttl, request, generation))
         assert isinstance(claimed, Claimed), claimed

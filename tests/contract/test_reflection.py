@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from lifecycle_service.service import SERVICE_NAME
+from lifecycle_service.api.service import SERVICE_NAME
 
 
 @pytest.mark.parametrize("version", ["v1", "v1alpha"])

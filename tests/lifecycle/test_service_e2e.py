@@ -17,11 +17,11 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.errors import instant
 from funnel.runtime.grpc_errors import error_info, field_violations
 from funnel.runtime.postgres import is_postgres_url
+from lifecycle_service.api.service import SERVICE_NAME
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import LinkMode, ParentLink, Policy
 from lifecycle_service.core.rules import decide
 from lifecycle_service.errors import Reason
-from lifecycle_service.service import SERVICE_NAME
 from lifecycle_service.units import Command, apply_intent
 from tests import credentials
 from tests.lifecycle.conftest import open_store

@@ -52,7 +52,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-import completion_service.imports
+import completion_service.api.imports
 from completion_service.errors import Reason as CompletionReason
 from completion_service.server import CompletionConfig
 from funnel.client.retry import stream_until_answered
@@ -1491,9 +1491,9 @@ async def test_hostile_requests_get_business_answers_and_rejections_change_nothi
 
 
 async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_handler(tmp_path, monkeypatch):
-    from completion_service.service import CompletionService
-    from completion_service.transcript_service import TranscriptService
-    from lifecycle_service.service import LifecycleService
+    from completion_service.api.service import CompletionService
+    from completion_service.api.transcript_service import TranscriptService
+    from lifecycle_service.api.service import LifecycleService
 
     reached: collections.Counter = collections.Counter()
 
@@ -1615,7 +1615,7 @@ async def test_an_import_stream_that_breaks_off_imports_nothing(start_funnel_pai
     stream ends like a complete one."""
     # Batches are cut by their count alone here (the decoded-bytes cut would end a
     # batch of these events at ~420), so that the part sent is one whole batch.
-    monkeypatch.setattr(completion_service.imports, "BATCH_DECODED_BYTES", 2**40)
+    monkeypatch.setattr(completion_service.api.imports, "BATCH_DECODED_BYTES", 2**40)
     f, ts = start_funnel_pair
     await f.register("task-a")
     await f.register("task-src")

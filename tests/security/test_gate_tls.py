@@ -9,7 +9,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from completion_service.outbound import OutboundRefused
+from completion_service.clients.outbound import OutboundRefused
 from funnel.auth.pki import COMPLETION_IDENTITY, ensure_local_pki
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc

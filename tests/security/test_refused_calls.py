@@ -18,7 +18,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from completion_service.jsonl import to_line
+from completion_service.api.jsonl import to_line
 from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.auth.table import LIFECYCLE, TABLE
 from funnel.completion.v1 import completion_pb2 as cpb

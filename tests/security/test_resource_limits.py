@@ -11,8 +11,8 @@ import time
 import grpc
 import pytest
 
-from completion_service.imports import least_held_bytes
-from completion_service.jsonl import to_line
+from completion_service.api.imports import least_held_bytes
+from completion_service.api.jsonl import to_line
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb

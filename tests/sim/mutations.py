@@ -13,8 +13,8 @@ import pytest
 from completion_service.authority import settler
 from funnel.runtime import watch
 from lifecycle_service import authority as lifecycle_authority
-from lifecycle_service import service as lifecycle_service
 from lifecycle_service import units
+from lifecycle_service.api import service as lifecycle_service
 from lifecycle_service.core import intents, rules
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from completion_service.jsonl import to_line
+from completion_service.api.jsonl import to_line
 from funnel.client.connection import Connection
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import transcript_pb2 as tpb

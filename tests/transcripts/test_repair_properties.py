@@ -30,7 +30,7 @@ from completion_service.core.transcript import (
     repair,
     validate,
 )
-from completion_service.transcripts import AppendCommand, Appended
+from completion_service.units.transcripts import AppendCommand, Appended
 from funnel.runtime.clock import ManualClock
 from tests.completion.backends import BACKENDS
 

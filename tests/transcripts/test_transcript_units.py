@@ -1,4 +1,4 @@
-"""Unit tests of the transcript units of work (completion_service/transcripts.py)
+"""Unit tests of the transcript units of work (completion_service/units/transcripts.py)
 on the in-memory store: appends (the agent's lease, the expected state version,
 the grammar, checkpoints), interrupted-turn repair, committing a staged import,
 and the page read. Refusals change nothing."""
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from completion_service import runs, transcripts
 from completion_service.core.transcript import EventKind, SessionEvent, Tail, TurnEndReason
 from completion_service.errors import Reason
 from completion_service.storage.port import TranscriptState
-from completion_service.transcripts import AppendCommand, Appended, Repaired
+from completion_service.units import runs, transcripts
+from completion_service.units.transcripts import AppendCommand, Appended, Repaired
 from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import Replay
 from tests.completion.units_support import SECOND, START, WS, World, close_command, key

@@ -32,9 +32,9 @@ from completion_service.core.model import (
 )
 from completion_service.core.settlement import supersedable
 from completion_service.errors import Reason
-from completion_service.request_ids import answer, recalled
-from completion_service.runs import not_held, run_not_found
 from completion_service.storage.port import AttemptRecord, CompletionReadTx, CompletionTx
+from completion_service.units.request_ids import answer, recalled
+from completion_service.units.runs import not_held, run_not_found
 from funnel.runtime.errors import Rejection, reject
 from funnel.runtime.idempotency import Replay, RequestKey
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from completion_service.core.model import CompletionEvent, CompletionEventKind, CompletionRecord, SettlementStatus
 from completion_service.core.settlement import refusal_decision
-from completion_service.holding import holding_run
 from completion_service.storage.port import CompletionTx
+from completion_service.units.holding import holding_run
 
 
 @dataclass(frozen=True)

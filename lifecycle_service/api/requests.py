@@ -12,7 +12,7 @@ from funnel.lifecycle.v1 import lifecycle_pb2 as pb
 from funnel.runtime.paging import MAX_PAGE_SIZE
 from funnel.runtime.timestamps import timestamp_problem, to_micros
 from funnel.runtime.validation import MAX_ID_LENGTH, Checker
-from lifecycle_service.convert import cause_from_proto, parent_from_proto
+from lifecycle_service.api.convert import cause_from_proto, parent_from_proto
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import (
     SETTABLE_WORK_STATUSES,

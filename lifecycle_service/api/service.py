@@ -30,13 +30,13 @@ from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.validation import malformed_page_token
 from funnel.runtime.watch import EventBroker, WatchEnds, WatchQuota, follow, follow_from_head
-from lifecycle_service import requests
+from lifecycle_service.api import requests
+from lifecycle_service.api.convert import event_to_proto, task_to_proto
+from lifecycle_service.api.relay import judge_relay
 from lifecycle_service.authority import LifecycleAuthority
-from lifecycle_service.convert import event_to_proto, task_to_proto
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import LifecycleEvent, TaskRecord
 from lifecycle_service.errors import DOMAIN, Reason
-from lifecycle_service.relay import judge_relay
 from lifecycle_service.storage.port import LifecycleReadTx
 from lifecycle_service.units import Committed, Replayed, Resettled, task_view
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import sys
 
+from completion_service.api.convert import session_event_from_proto
+from completion_service.api.event_rules import check_event
+from completion_service.api.jsonl import LineDamaged, LineSplitter, is_torn, parse_line
 from completion_service.authority.transcripts import Transcripts
-from completion_service.convert import session_event_from_proto
 from completion_service.core import transcript as grammar
 from completion_service.core.transcript import EventKind, Tail, Violation, grammar_rejection
-from completion_service.event_rules import check_event
-from completion_service.jsonl import LineDamaged, LineSplitter, is_torn, parse_line
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.runtime.budget import Reservation, Shortfall
 from funnel.runtime.errors import ServiceError

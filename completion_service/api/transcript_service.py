@@ -10,18 +10,18 @@ from typing import Any
 
 import grpc
 
+from completion_service.api.convert import session_event_from_proto, session_event_to_proto
+from completion_service.api.event_rules import check_event
+from completion_service.api.imports import OutOfBuffer, StreamedImport, least_held_bytes
+from completion_service.api.jsonl import LineDamaged, to_line
+from completion_service.api.service import holder, request_key
 from completion_service.authority import CompletionAuthority
-from completion_service.convert import session_event_from_proto, session_event_to_proto
+from completion_service.clients.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.core import transcript as grammar
 from completion_service.core.transcript import Violation, grammar_rejection
 from completion_service.errors import Reason
-from completion_service.event_rules import check_event
-from completion_service.imports import OutOfBuffer, StreamedImport, least_held_bytes
-from completion_service.jsonl import LineDamaged, to_line
-from completion_service.lifecycle_client import LifecycleRejected, LifecycleUnavailable
-from completion_service.request_ids import peek
-from completion_service.service import holder, request_key
-from completion_service.transcripts import AppendCommand, Appended, version_mismatch
+from completion_service.units.request_ids import peek
+from completion_service.units.transcripts import AppendCommand, Appended, version_mismatch
 from funnel.auth.table import RESUMING_ROLES
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc

@@ -1,5 +1,5 @@
 """Calls external `CompletionGate` servers over the channels of
-`completion_service.outbound` (TLS unless explicitly plaintext on loopback);
+`completion_service.clients.outbound` (TLS unless explicitly plaintext on loopback);
 any failure becomes an answer that fails closed."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Protocol
 
 import grpc
 
-from completion_service.convert import evidence_to_proto
+from completion_service.api.convert import evidence_to_proto
+from completion_service.clients.outbound import GateChannels
 from completion_service.core.gates import ExternalAnswer, ExternalGate
 from completion_service.core.model import EvidenceRecord, Snapshot
-from completion_service.outbound import GateChannels
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.runtime.proto_enums import proto_enum

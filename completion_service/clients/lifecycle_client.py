@@ -15,11 +15,11 @@ from typing import Any, Protocol
 import grpc
 from google.rpc import code_pb2, error_details_pb2
 
+from completion_service.clients.outbound import LifecycleChannel
+from completion_service.clients.settle_batches import SettleBatches
 from completion_service.core.model import LifecycleState
 from completion_service.core.projection import Change, Record
 from completion_service.core.settlement import SettleAnswer, classify_failure
-from completion_service.outbound import LifecycleChannel
-from completion_service.settle_batches import SettleBatches
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.lifecycle.v1 import lifecycle_pb2_grpc

@@ -29,9 +29,9 @@ from completion_service.core.runs import (
 )
 from completion_service.core.settlement import fence_refused
 from completion_service.errors import Reason
-from completion_service.request_ids import answer, peek, recalled
 from completion_service.storage.port import CompletionReadTx, CompletionTx
-from completion_service.transcripts import repair as repair_transcript
+from completion_service.units.request_ids import answer, peek, recalled
+from completion_service.units.transcripts import repair as repair_transcript
 from funnel.auth.principal import Caller
 from funnel.runtime.errors import Rejection, instant, reject
 from funnel.runtime.idempotency import Replay, RequestKey

@@ -18,9 +18,9 @@ from completion_service.core.transcript import (
 )
 from completion_service.core.transcript import repair as closers_of
 from completion_service.errors import Reason
-from completion_service.holding import holding_run
-from completion_service.request_ids import answer, recalled
 from completion_service.storage.port import CompletionReadTx, CompletionTx, TranscriptState
+from completion_service.units.holding import holding_run
+from completion_service.units.request_ids import answer, recalled
 from funnel.runtime.errors import Rejection, reject
 from funnel.runtime.idempotency import Replay, RequestKey
 

@@ -10,10 +10,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from completion_service import requests
-from completion_service.authority import CompletionAuthority, RunClosed
-from completion_service.completions import AttemptCommand, AttemptOutcome
-from completion_service.convert import (
+from completion_service.api import requests
+from completion_service.api.convert import (
     audit_to_proto,
     completion_to_proto,
     decision_to_proto,
@@ -22,6 +20,7 @@ from completion_service.convert import (
     lease_to_proto,
     run_to_proto,
 )
+from completion_service.authority import CompletionAuthority, RunClosed
 from completion_service.core.model import (
     CompletionEvent,
     EvidenceRecord,
@@ -31,8 +30,9 @@ from completion_service.core.model import (
 )
 from completion_service.core.settlement import binding_decision
 from completion_service.errors import Reason
-from completion_service.runs import Claimed, RenewCommand
 from completion_service.storage.port import CompletionReadTx
+from completion_service.units.completions import AttemptCommand, AttemptOutcome
+from completion_service.units.runs import Claimed, RenewCommand
 from funnel.completion.v1 import completion_pb2 as pb
 from funnel.completion.v1 import completion_pb2_grpc
 from funnel.runtime import calls
