@@ -5,10 +5,10 @@ records evidence."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from completion_service.authority.metrics import Metrics
 from completion_service.authority.projection import LifecycleProjection
@@ -16,7 +16,7 @@ from completion_service.authority.settler import Settler
 from completion_service.clients.external_gates import ExternalGates
 from completion_service.clients.lifecycle_client import LifecycleClient, record_of
 from completion_service.core import gates
-from completion_service.core.gates import WorkspacePolicy, snapshot_basis
+from completion_service.core.gates import ExternalAnswer, SnapshotBasis, WorkspacePolicy, snapshot_basis
 from completion_service.core.model import (
     CompletionEvent,
     CompletionRecord,
@@ -31,6 +31,7 @@ from completion_service.storage.port import CompletionReadTx, CompletionStore
 from completion_service.units import completions
 from completion_service.units.completions import (
     AttemptCommand,
+    AttemptContext,
     AttemptOutcome,
     CompletionCorrupted,
     EvidenceCommand,
@@ -73,26 +74,21 @@ class CompletionTransaction:
         self._publish = publish
         self._faults = faults
 
-    async def attempt(self, command: AttemptCommand) -> AttemptOutcome | Replay:
+    async def attempt(self, command: AttemptCommand, view: LifecycleView | None = None) -> AttemptOutcome | Replay:
+        """The path of one attempt: the lifecycle view (CompleteRun passes the one
+        it has just read), the whole context built once, one transaction, then the
+        settlement of what it committed."""
         # A repeated request_id is answered by the write transaction itself; checking
         # it up front would cost every attempt one more trip to the database thread.
         source = "read"
-        if command.lifecycle is None:  # CompleteRun passes the view it has just read
-            lifecycle, source = await self._lifecycle_view(command)
-            command = dataclasses.replace(command, lifecycle=lifecycle, lifecycle_projected=source != "read")
-        policy = self._policies.for_workspace(command.workspace_id)
-        command = dataclasses.replace(command, policy=policy)
-        if policy.external_gates:
-            command = await self._consult_external_gates(command, policy)
+        if view is None:
+            view, source = await self._lifecycle_view(command)
+        context = await self._context(command, view, projected=source != "read")
         try:
-            command = dataclasses.replace(
-                command, completion_id=self._ids.new_id("cmp"), traceparent=current_traceparent()
-            )
-            outcome = await self.commit(command)
+            outcome = await self.commit(command, context)
             if isinstance(outcome, StaleView):
-                lifecycle = await self._read_view(command)
-                command = dataclasses.replace(command, lifecycle=lifecycle, lifecycle_projected=False)
-                outcome = await self.commit(command)
+                fresh = await self._read_view(command)
+                outcome = await self.commit(command, replace(context, lifecycle=fresh, lifecycle_projected=False))
                 assert not isinstance(outcome, StaleView), "a view read for the attempt is never stale"
                 source = "stale"
             self._metrics.lifecycle_view(source)
@@ -115,8 +111,24 @@ class CompletionTransaction:
             self._faults.hit("completion.after_commit_before_settle")
         if completion is not None and completion.settlement is SettlementStatus.PENDING:
             completion = await self._settler.settle(completion)
-            outcome = dataclasses.replace(outcome, completion=completion)
+            outcome = replace(outcome, completion=completion)
         return outcome
+
+    async def _context(self, command: AttemptCommand, view: LifecycleView, *, projected: bool) -> AttemptContext:
+        """Everything the transaction needs besides the database, gathered once."""
+        policy = self._policies.for_workspace(command.workspace_id)
+        answers, basis = (
+            await self._consult_external_gates(command, view, policy) if policy.external_gates else (None, None)
+        )
+        return AttemptContext(
+            lifecycle=view,
+            lifecycle_projected=projected,
+            policy=policy,
+            completion_id=self._ids.new_id("cmp"),
+            traceparent=current_traceparent(),
+            external_answers=answers,
+            external_basis=basis,
+        )
 
     async def settle(self, completion: CompletionRecord) -> CompletionRecord | None:
         """Settles a committed completion now (step 6; the outbox's way, once)."""
@@ -142,12 +154,15 @@ class CompletionTransaction:
         current = await self._projection.read(command.workspace_id, command.task_id)
         return record_of(current).view()
 
-    async def commit(self, command: AttemptCommand) -> AttemptOutcome | Replay | Rejection | StaleView:
+    async def commit(
+        self, command: AttemptCommand, context: AttemptContext
+    ) -> AttemptOutcome | Replay | Rejection | StaleView:
         """Steps 1-5: one write transaction judged at the moment it runs."""
         return await self._store.write(
             functools.partial(
                 completions.attempt,
                 command=command,
+                context=context,
                 now=self._clock.now_micros(),
                 inline_settle_micros=int(self._lifecycle.timeout * 1_000_000),
             ),
@@ -158,11 +173,15 @@ class CompletionTransaction:
         if isinstance(outcome, AttemptOutcome) and outcome.events:
             self._publish(list(outcome.events))
 
-    async def _consult_external_gates(self, command: AttemptCommand, policy: WorkspacePolicy) -> AttemptCommand:
+    async def _consult_external_gates(
+        self, command: AttemptCommand, view: LifecycleView, policy: WorkspacePolicy
+    ) -> tuple[Mapping[str, ExternalAnswer] | None, SnapshotBasis | None]:
+        """The external gates' answers and the snapshot they judged, or (None, None)
+        when a built-in gate blocks anyway (the gates are not asked then)."""
         now = self._clock.now_micros()
 
         def read(tx: CompletionReadTx) -> tuple[Snapshot | Rejection, list[EvidenceRecord]]:
-            snapshot = completions.load_snapshot(tx, command, now)
+            snapshot = completions.load_snapshot(tx, command, view, now)
             if isinstance(snapshot, Rejection):
                 return snapshot, []
             return snapshot, tx.load_evidence(command.workspace_id, command.task_id, snapshot.run.generation)
@@ -171,9 +190,9 @@ class CompletionTransaction:
         if isinstance(snapshot, Rejection):
             raise ServiceError(snapshot)
         if not gates.evaluate_builtins(snapshot, policy).builtins_passed:
-            return command
+            return None, None
         answers = await self._external.ask_all(policy.external_gates, snapshot, evidence)
-        return dataclasses.replace(command, external_answers=answers, external_basis=snapshot_basis(snapshot))
+        return answers, snapshot_basis(snapshot)
 
     async def record_evidence(
         self,
@@ -182,9 +201,7 @@ class CompletionTransaction:
         request: RequestKey | None,
         render: Callable[[EvidenceRecord], bytes],
     ) -> EvidenceRecord | Replay:
-        command = EvidenceCommand(
-            dataclasses.replace(record, evidence_id=self._ids.new_id("evd")), holder, request, render
-        )
+        command = EvidenceCommand(replace(record, evidence_id=self._ids.new_id("evd")), holder, request, render)
         result = await self._store.write(
             functools.partial(completions.record_evidence, command=command, now=self._clock.now_micros()),
             after_commit=self._published_evidence,

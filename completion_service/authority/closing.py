@@ -284,8 +284,8 @@ class RunCloser:
                     outcome=RequestedOutcome.COMPLETED,
                     result=notes,
                     state_version=None,
-                    lifecycle=record_of(current).view(),
-                )
+                ),
+                view=record_of(current).view(),
             )
             # Without a request id there is nothing to remember: never a replay.
             assert isinstance(attempted, AttemptOutcome)

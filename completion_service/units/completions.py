@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from completion_service.core import gates
-from completion_service.core.duplicates import CompletionKey, DuplicateVerdict, judge_duplicate
+from completion_service.core.duplicates import CompletionKey, DuplicateVerdict, place_completion
 from completion_service.core.gates import ExternalAnswer, SnapshotBasis, WorkspacePolicy, snapshot_basis
 from completion_service.core.identity import IdentityInput, completion_identity, identity_payload
 from completion_service.core.model import (
@@ -30,7 +30,6 @@ from completion_service.core.model import (
     TranscriptTail,
     Verdict,
 )
-from completion_service.core.settlement import supersedable
 from completion_service.errors import Reason
 from completion_service.storage.port import AttemptRecord, CompletionReadTx, CompletionTx
 from completion_service.units.request_ids import answer, recalled
@@ -41,6 +40,8 @@ from funnel.runtime.idempotency import Replay, RequestKey
 
 @dataclass(frozen=True)
 class AttemptCommand:
+    """What the request asks: validated by the servicer, never completed later."""
+
     workspace_id: str
     task_id: str
     run_id: str
@@ -49,24 +50,30 @@ class AttemptCommand:
     result: str
     # The state version the agent evaluated; None: the current one.
     state_version: int | None
-    # Filled in by the shell: the lifecycle view read for this attempt and the
-    # workspace's gate policy.
-    lifecycle: LifecycleView | None = None
-    # The view came from the lifecycle projection, not a read made for this attempt.
-    lifecycle_projected: bool = False
-    policy: WorkspacePolicy | None = None
     request: RequestKey | None = None
     # The agent that must hold the run (a caller acting as an agent), or None.
     holder: str | None = None
+    render: Callable[[AttemptOutcome], bytes] | None = None
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """Everything the shell gathers for one attempt before its transaction, built
+    whole in one place (authority/attempts.py)."""
+
+    # The lifecycle view the gates judge, and whether it came from the projection
+    # (which may lag by a generation) rather than a read made for this attempt.
+    lifecycle: LifecycleView
+    lifecycle_projected: bool
+    policy: WorkspacePolicy
+    # The id a completion this attempt commits gets.
+    completion_id: str
+    # The attempt's W3C traceparent, stored with the completion it commits.
+    traceparent: str | None = None
     # Answers of the policy's external gates, gathered on a snapshot with
     # `external_basis`; the commit fails with SNAPSHOT_CHANGED if that moved.
     external_answers: Mapping[str, ExternalAnswer] | None = None
     external_basis: SnapshotBasis | None = None
-    render: Callable[[AttemptOutcome], bytes] | None = None
-    # The id a completion this attempt commits gets (filled in by the shell).
-    completion_id: str = ""
-    # The attempt's W3C traceparent, stored with the completion it commits (filled in by the shell).
-    traceparent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ class CompletionCorrupted(Exception):
 
 
 def attempt(
-    tx: CompletionTx, command: AttemptCommand, now: int, inline_settle_micros: int = 0
+    tx: CompletionTx, command: AttemptCommand, context: AttemptContext, now: int, inline_settle_micros: int = 0
 ) -> AttemptOutcome | Replay | Rejection | StaleView:
     """Steps 1-5 under one write lock: the snapshot is loaded, judged and committed
     against the same state. Raises CompletionCorrupted (nothing is written).
@@ -126,21 +133,20 @@ def attempt(
     seen = recalled(tx, command.request)
     if seen is not None:
         return seen
-    snapshot = load_snapshot(tx, command, now)
+    snapshot = load_snapshot(tx, command, context.lifecycle, now)
     if isinstance(snapshot, Rejection):
         return snapshot
     # A projected view only ever holds what would let the attempt through (see
     # core/projection.py) but the generation, which a lagging view may hold old.
-    if command.lifecycle_projected and snapshot.run.generation != snapshot.lifecycle.generation:
+    if context.lifecycle_projected and snapshot.run.generation != snapshot.lifecycle.generation:
         return StaleView()
-    if command.external_basis is not None and snapshot_basis(snapshot) != command.external_basis:
+    if context.external_basis is not None and snapshot_basis(snapshot) != context.external_basis:
         return reject(
             Reason.SNAPSHOT_CHANGED,
             "the lease or the state version changed while external gates were consulted; retry",
             what="lease_or_state_version",
         )
-    assert command.policy is not None, "the shell fills in the workspace's policy"
-    decision = gates.decide(snapshot, command.policy, command.external_answers)
+    decision = gates.decide(snapshot, context.policy, context.external_answers)
     generation = snapshot.run.generation
     if not decision.allowed:
         _record_attempt(tx, snapshot, decision)
@@ -168,33 +174,14 @@ def attempt(
     )
     key = CompletionKey(completion_identity(identity_input), identity_payload(identity_input), command.outcome.name)
     stored = tx.load_completion(command.workspace_id, command.task_id, generation)
-    superseded = stored is not None and supersedable(stored)
-    if superseded:  # refused for a reason that has passed: this attempt replaces it
-        stored = None
-    verdict = judge_duplicate(
-        CompletionKey(stored.identity, stored.payload, stored.outcome.name) if stored else None, key
-    )
-    if verdict is DuplicateVerdict.CORRUPTED:
-        assert stored is not None
-        raise CompletionCorrupted(stored.completion_id)
-    if verdict is DuplicateVerdict.CONFLICT:
-        assert stored is not None
-        return reject(
-            Reason.COMPLETION_CONFLICT,
-            f"generation {generation} already has a {stored.outcome.name} completion",
-            completion_id=stored.completion_id,
-            outcome=stored.outcome.name,
-        )
-    _record_attempt(tx, snapshot, decision)
-    if verdict is not DuplicateVerdict.INSERT:  # the stored row stays the completion
-        assert stored is not None
-        return answer(tx, command.request, command.render, AttemptOutcome(decision, stored, existing=True), now)
-    assert command.completion_id, "the shell names the completion"
+    placement = place_completion(stored, key)
+    if stored is not None and placement is not DuplicateVerdict.REPLACE:
+        return _meets_stored(tx, command, snapshot, decision, stored, placement, now)
     record = CompletionRecord(
         workspace_id=command.workspace_id,
         task_id=command.task_id,
         generation=generation,
-        completion_id=command.completion_id,
+        completion_id=context.completion_id,
         identity=key.identity,
         payload=key.payload,
         outcome=command.outcome,
@@ -206,9 +193,10 @@ def attempt(
         committed_at=now,
         settlement=SettlementStatus.PENDING,
         next_settle_at=now + inline_settle_micros,
-        traceparent=command.traceparent,
+        traceparent=context.traceparent,
     )
-    if superseded:
+    _record_attempt(tx, snapshot, decision)
+    if placement is DuplicateVerdict.REPLACE:
         tx.delete_completion(record.workspace_id, record.task_id, record.generation)
     tx.insert_completion(record)
     committed = tx.append_event(
@@ -226,6 +214,29 @@ def attempt(
     )
     outcome = AttemptOutcome(decision, record, inserted=True, events=(committed,))
     return answer(tx, command.request, command.render, outcome, now)
+
+
+def _meets_stored(
+    tx: CompletionTx,
+    command: AttemptCommand,
+    snapshot: Snapshot,
+    decision: Decision,
+    stored: CompletionRecord,
+    placement: DuplicateVerdict,
+    now: int,
+) -> AttemptOutcome | Replay | Rejection:
+    """An allowed attempt of a generation whose completion is already stored (and stays)."""
+    if placement is DuplicateVerdict.CORRUPTED:
+        raise CompletionCorrupted(stored.completion_id)
+    if placement is DuplicateVerdict.CONFLICT:
+        return reject(
+            Reason.COMPLETION_CONFLICT,
+            f"generation {stored.generation} already has a {stored.outcome.name} completion",
+            completion_id=stored.completion_id,
+            outcome=stored.outcome.name,
+        )
+    _record_attempt(tx, snapshot, decision)
+    return answer(tx, command.request, command.render, AttemptOutcome(decision, stored, existing=True), now)
 
 
 def _record_attempt(tx: CompletionTx, snapshot: Snapshot, decision: Decision) -> None:
@@ -246,15 +257,16 @@ def _record_attempt(tx: CompletionTx, snapshot: Snapshot, decision: Decision) ->
     )
 
 
-def load_snapshot(tx: CompletionReadTx, command: AttemptCommand, now: int) -> Snapshot | Rejection:
+def load_snapshot(
+    tx: CompletionReadTx, command: AttemptCommand, lifecycle: LifecycleView, now: int
+) -> Snapshot | Rejection:
     """The one canonical view the gates judge (docs/specification.md §5.2)."""
     run = tx.load_run(command.workspace_id, command.run_id)
     if run is None or run.task_id != command.task_id:
         return run_not_found(command.run_id)
     if command.holder is not None and run.agent_id != command.holder:
         return not_held(run)
-    assert command.lifecycle is not None, "the shell fills in the lifecycle view"
-    return _snapshot(tx, command, run, command.lifecycle, now)
+    return _snapshot(tx, command, run, lifecycle, now)
 
 
 def _snapshot(

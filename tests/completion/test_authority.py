@@ -94,8 +94,7 @@ class Shells:
         )
 
     async def attempt(self, claimed: Claimed, **changes) -> AttemptOutcome | Replay:
-        command = dataclasses.replace(self.world.attempt_command(claimed, **changes), lifecycle=None, policy=None)
-        return await self.authority.completions.attempt(command)
+        return await self.authority.completions.attempt(self.world.attempt_command(claimed, **changes))
 
     async def completion(self, task_id: str = "t-1"):
         return await self.store.read(lambda tx: tx.load_completion(WS, task_id, 1))

@@ -41,7 +41,7 @@ def refused(result, reason: Reason) -> Rejection:
 
 
 async def attempt(world: World, claimed, **changes):
-    return await world.run(completions.attempt, command=world.attempt_command(claimed, **changes))
+    return await world.run(completions.attempt, **world.attempt_args(claimed, **changes))
 
 
 # -- the snapshot ---------------------------------------------------------------------
@@ -58,7 +58,7 @@ async def test_the_snapshot_holds_the_run_lease_transcript_evidence_attempts_and
         )
     )
     command = world.attempt_command(claimed, state_version=6, result="done")
-    snapshot = await world.read(lambda tx: completions.load_snapshot(tx, command, START + 1))
+    snapshot = await world.read(lambda tx: completions.load_snapshot(tx, command, ACTIVE, START + 1))
     assert (snapshot.now, snapshot.run, snapshot.lease, snapshot.claimed_epoch) == (
         START + 1,
         claimed.run.view(),
@@ -75,7 +75,9 @@ async def test_the_snapshot_holds_the_run_lease_transcript_evidence_attempts_and
     assert [(a.checkpoint, a.result_digest, a.blocked) for a in snapshot.attempts] == [("cp-3", "digest", True)]
     # Without a state version the agent evaluated the current one.
     current = dataclasses.replace(command, state_version=None)
-    assert (await world.read(lambda tx: completions.load_snapshot(tx, current, START))).evaluated_state_version == 7
+    assert (
+        await world.read(lambda tx: completions.load_snapshot(tx, current, ACTIVE, START))
+    ).evaluated_state_version == 7
 
 
 @pytest.mark.parametrize(
@@ -125,12 +127,12 @@ async def test_a_blocked_attempt_is_recorded_with_its_event_and_no_completion(wo
 
 async def test_an_allowed_attempt_inserts_the_named_completion_due_for_settlement_at_once(world):
     claimed = await world.claimed()
-    command = world.attempt_command(claimed, outcome=RequestedOutcome.FAILED, result="gave up")
-    outcome = await world.run(completions.attempt, command=command)
+    args = world.attempt_args(claimed, outcome=RequestedOutcome.FAILED, result="gave up")
+    outcome = await world.run(completions.attempt, **args)
     assert outcome.inserted and not outcome.existing
     completion = outcome.completion
     assert (completion.completion_id, completion.outcome, completion.settlement, completion.committed_at) == (
-        command.completion_id,
+        args["context"].completion_id,
         RequestedOutcome.FAILED,
         SettlementStatus.PENDING,
         START,
@@ -192,8 +194,8 @@ async def test_external_answers_count_only_on_the_snapshot_they_were_given_for(w
     gate = ExternalGate("review", "127.0.0.1:1")
     policy = WorkspacePolicy(external_gates=(gate,))
     claimed = await world.claimed()
-    command = world.attempt_command(claimed, policy=policy)
-    snapshot = await world.read(lambda tx: completions.load_snapshot(tx, command, START))
+    command = world.attempt_command(claimed)
+    snapshot = await world.read(lambda tx: completions.load_snapshot(tx, command, ACTIVE, START))
     basis = snapshot_basis(snapshot)
     failing = await attempt(
         world,

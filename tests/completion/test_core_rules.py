@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from completion_service.core.duplicates import CompletionKey, DuplicateVerdict, judge_duplicate
+from completion_service.core.duplicates import CompletionKey, DuplicateVerdict, judge_duplicate, place_completion
 from completion_service.core.model import (
     AgentAction,
     CompletionRecord,
@@ -80,6 +80,25 @@ def test_duplicate_policy(stored, attempt, verdict):
 def test_same_identity_with_another_payload_is_corruption_even_with_another_outcome():
     # A digest match with different bytes can never be taken as idempotent.
     assert judge_duplicate(STORED, CompletionKey("sha256:aaa", b"other", "FAILED")) is DuplicateVerdict.CORRUPTED
+
+
+@pytest.mark.parametrize(
+    ("settlement", "reason", "attempt", "verdict"),
+    [
+        # Refused while a child was active (transient): any new attempt replaces it,
+        # the same identity and another outcome included.
+        (SettlementStatus.REJECTED, "ACTIVE_ATTACHED_CHILD", CompletionKey("i", b"p", "COMPLETED"), "REPLACE"),
+        (SettlementStatus.REJECTED, "ACTIVE_ATTACHED_CHILD", CompletionKey("j", b"q", "FAILED"), "REPLACE"),
+        # Refused for good: the row stays and the duplicate policy judges.
+        (SettlementStatus.REJECTED, "GENERATION_TERMINAL", CompletionKey("i", b"p", "COMPLETED"), "SAME"),
+        (SettlementStatus.REJECTED, "GENERATION_TERMINAL", CompletionKey("j", b"q", "FAILED"), "CONFLICT"),
+        (SettlementStatus.PENDING, None, CompletionKey("j", b"q", "COMPLETED"), "KEEP_EXISTING"),
+        (SettlementStatus.SETTLED, None, CompletionKey("i", b"other", "COMPLETED"), "CORRUPTED"),
+    ],
+)
+def test_where_an_allowed_attempts_completion_goes(settlement, reason, attempt, verdict):
+    assert place_completion(_completion(settlement, reason), attempt) is DuplicateVerdict[verdict]
+    assert place_completion(None, attempt) is DuplicateVerdict.INSERT
 
 
 # --- tokens (seed 001 "Token semantics", acceptance: inconsistency prefers tokensTotal) ---

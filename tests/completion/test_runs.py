@@ -213,7 +213,7 @@ FENCED = Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced")
 
 async def test_a_close_overtaken_by_a_fenced_refusal_is_decided_again_and_writes_nothing(world):
     claimed = await world.claimed()
-    completion = (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
+    completion = (await world.run(completions.attempt, **world.attempt_args(claimed))).completion
     # The outbox records the fence's refusal while the run still holds the task...
     recorded = await world.run(settlements.record_settlement, completion=completion, settlement=FENCED)
     assert isinstance(recorded, settlements.Recorded)
@@ -231,7 +231,7 @@ async def test_a_close_overtaken_by_a_fenced_refusal_is_decided_again_and_writes
 
 async def test_a_close_decided_on_a_pending_completion_that_is_still_pending_closes(world):
     claimed = await world.claimed()
-    completion = (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
+    completion = (await world.run(completions.attempt, **world.attempt_args(claimed))).completion
     seen = (completion.completion_id, SettlementStatus.PENDING)
     closed = await world.run(runs.close_run, command=close_command(claimed.run.run_id, completion_seen=seen))
     assert isinstance(closed, runs.Closed) and not closed.run.open

@@ -22,7 +22,7 @@ def world() -> World:
 
 async def committed(world: World, task_id: str = "t-1"):
     claimed = await world.claimed(task_id)
-    return (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
+    return (await world.run(completions.attempt, **world.attempt_args(claimed))).completion
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ FENCED = Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced")
 @pytest.mark.parametrize("how", ["closed", "lease expired"])
 async def test_a_fenced_refusal_with_no_run_holding_the_task_owes_the_cancellation_first(world, how):
     claimed = await world.claimed(ttl=10 * SECOND)
-    completion = (await world.run(completions.attempt, command=world.attempt_command(claimed))).completion
+    completion = (await world.run(completions.attempt, **world.attempt_args(claimed))).completion
     if how == "closed":
         await world.run(
             runs.close_run,

@@ -46,7 +46,7 @@ from completion_service.storage.port import AttemptRecord, CompletionStore, Comp
 from completion_service.storage.postgres import PostgresCompletionTx
 from completion_service.storage.sqlite import SqliteCompletionStore, SqliteCompletionTx
 from completion_service.units import completions, runs, settlements, transcripts
-from completion_service.units.completions import AttemptCommand, AttemptOutcome, CompletionCorrupted, EvidenceCommand
+from completion_service.units.completions import AttemptOutcome, CompletionCorrupted, EvidenceCommand
 from completion_service.units.request_ids import peek
 from completion_service.units.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
 from completion_service.units.settlements import Recorded, Settlement
@@ -58,13 +58,13 @@ from funnel.runtime.errors import Rejection, instant
 from funnel.runtime.idempotency import Replay, RequestKey, fingerprint
 from funnel.runtime.postgres import SqliteStyle
 from tests.completion.backends import ONE_WRITER, make_postgresql
+from tests.completion.units_support import attempt_parts
 
 START = 1_700_000_000_000_000
 SECOND = 1_000_000
 WS = "ws-1"
 TASKS = ("t-1", "t-2")
 ACTIVE = LifecycleView(generation=1, state=LifecycleState.ACTIVE, outcome=None, cancellation_requested=False)
-POLICY = WorkspacePolicy()
 CALLER = "host-1"
 
 
@@ -167,24 +167,10 @@ class Env:
     async def renew(self, run_id: str, epoch: int, ttl: int, request: RequestKey | None = None):
         return await self.write(runs.renew, command=RenewCommand(WS, run_id, epoch, ttl, None, request, render_lease))
 
-    def attempt_command(self, claimed: Claimed, **changes) -> AttemptCommand:
-        self.used(changes.get("request"))
-        command = AttemptCommand(
-            workspace_id=WS,
-            task_id=claimed.run.task_id,
-            run_id=claimed.run.run_id,
-            claimed_epoch=claimed.lease.epoch,
-            outcome=RequestedOutcome.COMPLETED,
-            result="all tests pass",
-            state_version=None,
-            lifecycle=ACTIVE,
-            policy=POLICY,
-            completion_id=self.ids.new_id("cmp"),
-        )
-        return dataclasses.replace(command, **changes)
-
     async def attempt(self, claimed: Claimed, **changes):
-        return await self.write(completions.attempt, command=self.attempt_command(claimed, **changes))
+        self.used(changes.get("request"))
+        command, context = attempt_parts(claimed, self.ids.new_id("cmp"), **changes)
+        return await self.write(completions.attempt, command=command, context=context)
 
     def close_command(self, run_id: str, **changes) -> CloseCommand:
         self.used(changes.get("request"))

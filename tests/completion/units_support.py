@@ -15,7 +15,7 @@ from completion_service.core.model import LifecycleState, LifecycleView, Request
 from completion_service.core.transcript import Tail
 from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import TranscriptState
-from completion_service.units.completions import AttemptCommand
+from completion_service.units.completions import AttemptCommand, AttemptContext
 from completion_service.units.runs import ClaimCommand, Claimed, CloseCommand
 from funnel.auth.principal import Caller
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -77,19 +77,12 @@ class World:
         )
 
     def attempt_command(self, claimed: Claimed, **changes: Any) -> AttemptCommand:
-        command = AttemptCommand(
-            workspace_id=WS,
-            task_id=claimed.run.task_id,
-            run_id=claimed.run.run_id,
-            claimed_epoch=claimed.lease.epoch,
-            outcome=RequestedOutcome.COMPLETED,
-            result="all tests pass",
-            state_version=None,
-            lifecycle=ACTIVE,
-            policy=WorkspacePolicy(),
-            completion_id=self.ids.new_id("cmp"),
-        )
-        return dataclasses.replace(command, **changes)
+        return attempt_parts(claimed, self.ids.new_id("cmp"), **changes)[0]
+
+    def attempt_args(self, claimed: Claimed, **changes: Any) -> dict[str, Any]:
+        """completions.attempt's command and context (each change goes to the one naming it)."""
+        command, context = attempt_parts(claimed, self.ids.new_id("cmp"), **changes)
+        return {"command": command, "context": context}
 
     async def set_transcript(
         self, task_id: str, state_version: int, checkpoint: str = "", open_turn: str | None = None
@@ -100,6 +93,28 @@ class World:
     def state(self) -> object:
         """The store's whole committed state (for "nothing changed" checks)."""
         return self.store.snapshot()
+
+
+def attempt_parts(claimed: Claimed, completion_id: str, **changes: Any) -> tuple[AttemptCommand, AttemptContext]:
+    """A default attempt of the claimed run, judged on an ACTIVE view with the
+    default policy; `changes` name fields of either the command or the context."""
+    in_context = {f.name for f in dataclasses.fields(AttemptContext)}
+    command = AttemptCommand(
+        workspace_id=WS,
+        task_id=claimed.run.task_id,
+        run_id=claimed.run.run_id,
+        claimed_epoch=claimed.lease.epoch,
+        outcome=RequestedOutcome.COMPLETED,
+        result="all tests pass",
+        state_version=None,
+    )
+    context = AttemptContext(
+        lifecycle=ACTIVE, lifecycle_projected=False, policy=WorkspacePolicy(), completion_id=completion_id
+    )
+    return (
+        dataclasses.replace(command, **{k: v for k, v in changes.items() if k not in in_context}),
+        dataclasses.replace(context, **{k: v for k, v in changes.items() if k in in_context}),
+    )
 
 
 def close_command(run_id: str, **changes: Any) -> CloseCommand:
