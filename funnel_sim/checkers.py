@@ -11,6 +11,8 @@ the clocks) to the violations it found, as one line each.
                success is that success
   watchers     each watcher saw every committed event once, in order
   acknowledged no acknowledged write is missing from the durable state
+  blocks       no attempt is blocked as "not the current generation" while its
+               run's generation was the task's current, live one
   linearizable each task's lifecycle record, as all callers saw it, against a
                sequential register of revisions (linearizability.py)
   faults       no call ended INTERNAL, no loop died, nothing unexpected raised"""
@@ -244,6 +246,37 @@ def acknowledged(evidence: Evidence, durable: Durable) -> Iterable[str]:
                 yield f"{call.source} close of {response.run_id} acknowledged, then lost"
 
 
+def blocks(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    # A view lagging behind the lifecycle may cost a refused settlement, never a block
+    # as "not the current generation" while the run's generation was current and live
+    # for the whole call (core/projection.py: a view of an older generation is read
+    # again). Live: its first event committed before the call, in virtual time, and
+    # none ending it (terminal, or a newer generation) committed before the answer.
+    clock = evidence.lifecycle_clock
+    began: dict[tuple[str, int], float] = {}
+    ended: dict[tuple[str, int], float] = {}
+    for event in durable.events:
+        at = clock.true_micros(event.committed_at) / 1_000_000
+        began.setdefault((event.task_id, event.generation), at)
+        if event.to_state is GenerationState.TERMINAL:
+            ended.setdefault((event.task_id, event.generation), at)
+        if event.generation > 1:
+            ended.setdefault((event.task_id, event.generation - 1), at)
+    for call in evidence.history.calls:
+        if call.method != "AttemptCompletion" or not isinstance(call.answer, Ok):
+            continue
+        decisive = [gate.gate_id for gate in call.answer.response.decision.trace if gate.decisive]
+        run = durable.runs.get(call.request.run_id)
+        if decisive != ["lifecycle.generation_current"] or run is None:
+            continue
+        generation = (call.request.task_id, run.generation)
+        if began.get(generation, float("inf")) < call.invoked and ended.get(generation, float("inf")) > call.answered:
+            yield (
+                f"{call.source} attempt of {call.request.run_id} at {call.answered:.3f} blocked as not current,"
+                f" while generation {run.generation} of {call.request.task_id} was current and live"
+            )
+
+
 Key = tuple[Any, ...]
 # The state of a task not registered yet, after a read saw it absent (None means "no step possible").
 _ABSENT: Key = ("absent",)
@@ -345,6 +378,7 @@ CHECKERS: tuple[Callable[[Evidence, Durable], Iterable[str]], ...] = (
     request_ids,
     watchers,
     acknowledged,
+    blocks,
     linearizable_records,
     faults,
 )

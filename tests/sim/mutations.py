@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from completion_service.authority import settler
+from completion_service.authority import projection, settler
+from completion_service.units import completions
 from funnel.runtime import watch
 from lifecycle_service import authority as lifecycle_authority
 from lifecycle_service import units
@@ -77,9 +78,38 @@ def outbox_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(settler.Settler, "settle_due", settle_due)
 
 
+def projection_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lifecycle projection serves each task's view one generation behind (as
+    if it had missed the resume). The attempt's guard reads such a view afresh, so
+    this alone must cost nothing: test_mutations.py shows the checkers stay quiet."""
+    view = projection.LifecycleProjection.view
+
+    def behind(self: projection.LifecycleProjection, workspace_id: str, task_id: str) -> Any:
+        served = view(self, workspace_id, task_id)
+        if served is None or served.generation == 1:
+            return served
+        return dataclasses.replace(served, generation=served.generation - 1)
+
+    monkeypatch.setattr(projection.LifecycleProjection, "view", behind)
+
+
+def stale_view_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view one generation behind reaches the gates: the projection lags
+    (projection_behind) and the check that reads such a view afresh is gone."""
+    projection_behind(monkeypatch)
+    attempt = completions.attempt
+
+    def judged_as_read(tx: Any, command: Any, context: Any, now: int, inline_settle_micros: int = 0) -> Any:
+        return attempt(tx, command, dataclasses.replace(context, lifecycle_projected=False), now, inline_settle_micros)
+
+    monkeypatch.setattr(completions, "attempt", judged_as_read)
+
+
 MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "fence_ignored": fence_ignored,
     "replay_executes": replay_executes,
     "late_commit_skipped": late_commit_skipped,
     "outbox_stopped": outbox_stopped,
+    "projection_behind": projection_behind,
+    "stale_view_served": stale_view_served,
 }
