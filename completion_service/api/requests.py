@@ -1,13 +1,15 @@
-"""Checks incoming completion requests: every problem is reported at once, with
-the ErrorInfo reason of the first."""
+"""Checks incoming completion and transcript requests: every problem is reported
+at once, with the ErrorInfo reason of the first."""
 
 from __future__ import annotations
 
 from google.protobuf.duration_pb2 import Duration
 
+from completion_service.api.event_rules import check_event
 from completion_service.core.model import FinalStatus, RequestedOutcome, RunOutcome, SettlementStatus
 from completion_service.errors import Reason
 from funnel.completion.v1 import completion_pb2 as pb
+from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.runtime.paging import MAX_PAGE_SIZE
 from funnel.runtime.validation import Checker
 
@@ -17,6 +19,8 @@ MAX_NOTES_LENGTH = 1024 * 1024
 MAX_ERROR_LENGTH = 8192
 MAX_DETAILS_LENGTH = 8192
 MAX_RESULT_LENGTH = 16384
+# Events in one AppendTranscript batch.
+MAX_BATCH = 1000
 
 _OUTCOMES = [o.value for o in RunOutcome]
 _STATUSES = [s.value for s in FinalStatus]
@@ -160,3 +164,48 @@ def watch(request: pb.WatchCompletionEventsRequest | pb.ListCompletionEventsRequ
     if isinstance(request, pb.ListCompletionEventsRequest):
         checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
     checker.raise_for(Reason)
+
+
+# Transcript requests
+
+
+def append_transcript(request: tpb.AppendTranscriptRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    checker.identifier("request_id", request.request_id, required=False)
+    checker.integer("events", len(request.events), minimum=1, maximum=MAX_BATCH)
+    if request.HasField("expected_state_version"):
+        checker.integer("expected_state_version", request.expected_state_version, minimum=0)
+    for index, event in enumerate(request.events[:MAX_BATCH]):
+        check_event(checker, f"events[{index}]", event, imported=False)
+    checker.raise_for(Reason)
+
+
+def load_transcript(request: tpb.LoadTranscriptRequest) -> None:
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
+    checker.raise_for(Reason)
+
+
+def task_named(request: tpb.ExportTranscriptRequest | tpb.ResolveResumeRequest) -> None:
+    """A request naming only a task (ExportTranscript, ResolveResume)."""
+    checker = Checker()
+    checker.identifier("workspace_id", request.workspace_id)
+    checker.identifier("task_id", request.task_id)
+    checker.raise_for(Reason)
+
+
+def import_target(first: tpb.ImportTranscriptRequest | None) -> tpb.ImportTarget:
+    """The target an import stream's first message must name."""
+    checker = Checker()
+    checker.require("target", first is not None and first.WhichOneof("part") == "target")
+    checker.raise_for(Reason)
+    assert first is not None  # raise_for raised otherwise
+    target = first.target
+    checker.identifier("target.workspace_id", target.workspace_id)
+    checker.identifier("target.task_id", target.task_id)
+    checker.raise_for(Reason)
+    return target

@@ -10,19 +10,16 @@ from typing import Any
 
 import grpc
 
+from completion_service.api import requests
 from completion_service.api.convert import session_event_from_proto, session_event_to_proto
-from completion_service.api.event_rules import check_event
 from completion_service.api.imports import OutOfBuffer, StreamedImport, least_held_bytes
 from completion_service.api.jsonl import LineDamaged, to_line
 from completion_service.api.service import holder, request_key
 from completion_service.authority import CompletionAuthority
-from completion_service.clients.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.core import transcript as grammar
-from completion_service.core.transcript import Violation, grammar_rejection
 from completion_service.errors import Reason
 from completion_service.units.request_ids import peek
-from completion_service.units.transcripts import AppendCommand, Appended, version_mismatch
-from funnel.auth.table import RESUMING_ROLES
+from completion_service.units.transcripts import AppendCommand, Appended
 from funnel.completion.v1 import transcript_pb2 as tpb
 from funnel.completion.v1 import transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -33,7 +30,6 @@ from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.idempotency import Replay
 from funnel.runtime.paging import (
     DEFAULT_MAX_MESSAGE_BYTES,
-    MAX_PAGE_SIZE,
     decode_token,
     encode_token,
     fitting,
@@ -42,12 +38,10 @@ from funnel.runtime.paging import (
 )
 from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.shutdown import Drain
-from funnel.runtime.validation import Checker, malformed_page_token
+from funnel.runtime.validation import malformed_page_token
 
 SERVICE_NAME = "funnel.completion.v1.TranscriptService"
-MAX_BATCH = 1000
 _EXPORT_PAGE = 500
-_REOPEN_CAUSE = "the transcript reopened the completed generation"
 # To an upload handler, a client stream that broke off (the client cancelled, its
 # deadline passed, a message exceeded the size limit) ends exactly like a complete
 # one; gRPC cancels the handler a moment later. An import waits this long before
@@ -67,7 +61,6 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         self._authority = authority
         self._store = authority.store
         self._transcripts = authority.transcripts
-        self._lifecycle = authority.lifecycle
         self._ids = ids
         self._import_budget = import_budget
         self._drain = drain
@@ -89,16 +82,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         request: tpb.AppendTranscriptRequest,
         context: grpc.aio.ServicerContext[tpb.AppendTranscriptRequest, tpb.AppendTranscriptResponse],
     ) -> tpb.AppendTranscriptResponse:
-        checker = Checker()
-        checker.identifier("workspace_id", request.workspace_id)
-        checker.identifier("task_id", request.task_id)
-        checker.identifier("request_id", request.request_id, required=False)
-        checker.integer("events", len(request.events), minimum=1, maximum=MAX_BATCH)
-        if request.HasField("expected_state_version"):
-            checker.integer("expected_state_version", request.expected_state_version, minimum=0)
-        for index, event in enumerate(request.events[:MAX_BATCH]):
-            check_event(checker, f"events[{index}]", event, imported=False)
-        checker.raise_for(Reason)
+        requests.append_transcript(request)
         key = request_key("AppendTranscript", request)
         remembered = await self._store.read(functools.partial(peek, key=key))
         if isinstance(remembered, Rejection):
@@ -111,7 +95,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         generation, resumed = task.generation, False
         expected = request.expected_state_version if request.HasField("expected_state_version") else None
         if task.state == lpb.GENERATION_STATE_TERMINAL:
-            generation = await self._reopen(workspace, task, events, expected)
+            generation = await self._authority.reopener.reopen(workspace, task, events, expected)
             resumed = True
 
         def render(appended: Appended) -> tpb.AppendTranscriptResponse:
@@ -138,78 +122,12 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             return tpb.AppendTranscriptResponse.FromString(result.response)
         return render(result)
 
-    async def _reopen(
-        self, workspace: str, task: lpb.Task, events: list[grammar.SessionEvent], expected_state_version: int | None
-    ) -> int:
-        """A batch for a terminal generation is accepted only when its first event
-        reopens a completed one; the task then moves to generation + 1 first. That
-        is a resume, authorized as one (a role that may call ResumeWithGeneration,
-        which the lifecycle service checks again on the relayed caller), and every
-        check the append would make comes before it, so that a refused batch leaves
-        the task as it was. (A concurrent append can still refuse the batch after
-        the resume: the task is then reopened, and a retry appends normally.)"""
-        refused = ServiceError(
-            reject(
-                Reason.GENERATION_TERMINAL,
-                f"generation {task.generation} is terminal ({lpb.TerminalOutcome.Name(task.outcome)}); only user "
-                "feedback, a prompt resend or a restore to an earlier checkpoint reopens a completed generation",
-                generation=task.generation,
-                outcome=lpb.TerminalOutcome.Name(task.outcome),
-            )
-        )
-        outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_")
-        completion = await self._store.read(lambda tx: tx.load_completion(workspace, task.task_id, task.generation))
-        referenced = grammar.checkpoints_referenced(events) | ({completion.checkpoint} if completion else set())
-        sequences = await self._transcripts.checkpoints(workspace, task.task_id, referenced)
-        completion_checkpoint = sequences.get(completion.checkpoint) if completion and completion.checkpoint else None
-        if grammar.admits_terminal_append(outcome, events, completion_checkpoint, sequences) is None:
-            raise refused
-        call = calls.served()
-        if call.role not in RESUMING_ROLES:
-            raise ServiceError(
-                reject(
-                    Reason.ROLE_NOT_PERMITTED,
-                    f"this batch would reopen completed generation {task.generation}, which is a resume: it needs "
-                    f"one of the roles {', '.join(r.value for r in RESUMING_ROLES)}, and {call.principal.subject!r} "
-                    f"acts as {call.role.value}; user feedback reaches a completed task through its host",
-                    permitted_roles=",".join(r.value for r in RESUMING_ROLES),
-                )
-            )
-        state = await self._transcripts.state(workspace, task.task_id)
-        if expected_state_version is not None and expected_state_version != state.state_version:
-            raise ServiceError(version_mismatch(expected_state_version, state.state_version))
-        checked = grammar.validate(state.tail, events, sequences)
-        if isinstance(checked, Violation):
-            raise ServiceError(grammar_rejection(checked))
-        following = task.generation + 1
-        try:
-            await self._lifecycle.resume_with_generation(
-                workspace, task.task_id, following, f"reopen:{task.task_id}:{following}", _REOPEN_CAUSE, call.caller
-            )
-        except LifecycleRejected as exc:
-            raise ServiceError(
-                reject(
-                    Reason.LIFECYCLE_REJECTED,
-                    f"the lifecycle service refused to resume: {exc.message}",
-                    lifecycle_reason=exc.reason,
-                )
-            ) from None
-        except LifecycleUnavailable as exc:
-            raise ServiceError(
-                reject(Reason.LIFECYCLE_UNAVAILABLE, f"the lifecycle service did not answer: {exc}")
-            ) from None
-        return following
-
     async def LoadTranscript(
         self,
         request: tpb.LoadTranscriptRequest,
         context: grpc.aio.ServicerContext[tpb.LoadTranscriptRequest, tpb.LoadTranscriptResponse],
     ) -> tpb.LoadTranscriptResponse:
-        checker = Checker()
-        checker.identifier("workspace_id", request.workspace_id)
-        checker.identifier("task_id", request.task_id)
-        checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
-        checker.raise_for(Reason)
+        requests.load_transcript(request)
         listing = ["transcript", request.workspace_id, request.task_id]
         after = 0
         if request.page_token:
@@ -242,10 +160,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         request: tpb.ExportTranscriptRequest,
         context: grpc.aio.ServicerContext[tpb.ExportTranscriptRequest, tpb.ExportTranscriptResponse],
     ) -> AsyncIterator[tpb.ExportTranscriptResponse]:
-        checker = Checker()
-        checker.identifier("workspace_id", request.workspace_id)
-        checker.identifier("task_id", request.task_id)
-        checker.raise_for(Reason)
+        requests.task_named(request)
         await self._require_task(request.workspace_id, request.task_id)
         after = 0
         while True:
@@ -272,16 +187,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         request_iterator: AsyncIterator[tpb.ImportTranscriptRequest],
         context: grpc.aio.ServicerContext[tpb.ImportTranscriptRequest, tpb.ImportTranscriptResponse],
     ) -> tpb.ImportTranscriptResponse:
-        first = await anext(aiter(request_iterator), None)
-        checker = Checker()
-        if first is None or first.WhichOneof("part") != "target":
-            checker.require("target", False)
-            checker.raise_for(Reason)
-        assert first is not None  # raise_for raised otherwise
-        target = first.target
-        checker.identifier("target.workspace_id", target.workspace_id)
-        checker.identifier("target.task_id", target.task_id)
-        checker.raise_for(Reason)
+        target = requests.import_target(await anext(aiter(request_iterator), None))
         workspace, task_id = target.workspace_id, target.task_id
         # The budget first: a flood of imports is refused here, before each of
         # them would ask the lifecycle service about its task.
@@ -358,10 +264,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         request: tpb.ResolveResumeRequest,
         context: grpc.aio.ServicerContext[tpb.ResolveResumeRequest, tpb.ResolveResumeResponse],
     ) -> tpb.ResolveResumeResponse:
-        checker = Checker()
-        checker.identifier("workspace_id", request.workspace_id)
-        checker.identifier("task_id", request.task_id)
-        checker.raise_for(Reason)
+        requests.task_named(request)
         task = (await self._task(request.workspace_id, request.task_id)).task
         terminal = task.state == lpb.GENERATION_STATE_TERMINAL
         outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_") if terminal else None

@@ -7,6 +7,7 @@
   settler.Settler                 settling committed completions; the outbox settler
   sweeper.StallSweeper            closing stalled runs
   transcripts.Transcripts         appends, loads with repair, imports
+  transcripts.Reopener            reopening a completed generation for a batch (a resume)
 
 Decisions come from the pure core and the units of work (completion_service.units.runs,
 .completions, .settlements, .transcripts), each run by the store in one
@@ -26,7 +27,7 @@ from completion_service.authority.metrics import Metrics
 from completion_service.authority.projection import LifecycleProjection
 from completion_service.authority.settler import Settler
 from completion_service.authority.sweeper import StallSweeper
-from completion_service.authority.transcripts import Transcripts
+from completion_service.authority.transcripts import Reopener, Transcripts
 from completion_service.clients.external_gates import ExternalGates
 from completion_service.clients.lifecycle_client import LifecycleClient
 from completion_service.core.model import CompletionEvent
@@ -94,6 +95,7 @@ class CompletionAuthority:
         self.closer = RunCloser(store, lifecycle, clock, self.completions, publish)
         self.sweeper = StallSweeper(store, clock, stall_after, self.metrics, publish)
         self.transcripts = Transcripts(store, clock, faults, metrics=self.metrics)
+        self.reopener = Reopener(store, self.transcripts, lifecycle)
 
     async def lifecycle_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
         """The lifecycle record of a task, with lifecycle errors mapped to this service's."""

@@ -1,6 +1,7 @@
 """The transcript shell: appends, loads with interrupted-turn repair, and the
 staging of streamed imports, each through the transcript units in one
-transaction."""
+transaction; and the reopening of a completed generation (a resume at the
+lifecycle service) that a batch may ask for."""
 
 from __future__ import annotations
 
@@ -9,18 +10,24 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 
 from completion_service.authority.metrics import Metrics
-from completion_service.core.transcript import SessionEvent, Tail
+from completion_service.clients.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
+from completion_service.core import transcript as grammar
+from completion_service.core.transcript import SessionEvent, Tail, Violation, grammar_rejection
+from completion_service.errors import Reason
 from completion_service.storage.port import CompletionStore, CompletionTx, TranscriptState
 from completion_service.units import transcripts
-from completion_service.units.transcripts import AppendCommand, Appended, Repaired, TranscriptPage
+from completion_service.units.transcripts import AppendCommand, Appended, Repaired, TranscriptPage, version_mismatch
+from funnel.auth.table import RESUMING_ROLES
+from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
 from funnel.runtime import calls
 from funnel.runtime.clock import Clock
-from funnel.runtime.errors import Rejection, ServiceError
+from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import Replay
 from funnel.runtime.logs import fields
 
 log = logging.getLogger(__name__)
+_REOPEN_CAUSE = "the transcript reopened the completed generation"
 
 
 class Transcripts:
@@ -118,3 +125,76 @@ class Transcripts:
                 checkpoints=checkpoints,
             )
         )
+
+
+class Reopener:
+    """Reopens a completed generation for a transcript batch that may reopen it
+    (user feedback, a prompt resend, a restore): every check of the append first,
+    then the resume at the lifecycle service, which decides."""
+
+    def __init__(self, store: CompletionStore, transcripts: Transcripts, lifecycle: LifecycleClient) -> None:
+        self._store = store
+        self._transcripts = transcripts
+        self._lifecycle = lifecycle
+
+    async def reopen(
+        self, workspace: str, task: lpb.Task, events: list[grammar.SessionEvent], expected_state_version: int | None
+    ) -> int:
+        """A batch for a terminal generation is accepted only when its first event
+        reopens a completed one; the task then moves to generation + 1 first. That
+        is a resume, authorized as one (a role that may call ResumeWithGeneration,
+        which the lifecycle service checks again on the relayed caller), and every
+        check the append would make comes before it, so that a refused batch leaves
+        the task as it was. (A concurrent append can still refuse the batch after
+        the resume: the task is then reopened, and a retry appends normally.)"""
+        refused = ServiceError(
+            reject(
+                Reason.GENERATION_TERMINAL,
+                f"generation {task.generation} is terminal ({lpb.TerminalOutcome.Name(task.outcome)}); only user "
+                "feedback, a prompt resend or a restore to an earlier checkpoint reopens a completed generation",
+                generation=task.generation,
+                outcome=lpb.TerminalOutcome.Name(task.outcome),
+            )
+        )
+        outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_")
+        completion = await self._store.read(lambda tx: tx.load_completion(workspace, task.task_id, task.generation))
+        referenced = grammar.checkpoints_referenced(events) | ({completion.checkpoint} if completion else set())
+        sequences = await self._transcripts.checkpoints(workspace, task.task_id, referenced)
+        completion_checkpoint = sequences.get(completion.checkpoint) if completion and completion.checkpoint else None
+        if grammar.admits_terminal_append(outcome, events, completion_checkpoint, sequences) is None:
+            raise refused
+        call = calls.served()
+        if call.role not in RESUMING_ROLES:
+            raise ServiceError(
+                reject(
+                    Reason.ROLE_NOT_PERMITTED,
+                    f"this batch would reopen completed generation {task.generation}, which is a resume: it needs "
+                    f"one of the roles {', '.join(r.value for r in RESUMING_ROLES)}, and {call.principal.subject!r} "
+                    f"acts as {call.role.value}; user feedback reaches a completed task through its host",
+                    permitted_roles=",".join(r.value for r in RESUMING_ROLES),
+                )
+            )
+        state = await self._transcripts.state(workspace, task.task_id)
+        if expected_state_version is not None and expected_state_version != state.state_version:
+            raise ServiceError(version_mismatch(expected_state_version, state.state_version))
+        checked = grammar.validate(state.tail, events, sequences)
+        if isinstance(checked, Violation):
+            raise ServiceError(grammar_rejection(checked))
+        following = task.generation + 1
+        try:
+            await self._lifecycle.resume_with_generation(
+                workspace, task.task_id, following, f"reopen:{task.task_id}:{following}", _REOPEN_CAUSE, call.caller
+            )
+        except LifecycleRejected as exc:
+            raise ServiceError(
+                reject(
+                    Reason.LIFECYCLE_REJECTED,
+                    f"the lifecycle service refused to resume: {exc.message}",
+                    lifecycle_reason=exc.reason,
+                )
+            ) from None
+        except LifecycleUnavailable as exc:
+            raise ServiceError(
+                reject(Reason.LIFECYCLE_UNAVAILABLE, f"the lifecycle service did not answer: {exc}")
+            ) from None
+        return following
