@@ -29,7 +29,7 @@ from google.protobuf.duration_pb2 import Duration
 from funnel.auth.client import bearer_interceptors
 from funnel.client.credentials import Tls, TokenSource, local_tokens
 from funnel.client.errors import FunnelError
-from funnel.client.retry import RetryPolicy, with_retries
+from funnel.client.retry import RetryPolicy, watch_cut, with_retries
 from funnel.completion.v1 import completion_pb2 as cpb
 from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
 from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
@@ -216,12 +216,12 @@ class FunnelClient:
     ) -> AsyncIterator[lpb.LifecycleEvent]:
         """The workspace's (or one task's) lifecycle events after `after_sequence`:
         the backlog, then live ones as they commit, without end. A stream broken
-        by UNAVAILABLE (a stopping server, a lost connection), or ended by
-        WATCH_OVERFLOW (the reader fell behind), is opened again after the last
-        event delivered, within `retry` (else the client's policy), so none is
-        missed or repeated; `on_break(error, after)` is awaited before each such
-        reopening, e.g. to tell a reader that events are late. Raises FunnelError
-        when it cannot go on."""
+        by UNAVAILABLE (a stopping server, a lost connection), cancelled by the
+        far side, or ended by WATCH_OVERFLOW (the reader fell behind), is opened
+        again after the last event delivered, within `retry` (else the client's
+        policy), so none is missed or repeated; `on_break(error, after)` is
+        awaited before each such reopening, e.g. to tell a reader that events are
+        late. Raises FunnelError when it cannot go on."""
         return self._watch(
             lambda after: self.lifecycle.WatchLifecycleEvents(
                 lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
@@ -410,11 +410,8 @@ class FunnelClient:
             except grpc.aio.AioRpcError as failed:
                 error = FunnelError.from_rpc_error(failed)
                 retry += 1
-                # A watch ended for falling behind lost nothing either: the service
-                # asks for a resumption from the cursor, whatever codes the policy retries.
-                overflowed = error.reason == "WATCH_OVERFLOW"
                 elapsed = clock() - started
-                wait = policy.backoff(retry, elapsed) if overflowed else policy.delay(error, retry, elapsed)
+                wait = policy.backoff(retry, elapsed) if watch_cut(error) else policy.delay(error, retry, elapsed)
                 if wait is None:
                     raise error from failed
             finally:

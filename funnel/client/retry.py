@@ -9,7 +9,8 @@ delay it names. Everything else is the caller's to decide (docs/specification.md
 `ABORTED` re-read, `FAILED_PRECONDITION` do not retry), unless its policy names
 the code too (`funnel mcp` also resends after `DEADLINE_EXCEEDED`). A client
 stream is sent again whenever grpc-aio lost the server's answer to it
-(`stream_until_answered`)."""
+(`stream_until_answered`), and a watch is resumed from its cursor after every
+end that says its stream was cut rather than refused (`watch_cut`)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,18 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy(attempts=1)
+
+
+def watch_cut(error: FunnelError) -> bool:
+    """Whether a watch stream was cut, not refused: resumed from its cursor
+    (it changes nothing, so it loses and repeats nothing) within the policy's
+    attempts and window whatever codes the policy retries. Cut: WATCH_OVERFLOW
+    (the reader fell behind), and CANCELLED, which a watch never gets for its
+    own cancel (grpc-aio raises CancelledError then) but gets when the far side
+    cancels the call: a server that stops cancels the calls it has accepted and
+    not yet handed to the service (seen under load when a watch resumes just as
+    the lifecycle service restarts). UNAVAILABLE is the policy's own."""
+    return error.reason == "WATCH_OVERFLOW" or error.code == grpc.StatusCode.CANCELLED
 
 
 async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy) -> T:
