@@ -231,17 +231,18 @@ class Health:
             await self.servicer.set(name, status)
 
     async def probe_forever(self, probe: Callable[[], Awaitable[None]], interval: float) -> None:
-        """Sets SERVING or NOT_SERVING from a periodic database probe (a background loop)."""
+        """Sets SERVING or NOT_SERVING from a periodic database probe (a background
+        loop). The probe runs in this loop's own task group: a probe stuck behind a
+        lock outlives one round (it is waited for again rather than joined by more
+        probes queueing on the database thread), never the loop."""
         serving: bool | None = None
-        running: asyncio.Future[None] | None = None
-        try:
+        running: asyncio.Task[Exception | None] | None = None
+        async with asyncio.TaskGroup() as probes:
             while True:
-                # A probe stuck behind a lock keeps running; it is waited for again
-                # rather than joined by more probes queueing on the database thread.
                 if running is None:
-                    running = asyncio.ensure_future(probe())
+                    running = probes.create_task(_failure_of(probe))
                 done, _ = await asyncio.wait({running}, timeout=max(interval, 1.0))
-                problem = "the probe did not finish in time" if not done else running.exception()
+                problem = running.result() if done else "the probe did not finish in time"
                 if done:
                     running = None
                 healthy = problem is None
@@ -251,12 +252,19 @@ class Health:
                     await self.set(SERVING if healthy else NOT_SERVING)
                     serving = healthy
                 await asyncio.sleep(interval)
-        finally:
-            if running is not None:
-                running.cancel()
 
     async def stop(self) -> None:
         await self.servicer.enter_graceful_shutdown()
+
+
+async def _failure_of(probe: Callable[[], Awaitable[None]]) -> Exception | None:
+    """What the probe raised, or None: a failed probe is a finding, not a failure
+    of the task group it runs in."""
+    try:
+        await probe()
+    except Exception as exc:  # noqa: BLE001 - every failure means: not writable
+        return exc
+    return None
 
 
 def add_integrity_check(
