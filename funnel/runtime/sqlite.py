@@ -71,7 +71,12 @@ def migrations_in(package: str) -> list[Migration]:
 
 
 class Database:
-    """One SQLite connection with its own thread."""
+    """One SQLite connection with its own thread, and one owner task for the work
+    it does by itself: the writer (handing the thread groups of writes) and, on a
+    reader, the checkpointer. The owner ends when close() has had every write
+    given so far answered, or when it is cancelled (the event loop going away:
+    the writer then answers or fails what it holds first), and closes the
+    connection last: nothing of a database runs unowned or outlives it."""
 
     def __init__(self, connection: aiosqlite.Connection, path: str, commits: CommitObserver | None = None) -> None:
         self._connection = connection
@@ -81,10 +86,11 @@ class Database:
         # takes (the writer pipeline, _commit_groups), hence the lock.
         self._pending: list[_Write[Any]] = []
         self._pending_lock = threading.Lock()
-        self._writer: asyncio.Task[None] | None = None
-        # Set by close(): its one run, which every caller of close() waits for.
-        self._closing: asyncio.Task[None] | None = None
-        self._checkpointer: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()  # writes wait, or close() was called
+        self._closing = False  # set by close(): later writes fail at once
+        # Started by open() and open_reader(); a Database made for one read (the
+        # integrity check's) has none and is closed by its maker.
+        self._owner: asyncio.Task[None] | None = None
         # Set once the integrity check, or a write, met damage: every later write is refused.
         self._damage: str | None = None
 
@@ -110,6 +116,7 @@ class Database:
         except BaseException:
             await _close_connection(connection)
             raise
+        database._start(checkpoints=False)
         return database
 
     @classmethod
@@ -134,17 +141,38 @@ class Database:
         # Checkpoints move off the commit path: the writer never runs one, the
         # reader's thread copies the WAL back into the database in the background.
         await writer.run(lambda db: db.execute("PRAGMA wal_autocheckpoint=0"))
-        reader._checkpointer = asyncio.create_task(
-            reader._checkpoint_forever(), name=f"sqlite-checkpoint:{writer.path}"
-        )
+        reader._start(checkpoints=True)
         return reader
+
+    def _start(self, *, checkpoints: bool) -> None:
+        self._owner = asyncio.create_task(self._own(checkpoints), name=f"sqlite:{self.path}")
+
+    async def _own(self, checkpoints: bool) -> None:
+        """The owner: a writer's runs the writer until close(); a reader's (never
+        given writes) runs the checkpointer until close(). The connection is
+        closed last, however the owner ends."""
+        try:
+            if checkpoints:
+                async with asyncio.TaskGroup() as group:
+                    checkpointer = group.create_task(self._checkpoint_forever(), name=f"sqlite-checkpoint:{self.path}")
+                    while not self._closing:
+                        await self._wakeup.wait()
+                        self._wakeup.clear()
+                    checkpointer.cancel()
+            else:
+                await self._write_until_closed()
+        finally:
+            # Unless its event loop was closed with the owner pending: then it is only
+            # being finalized, and nothing can be awaited (its maker closes the thread).
+            if _event_loop_running():
+                await _close_connection(self._connection)
 
     async def _checkpoint_forever(self, interval: float = CHECKPOINT_INTERVAL) -> None:
         while True:
             await asyncio.sleep(interval)
             try:
                 await self.run(lambda db: db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())
-            except StorageUnavailable as exc:
+            except (StorageUnavailable, sqlite3.Error) as exc:  # tried again at the next interval
                 log.warning("WAL checkpoint of %s postponed: %s", self.path, exc)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -182,7 +210,7 @@ class Database:
         found damage, every write fails at once with StorageUnavailable."""
         if self._damage is not None:
             raise StorageUnavailable(self._damage)
-        if self._closing is not None:
+        if self._closing or self._owner is None or self._owner.done():
             raise StorageUnavailable(f"database {self.path!r} is closed; nothing was applied")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -192,40 +220,51 @@ class Database:
         wait = min(calls.lock_deadline() or float("inf"), now + DEFAULT_LOCK_WAIT) - now
         with self._pending_lock:
             self._pending.append(_Write(fn, after_commit, future, time.monotonic() + wait))
-        if self._writer is None:
-            self._writer = asyncio.create_task(self._write_pending(), name=f"sqlite-writer:{self.path}")
+        self._wakeup.set()
         return await asyncio.shield(future)
 
-    async def _write_pending(self) -> None:
-        """The writer: hands the database thread turns of groups (_commit_groups)
-        while writes are pending, and ends when none is; write() starts it again.
-        However it ends, every write it was given is answered: committed groups by
-        the database thread's posts, the rest failed unapplied. Cancelled (the event
-        loop going away), it first lets the turn on the database thread finish."""
-        loop = asyncio.get_running_loop()
+    async def _write_until_closed(self) -> None:
+        """The writer: writes pending whenever woken, until close() was called
+        and every write given before it is answered. However it ends, no write
+        is left waiting: cancelled (the event loop going away), it lets the turn
+        on the database thread finish and fails the writes not yet taken, and
+        from then on every write fails at once."""
         try:
-            while self._has_pending():
-                if self._damage is not None:  # found while these waited: none of them is applied
-                    self._refuse_pending(StorageUnavailable(self._damage))
-                    break
-                turn: asyncio.Future[None] = loop.create_future()
-                connection = self._connection
-                # On aiosqlite's own queue (see run()), without a future of its own: the
-                # turn answers through _post alone, which survives a closed event loop.
-                connection._tx.put_nowait((None, functools.partial(self._commit_groups, connection._conn, loop, turn)))
-                try:
-                    await asyncio.shield(turn)
-                except asyncio.CancelledError:
-                    await _finished(turn)
-                    self._refuse_pending(
-                        StorageUnavailable(f"the writer of {self.path!r} was stopped; nothing was applied")
-                    )
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the turn failed outside any group (a defect)
-                    log.error("the writer's turn on %s failed: %r", self.path, exc)
-                    self._refuse_pending(StorageUnavailable(f"the writer of {self.path!r} failed: {exc!r}"))
-        finally:
-            self._writer = None
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                await self._write_pending()
+                if self._closing and not self._has_pending():
+                    return
+        except BaseException:
+            self._closing = True
+            if _event_loop_running():  # else the loop closed with the writer pending: nobody is left to answer
+                self._refuse_pending(
+                    StorageUnavailable(f"the writer of {self.path!r} was stopped; nothing was applied")
+                )
+            raise
+
+    async def _write_pending(self) -> None:
+        """Hands the database thread turns of groups (_commit_groups) while writes
+        are pending; committed groups are answered by the database thread's posts."""
+        loop = asyncio.get_running_loop()
+        while self._has_pending():
+            if self._damage is not None:  # found while these waited: none of them is applied
+                self._refuse_pending(StorageUnavailable(self._damage))
+                return
+            turn: asyncio.Future[None] = loop.create_future()
+            connection = self._connection
+            # On aiosqlite's own queue (see run()), without a future of its own: the
+            # turn answers through _post alone, which survives a closed event loop.
+            connection._tx.put_nowait((None, functools.partial(self._commit_groups, connection._conn, loop, turn)))
+            try:
+                await asyncio.shield(turn)
+            except asyncio.CancelledError:
+                await _finished(turn)
+                raise
+            except Exception as exc:  # noqa: BLE001 - the turn failed outside any group (a defect)
+                log.error("the writer's turn on %s failed: %r", self.path, exc)
+                self._refuse_pending(StorageUnavailable(f"the writer of {self.path!r} failed: {exc!r}"))
 
     def _has_pending(self) -> bool:
         with self._pending_lock:
@@ -381,21 +420,15 @@ class Database:
 
     async def close(self) -> None:
         """Answers every write given so far (the writer drains them), then closes
-        the connection; later writes fail at once. Shielded: a caller cancelled
-        meanwhile leaves the closing to finish, and every caller waits for the one
-        closing."""
-        if self._closing is None:
-            self._closing = asyncio.create_task(self._close(), name=f"sqlite-close:{self.path}")
-        await asyncio.shield(self._closing)
-
-    async def _close(self) -> None:
-        while self._writer is not None:
-            await asyncio.shield(self._writer)
-        if self._checkpointer is not None:
-            self._checkpointer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._checkpointer
-        await _close_connection(self._connection)
+        the connection; later writes fail at once. Every caller waits for the one
+        closing, which the owner does: a caller cancelled meanwhile leaves it to
+        finish."""
+        self._closing = True
+        self._wakeup.set()
+        if self._owner is None:  # made for one read: nothing of its own runs
+            await _close_connection(self._connection)
+        else:
+            await asyncio.wait({self._owner})
 
 
 # Large enough to amortize one fsync over a burst, small enough to bound the
@@ -426,6 +459,14 @@ def _expire(writes: list[_Write[Any]]) -> None:
             write.future.set_exception(
                 StorageUnavailable("the database stayed locked until the caller's deadline; nothing was applied")
             )
+
+
+def _event_loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> bool:

@@ -162,10 +162,11 @@ def blocker() -> tuple[threading.Event, threading.Event, object]:
     return running, release, fn
 
 
-async def test_a_cancelled_writer_answers_every_write_it_was_given(tmp_path):
-    """The writer task cancelled (the event loop going away) while a group is on the
-    database thread and more writes wait: the group commits and is answered with its
-    results, the writes behind it fail unapplied; none is left waiting."""
+async def test_a_cancelled_owner_answers_every_write_it_was_given(tmp_path):
+    """The database's owner cancelled (the event loop going away) while a group is on
+    the database thread and more writes wait: the group commits and is answered with
+    its results, the writes behind it and any given later fail unapplied; none is
+    left waiting, and the owner closes the connection last."""
     database = await open_scratch(tmp_path)
     running, release, held = blocker()
     try:
@@ -174,14 +175,21 @@ async def test_a_cancelled_writer_answers_every_write_it_was_given(tmp_path):
         # More than one turn of the database thread takes (PIPELINE_GROUPS x MAX_GROUP).
         queued = [asyncio.ensure_future(database.write(insert(f"q{n}"))) for n in range(QUEUED)]
         await asyncio.sleep(0)
-        database._writer.cancel()
+        database._owner.cancel()
+        await asyncio.sleep(0)
+        with pytest.raises(StorageUnavailable):  # while the owner still waits for the turn
+            await database.write(insert("late"))
         release.set()
         results = await asyncio.wait_for(asyncio.gather(first, *queued, return_exceptions=True), 30)
         assert results[0] == 1
         committed = [r for r in results[1:] if isinstance(r, int)]
         refused = [r for r in results[1:] if isinstance(r, Exception)]
         assert all(isinstance(r, StorageUnavailable) for r in refused) and len(committed) + len(refused) == QUEUED
-        rows = await database.read(lambda db: db.execute("SELECT count(*) FROM t").fetchone()[0])
+        await asyncio.wait_for(database.close(), 30)  # the owner's end, already under way
+        with pytest.raises(ValueError, match="no active connection"):  # aiosqlite's word for a closed one
+            await database._connection.execute("SELECT 1")
+        with contextlib.closing(sqlite3.connect(tmp_path / "writer.sqlite3")) as db:
+            rows = db.execute("SELECT count(*) FROM t").fetchone()[0]
         assert rows == 1 + len(committed)  # what was answered committed is there, nothing more
     finally:
         release.set()
