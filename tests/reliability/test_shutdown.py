@@ -384,7 +384,10 @@ async def test_sigterm_lets_an_import_finish_in_the_grace_and_cuts_one_still_sen
         )
         half = exported.index(b"\n") + 1  # a first line, the rest later
 
-        imports = {name: pair.ts.ImportTranscript(timeout=T) for name in ("finishes", "cut")}
+        # Their deadline outlasts the grace from the SIGTERM on, which comes only after
+        # this setup: the cut one waits for the grace's end (a deadline of T alone ran
+        # out first in a loaded run, the setup having taken longer than the drain's margin).
+        imports = {name: pair.ts.ImportTranscript(timeout=T + GRACE) for name in ("finishes", "cut")}
         for name, call in imports.items():
             await call.write(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=name)))
             await call.write(tpb.ImportTranscriptRequest(jsonl_chunk=exported[:half]))
