@@ -519,6 +519,11 @@ async def test_only_the_completion_service_names_the_caller_of_a_resume(secured)
 # -- the database lock ------------------------------------------------------------
 
 
+# Long enough that the service's margin before it (a quarter, up to a second) is its
+# whole second: the answer's way back on a heavily loaded machine.
+LOCKED_CALL_DEADLINE = 4.0
+
+
 @pytest.mark.parametrize("service", ["lifecycle", "completion"])
 async def test_a_held_database_lock_answers_unavailable_within_the_callers_deadline(secured, service):
     funnel = await secured()
@@ -531,7 +536,7 @@ async def test_a_held_database_lock_answers_unavailable_within_the_callers_deadl
                 lpb.SetWorkStatusRequest(
                     workspace_id=WS, task_id="t-1", generation=1, work_status=lpb.WORK_STATUS_BLOCKED, request_id="w-1"
                 ),
-                timeout=2.0,
+                timeout=LOCKED_CALL_DEADLINE,
             )
         return host.cs.RecordEvidence(
             cpb.RecordEvidenceRequest(
@@ -542,7 +547,7 @@ async def test_a_held_database_lock_answers_unavailable_within_the_callers_deadl
                 verdict=cpb.EVIDENCE_VERDICT_PASSED,
                 request_id="w-1",
             ),
-            timeout=2.0,
+            timeout=LOCKED_CALL_DEADLINE,
         )
 
     blocker = sqlite3.connect(path, isolation_level=None)
