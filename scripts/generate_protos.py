@@ -17,7 +17,8 @@ from grpc_tools import protoc  # type: ignore[import-untyped]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
-# google/rpc, imported by the contract; Python takes its stubs from googleapis-common-protos.
+# google/rpc and google/api, imported by the contract; Python takes their stubs from
+# googleapis-common-protos.
 THIRD_PARTY = ROOT / "third_party" / "googleapis"
 
 
