@@ -1,9 +1,14 @@
-"""The protos are the product's face: buf-style naming and complete documentation."""
+"""The protos are the product's face: buf-style naming and complete documentation,
+the conventions of every RPC written once (protos/README.md)."""
 
+import pathlib
 import re
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+README = ROOT / "protos" / "README.md"
+
 # Paths inside FileDescriptorProto source info (descriptor.proto field numbers).
-MESSAGE, ENUM, SERVICE = 4, 5, 6
+PACKAGE, MESSAGE, ENUM, SERVICE = 2, 4, 5, 6
 FIELD, NESTED_MESSAGE, NESTED_ENUM = 2, 3, 4
 ENUM_VALUE, METHOD = 2, 2
 
@@ -13,6 +18,11 @@ def _comments(file) -> dict[tuple, str]:
         tuple(location.path): (location.leading_comments + location.trailing_comments).strip()
         for location in file.source_code_info.location
     }
+
+
+def _words(text: str) -> str:
+    """The text with its line breaks and comment wrapping undone."""
+    return " ".join(text.split())
 
 
 def _project_files(descriptor_set):
@@ -100,3 +110,53 @@ def test_every_request_id_documents_its_scope_and_retention(descriptor_set):
                     if "scoped to the caller" not in text or "retention" not in text:
                         undocumented.append(f"{message.name}.request_id")
     assert not undocumented, undocumented
+
+
+# Phrases of the conventions of every RPC: in protos/README.md, once, and in no proto.
+SHARED_CONVENTIONS = [
+    "Unicode code points in NFC",
+    "scoped to the caller (token subject), the RPC and the workspace, and kept for the server's retention",
+    "Integer inputs",
+    "points in time are RFC 3339 strings in UTC",
+    "Not repeated there: any RPC can also fail with",
+]
+
+
+def test_the_conventions_of_every_rpc_are_written_once(descriptor_set):
+    readme = _words(README.read_text(encoding="utf-8"))
+    for phrase in SHARED_CONVENTIONS:
+        assert readme.count(phrase) == 1, phrase
+    repeated = []
+    for file in _project_files(descriptor_set):
+        comments = [
+            _words(
+                " ".join([location.leading_comments, location.trailing_comments, *location.leading_detached_comments])
+            )
+            for location in file.source_code_info.location
+        ]
+        repeated += [(file.name, phrase) for phrase in SHARED_CONVENTIONS if any(phrase in c for c in comments)]
+    assert repeated == []
+
+
+def test_every_service_file_points_to_the_conventions(descriptor_set):
+    """Its file comment keeps the service's own laws and names protos/README.md."""
+    service_files = [file for file in _project_files(descriptor_set) if file.service]
+    assert len(service_files) >= 3
+    for file in service_files:
+        assert "protos/README.md" in _comments(file).get((PACKAGE,), ""), file.name
+
+
+def test_the_reasons_any_rpc_can_fail_with_are_reasons_of_every_package(descriptor_set):
+    readme = _words(README.read_text(encoding="utf-8"))
+    common = readme.split("any RPC can also fail with", 1)[1].split("; nothing is applied then", 1)[0]
+    reasons = re.findall(r"`([A-Z][A-Z_]+)`", common)
+    assert len(reasons) >= 10, common
+    catalogues = {
+        file.package: {value.name for value in enum.value}
+        for file in _project_files(descriptor_set)
+        for enum in file.enum_type
+        if enum.name == "ErrorReason"
+    }
+    assert set(catalogues) == {file.package for file in _project_files(descriptor_set)}
+    for package, catalogue in catalogues.items():
+        assert set(reasons) <= catalogue, f"{package}.ErrorReason lacks {sorted(set(reasons) - catalogue)}"

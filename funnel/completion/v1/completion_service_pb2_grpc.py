@@ -27,7 +27,8 @@ if _version_not_supported:
 
 class CompletionServiceStub:
     """Runs, leases, evidence and the completion transaction. See the file comment
-    for the transaction and the conventions.
+    for the transaction and its own conventions, protos/README.md for those of
+    every service.
     """
 
     def __init__(self, channel):
@@ -105,7 +106,8 @@ class CompletionServiceStub:
 
 class CompletionServiceServicer:
     """Runs, leases, evidence and the completion transaction. See the file comment
-    for the transaction and the conventions.
+    for the transaction and its own conventions, protos/README.md for those of
+    every service.
     """
 
     def ClaimTask(self, request, context):
@@ -409,7 +411,8 @@ def add_CompletionServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class CompletionService:
     """Runs, leases, evidence and the completion transaction. See the file comment
-    for the transaction and the conventions.
+    for the transaction and its own conventions, protos/README.md for those of
+    every service.
     """
 
     @staticmethod

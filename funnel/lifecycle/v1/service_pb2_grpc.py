@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class TaskLifecycleServiceStub:
-    """The lifecycle authority. See the file comment for the laws and conventions.
+    """The lifecycle authority. See the file comment for its laws and conventions,
+    protos/README.md for those of every service.
     """
 
     def __init__(self, channel):
@@ -123,7 +124,8 @@ class TaskLifecycleServiceStub:
 
 
 class TaskLifecycleServiceServicer:
-    """The lifecycle authority. See the file comment for the laws and conventions.
+    """The lifecycle authority. See the file comment for its laws and conventions,
+    protos/README.md for those of every service.
     """
 
     def RegisterTask(self, request, context):
@@ -491,7 +493,8 @@ def add_TaskLifecycleServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class TaskLifecycleService:
-    """The lifecycle authority. See the file comment for the laws and conventions.
+    """The lifecycle authority. See the file comment for its laws and conventions,
+    protos/README.md for those of every service.
     """
 
     @staticmethod
