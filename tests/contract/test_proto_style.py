@@ -4,6 +4,9 @@ the conventions of every RPC written once (protos/README.md)."""
 import pathlib
 import re
 
+from google.api import field_behavior_pb2
+from google.protobuf import descriptor_pb2
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "protos" / "README.md"
 
@@ -160,3 +163,113 @@ def test_the_reasons_any_rpc_can_fail_with_are_reasons_of_every_package(descript
     assert set(catalogues) == {file.package for file in _project_files(descriptor_set)}
     for package, catalogue in catalogues.items():
         assert set(reasons) <= catalogue, f"{package}.ErrorReason lacks {sorted(set(reasons) - catalogue)}"
+
+
+# --- (google.api.field_behavior), AIP-203: protos/README.md, "Field behavior" --------
+
+REQUIRED, OUTPUT_ONLY = field_behavior_pb2.REQUIRED, field_behavior_pb2.OUTPUT_ONLY
+# Served by gates, not by funnel: what its requests carry is funnel's output.
+SERVED_ELSEWHERE = {"CompletionGate"}
+
+
+def _behavior(field) -> list[int]:
+    """The field's (google.api.field_behavior) values, read from its options (parsed
+    again, in case the set was read before the extension was known)."""
+    options = descriptor_pb2.FieldOptions()
+    options.ParseFromString(field.options.SerializeToString())
+    return list(options.Extensions[field_behavior_pb2.field_behavior])
+
+
+def _messages(descriptor_set) -> dict[str, tuple]:
+    """Full name (`.pkg.Name`) -> (file, index, message) of every top-level message."""
+    return {
+        f".{file.package}.{message.name}": (file, index, message)
+        for file in _project_files(descriptor_set)
+        for index, message in enumerate(file.message_type)
+    }
+
+
+def _inputs(descriptor_set) -> set[str]:
+    """The messages a request to a funnel service can carry: the requests and every
+    message reachable from their fields."""
+    messages = _messages(descriptor_set)
+    pending = [
+        method.input_type
+        for file in _project_files(descriptor_set)
+        for service in file.service
+        if service.name not in SERVED_ELSEWHERE
+        for method in service.method
+    ]
+    found: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in messages and name not in found:
+            found.add(name)
+            pending += [f.type_name for f in messages[name][2].field if f.type == f.TYPE_MESSAGE]
+    return found
+
+
+def _assigned_by_the_service(file, field, comment: str) -> bool:
+    return (
+        field.name in ("sequence", "revision", "epoch")
+        or (field.name.endswith("_time") and field.name != "authoritative_time")
+        or comment.startswith("Assigned by this service")
+        or field.type_name == f".{file.package}.Caller"
+    )
+
+
+def test_required_fields_are_annotated_where_their_comments_say_so(descriptor_set):
+    wrong = []
+    for name, (file, index, message) in _messages(descriptor_set).items():
+        comments = _comments(file)
+        for f, field in enumerate(message.field):
+            comment = _words(comments.get((MESSAGE, index, FIELD, f), ""))
+            documented = comment.startswith("Required") or "(required" in comment
+            if documented != (REQUIRED in _behavior(field)):
+                wrong.append(f"{name}.{field.name}")
+    assert wrong == []
+
+
+def test_required_is_only_on_input_and_output_only_never(descriptor_set):
+    inputs = _inputs(descriptor_set)
+    assert ".funnel.lifecycle.v1.ParentLink" in inputs and ".funnel.completion.v1.TurnEnd" in inputs
+    wrong = []
+    for name, (_, _, message) in _messages(descriptor_set).items():
+        for field in message.field:
+            behavior = _behavior(field)
+            if (REQUIRED in behavior and name not in inputs) or (OUTPUT_ONLY in behavior and name in inputs):
+                wrong.append(f"{name}.{field.name}")
+    assert wrong == []
+
+
+def test_what_the_service_assigns_in_its_resources_is_output_only(descriptor_set):
+    inputs = _inputs(descriptor_set)
+    wrong, annotated = [], 0
+    for name, (file, index, message) in _messages(descriptor_set).items():
+        comments = _comments(file)
+        for f, field in enumerate(message.field):
+            comment = _words(comments.get((MESSAGE, index, FIELD, f), ""))
+            expected = (
+                file.name.endswith("/types.proto")
+                and name not in inputs
+                and _assigned_by_the_service(file, field, comment)
+            )
+            annotated += expected
+            if expected != (OUTPUT_ONLY in _behavior(field)):
+                wrong.append(f"{name}.{field.name}")
+    assert wrong == []
+    assert annotated >= 20
+
+
+def test_the_annotations_reach_the_generated_python():
+    """The generated modules import google.api.field_behavior_pb2 (from
+    googleapis-common-protos) and carry the options."""
+    from funnel.completion.v1 import types_pb2 as completion_types
+    from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+
+    def behavior(message, field: str) -> list[int]:
+        return list(message.DESCRIPTOR.fields_by_name[field].GetOptions().Extensions[field_behavior_pb2.field_behavior])
+
+    assert behavior(lifecycle_messages.RegisterTaskRequest, "workspace_id") == [REQUIRED]
+    assert behavior(lifecycle_messages.RegisterTaskRequest, "request_id") == []
+    assert behavior(completion_types.CompletionEvent, "sequence") == [OUTPUT_ONLY]

@@ -191,6 +191,7 @@ def test_the_tarball_ships_the_built_code_with_its_types(tarball: Path) -> None:
         "gen/funnel/lifecycle/v1/service_pb",
         "gen/funnel/lifecycle/v1/messages_pb",
         "gen/google/rpc/error_details_pb",
+        "gen/google/api/field_behavior_pb",
     ):
         assert {f"dist/src/{module}.js", f"dist/src/{module}.d.ts"} <= names, module
     assert not [name for name in names if name.startswith(("dist/test/", "test/", "consumer/", "scripts/"))]

@@ -24,35 +24,58 @@ _sym_db = _symbol_database.Default()
 
 from funnel.completion.v1 import enums_pb2 as funnel_dot_completion_dot_v1_dot_enums__pb2
 from funnel.completion.v1 import types_pb2 as funnel_dot_completion_dot_v1_dot_types__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.funnel/completion/v1/transcript_messages.proto\x12\x14\x66unnel.completion.v1\x1a funnel/completion/v1/enums.proto\x1a funnel/completion/v1/types.proto\"\xc8\x01\n\x17\x41ppendTranscriptRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x32\n\x06\x65vents\x18\x03 \x03(\x0b\x32\".funnel.completion.v1.SessionEvent\x12#\n\x16\x65xpected_state_version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x05 \x01(\tB\x19\n\x17_expected_state_version\"n\n\x18\x41ppendTranscriptResponse\x12\x15\n\rstate_version\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_sequence\x18\x02 \x01(\x03\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x0f\n\x07resumed\x18\x04 \x01(\x08\"e\n\x15LoadTranscriptRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xa8\x01\n\x16LoadTranscriptResponse\x12\x32\n\x06\x65vents\x18\x01 \x03(\x0b\x32\".funnel.completion.v1.SessionEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x15\n\rstate_version\x18\x03 \x01(\x03\x12\x10\n\x08repaired\x18\x04 \x01(\x08\x12\x18\n\x10turn_in_progress\x18\x05 \x01(\x08\"@\n\x17\x45xportTranscriptRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\")\n\x18\x45xportTranscriptResponse\x12\r\n\x05jsonl\x18\x01 \x01(\x0c\"n\n\x17ImportTranscriptRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\".funnel.completion.v1.ImportTargetH\x00\x12\x15\n\x0bjsonl_chunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"5\n\x0cImportTarget\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"\\\n\x18ImportTranscriptResponse\x12\x17\n\x0fimported_events\x18\x01 \x01(\x03\x12\x15\n\rstate_version\x18\x02 \x01(\x03\x12\x10\n\x08warnings\x18\x03 \x03(\t\"=\n\x14ResolveResumeRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"\xe8\x01\n\x15ResolveResumeResponse\x12,\n\x03\x61sk\x18\x01 \x01(\x0e\x32\x1f.funnel.completion.v1.ResumeAsk\x12\x31\n\x07primary\x18\x02 \x01(\x0e\x32 .funnel.completion.v1.HostAction\x12\x33\n\tsecondary\x18\x03 \x01(\x0e\x32 .funnel.completion.v1.HostAction\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\ngeneration\x18\x05 \x01(\x03\x12\x15\n\rcompletion_id\x18\x06 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.funnel/completion/v1/transcript_messages.proto\x12\x14\x66unnel.completion.v1\x1a funnel/completion/v1/enums.proto\x1a funnel/completion/v1/types.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xd7\x01\n\x17\x41ppendTranscriptRequest\x12\x19\n\x0cworkspace_id\x18\x01 \x01(\tB\x03\xe0\x41\x02\x12\x14\n\x07task_id\x18\x02 \x01(\tB\x03\xe0\x41\x02\x12\x37\n\x06\x65vents\x18\x03 \x03(\x0b\x32\".funnel.completion.v1.SessionEventB\x03\xe0\x41\x02\x12#\n\x16\x65xpected_state_version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x05 \x01(\tB\x19\n\x17_expected_state_version\"n\n\x18\x41ppendTranscriptResponse\x12\x15\n\rstate_version\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_sequence\x18\x02 \x01(\x03\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x0f\n\x07resumed\x18\x04 \x01(\x08\"o\n\x15LoadTranscriptRequest\x12\x19\n\x0cworkspace_id\x18\x01 \x01(\tB\x03\xe0\x41\x02\x12\x14\n\x07task_id\x18\x02 \x01(\tB\x03\xe0\x41\x02\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xa8\x01\n\x16LoadTranscriptResponse\x12\x32\n\x06\x65vents\x18\x01 \x03(\x0b\x32\".funnel.completion.v1.SessionEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x15\n\rstate_version\x18\x03 \x01(\x03\x12\x10\n\x08repaired\x18\x04 \x01(\x08\x12\x18\n\x10turn_in_progress\x18\x05 \x01(\x08\"J\n\x17\x45xportTranscriptRequest\x12\x19\n\x0cworkspace_id\x18\x01 \x01(\tB\x03\xe0\x41\x02\x12\x14\n\x07task_id\x18\x02 \x01(\tB\x03\xe0\x41\x02\")\n\x18\x45xportTranscriptResponse\x12\r\n\x05jsonl\x18\x01 \x01(\x0c\"n\n\x17ImportTranscriptRequest\x12\x34\n\x06target\x18\x01 \x01(\x0b\x32\".funnel.completion.v1.ImportTargetH\x00\x12\x15\n\x0bjsonl_chunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"?\n\x0cImportTarget\x12\x19\n\x0cworkspace_id\x18\x01 \x01(\tB\x03\xe0\x41\x02\x12\x14\n\x07task_id\x18\x02 \x01(\tB\x03\xe0\x41\x02\"\\\n\x18ImportTranscriptResponse\x12\x17\n\x0fimported_events\x18\x01 \x01(\x03\x12\x15\n\rstate_version\x18\x02 \x01(\x03\x12\x10\n\x08warnings\x18\x03 \x03(\t\"G\n\x14ResolveResumeRequest\x12\x19\n\x0cworkspace_id\x18\x01 \x01(\tB\x03\xe0\x41\x02\x12\x14\n\x07task_id\x18\x02 \x01(\tB\x03\xe0\x41\x02\"\xe8\x01\n\x15ResolveResumeResponse\x12,\n\x03\x61sk\x18\x01 \x01(\x0e\x32\x1f.funnel.completion.v1.ResumeAsk\x12\x31\n\x07primary\x18\x02 \x01(\x0e\x32 .funnel.completion.v1.HostAction\x12\x33\n\tsecondary\x18\x03 \x01(\x0e\x32 .funnel.completion.v1.HostAction\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\ngeneration\x18\x05 \x01(\x03\x12\x15\n\rcompletion_id\x18\x06 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'funnel.completion.v1.transcript_messages_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPENDTRANSCRIPTREQUEST']._serialized_start=141
-  _globals['_APPENDTRANSCRIPTREQUEST']._serialized_end=341
-  _globals['_APPENDTRANSCRIPTRESPONSE']._serialized_start=343
-  _globals['_APPENDTRANSCRIPTRESPONSE']._serialized_end=453
-  _globals['_LOADTRANSCRIPTREQUEST']._serialized_start=455
-  _globals['_LOADTRANSCRIPTREQUEST']._serialized_end=556
-  _globals['_LOADTRANSCRIPTRESPONSE']._serialized_start=559
-  _globals['_LOADTRANSCRIPTRESPONSE']._serialized_end=727
-  _globals['_EXPORTTRANSCRIPTREQUEST']._serialized_start=729
-  _globals['_EXPORTTRANSCRIPTREQUEST']._serialized_end=793
-  _globals['_EXPORTTRANSCRIPTRESPONSE']._serialized_start=795
-  _globals['_EXPORTTRANSCRIPTRESPONSE']._serialized_end=836
-  _globals['_IMPORTTRANSCRIPTREQUEST']._serialized_start=838
-  _globals['_IMPORTTRANSCRIPTREQUEST']._serialized_end=948
-  _globals['_IMPORTTARGET']._serialized_start=950
-  _globals['_IMPORTTARGET']._serialized_end=1003
-  _globals['_IMPORTTRANSCRIPTRESPONSE']._serialized_start=1005
-  _globals['_IMPORTTRANSCRIPTRESPONSE']._serialized_end=1097
-  _globals['_RESOLVERESUMEREQUEST']._serialized_start=1099
-  _globals['_RESOLVERESUMEREQUEST']._serialized_end=1160
-  _globals['_RESOLVERESUMERESPONSE']._serialized_start=1163
-  _globals['_RESOLVERESUMERESPONSE']._serialized_end=1395
+  _globals['_APPENDTRANSCRIPTREQUEST'].fields_by_name['workspace_id']._loaded_options = None
+  _globals['_APPENDTRANSCRIPTREQUEST'].fields_by_name['workspace_id']._serialized_options = b'\340A\002'
+  _globals['_APPENDTRANSCRIPTREQUEST'].fields_by_name['task_id']._loaded_options = None
+  _globals['_APPENDTRANSCRIPTREQUEST'].fields_by_name['task_id']._serialized_options = b'\340A\002'
+  _globals['_APPENDTRANSCRIPTREQUEST'].fields_by_name['events']._loaded_options = None
+  _globals['_APPENDTRANSCRIPTREQUEST'].fields_by_name['events']._serialized_options = b'\340A\002'
+  _globals['_LOADTRANSCRIPTREQUEST'].fields_by_name['workspace_id']._loaded_options = None
+  _globals['_LOADTRANSCRIPTREQUEST'].fields_by_name['workspace_id']._serialized_options = b'\340A\002'
+  _globals['_LOADTRANSCRIPTREQUEST'].fields_by_name['task_id']._loaded_options = None
+  _globals['_LOADTRANSCRIPTREQUEST'].fields_by_name['task_id']._serialized_options = b'\340A\002'
+  _globals['_EXPORTTRANSCRIPTREQUEST'].fields_by_name['workspace_id']._loaded_options = None
+  _globals['_EXPORTTRANSCRIPTREQUEST'].fields_by_name['workspace_id']._serialized_options = b'\340A\002'
+  _globals['_EXPORTTRANSCRIPTREQUEST'].fields_by_name['task_id']._loaded_options = None
+  _globals['_EXPORTTRANSCRIPTREQUEST'].fields_by_name['task_id']._serialized_options = b'\340A\002'
+  _globals['_IMPORTTARGET'].fields_by_name['workspace_id']._loaded_options = None
+  _globals['_IMPORTTARGET'].fields_by_name['workspace_id']._serialized_options = b'\340A\002'
+  _globals['_IMPORTTARGET'].fields_by_name['task_id']._loaded_options = None
+  _globals['_IMPORTTARGET'].fields_by_name['task_id']._serialized_options = b'\340A\002'
+  _globals['_RESOLVERESUMEREQUEST'].fields_by_name['workspace_id']._loaded_options = None
+  _globals['_RESOLVERESUMEREQUEST'].fields_by_name['workspace_id']._serialized_options = b'\340A\002'
+  _globals['_RESOLVERESUMEREQUEST'].fields_by_name['task_id']._loaded_options = None
+  _globals['_RESOLVERESUMEREQUEST'].fields_by_name['task_id']._serialized_options = b'\340A\002'
+  _globals['_APPENDTRANSCRIPTREQUEST']._serialized_start=174
+  _globals['_APPENDTRANSCRIPTREQUEST']._serialized_end=389
+  _globals['_APPENDTRANSCRIPTRESPONSE']._serialized_start=391
+  _globals['_APPENDTRANSCRIPTRESPONSE']._serialized_end=501
+  _globals['_LOADTRANSCRIPTREQUEST']._serialized_start=503
+  _globals['_LOADTRANSCRIPTREQUEST']._serialized_end=614
+  _globals['_LOADTRANSCRIPTRESPONSE']._serialized_start=617
+  _globals['_LOADTRANSCRIPTRESPONSE']._serialized_end=785
+  _globals['_EXPORTTRANSCRIPTREQUEST']._serialized_start=787
+  _globals['_EXPORTTRANSCRIPTREQUEST']._serialized_end=861
+  _globals['_EXPORTTRANSCRIPTRESPONSE']._serialized_start=863
+  _globals['_EXPORTTRANSCRIPTRESPONSE']._serialized_end=904
+  _globals['_IMPORTTRANSCRIPTREQUEST']._serialized_start=906
+  _globals['_IMPORTTRANSCRIPTREQUEST']._serialized_end=1016
+  _globals['_IMPORTTARGET']._serialized_start=1018
+  _globals['_IMPORTTARGET']._serialized_end=1081
+  _globals['_IMPORTTRANSCRIPTRESPONSE']._serialized_start=1083
+  _globals['_IMPORTTRANSCRIPTRESPONSE']._serialized_end=1175
+  _globals['_RESOLVERESUMEREQUEST']._serialized_start=1177
+  _globals['_RESOLVERESUMEREQUEST']._serialized_end=1248
+  _globals['_RESOLVERESUMERESPONSE']._serialized_start=1251
+  _globals['_RESOLVERESUMERESPONSE']._serialized_end=1483
 # @@protoc_insertion_point(module_scope)

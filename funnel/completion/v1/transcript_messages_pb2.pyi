@@ -1,5 +1,6 @@
 from funnel.completion.v1 import enums_pb2 as _enums_pb2
 from funnel.completion.v1 import types_pb2 as _types_pb2
+from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -1,6 +1,7 @@
 import datetime
 
 from funnel.completion.v1 import enums_pb2 as _enums_pb2
+from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor

@@ -2,6 +2,7 @@ import datetime
 
 from funnel.lifecycle.v1 import enums_pb2 as _enums_pb2
 from funnel.lifecycle.v1 import types_pb2 as _types_pb2
+from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers

@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from funnel.lifecycle.v1 import enums_pb2 as funnel_dot_lifecycle_dot_v1_dot_enums__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x66unnel/lifecycle/v1/types.proto\x12\x13\x66unnel.lifecycle.v1\x1a\x1f\x66unnel/lifecycle/v1/enums.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\'\n\x06\x43\x61ller\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"\xa7\x01\n\x05\x43\x61use\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12G\n\x0foriginating_ids\x18\x03 \x03(\x0b\x32..funnel.lifecycle.v1.Cause.OriginatingIdsEntry\x1a\x35\n\x13OriginatingIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\nParentLink\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x31\n\x04mode\x18\x03 \x01(\x0e\x32#.funnel.lifecycle.v1.ParentLinkMode\"\x9c\x04\n\x04Task\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\x33\n\x05state\x18\x05 \x01(\x0e\x32$.funnel.lifecycle.v1.GenerationState\x12\x35\n\x07outcome\x18\x06 \x01(\x0e\x32$.funnel.lifecycle.v1.TerminalOutcome\x12<\n\x0c\x63\x61ncellation\x18\x07 \x01(\x0e\x32&.funnel.lifecycle.v1.CancellationState\x12=\n\x19\x63\x61ncellation_request_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0bwork_status\x18\t \x01(\x0e\x32\x1f.funnel.lifecycle.v1.WorkStatus\x12/\n\x06parent\x18\n \x01(\x0b\x32\x1f.funnel.lifecycle.v1.ParentLink\x12\x15\n\rcompletion_id\x18\x0b \x01(\t\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x95\x06\n\x0eLifecycleEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12+\n\x06intent\x18\x06 \x01(\x0e\x32\x1b.funnel.lifecycle.v1.Intent\x12\x38\n\nfrom_state\x18\x07 \x01(\x0e\x32$.funnel.lifecycle.v1.GenerationState\x12\x36\n\x08to_state\x18\x08 \x01(\x0e\x32$.funnel.lifecycle.v1.GenerationState\x12\x35\n\x07outcome\x18\t \x01(\x0e\x32$.funnel.lifecycle.v1.TerminalOutcome\x12<\n\x0c\x63\x61ncellation\x18\n \x01(\x0e\x32&.funnel.lifecycle.v1.CancellationState\x12=\n\x19\x63\x61ncellation_request_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0bwork_status\x18\x0c \x01(\x0e\x32\x1f.funnel.lifecycle.v1.WorkStatus\x12)\n\x05\x63\x61use\x18\r \x01(\x0b\x32\x1a.funnel.lifecycle.v1.Cause\x12\x15\n\rcompletion_id\x18\x0e \x01(\t\x12\x36\n\x12\x61uthoritative_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63ommit_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x11 \x01(\t\x12+\n\x06\x63\x61ller\x18\x12 \x01(\x0b\x32\x1b.funnel.lifecycle.v1.Caller\x12/\n\x06parent\x18\x13 \x01(\x0b\x32\x1f.funnel.lifecycle.v1.ParentLinkb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x66unnel/lifecycle/v1/types.proto\x12\x13\x66unnel.lifecycle.v1\x1a\x1f\x66unnel/lifecycle/v1/enums.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\'\n\x06\x43\x61ller\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"\xa7\x01\n\x05\x43\x61use\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12G\n\x0foriginating_ids\x18\x03 \x03(\x0b\x32..funnel.lifecycle.v1.Cause.OriginatingIdsEntry\x1a\x35\n\x13OriginatingIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"n\n\nParentLink\x12\x14\n\x07task_id\x18\x01 \x01(\tB\x03\xe0\x41\x02\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x36\n\x04mode\x18\x03 \x01(\x0e\x32#.funnel.lifecycle.v1.ParentLinkModeB\x03\xe0\x41\x02\"\xb0\x04\n\x04Task\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x15\n\x08revision\x18\x04 \x01(\x03\x42\x03\xe0\x41\x03\x12\x33\n\x05state\x18\x05 \x01(\x0e\x32$.funnel.lifecycle.v1.GenerationState\x12\x35\n\x07outcome\x18\x06 \x01(\x0e\x32$.funnel.lifecycle.v1.TerminalOutcome\x12<\n\x0c\x63\x61ncellation\x18\x07 \x01(\x0e\x32&.funnel.lifecycle.v1.CancellationState\x12\x42\n\x19\x63\x61ncellation_request_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x03\xe0\x41\x03\x12\x34\n\x0bwork_status\x18\t \x01(\x0e\x32\x1f.funnel.lifecycle.v1.WorkStatus\x12/\n\x06parent\x18\n \x01(\x0b\x32\x1f.funnel.lifecycle.v1.ParentLink\x12\x15\n\rcompletion_id\x18\x0b \x01(\t\x12\x34\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x03\xe0\x41\x03\x12\x34\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x03\xe0\x41\x03\"\xae\x06\n\x0eLifecycleEvent\x12\x15\n\x08sequence\x18\x01 \x01(\x03\x42\x03\xe0\x41\x03\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x15\n\x08revision\x18\x05 \x01(\x03\x42\x03\xe0\x41\x03\x12+\n\x06intent\x18\x06 \x01(\x0e\x32\x1b.funnel.lifecycle.v1.Intent\x12\x38\n\nfrom_state\x18\x07 \x01(\x0e\x32$.funnel.lifecycle.v1.GenerationState\x12\x36\n\x08to_state\x18\x08 \x01(\x0e\x32$.funnel.lifecycle.v1.GenerationState\x12\x35\n\x07outcome\x18\t \x01(\x0e\x32$.funnel.lifecycle.v1.TerminalOutcome\x12<\n\x0c\x63\x61ncellation\x18\n \x01(\x0e\x32&.funnel.lifecycle.v1.CancellationState\x12\x42\n\x19\x63\x61ncellation_request_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x03\xe0\x41\x03\x12\x34\n\x0bwork_status\x18\x0c \x01(\x0e\x32\x1f.funnel.lifecycle.v1.WorkStatus\x12)\n\x05\x63\x61use\x18\r \x01(\x0b\x32\x1a.funnel.lifecycle.v1.Cause\x12\x15\n\rcompletion_id\x18\x0e \x01(\t\x12\x36\n\x12\x61uthoritative_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0b\x63ommit_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x03\xe0\x41\x03\x12\x12\n\nrequest_id\x18\x11 \x01(\t\x12\x30\n\x06\x63\x61ller\x18\x12 \x01(\x0b\x32\x1b.funnel.lifecycle.v1.CallerB\x03\xe0\x41\x03\x12/\n\x06parent\x18\x13 \x01(\x0b\x32\x1f.funnel.lifecycle.v1.ParentLinkb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,16 +36,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CAUSE_ORIGINATINGIDSENTRY']._loaded_options = None
   _globals['_CAUSE_ORIGINATINGIDSENTRY']._serialized_options = b'8\001'
-  _globals['_CALLER']._serialized_start=122
-  _globals['_CALLER']._serialized_end=161
-  _globals['_CAUSE']._serialized_start=164
-  _globals['_CAUSE']._serialized_end=331
-  _globals['_CAUSE_ORIGINATINGIDSENTRY']._serialized_start=278
-  _globals['_CAUSE_ORIGINATINGIDSENTRY']._serialized_end=331
-  _globals['_PARENTLINK']._serialized_start=333
-  _globals['_PARENTLINK']._serialized_end=433
-  _globals['_TASK']._serialized_start=436
-  _globals['_TASK']._serialized_end=976
-  _globals['_LIFECYCLEEVENT']._serialized_start=979
-  _globals['_LIFECYCLEEVENT']._serialized_end=1768
+  _globals['_PARENTLINK'].fields_by_name['task_id']._loaded_options = None
+  _globals['_PARENTLINK'].fields_by_name['task_id']._serialized_options = b'\340A\002'
+  _globals['_PARENTLINK'].fields_by_name['mode']._loaded_options = None
+  _globals['_PARENTLINK'].fields_by_name['mode']._serialized_options = b'\340A\002'
+  _globals['_TASK'].fields_by_name['revision']._loaded_options = None
+  _globals['_TASK'].fields_by_name['revision']._serialized_options = b'\340A\003'
+  _globals['_TASK'].fields_by_name['cancellation_request_time']._loaded_options = None
+  _globals['_TASK'].fields_by_name['cancellation_request_time']._serialized_options = b'\340A\003'
+  _globals['_TASK'].fields_by_name['create_time']._loaded_options = None
+  _globals['_TASK'].fields_by_name['create_time']._serialized_options = b'\340A\003'
+  _globals['_TASK'].fields_by_name['update_time']._loaded_options = None
+  _globals['_TASK'].fields_by_name['update_time']._serialized_options = b'\340A\003'
+  _globals['_LIFECYCLEEVENT'].fields_by_name['sequence']._loaded_options = None
+  _globals['_LIFECYCLEEVENT'].fields_by_name['sequence']._serialized_options = b'\340A\003'
+  _globals['_LIFECYCLEEVENT'].fields_by_name['revision']._loaded_options = None
+  _globals['_LIFECYCLEEVENT'].fields_by_name['revision']._serialized_options = b'\340A\003'
+  _globals['_LIFECYCLEEVENT'].fields_by_name['cancellation_request_time']._loaded_options = None
+  _globals['_LIFECYCLEEVENT'].fields_by_name['cancellation_request_time']._serialized_options = b'\340A\003'
+  _globals['_LIFECYCLEEVENT'].fields_by_name['commit_time']._loaded_options = None
+  _globals['_LIFECYCLEEVENT'].fields_by_name['commit_time']._serialized_options = b'\340A\003'
+  _globals['_LIFECYCLEEVENT'].fields_by_name['caller']._loaded_options = None
+  _globals['_LIFECYCLEEVENT'].fields_by_name['caller']._serialized_options = b'\340A\003'
+  _globals['_CALLER']._serialized_start=155
+  _globals['_CALLER']._serialized_end=194
+  _globals['_CAUSE']._serialized_start=197
+  _globals['_CAUSE']._serialized_end=364
+  _globals['_CAUSE_ORIGINATINGIDSENTRY']._serialized_start=311
+  _globals['_CAUSE_ORIGINATINGIDSENTRY']._serialized_end=364
+  _globals['_PARENTLINK']._serialized_start=366
+  _globals['_PARENTLINK']._serialized_end=476
+  _globals['_TASK']._serialized_start=479
+  _globals['_TASK']._serialized_end=1039
+  _globals['_LIFECYCLEEVENT']._serialized_start=1042
+  _globals['_LIFECYCLEEVENT']._serialized_end=1856
 # @@protoc_insertion_point(module_scope)
