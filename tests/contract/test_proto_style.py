@@ -47,6 +47,55 @@ def test_packages_match_their_folders(descriptor_set):
         assert file.name.rsplit("/", 1)[0] == file.package.replace(".", "/"), file.name
 
 
+def _stem(file) -> str:
+    return file.name.rsplit("/", 1)[1].removesuffix(".proto")
+
+
+def test_every_name_is_in_the_file_of_its_kind(descriptor_set):
+    """protos/README.md, "Where a name is defined": a service alone in its file, its
+    requests and responses in the matching messages file with the parts only they
+    carry, the resources in types.proto, the enums in enums.proto, the error reasons
+    and their encoding in errors.proto."""
+    files = _project_files(descriptor_set)
+    by_stem = {(file.package, _stem(file)): file for file in files}
+    uses = {}  # message or enum full name -> the files whose messages refer to it
+    for file in files:
+        for message, _ in _walk_messages(file.message_type, (MESSAGE,)):
+            for field in message.field:
+                uses.setdefault(field.type_name, set()).add(file.name)
+    kinds = set()
+    for file in files:
+        stem = _stem(file)
+        messages = [message.name for message in file.message_type]
+        enums = [enum.name for enum in file.enum_type]
+        if stem == "service" or stem.endswith("_service"):
+            kinds.add("service")
+            assert len(file.service) == 1 and not messages and not enums, file.name
+            paired = by_stem[(file.package, stem.removesuffix("service") + "messages")]
+            rpc_messages = {f"{m.name}{end}" for m in file.service[0].method for end in ("Request", "Response")}
+            assert rpc_messages <= {message.name for message in paired.message_type}, file.name
+        elif stem == "messages" or stem.endswith("_messages"):
+            kinds.add("messages")
+            assert not file.service and not enums, file.name
+            service = by_stem[(file.package, stem.removesuffix("messages") + "service")].service[0]
+            rpc_messages = {f"{m.name}{end}" for m in service.method for end in ("Request", "Response")}
+            for name in set(messages) - rpc_messages:
+                assert uses.get(f".{file.package}.{name}") == {file.name}, f"{file.name}: {name}"
+        elif stem == "types":
+            kinds.add(stem)
+            assert not file.service and not enums, file.name
+            assert not [name for name in messages if name.endswith(("Request", "Response"))], file.name
+        elif stem == "enums":
+            kinds.add(stem)
+            assert not file.service and not messages and enums and "ErrorReason" not in enums, file.name
+        elif stem == "errors":
+            kinds.add(stem)
+            assert not file.service and enums == ["ErrorReason"] and messages == ["ErrorDetails"], file.name
+        else:
+            raise AssertionError(f"{file.name} is none of the kinds of protos/README.md")
+    assert kinds == {"service", "messages", "types", "enums", "errors"}
+
+
 def test_every_rpc_has_its_own_request_and_response(descriptor_set):
     for file in _project_files(descriptor_set):
         for service in file.service:
