@@ -42,8 +42,10 @@ METHOD = "/funnel.lifecycle.v1.TaskLifecycleService/GetTask"
 
 
 async def serve(bounded: bool, argv: list[str]) -> None:
-    from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-    from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+    from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+    from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+    from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+    from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
     from funnel.runtime import security as security_settings
     from funnel.runtime import server as runtime
     from funnel.runtime.metrics import ServiceMetrics
@@ -52,20 +54,22 @@ async def serve(bounded: bool, argv: list[str]) -> None:
 
     config = parse_args(argv)
     security = security_settings.prepare(config.security, config.listen, config.max_message_bytes)
-    answer = lpb.GetTaskResponse(
-        task=lpb.Task(workspace_id=WORKSPACE, task_id="t", generation=1, revision=1, state=lpb.GENERATION_STATE_ACTIVE)
+    answer = lifecycle_messages.GetTaskResponse(
+        task=lifecycle_types.Task(
+            workspace_id=WORKSPACE, task_id="t", generation=1, revision=1, state=lifecycle_enums.GENERATION_STATE_ACTIVE
+        )
     )
 
-    class Canned(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
+    class Canned(lifecycle_grpc.TaskLifecycleServiceServicer):
         async def GetTask(self, request, context):
             return answer
 
     # The same server (its options, its TLS) either way: only the boundary differs.
     server, boundary = runtime.new_server(security, DOMAIN, Reason, ServiceMetrics().rpc)
     if bounded:
-        boundary.add(server, lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server, Canned())
+        boundary.add(server, lifecycle_grpc.add_TaskLifecycleServiceServicer_to_server, Canned())
     else:
-        lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server(Canned(), server)
+        lifecycle_grpc.add_TaskLifecycleServiceServicer_to_server(Canned(), server)
     port = runtime.bind(server, config.listen, security)
     await server.start()
     gc.freeze()  # as the services do once started (funnel.runtime.server.serve_process)
@@ -110,13 +114,13 @@ class Server:
 
 
 async def drive(address: str, credentials: Credentials, concurrency: int, seconds: float, pid: int) -> dict:
-    from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-    from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+    from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+    from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 
     metadata = credentials.host_metadata()
-    request = lpb.GetTaskRequest(workspace_id=WORKSPACE, task_id="t")
+    request = lifecycle_messages.GetTaskRequest(workspace_id=WORKSPACE, task_id="t")
     async with credentials.lifecycle_channel(address) as channel:
-        stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        stub = lifecycle_grpc.TaskLifecycleServiceStub(channel)
         for _ in range(200):  # warm up: connection, caches, the token's verification
             await stub.GetTask(request, metadata=metadata, timeout=30)
         calls = 0

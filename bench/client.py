@@ -46,10 +46,13 @@ from google.protobuf.duration_pb2 import Duration
 from bench.common import AGENT_ID, WORKSPACE, Credentials, percentile
 from bench.echo import METHOD as ECHO_METHOD
 from bench.echo import encode_request
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 
 CALL_TIMEOUT = 60.0
 LEASE_TTL = Duration(seconds=6 * 3600)
@@ -84,8 +87,8 @@ class Funnel:
         lifecycle_channels = [credentials.lifecycle_channel(a) for a in lifecycle_address.split(",")]
         completion_channels = [credentials.completion_channel(a) for a in completion_address.split(",")]
         self._channels = [*lifecycle_channels, *completion_channels]
-        self._lifecycles = [lifecycle_pb2_grpc.TaskLifecycleServiceStub(c) for c in lifecycle_channels]
-        self._completions = [completion_pb2_grpc.CompletionServiceStub(c) for c in completion_channels]
+        self._lifecycles = [lifecycle_grpc.TaskLifecycleServiceStub(c) for c in lifecycle_channels]
+        self._completions = [completion_grpc.CompletionServiceStub(c) for c in completion_channels]
         # Per-call metadata (no interceptor): the host registers, the agent claims and attempts.
         self.host = credentials.host_metadata()
         self.agent = credentials.agent_metadata()
@@ -94,12 +97,12 @@ class Funnel:
         self.requests: dict[str, bytes] = {}  # last request of each method (calibration)
 
     @property
-    def lifecycle(self) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
+    def lifecycle(self) -> lifecycle_grpc.TaskLifecycleServiceStub:
         """The first replica's (the reads of the calibration and the preload check)."""
         return self._lifecycles[0]
 
     @property
-    def completion(self) -> completion_pb2_grpc.CompletionServiceStub:
+    def completion(self) -> completion_grpc.CompletionServiceStub:
         return self._completions[0]
 
     def _replica(self, task_id: str) -> int:
@@ -108,16 +111,16 @@ class Funnel:
     def _rid(self, task_id: str, step: str) -> str:
         return f"{task_id}:{step}" if self.request_ids else ""
 
-    def register_request(self, task_id: str) -> lpb.RegisterTaskRequest:
-        return lpb.RegisterTaskRequest(
+    def register_request(self, task_id: str) -> lifecycle_messages.RegisterTaskRequest:
+        return lifecycle_messages.RegisterTaskRequest(
             workspace_id=WORKSPACE,
             task_id=task_id,
             request_id=self._rid(task_id, "register"),
-            cause=lpb.Cause(source="bench", reason="benchmark task"),
+            cause=lifecycle_types.Cause(source="bench", reason="benchmark task"),
         )
 
-    def claim_request(self, task_id: str) -> cpb.ClaimTaskRequest:
-        return cpb.ClaimTaskRequest(
+    def claim_request(self, task_id: str) -> completion_messages.ClaimTaskRequest:
+        return completion_messages.ClaimTaskRequest(
             workspace_id=WORKSPACE,
             task_id=task_id,
             agent_id=AGENT_ID,
@@ -125,18 +128,18 @@ class Funnel:
             request_id=self._rid(task_id, "claim"),
         )
 
-    def attempt_request(self, task_id: str, run_id: str, epoch: int) -> cpb.AttemptCompletionRequest:
-        return cpb.AttemptCompletionRequest(
+    def attempt_request(self, task_id: str, run_id: str, epoch: int) -> completion_messages.AttemptCompletionRequest:
+        return completion_messages.AttemptCompletionRequest(
             workspace_id=WORKSPACE,
             task_id=task_id,
             run_id=run_id,
             epoch=epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result=RESULT_TEXT,
             request_id=self._rid(task_id, "attempt"),
         )
 
-    async def register(self, task_id: str) -> lpb.RegisterTaskResponse:
+    async def register(self, task_id: str) -> lifecycle_messages.RegisterTaskResponse:
         request = self.register_request(task_id)
         lifecycle = self._lifecycles[self._replica(task_id) % len(self._lifecycles)]
         response = await lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT, metadata=self.host)
@@ -144,7 +147,7 @@ class Funnel:
         self.requests["RegisterTask"] = request.SerializeToString()
         return response
 
-    async def claim(self, task_id: str) -> cpb.ClaimTaskResponse:
+    async def claim(self, task_id: str) -> completion_messages.ClaimTaskResponse:
         request = self.claim_request(task_id)
         completion = self._completions[self._replica(task_id)]
         response = await completion.ClaimTask(request, timeout=CALL_TIMEOUT, metadata=self.agent)
@@ -152,7 +155,7 @@ class Funnel:
         self.requests["ClaimTask"] = request.SerializeToString()
         return response
 
-    async def attempt(self, task_id: str, run_id: str, epoch: int) -> cpb.AttemptCompletionResponse:
+    async def attempt(self, task_id: str, run_id: str, epoch: int) -> completion_messages.AttemptCompletionResponse:
         request = self.attempt_request(task_id, run_id, epoch)
         completion = self._completions[self._replica(task_id)]
         response = await completion.AttemptCompletion(request, timeout=CALL_TIMEOUT, metadata=self.agent)
@@ -161,11 +164,11 @@ class Funnel:
         self.requests["AttemptCompletion"] = request.SerializeToString()
         return response
 
-    async def complete_run(self, task_id: str, run_id: str) -> cpb.CompleteRunResponse:
-        request = cpb.CompleteRunRequest(
+    async def complete_run(self, task_id: str, run_id: str) -> completion_messages.CompleteRunResponse:
+        request = completion_messages.CompleteRunRequest(
             workspace_id=WORKSPACE,
             run_id=run_id,
-            outcome=cpb.RUN_OUTCOME_SUCCEEDED,
+            outcome=completion_enums.RUN_OUTCOME_SUCCEEDED,
             tokens_input=1200,
             tokens_output=300,
             notes=RESULT_TEXT,
@@ -182,17 +185,17 @@ class Funnel:
             await channel.close()
 
 
-def check_settled(response: cpb.AttemptCompletionResponse) -> None:
+def check_settled(response: completion_messages.AttemptCompletionResponse) -> None:
     decision = response.decision
-    if decision.verdict != cpb.VERDICT_ALLOW:
+    if decision.verdict != completion_enums.VERDICT_ALLOW:
         raise OpFailed(
-            f"attempt {cpb.Verdict.Name(decision.verdict)} "
-            f"(next action {cpb.AgentAction.Name(decision.next_action)}): {decision.instruction}"
+            f"attempt {completion_enums.Verdict.Name(decision.verdict)} "
+            f"(next action {completion_enums.AgentAction.Name(decision.next_action)}): {decision.instruction}"
         )
     completion = response.completion
-    if completion.settlement != cpb.SETTLEMENT_STATUS_SETTLED:
+    if completion.settlement != completion_enums.SETTLEMENT_STATUS_SETTLED:
         detail = completion.terminalization_error_reason or "no error recorded"
-        raise OpFailed(f"completion {cpb.SettlementStatus.Name(completion.settlement)} ({detail})")
+        raise OpFailed(f"completion {completion_enums.SettlementStatus.Name(completion.settlement)} ({detail})")
     if response.existing_completion:
         raise OpFailed("attempt returned an existing completion")
 
@@ -511,15 +514,21 @@ async def run_verify_preload(config: dict) -> dict:
     problems = []
     task = (
         await funnel.lifecycle.GetTask(
-            lpb.GetTaskRequest(workspace_id=WORKSPACE, task_id=task_id), timeout=CALL_TIMEOUT, metadata=funnel.host
+            lifecycle_messages.GetTaskRequest(workspace_id=WORKSPACE, task_id=task_id),
+            timeout=CALL_TIMEOUT,
+            metadata=funnel.host,
         )
     ).task
-    if task.state != lpb.GENERATION_STATE_TERMINAL or task.outcome != lpb.TERMINAL_OUTCOME_COMPLETED:
-        problems.append(f"GetTask: {lpb.GenerationState.Name(task.state)} {lpb.TerminalOutcome.Name(task.outcome)}")
+    if (
+        task.state != lifecycle_enums.GENERATION_STATE_TERMINAL
+        or task.outcome != lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
+    ):
+        state = lifecycle_enums.GenerationState.Name(task.state)
+        problems.append(f"GetTask: {state} {lifecycle_enums.TerminalOutcome.Name(task.outcome)}")
     if task.completion_id != completion_id:
         problems.append(f"GetTask: completion id {task.completion_id!r}, expected {completion_id!r}")
     events = await funnel.lifecycle.ListLifecycleEvents(
-        lpb.ListLifecycleEventsRequest(workspace_id=WORKSPACE, task_id=task_id),
+        lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WORKSPACE, task_id=task_id),
         timeout=CALL_TIMEOUT,
         metadata=funnel.host,
     )
@@ -527,14 +536,16 @@ async def run_verify_preload(config: dict) -> dict:
     if sequences != sorted(sequences) or [e.revision for e in events.events] != list(range(1, len(sequences) + 1)):
         problems.append(f"ListLifecycleEvents: sequences {sequences}")
     got = await funnel.completion.GetCompletion(
-        cpb.GetCompletionRequest(workspace_id=WORKSPACE, task_id=task_id, generation=1),
+        completion_messages.GetCompletionRequest(workspace_id=WORKSPACE, task_id=task_id, generation=1),
         timeout=CALL_TIMEOUT,
         metadata=funnel.agent,
     )
-    if got.completion.completion_id != completion_id or got.completion.settlement != cpb.SETTLEMENT_STATUS_SETTLED:
-        problems.append(
-            f"GetCompletion: {got.completion.completion_id} {cpb.SettlementStatus.Name(got.completion.settlement)}"
-        )
+    if (
+        got.completion.completion_id != completion_id
+        or got.completion.settlement != completion_enums.SETTLEMENT_STATUS_SETTLED
+    ):
+        settlement = completion_enums.SettlementStatus.Name(got.completion.settlement)
+        problems.append(f"GetCompletion: {got.completion.completion_id} {settlement}")
     if got.completion.lifecycle_event_sequence not in sequences:
         problems.append(
             f"GetCompletion: lifecycle_event_sequence {got.completion.lifecycle_event_sequence} not in {sequences}"

@@ -49,15 +49,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import WORKSPACE
 from completion_service.storage import compact
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime.idempotency import fingerprint as service_fingerprint
 from funnel.runtime.idempotency import response_of, stored_response
 from funnel.runtime.sqlite import Database, migrations_in
 
 CLONE_TASK_PREFIX = "pre-"
 CHUNK = 20_000
-PB = {"lifecycle": lpb, "completion": cpb}
+MESSAGES = {"lifecycle": lifecycle_messages, "completion": completion_messages}
 MIGRATIONS = {
     "lifecycle": "lifecycle_service.storage.migrations",
     "completion": "completion_service.storage.migrations",
@@ -169,8 +169,8 @@ class FingerprintPlan:
 
     def __init__(self, service: str, method: str, raw: bytes) -> None:
         self.method = method
-        self.request_type = getattr(PB[service], f"{method}Request")
-        self.response_type = getattr(PB[service], f"{method}Response", None)
+        self.request_type = getattr(MESSAGES[service], f"{method}Request")
+        self.response_type = getattr(MESSAGES[service], f"{method}Response", None)
         self.raw = raw
 
     def fingerprint(self, pairs: list[tuple[bytes, bytes]]) -> bytes:

@@ -57,8 +57,9 @@ from bench.common import (
     rss_mb,
     start_services,
 )
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 
 WORKSPACE = "bench-watch"
 CALL_TIMEOUT = 30.0
@@ -97,7 +98,7 @@ async def watcher_main(config: dict) -> None:
     (up to a timeout) and reports."""
     credentials = Credentials(config["tls_dir"])
     channel = credentials.lifecycle_channel(config["lifecycle"])
-    stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+    stub = lifecycle_grpc.TaskLifecycleServiceStub(channel)
     metadata = credentials.metadata(config["subject"], [f"{WORKSPACE}:viewer"])
     cursor0 = config["after_sequence"]
     streams: list[dict] = [{"task": t, "received": [], "lags": [], "errors": []} for t in config["tasks"]]
@@ -107,7 +108,7 @@ async def watcher_main(config: dict) -> None:
     async def follow(stream: dict) -> None:
         cursor = cursor0
         while not stopping:
-            request = lpb.WatchLifecycleEventsRequest(
+            request = lifecycle_messages.WatchLifecycleEventsRequest(
                 workspace_id=WORKSPACE, after_sequence=cursor, task_id=stream["task"] or ""
             )
             call = stub.WatchLifecycleEvents(request, metadata=metadata)
@@ -212,7 +213,7 @@ async def register_tasks(stub, count: int, metadata) -> int:
         nonlocal last
         for i in numbers:
             response = await stub.RegisterTask(
-                lpb.RegisterTaskRequest(
+                lifecycle_messages.RegisterTaskRequest(
                     workspace_id=WORKSPACE, task_id=task_name(i), request_id=f"{task_name(i)}:register"
                 ),
                 timeout=CALL_TIMEOUT,
@@ -229,27 +230,29 @@ async def drive(stub, tasks: int, rate: float, seconds: float, metadata) -> dict
     committed: list[tuple[int, str]] = []
     latencies: list[float] = []
     failures: dict[str, int] = {}
-    status: dict[str, lpb.WorkStatus] = {}
+    status: dict[str, lifecycle_enums.WorkStatus] = {}
     total = int(rate * seconds)
     in_flight: set[asyncio.Task] = set()
     max_in_flight = 0
     behind_max = 0.0
 
     async def one(k: int) -> None:
-        request: lpb.RegisterTaskRequest | lpb.SetWorkStatusRequest
+        request: lifecycle_messages.RegisterTaskRequest | lifecycle_messages.SetWorkStatusRequest
         if k % 10 == 9:
             name = f"x-{k:07d}"
-            request = lpb.RegisterTaskRequest(workspace_id=WORKSPACE, task_id=name, request_id=f"{name}:register")
+            request = lifecycle_messages.RegisterTaskRequest(
+                workspace_id=WORKSPACE, task_id=name, request_id=f"{name}:register"
+            )
             call = stub.RegisterTask
         else:
             name = task_name(k % tasks)
             new = (
-                lpb.WORK_STATUS_BLOCKED
-                if status.get(name, lpb.WORK_STATUS_READY) == lpb.WORK_STATUS_READY
-                else lpb.WORK_STATUS_READY
+                lifecycle_enums.WORK_STATUS_BLOCKED
+                if status.get(name, lifecycle_enums.WORK_STATUS_READY) == lifecycle_enums.WORK_STATUS_READY
+                else lifecycle_enums.WORK_STATUS_READY
             )
             status[name] = new
-            request = lpb.SetWorkStatusRequest(
+            request = lifecycle_messages.SetWorkStatusRequest(
                 workspace_id=WORKSPACE, task_id=name, generation=1, work_status=new, request_id=f"{name}:ws:{k}"
             )
             call = stub.SetWorkStatus
@@ -340,7 +343,7 @@ def main() -> int:
 
         async def setup() -> int:
             async with credentials.lifecycle_channel(services.lifecycle.address) as channel:
-                return await register_tasks(lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel), args.tasks, host)
+                return await register_tasks(lifecycle_grpc.TaskLifecycleServiceStub(channel), args.tasks, host)
 
         t = time.monotonic()
         cursor = asyncio.run(setup())
@@ -382,7 +385,7 @@ def main() -> int:
         async def run_driver() -> dict:
             async with credentials.lifecycle_channel(services.lifecycle.address) as channel:
                 return await drive(
-                    lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel), args.tasks, args.rate, args.seconds, host
+                    lifecycle_grpc.TaskLifecycleServiceStub(channel), args.tasks, args.rate, args.seconds, host
                 )
 
         driver = asyncio.run(run_driver())

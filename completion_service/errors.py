@@ -1,5 +1,5 @@
 """The completion service's catalogue of error reasons (mirrors `ErrorReason` in
-protos/funnel/completion/v1/completion.proto; a test keeps the two equal)."""
+protos/funnel/completion/v1/errors.proto; a test keeps the two equal)."""
 
 from __future__ import annotations
 

@@ -30,8 +30,11 @@ from completion_service.storage.port import CompletionStore
 from completion_service.storage.postgres import PostgresCompletionStore
 from completion_service.storage.sqlite import SqliteCompletionStore
 from funnel.auth.tls import ClientTlsFiles, TlsError
-from funnel.completion.v1 import completion_pb2 as pb
-from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2, gate_service_pb2, transcript_service_pb2
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import errors_pb2 as completion_errors
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
 from funnel.runtime import idempotency
 from funnel.runtime import security as security_settings
 from funnel.runtime import server as runtime
@@ -99,7 +102,7 @@ class RunningCompletion:
     gate_channels: GateChannels
     background: Background
     reloader: Reloader
-    broker: EventBroker[pb.WatchCompletionEventsResponse]
+    broker: EventBroker[completion_messages.WatchCompletionEventsResponse]
     drain: Drain
     metrics: ServiceMetrics
     metrics_endpoint: MetricsEndpoint | None
@@ -151,7 +154,7 @@ async def start(
         server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
         port = runtime.bind(server, config.listen, security)
         undo.push_async_callback(runtime.release, server)
-        broker: EventBroker[pb.WatchCompletionEventsResponse] = EventBroker(config.watch_buffer)
+        broker: EventBroker[completion_messages.WatchCompletionEventsResponse] = EventBroker(config.watch_buffer)
         faults = from_environment()
         background = Background("completion_service")
         store: CompletionStore
@@ -199,17 +202,24 @@ async def start(
         await authority.transcripts.discard_import(None)
         quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
         completion = CompletionService(authority, broker, quota, config.max_message_bytes)
-        boundary.add(server, completion_pb2_grpc.add_CompletionServiceServicer_to_server, completion)
+        boundary.add(server, completion_grpc.add_CompletionServiceServicer_to_server, completion)
         drain = Drain()
         budget = ByteBudget(
             config.import_buffer_bytes, config.import_buffer_per_caller_bytes, config.import_buffer_per_workspace_bytes
         )
         authority.metrics.import_buffer.set_function(lambda: budget.used)
         transcripts = TranscriptService(authority, ids, budget, drain, config.max_message_bytes)
-        boundary.add(server, transcript_pb2_grpc.add_TranscriptServiceServicer_to_server, transcripts)
+        boundary.add(server, transcript_grpc.add_TranscriptServiceServicer_to_server, transcripts)
         health = runtime.Health(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
         if config.reflection:
-            runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE])
+            # The gate's service is described (gates are written against it), not listed.
+            described = [
+                completion_service_pb2.DESCRIPTOR,
+                transcript_service_pb2.DESCRIPTOR,
+                gate_service_pb2.DESCRIPTOR,
+                completion_errors.DESCRIPTOR,
+            ]
+            runtime.enable_reflection(server, [SERVICE_NAME, TRANSCRIPT_SERVICE], described)
         reloader = runtime.reloader(security, lifecycle_channel, gate_channels)
         background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
         for name, worker in authority.workers(config.request_id_retention_seconds):

@@ -14,7 +14,7 @@ import os
 import sys
 
 from funnel.client import FunnelClient, FunnelError
-from funnel.lifecycle.v1 import lifecycle_pb2
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 
 
 async def main() -> None:
@@ -26,7 +26,7 @@ async def main() -> None:
         task = await client.get_task("acme", "fix-login")
         print(
             f"registered {registered.task.task_id} (revision {registered.task.revision}): generation "
-            f"{task.task.generation}, {lifecycle_pb2.GenerationState.Name(task.task.state)}"
+            f"{task.task.generation}, {lifecycle_enums.GenerationState.Name(task.task.state)}"
         )
 
 

@@ -22,34 +22,37 @@ from pathlib import Path
 
 import grpc
 
-from funnel.completion.v1 import completion_pb2 as pb
-from funnel.completion.v1 import completion_pb2_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import gate_messages_pb2 as gate_messages
+from funnel.completion.v1 import gate_service_pb2_grpc as gate_grpc
 
 UNFINISHED = re.compile(r"\b(TODO|WIP)\b")
 
 
-def review(request: pb.EvaluateGateRequest) -> pb.EvaluateGateResponse:
+def review(request: gate_messages.EvaluateGateRequest) -> gate_messages.EvaluateGateResponse:
     """A pure verdict on the snapshot: the gate may be called more than once per attempt."""
     if UNFINISHED.search(request.result):
-        return pb.EvaluateGateResponse(
-            status=pb.GATE_STATUS_FAILED, reason="the result still says TODO or WIP; finish it"
+        return gate_messages.EvaluateGateResponse(
+            status=completion_enums.GATE_STATUS_FAILED, reason="the result still says TODO or WIP; finish it"
         )
-    failing = sorted({e.kind for e in request.evidence if e.verdict == pb.EVIDENCE_VERDICT_FAILED})
+    failing = sorted({e.kind for e in request.evidence if e.verdict == completion_enums.EVIDENCE_VERDICT_FAILED})
     if failing:
-        return pb.EvaluateGateResponse(status=pb.GATE_STATUS_FAILED, reason=f"failing evidence: {', '.join(failing)}")
-    return pb.EvaluateGateResponse(
-        status=pb.GATE_STATUS_PASSED, reason=f"reviewed {len(request.evidence)} evidence facts"
+        return gate_messages.EvaluateGateResponse(
+            status=completion_enums.GATE_STATUS_FAILED, reason=f"failing evidence: {', '.join(failing)}"
+        )
+    return gate_messages.EvaluateGateResponse(
+        status=completion_enums.GATE_STATUS_PASSED, reason=f"reviewed {len(request.evidence)} evidence facts"
     )
 
 
-class ReviewGate(completion_pb2_grpc.CompletionGateServicer):
+class ReviewGate(gate_grpc.CompletionGateServicer):
     async def EvaluateGate(self, request, context):
         return review(request)
 
 
 async def serve(listen: str, cert: str | None, key: str | None) -> None:
     server = grpc.aio.server()
-    completion_pb2_grpc.add_CompletionGateServicer_to_server(ReviewGate(), server)
+    gate_grpc.add_CompletionGateServicer_to_server(ReviewGate(), server)
     if cert and key:
         credentials = grpc.ssl_server_credentials([(Path(key).read_bytes(), Path(cert).read_bytes())])
         port = server.add_secure_port(listen, credentials)

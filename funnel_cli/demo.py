@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 from funnel.client.connection import Connection
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 
 WORKSPACE = "demo"
 
@@ -48,12 +50,12 @@ async def run_demo(
         registered = await host.register_task(
             WORKSPACE,
             task_id,
-            cause=lpb.Cause(source="funnel demo", reason="a task to finish"),
+            cause=lifecycle_types.Cause(source="funnel demo", reason="a task to finish"),
             request_id=f"{task_id}-register",
         )
         say(
             f"1. register   task {task_id} in workspace {WORKSPACE!r}: generation {registered.task.generation}, "
-            f"{_name(lpb.GenerationState, registered.task.state, 'GENERATION_STATE_')}, revision "
+            f"{_name(lifecycle_enums.GenerationState, registered.task.state, 'GENERATION_STATE_')}, revision "
             f"{registered.task.revision}"
         )
 
@@ -64,7 +66,7 @@ async def run_demo(
             "the lifecycle service now shows the task ACTIVE, IN_PROGRESS"
         )
 
-        async def attempt() -> cpb.AttemptCompletionResponse:
+        async def attempt() -> completion_messages.AttemptCompletionResponse:
             # Each attempt is a new request (a new request id): the same one would
             # be answered with the first attempt's block.
             return await agent.attempt_completion(
@@ -72,12 +74,12 @@ async def run_demo(
             )
 
         blocked = await attempt()
-        verdict = _name(cpb.Verdict, blocked.decision.verdict, "VERDICT_")
-        action = _name(cpb.AgentAction, blocked.decision.next_action, "AGENT_ACTION_")
+        verdict = _name(completion_enums.Verdict, blocked.decision.verdict, "VERDICT_")
+        action = _name(completion_enums.AgentAction, blocked.decision.next_action, "AGENT_ACTION_")
         say(f"3. attempt    {verdict}: next action {action}\n               {blocked.decision.instruction}")
         if (
-            blocked.decision.verdict != cpb.VERDICT_SOFT_BLOCK
-            or blocked.decision.next_action != cpb.AGENT_ACTION_RECORD_EVIDENCE
+            blocked.decision.verdict != completion_enums.VERDICT_SOFT_BLOCK
+            or blocked.decision.next_action != completion_enums.AGENT_ACTION_RECORD_EVIDENCE
         ):
             raise DemoFailed(f"expected a soft block asking for evidence, got {verdict} / {action}")
 
@@ -86,7 +88,7 @@ async def run_demo(
             task_id,
             run.generation,
             "tests",
-            cpb.EVIDENCE_VERDICT_PASSED,
+            completion_enums.EVIDENCE_VERDICT_PASSED,
             details="pytest: 42 passed",
             run_id=run.run_id,
         )
@@ -98,43 +100,43 @@ async def run_demo(
         allowed = await attempt()
         done = allowed.completion
         say(
-            f"5. attempt    {_name(cpb.Verdict, allowed.decision.verdict, 'VERDICT_')}: completion "
+            f"5. attempt    {_name(completion_enums.Verdict, allowed.decision.verdict, 'VERDICT_')}: completion "
             f"{done.completion_id}\n"
             f"               identity {done.identity}"
         )
-        if allowed.decision.verdict != cpb.VERDICT_ALLOW:
+        if allowed.decision.verdict != completion_enums.VERDICT_ALLOW:
             raise DemoFailed(f"expected the second attempt to be allowed: {allowed.decision.instruction}")
         say(
-            f"6. settlement {_name(cpb.SettlementStatus, done.settlement, 'SETTLEMENT_STATUS_')} "
+            f"6. settlement {_name(completion_enums.SettlementStatus, done.settlement, 'SETTLEMENT_STATUS_')} "
             f"at lifecycle revision {done.lifecycle_revision}"
         )
 
         terminal = [
             e
             for e in await host.list_lifecycle_events(WORKSPACE, task_id)
-            if e.to_state == lpb.GENERATION_STATE_TERMINAL
+            if e.to_state == lifecycle_enums.GENERATION_STATE_TERMINAL
         ]
         if not terminal:
             raise DemoFailed("the lifecycle history has no terminal event")
         event = terminal[0]
         say(
             f"7. lifecycle  event #{event.sequence}: generation {event.generation} transitioned to terminal "
-            f"{_name(lpb.TerminalOutcome, event.outcome, 'TERMINAL_OUTCOME_')} at revision {event.revision} "
-            f"(completion {event.completion_id})"
+            f"{_name(lifecycle_enums.TerminalOutcome, event.outcome, 'TERMINAL_OUTCOME_')} "
+            f"at revision {event.revision} (completion {event.completion_id})"
         )
 
         closed = await agent.complete_run(
             WORKSPACE,
             run.run_id,
-            cpb.RUN_OUTCOME_SUCCEEDED,
+            completion_enums.RUN_OUTCOME_SUCCEEDED,
             tokens_input=1200,
             tokens_output=300,
             tokens_total=1500,
             notes="Implemented the change; all tests pass.",
         )
-        final = _name(cpb.FinalStatus, closed.final_status, "FINAL_STATUS_")
+        final = _name(completion_enums.FinalStatus, closed.final_status, "FINAL_STATUS_")
         say(f"8. complete_task run {closed.run_id} closed: final status {final}, {closed.tokens_total} tokens")
-        if closed.final_status != cpb.FINAL_STATUS_DONE:
+        if closed.final_status != completion_enums.FINAL_STATUS_DONE:
             raise DemoFailed(f"expected DONE after complete_task, got {final}")
         return {
             "task_id": task_id,

@@ -31,10 +31,14 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from funnel.client import connection as conn
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.paging import every_page
 from funnel_cli.output import (
@@ -69,10 +73,10 @@ class Clients:
         self._channels = [connection.channel(args.lifecycle), connection.channel(args.completion)]
         # grpcio-tools leaves the stubs' constructors unannotated; only `mypy --strict`
         # reports calling them here, the project's own run leaves the ignore unused.
-        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(  # type: ignore[no-untyped-call, unused-ignore]
+        self.lifecycle = lifecycle_grpc.TaskLifecycleServiceStub(  # type: ignore[no-untyped-call, unused-ignore]
             self._channels[0]
         )
-        self.completion = completion_pb2_grpc.CompletionServiceStub(  # type: ignore[no-untyped-call, unused-ignore]
+        self.completion = completion_grpc.CompletionServiceStub(  # type: ignore[no-untyped-call, unused-ignore]
             self._channels[1]
         )
 
@@ -128,10 +132,10 @@ TASK_COLUMNS: list[Column] = [
     ("task", lambda t: t.task_id),
     ("gen", lambda t: t.generation),
     ("rev", lambda t: t.revision),
-    ("state", lambda t: enum_word(lpb.GenerationState.Name(t.state), "GENERATION_STATE_")),
-    ("outcome", lambda t: enum_word(lpb.TerminalOutcome.Name(t.outcome), "TERMINAL_OUTCOME_")),
-    ("cancel", lambda t: "requested" if t.cancellation == lpb.CANCELLATION_STATE_REQUESTED else ""),
-    ("status", lambda t: enum_word(lpb.WorkStatus.Name(t.work_status), "WORK_STATUS_")),
+    ("state", lambda t: enum_word(lifecycle_enums.GenerationState.Name(t.state), "GENERATION_STATE_")),
+    ("outcome", lambda t: enum_word(lifecycle_enums.TerminalOutcome.Name(t.outcome), "TERMINAL_OUTCOME_")),
+    ("cancel", lambda t: "requested" if t.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED else ""),
+    ("status", lambda t: enum_word(lifecycle_enums.WorkStatus.Name(t.work_status), "WORK_STATUS_")),
     ("parent", lambda t: f"{t.parent.task_id}#{t.parent.generation}" if t.HasField("parent") else ""),
     ("updated", lambda t: when(t.update_time)),
 ]
@@ -140,9 +144,9 @@ EVENT_COLUMNS: list[Column] = [
     ("task", lambda e: e.task_id),
     ("gen", lambda e: e.generation),
     ("rev", lambda e: e.revision),
-    ("intent", lambda e: enum_word(lpb.Intent.Name(e.intent), "INTENT_")),
-    ("to", lambda e: enum_word(lpb.GenerationState.Name(e.to_state), "GENERATION_STATE_")),
-    ("outcome", lambda e: enum_word(lpb.TerminalOutcome.Name(e.outcome), "TERMINAL_OUTCOME_")),
+    ("intent", lambda e: enum_word(lifecycle_enums.Intent.Name(e.intent), "INTENT_")),
+    ("to", lambda e: enum_word(lifecycle_enums.GenerationState.Name(e.to_state), "GENERATION_STATE_")),
+    ("outcome", lambda e: enum_word(lifecycle_enums.TerminalOutcome.Name(e.outcome), "TERMINAL_OUTCOME_")),
     ("caller", lambda e: e.caller.subject),
     ("committed", lambda e: when(e.commit_time)),
 ]
@@ -151,7 +155,7 @@ EVENT_COLUMNS: list[Column] = [
 @service_command("task get")
 async def task_get(args: argparse.Namespace, clients: Clients) -> int:
     response = await clients.lifecycle.GetTask(
-        lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
+        lifecycle_messages.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
     )
     if args.output == "json":
         print_json(as_json(response))
@@ -172,25 +176,28 @@ async def task_get(args: argparse.Namespace, clients: Clients) -> int:
 async def task_register(args: argparse.Namespace, clients: Clients) -> int:
     """A new task (generation 1), top-level or the child of --parent (attached to its
     current generation unless --parent-generation or --detached say otherwise)."""
-    request = lpb.RegisterTaskRequest(
+    request = lifecycle_messages.RegisterTaskRequest(
         workspace_id=args.workspace,
         task_id=args.task,
         request_id=args.request_id or "",
-        cause=lpb.Cause(source="funnel-cli", reason=args.reason),
+        cause=lifecycle_types.Cause(source="funnel-cli", reason=args.reason),
     )
     if args.parent:
         generation = args.parent_generation
         if not generation:
             generation = (
                 await clients.lifecycle.GetTask(
-                    lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.parent), timeout=CALL_TIMEOUT
+                    lifecycle_messages.GetTaskRequest(workspace_id=args.workspace, task_id=args.parent),
+                    timeout=CALL_TIMEOUT,
                 )
             ).task.generation
         request.parent.CopyFrom(
-            lpb.ParentLink(
+            lifecycle_types.ParentLink(
                 task_id=args.parent,
                 generation=generation,
-                mode=lpb.PARENT_LINK_MODE_DETACHED if args.detached else lpb.PARENT_LINK_MODE_ATTACHED,
+                mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED
+                if args.detached
+                else lifecycle_enums.PARENT_LINK_MODE_ATTACHED,
             )
         )
     response = await clients.lifecycle.RegisterTask(request, timeout=CALL_TIMEOUT)
@@ -208,7 +215,7 @@ async def task_register(args: argparse.Namespace, clients: Clients) -> int:
 async def task_list(args: argparse.Namespace, clients: Clients) -> int:
     tasks = await every_page(
         lambda token: clients.lifecycle.ListTasks(
-            lpb.ListTasksRequest(
+            lifecycle_messages.ListTasksRequest(
                 workspace_id=args.workspace, parent_task_id=args.parent or "", page_size=PAGE_SIZE, page_token=token
             ),
             timeout=CALL_TIMEOUT,
@@ -227,7 +234,7 @@ async def task_list(args: argparse.Namespace, clients: Clients) -> int:
 async def task_events(args: argparse.Namespace, clients: Clients) -> int:
     events = await every_page(
         lambda token: clients.lifecycle.ListLifecycleEvents(
-            lpb.ListLifecycleEventsRequest(
+            lifecycle_messages.ListLifecycleEventsRequest(
                 workspace_id=args.workspace, task_id=args.task, page_size=PAGE_SIZE, page_token=token
             ),
             timeout=CALL_TIMEOUT,
@@ -252,7 +259,9 @@ async def task_watch(args: argparse.Namespace, clients: Clients) -> int:
         print_table([], EVENT_COLUMNS)
     while args.count is None or shown < args.count:
         stream = clients.lifecycle.WatchLifecycleEvents(
-            lpb.WatchLifecycleEventsRequest(workspace_id=args.workspace, task_id=args.task or "", after_sequence=cursor)
+            lifecycle_messages.WatchLifecycleEventsRequest(
+                workspace_id=args.workspace, task_id=args.task or "", after_sequence=cursor
+            )
         )
         try:
             async for message in stream:
@@ -281,13 +290,13 @@ async def task_watch(args: argparse.Namespace, clients: Clients) -> int:
 async def task_cancel(args: argparse.Namespace, clients: Clients) -> int:
     task = (
         await clients.lifecycle.GetTask(
-            lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
+            lifecycle_messages.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
         )
     ).task
     generation = args.generation or task.generation
-    cause = lpb.Cause(source="funnel-cli", reason=args.reason)
+    cause = lifecycle_types.Cause(source="funnel-cli", reason=args.reason)
     fenced = await clients.lifecycle.RequestCancellation(
-        lpb.RequestCancellationRequest(
+        lifecycle_messages.RequestCancellationRequest(
             workspace_id=args.workspace,
             task_id=args.task,
             generation=generation,
@@ -299,7 +308,7 @@ async def task_cancel(args: argparse.Namespace, clients: Clients) -> int:
     events = [fenced.event]
     if args.settle:
         settled = await clients.lifecycle.SettleCancellation(
-            lpb.SettleCancellationRequest(
+            lifecycle_messages.SettleCancellationRequest(
                 workspace_id=args.workspace,
                 task_id=args.task,
                 generation=generation,
@@ -318,17 +327,17 @@ async def task_resume(args: argparse.Namespace, clients: Clients) -> int:
     """Without --generation: the next generation of the task as read now, guarded by
     its revision. With it: exactly that request, so that a retry with the same
     --request-id returns the first answer."""
-    request = lpb.ResumeWithGenerationRequest(
+    request = lifecycle_messages.ResumeWithGenerationRequest(
         workspace_id=args.workspace,
         task_id=args.task,
         generation=args.generation or 0,
-        cause=lpb.Cause(source="funnel-cli", reason=args.reason),
+        cause=lifecycle_types.Cause(source="funnel-cli", reason=args.reason),
         request_id=args.request_id or "",
     )
     if not args.generation:
         task = (
             await clients.lifecycle.GetTask(
-                lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
+                lifecycle_messages.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
             )
         ).task
         request.generation = task.generation + 1
@@ -338,7 +347,7 @@ async def task_resume(args: argparse.Namespace, clients: Clients) -> int:
     return OK
 
 
-def _print_events(args: argparse.Namespace, events: list[lpb.LifecycleEvent]) -> None:
+def _print_events(args: argparse.Namespace, events: list[lifecycle_types.LifecycleEvent]) -> None:
     if args.output == "json":
         print_json({"events": [as_json(e) for e in events]})
     else:
@@ -356,17 +365,17 @@ RUN_COLUMNS: list[Column] = [
     ("claimed", lambda r: when(r.claim_time)),
     ("lease until", lambda r: when(r.lease_expire_time)),
     ("finished", lambda r: when(r.finish_time)),
-    ("outcome", lambda r: enum_word(cpb.RunOutcome.Name(r.outcome), "RUN_OUTCOME_")),
+    ("outcome", lambda r: enum_word(completion_enums.RunOutcome.Name(r.outcome), "RUN_OUTCOME_")),
     ("tokens", lambda r: r.tokens_total),
 ]
 COMPLETION_COLUMNS: list[Column] = [
     ("completion", lambda c: c.completion_id),
     ("task", lambda c: c.task_id),
     ("gen", lambda c: c.generation),
-    ("outcome", lambda c: enum_word(cpb.RequestedOutcome.Name(c.outcome), "REQUESTED_OUTCOME_")),
+    ("outcome", lambda c: enum_word(completion_enums.RequestedOutcome.Name(c.outcome), "REQUESTED_OUTCOME_")),
     ("run", lambda c: c.run_id),
     ("committed", lambda c: when(c.commit_time)),
-    ("settlement", lambda c: enum_word(cpb.SettlementStatus.Name(c.settlement), "SETTLEMENT_STATUS_")),
+    ("settlement", lambda c: enum_word(completion_enums.SettlementStatus.Name(c.settlement), "SETTLEMENT_STATUS_")),
     ("settled", lambda c: when(c.settle_time)),
     ("error", lambda c: c.terminalization_error_reason),
 ]
@@ -375,7 +384,7 @@ COMPLETION_COLUMNS: list[Column] = [
 @service_command("run get")
 async def run_get(args: argparse.Namespace, clients: Clients) -> int:
     response = await clients.completion.GetRun(
-        cpb.GetRunRequest(workspace_id=args.workspace, run_id=args.run_id), timeout=CALL_TIMEOUT
+        completion_messages.GetRunRequest(workspace_id=args.workspace, run_id=args.run_id), timeout=CALL_TIMEOUT
     )
     if args.output == "json":
         print_json(as_json(response))
@@ -384,7 +393,7 @@ async def run_get(args: argparse.Namespace, clients: Clients) -> int:
         print_fields(
             [(name, get(run)) for name, get in RUN_COLUMNS]
             + [
-                ("final status", enum_word(cpb.FinalStatus.Name(run.final_status), "FINAL_STATUS_")),
+                ("final status", enum_word(completion_enums.FinalStatus.Name(run.final_status), "FINAL_STATUS_")),
                 ("notes", run.notes),
                 ("error", run.error),
             ]
@@ -396,7 +405,7 @@ async def run_get(args: argparse.Namespace, clients: Clients) -> int:
 async def run_list(args: argparse.Namespace, clients: Clients) -> int:
     runs = await every_page(
         lambda token: clients.completion.ListRuns(
-            cpb.ListRunsRequest(
+            completion_messages.ListRunsRequest(
                 workspace_id=args.workspace, task_id=args.task or "", page_size=PAGE_SIZE, page_token=token
             ),
             timeout=CALL_TIMEOUT,
@@ -417,11 +426,11 @@ async def completion_get(args: argparse.Namespace, clients: Clients) -> int:
     if not generation:
         generation = (
             await clients.lifecycle.GetTask(
-                lpb.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
+                lifecycle_messages.GetTaskRequest(workspace_id=args.workspace, task_id=args.task), timeout=CALL_TIMEOUT
             )
         ).task.generation
     response = await clients.completion.GetCompletion(
-        cpb.GetCompletionRequest(workspace_id=args.workspace, task_id=args.task, generation=generation),
+        completion_messages.GetCompletionRequest(workspace_id=args.workspace, task_id=args.task, generation=generation),
         timeout=CALL_TIMEOUT,
     )
     if args.output == "json":
@@ -441,10 +450,12 @@ async def completion_get(args: argparse.Namespace, clients: Clients) -> int:
 
 @service_command("completion list")
 async def completion_list(args: argparse.Namespace, clients: Clients) -> int:
-    settlement = cpb.SETTLEMENT_STATUS_PENDING if args.pending else cpb.SETTLEMENT_STATUS_UNSPECIFIED
+    settlement = (
+        completion_enums.SETTLEMENT_STATUS_PENDING if args.pending else completion_enums.SETTLEMENT_STATUS_UNSPECIFIED
+    )
     completions = await every_page(
         lambda token: clients.completion.ListCompletions(
-            cpb.ListCompletionsRequest(
+            completion_messages.ListCompletionsRequest(
                 workspace_id=args.workspace,
                 task_id=args.task or "",
                 settlement=settlement,
@@ -480,7 +491,7 @@ AUDIT_COLUMNS = [
 async def audit_list(args: argparse.Namespace, clients: Clients) -> int:
     entries = await every_page(
         lambda token: clients.completion.ListAuditLog(
-            cpb.ListAuditLogRequest(
+            completion_messages.ListAuditLogRequest(
                 workspace_id=args.workspace,
                 task_id=args.task or "",
                 run_id=args.run_id or "",
@@ -520,7 +531,7 @@ def span(seconds: float) -> str:
 
 
 def outbox_columns(now: float) -> list[Column]:
-    def next_attempt(c: cpb.Completion) -> str:
+    def next_attempt(c: completion_types.Completion) -> str:
         wait = c.next_settle_time.ToNanoseconds() / 1e9 - now
         # Overdue: the outbox is behind, or no completion service is running to try.
         return span(wait) if wait >= 1 else "due"
@@ -544,9 +555,9 @@ async def outbox(args: argparse.Namespace, clients: Clients) -> int:
     wanted = None if args.limit is None else args.limit + 1
     found = await every_page(
         lambda token: clients.completion.ListCompletions(
-            cpb.ListCompletionsRequest(
+            completion_messages.ListCompletionsRequest(
                 workspace_id=args.workspace,
-                settlement=cpb.SETTLEMENT_STATUS_PENDING,
+                settlement=completion_enums.SETTLEMENT_STATUS_PENDING,
                 page_size=PAGE_SIZE,
                 page_token=token,
             ),

@@ -9,8 +9,8 @@ from typing import BinaryIO, TextIO
 
 from funnel.client.connection import Connection
 from funnel.client.retry import stream_until_answered
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.completion.v1 import transcript_pb2_grpc
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
 from funnel_cli.output import Progress
 
 CHUNK_BYTES = 64 * 1024
@@ -37,8 +37,8 @@ async def export_transcript(
         async with connection.channel(address) as channel:
             # grpcio-tools leaves the stub's constructor unannotated; only `mypy --strict`
             # reports calling it here, the project's own run leaves the ignore unused.
-            stub = transcript_pb2_grpc.TranscriptServiceStub(channel)  # type: ignore[no-untyped-call, unused-ignore]
-            request = tpb.ExportTranscriptRequest(workspace_id=workspace_id, task_id=task_id)
+            stub = transcript_grpc.TranscriptServiceStub(channel)  # type: ignore[no-untyped-call, unused-ignore]
+            request = transcript_messages.ExportTranscriptRequest(workspace_id=workspace_id, task_id=task_id)
             async for chunk in stub.ExportTranscript(request, timeout=TRANSFER_TIMEOUT):
                 out.write(chunk.jsonl)
                 lines += chunk.jsonl.count(b"\n")
@@ -56,27 +56,31 @@ async def import_transcript(
     task_id: str,
     path: Path,
     progress_to: TextIO | None = None,
-) -> tpb.ImportTranscriptResponse:
+) -> transcript_messages.ImportTranscriptResponse:
     """Streams the file in chunks, so its size never matters to memory, from its
     start again if the client library lost a refusal. A bar of the bytes read so
     far on `progress_to` (standard error) when it is a terminal."""
     progress = Progress(f"importing {path.name}", Path(path).stat().st_size, progress_to)
 
-    async def send_file(stub: transcript_pb2_grpc.TranscriptServiceStub) -> tpb.ImportTranscriptResponse:
+    async def send_file(stub: transcript_grpc.TranscriptServiceStub) -> transcript_messages.ImportTranscriptResponse:
         with open(path, "rb") as source:
 
-            async def requests() -> AsyncIterator[tpb.ImportTranscriptRequest]:
-                yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace_id, task_id=task_id))
+            async def requests() -> AsyncIterator[transcript_messages.ImportTranscriptRequest]:
+                yield transcript_messages.ImportTranscriptRequest(
+                    target=transcript_messages.ImportTarget(workspace_id=workspace_id, task_id=task_id)
+                )
                 while chunk := source.read(CHUNK_BYTES):
-                    yield tpb.ImportTranscriptRequest(jsonl_chunk=chunk)
+                    yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=chunk)
                     progress.update(source.tell())
 
-            response: tpb.ImportTranscriptResponse = await stub.ImportTranscript(requests(), timeout=TRANSFER_TIMEOUT)
+            response: transcript_messages.ImportTranscriptResponse = await stub.ImportTranscript(
+                requests(), timeout=TRANSFER_TIMEOUT
+            )
             return response
 
     try:
         async with connection.channel(address) as channel:
-            stub = transcript_pb2_grpc.TranscriptServiceStub(channel)  # type: ignore[no-untyped-call, unused-ignore]
+            stub = transcript_grpc.TranscriptServiceStub(channel)  # type: ignore[no-untyped-call, unused-ignore]
             response = await stream_until_answered(lambda: send_file(stub))
     except BaseException:
         progress.stop()
@@ -85,7 +89,7 @@ async def import_transcript(
     return response
 
 
-def report_import(response: tpb.ImportTranscriptResponse) -> None:
+def report_import(response: transcript_messages.ImportTranscriptResponse) -> None:
     for warning in response.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"imported {response.imported_events} events; state version {response.state_version}")

@@ -10,8 +10,11 @@ from typing import Any, Literal
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import BaseModel, ConfigDict, Field
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime import errors
 from funnel_mcp import closing
 
@@ -24,27 +27,33 @@ EvidenceVerdictWord = Literal["passed", "failed"]
 RequestedOutcomeWord = Literal["succeeded", "failed"]
 
 RUN_OUTCOMES = {
-    "succeeded": cpb.RUN_OUTCOME_SUCCEEDED,
-    "failed": cpb.RUN_OUTCOME_FAILED,
-    "cancelled": cpb.RUN_OUTCOME_CANCELLED,
-    "stalled": cpb.RUN_OUTCOME_STALLED,
+    "succeeded": completion_enums.RUN_OUTCOME_SUCCEEDED,
+    "failed": completion_enums.RUN_OUTCOME_FAILED,
+    "cancelled": completion_enums.RUN_OUTCOME_CANCELLED,
+    "stalled": completion_enums.RUN_OUTCOME_STALLED,
 }
 FINAL_STATUSES = {
-    "done": cpb.FINAL_STATUS_DONE,
-    "blocked": cpb.FINAL_STATUS_BLOCKED,
-    "ready": cpb.FINAL_STATUS_READY,
-    "in_progress": cpb.FINAL_STATUS_IN_PROGRESS,
-    "cancelled": cpb.FINAL_STATUS_CANCELLED,
+    "done": completion_enums.FINAL_STATUS_DONE,
+    "blocked": completion_enums.FINAL_STATUS_BLOCKED,
+    "ready": completion_enums.FINAL_STATUS_READY,
+    "in_progress": completion_enums.FINAL_STATUS_IN_PROGRESS,
+    "cancelled": completion_enums.FINAL_STATUS_CANCELLED,
 }
-EVIDENCE_VERDICTS = {"passed": cpb.EVIDENCE_VERDICT_PASSED, "failed": cpb.EVIDENCE_VERDICT_FAILED}
-REQUESTED_OUTCOMES = {"succeeded": cpb.REQUESTED_OUTCOME_COMPLETED, "failed": cpb.REQUESTED_OUTCOME_FAILED}
+EVIDENCE_VERDICTS = {
+    "passed": completion_enums.EVIDENCE_VERDICT_PASSED,
+    "failed": completion_enums.EVIDENCE_VERDICT_FAILED,
+}
+REQUESTED_OUTCOMES = {
+    "succeeded": completion_enums.REQUESTED_OUTCOME_COMPLETED,
+    "failed": completion_enums.REQUESTED_OUTCOME_FAILED,
+}
 # attempt_completion's word before 0.2.0, still accepted (not listed in the schema).
 FORMER_REQUESTED_OUTCOMES = {"completed": "succeeded"}
 TERMINAL_OUTCOMES = {
-    lpb.TERMINAL_OUTCOME_COMPLETED: "succeeded",
-    lpb.TERMINAL_OUTCOME_FAILED: "failed",
-    lpb.TERMINAL_OUTCOME_CANCELLED: "cancelled",
-    lpb.TERMINAL_OUTCOME_TIMED_OUT: "timed_out",
+    lifecycle_enums.TERMINAL_OUTCOME_COMPLETED: "succeeded",
+    lifecycle_enums.TERMINAL_OUTCOME_FAILED: "failed",
+    lifecycle_enums.TERMINAL_OUTCOME_CANCELLED: "cancelled",
+    lifecycle_enums.TERMINAL_OUTCOME_TIMED_OUT: "timed_out",
 }
 
 
@@ -90,7 +99,7 @@ class ClaimedRun(Answer):
     )
 
 
-def claimed_run(response: cpb.ClaimTaskResponse) -> ClaimedRun:
+def claimed_run(response: completion_messages.ClaimTaskResponse) -> ClaimedRun:
     return ClaimedRun(
         runId=response.run.run_id,
         taskId=response.run.task_id,
@@ -130,7 +139,7 @@ class DecisionAnswer(Answer):
     missing: Missing | None = Field(description="Set on every block: what it is about.")
 
 
-def decision_answer(decision: cpb.Decision) -> DecisionAnswer:
+def decision_answer(decision: completion_types.Decision) -> DecisionAnswer:
     details = decision.details if decision.HasField("details") else None
     missing = None
     if details is not None:
@@ -147,10 +156,12 @@ def decision_answer(decision: cpb.Decision) -> DecisionAnswer:
             gateFeedback=details.gate_feedback or None,
         )
     return DecisionAnswer(
-        verdict=word(cpb.Verdict.Name(decision.verdict), "VERDICT_"),  # type: ignore[arg-type]
-        nextAction=word(cpb.AgentAction.Name(decision.next_action), "AGENT_ACTION_"),
+        verdict=word(completion_enums.Verdict.Name(decision.verdict), "VERDICT_"),  # type: ignore[arg-type]
+        nextAction=word(completion_enums.AgentAction.Name(decision.next_action), "AGENT_ACTION_"),
         instruction=decision.instruction,
-        forbiddenActions=[word(cpb.AgentAction.Name(a), "AGENT_ACTION_") for a in decision.forbidden_actions],
+        forbiddenActions=[
+            word(completion_enums.AgentAction.Name(a), "AGENT_ACTION_") for a in decision.forbidden_actions
+        ],
         missing=missing,
     )
 
@@ -179,8 +190,8 @@ class ClosedRun(Answer):
     )
 
 
-def closed_run(response: cpb.CompleteRunResponse) -> ClosedRun:
-    final_status = word(cpb.FinalStatus.Name(response.final_status), "FINAL_STATUS_")
+def closed_run(response: completion_messages.CompleteRunResponse) -> ClosedRun:
+    final_status = word(completion_enums.FinalStatus.Name(response.final_status), "FINAL_STATUS_")
     gates = decision_answer(response.decision) if response.HasField("decision") else None
     return ClosedRun(
         runId=response.run_id,
@@ -208,14 +219,14 @@ class RecordedEvidence(Answer):
     recordedAt: str
 
 
-def recorded_evidence(response: cpb.RecordEvidenceResponse) -> RecordedEvidence:
+def recorded_evidence(response: completion_messages.RecordEvidenceResponse) -> RecordedEvidence:
     evidence = response.evidence
     return RecordedEvidence(
         evidenceId=evidence.evidence_id,
         taskId=evidence.task_id,
         generation=evidence.generation,
         kind=evidence.kind,
-        verdict=word(cpb.EvidenceVerdict.Name(evidence.verdict), "EVIDENCE_VERDICT_"),  # type: ignore[arg-type]
+        verdict=word(completion_enums.EvidenceVerdict.Name(evidence.verdict), "EVIDENCE_VERDICT_"),  # type: ignore[arg-type]
         checkpoint=evidence.checkpoint,
         recordedAt=instant(evidence.record_time),
     )
@@ -229,13 +240,15 @@ class AttemptAnswer(DecisionAnswer):
     settlement: str | None = Field(description="pending, settled or rejected: whether the task is finished yet.")
 
 
-def attempt_answer(response: cpb.AttemptCompletionResponse) -> AttemptAnswer:
+def attempt_answer(response: completion_messages.AttemptCompletionResponse) -> AttemptAnswer:
     decision = decision_answer(response.decision)
     completion = response.completion if response.HasField("completion") else None
     return AttemptAnswer(
         **decision.model_dump(),
         completionId=completion.completion_id if completion else None,
-        settlement=word(cpb.SettlementStatus.Name(completion.settlement), "SETTLEMENT_STATUS_") if completion else None,
+        settlement=word(completion_enums.SettlementStatus.Name(completion.settlement), "SETTLEMENT_STATUS_")
+        if completion
+        else None,
     )
 
 
@@ -258,17 +271,17 @@ class TaskTruth(Answer):
     )
 
 
-def task_truth(response: lpb.GetTaskResponse) -> TaskTruth:
+def task_truth(response: lifecycle_messages.GetTaskResponse) -> TaskTruth:
     task = response.task
-    terminal = task.state == lpb.GENERATION_STATE_TERMINAL
+    terminal = task.state == lifecycle_enums.GENERATION_STATE_TERMINAL
     return TaskTruth(
         taskId=task.task_id,
         generation=task.generation,
         revision=task.revision,
-        state=word(lpb.GenerationState.Name(task.state), "GENERATION_STATE_"),
+        state=word(lifecycle_enums.GenerationState.Name(task.state), "GENERATION_STATE_"),
         terminalOutcome=TERMINAL_OUTCOMES.get(task.outcome) if terminal else None,
-        cancellationRequested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
-        workStatus=word(lpb.WorkStatus.Name(task.work_status), "WORK_STATUS_"),
+        cancellationRequested=task.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED,
+        workStatus=word(lifecycle_enums.WorkStatus.Name(task.work_status), "WORK_STATUS_"),
         completionId=task.completion_id or None,
         openChildTaskIds=list(response.open_attached_child_task_ids),
     )

@@ -18,7 +18,8 @@ from mcp.server.mcpserver import Context
 from funnel.auth import tokens
 from funnel.client import FunnelClient, FunnelError, RetryPolicy
 from funnel.client.connection import Connection
-from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel_mcp.authorization import BearerVerifier, ResourceServer
 from funnel_mcp.callers import Caller, workspace_of
 from funnel_mcp.failures import RETRYABLE, Refused, failure, refusal, unavailable
@@ -155,7 +156,7 @@ class Door:
                 raise unavailable(service).refused() from None
             raise failure(error).refused() from None
 
-    async def run(self, run_id: str, caller: Caller, holder: str) -> cpb.Run:
+    async def run(self, run_id: str, caller: Caller, holder: str) -> completion_types.Run:
         """The run (task, generation, epoch come from it); an open run with a live
         lease is renewed from now on for `holder`, even if another process of this
         server claimed it."""
@@ -176,7 +177,7 @@ class Door:
         closing = self._services.as_caller(held.token).complete_run(
             held.workspace,
             held.run_id,
-            cpb.RUN_OUTCOME_STALLED,
+            completion_enums.RUN_OUTCOME_STALLED,
             error=f"withdrawn by funnel mcp: {why}",
             request_id=request_id("withdraw", held.workspace, {"runId": held.run_id}, "withdraw"),
         )

@@ -11,7 +11,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BeforeValidator, Field
 
-from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
 from funnel_mcp import answers, descriptions, observe
 from funnel_mcp.callers import Caller
 from funnel_mcp.door import Door
@@ -126,7 +126,9 @@ def register(server: MCPServer[Door]) -> None:
             tokens_input=tokensInput,
             tokens_output=tokensOutput,
             tokens_total=tokensTotal,
-            final_status=answers.FINAL_STATUSES[finalStatus] if finalStatus else cpb.FINAL_STATUS_UNSPECIFIED,
+            final_status=answers.FINAL_STATUSES[finalStatus]
+            if finalStatus
+            else completion_enums.FINAL_STATUS_UNSPECIFIED,
             request_id=door.request_id(ctx, "complete_task", caller.workspace, arguments),
         )
         try:
@@ -204,7 +206,7 @@ def register(server: MCPServer[Door]) -> None:
             "result": result,
             "stateVersion": stateVersion,
             "outcome": answers.word(
-                cpb.RequestedOutcome.Name(answers.REQUESTED_OUTCOMES[outcome]), "REQUESTED_OUTCOME_"
+                completion_enums.RequestedOutcome.Name(answers.REQUESTED_OUTCOMES[outcome]), "REQUESTED_OUTCOME_"
             ),
         }
         response = await door.call(

@@ -16,8 +16,11 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
 from funnel.auth.principal import Principal, Role
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime import calls
 from funnel_sim.network import Answer, Network, Ok, SimContext, StreamEnded, no_answer
 from funnel_sim.nodes import CompletionNode, LifecycleNode, Node
@@ -75,13 +78,15 @@ class Actor:
             node, method, request = self.last
             await self.call(node, method, request)
 
-    async def task_of(self, task: str) -> lpb.Task | None:
-        answer = await self.call(self.lifecycle, "GetTask", lpb.GetTaskRequest(workspace_id=WORKSPACE, task_id=task))
+    async def task_of(self, task: str) -> lifecycle_types.Task | None:
+        answer = await self.call(
+            self.lifecycle, "GetTask", lifecycle_messages.GetTaskRequest(workspace_id=WORKSPACE, task_id=task)
+        )
         return answer.response.task if isinstance(answer, Ok) else None
 
 
-def cause(reason: str) -> lpb.Cause:
-    return lpb.Cause(source="funnel-sim", reason=reason)
+def cause(reason: str) -> lifecycle_types.Cause:
+    return lifecycle_types.Cause(source="funnel-sim", reason=reason)
 
 
 class Host(Actor):
@@ -90,12 +95,16 @@ class Host(Actor):
             task = tree[step.task]
             parent = None
             if task.parent is not None:
-                mode = lpb.PARENT_LINK_MODE_ATTACHED if task.parent[1] else lpb.PARENT_LINK_MODE_DETACHED
-                parent = lpb.ParentLink(task_id=task.parent[0], generation=1, mode=mode)
+                mode = (
+                    lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+                    if task.parent[1]
+                    else lifecycle_enums.PARENT_LINK_MODE_DETACHED
+                )
+                parent = lifecycle_types.ParentLink(task_id=task.parent[0], generation=1, mode=mode)
             await self.call(
                 self.lifecycle,
                 "RegisterTask",
-                lpb.RegisterTaskRequest(
+                lifecycle_messages.RegisterTaskRequest(
                     workspace_id=WORKSPACE,
                     task_id=task.name,
                     request_id=self.request_id("register"),
@@ -112,7 +121,7 @@ class Host(Actor):
             if current is not None:
                 await self._intent(step, current)
 
-    async def _intent(self, step: Step, task: lpb.Task) -> None:
+    async def _intent(self, step: Step, task: lifecycle_types.Task) -> None:
         header: dict[str, Any] = {
             "workspace_id": WORKSPACE,
             "task_id": step.task,
@@ -121,16 +130,24 @@ class Host(Actor):
             "cause": cause(step.action),
         }
         if step.action == "activate":
-            await self.call(self.lifecycle, "ActivateGeneration", lpb.ActivateGenerationRequest(**header))
+            await self.call(
+                self.lifecycle, "ActivateGeneration", lifecycle_messages.ActivateGenerationRequest(**header)
+            )
         elif step.action == "cancel":
-            await self.call(self.lifecycle, "RequestCancellation", lpb.RequestCancellationRequest(**header))
+            await self.call(
+                self.lifecycle, "RequestCancellation", lifecycle_messages.RequestCancellationRequest(**header)
+            )
         elif step.action == "settle_cancel":
-            await self.call(self.lifecycle, "SettleCancellation", lpb.SettleCancellationRequest(**header))
+            await self.call(
+                self.lifecycle, "SettleCancellation", lifecycle_messages.SettleCancellationRequest(**header)
+            )
         elif step.action == "timeout":
-            await self.call(self.lifecycle, "SettleTimeout", lpb.SettleTimeoutRequest(**header))
-        elif step.action == "resume" and task.state == lpb.GENERATION_STATE_TERMINAL:
+            await self.call(self.lifecycle, "SettleTimeout", lifecycle_messages.SettleTimeoutRequest(**header))
+        elif step.action == "resume" and task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
             header["generation"] = task.generation + 1
-            await self.call(self.lifecycle, "ResumeWithGeneration", lpb.ResumeWithGenerationRequest(**header))
+            await self.call(
+                self.lifecycle, "ResumeWithGeneration", lifecycle_messages.ResumeWithGenerationRequest(**header)
+            )
 
 
 @dataclass
@@ -152,7 +169,7 @@ class Agent(Actor):
             answer = await self.call(
                 self.completion,
                 "ClaimTask",
-                cpb.ClaimTaskRequest(
+                completion_messages.ClaimTaskRequest(
                     workspace_id=WORKSPACE,
                     task_id=step.task,
                     agent_id=self.name,
@@ -173,7 +190,7 @@ class Agent(Actor):
             await self.call(
                 self.completion,
                 "RenewLease",
-                cpb.RenewLeaseRequest(
+                completion_messages.RenewLeaseRequest(
                     workspace_id=WORKSPACE,
                     run_id=held.run_id,
                     epoch=held.epoch,
@@ -182,11 +199,13 @@ class Agent(Actor):
                 ),
             )
         elif action == "evidence":
-            verdict = cpb.EVIDENCE_VERDICT_PASSED if step.arg % 4 else cpb.EVIDENCE_VERDICT_FAILED
+            verdict = (
+                completion_enums.EVIDENCE_VERDICT_PASSED if step.arg % 4 else completion_enums.EVIDENCE_VERDICT_FAILED
+            )
             await self.call(
                 self.completion,
                 "RecordEvidence",
-                cpb.RecordEvidenceRequest(
+                completion_messages.RecordEvidenceRequest(
                     workspace_id=WORKSPACE,
                     task_id=held.task_id,
                     generation=held.generation,
@@ -197,11 +216,15 @@ class Agent(Actor):
                 ),
             )
         elif action in ("attempt", "attempt_failed"):
-            outcome = cpb.REQUESTED_OUTCOME_COMPLETED if action == "attempt" else cpb.REQUESTED_OUTCOME_FAILED
+            outcome = (
+                completion_enums.REQUESTED_OUTCOME_COMPLETED
+                if action == "attempt"
+                else completion_enums.REQUESTED_OUTCOME_FAILED
+            )
             await self.call(
                 self.completion,
                 "AttemptCompletion",
-                cpb.AttemptCompletionRequest(
+                completion_messages.AttemptCompletionRequest(
                     workspace_id=WORKSPACE,
                     task_id=held.task_id,
                     run_id=held.run_id,
@@ -213,14 +236,14 @@ class Agent(Actor):
             )
         else:
             closed = {
-                "close": cpb.RUN_OUTCOME_SUCCEEDED,
-                "close_failed": cpb.RUN_OUTCOME_FAILED,
-                "close_cancelled": cpb.RUN_OUTCOME_CANCELLED,
+                "close": completion_enums.RUN_OUTCOME_SUCCEEDED,
+                "close_failed": completion_enums.RUN_OUTCOME_FAILED,
+                "close_cancelled": completion_enums.RUN_OUTCOME_CANCELLED,
             }[action]
             await self.call(
                 self.completion,
                 "CompleteRun",
-                cpb.CompleteRunRequest(
+                completion_messages.CompleteRunRequest(
                     workspace_id=WORKSPACE,
                     run_id=held.run_id,
                     outcome=closed,

@@ -34,7 +34,7 @@ from completion_service.core.model import (
 )
 from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import CompletionReadTx
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel_sim.actors import WORKSPACE
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import Call, History
@@ -282,7 +282,7 @@ Key = tuple[Any, ...]
 _ABSENT: Key = ("absent",)
 
 
-def record_key(task: lpb.Task) -> Key:
+def record_key(task: lifecycle_types.Task) -> Key:
     return (
         task.revision,
         task.generation,

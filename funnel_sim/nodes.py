@@ -34,8 +34,8 @@ from completion_service.errors import Reason as CompletionReason
 from completion_service.policy import PolicyBook
 from completion_service.storage.memory import MemoryCompletionStore
 from funnel.auth.principal import Principal, Role
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime import calls, idempotency
 from funnel.runtime.faults import DroppedReply, Faults
 from funnel.runtime.storage_errors import StorageUnavailable
@@ -243,7 +243,7 @@ class LifecycleNode(Node):
         self.service: LifecycleService | None = None
 
     def build(self) -> None:
-        broker: EventBroker[lpb.WatchLifecycleEventsResponse] = EventBroker(self.watch_buffer)
+        broker: EventBroker[lifecycle_messages.WatchLifecycleEventsResponse] = EventBroker(self.watch_buffer)
         authority = LifecycleAuthority(
             NodeStore(self.durable, self),
             self.policy,
@@ -290,7 +290,7 @@ class SimLifecycleStub:
 
         return call
 
-    def _watch(self, request: lpb.WatchLifecycleEventsRequest, metadata: Any = ()) -> _StreamCall:
+    def _watch(self, request: lifecycle_messages.WatchLifecycleEventsRequest, metadata: Any = ()) -> _StreamCall:
         lifecycle = self._lifecycle
 
         def handler(request: Any, context: SimContext) -> Any:
@@ -380,7 +380,7 @@ class CompletionNode(Node):
         self.authority: CompletionAuthority | None = None
 
     def build(self) -> None:
-        broker: EventBroker[cpb.WatchCompletionEventsResponse] = EventBroker(64)
+        broker: EventBroker[completion_messages.WatchCompletionEventsResponse] = EventBroker(64)
         client = SimLifecycleClient(SimLifecycleStub(self.network, self.lifecycle), self.lifecycle_timeout)
         authority = CompletionAuthority(
             NodeStore(self.durable, self),

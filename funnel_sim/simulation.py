@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from completion_service.core.gates import WorkspacePolicy
 from completion_service.policy import PolicyBook
 from funnel.auth.principal import Role
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel_sim import loop
 from funnel_sim.actors import WORKSPACE, Agent, Host, Watcher
 from funnel_sim.checkers import Evidence, check
@@ -135,8 +135,20 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         for name in workload.actors
     ]
     watchers = [
-        Watcher("lifecycle-watcher", network, lifecycle, "WatchLifecycleEvents", lpb.WatchLifecycleEventsRequest),
-        Watcher("completion-watcher", network, completion, "WatchCompletionEvents", cpb.WatchCompletionEventsRequest),
+        Watcher(
+            "lifecycle-watcher",
+            network,
+            lifecycle,
+            "WatchLifecycleEvents",
+            lifecycle_messages.WatchLifecycleEventsRequest,
+        ),
+        Watcher(
+            "completion-watcher",
+            network,
+            completion,
+            "WatchCompletionEvents",
+            completion_messages.WatchCompletionEventsRequest,
+        ),
     ]
 
     async def play(actor: Host | Agent) -> None:

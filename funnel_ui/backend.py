@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import grpc
 
 from funnel.client import BreakHook, FunnelClient, FunnelError, RetryPolicy, Tls, TokenSource
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.paging import every_page
 from funnel_ui import grants, view
 from funnel_ui.together import together
@@ -61,15 +63,15 @@ class ActionRefused(Exception):
 
 @dataclass
 class TaskData:
-    task: lpb.GetTaskResponse
-    events: list[lpb.LifecycleEvent]
-    completion_events: list[cpb.CompletionEvent]
-    completions: list[cpb.Completion]
-    runs: list[cpb.Run]
-    evidence: list[cpb.Evidence]
-    transcript: list[tpb.SessionEvent]
+    task: lifecycle_messages.GetTaskResponse
+    events: list[lifecycle_types.LifecycleEvent]
+    completion_events: list[completion_types.CompletionEvent]
+    completions: list[completion_types.Completion]
+    runs: list[completion_types.Run]
+    evidence: list[completion_types.Evidence]
+    transcript: list[completion_types.SessionEvent]
     transcript_more: bool
-    advice: tpb.ResolveResumeResponse | None
+    advice: transcript_messages.ResolveResumeResponse | None
 
     @property
     def cursor(self) -> view.Cursor:
@@ -145,7 +147,9 @@ class Backend:
         listed = await self.client.call(self.client.lifecycle.ListTasks, filter_.list_request(workspace, size, token))
         return [view.lifecycle_from_task(task) for task in listed.tasks], listed.next_page_token
 
-    async def attention(self, workspace: str, long_run_seconds: float) -> tuple[view.Attention, list[cpb.Run]]:
+    async def attention(
+        self, workspace: str, long_run_seconds: float
+    ) -> tuple[view.Attention, list[completion_types.Run]]:
         """The attention page's facts (each list its first ATTENTION_PAGE entries) and
         the open runs read for it (whose leases say when it changes next)."""
         pending, rejected, open_runs = await together(
@@ -153,7 +157,7 @@ class Backend:
             self._completions_by(workspace, "SETTLEMENT_STATUS_REJECTED", ATTENTION_REJECTED_PAGES),
             self.client.call(
                 self.client.completion.ListRuns,
-                cpb.ListRunsRequest(workspace_id=workspace, open_only=True, page_size=ATTENTION_PAGE),
+                completion_messages.ListRunsRequest(workspace_id=workspace, open_only=True, page_size=ATTENTION_PAGE),
             ),
         )
         expired, long_open = view.open_runs_needing_attention(open_runs.runs, time.time(), long_run_seconds)
@@ -168,14 +172,16 @@ class Backend:
             unknown = f"the lifecycle service did not answer ({error.code.name}): which still stand is unknown"
         return view.Attention(tuple(pending), expired, long_open, tuple(standing), unknown), list(open_runs.runs)
 
-    async def _completions_by(self, workspace: str, settlement: str, pages: int = 1) -> list[cpb.Completion]:
+    async def _completions_by(
+        self, workspace: str, settlement: str, pages: int = 1
+    ) -> list[completion_types.Completion]:
         """Oldest commit first: the first `pages` pages of that settlement's listing (from its index)."""
-        found: list[cpb.Completion] = []
+        found: list[completion_types.Completion] = []
         token = ""
         for _ in range(pages):
             listed = await self.client.call(
                 self.client.completion.ListCompletions,
-                cpb.ListCompletionsRequest(
+                completion_messages.ListCompletionsRequest(
                     workspace_id=workspace, settlement=settlement, page_size=ATTENTION_PAGE, page_token=token
                 ),
             )
@@ -185,9 +191,9 @@ class Backend:
                 break
         return found
 
-    async def counts(self, workspace: str) -> lpb.CountTasksResponse:
-        counted: lpb.CountTasksResponse = await self.client.call(
-            self.client.lifecycle.CountTasks, lpb.CountTasksRequest(workspace_id=workspace)
+    async def counts(self, workspace: str) -> lifecycle_messages.CountTasksResponse:
+        counted: lifecycle_messages.CountTasksResponse = await self.client.call(
+            self.client.lifecycle.CountTasks, lifecycle_messages.CountTasksRequest(workspace_id=workspace)
         )
         return counted
 
@@ -256,15 +262,15 @@ class Backend:
         )
         return TaskData(task, events, completion_events, completions, runs, evidence, transcript, more, advice)
 
-    async def _lifecycle_events(self, workspace: str, task_id: str) -> list[lpb.LifecycleEvent]:
+    async def _lifecycle_events(self, workspace: str, task_id: str) -> list[lifecycle_types.LifecycleEvent]:
         return await self.client.list_lifecycle_events(workspace, task_id)
 
-    async def _completion_events(self, workspace: str, task_id: str) -> list[cpb.CompletionEvent]:
-        events: list[cpb.CompletionEvent] = []
+    async def _completion_events(self, workspace: str, task_id: str) -> list[completion_types.CompletionEvent]:
+        events: list[completion_types.CompletionEvent] = []
         while True:
             page = await self.client.call(
                 self.client.completion.ListCompletionEvents,
-                cpb.ListCompletionEventsRequest(
+                completion_messages.ListCompletionEventsRequest(
                     workspace_id=workspace,
                     task_id=task_id,
                     page_size=1000,
@@ -275,51 +281,61 @@ class Backend:
             if not page.has_more:
                 return events
 
-    async def completions(self, workspace: str, task_id: str) -> list[cpb.Completion]:
+    async def completions(self, workspace: str, task_id: str) -> list[completion_types.Completion]:
         return await every_page(
             lambda token: self.client.call(
                 self.client.completion.ListCompletions,
-                cpb.ListCompletionsRequest(workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token),
+                completion_messages.ListCompletionsRequest(
+                    workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token
+                ),
             ),
             "completions",
         )
 
-    async def runs(self, workspace: str, task_id: str) -> list[cpb.Run]:
+    async def runs(self, workspace: str, task_id: str) -> list[completion_types.Run]:
         return await every_page(
             lambda token: self.client.call(
                 self.client.completion.ListRuns,
-                cpb.ListRunsRequest(workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token),
+                completion_messages.ListRunsRequest(
+                    workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token
+                ),
             ),
             "runs",
         )
 
-    async def evidence(self, workspace: str, task_id: str) -> list[cpb.Evidence]:
+    async def evidence(self, workspace: str, task_id: str) -> list[completion_types.Evidence]:
         return await every_page(
             lambda token: self.client.call(
                 self.client.completion.ListEvidence,
-                cpb.ListEvidenceRequest(workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token),
+                completion_messages.ListEvidenceRequest(
+                    workspace_id=workspace, task_id=task_id, page_size=1000, page_token=token
+                ),
             ),
             "evidence",
         )
 
-    async def _transcript(self, workspace: str, task_id: str) -> tuple[list[tpb.SessionEvent], bool]:
+    async def _transcript(self, workspace: str, task_id: str) -> tuple[list[completion_types.SessionEvent], bool]:
         # The first page repairs an interrupted final turn durably: the page then
         # shows the synthetic closers the service wrote, marked as such.
         page = await self.client.call(
             self.client.transcripts.LoadTranscript,
-            tpb.LoadTranscriptRequest(workspace_id=workspace, task_id=task_id, page_size=TRANSCRIPT_LIMIT),
+            transcript_messages.LoadTranscriptRequest(
+                workspace_id=workspace, task_id=task_id, page_size=TRANSCRIPT_LIMIT
+            ),
         )
         return list(page.events), bool(page.next_page_token)
 
-    async def advice(self, workspace: str, lifecycle: view.Lifecycle) -> tpb.ResolveResumeResponse | None:
+    async def advice(
+        self, workspace: str, lifecycle: view.Lifecycle
+    ) -> transcript_messages.ResolveResumeResponse | None:
         """What to offer on a terminal task (ResolveResume), asked only when
         something could be offered: a terminal generation, and an action token
         that grants resuming or a new chat in the workspace."""
         if not self.permitted(workspace) & view.TERMINAL_ACTIONS or lifecycle.state != view.TERMINAL:
             return None
-        advice: tpb.ResolveResumeResponse = await self.client.call(
+        advice: transcript_messages.ResolveResumeResponse = await self.client.call(
             self.client.transcripts.ResolveResume,
-            tpb.ResolveResumeRequest(workspace_id=workspace, task_id=lifecycle.task_id),
+            transcript_messages.ResolveResumeRequest(workspace_id=workspace, task_id=lifecycle.task_id),
         )
         return advice
 
@@ -327,7 +343,7 @@ class Backend:
 
     def watch_lifecycle(
         self, workspace: str, task_id: str, after: int, on_break: BreakHook | None = None
-    ) -> AsyncIterator[lpb.LifecycleEvent]:
+    ) -> AsyncIterator[lifecycle_types.LifecycleEvent]:
         """Every lifecycle event after `after`, resumed from its cursor while the
         service is away (WATCHES); `on_break` is told before each resumption.
         Raises FunnelError once it cannot go on (the viewer token refused)."""
@@ -337,7 +353,7 @@ class Backend:
 
     def watch_completion(
         self, workspace: str, task_id: str, after: int, on_break: BreakHook | None = None
-    ) -> AsyncIterator[cpb.CompletionEvent]:
+    ) -> AsyncIterator[completion_types.CompletionEvent]:
         """As watch_lifecycle, of the completion service's events."""
         return self.client.watch_completion_events(
             workspace, task_id=task_id, after_sequence=after, retry=WATCHES, on_break=on_break
@@ -356,9 +372,9 @@ class Backend:
         """ResumeWithGeneration into `generation` + 1, guarded by the revision the
         page showed: a click on a stale page cannot act on a state nobody saw."""
         actor = self._actor()
-        resumed: lpb.ResumeWithGenerationResponse = await actor.call(
+        resumed: lifecycle_messages.ResumeWithGenerationResponse = await actor.call(
             actor.lifecycle.ResumeWithGeneration,
-            lpb.ResumeWithGenerationRequest(
+            lifecycle_messages.ResumeWithGenerationRequest(
                 workspace_id=workspace,
                 task_id=task_id,
                 generation=generation + 1,
@@ -378,7 +394,7 @@ class Backend:
             workspace,
             new_id,
             request_id=request_id,
-            cause=lpb.Cause(source="funnel-ui", reason="New chat", originating_ids={"task_id": task_id}),
+            cause=lifecycle_types.Cause(source="funnel-ui", reason="New chat", originating_ids={"task_id": task_id}),
         )
         return new_id
 
@@ -386,7 +402,7 @@ class Backend:
         actor = self._actor()
         await actor.call(
             actor.lifecycle.RequestCancellation,
-            lpb.RequestCancellationRequest(
+            lifecycle_messages.RequestCancellationRequest(
                 workspace_id=workspace,
                 task_id=task_id,
                 generation=generation,
@@ -397,5 +413,5 @@ class Backend:
         )
 
 
-def _cause(reason: str) -> lpb.Cause:
-    return lpb.Cause(source="funnel-ui", reason=reason)
+def _cause(reason: str) -> lifecycle_types.Cause:
+    return lifecycle_types.Cause(source="funnel-ui", reason=reason)

@@ -14,9 +14,11 @@ from urllib.parse import quote, urlencode
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel_ui import view
 from funnel_ui.view import enum_name
 
@@ -112,19 +114,19 @@ def shown(count: int) -> str:
     return f"<span id=shown>{count} shown</span>"
 
 
-def counts(workspace: str, counted: lpb.CountTasksResponse) -> str:
+def counts(workspace: str, counted: lifecycle_messages.CountTasksResponse) -> str:
     """How many tasks the workspace has in each lifecycle state (terminal ones by
     outcome) and each work status, each a link to the list so filtered."""
     by_state: dict[str, int] = {}
     by_outcome: dict[str, int] = {}
     by_work: dict[str, int] = {}
     for count in counted.counts:
-        state = enum_name(lpb.GenerationState, count.state, "GENERATION_STATE_")
+        state = enum_name(lifecycle_enums.GenerationState, count.state, "GENERATION_STATE_")
         by_state[state] = by_state.get(state, 0) + count.tasks
         if count.outcome:
-            outcome = enum_name(lpb.TerminalOutcome, count.outcome, "TERMINAL_OUTCOME_")
+            outcome = enum_name(lifecycle_enums.TerminalOutcome, count.outcome, "TERMINAL_OUTCOME_")
             by_outcome[outcome] = by_outcome.get(outcome, 0) + count.tasks
-        work = enum_name(lpb.WorkStatus, count.work_status, "WORK_STATUS_")
+        work = enum_name(lifecycle_enums.WorkStatus, count.work_status, "WORK_STATUS_")
         by_work[work] = by_work.get(work, 0) + count.tasks
 
     def links(name: str, values: Sequence[str], found: Mapping[str, int]) -> str:
@@ -148,7 +150,7 @@ def task_list(
     settlements: Mapping[str, Mapping[str, view.Settlement]],
     next_token: str,
     stream_cursor: view.Cursor,
-    counted: lpb.CountTasksResponse,
+    counted: lifecycle_messages.CountTasksResponse,
     first_page: bool = True,
 ) -> str:
     query = filter_.query
@@ -227,30 +229,33 @@ def task_head(
     )
 
 
-def _cause(cause: lpb.Cause) -> str:
+def _cause(cause: lifecycle_types.Cause) -> str:
     ids = ", ".join(f"{k}={v}" for k, v in sorted(cause.originating_ids.items()))
     return e(" · ".join(part for part in (cause.source, cause.reason, ids) if part))
 
 
-def lifecycle_row(event: lpb.LifecycleEvent) -> str:
-    to_state = enum_name(lpb.GenerationState, event.to_state, "GENERATION_STATE_")
-    outcome = "" if not event.outcome else enum_name(lpb.TerminalOutcome, event.outcome, "TERMINAL_OUTCOME_")
-    transition = f"{enum_name(lpb.GenerationState, event.from_state, 'GENERATION_STATE_').lower()} → {to_state.lower()}"
+def lifecycle_row(event: lifecycle_types.LifecycleEvent) -> str:
+    to_state = enum_name(lifecycle_enums.GenerationState, event.to_state, "GENERATION_STATE_")
+    outcome = (
+        "" if not event.outcome else enum_name(lifecycle_enums.TerminalOutcome, event.outcome, "TERMINAL_OUTCOME_")
+    )
+    from_state = enum_name(lifecycle_enums.GenerationState, event.from_state, "GENERATION_STATE_")
+    transition = f"{from_state.lower()} → {to_state.lower()}"
     return (
         f'<tr id="ev-{event.sequence}" data-state="{e(to_state)}" data-outcome="{e(outcome)}">'
         f"<td class=num>#{event.sequence}</td><td class=num>{event.revision}</td><td class=num>{event.generation}</td>"
-        f"<td>{e(enum_name(lpb.Intent, event.intent, 'INTENT_').lower())}</td><td>{e(transition)}</td>"
+        f"<td>{e(enum_name(lifecycle_enums.Intent, event.intent, 'INTENT_').lower())}</td><td>{e(transition)}</td>"
         f"<td>{e(outcome.lower())}</td>"
-        f"<td>{e(enum_name(lpb.WorkStatus, event.work_status, 'WORK_STATUS_').lower())}</td>"
+        f"<td>{e(enum_name(lifecycle_enums.WorkStatus, event.work_status, 'WORK_STATUS_').lower())}</td>"
         f"<td class=id>{_cause(event.cause)}</td><td class=id>{_who(event.caller)}</td>"
         f"<td>{e(when(event.commit_time))}</td></tr>"
     )
 
 
-def _trace(decision: cpb.Decision) -> str:
+def _trace(decision: completion_types.Decision) -> str:
     rows = "".join(
         f"<tr><td>{e(g.gate_id)}</td><td class=num>{g.gate_version}</td>"
-        f"<td>{e(enum_name(cpb.GateStatus, g.status, 'GATE_STATUS_').lower())}</td>"
+        f"<td>{e(enum_name(completion_enums.GateStatus, g.status, 'GATE_STATUS_').lower())}</td>"
         f"<td>{'decisive' if g.decisive else ''}</td><td>{e(g.reason)}</td></tr>"
         for g in decision.trace
     )
@@ -263,22 +268,22 @@ def _trace(decision: cpb.Decision) -> str:
     )
 
 
-def completion_event_row(event: cpb.CompletionEvent) -> str:
-    kind = enum_name(cpb.CompletionEventKind, event.kind, "COMPLETION_EVENT_KIND_")
+def completion_event_row(event: completion_types.CompletionEvent) -> str:
+    kind = enum_name(completion_enums.CompletionEventKind, event.kind, "COMPLETION_EVENT_KIND_")
     if event.HasField("decision"):
         decision = event.decision
         what = (
-            f"{e(enum_name(cpb.Verdict, decision.verdict, 'VERDICT_'))} · next action "
-            f"{e(enum_name(cpb.AgentAction, decision.next_action, 'AGENT_ACTION_'))}"
+            f"{e(enum_name(completion_enums.Verdict, decision.verdict, 'VERDICT_'))} · next action "
+            f"{e(enum_name(completion_enums.AgentAction, decision.next_action, 'AGENT_ACTION_'))}"
             f"<div class=instruction>{e(decision.instruction)}</div>{_trace(decision)}"
         )
-    elif event.kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
+    elif event.kind == completion_enums.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
         what = f"settled at lifecycle revision {event.lifecycle_revision} (event #{event.lifecycle_event_sequence})"
-    elif event.kind == cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
+    elif event.kind == completion_enums.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
         what = f"terminalization error {e(event.error_reason)}: {e(event.error_message)}"
-    elif event.kind == cpb.COMPLETION_EVENT_KIND_RUN_CLOSED:
-        what = f"closed {e(enum_name(cpb.RunOutcome, event.run_outcome, 'RUN_OUTCOME_').lower())}"
-    elif event.kind == cpb.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED:
+    elif event.kind == completion_enums.COMPLETION_EVENT_KIND_RUN_CLOSED:
+        what = f"closed {e(enum_name(completion_enums.RunOutcome, event.run_outcome, 'RUN_OUTCOME_').lower())}"
+    elif event.kind == completion_enums.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED:
         what = f"evidence <span class=id>{e(event.evidence_id)}</span>"
     else:
         what = ""  # RUN_CLAIMED, and kinds this dashboard does not know yet (shown by name or number)
@@ -290,11 +295,13 @@ def completion_event_row(event: cpb.CompletionEvent) -> str:
     )
 
 
-def completions_section(completions: Sequence[cpb.Completion], settlements: Mapping[str, view.Settlement]) -> str:
+def completions_section(
+    completions: Sequence[completion_types.Completion], settlements: Mapping[str, view.Settlement]
+) -> str:
     rows = "".join(
         f'<tr data-completion="{e(c.completion_id)}"><td class=id>{e(c.completion_id)}</td>'
         f"<td class=num>{c.generation}</td>"
-        f"<td>{e(enum_name(cpb.RequestedOutcome, c.outcome, 'REQUESTED_OUTCOME_').lower())}</td>"
+        f"<td>{e(enum_name(completion_enums.RequestedOutcome, c.outcome, 'REQUESTED_OUTCOME_').lower())}</td>"
         f"<td class=settlement>{e(view.settlement_label(_settlement(c, settlements)))}</td>"
         f"<td class=id>{e(c.run_id)}</td><td>{at(view.seconds(c.commit_time))}</td>"
         f"<td class=settling>{_settling(c)}</td><td>{e(c.result)}</td></tr>"
@@ -307,11 +314,11 @@ def completions_section(completions: Sequence[cpb.Completion], settlements: Mapp
     )
 
 
-def _settling(completion: cpb.Completion) -> str:
+def _settling(completion: completion_types.Completion) -> str:
     """How the settlement went, as read: while pending, the unanswered calls and the
     next one (what `funnel outbox` shows); once answered, when and how long after."""
     committed = view.seconds(completion.commit_time)
-    if completion.settlement == cpb.SETTLEMENT_STATUS_PENDING:
+    if completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING:
         error = f"; last: {e(completion.last_settle_error)}" if completion.last_settle_error else ""
         return (
             f"pending: {completion.settle_attempts} call(s) unanswered, next "
@@ -321,14 +328,14 @@ def _settling(completion: cpb.Completion) -> str:
     return f"answered {span(answered - committed)} after the commit" if answered else ""
 
 
-def _settlement(completion: cpb.Completion, known: Mapping[str, view.Settlement]) -> view.Settlement:
+def _settlement(completion: completion_types.Completion, known: Mapping[str, view.Settlement]) -> view.Settlement:
     """The further along of the read and the events seen since."""
     read = view.settlement_from_completion(completion)
     seen = known.get(completion.completion_id)
     return read if seen is None or view.rank(read) >= view.rank(seen) else seen
 
 
-def _lease(run: cpb.Run, now: float) -> str:
+def _lease(run: completion_types.Run, now: float) -> str:
     state = view.lease_state(run, now)
     expiry = view.seconds(run.lease_expire_time)
     if state == "closed":
@@ -338,9 +345,11 @@ def _lease(run: cpb.Run, now: float) -> str:
     return f"<span class=warn>expired, not swept</span> {at(expiry)}"
 
 
-def run_row(run: cpb.Run, now: float) -> str:
-    outcome = "" if not run.outcome else enum_name(cpb.RunOutcome, run.outcome, "RUN_OUTCOME_").lower()
-    final = enum_name(cpb.FinalStatus, run.final_status, "FINAL_STATUS_").lower() if run.final_status else ""
+def run_row(run: completion_types.Run, now: float) -> str:
+    outcome = "" if not run.outcome else enum_name(completion_enums.RunOutcome, run.outcome, "RUN_OUTCOME_").lower()
+    final = (
+        enum_name(completion_enums.FinalStatus, run.final_status, "FINAL_STATUS_").lower() if run.final_status else ""
+    )
     claimed = view.seconds(run.claim_time)
     ended = view.seconds(run.finish_time) if run.HasField("finish_time") else now
     return (
@@ -355,7 +364,7 @@ def run_row(run: cpb.Run, now: float) -> str:
     )
 
 
-def runs_section(runs: Sequence[cpb.Run], now: float) -> str:
+def runs_section(runs: Sequence[completion_types.Run], now: float) -> str:
     rows = "".join(run_row(r, now) for r in runs)
     return (
         "<section id=runs><h2>Runs</h2><table><tr><th>run</th><th>agent</th><th>gen</th><th>lease epoch</th>"
@@ -364,7 +373,7 @@ def runs_section(runs: Sequence[cpb.Run], now: float) -> str:
     )
 
 
-def evidence_section(evidence: Sequence[cpb.Evidence]) -> str:
+def evidence_section(evidence: Sequence[completion_types.Evidence]) -> str:
     rows = "".join(
         f'<tr data-evidence="{e(fact.evidence_id)}"><td>{e(fact.kind)}</td>'
         f"<td>{badge(_verdict(fact.verdict))}</td><td class=num>{fact.generation}</td>"
@@ -381,15 +390,15 @@ def evidence_section(evidence: Sequence[cpb.Evidence]) -> str:
 
 
 def _verdict(verdict: int) -> view.Badge:
-    word = enum_name(cpb.EvidenceVerdict, verdict, "EVIDENCE_VERDICT_").lower()
+    word = enum_name(completion_enums.EvidenceVerdict, verdict, "EVIDENCE_VERDICT_").lower()
     return view.Badge(word, "completed" if word == "passed" else "failed")
 
 
-def _who(caller: cpb.Caller | lpb.Caller) -> str:
+def _who(caller: completion_types.Caller | lifecycle_types.Caller) -> str:
     return f"{e(caller.subject)} ({e(caller.role)})" if caller.subject else "—"
 
 
-def transcript_row(event: tpb.SessionEvent) -> str:
+def transcript_row(event: completion_types.SessionEvent) -> str:
     kind = event.WhichOneof("body") or "unknown"
     body = MessageToDict(getattr(event, kind)) if kind != "unknown" else {}
     summary = " · ".join(f"{k}: {v}" for k, v in body.items())
@@ -412,12 +421,12 @@ def task_page(
     workspace: str,
     lifecycle: view.Lifecycle,
     head: str,
-    events: Sequence[lpb.LifecycleEvent],
-    completion_events: Sequence[cpb.CompletionEvent],
+    events: Sequence[lifecycle_types.LifecycleEvent],
+    completion_events: Sequence[completion_types.CompletionEvent],
     completions: str,
     runs: str,
     evidence: str,
-    transcript: Sequence[tpb.SessionEvent],
+    transcript: Sequence[completion_types.SessionEvent],
     transcript_more: bool,
     cursor: view.Cursor,
 ) -> str:
@@ -485,7 +494,7 @@ def attention(workspace: str, facts: view.Attention, long_run_seconds: float, no
         for c in facts.pending
     ]
 
-    def run_rows(runs: Sequence[cpb.Run]) -> list[str]:
+    def run_rows(runs: Sequence[completion_types.Run]) -> list[str]:
         return [
             f'<tr data-task="{e(r.task_id)}"><td>{_task_link(workspace, r.task_id)}</td><td class=id>{e(r.run_id)}</td>'
             f"<td>{e(r.agent_id)}</td><td>{at(view.seconds(r.claim_time))}</td>"

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from sse_starlette import ServerSentEvent
 
 from funnel.client import BreakHook, FunnelError
-from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel_ui import render, view
 from funnel_ui.together import together
 
@@ -44,11 +45,11 @@ RETRY_SECONDS = 1.0
 LEASE_SLACK = 0.25
 
 Op = dict[str, str]
-RUN_KINDS = (cpb.COMPLETION_EVENT_KIND_RUN_CLAIMED, cpb.COMPLETION_EVENT_KIND_RUN_CLOSED)
+RUN_KINDS = (completion_enums.COMPLETION_EVENT_KIND_RUN_CLAIMED, completion_enums.COMPLETION_EVENT_KIND_RUN_CLOSED)
 SETTLEMENT_KINDS = (
-    cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED,
-    cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED,
-    cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR,
+    completion_enums.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED,
+    completion_enums.COMPLETION_EVENT_KIND_COMPLETION_SETTLED,
+    completion_enums.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR,
 )
 
 
@@ -195,8 +196,8 @@ class TaskStream(Stream):
         super().__init__(context, workspace, task_id)
         self.lifecycle: view.Lifecycle | None = None
         self.settlements: dict[str, view.Settlement] = {}
-        self.completions: list[cpb.Completion] = []
-        self.runs: list[cpb.Run] = []
+        self.completions: list[completion_types.Completion] = []
+        self.runs: list[completion_types.Run] = []
         self.advice: Any = None
         self.stale: set[str] = set()
         self._deadline: float | None = None
@@ -225,7 +226,7 @@ class TaskStream(Stream):
             self.stale |= {"completions", "head"}
         elif event.kind in RUN_KINDS:
             self.stale.add("runs")
-        elif event.kind == cpb.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED:
+        elif event.kind == completion_enums.COMPLETION_EVENT_KIND_EVIDENCE_RECORDED:
             self.stale.add("evidence")
         return [{"op": "append", "target": "attempts", "html": render.completion_event_row(event)}]
 

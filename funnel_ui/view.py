@@ -13,9 +13,12 @@ from dataclasses import dataclass, replace
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 
 TERMINAL = "TERMINAL"
 
@@ -51,40 +54,40 @@ def seconds(stamp: Timestamp) -> float:
     return stamp.seconds + stamp.nanos / 1e9
 
 
-def lifecycle_from_task(task: lpb.Task) -> Lifecycle:
+def lifecycle_from_task(task: lifecycle_types.Task) -> Lifecycle:
     return Lifecycle(
         task_id=task.task_id,
         generation=task.generation,
         revision=task.revision,
-        state=enum_name(lpb.GenerationState, task.state, "GENERATION_STATE_"),
+        state=enum_name(lifecycle_enums.GenerationState, task.state, "GENERATION_STATE_"),
         outcome=_outcome(task.outcome),
-        work_status=enum_name(lpb.WorkStatus, task.work_status, "WORK_STATUS_"),
-        cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        work_status=enum_name(lifecycle_enums.WorkStatus, task.work_status, "WORK_STATUS_"),
+        cancellation_requested=task.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED,
         completion_id=task.completion_id,
         created=seconds(task.create_time),
         changed=seconds(task.update_time),
     )
 
 
-def lifecycle_from_event(event: lpb.LifecycleEvent) -> Lifecycle:
+def lifecycle_from_event(event: lifecycle_types.LifecycleEvent) -> Lifecycle:
     """Events carry the task's state after the transition, so they replace a read."""
     return Lifecycle(
         task_id=event.task_id,
         generation=event.generation,
         revision=event.revision,
-        state=enum_name(lpb.GenerationState, event.to_state, "GENERATION_STATE_"),
+        state=enum_name(lifecycle_enums.GenerationState, event.to_state, "GENERATION_STATE_"),
         outcome=_outcome(event.outcome),
-        work_status=enum_name(lpb.WorkStatus, event.work_status, "WORK_STATUS_"),
-        cancellation_requested=event.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        work_status=enum_name(lifecycle_enums.WorkStatus, event.work_status, "WORK_STATUS_"),
+        cancellation_requested=event.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED,
         completion_id=event.completion_id,
         changed=seconds(event.commit_time),
     )
 
 
 def _outcome(value: int) -> str:
-    if value == lpb.TERMINAL_OUTCOME_UNSPECIFIED:
+    if value == lifecycle_enums.TERMINAL_OUTCOME_UNSPECIFIED:
         return ""
-    return enum_name(lpb.TerminalOutcome, value, "TERMINAL_OUTCOME_")
+    return enum_name(lifecycle_enums.TerminalOutcome, value, "TERMINAL_OUTCOME_")
 
 
 def newer(current: Lifecycle | None, candidate: Lifecycle) -> Lifecycle:
@@ -117,26 +120,28 @@ def rank(settlement: Settlement) -> int:
     return _RANK.get(settlement.status, 0)
 
 
-def settlement_from_completion(completion: cpb.Completion) -> Settlement:
+def settlement_from_completion(completion: completion_types.Completion) -> Settlement:
     return Settlement(
         completion_id=completion.completion_id,
         generation=completion.generation,
-        status=enum_name(cpb.SettlementStatus, completion.settlement, "SETTLEMENT_STATUS_"),
+        status=enum_name(completion_enums.SettlementStatus, completion.settlement, "SETTLEMENT_STATUS_"),
         lifecycle_revision=completion.lifecycle_revision,
         error_reason=completion.terminalization_error_reason,
         error_message=completion.terminalization_error_message,
     )
 
 
-def apply_completion_event(settlements: Mapping[str, Settlement], event: cpb.CompletionEvent) -> dict[str, Settlement]:
+def apply_completion_event(
+    settlements: Mapping[str, Settlement], event: completion_types.CompletionEvent
+) -> dict[str, Settlement]:
     """A settlement only moves forward (PENDING -> SETTLED or REJECTED): an event
     replayed from before a fresh read cannot take it back."""
     kind = event.kind
-    if kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED:
+    if kind == completion_enums.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED:
         candidate = Settlement(event.completion_id, event.generation, "PENDING")
-    elif kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
+    elif kind == completion_enums.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
         candidate = Settlement(event.completion_id, event.generation, "SETTLED", event.lifecycle_revision)
-    elif kind == cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
+    elif kind == completion_enums.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR:
         candidate = Settlement(
             event.completion_id,
             event.generation,
@@ -223,7 +228,10 @@ ACTIONS = {
         Action("cancel", "Request cancellation", False),
     )
 }
-_HOST_ACTIONS = {tpb.HOST_ACTION_RESUME_TASK: ACTIONS["resume"], tpb.HOST_ACTION_NEW_TASK: ACTIONS["new-chat"]}
+_HOST_ACTIONS = {
+    completion_enums.HOST_ACTION_RESUME_TASK: ACTIONS["resume"],
+    completion_enums.HOST_ACTION_NEW_TASK: ACTIONS["new-chat"],
+}
 
 
 # What a terminal task may offer (as ResolveResume advises).
@@ -231,7 +239,7 @@ TERMINAL_ACTIONS = frozenset(action.name for action in _HOST_ACTIONS.values())
 
 
 def task_actions(
-    lifecycle: Lifecycle, advice: tpb.ResolveResumeResponse | None, permitted: frozenset[str]
+    lifecycle: Lifecycle, advice: transcript_messages.ResolveResumeResponse | None, permitted: frozenset[str]
 ) -> list[Action]:
     """Buttons only for what the action token grants in the task's workspace
     (`permitted`, funnel_ui.grants); on a terminal task what ResolveResume offers
@@ -298,8 +306,8 @@ class Filter:
         )
         return {name: value for name, value in fields if value}
 
-    def list_request(self, workspace: str, size: int, token: str) -> lpb.ListTasksRequest:
-        return lpb.ListTasksRequest(
+    def list_request(self, workspace: str, size: int, token: str) -> lifecycle_messages.ListTasksRequest:
+        return lifecycle_messages.ListTasksRequest(
             workspace_id=workspace,
             page_size=size,
             page_token=token,
@@ -307,7 +315,9 @@ class Filter:
             outcome=f"TERMINAL_OUTCOME_{self.outcome}" if self.outcome else None,
             work_status=f"WORK_STATUS_{self.work_status}" if self.work_status else None,
             task_id_prefix=self.prefix,
-            order=lpb.TASK_ORDER_LAST_CHANGE if self.order == "changed" else lpb.TASK_ORDER_UNSPECIFIED,
+            order=lifecycle_enums.TASK_ORDER_LAST_CHANGE
+            if self.order == "changed"
+            else lifecycle_enums.TASK_ORDER_UNSPECIFIED,
         )
 
 
@@ -352,7 +362,7 @@ def next_in_order(task_id: str, shown: Iterable[str]) -> str | None:
 # -- runs and their leases -------------------------------------------------------------
 
 
-def lease_state(run: cpb.Run, now: float) -> str:
+def lease_state(run: completion_types.Run, now: float) -> str:
     """`closed`, `live` (the lease had not lapsed at `now`, as last read) or
     `expired` (lapsed, the run not closed yet: the stall sweeper has not come)."""
     if run.HasField("finish_time"):
@@ -360,7 +370,7 @@ def lease_state(run: cpb.Run, now: float) -> str:
     return "live" if seconds(run.lease_expire_time) > now else "expired"
 
 
-def lease_deadline(runs: Iterable[cpb.Run], now: float) -> float | None:
+def lease_deadline(runs: Iterable[completion_types.Run], now: float) -> float | None:
     """When the soonest live lease of these runs lapses unless renewed: the page
     reads the runs again then, and so shows a renewal (which commits no event)
     or the lapse."""
@@ -379,10 +389,10 @@ class Attention:
     stated bound, and completions the lifecycle service rejected whose task is
     still open at that generation (the latest completion of it was rejected)."""
 
-    pending: tuple[cpb.Completion, ...] = ()
-    expired: tuple[cpb.Run, ...] = ()
-    long_open: tuple[cpb.Run, ...] = ()
-    rejected: tuple[cpb.Completion, ...] = ()
+    pending: tuple[completion_types.Completion, ...] = ()
+    expired: tuple[completion_types.Run, ...] = ()
+    long_open: tuple[completion_types.Run, ...] = ()
+    rejected: tuple[completion_types.Completion, ...] = ()
     # Why the rejected ones could not be told (the lifecycle service away), or "".
     rejected_unknown: str = ""
 
@@ -392,8 +402,8 @@ class Attention:
 
 
 def open_runs_needing_attention(
-    runs: Iterable[cpb.Run], now: float, long_run_seconds: float
-) -> tuple[tuple[cpb.Run, ...], tuple[cpb.Run, ...]]:
+    runs: Iterable[completion_types.Run], now: float, long_run_seconds: float
+) -> tuple[tuple[completion_types.Run, ...], tuple[completion_types.Run, ...]]:
     """(runs whose lease lapsed, runs with a live lease open longer than the bound), oldest claim first."""
     oldest_first = sorted(runs, key=lambda r: (seconds(r.claim_time), r.run_id))
     expired = tuple(r for r in oldest_first if lease_state(r, now) == "expired")
@@ -404,13 +414,13 @@ def open_runs_needing_attention(
 
 
 def latest_rejections(
-    rejected: Iterable[cpb.Completion], pending: Iterable[cpb.Completion], limit: int
-) -> list[cpb.Completion]:
+    rejected: Iterable[completion_types.Completion], pending: Iterable[completion_types.Completion], limit: int
+) -> list[completion_types.Completion]:
     """Of the rejected completions (oldest commit first, as listed), each task's
     latest, unless a completion of that task's generation committed after it is
     pending (its last completion is then that one, not the rejection); the
     `limit` latest of those, oldest first."""
-    latest: dict[str, cpb.Completion] = {}
+    latest: dict[str, completion_types.Completion] = {}
     for completion in rejected:
         latest.pop(completion.task_id, None)  # re-inserted last: the dict stays in commit order
         latest[completion.task_id] = completion
@@ -421,14 +431,14 @@ def latest_rejections(
     return kept[-limit:] if limit > 0 else []
 
 
-def still_rejected(completion: cpb.Completion, task: Lifecycle | None) -> bool:
+def still_rejected(completion: completion_types.Completion, task: Lifecycle | None) -> bool:
     """A rejected completion still stands for its task: the task is at that
     generation and not terminal (else a resume, a cancellation or a later
     completion has moved it on)."""
     return task is not None and task.generation == completion.generation and task.state != TERMINAL
 
 
-def attention_deadline(runs: Iterable[cpb.Run], now: float, long_run_seconds: float) -> float | None:
+def attention_deadline(runs: Iterable[completion_types.Run], now: float, long_run_seconds: float) -> float | None:
     """The next moment the attention page changes by time alone: a live lease
     lapses, or an open run crosses the bound."""
     moments = []

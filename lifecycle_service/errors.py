@@ -1,5 +1,5 @@
 """The lifecycle service's catalogue of error reasons (mirrors `ErrorReason` in
-protos/funnel/lifecycle/v1/lifecycle.proto; a test keeps the two equal)."""
+protos/funnel/lifecycle/v1/errors.proto; a test keeps the two equal)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 import grpc
 
 from funnel.auth.pki import COMPLETION_IDENTITY
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import errors_pb2 as lifecycle_errors
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2 as lifecycle_service_pb2
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel.runtime import idempotency
 from funnel.runtime import security as security_settings
 from funnel.runtime import server as runtime
@@ -73,7 +75,7 @@ class RunningLifecycle:
     authority: LifecycleAuthority
     store: LifecycleStore
     health: runtime.Health
-    broker: EventBroker[pb.WatchLifecycleEventsResponse]
+    broker: EventBroker[lifecycle_messages.WatchLifecycleEventsResponse]
     background: Background
     reloader: Reloader
     metrics: ServiceMetrics
@@ -107,7 +109,7 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         server, boundary = runtime.new_server(security, DOMAIN, Reason, metrics.rpc)
         port = runtime.bind(server, config.listen, security)
         undo.push_async_callback(runtime.release, server)
-        broker: EventBroker[pb.WatchLifecycleEventsResponse] = EventBroker(config.watch_buffer)
+        broker: EventBroker[lifecycle_messages.WatchLifecycleEventsResponse] = EventBroker(config.watch_buffer)
         faults = from_environment()
         background = Background("lifecycle_service")
         store: LifecycleStore
@@ -145,10 +147,12 @@ async def start(config: LifecycleConfig, clock: Clock | None = None) -> RunningL
         )
         quota = WatchQuota(Reason, config.max_watchers_per_caller, config.max_watchers_per_workspace)
         service = LifecycleService(authority, broker, quota, config.max_message_bytes)
-        boundary.add(server, lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server, service)
+        boundary.add(server, lifecycle_grpc.add_TaskLifecycleServiceServicer_to_server, service)
         health = runtime.Health(server, [SERVICE_NAME])
         if config.reflection:
-            runtime.enable_reflection(server, [SERVICE_NAME])
+            runtime.enable_reflection(
+                server, [SERVICE_NAME], [lifecycle_service_pb2.DESCRIPTOR, lifecycle_errors.DESCRIPTOR]
+            )
         reloader = runtime.reloader(security)
         background.add("health-probe", lambda: health.probe_forever(store.check_writable, config.health_interval))
         background.add("propagations", authority.deliver_forever)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 import sys
 
 # grpcio-tools ships neither a py.typed marker nor a stubs package.
@@ -17,7 +18,8 @@ from grpc_tools import protoc  # type: ignore[import-untyped]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
-# google/rpc, imported by the contract; Python takes its stubs from googleapis-common-protos.
+# google/rpc and google/api, imported by the contract; Python takes their stubs from
+# googleapis-common-protos.
 THIRD_PARTY = ROOT / "third_party" / "googleapis"
 
 
@@ -25,13 +27,20 @@ def proto_files() -> list[pathlib.Path]:
     return sorted(PROTO_ROOT.rglob("*.proto"))
 
 
+def declares_service(proto: pathlib.Path) -> bool:
+    """Whether the file declares a service (formatted protos start it on its own line):
+    only such a file gets a `_pb2_grpc.py`, which would otherwise be empty."""
+    return re.search(r"^service \w+ \{", proto.read_text(encoding="utf-8"), re.M) is not None
+
+
 def generate(out_dir: pathlib.Path) -> list[pathlib.Path]:
     """Writes the stubs under out_dir and returns the generated files."""
     import grpc_tools
 
     well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
-    files = proto_files()
-    for proto in files:
+    generated: list[pathlib.Path] = []
+    for proto in proto_files():
+        services = declares_service(proto)
         status = protoc.main(
             [
                 "grpc_tools.protoc",
@@ -40,16 +49,15 @@ def generate(out_dir: pathlib.Path) -> list[pathlib.Path]:
                 f"-I{well_known}",
                 f"--python_out={out_dir}",
                 f"--pyi_out={out_dir}",
-                f"--grpc_python_out={out_dir}",
+                *([f"--grpc_python_out={out_dir}"] if services else []),
                 str(proto.relative_to(PROTO_ROOT)),
             ]
         )
         if status != 0:
             raise SystemExit(f"protoc failed for {proto}")
-    generated: list[pathlib.Path] = []
-    for proto in files:
         stem = out_dir / proto.relative_to(PROTO_ROOT).with_suffix("")
-        generated += [stem.with_name(stem.name + suffix) for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")]
+        suffixes = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py") if services else ("_pb2.py", "_pb2.pyi")
+        generated += [stem.with_name(stem.name + suffix) for suffix in suffixes]
         # Every directory on the way to a generated module is a regular package, so
         # the contract installs with the services' wheels like any other package.
         package = stem.parent

@@ -26,8 +26,10 @@ from playwright.sync_api import sync_playwright
 
 from funnel.client import connection as conn
 from funnel.client.client import new_request_id
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel_cli.demo import WORKSPACE, DemoCallers, run_demo
 from funnel_cli.supervisor import start_pair, wait_serving
 
@@ -49,32 +51,36 @@ async def more_tasks(callers: DemoCallers, lifecycle: str, completion: str) -> N
         callers.agent.client(lifecycle, completion) as agent,
     ):
         for task_id in ("update-docs", "fix-login-timeout", "flaky-ci-retry", "drop-legacy-api", "split-payments"):
-            await host.register_task(WORKSPACE, task_id, cause=lpb.Cause(source="ui_screenshot", reason="example"))
+            await host.register_task(
+                WORKSPACE, task_id, cause=lifecycle_types.Cause(source="ui_screenshot", reason="example")
+            )
         await agent.claim_task(WORKSPACE, "fix-login-timeout", callers.agent_id, lease_ttl=600)
         await agent.claim_task(WORKSPACE, "flaky-ci-retry", callers.agent_id, lease_ttl=1)
         fenced = await agent.claim_task(WORKSPACE, "drop-legacy-api", callers.agent_id, lease_ttl=600)
         await host.call(
             host.lifecycle.RequestCancellation,
-            lpb.RequestCancellationRequest(
+            lifecycle_messages.RequestCancellationRequest(
                 workspace_id=WORKSPACE,
                 task_id="drop-legacy-api",
                 generation=fenced.run.generation,
                 request_id=new_request_id(),
-                cause=lpb.Cause(source="ui_screenshot", reason="the API stays"),
+                cause=lifecycle_types.Cause(source="ui_screenshot", reason="the API stays"),
             ),
         )
         parent = await agent.claim_task(WORKSPACE, "split-payments", callers.agent_id, lease_ttl=600)
         await host.register_task(
             WORKSPACE,
             "split-payments-tests",
-            parent=lpb.ParentLink(task_id="split-payments", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+            parent=lifecycle_types.ParentLink(
+                task_id="split-payments", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+            ),
         )
         await host.record_evidence(
             WORKSPACE,
             "split-payments",
             1,
             "tests",
-            cpb.EVIDENCE_VERDICT_PASSED,
+            completion_enums.EVIDENCE_VERDICT_PASSED,
             details="pytest: 118 passed",
             run_id=parent.run.run_id,
         )
@@ -85,7 +91,7 @@ async def more_tasks(callers: DemoCallers, lifecycle: str, completion: str) -> N
             parent.lease.epoch,
             result="payments split into two services",
         )
-        assert refused.completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED, refused
+        assert refused.completion.settlement == completion_enums.SETTLEMENT_STATUS_REJECTED, refused
 
 
 def main() -> None:

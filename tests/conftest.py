@@ -7,7 +7,7 @@ import dataclasses
 import grpc
 import pytest
 
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig, start
 from tests import credentials
@@ -72,7 +72,7 @@ async def start_lifecycle(tmp_path, clock):
         running = await start(config, clock=clock)
         channel = client_channel(running.address)
         started.append((running, channel))
-        return running, lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        return running, lifecycle_grpc.TaskLifecycleServiceStub(channel)
 
     yield _start
     for running, channel in reversed(started):

@@ -13,20 +13,20 @@ from completion_service.core.model import (
     RunRecord,
 )
 from completion_service.core.transcript import EventKind, SessionEvent, TurnEndReason
-from funnel.completion.v1 import completion_pb2 as pb
-from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.timestamps import to_micros, to_timestamp
 
 
-def lease_to_proto(lease: Lease) -> pb.Lease:
-    return pb.Lease(
+def lease_to_proto(lease: Lease) -> completion_types.Lease:
+    return completion_types.Lease(
         task_id=lease.task_id, run_id=lease.run_id, epoch=lease.epoch, expire_time=to_timestamp(lease.expires_at)
     )
 
 
-def run_to_proto(run: RunRecord) -> pb.Run:
-    return pb.Run(
+def run_to_proto(run: RunRecord) -> completion_types.Run:
+    return completion_types.Run(
         workspace_id=run.workspace_id,
         run_id=run.run_id,
         task_id=run.task_id,
@@ -36,28 +36,28 @@ def run_to_proto(run: RunRecord) -> pb.Run:
         claim_time=to_timestamp(run.claimed_at),
         lease_expire_time=to_timestamp(run.lease_expires_at),
         finish_time=to_timestamp(run.finished_at),
-        outcome=proto_enum(pb.RunOutcome, run.outcome.value if run.outcome else 0),
+        outcome=proto_enum(completion_enums.RunOutcome, run.outcome.value if run.outcome else 0),
         tokens_input=run.tokens_input or 0,
         tokens_output=run.tokens_output or 0,
         tokens_total=run.tokens_total or 0,
         notes=run.notes,
         notes_truncated=run.notes_truncated,
         error=run.error,
-        final_status=proto_enum(pb.FinalStatus, run.final_status.value if run.final_status else 0),
+        final_status=proto_enum(completion_enums.FinalStatus, run.final_status.value if run.final_status else 0),
     )
 
 
-def decision_to_proto(decision: Decision) -> pb.Decision:
-    return pb.Decision(
-        verdict=proto_enum(pb.Verdict, decision.verdict.value),
-        next_action=proto_enum(pb.AgentAction, decision.next_action.value),
-        forbidden_actions=[proto_enum(pb.AgentAction, a.value) for a in decision.forbidden_actions],
+def decision_to_proto(decision: Decision) -> completion_types.Decision:
+    return completion_types.Decision(
+        verdict=proto_enum(completion_enums.Verdict, decision.verdict.value),
+        next_action=proto_enum(completion_enums.AgentAction, decision.next_action.value),
+        forbidden_actions=[proto_enum(completion_enums.AgentAction, a.value) for a in decision.forbidden_actions],
         instruction=decision.instruction,
         trace=[
-            pb.GateResult(
+            completion_types.GateResult(
                 gate_id=t.gate_id,
                 gate_version=t.version,
-                status=proto_enum(pb.GateStatus, t.status.value),
+                status=proto_enum(completion_enums.GateStatus, t.status.value),
                 reason=t.reason,
                 decisive=t.decisive,
             )
@@ -70,8 +70,8 @@ def decision_to_proto(decision: Decision) -> pb.Decision:
     )
 
 
-def details_to_proto(d: BlockDetails) -> pb.BlockDetails:
-    return pb.BlockDetails(
+def details_to_proto(d: BlockDetails) -> completion_types.BlockDetails:
+    return completion_types.BlockDetails(
         decisive_gate=d.decisive_gate,
         missing_evidence_kinds=d.missing_evidence_kinds,
         failing_evidence_kinds=d.failing_evidence_kinds,
@@ -88,20 +88,20 @@ def details_to_proto(d: BlockDetails) -> pb.BlockDetails:
     )
 
 
-def completion_to_proto(c: CompletionRecord) -> pb.Completion:
-    return pb.Completion(
+def completion_to_proto(c: CompletionRecord) -> completion_types.Completion:
+    return completion_types.Completion(
         workspace_id=c.workspace_id,
         task_id=c.task_id,
         generation=c.generation,
         completion_id=c.completion_id,
         identity=c.identity,
-        outcome=proto_enum(pb.RequestedOutcome, c.outcome.value),
+        outcome=proto_enum(completion_enums.RequestedOutcome, c.outcome.value),
         result=c.result,
         run_id=c.run_id,
         state_version=c.state_version,
         checkpoint=c.checkpoint,
         commit_time=to_timestamp(c.committed_at),
-        settlement=proto_enum(pb.SettlementStatus, c.settlement.value),
+        settlement=proto_enum(completion_enums.SettlementStatus, c.settlement.value),
         lifecycle_revision=c.lifecycle_revision or 0,
         lifecycle_event_sequence=c.lifecycle_event_sequence or 0,
         settle_time=to_timestamp(c.settled_at),
@@ -115,45 +115,45 @@ def completion_to_proto(c: CompletionRecord) -> pb.Completion:
     )
 
 
-def evidence_to_proto(e: EvidenceRecord) -> pb.Evidence:
-    return pb.Evidence(
+def evidence_to_proto(e: EvidenceRecord) -> completion_types.Evidence:
+    return completion_types.Evidence(
         workspace_id=e.workspace_id,
         task_id=e.task_id,
         generation=e.generation,
         evidence_id=e.evidence_id,
         kind=e.kind,
-        verdict=pb.EVIDENCE_VERDICT_PASSED if e.passed else pb.EVIDENCE_VERDICT_FAILED,
+        verdict=completion_enums.EVIDENCE_VERDICT_PASSED if e.passed else completion_enums.EVIDENCE_VERDICT_FAILED,
         checkpoint=e.checkpoint,
         details=e.details,
         run_id=e.run_id or "",
         record_time=to_timestamp(e.recorded_at),
-        recorded_by=pb.Caller(subject=e.recorded_by.subject, role=e.recorded_by.role),
+        recorded_by=completion_types.Caller(subject=e.recorded_by.subject, role=e.recorded_by.role),
     )
 
 
-def event_to_proto(e: CompletionEvent) -> pb.CompletionEvent:
-    return pb.CompletionEvent(
+def event_to_proto(e: CompletionEvent) -> completion_types.CompletionEvent:
+    return completion_types.CompletionEvent(
         sequence=e.sequence,
         workspace_id=e.workspace_id,
         task_id=e.task_id,
         generation=e.generation,
-        kind=proto_enum(pb.CompletionEventKind, e.kind.value),
+        kind=proto_enum(completion_enums.CompletionEventKind, e.kind.value),
         run_id=e.run_id,
         completion_id=e.completion_id or "",
-        outcome=proto_enum(pb.RequestedOutcome, e.outcome.value if e.outcome else 0),
+        outcome=proto_enum(completion_enums.RequestedOutcome, e.outcome.value if e.outcome else 0),
         decision=decision_to_proto(e.decision) if e.decision else None,
         lifecycle_revision=e.lifecycle_revision or 0,
         lifecycle_event_sequence=e.lifecycle_event_sequence or 0,
         error_reason=e.error_reason or "",
         error_message=e.error_message or "",
         commit_time=to_timestamp(e.committed_at),
-        run_outcome=proto_enum(pb.RunOutcome, e.run_outcome.value if e.run_outcome else 0),
+        run_outcome=proto_enum(completion_enums.RunOutcome, e.run_outcome.value if e.run_outcome else 0),
         evidence_id=e.evidence_id or "",
     )
 
 
-def audit_to_proto(a: AuditEntry) -> pb.AuditEntry:
-    return pb.AuditEntry(
+def audit_to_proto(a: AuditEntry) -> completion_types.AuditEntry:
+    return completion_types.AuditEntry(
         audit_id=a.audit_id,
         workspace_id=a.workspace_id,
         action=a.action,
@@ -161,7 +161,7 @@ def audit_to_proto(a: AuditEntry) -> pb.AuditEntry:
         task_id=a.task_id,
         metadata=dict(a.metadata),
         record_time=to_timestamp(a.recorded_at),
-        caller=pb.Caller(subject=a.caller.subject, role=a.caller.role),
+        caller=completion_types.Caller(subject=a.caller.subject, role=a.caller.role),
     )
 
 
@@ -201,7 +201,7 @@ _TEXT_FIELD = {
 }
 
 
-def session_event_from_proto(message: tpb.SessionEvent) -> SessionEvent:
+def session_event_from_proto(message: completion_types.SessionEvent) -> SessionEvent:
     body_name = message.WhichOneof("body")
     body = getattr(message, body_name)
     return SessionEvent(
@@ -218,9 +218,9 @@ def session_event_from_proto(message: tpb.SessionEvent) -> SessionEvent:
     )
 
 
-def session_event_to_proto(event: SessionEvent) -> tpb.SessionEvent:
+def session_event_to_proto(event: SessionEvent) -> completion_types.SessionEvent:
     body_name = _BODY_FIELDS[event.kind]
-    message = tpb.SessionEvent(
+    message = completion_types.SessionEvent(
         sequence=event.sequence,
         generation=event.generation,
         synthetic=event.synthetic,

@@ -4,14 +4,14 @@ service assigns unset, imported ones carry them."""
 from __future__ import annotations
 
 from completion_service.core import transcript as grammar
-from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel.runtime.validation import Checker
 
 MAX_TEXT = 1024 * 1024
 MAX_TOOL_NAME = 256
 
 
-def check_event(checker: Checker, prefix: str, event: tpb.SessionEvent, *, imported: bool) -> None:
+def check_event(checker: Checker, prefix: str, event: completion_types.SessionEvent, *, imported: bool) -> None:
     """Field rules of one event. Appended events leave the assigned fields unset;
     imported ones carry them."""
     body_name = event.WhichOneof("body")

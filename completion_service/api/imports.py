@@ -27,7 +27,8 @@ from completion_service.api.jsonl import LineDamaged, LineSplitter, is_torn, par
 from completion_service.authority.transcripts import Transcripts
 from completion_service.core import transcript as grammar
 from completion_service.core.transcript import EventKind, Tail, Violation, grammar_rejection
-from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel.runtime.budget import Reservation, Shortfall
 from funnel.runtime.errors import ServiceError
 from funnel.runtime.validation import Checker
@@ -97,7 +98,7 @@ class StreamedImport:
         if shortfall is not None:
             raise OutOfBuffer(shortfall)
 
-    def feed(self, message: tpb.ImportTranscriptRequest) -> None:
+    def feed(self, message: transcript_messages.ImportTranscriptRequest) -> None:
         """Takes a chunk's bytes out of its message (the caller drops the message:
         one copy of them lives on, counted as pending)."""
         self.splitter.feed(message.jsonl_chunk)
@@ -118,7 +119,7 @@ class StreamedImport:
         if full:
             await self._flush()
 
-    def _accept(self, number: int, message: tpb.SessionEvent) -> bool:
+    def _accept(self, number: int, message: completion_types.SessionEvent) -> bool:
         """Checks one line's event against the grammar and adds it to the batch;
         True when the batch is full."""
         checker = Checker()

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 from google.protobuf import json_format
 
-from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.completion.v1 import types_pb2 as completion_types
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
 
 
-def to_line(event: tpb.SessionEvent) -> bytes:
+def to_line(event: completion_types.SessionEvent) -> bytes:
     document = json_format.MessageToDict(event, preserving_proto_field_name=True)
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
@@ -27,14 +27,14 @@ class LineDamaged(Exception):
         self.problem = problem
 
 
-def parse_line(raw: bytes, line: int) -> tpb.SessionEvent:
+def parse_line(raw: bytes, line: int) -> completion_types.SessionEvent:
     try:
         document = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested arrays/objects
         raise LineDamaged(line, f"not a JSON document ({exc})") from None
     if not isinstance(document, dict):
         raise LineDamaged(line, "not a JSON object")
-    event = tpb.SessionEvent()
+    event = completion_types.SessionEvent()
     try:
         json_format.ParseDict(document, event)
     except json_format.ParseError as exc:

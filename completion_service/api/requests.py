@@ -8,8 +8,9 @@ from google.protobuf.duration_pb2 import Duration
 from completion_service.api.event_rules import check_event
 from completion_service.core.model import FinalStatus, RequestedOutcome, RunOutcome, SettlementStatus
 from completion_service.errors import Reason
-from funnel.completion.v1 import completion_pb2 as pb
-from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
 from funnel.runtime.paging import MAX_PAGE_SIZE
 from funnel.runtime.validation import Checker
 
@@ -25,10 +26,15 @@ MAX_BATCH = 1000
 _OUTCOMES = [o.value for o in RunOutcome]
 _STATUSES = [s.value for s in FinalStatus]
 _REQUESTED = [o.value for o in RequestedOutcome]
-_VERDICTS = [pb.EVIDENCE_VERDICT_PASSED, pb.EVIDENCE_VERDICT_FAILED]
+_VERDICTS = [completion_enums.EVIDENCE_VERDICT_PASSED, completion_enums.EVIDENCE_VERDICT_FAILED]
 _SETTLEMENTS = [s.value for s in SettlementStatus]
 # The requests _listing_checks checks: each has a workspace_id, a page_size and its id filters.
-ListRequest = pb.ListRunsRequest | pb.ListEvidenceRequest | pb.ListCompletionsRequest | pb.ListAuditLogRequest
+ListRequest = (
+    completion_messages.ListRunsRequest
+    | completion_messages.ListEvidenceRequest
+    | completion_messages.ListCompletionsRequest
+    | completion_messages.ListAuditLogRequest
+)
 
 
 def ttl_micros(checker: Checker, field: str, present: bool, ttl: Duration) -> int:
@@ -47,7 +53,7 @@ def ttl_micros(checker: Checker, field: str, present: bool, ttl: Duration) -> in
     return micros
 
 
-def claim_task(request: pb.ClaimTaskRequest) -> int:
+def claim_task(request: completion_messages.ClaimTaskRequest) -> int:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
@@ -58,7 +64,7 @@ def claim_task(request: pb.ClaimTaskRequest) -> int:
     return micros
 
 
-def renew_lease(request: pb.RenewLeaseRequest) -> int:
+def renew_lease(request: completion_messages.RenewLeaseRequest) -> int:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("run_id", request.run_id)
@@ -69,7 +75,7 @@ def renew_lease(request: pb.RenewLeaseRequest) -> int:
     return micros
 
 
-def complete_run(request: pb.CompleteRunRequest) -> None:
+def complete_run(request: completion_messages.CompleteRunRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("run_id", request.run_id)
@@ -84,14 +90,14 @@ def complete_run(request: pb.CompleteRunRequest) -> None:
     checker.raise_for(Reason)
 
 
-def run_key(request: pb.GetRunRequest) -> None:
+def run_key(request: completion_messages.GetRunRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("run_id", request.run_id)
     checker.raise_for(Reason)
 
 
-def record_evidence(request: pb.RecordEvidenceRequest) -> None:
+def record_evidence(request: completion_messages.RecordEvidenceRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
@@ -105,7 +111,7 @@ def record_evidence(request: pb.RecordEvidenceRequest) -> None:
     checker.raise_for(Reason)
 
 
-def attempt_completion(request: pb.AttemptCompletionRequest) -> None:
+def attempt_completion(request: completion_messages.AttemptCompletionRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
@@ -119,7 +125,7 @@ def attempt_completion(request: pb.AttemptCompletionRequest) -> None:
     checker.raise_for(Reason)
 
 
-def get_completion(request: pb.GetCompletionRequest) -> None:
+def get_completion(request: completion_messages.GetCompletionRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
@@ -127,7 +133,7 @@ def get_completion(request: pb.GetCompletionRequest) -> None:
     checker.raise_for(Reason)
 
 
-def list_evidence(request: pb.ListEvidenceRequest) -> None:
+def list_evidence(request: completion_messages.ListEvidenceRequest) -> None:
     checker = _listing_checks(request, ())
     checker.identifier("task_id", request.task_id)
     checker.integer("generation", request.generation, minimum=0)
@@ -138,7 +144,7 @@ def listing(request: ListRequest, *optional_id_fields: str) -> None:
     _listing_checks(request, optional_id_fields).raise_for(Reason)
 
 
-def list_completions(request: pb.ListCompletionsRequest) -> SettlementStatus | None:
+def list_completions(request: completion_messages.ListCompletionsRequest) -> SettlementStatus | None:
     """The settlement filter of a valid request (None: every completion)."""
     checker = _listing_checks(request, ("task_id",))
     checker.enum("settlement", request.settlement, _SETTLEMENTS, required=False)
@@ -156,12 +162,14 @@ def _listing_checks(request: ListRequest, optional_id_fields: tuple[str, ...]) -
     return checker
 
 
-def watch(request: pb.WatchCompletionEventsRequest | pb.ListCompletionEventsRequest) -> None:
+def watch(
+    request: completion_messages.WatchCompletionEventsRequest | completion_messages.ListCompletionEventsRequest,
+) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id, required=False)
     checker.integer("after_sequence", request.after_sequence, minimum=0, maximum=2**63 - 1)
-    if isinstance(request, pb.ListCompletionEventsRequest):
+    if isinstance(request, completion_messages.ListCompletionEventsRequest):
         checker.integer("page_size", request.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
     checker.raise_for(Reason)
 
@@ -169,7 +177,7 @@ def watch(request: pb.WatchCompletionEventsRequest | pb.ListCompletionEventsRequ
 # Transcript requests
 
 
-def append_transcript(request: tpb.AppendTranscriptRequest) -> None:
+def append_transcript(request: transcript_messages.AppendTranscriptRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
@@ -182,7 +190,7 @@ def append_transcript(request: tpb.AppendTranscriptRequest) -> None:
     checker.raise_for(Reason)
 
 
-def load_transcript(request: tpb.LoadTranscriptRequest) -> None:
+def load_transcript(request: transcript_messages.LoadTranscriptRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
@@ -190,7 +198,7 @@ def load_transcript(request: tpb.LoadTranscriptRequest) -> None:
     checker.raise_for(Reason)
 
 
-def task_named(request: tpb.ExportTranscriptRequest | tpb.ResolveResumeRequest) -> None:
+def task_named(request: transcript_messages.ExportTranscriptRequest | transcript_messages.ResolveResumeRequest) -> None:
     """A request naming only a task (ExportTranscript, ResolveResume)."""
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
@@ -198,7 +206,7 @@ def task_named(request: tpb.ExportTranscriptRequest | tpb.ResolveResumeRequest) 
     checker.raise_for(Reason)
 
 
-def import_target(first: tpb.ImportTranscriptRequest | None) -> tpb.ImportTarget:
+def import_target(first: transcript_messages.ImportTranscriptRequest | None) -> transcript_messages.ImportTarget:
     """The target an import stream's first message must name."""
     checker = Checker()
     checker.require("target", first is not None and first.WhichOneof("part") == "target")

@@ -33,8 +33,9 @@ from completion_service.errors import Reason
 from completion_service.storage.port import CompletionReadTx
 from completion_service.units.completions import AttemptCommand, AttemptOutcome
 from completion_service.units.runs import Claimed, RenewCommand
-from funnel.completion.v1 import completion_pb2 as pb
-from funnel.completion.v1 import completion_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
 from funnel.runtime import calls
 from funnel.runtime.errors import ServiceError, reject
 from funnel.runtime.idempotency import Replay, RequestKey, fingerprint
@@ -67,7 +68,9 @@ def page_of(rows: list[R], limit: int) -> Page[R]:
     return Page(rows[:limit], len(rows) > limit)
 
 
-def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]) -> Callable[[list[CompletionEvent]], None]:
+def publisher(
+    broker: EventBroker[completion_messages.WatchCompletionEventsResponse],
+) -> Callable[[list[CompletionEvent]], None]:
     """The store's after-commit hook: hands committed events to the watch streams."""
 
     def publish(events: list[CompletionEvent]) -> None:
@@ -77,8 +80,8 @@ def publisher(broker: EventBroker[pb.WatchCompletionEventsResponse]) -> Callable
     return publish
 
 
-def _watch_response(event: CompletionEvent) -> pb.WatchCompletionEventsResponse:
-    return pb.WatchCompletionEventsResponse(event=event_to_proto(event))
+def _watch_response(event: CompletionEvent) -> completion_messages.WatchCompletionEventsResponse:
+    return completion_messages.WatchCompletionEventsResponse(event=event_to_proto(event))
 
 
 class KeyedRequest(Protocol):
@@ -129,11 +132,11 @@ def _is_time_id_pair(cursor: object) -> bool:
     return isinstance(cursor, list) and len(cursor) == 2 and type(cursor[0]) is int and isinstance(cursor[1], str)
 
 
-class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
+class CompletionService(completion_grpc.CompletionServiceServicer):
     def __init__(
         self,
         authority: CompletionAuthority,
-        broker: EventBroker[pb.WatchCompletionEventsResponse],
+        broker: EventBroker[completion_messages.WatchCompletionEventsResponse],
         watch_quota: WatchQuota,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
@@ -150,8 +153,10 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         return page.items[:fit], protos[:fit], page.more or fit < len(protos)
 
     async def ClaimTask(
-        self, request: pb.ClaimTaskRequest, context: grpc.aio.ServicerContext[pb.ClaimTaskRequest, pb.ClaimTaskResponse]
-    ) -> pb.ClaimTaskResponse:
+        self,
+        request: completion_messages.ClaimTaskRequest,
+        context: grpc.aio.ServicerContext[completion_messages.ClaimTaskRequest, completion_messages.ClaimTaskResponse],
+    ) -> completion_messages.ClaimTaskResponse:
         ttl = requests.claim_task(request)
         _check_deadline(context)
         agent = holder()
@@ -170,17 +175,19 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             ttl,
             request_key("ClaimTask", request),
             lambda claimed: _claim_response(claimed).SerializeToString(),
-            lambda stored: pb.ClaimTaskResponse.FromString(stored).run.run_id,
+            lambda stored: completion_messages.ClaimTaskResponse.FromString(stored).run.run_id,
         )
         if isinstance(result, Replay):
-            return pb.ClaimTaskResponse.FromString(result.response)
+            return completion_messages.ClaimTaskResponse.FromString(result.response)
         return _claim_response(result)
 
     async def RenewLease(
         self,
-        request: pb.RenewLeaseRequest,
-        context: grpc.aio.ServicerContext[pb.RenewLeaseRequest, pb.RenewLeaseResponse],
-    ) -> pb.RenewLeaseResponse:
+        request: completion_messages.RenewLeaseRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.RenewLeaseRequest, completion_messages.RenewLeaseResponse
+        ],
+    ) -> completion_messages.RenewLeaseResponse:
         ttl = requests.renew_lease(request)
         _check_deadline(context)
         result = await self._authority.runs.renew(
@@ -191,34 +198,38 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 ttl,
                 holder(),
                 request_key("RenewLease", request),
-                lambda lease: pb.RenewLeaseResponse(lease=lease_to_proto(lease)).SerializeToString(),
+                lambda lease: completion_messages.RenewLeaseResponse(lease=lease_to_proto(lease)).SerializeToString(),
             )
         )
         if isinstance(result, Replay):
-            return pb.RenewLeaseResponse.FromString(result.response)
-        return pb.RenewLeaseResponse(lease=lease_to_proto(result))
+            return completion_messages.RenewLeaseResponse.FromString(result.response)
+        return completion_messages.RenewLeaseResponse(lease=lease_to_proto(result))
 
     async def CompleteRun(
         self,
-        request: pb.CompleteRunRequest,
-        context: grpc.aio.ServicerContext[pb.CompleteRunRequest, pb.CompleteRunResponse],
-    ) -> pb.CompleteRunResponse:
+        request: completion_messages.CompleteRunRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.CompleteRunRequest, completion_messages.CompleteRunResponse
+        ],
+    ) -> completion_messages.CompleteRunResponse:
         requests.complete_run(request)
         _check_deadline(context)
 
-        def render(closed: RunClosed) -> pb.CompleteRunResponse:
+        def render(closed: RunClosed) -> completion_messages.CompleteRunResponse:
             run = closed.run
-            return pb.CompleteRunResponse(
+            return completion_messages.CompleteRunResponse(
                 run_id=run.run_id,
                 finish_time=run_to_proto(run).finish_time,
-                final_status=proto_enum(pb.FinalStatus, run.final_status.value if run.final_status else 0),
+                final_status=proto_enum(
+                    completion_enums.FinalStatus, run.final_status.value if run.final_status else 0
+                ),
                 tokens_total=run.tokens_total or 0,
                 notes_truncated=run.notes_truncated,
                 decision=decision_to_proto(binding_decision(closed.decision, closed.completion))
                 if closed.decision
                 else None,
                 completion=completion_to_proto(closed.completion) if closed.completion else None,
-                task_effect=proto_enum(pb.TaskEffect, closed.effect.value if closed.effect else 0),
+                task_effect=proto_enum(completion_enums.TaskEffect, closed.effect.value if closed.effect else 0),
                 task_effect_reason=closed.effect_reason,
             )
 
@@ -239,23 +250,27 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             lambda closed: render(closed).SerializeToString(),
         )
         if isinstance(result, Replay):
-            return pb.CompleteRunResponse.FromString(result.response)
+            return completion_messages.CompleteRunResponse.FromString(result.response)
         return render(result)
 
     async def GetRun(
-        self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext[pb.GetRunRequest, pb.GetRunResponse]
-    ) -> pb.GetRunResponse:
+        self,
+        request: completion_messages.GetRunRequest,
+        context: grpc.aio.ServicerContext[completion_messages.GetRunRequest, completion_messages.GetRunResponse],
+    ) -> completion_messages.GetRunResponse:
         requests.run_key(request)
         run = await self._store.read(lambda tx: tx.load_run(request.workspace_id, request.run_id))
         if run is None:
             raise ServiceError(
                 reject(Reason.RUN_NOT_FOUND, f"run {request.run_id!r} does not exist", run_id=request.run_id)
             )
-        return pb.GetRunResponse(run=run_to_proto(run))
+        return completion_messages.GetRunResponse(run=run_to_proto(run))
 
     async def ListRuns(
-        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext[pb.ListRunsRequest, pb.ListRunsResponse]
-    ) -> pb.ListRunsResponse:
+        self,
+        request: completion_messages.ListRunsRequest,
+        context: grpc.aio.ServicerContext[completion_messages.ListRunsRequest, completion_messages.ListRunsResponse],
+    ) -> completion_messages.ListRunsResponse:
         requests.listing(request, "task_id")
         # Unfiltered by openness, the listing is as before the filter existed (its tokens stay valid).
         listing = ["runs", request.workspace_id, request.task_id, *(["open"] if request.open_only else [])]
@@ -271,16 +286,18 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             size,
         )
         items, protos, more = self._fit(page, run_to_proto)
-        return pb.ListRunsResponse(
+        return completion_messages.ListRunsResponse(
             runs=protos,
             next_page_token=encode_token(listing, [items[-1].claimed_at, items[-1].run_id]) if more else "",
         )
 
     async def RecordEvidence(
         self,
-        request: pb.RecordEvidenceRequest,
-        context: grpc.aio.ServicerContext[pb.RecordEvidenceRequest, pb.RecordEvidenceResponse],
-    ) -> pb.RecordEvidenceResponse:
+        request: completion_messages.RecordEvidenceRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.RecordEvidenceRequest, completion_messages.RecordEvidenceResponse
+        ],
+    ) -> completion_messages.RecordEvidenceResponse:
         requests.record_evidence(request)
         _check_deadline(context)
         record = EvidenceRecord(
@@ -289,7 +306,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             task_id=request.task_id,
             generation=request.generation,
             kind=request.kind,
-            passed=request.verdict == pb.EVIDENCE_VERDICT_PASSED,
+            passed=request.verdict == completion_enums.EVIDENCE_VERDICT_PASSED,
             checkpoint=request.checkpoint,
             details=request.details,
             run_id=request.run_id or None,
@@ -300,17 +317,21 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             record,
             holder(),
             request_key("RecordEvidence", request),
-            lambda stored: pb.RecordEvidenceResponse(evidence=evidence_to_proto(stored)).SerializeToString(),
+            lambda stored: completion_messages.RecordEvidenceResponse(
+                evidence=evidence_to_proto(stored)
+            ).SerializeToString(),
         )
         if isinstance(result, Replay):
-            return pb.RecordEvidenceResponse.FromString(result.response)
-        return pb.RecordEvidenceResponse(evidence=evidence_to_proto(result))
+            return completion_messages.RecordEvidenceResponse.FromString(result.response)
+        return completion_messages.RecordEvidenceResponse(evidence=evidence_to_proto(result))
 
     async def ListEvidence(
         self,
-        request: pb.ListEvidenceRequest,
-        context: grpc.aio.ServicerContext[pb.ListEvidenceRequest, pb.ListEvidenceResponse],
-    ) -> pb.ListEvidenceResponse:
+        request: completion_messages.ListEvidenceRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.ListEvidenceRequest, completion_messages.ListEvidenceResponse
+        ],
+    ) -> completion_messages.ListEvidenceResponse:
         requests.list_evidence(request)
         listing = ["evidence", request.workspace_id, request.task_id, str(request.generation)]
         cursor = _token(request, listing, list)
@@ -325,16 +346,18 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             size,
         )
         items, protos, more = self._fit(page, evidence_to_proto)
-        return pb.ListEvidenceResponse(
+        return completion_messages.ListEvidenceResponse(
             evidence=protos,
             next_page_token=encode_token(listing, [items[-1].recorded_at, items[-1].evidence_id]) if more else "",
         )
 
     async def AttemptCompletion(
         self,
-        request: pb.AttemptCompletionRequest,
-        context: grpc.aio.ServicerContext[pb.AttemptCompletionRequest, pb.AttemptCompletionResponse],
-    ) -> pb.AttemptCompletionResponse:
+        request: completion_messages.AttemptCompletionRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.AttemptCompletionRequest, completion_messages.AttemptCompletionResponse
+        ],
+    ) -> completion_messages.AttemptCompletionResponse:
         requests.attempt_completion(request)
         _check_deadline(context)
         outcome = await self._authority.completions.attempt(
@@ -355,10 +378,10 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             return await self._replayed_attempt(outcome)
         return _render_attempt(outcome)
 
-    async def _replayed_attempt(self, remembered: Replay) -> pb.AttemptCompletionResponse:
+    async def _replayed_attempt(self, remembered: Replay) -> completion_messages.AttemptCompletionResponse:
         """The original decision, with the completion's current settlement and what
         that settlement means for the agent (see binding_decision)."""
-        response = pb.AttemptCompletionResponse.FromString(remembered.response)
+        response = completion_messages.AttemptCompletionResponse.FromString(remembered.response)
         if response.HasField("completion"):
             stored = response.completion
             current = await self._store.read(
@@ -371,9 +394,11 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
 
     async def GetCompletion(
         self,
-        request: pb.GetCompletionRequest,
-        context: grpc.aio.ServicerContext[pb.GetCompletionRequest, pb.GetCompletionResponse],
-    ) -> pb.GetCompletionResponse:
+        request: completion_messages.GetCompletionRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.GetCompletionRequest, completion_messages.GetCompletionResponse
+        ],
+    ) -> completion_messages.GetCompletionResponse:
         requests.get_completion(request)
         completion = await self._store.read(
             lambda tx: tx.load_completion(request.workspace_id, request.task_id, request.generation)
@@ -387,13 +412,15 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                     generation=request.generation,
                 )
             )
-        return pb.GetCompletionResponse(completion=completion_to_proto(completion))
+        return completion_messages.GetCompletionResponse(completion=completion_to_proto(completion))
 
     async def ListCompletions(
         self,
-        request: pb.ListCompletionsRequest,
-        context: grpc.aio.ServicerContext[pb.ListCompletionsRequest, pb.ListCompletionsResponse],
-    ) -> pb.ListCompletionsResponse:
+        request: completion_messages.ListCompletionsRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.ListCompletionsRequest, completion_messages.ListCompletionsResponse
+        ],
+    ) -> completion_messages.ListCompletionsResponse:
         settlement = requests.list_completions(request)
         # The filter is part of the listing, so a token is valid only for the filter it
         # came from; unfiltered, the listing is as before the filter existed (tokens
@@ -413,16 +440,18 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             size,
         )
         items, protos, more = self._fit(page, completion_to_proto)
-        return pb.ListCompletionsResponse(
+        return completion_messages.ListCompletionsResponse(
             completions=protos,
             next_page_token=encode_token(listing, [items[-1].committed_at, items[-1].completion_id]) if more else "",
         )
 
     async def ListAuditLog(
         self,
-        request: pb.ListAuditLogRequest,
-        context: grpc.aio.ServicerContext[pb.ListAuditLogRequest, pb.ListAuditLogResponse],
-    ) -> pb.ListAuditLogResponse:
+        request: completion_messages.ListAuditLogRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.ListAuditLogRequest, completion_messages.ListAuditLogResponse
+        ],
+    ) -> completion_messages.ListAuditLogResponse:
         requests.listing(request, "task_id", "run_id")
         listing = ["audit", request.workspace_id, request.task_id, request.run_id]
         cursor = _token(request, listing, int) or 0
@@ -436,16 +465,18 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
             size,
         )
         items, protos, more = self._fit(page, audit_to_proto)
-        return pb.ListAuditLogResponse(
+        return completion_messages.ListAuditLogResponse(
             entries=protos,
             next_page_token=encode_token(listing, items[-1].audit_id) if more else "",
         )
 
     async def ListCompletionEvents(
         self,
-        request: pb.ListCompletionEventsRequest,
-        context: grpc.aio.ServicerContext[pb.ListCompletionEventsRequest, pb.ListCompletionEventsResponse],
-    ) -> pb.ListCompletionEventsResponse:
+        request: completion_messages.ListCompletionEventsRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.ListCompletionEventsRequest, completion_messages.ListCompletionEventsResponse
+        ],
+    ) -> completion_messages.ListCompletionEventsResponse:
         requests.watch(request)
         size = page_size(request.page_size)
         events = await self._store.read(
@@ -453,13 +484,17 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
         )
         protos = [event_to_proto(event) for event in events[:size]]
         fit = fitting(protos, self._page_bytes)
-        return pb.ListCompletionEventsResponse(events=protos[:fit], has_more=len(events) > size or fit < len(protos))
+        return completion_messages.ListCompletionEventsResponse(
+            events=protos[:fit], has_more=len(events) > size or fit < len(protos)
+        )
 
     async def WatchCompletionEvents(
         self,
-        request: pb.WatchCompletionEventsRequest,
-        context: grpc.aio.ServicerContext[pb.WatchCompletionEventsRequest, pb.WatchCompletionEventsResponse],
-    ) -> AsyncIterator[pb.WatchCompletionEventsResponse]:
+        request: completion_messages.WatchCompletionEventsRequest,
+        context: grpc.aio.ServicerContext[
+            completion_messages.WatchCompletionEventsRequest, completion_messages.WatchCompletionEventsResponse
+        ],
+    ) -> AsyncIterator[completion_messages.WatchCompletionEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
         with self._watch_quota.admit(calls.served().principal.subject, workspace):
@@ -469,7 +504,7 @@ class CompletionService(completion_pb2_grpc.CompletionServiceServicer):
                 workspace,
                 task,
                 request.after_sequence,
-                lambda event: pb.WatchCompletionEventsResponse(event=event_to_proto(event)),
+                lambda event: completion_messages.WatchCompletionEventsResponse(event=event_to_proto(event)),
                 lambda item: item.event.sequence,
                 WatchEnds(Reason, self._broker.capacity),
             ):
@@ -482,12 +517,12 @@ def _events_after(
     return lambda tx: tx.load_events(workspace_id, after_sequence, task_id, limit)
 
 
-def _claim_response(claimed: Claimed) -> pb.ClaimTaskResponse:
-    return pb.ClaimTaskResponse(run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease))
+def _claim_response(claimed: Claimed) -> completion_messages.ClaimTaskResponse:
+    return completion_messages.ClaimTaskResponse(run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease))
 
 
-def _render_attempt(outcome: AttemptOutcome) -> pb.AttemptCompletionResponse:
-    return pb.AttemptCompletionResponse(
+def _render_attempt(outcome: AttemptOutcome) -> completion_messages.AttemptCompletionResponse:
+    return completion_messages.AttemptCompletionResponse(
         decision=decision_to_proto(binding_decision(outcome.decision, outcome.completion)),
         completion=completion_to_proto(outcome.completion) if outcome.completion else None,
         existing_completion=outcome.existing,

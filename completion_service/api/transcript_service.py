@@ -20,9 +20,11 @@ from completion_service.core import transcript as grammar
 from completion_service.errors import Reason
 from completion_service.units.request_ids import peek
 from completion_service.units.transcripts import AppendCommand, Appended
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.completion.v1 import transcript_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime import calls
 from funnel.runtime.budget import GLOBAL, PER_CALLER, PER_WORKSPACE, ByteBudget, Shortfall
 from funnel.runtime.clock import IdSource
@@ -49,7 +51,7 @@ _EXPORT_PAGE = 500
 STREAM_END_GRACE_SECONDS = 0.05
 
 
-class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
+class TranscriptService(transcript_grpc.TranscriptServiceServicer):
     def __init__(
         self,
         authority: CompletionAuthority,
@@ -67,7 +69,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         self._max_message_bytes = max_message_bytes
         self._page_bytes = response_budget(max_message_bytes)
 
-    async def _task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+    async def _task(self, workspace_id: str, task_id: str) -> lifecycle_messages.GetTaskResponse:
         return await self._authority.lifecycle_task(workspace_id, task_id)
 
     async def _require_task(self, workspace_id: str, task_id: str) -> None:
@@ -79,27 +81,29 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
 
     async def AppendTranscript(
         self,
-        request: tpb.AppendTranscriptRequest,
-        context: grpc.aio.ServicerContext[tpb.AppendTranscriptRequest, tpb.AppendTranscriptResponse],
-    ) -> tpb.AppendTranscriptResponse:
+        request: transcript_messages.AppendTranscriptRequest,
+        context: grpc.aio.ServicerContext[
+            transcript_messages.AppendTranscriptRequest, transcript_messages.AppendTranscriptResponse
+        ],
+    ) -> transcript_messages.AppendTranscriptResponse:
         requests.append_transcript(request)
         key = request_key("AppendTranscript", request)
         remembered = await self._store.read(functools.partial(peek, key=key))
         if isinstance(remembered, Rejection):
             raise ServiceError(remembered)
         if isinstance(remembered, Replay):
-            return tpb.AppendTranscriptResponse.FromString(remembered.response)
+            return transcript_messages.AppendTranscriptResponse.FromString(remembered.response)
         events = [session_event_from_proto(e) for e in request.events]
         workspace, task_id = request.workspace_id, request.task_id
         task = (await self._task(workspace, task_id)).task
         generation, resumed = task.generation, False
         expected = request.expected_state_version if request.HasField("expected_state_version") else None
-        if task.state == lpb.GENERATION_STATE_TERMINAL:
+        if task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
             generation = await self._authority.reopener.reopen(workspace, task, events, expected)
             resumed = True
 
-        def render(appended: Appended) -> tpb.AppendTranscriptResponse:
-            return tpb.AppendTranscriptResponse(
+        def render(appended: Appended) -> transcript_messages.AppendTranscriptResponse:
+            return transcript_messages.AppendTranscriptResponse(
                 state_version=appended.state_version,
                 first_sequence=appended.first_sequence,
                 generation=generation,
@@ -119,14 +123,16 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             )
         )
         if isinstance(result, Replay):
-            return tpb.AppendTranscriptResponse.FromString(result.response)
+            return transcript_messages.AppendTranscriptResponse.FromString(result.response)
         return render(result)
 
     async def LoadTranscript(
         self,
-        request: tpb.LoadTranscriptRequest,
-        context: grpc.aio.ServicerContext[tpb.LoadTranscriptRequest, tpb.LoadTranscriptResponse],
-    ) -> tpb.LoadTranscriptResponse:
+        request: transcript_messages.LoadTranscriptRequest,
+        context: grpc.aio.ServicerContext[
+            transcript_messages.LoadTranscriptRequest, transcript_messages.LoadTranscriptResponse
+        ],
+    ) -> transcript_messages.LoadTranscriptResponse:
         requests.load_transcript(request)
         listing = ["transcript", request.workspace_id, request.task_id]
         after = 0
@@ -147,7 +153,7 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
         protos = [session_event_to_proto(e) for e in page.events]
         fit = fitting(protos, self._page_bytes)
         more, events, protos = page.more or fit < len(protos), page.events[:fit], protos[:fit]
-        return tpb.LoadTranscriptResponse(
+        return transcript_messages.LoadTranscriptResponse(
             events=protos,
             next_page_token=encode_token(listing, events[-1].sequence) if more else "",
             state_version=page.state_version,
@@ -157,9 +163,11 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
 
     async def ExportTranscript(
         self,
-        request: tpb.ExportTranscriptRequest,
-        context: grpc.aio.ServicerContext[tpb.ExportTranscriptRequest, tpb.ExportTranscriptResponse],
-    ) -> AsyncIterator[tpb.ExportTranscriptResponse]:
+        request: transcript_messages.ExportTranscriptRequest,
+        context: grpc.aio.ServicerContext[
+            transcript_messages.ExportTranscriptRequest, transcript_messages.ExportTranscriptResponse
+        ],
+    ) -> AsyncIterator[transcript_messages.ExportTranscriptResponse]:
         requests.task_named(request)
         await self._require_task(request.workspace_id, request.task_id)
         after = 0
@@ -171,22 +179,26 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             for event in events:
                 line = to_line(session_event_to_proto(event))
                 if chunk and len(chunk) + len(line) > self._page_bytes:
-                    yield tpb.ExportTranscriptResponse(jsonl=chunk)  # whole lines, within the message limit
+                    yield transcript_messages.ExportTranscriptResponse(
+                        jsonl=chunk
+                    )  # whole lines, within the message limit
                     chunk = b""
                 # A line longer than a message (JSON escapes a control character in
                 # six bytes) goes out in consecutive pieces.
                 while len(line) > self._page_bytes:
-                    yield tpb.ExportTranscriptResponse(jsonl=line[: self._page_bytes])
+                    yield transcript_messages.ExportTranscriptResponse(jsonl=line[: self._page_bytes])
                     line = line[self._page_bytes :]
                 chunk += line
-            yield tpb.ExportTranscriptResponse(jsonl=chunk)
+            yield transcript_messages.ExportTranscriptResponse(jsonl=chunk)
             after = events[-1].sequence
 
     async def ImportTranscript(
         self,
-        request_iterator: AsyncIterator[tpb.ImportTranscriptRequest],
-        context: grpc.aio.ServicerContext[tpb.ImportTranscriptRequest, tpb.ImportTranscriptResponse],
-    ) -> tpb.ImportTranscriptResponse:
+        request_iterator: AsyncIterator[transcript_messages.ImportTranscriptRequest],
+        context: grpc.aio.ServicerContext[
+            transcript_messages.ImportTranscriptRequest, transcript_messages.ImportTranscriptResponse
+        ],
+    ) -> transcript_messages.ImportTranscriptResponse:
         target = requests.import_target(await anext(aiter(request_iterator), None))
         workspace, task_id = target.workspace_id, target.task_id
         # The budget first: a flood of imports is refused here, before each of
@@ -209,11 +221,13 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
     async def _import(
         self,
         importer: StreamedImport,
-        request_iterator: AsyncIterator[tpb.ImportTranscriptRequest],
-        context: grpc.aio.ServicerContext[tpb.ImportTranscriptRequest, tpb.ImportTranscriptResponse],
+        request_iterator: AsyncIterator[transcript_messages.ImportTranscriptRequest],
+        context: grpc.aio.ServicerContext[
+            transcript_messages.ImportTranscriptRequest, transcript_messages.ImportTranscriptResponse
+        ],
         workspace: str,
         task_id: str,
-    ) -> tpb.ImportTranscriptResponse:
+    ) -> transcript_messages.ImportTranscriptResponse:
         try:
             # A stopping server lets the client finish sending within its grace
             # (funnel.runtime.shutdown); the rest is all or nothing as always.
@@ -242,7 +256,9 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
             # The refused commit was rolled back with everything in it: drop the staged rows here.
             await self._transcripts.discard_import(importer.import_id)
             raise ServiceError(version)
-        return tpb.ImportTranscriptResponse(imported_events=importer.count, state_version=version, warnings=warnings)
+        return transcript_messages.ImportTranscriptResponse(
+            imported_events=importer.count, state_version=version, warnings=warnings
+        )
 
     def _budget_exhausted(self, shortfall: Shortfall) -> ServiceError:
         holders = {
@@ -261,18 +277,22 @@ class TranscriptService(transcript_pb2_grpc.TranscriptServiceServicer):
 
     async def ResolveResume(
         self,
-        request: tpb.ResolveResumeRequest,
-        context: grpc.aio.ServicerContext[tpb.ResolveResumeRequest, tpb.ResolveResumeResponse],
-    ) -> tpb.ResolveResumeResponse:
+        request: transcript_messages.ResolveResumeRequest,
+        context: grpc.aio.ServicerContext[
+            transcript_messages.ResolveResumeRequest, transcript_messages.ResolveResumeResponse
+        ],
+    ) -> transcript_messages.ResolveResumeResponse:
         requests.task_named(request)
         task = (await self._task(request.workspace_id, request.task_id)).task
-        terminal = task.state == lpb.GENERATION_STATE_TERMINAL
-        outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_") if terminal else None
+        terminal = task.state == lifecycle_enums.GENERATION_STATE_TERMINAL
+        outcome = (
+            lifecycle_enums.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_") if terminal else None
+        )
         advice = grammar.resolve_resume(terminal, outcome, task.generation)
-        return tpb.ResolveResumeResponse(
-            ask=proto_enum(tpb.ResumeAsk, advice.ask.value),
-            primary=proto_enum(tpb.HostAction, advice.primary.value),
-            secondary=proto_enum(tpb.HostAction, advice.secondary.value if advice.secondary else 0),
+        return transcript_messages.ResolveResumeResponse(
+            ask=proto_enum(completion_enums.ResumeAsk, advice.ask.value),
+            primary=proto_enum(completion_enums.HostAction, advice.primary.value),
+            secondary=proto_enum(completion_enums.HostAction, advice.secondary.value if advice.secondary else 0),
             reason=advice.reason,
             generation=task.generation,
             completion_id=task.completion_id,

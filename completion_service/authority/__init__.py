@@ -33,7 +33,7 @@ from completion_service.clients.lifecycle_client import LifecycleClient
 from completion_service.core.model import CompletionEvent
 from completion_service.policy import PolicyBook
 from completion_service.storage.port import CompletionStore
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime import idempotency
 from funnel.runtime.clock import Clock, IdSource, RandomIds
 from funnel.runtime.faults import NO_FAULTS, Faults
@@ -97,7 +97,7 @@ class CompletionAuthority:
         self.transcripts = Transcripts(store, clock, faults, metrics=self.metrics)
         self.reopener = Reopener(store, self.transcripts, lifecycle)
 
-    async def lifecycle_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+    async def lifecycle_task(self, workspace_id: str, task_id: str) -> lifecycle_messages.GetTaskResponse:
         """The lifecycle record of a task, with lifecycle errors mapped to this service's."""
         return await self.projection.read(workspace_id, task_id)
 

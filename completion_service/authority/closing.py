@@ -55,7 +55,9 @@ from completion_service.units.holding import holding_run
 from completion_service.units.request_ids import peek
 from completion_service.units.runs import CloseCommand, Closed, Replan
 from funnel.auth.principal import Caller
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.idempotency import Replay, RequestKey
@@ -90,12 +92,12 @@ class _Decided:
         return RunClosed(run, self.decision, self.completion, self.effect, self.effect_reason)
 
 
-def _fenced(task: lpb.Task, run: RunRecord) -> bool:
+def _fenced(task: lifecycle_types.Task, run: RunRecord) -> bool:
     """The run's generation is the current one, open, with its cancellation requested."""
     return (
         task.generation == run.generation
-        and task.state != lpb.GENERATION_STATE_TERMINAL
-        and task.cancellation == lpb.CANCELLATION_STATE_REQUESTED
+        and task.state != lifecycle_enums.GENERATION_STATE_TERMINAL
+        and task.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED
     )
 
 
@@ -263,7 +265,7 @@ class RunCloser:
         workspace_id: str,
         run: RunRecord,
         stored: CompletionRecord | None,
-        current: lpb.GetTaskResponse,
+        current: lifecycle_messages.GetTaskResponse,
         notes: str,
     ) -> tuple[Decision | None, CompletionRecord | None]:
         """DONE the only way there is: a settled completion. One committed already is
@@ -309,7 +311,7 @@ class RunCloser:
         holding = await self._store.read(lambda tx: holding_run(tx, run.workspace_id, run.task_id, now))
         return holding if holding is not None and holding.run_id != run.run_id else None
 
-    async def _cancel(self, workspace_id: str, run: RunRecord, task: lpb.Task) -> None:
-        if task.cancellation != lpb.CANCELLATION_STATE_REQUESTED:
+    async def _cancel(self, workspace_id: str, run: RunRecord, task: lifecycle_types.Task) -> None:
+        if task.cancellation != lifecycle_enums.CANCELLATION_STATE_REQUESTED:
             await self._lifecycle.request_cancellation(workspace_id, run.task_id, run.generation, run.run_id)
         await self._lifecycle.settle_cancellation(workspace_id, run.task_id, run.generation, run.run_id)

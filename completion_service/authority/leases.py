@@ -16,7 +16,8 @@ from completion_service.storage.port import CompletionStore, CompletionTx
 from completion_service.units import runs
 from completion_service.units.request_ids import peek
 from completion_service.units.runs import ClaimCommand, Claimed, RenewCommand
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.clock import Clock, IdSource
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
@@ -92,16 +93,16 @@ class RunsAndLeases:
                 return remembered
             current = await self._projection.read(workspace_id, task_id)
             task = current.task
-            if task.state == lpb.GENERATION_STATE_TERMINAL:
+            if task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
                 raise ServiceError(
                     reject(
                         Reason.GENERATION_TERMINAL,
                         f"generation {task.generation} of task {task_id!r} is terminal",
                         generation=task.generation,
-                        outcome=lpb.TerminalOutcome.Name(task.outcome),
+                        outcome=lifecycle_enums.TerminalOutcome.Name(task.outcome),
                     )
                 )
-            if task.cancellation == lpb.CANCELLATION_STATE_REQUESTED:
+            if task.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED:
                 raise ServiceError(
                     reject(Reason.CANCELLATION_REQUESTED, f"task {task_id!r} has a cancellation request")
                 )
@@ -159,7 +160,7 @@ class RunsAndLeases:
         if run is None or not run.open:
             return
         task = (await self._projection.read(workspace_id, run.task_id)).task
-        if task.generation != run.generation or task.state == lpb.GENERATION_STATE_TERMINAL:
+        if task.generation != run.generation or task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
             return
         try:
             await self._start_work(workspace_id, run.task_id, run.run_id, task)
@@ -168,11 +169,11 @@ class RunsAndLeases:
         except LifecycleUnavailable as exc:
             raise unavailable(exc) from None
 
-    async def _start_work(self, workspace_id: str, task_id: str, run_id: str, task: lpb.Task) -> None:
+    async def _start_work(self, workspace_id: str, task_id: str, run_id: str, task: lifecycle_types.Task) -> None:
         """Activates a registered generation and marks the task IN_PROGRESS, with
         request ids derived from the run so that retries apply it once. Raises the
         lifecycle's refusal or silence as it is."""
-        if task.state == lpb.GENERATION_STATE_REGISTERED:
+        if task.state == lifecycle_enums.GENERATION_STATE_REGISTERED:
             try:
                 await self._lifecycle.activate(workspace_id, task_id, task.generation, run_id)
                 return
@@ -180,12 +181,12 @@ class RunsAndLeases:
                 if exc.reason != "INVALID_TRANSITION":  # else another claim activated it meanwhile
                     raise
                 task = (await self._lifecycle.get_task(workspace_id, task_id)).task
-        if task.work_status != lpb.WORK_STATUS_IN_PROGRESS:
+        if task.work_status != lifecycle_enums.WORK_STATUS_IN_PROGRESS:
             await self._lifecycle.set_work_status(
                 workspace_id,
                 task_id,
                 task.generation,
-                lpb.WORK_STATUS_IN_PROGRESS,
+                lifecycle_enums.WORK_STATUS_IN_PROGRESS,
                 f"{run_id}:in-progress",
                 "claimed by an agent run",
                 run_id,

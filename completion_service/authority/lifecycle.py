@@ -6,11 +6,11 @@ from __future__ import annotations
 from completion_service.clients.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
 from completion_service.core.model import RunRecord
 from completion_service.errors import Reason
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime.errors import ServiceError, reject
 
 
-async def read_task(lifecycle: LifecycleClient, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+async def read_task(lifecycle: LifecycleClient, workspace_id: str, task_id: str) -> lifecycle_messages.GetTaskResponse:
     """The lifecycle record of a task, with lifecycle errors mapped to this service's."""
     try:
         return await lifecycle.get_task(workspace_id, task_id)

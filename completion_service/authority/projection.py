@@ -30,7 +30,7 @@ from completion_service.authority.metrics import Metrics
 from completion_service.clients.lifecycle_client import LifecycleClient, change_of, record_of
 from completion_service.core.model import LifecycleView
 from completion_service.core.projection import WorkspaceProjection
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 
 log = logging.getLogger(__name__)
 # Records kept per workspace (~450 bytes each), the most recently read or served.
@@ -102,7 +102,7 @@ class LifecycleProjection:
         projection = self._projection(workspace_id)
         return projection.view(task_id) if projection is not None else None
 
-    async def read(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+    async def read(self, workspace_id: str, task_id: str) -> lifecycle_messages.GetTaskResponse:
         """The lifecycle record read fresh (errors mapped as read_task's), kept by
         the projection unless a change overtook the read."""
         projection = self._projection(workspace_id)

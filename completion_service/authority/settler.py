@@ -20,7 +20,7 @@ from completion_service.core.settlement import retry_delay_seconds
 from completion_service.storage.port import CompletionStore
 from completion_service.units import settlements
 from completion_service.units.settlements import CancellationOwed, Recorded, Settlement
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime import logs
 from funnel.runtime.clock import Clock
 from funnel.runtime.faults import NO_FAULTS, DroppedReply, Faults
@@ -62,7 +62,7 @@ class Settler:
         records its answer (step 7). Without an answer the row stays PENDING and the
         outbox settler retries with the same request id. Returns the row as it is
         stored afterwards."""
-        response: lpb.SettleCompletionResponse | lpb.SettleFailureResponse
+        response: lifecycle_messages.SettleCompletionResponse | lifecycle_messages.SettleFailureResponse
         try:
             if completion.outcome is RequestedOutcome.COMPLETED:
                 response = await self._lifecycle.settle_completion(

@@ -18,7 +18,8 @@ from completion_service.storage.port import CompletionStore, CompletionTx, Trans
 from completion_service.units import transcripts
 from completion_service.units.transcripts import AppendCommand, Appended, Repaired, TranscriptPage, version_mismatch
 from funnel.auth.table import RESUMING_ROLES
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime import calls
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError, reject
@@ -138,7 +139,11 @@ class Reopener:
         self._lifecycle = lifecycle
 
     async def reopen(
-        self, workspace: str, task: lpb.Task, events: list[grammar.SessionEvent], expected_state_version: int | None
+        self,
+        workspace: str,
+        task: lifecycle_types.Task,
+        events: list[grammar.SessionEvent],
+        expected_state_version: int | None,
     ) -> int:
         """A batch for a terminal generation is accepted only when its first event
         reopens a completed one; the task then moves to generation + 1 first. That
@@ -150,13 +155,14 @@ class Reopener:
         refused = ServiceError(
             reject(
                 Reason.GENERATION_TERMINAL,
-                f"generation {task.generation} is terminal ({lpb.TerminalOutcome.Name(task.outcome)}); only user "
-                "feedback, a prompt resend or a restore to an earlier checkpoint reopens a completed generation",
+                f"generation {task.generation} is terminal ({lifecycle_enums.TerminalOutcome.Name(task.outcome)}); "
+                "only user feedback, a prompt resend or a restore to an earlier checkpoint reopens a completed "
+                "generation",
                 generation=task.generation,
-                outcome=lpb.TerminalOutcome.Name(task.outcome),
+                outcome=lifecycle_enums.TerminalOutcome.Name(task.outcome),
             )
         )
-        outcome = lpb.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_")
+        outcome = lifecycle_enums.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_")
         completion = await self._store.read(lambda tx: tx.load_completion(workspace, task.task_id, task.generation))
         referenced = grammar.checkpoints_referenced(events) | ({completion.checkpoint} if completion else set())
         sequences = await self._transcripts.checkpoints(workspace, task.task_id, referenced)

@@ -14,19 +14,22 @@ from completion_service.api.convert import evidence_to_proto
 from completion_service.clients.outbound import GateChannels
 from completion_service.core.gates import ExternalAnswer, ExternalGate
 from completion_service.core.model import EvidenceRecord, Snapshot
-from funnel.completion.v1 import completion_pb2 as pb
-from funnel.completion.v1 import completion_pb2_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import gate_messages_pb2 as gate_messages
+from funnel.completion.v1 import gate_service_pb2_grpc as gate_grpc
 from funnel.runtime.proto_enums import proto_enum
 
 
 class _Stub(Protocol):
     """What this module calls on the generated CompletionGate stub."""
 
-    EvaluateGate: grpc.aio.UnaryUnaryMultiCallable[pb.EvaluateGateRequest, pb.EvaluateGateResponse]
+    EvaluateGate: grpc.aio.UnaryUnaryMultiCallable[
+        gate_messages.EvaluateGateRequest, gate_messages.EvaluateGateResponse
+    ]
 
 
 # The generated stub module has no .pyi, so its constructor is untyped: this is its type as used here.
-_new_stub: Callable[[grpc.aio.Channel], _Stub] = completion_pb2_grpc.CompletionGateStub
+_new_stub: Callable[[grpc.aio.Channel], _Stub] = gate_grpc.CompletionGateStub
 
 
 class ExternalGates:
@@ -43,13 +46,13 @@ class ExternalGates:
         return {gate.gate_id: answer for gate, answer in zip(gates, answers, strict=True)}
 
     async def _ask(self, gate: ExternalGate, snapshot: Snapshot, evidence: list[EvidenceRecord]) -> ExternalAnswer:
-        request = pb.EvaluateGateRequest(
+        request = gate_messages.EvaluateGateRequest(
             gate_id=gate.gate_id,
             workspace_id=snapshot.workspace_id,
             task_id=snapshot.task_id,
             generation=snapshot.run.generation,
             run_id=snapshot.run.run_id,
-            outcome=proto_enum(pb.RequestedOutcome, snapshot.outcome.value),
+            outcome=proto_enum(completion_enums.RequestedOutcome, snapshot.outcome.value),
             result=snapshot.result,
             state_version=snapshot.evaluated_state_version,
             checkpoint=snapshot.transcript.checkpoint,
@@ -59,8 +62,8 @@ class ExternalGates:
             response = await self._stub(gate.address).EvaluateGate(request, timeout=gate.timeout_ms / 1000)
         except grpc.aio.AioRpcError as error:
             return ExternalAnswer(None, f"{error.code().name}: {error.details()}")
-        if response.status == pb.GATE_STATUS_PASSED:
+        if response.status == completion_enums.GATE_STATUS_PASSED:
             return ExternalAnswer(True, response.reason)
-        if response.status == pb.GATE_STATUS_FAILED:
+        if response.status == completion_enums.GATE_STATUS_FAILED:
             return ExternalAnswer(False, response.reason)
         return ExternalAnswer(None, "the gate answered without a PASSED or FAILED status")

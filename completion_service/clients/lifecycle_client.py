@@ -21,8 +21,10 @@ from completion_service.core.model import LifecycleState
 from completion_service.core.projection import Change, Record
 from completion_service.core.settlement import SettleAnswer, classify_failure
 from funnel.auth.principal import Caller
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info, status_error_info
 from funnel.runtime.proto_enums import proto_enum
 from funnel.runtime.timestamps import to_timestamp
@@ -37,12 +39,12 @@ class _Stub(Protocol):
     """The part of the generated stub this client calls as an attribute (`_call` looks up the unary RPCs by name)."""
 
     WatchLifecycleEvents: grpc.aio.UnaryStreamMultiCallable[
-        lpb.WatchLifecycleEventsRequest, lpb.WatchLifecycleEventsResponse
+        lifecycle_messages.WatchLifecycleEventsRequest, lifecycle_messages.WatchLifecycleEventsResponse
     ]
 
 
 # The generated stub module has no .pyi, so its constructor is untyped: this is its type as used here.
-_new_stub: Callable[[grpc.aio.Channel], _Stub] = lifecycle_pb2_grpc.TaskLifecycleServiceStub
+_new_stub: Callable[[grpc.aio.Channel], _Stub] = lifecycle_grpc.TaskLifecycleServiceStub
 
 
 class LifecycleRejected(Exception):
@@ -56,33 +58,33 @@ class LifecycleUnavailable(Exception):
     """No answer: the intent may or may not have been applied."""
 
 
-def record_of(current: lpb.GetTaskResponse) -> Record:
+def record_of(current: lifecycle_messages.GetTaskResponse) -> Record:
     task = current.task
     return Record(
         generation=task.generation,
         revision=task.revision,
         state=LifecycleState(task.state),
         outcome=_outcome(task.outcome),
-        cancellation_requested=task.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        cancellation_requested=task.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED,
         open_children=frozenset(current.open_attached_child_task_ids),
     )
 
 
-def change_of(event: lpb.LifecycleEvent) -> Change:
-    attached = event.HasField("parent") and event.parent.mode == lpb.PARENT_LINK_MODE_ATTACHED
+def change_of(event: lifecycle_types.LifecycleEvent) -> Change:
+    attached = event.HasField("parent") and event.parent.mode == lifecycle_enums.PARENT_LINK_MODE_ATTACHED
     return Change(
         task_id=event.task_id,
         generation=event.generation,
         revision=event.revision,
         state=LifecycleState(event.to_state),
         outcome=_outcome(event.outcome),
-        cancellation_requested=event.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
+        cancellation_requested=event.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED,
         attached_to=(event.parent.task_id, event.parent.generation) if attached else None,
     )
 
 
 def _outcome(outcome: int) -> str | None:
-    return lpb.TerminalOutcome.Name(outcome).removeprefix("TERMINAL_OUTCOME_") if outcome else None
+    return lifecycle_enums.TerminalOutcome.Name(outcome).removeprefix("TERMINAL_OUTCOME_") if outcome else None
 
 
 def _classified(code: str, message: str, info: error_details_pb2.ErrorInfo | None) -> Exception:
@@ -92,7 +94,9 @@ def _classified(code: str, message: str, info: error_details_pb2.ErrorInfo | Non
     return LifecycleUnavailable(f"{code}: {message}")
 
 
-def _item_answer(result: lpb.SettleCompletionsResult) -> lpb.SettleCompletionResponse | Exception:
+def _item_answer(
+    result: lifecycle_messages.SettleCompletionsResult,
+) -> lifecycle_messages.SettleCompletionResponse | Exception:
     if result.HasField("settled"):
         return result.settled
     status = result.error
@@ -144,37 +148,39 @@ class LifecycleClient:
                 )
             raise _classified(error.code().name, error.details() or "", error_info(error)) from None
 
-    async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
-        response: lpb.GetTaskResponse = await self._call(
-            "GetTask", lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id)
+    async def get_task(self, workspace_id: str, task_id: str) -> lifecycle_messages.GetTaskResponse:
+        response: lifecycle_messages.GetTaskResponse = await self._call(
+            "GetTask", lifecycle_messages.GetTaskRequest(workspace_id=workspace_id, task_id=task_id)
         )
         return response
 
     def watch_from_head(
         self, workspace_id: str
-    ) -> grpc.aio.UnaryStreamCall[lpb.WatchLifecycleEventsRequest, lpb.WatchLifecycleEventsResponse]:
+    ) -> grpc.aio.UnaryStreamCall[
+        lifecycle_messages.WatchLifecycleEventsRequest, lifecycle_messages.WatchLifecycleEventsResponse
+    ]:
         """A workspace's lifecycle events from the head on, without a deadline: the
         head marker, then every later event. Its failures are gRPC's own errors."""
         return self._stub.WatchLifecycleEvents(
-            lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, from_head=True),
+            lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=workspace_id, from_head=True),
             metadata=self._channel.metadata(),
         )
 
     @staticmethod
-    def _cause(reason: str, **ids: str) -> lpb.Cause:
-        return lpb.Cause(source=SOURCE, reason=reason, originating_ids={k: v for k, v in ids.items() if v})
+    def _cause(reason: str, **ids: str) -> lifecycle_types.Cause:
+        return lifecycle_types.Cause(source=SOURCE, reason=reason, originating_ids={k: v for k, v in ids.items() if v})
 
     async def activate(
         self, workspace_id: str, task_id: str, generation: int, run_id: str
-    ) -> lpb.ActivateGenerationResponse:
-        response: lpb.ActivateGenerationResponse = await self._call(
+    ) -> lifecycle_messages.ActivateGenerationResponse:
+        response: lifecycle_messages.ActivateGenerationResponse = await self._call(
             "ActivateGeneration",
-            lpb.ActivateGenerationRequest(
+            lifecycle_messages.ActivateGenerationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
                 request_id=f"{run_id}:activate",
-                work_status=lpb.WORK_STATUS_IN_PROGRESS,
+                work_status=lifecycle_enums.WORK_STATUS_IN_PROGRESS,
                 cause=self._cause("claimed by an agent run", run_id=run_id),
             ),
         )
@@ -182,14 +188,14 @@ class LifecycleClient:
 
     async def set_work_status(
         self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str, reason: str, run_id: str
-    ) -> lpb.SetWorkStatusResponse:
-        response: lpb.SetWorkStatusResponse = await self._call(
+    ) -> lifecycle_messages.SetWorkStatusResponse:
+        response: lifecycle_messages.SetWorkStatusResponse = await self._call(
             "SetWorkStatus",
-            lpb.SetWorkStatusRequest(
+            lifecycle_messages.SetWorkStatusRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
-                work_status=proto_enum(lpb.WorkStatus, status),
+                work_status=proto_enum(lifecycle_enums.WorkStatus, status),
                 request_id=request_id,
                 cause=self._cause(reason, run_id=run_id),
             ),
@@ -198,10 +204,10 @@ class LifecycleClient:
 
     async def request_cancellation(
         self, workspace_id: str, task_id: str, generation: int, run_id: str
-    ) -> lpb.RequestCancellationResponse:
-        response: lpb.RequestCancellationResponse = await self._call(
+    ) -> lifecycle_messages.RequestCancellationResponse:
+        response: lifecycle_messages.RequestCancellationResponse = await self._call(
             "RequestCancellation",
-            lpb.RequestCancellationRequest(
+            lifecycle_messages.RequestCancellationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
@@ -221,12 +227,12 @@ class LifecycleClient:
         request_id: str | None = None,
         reason: str = "agent run closed as cancelled",
         completion_id: str = "",
-    ) -> lpb.SettleCancellationResponse:
+    ) -> lifecycle_messages.SettleCancellationResponse:
         """By default the cancellation a run closed as cancelled settles; a fenced
         generation's end names its own request id and reason."""
-        response: lpb.SettleCancellationResponse = await self._call(
+        response: lifecycle_messages.SettleCancellationResponse = await self._call(
             "SettleCancellation",
-            lpb.SettleCancellationRequest(
+            lifecycle_messages.SettleCancellationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
@@ -238,10 +244,10 @@ class LifecycleClient:
 
     async def settle_completion(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, authoritative_at: int, run_id: str
-    ) -> lpb.SettleCompletionResponse:
+    ) -> lifecycle_messages.SettleCompletionResponse:
         """Settled alone, or with the others due at the same time (settle_batches)."""
         return await self._settlements.settle(
-            lpb.SettleCompletionRequest(
+            lifecycle_messages.SettleCompletionRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
@@ -253,24 +259,24 @@ class LifecycleClient:
         )
 
     async def _send_settlements(
-        self, items: list[lpb.SettleCompletionRequest]
-    ) -> list[lpb.SettleCompletionResponse | Exception]:
+        self, items: list[lifecycle_messages.SettleCompletionRequest]
+    ) -> list[lifecycle_messages.SettleCompletionResponse | Exception]:
         if len(items) == 1:
             try:
-                settled: lpb.SettleCompletionResponse = await self._call("SettleCompletion", items[0])
+                settled: lifecycle_messages.SettleCompletionResponse = await self._call("SettleCompletion", items[0])
                 return [settled]
             except LifecycleRejected as exc:
                 return [exc]
-        batch = lpb.SettleCompletionsRequest(workspace_id=items[0].workspace_id, items=items)
-        response: lpb.SettleCompletionsResponse = await self._call("SettleCompletions", batch)
+        batch = lifecycle_messages.SettleCompletionsRequest(workspace_id=items[0].workspace_id, items=items)
+        response: lifecycle_messages.SettleCompletionsResponse = await self._call("SettleCompletions", batch)
         return [_item_answer(result) for result in response.results]
 
     async def settle_failure(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, run_id: str
-    ) -> lpb.SettleFailureResponse:
-        response: lpb.SettleFailureResponse = await self._call(
+    ) -> lifecycle_messages.SettleFailureResponse:
+        response: lifecycle_messages.SettleFailureResponse = await self._call(
             "SettleFailure",
-            lpb.SettleFailureRequest(
+            lifecycle_messages.SettleFailureRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
@@ -282,18 +288,18 @@ class LifecycleClient:
 
     async def resume_with_generation(
         self, workspace_id: str, task_id: str, generation: int, request_id: str, reason: str, on_behalf_of: Caller
-    ) -> lpb.ResumeWithGenerationResponse:
+    ) -> lifecycle_messages.ResumeWithGenerationResponse:
         """A resume for this service's caller `on_behalf_of`, whom the lifecycle
         service records on the event (after judging that it may resume)."""
-        response: lpb.ResumeWithGenerationResponse = await self._call(
+        response: lifecycle_messages.ResumeWithGenerationResponse = await self._call(
             "ResumeWithGeneration",
-            lpb.ResumeWithGenerationRequest(
+            lifecycle_messages.ResumeWithGenerationRequest(
                 workspace_id=workspace_id,
                 task_id=task_id,
                 generation=generation,
                 request_id=request_id,
                 cause=self._cause(reason),
-                on_behalf_of=lpb.Caller(subject=on_behalf_of.subject, role=on_behalf_of.role),
+                on_behalf_of=lifecycle_types.Caller(subject=on_behalf_of.subject, role=on_behalf_of.role),
             ),
         )
         return response

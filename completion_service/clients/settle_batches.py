@@ -22,13 +22,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 
 # The lifecycle service's limit on the items of one SettleCompletions call.
 MAX_ITEMS = 64
 
-Settled = lpb.SettleCompletionResponse
-Send = Callable[[list[lpb.SettleCompletionRequest]], Awaitable[list["Settled | Exception"]]]
+Settled = lifecycle_messages.SettleCompletionResponse
+Send = Callable[[list[lifecycle_messages.SettleCompletionRequest]], Awaitable[list["Settled | Exception"]]]
 
 
 class _YourTurn:
@@ -46,7 +46,7 @@ class _Line:
 
 @dataclass
 class _Waiter:
-    request: lpb.SettleCompletionRequest
+    request: lifecycle_messages.SettleCompletionRequest
     answer: asyncio.Future[Settled | Exception | _YourTurn]
 
 
@@ -61,7 +61,7 @@ class SettleBatches:
         self._max_items = max_items
         self._lines: dict[str, _Line] = {}
 
-    async def settle(self, request: lpb.SettleCompletionRequest) -> Settled:
+    async def settle(self, request: lifecycle_messages.SettleCompletionRequest) -> Settled:
         line = self._lines.setdefault(request.workspace_id, _Line())
         me = _Waiter(request, asyncio.get_running_loop().create_future())
         line.waiting.append(me)

@@ -30,10 +30,14 @@ from funnel.auth.client import bearer_interceptors
 from funnel.client.credentials import Tls, TokenSource, local_tokens
 from funnel.client.errors import FunnelError
 from funnel.client.retry import RetryPolicy, watch_cut, with_retries
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 
 # `funnel up`'s ports.
 DEFAULT_LIFECYCLE = "127.0.0.1:50051"
@@ -88,9 +92,9 @@ class FunnelClient:
         self._metadata: tuple[tuple[str, str], ...] | None = None
         # The generated stubs, for the RPCs without a method here (through `call`).
         # grpcio-tools leaves their constructors unannotated.
-        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])  # type: ignore[no-untyped-call]
-        self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])  # type: ignore[no-untyped-call]
-        self.transcripts = transcript_pb2_grpc.TranscriptServiceStub(self._channels[1])  # type: ignore[no-untyped-call]
+        self.lifecycle = lifecycle_grpc.TaskLifecycleServiceStub(self._channels[0])  # type: ignore[no-untyped-call]
+        self.completion = completion_grpc.CompletionServiceStub(self._channels[1])  # type: ignore[no-untyped-call]
+        self.transcripts = transcript_grpc.TranscriptServiceStub(self._channels[1])  # type: ignore[no-untyped-call]
 
     @classmethod
     def from_data_dir(
@@ -167,39 +171,41 @@ class FunnelClient:
         workspace_id: str,
         task_id: str,
         *,
-        cause: lpb.Cause | None = None,
-        parent: lpb.ParentLink | None = None,
+        cause: lifecycle_types.Cause | None = None,
+        parent: lifecycle_types.ParentLink | None = None,
         request_id: str | None = None,
-    ) -> lpb.RegisterTaskResponse:
+    ) -> lifecycle_messages.RegisterTaskResponse:
         """Registers `task_id` (generation 1, `REGISTERED`). Raises FunnelError,
         e.g. `TASK_ALREADY_EXISTS` for a task registered by another request."""
-        request = lpb.RegisterTaskRequest(
+        request = lifecycle_messages.RegisterTaskRequest(
             workspace_id=workspace_id,
             task_id=task_id,
             cause=cause,
             parent=parent,
             request_id=request_id or new_request_id(),
         )
-        response: lpb.RegisterTaskResponse = await self.call(self.lifecycle.RegisterTask, request)
+        response: lifecycle_messages.RegisterTaskResponse = await self.call(self.lifecycle.RegisterTask, request)
         return response
 
-    async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+    async def get_task(self, workspace_id: str, task_id: str) -> lifecycle_messages.GetTaskResponse:
         """The task as the lifecycle service has it (the truth about terminality).
         Raises FunnelError (`TASK_NOT_FOUND`, ...)."""
-        request = lpb.GetTaskRequest(workspace_id=workspace_id, task_id=task_id)
-        response: lpb.GetTaskResponse = await self.call(self.lifecycle.GetTask, request)
+        request = lifecycle_messages.GetTaskRequest(workspace_id=workspace_id, task_id=task_id)
+        response: lifecycle_messages.GetTaskResponse = await self.call(self.lifecycle.GetTask, request)
         return response
 
-    async def list_lifecycle_events(self, workspace_id: str, task_id: str) -> list[lpb.LifecycleEvent]:
+    async def list_lifecycle_events(self, workspace_id: str, task_id: str) -> list[lifecycle_types.LifecycleEvent]:
         """Every lifecycle event of the task, in commit order (all pages).
         Raises FunnelError."""
-        events: list[lpb.LifecycleEvent] = []
+        events: list[lifecycle_types.LifecycleEvent] = []
         page_token = ""
         while True:
-            request = lpb.ListLifecycleEventsRequest(
+            request = lifecycle_messages.ListLifecycleEventsRequest(
                 workspace_id=workspace_id, task_id=task_id, page_size=1000, page_token=page_token
             )
-            page: lpb.ListLifecycleEventsResponse = await self.call(self.lifecycle.ListLifecycleEvents, request)
+            page: lifecycle_messages.ListLifecycleEventsResponse = await self.call(
+                self.lifecycle.ListLifecycleEvents, request
+            )
             events += page.events
             page_token = page.next_page_token
             if not page_token:
@@ -213,7 +219,7 @@ class FunnelClient:
         after_sequence: int = 0,
         retry: RetryPolicy | None = None,
         on_break: BreakHook | None = None,
-    ) -> AsyncIterator[lpb.LifecycleEvent]:
+    ) -> AsyncIterator[lifecycle_types.LifecycleEvent]:
         """The workspace's (or one task's) lifecycle events after `after_sequence`:
         the backlog, then live ones as they commit, without end. A stream broken
         by UNAVAILABLE (a stopping server, a lost connection), cancelled by the
@@ -224,7 +230,9 @@ class FunnelClient:
         late. Raises FunnelError when it cannot go on."""
         return self._watch(
             lambda after: self.lifecycle.WatchLifecycleEvents(
-                lpb.WatchLifecycleEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
+                lifecycle_messages.WatchLifecycleEventsRequest(
+                    workspace_id=workspace_id, task_id=task_id, after_sequence=after
+                ),
                 metadata=self._metadata,
             ),
             after_sequence,
@@ -242,42 +250,42 @@ class FunnelClient:
         *,
         lease_ttl: float = 60.0,
         request_id: str | None = None,
-    ) -> cpb.ClaimTaskResponse:
+    ) -> completion_messages.ClaimTaskResponse:
         """Opens a run of `agent_id` holding the task's lease for `lease_ttl`
         seconds; the lifecycle service then shows the task ACTIVE, IN_PROGRESS.
         Keep `run.run_id`, `run.generation` and `lease.epoch` for the later calls.
         Raises FunnelError (`LEASE_HELD` while another run holds it, ...)."""
-        request = cpb.ClaimTaskRequest(
+        request = completion_messages.ClaimTaskRequest(
             workspace_id=workspace_id,
             task_id=task_id,
             agent_id=agent_id,
             lease_ttl=_duration(lease_ttl),
             request_id=request_id or new_request_id(),
         )
-        response: cpb.ClaimTaskResponse = await self.call(self.completion.ClaimTask, request)
+        response: completion_messages.ClaimTaskResponse = await self.call(self.completion.ClaimTask, request)
         return response
 
-    async def get_run(self, workspace_id: str, run_id: str) -> cpb.GetRunResponse:
+    async def get_run(self, workspace_id: str, run_id: str) -> completion_messages.GetRunResponse:
         """The run as the completion service has it: its task, generation, lease
         epoch and expiry, and whether it is closed. Raises FunnelError
         (`RUN_NOT_FOUND`, ...)."""
-        request = cpb.GetRunRequest(workspace_id=workspace_id, run_id=run_id)
-        response: cpb.GetRunResponse = await self.call(self.completion.GetRun, request)
+        request = completion_messages.GetRunRequest(workspace_id=workspace_id, run_id=run_id)
+        response: completion_messages.GetRunResponse = await self.call(self.completion.GetRun, request)
         return response
 
     async def renew_lease(
         self, workspace_id: str, run_id: str, epoch: int, *, lease_ttl: float = 60.0, request_id: str | None = None
-    ) -> cpb.RenewLeaseResponse:
+    ) -> completion_messages.RenewLeaseResponse:
         """Moves the lease's expiry to now + `lease_ttl` seconds. Raises FunnelError
         (`LEASE_NOT_CURRENT` once another claim fenced this one, ...)."""
-        request = cpb.RenewLeaseRequest(
+        request = completion_messages.RenewLeaseRequest(
             workspace_id=workspace_id,
             run_id=run_id,
             epoch=epoch,
             lease_ttl=_duration(lease_ttl),
             request_id=request_id or new_request_id(),
         )
-        response: cpb.RenewLeaseResponse = await self.call(self.completion.RenewLease, request)
+        response: completion_messages.RenewLeaseResponse = await self.call(self.completion.RenewLease, request)
         return response
 
     async def record_evidence(
@@ -286,16 +294,16 @@ class FunnelClient:
         task_id: str,
         generation: int,
         kind: str,
-        verdict: cpb.EvidenceVerdict,
+        verdict: completion_enums.EvidenceVerdict,
         *,
         checkpoint: str = "",
         details: str = "",
         run_id: str = "",
         request_id: str | None = None,
-    ) -> cpb.RecordEvidenceResponse:
+    ) -> completion_messages.RecordEvidenceResponse:
         """Stores one fact (e.g. kind `tests`, `EVIDENCE_VERDICT_PASSED`) about the
         task generation at `checkpoint`, for the evidence gate. Raises FunnelError."""
-        request = cpb.RecordEvidenceRequest(
+        request = completion_messages.RecordEvidenceRequest(
             workspace_id=workspace_id,
             task_id=task_id,
             generation=generation,
@@ -306,7 +314,7 @@ class FunnelClient:
             run_id=run_id,
             request_id=request_id or new_request_id(),
         )
-        response: cpb.RecordEvidenceResponse = await self.call(self.completion.RecordEvidence, request)
+        response: completion_messages.RecordEvidenceResponse = await self.call(self.completion.RecordEvidence, request)
         return response
 
     async def attempt_completion(
@@ -317,15 +325,15 @@ class FunnelClient:
         epoch: int,
         *,
         result: str,
-        outcome: cpb.RequestedOutcome = cpb.REQUESTED_OUTCOME_COMPLETED,
+        outcome: completion_enums.RequestedOutcome = completion_enums.REQUESTED_OUTCOME_COMPLETED,
         state_version: int | None = None,
         request_id: str | None = None,
-    ) -> cpb.AttemptCompletionResponse:
+    ) -> completion_messages.AttemptCompletionResponse:
         """Asks the gates to judge the run's completion. A block is an answer,
         not an error: read `decision.verdict` and `decision.next_action`. An
         `ALLOW` commits the completion and settles it with the lifecycle
         service (`completion.settlement`). Raises FunnelError for a refused call."""
-        request = cpb.AttemptCompletionRequest(
+        request = completion_messages.AttemptCompletionRequest(
             workspace_id=workspace_id,
             task_id=task_id,
             run_id=run_id,
@@ -335,27 +343,29 @@ class FunnelClient:
             state_version=state_version,
             request_id=request_id or new_request_id(),
         )
-        response: cpb.AttemptCompletionResponse = await self.call(self.completion.AttemptCompletion, request)
+        response: completion_messages.AttemptCompletionResponse = await self.call(
+            self.completion.AttemptCompletion, request
+        )
         return response
 
     async def complete_run(
         self,
         workspace_id: str,
         run_id: str,
-        outcome: cpb.RunOutcome,
+        outcome: completion_enums.RunOutcome,
         *,
         notes: str = "",
         error: str = "",
         tokens_input: int | None = None,
         tokens_output: int | None = None,
         tokens_total: int | None = None,
-        final_status: cpb.FinalStatus = cpb.FINAL_STATUS_UNSPECIFIED,
+        final_status: completion_enums.FinalStatus = completion_enums.FINAL_STATUS_UNSPECIFIED,
         request_id: str | None = None,
-    ) -> cpb.CompleteRunResponse:
+    ) -> completion_messages.CompleteRunResponse:
         """Closes the run (seed 001's `complete_task`) and applies its final
         status through the lifecycle service; `task_effect` says what that did
         to the task. Raises FunnelError (`RUN_ALREADY_FINISHED`, ...)."""
-        request = cpb.CompleteRunRequest(
+        request = completion_messages.CompleteRunRequest(
             workspace_id=workspace_id,
             run_id=run_id,
             outcome=outcome,
@@ -367,7 +377,7 @@ class FunnelClient:
             final_status=final_status,
             request_id=request_id or new_request_id(),
         )
-        response: cpb.CompleteRunResponse = await self.call(self.completion.CompleteRun, request)
+        response: completion_messages.CompleteRunResponse = await self.call(self.completion.CompleteRun, request)
         return response
 
     def watch_completion_events(
@@ -378,13 +388,15 @@ class FunnelClient:
         after_sequence: int = 0,
         retry: RetryPolicy | None = None,
         on_break: BreakHook | None = None,
-    ) -> AsyncIterator[cpb.CompletionEvent]:
+    ) -> AsyncIterator[completion_types.CompletionEvent]:
         """The workspace's (or one task's) completion events (decisions,
         settlements, closed runs) after `after_sequence`, backlog then live, resumed
         like watch_lifecycle_events. Raises FunnelError when it cannot go on."""
         return self._watch(
             lambda after: self.completion.WatchCompletionEvents(
-                cpb.WatchCompletionEventsRequest(workspace_id=workspace_id, task_id=task_id, after_sequence=after),
+                completion_messages.WatchCompletionEventsRequest(
+                    workspace_id=workspace_id, task_id=task_id, after_sequence=after
+                ),
                 metadata=self._metadata,
             ),
             after_sequence,

@@ -439,11 +439,20 @@ def _serialized(file: FileDescriptor) -> bytes:
     return proto.SerializeToString()
 
 
-def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str]) -> None:
+def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str], files: Sequence[FileDescriptor]) -> None:
     """Serves gRPC reflection as `grpc.reflection.v1` (what current tools ask for)
     and `grpc.reflection.v1alpha`. grpcio-reflection implements only v1alpha; the
     v1 protocol has the same messages under another package name, so the same
-    servicer answers both (the bytes on the wire are identical)."""
+    servicer answers both (the bytes on the wire are identical).
+
+    Reflection lists `service_names` and describes what the default descriptor pool
+    holds. `files` are the contract's files that the generated stubs do not load:
+    those that declare the services listed (the stubs import only the messages),
+    and those no service file imports (errors.proto). Raises ValueError when no
+    file of `files` declares a service listed."""
+    declared = {service.full_name for file in files for service in file.services_by_name.values()}
+    if undeclared := sorted(set(service_names) - declared):
+        raise ValueError(f"no file given to describe declares {undeclared}")
     names = [*service_names, REFLECTION_V1, reflection.SERVICE_NAME, "grpc.health.v1.Health"]
     _describe_reflection_v1()
     servicer = ReflectionServicer(names)

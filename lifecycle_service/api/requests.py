@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any, Protocol, TypedDict, cast
 
 from funnel.auth.principal import Caller, Role
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.paging import MAX_PAGE_SIZE
 from funnel.runtime.timestamps import timestamp_problem, to_micros
 from funnel.runtime.validation import MAX_ID_LENGTH, Checker
@@ -48,7 +50,7 @@ class _Mutation(Protocol):
     @property
     def expected_revision(self) -> int: ...
     @property
-    def cause(self) -> pb.Cause: ...
+    def cause(self) -> lifecycle_types.Cause: ...
     def HasField(self, field_name: Any) -> bool: ...
 
 
@@ -111,7 +113,7 @@ def _settable_status(checker: Checker, field: str, value: int, *, required: bool
         checker.enum(field, value, _SETTABLE, required=required)
 
 
-def register_task(request: pb.RegisterTaskRequest) -> i.RegisterTask:
+def register_task(request: lifecycle_messages.RegisterTaskRequest) -> i.RegisterTask:
     checker = Checker()
     _check_header(checker, request, with_generation=False)
     parent = None
@@ -127,7 +129,7 @@ def register_task(request: pb.RegisterTaskRequest) -> i.RegisterTask:
     return i.RegisterTask(parent=parent, **_header(request))
 
 
-def activate_generation(request: pb.ActivateGenerationRequest) -> i.ActivateGeneration:
+def activate_generation(request: lifecycle_messages.ActivateGenerationRequest) -> i.ActivateGeneration:
     checker = Checker()
     _check_header(checker, request)
     _settable_status(checker, "work_status", request.work_status, required=False)
@@ -136,7 +138,7 @@ def activate_generation(request: pb.ActivateGenerationRequest) -> i.ActivateGene
     return i.ActivateGeneration(generation=request.generation, work_status=status, **_header(request))
 
 
-def set_work_status(request: pb.SetWorkStatusRequest) -> i.SetWorkStatus:
+def set_work_status(request: lifecycle_messages.SetWorkStatusRequest) -> i.SetWorkStatus:
     checker = Checker()
     _check_header(checker, request)
     _settable_status(checker, "work_status", request.work_status, required=True)
@@ -146,7 +148,7 @@ def set_work_status(request: pb.SetWorkStatusRequest) -> i.SetWorkStatus:
     )
 
 
-def settle_completion(request: pb.SettleCompletionRequest) -> i.SettleCompletion:
+def settle_completion(request: lifecycle_messages.SettleCompletionRequest) -> i.SettleCompletion:
     checker = Checker()
     _check_header(checker, request)
     checker.identifier("completion_id", request.completion_id)
@@ -169,7 +171,7 @@ def settle_completion(request: pb.SettleCompletionRequest) -> i.SettleCompletion
 MAX_SETTLE_ITEMS = 64
 
 
-def check_settle_completions(request: pb.SettleCompletionsRequest) -> None:
+def check_settle_completions(request: lifecycle_messages.SettleCompletionsRequest) -> None:
     """The call's own fields; each item is checked as SettleCompletion checks it,
     and answered on its own (service.SettleCompletions)."""
     checker = Checker()
@@ -196,7 +198,7 @@ def plain_intent(intent_type: type[i.Intent], request: _GenerationMutation) -> i
     return intent_type(generation=request.generation, **_header(request))
 
 
-def resume_with_generation(request: pb.ResumeWithGenerationRequest) -> tuple[i.Intent, Caller | None]:
+def resume_with_generation(request: lifecycle_messages.ResumeWithGenerationRequest) -> tuple[i.Intent, Caller | None]:
     """The resume intent, and the caller it is resumed for (`on_behalf_of`), if named."""
     checker = Checker()
     _check_header(checker, request)
@@ -211,7 +213,7 @@ def resume_with_generation(request: pb.ResumeWithGenerationRequest) -> tuple[i.I
     return intent, Caller(named.subject, named.role) if named is not None else None
 
 
-def task_key(request: pb.GetTaskRequest) -> None:
+def task_key(request: lifecycle_messages.GetTaskRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
@@ -222,7 +224,7 @@ def page(checker: Checker, page_size: int) -> None:
     checker.integer("page_size", page_size, minimum=0, maximum=MAX_PAGE_SIZE)
 
 
-def list_tasks(request: pb.ListTasksRequest) -> tuple[TaskQuery, bool]:
+def list_tasks(request: lifecycle_messages.ListTasksRequest) -> tuple[TaskQuery, bool]:
     """The listing's filters, and whether it is in last-change order."""
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
@@ -232,7 +234,7 @@ def list_tasks(request: pb.ListTasksRequest) -> tuple[TaskQuery, bool]:
     checker.enum("outcome", request.outcome, [o.value for o in Outcome], required=False)
     checker.enum("work_status", request.work_status, _WORK_STATUSES, required=False)
     checker.identifier("task_id_prefix", request.task_id_prefix, required=False)
-    checker.enum("order", request.order, list(pb.TaskOrder.values()), required=False)
+    checker.enum("order", request.order, list(lifecycle_enums.TaskOrder.values()), required=False)
     raise_if_invalid(checker)
     query = TaskQuery(
         parent_task_id=request.parent_task_id or None,
@@ -241,16 +243,16 @@ def list_tasks(request: pb.ListTasksRequest) -> tuple[TaskQuery, bool]:
         work_status=WorkStatus(request.work_status) if request.work_status else None,
         task_id_prefix=request.task_id_prefix,
     )
-    return query, request.order == pb.TASK_ORDER_LAST_CHANGE
+    return query, request.order == lifecycle_enums.TASK_ORDER_LAST_CHANGE
 
 
-def count_tasks(request: pb.CountTasksRequest) -> None:
+def count_tasks(request: lifecycle_messages.CountTasksRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     raise_if_invalid(checker)
 
 
-def list_events(request: pb.ListLifecycleEventsRequest) -> None:
+def list_events(request: lifecycle_messages.ListLifecycleEventsRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id)
@@ -258,7 +260,7 @@ def list_events(request: pb.ListLifecycleEventsRequest) -> None:
     raise_if_invalid(checker)
 
 
-def watch(request: pb.WatchLifecycleEventsRequest) -> None:
+def watch(request: lifecycle_messages.WatchLifecycleEventsRequest) -> None:
     checker = Checker()
     checker.identifier("workspace_id", request.workspace_id)
     checker.identifier("task_id", request.task_id, required=False)

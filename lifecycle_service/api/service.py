@@ -12,8 +12,9 @@ import grpc
 from google.protobuf.message import Message
 
 from funnel.auth.principal import Caller
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel.runtime import calls
 from funnel.runtime.errors import Rejection, ServiceError, reject, storage_unavailable
 from funnel.runtime.grpc_errors import status_message
@@ -48,22 +49,24 @@ Context = grpc.aio.ServicerContext[Any, Any]
 _Response = TypeVar("_Response", bound=Message)
 
 
-def publisher(broker: EventBroker[pb.WatchLifecycleEventsResponse]) -> Callable[[LifecycleEvent], None]:
+def publisher(broker: EventBroker[lifecycle_messages.WatchLifecycleEventsResponse]) -> Callable[[LifecycleEvent], None]:
     """The store's after-commit hook: hands each committed event to the watch streams."""
 
     def publish(event: LifecycleEvent) -> None:
         broker.publish(
-            event.workspace_id, event.task_id, lambda: pb.WatchLifecycleEventsResponse(event=event_to_proto(event))
+            event.workspace_id,
+            event.task_id,
+            lambda: lifecycle_messages.WatchLifecycleEventsResponse(event=event_to_proto(event)),
         )
 
     return publish
 
 
-class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
+class LifecycleService(lifecycle_grpc.TaskLifecycleServiceServicer):
     def __init__(
         self,
         authority: LifecycleAuthority,
-        broker: EventBroker[pb.WatchLifecycleEventsResponse],
+        broker: EventBroker[lifecycle_messages.WatchLifecycleEventsResponse],
         watch_quota: WatchQuota,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
@@ -114,52 +117,69 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         assert isinstance(result, Rejection), result
         raise ServiceError(result)
 
-    async def RegisterTask(self, request: pb.RegisterTaskRequest, context: Context) -> pb.RegisterTaskResponse:
+    async def RegisterTask(
+        self, request: lifecycle_messages.RegisterTaskRequest, context: Context
+    ) -> lifecycle_messages.RegisterTaskResponse:
         return await self._mutate(
-            "RegisterTask", request, context, pb.RegisterTaskResponse, requests.register_task(request)
+            "RegisterTask", request, context, lifecycle_messages.RegisterTaskResponse, requests.register_task(request)
         )
 
     async def ActivateGeneration(
-        self, request: pb.ActivateGenerationRequest, context: Context
-    ) -> pb.ActivateGenerationResponse:
+        self, request: lifecycle_messages.ActivateGenerationRequest, context: Context
+    ) -> lifecycle_messages.ActivateGenerationResponse:
         intent = requests.activate_generation(request)
-        return await self._mutate("ActivateGeneration", request, context, pb.ActivateGenerationResponse, intent)
+        return await self._mutate(
+            "ActivateGeneration", request, context, lifecycle_messages.ActivateGenerationResponse, intent
+        )
 
     async def SuspendGeneration(
-        self, request: pb.SuspendGenerationRequest, context: Context
-    ) -> pb.SuspendGenerationResponse:
+        self, request: lifecycle_messages.SuspendGenerationRequest, context: Context
+    ) -> lifecycle_messages.SuspendGenerationResponse:
         intent = requests.plain_intent(i.SuspendGeneration, request)
-        return await self._mutate("SuspendGeneration", request, context, pb.SuspendGenerationResponse, intent)
+        return await self._mutate(
+            "SuspendGeneration", request, context, lifecycle_messages.SuspendGenerationResponse, intent
+        )
 
     async def ResumeWithGeneration(
-        self, request: pb.ResumeWithGenerationRequest, context: Context
-    ) -> pb.ResumeWithGenerationResponse:
+        self, request: lifecycle_messages.ResumeWithGenerationRequest, context: Context
+    ) -> lifecycle_messages.ResumeWithGenerationResponse:
         intent, on_behalf_of = requests.resume_with_generation(request)
         return await self._mutate(
-            "ResumeWithGeneration", request, context, pb.ResumeWithGenerationResponse, intent, on_behalf_of
+            "ResumeWithGeneration",
+            request,
+            context,
+            lifecycle_messages.ResumeWithGenerationResponse,
+            intent,
+            on_behalf_of,
         )
 
     async def RequestCancellation(
-        self, request: pb.RequestCancellationRequest, context: Context
-    ) -> pb.RequestCancellationResponse:
+        self, request: lifecycle_messages.RequestCancellationRequest, context: Context
+    ) -> lifecycle_messages.RequestCancellationResponse:
         intent = requests.plain_intent(i.RequestCancellation, request)
-        return await self._mutate("RequestCancellation", request, context, pb.RequestCancellationResponse, intent)
+        return await self._mutate(
+            "RequestCancellation", request, context, lifecycle_messages.RequestCancellationResponse, intent
+        )
 
     async def SettleCancellation(
-        self, request: pb.SettleCancellationRequest, context: Context
-    ) -> pb.SettleCancellationResponse:
+        self, request: lifecycle_messages.SettleCancellationRequest, context: Context
+    ) -> lifecycle_messages.SettleCancellationResponse:
         intent = requests.plain_intent(i.SettleCancellation, request)
-        return await self._mutate("SettleCancellation", request, context, pb.SettleCancellationResponse, intent)
+        return await self._mutate(
+            "SettleCancellation", request, context, lifecycle_messages.SettleCancellationResponse, intent
+        )
 
     async def SettleCompletion(
-        self, request: pb.SettleCompletionRequest, context: Context
-    ) -> pb.SettleCompletionResponse:
+        self, request: lifecycle_messages.SettleCompletionRequest, context: Context
+    ) -> lifecycle_messages.SettleCompletionResponse:
         intent = requests.settle_completion(request)
-        return await self._mutate("SettleCompletion", request, context, pb.SettleCompletionResponse, intent)
+        return await self._mutate(
+            "SettleCompletion", request, context, lifecycle_messages.SettleCompletionResponse, intent
+        )
 
     async def SettleCompletions(
-        self, request: pb.SettleCompletionsRequest, context: Context
-    ) -> pb.SettleCompletionsResponse:
+        self, request: lifecycle_messages.SettleCompletionsRequest, context: Context
+    ) -> lifecycle_messages.SettleCompletionsResponse:
         requests.check_settle_completions(request)
         # Each item on its own way through _mutate, all at once: the store's writer
         # commits what is queued together in one group. Every item is waited for
@@ -167,56 +187,76 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         answers = await asyncio.gather(
             *(self._settle_item(item, context) for item in request.items), return_exceptions=True
         )
-        results: list[pb.SettleCompletionsResult] = []
+        results: list[lifecycle_messages.SettleCompletionsResult] = []
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
             results.append(answer)
-        return pb.SettleCompletionsResponse(results=results)
+        return lifecycle_messages.SettleCompletionsResponse(results=results)
 
-    async def _settle_item(self, item: pb.SettleCompletionRequest, context: Context) -> pb.SettleCompletionsResult:
+    async def _settle_item(
+        self, item: lifecycle_messages.SettleCompletionRequest, context: Context
+    ) -> lifecycle_messages.SettleCompletionsResult:
         """What SettleCompletion answers for one item, its error included."""
         try:
             intent = requests.settle_completion(item)
-            settled = await self._mutate("SettleCompletion", item, context, pb.SettleCompletionResponse, intent)
+            settled = await self._mutate(
+                "SettleCompletion", item, context, lifecycle_messages.SettleCompletionResponse, intent
+            )
         except ServiceError as exc:
-            return pb.SettleCompletionsResult(error=status_message(exc.rejection, DOMAIN))
+            return lifecycle_messages.SettleCompletionsResult(error=status_message(exc.rejection, DOMAIN))
         except StorageUnavailable as exc:
-            return pb.SettleCompletionsResult(error=status_message(storage_unavailable(Reason, exc), DOMAIN))
-        return pb.SettleCompletionsResult(settled=settled)
+            return lifecycle_messages.SettleCompletionsResult(
+                error=status_message(storage_unavailable(Reason, exc), DOMAIN)
+            )
+        return lifecycle_messages.SettleCompletionsResult(settled=settled)
 
-    async def SettleFailure(self, request: pb.SettleFailureRequest, context: Context) -> pb.SettleFailureResponse:
+    async def SettleFailure(
+        self, request: lifecycle_messages.SettleFailureRequest, context: Context
+    ) -> lifecycle_messages.SettleFailureResponse:
         intent = requests.plain_intent(i.SettleFailure, request)
-        return await self._mutate("SettleFailure", request, context, pb.SettleFailureResponse, intent)
+        return await self._mutate("SettleFailure", request, context, lifecycle_messages.SettleFailureResponse, intent)
 
-    async def SettleTimeout(self, request: pb.SettleTimeoutRequest, context: Context) -> pb.SettleTimeoutResponse:
+    async def SettleTimeout(
+        self, request: lifecycle_messages.SettleTimeoutRequest, context: Context
+    ) -> lifecycle_messages.SettleTimeoutResponse:
         intent = requests.plain_intent(i.SettleTimeout, request)
-        return await self._mutate("SettleTimeout", request, context, pb.SettleTimeoutResponse, intent)
+        return await self._mutate("SettleTimeout", request, context, lifecycle_messages.SettleTimeoutResponse, intent)
 
     async def PropagateParentTermination(
-        self, request: pb.PropagateParentTerminationRequest, context: Context
-    ) -> pb.PropagateParentTerminationResponse:
+        self, request: lifecycle_messages.PropagateParentTerminationRequest, context: Context
+    ) -> lifecycle_messages.PropagateParentTerminationResponse:
         intent = requests.plain_intent(i.PropagateParentTermination, request)
         return await self._mutate(
-            "PropagateParentTermination", request, context, pb.PropagateParentTerminationResponse, intent
+            "PropagateParentTermination",
+            request,
+            context,
+            lifecycle_messages.PropagateParentTerminationResponse,
+            intent,
         )
 
-    async def SetWorkStatus(self, request: pb.SetWorkStatusRequest, context: Context) -> pb.SetWorkStatusResponse:
+    async def SetWorkStatus(
+        self, request: lifecycle_messages.SetWorkStatusRequest, context: Context
+    ) -> lifecycle_messages.SetWorkStatusResponse:
         intent = requests.set_work_status(request)
-        return await self._mutate("SetWorkStatus", request, context, pb.SetWorkStatusResponse, intent)
+        return await self._mutate("SetWorkStatus", request, context, lifecycle_messages.SetWorkStatusResponse, intent)
 
-    async def GetTask(self, request: pb.GetTaskRequest, context: Context) -> pb.GetTaskResponse:
+    async def GetTask(
+        self, request: lifecycle_messages.GetTaskRequest, context: Context
+    ) -> lifecycle_messages.GetTaskResponse:
         requests.task_key(request)
         workspace_id, task_id = request.workspace_id, request.task_id
         view = await self._store.read(lambda tx: task_view(tx, workspace_id, task_id))
         if view is None:
             raise _task_not_found(request.task_id)
-        return pb.GetTaskResponse(
+        return lifecycle_messages.GetTaskResponse(
             task=task_to_proto(view.task),
             open_attached_child_task_ids=[child.task_id for child in view.open_attached_children],
         )
 
-    async def ListTasks(self, request: pb.ListTasksRequest, context: Context) -> pb.ListTasksResponse:
+    async def ListTasks(
+        self, request: lifecycle_messages.ListTasksRequest, context: Context
+    ) -> lifecycle_messages.ListTasksResponse:
         query, by_change = requests.list_tasks(request)
         # The filters and the order are part of the listing, so a token is valid only
         # for the ones it came from; without them the listing is as before they
@@ -251,17 +291,19 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
             if not more or last_task is None
             else encode_token(listing, last_sequence if by_change else last_task.task_id)
         )
-        return pb.ListTasksResponse(tasks=protos, next_page_token=token)
+        return lifecycle_messages.ListTasksResponse(tasks=protos, next_page_token=token)
 
-    async def CountTasks(self, request: pb.CountTasksRequest, context: Context) -> pb.CountTasksResponse:
+    async def CountTasks(
+        self, request: lifecycle_messages.CountTasksRequest, context: Context
+    ) -> lifecycle_messages.CountTasksResponse:
         requests.count_tasks(request)
         counts = await self._store.read(lambda tx: tx.count_tasks(request.workspace_id))
-        return pb.CountTasksResponse(
+        return lifecycle_messages.CountTasksResponse(
             counts=[
-                pb.TaskCount(
-                    state=proto_enum(pb.GenerationState, c.state.value),
-                    outcome=proto_enum(pb.TerminalOutcome, c.outcome.value if c.outcome else 0),
-                    work_status=proto_enum(pb.WorkStatus, c.work_status.value),
+                lifecycle_messages.TaskCount(
+                    state=proto_enum(lifecycle_enums.GenerationState, c.state.value),
+                    outcome=proto_enum(lifecycle_enums.TerminalOutcome, c.outcome.value if c.outcome else 0),
+                    work_status=proto_enum(lifecycle_enums.WorkStatus, c.work_status.value),
                     tasks=c.tasks,
                 )
                 for c in counts
@@ -270,8 +312,8 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         )
 
     async def ListLifecycleEvents(
-        self, request: pb.ListLifecycleEventsRequest, context: Context
-    ) -> pb.ListLifecycleEventsResponse:
+        self, request: lifecycle_messages.ListLifecycleEventsRequest, context: Context
+    ) -> lifecycle_messages.ListLifecycleEventsResponse:
         requests.list_events(request)
         listing = ["events", request.workspace_id, request.task_id]
         after = 0
@@ -295,14 +337,14 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         protos = [event_to_proto(e) for e in events[:size]]
         fit = fitting(protos, self._page_bytes)
         more, events, protos = more or fit < len(protos), events[:fit], protos[:fit]
-        return pb.ListLifecycleEventsResponse(
+        return lifecycle_messages.ListLifecycleEventsResponse(
             events=protos,
             next_page_token=encode_token(listing, events[-1].revision) if more else "",
         )
 
     async def WatchLifecycleEvents(
-        self, request: pb.WatchLifecycleEventsRequest, context: Context
-    ) -> AsyncIterator[pb.WatchLifecycleEventsResponse]:
+        self, request: lifecycle_messages.WatchLifecycleEventsRequest, context: Context
+    ) -> AsyncIterator[lifecycle_messages.WatchLifecycleEventsResponse]:
         requests.watch(request)
         workspace, task = request.workspace_id, request.task_id or None
         sequence_of = lambda item: item.event.sequence  # noqa: E731
@@ -313,7 +355,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
                 self._broker,
                 workspace,
                 task,
-                lambda head: pb.WatchLifecycleEventsResponse(head_sequence=head),
+                lambda head: lifecycle_messages.WatchLifecycleEventsResponse(head_sequence=head),
                 sequence_of,
                 ends,
             )
@@ -324,7 +366,7 @@ class LifecycleService(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
                 workspace,
                 task,
                 request.after_sequence,
-                lambda event: pb.WatchLifecycleEventsResponse(event=event_to_proto(event)),
+                lambda event: lifecycle_messages.WatchLifecycleEventsResponse(event=event_to_proto(event)),
                 sequence_of,
                 ends,
             )

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from google.protobuf.duration_pb2 import Duration
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from tests import credentials
 from tests.reliability.harness import Pair, unused_port
 
@@ -50,23 +52,25 @@ async def test_the_example_policy_reaches_allow_for_acme(tmp_path):
     gate = start_gate(gate_port, tmp_path / "gate.log")
     pair = await Pair(tmp_path / "pair", completion_args=["--policy-file", str(policy)]).start()
     try:
-        await pair.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id="acme", task_id="t-1"), timeout=T)
+        await pair.lc.RegisterTask(
+            lifecycle_messages.RegisterTaskRequest(workspace_id="acme", task_id="t-1"), timeout=T
+        )
         claim = await pair.cs.ClaimTask(
-            cpb.ClaimTaskRequest(
+            completion_messages.ClaimTaskRequest(
                 workspace_id="acme", task_id="t-1", agent_id="agent-1", lease_ttl=Duration(seconds=600)
             ),
             timeout=T,
         )
 
-        async def attempt(result: str) -> cpb.Decision:
+        async def attempt(result: str) -> completion_types.Decision:
             return (
                 await pair.cs.AttemptCompletion(
-                    cpb.AttemptCompletionRequest(
+                    completion_messages.AttemptCompletionRequest(
                         workspace_id="acme",
                         task_id="t-1",
                         run_id=claim.run.run_id,
                         epoch=claim.lease.epoch,
-                        outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                        outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                         result=result,
                     ),
                     timeout=T,
@@ -77,25 +81,28 @@ async def test_the_example_policy_reaches_allow_for_acme(tmp_path):
         assert list(missing.details.missing_evidence_kinds) == ["tests", "lint"]
         for kind in ("tests", "lint"):
             await pair.cs.RecordEvidence(
-                cpb.RecordEvidenceRequest(
+                completion_messages.RecordEvidenceRequest(
                     workspace_id="acme",
                     task_id="t-1",
                     generation=1,
                     kind=kind,
-                    verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                    verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                     run_id=claim.run.run_id,
                 ),
                 timeout=T,
             )
         refused = await attempt("Fixed the login bug. TODO: the logout bug.")
         assert (refused.next_action, refused.details.decisive_gate) == (
-            cpb.AGENT_ACTION_ADDRESS_GATE_FEEDBACK,
+            completion_enums.AGENT_ACTION_ADDRESS_GATE_FEEDBACK,
             "acme.review",
         )
         assert "TODO" in refused.details.gate_feedback
         allowed = await attempt("Fixed the login bug.")
-        assert (allowed.verdict, allowed.next_action) == (cpb.VERDICT_ALLOW, cpb.AGENT_ACTION_REPORT_COMPLETE)
-        assert [t.status for t in allowed.trace if t.gate_id == "acme.review"] == [cpb.GATE_STATUS_PASSED]
+        assert (allowed.verdict, allowed.next_action) == (
+            completion_enums.VERDICT_ALLOW,
+            completion_enums.AGENT_ACTION_REPORT_COMPLETE,
+        )
+        assert [t.status for t in allowed.trace if t.gate_id == "acme.review"] == [completion_enums.GATE_STATUS_PASSED]
     finally:
         await pair.stop()
         gate.terminate()

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from tests import credentials
 from tests.funnel_up import funnel_up
 from tests.reliability.harness import CALL_TIMEOUT, Pair, unused_port
@@ -219,18 +220,22 @@ async def test_the_outbox_shows_a_pending_settlement_until_the_lifecycle_answers
         assert code == 0 and (empty["count"], empty["completions"], empty["oldest_age_seconds"]) == (0, [], None)
         assert outbox(pair)[1].strip() == "no pending settlements in workspace 'ws'"
 
-        await pair.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id="ws", task_id="t-1"), timeout=CALL_TIMEOUT)
+        await pair.lc.RegisterTask(
+            lifecycle_messages.RegisterTaskRequest(workspace_id="ws", task_id="t-1"), timeout=CALL_TIMEOUT
+        )
         claim = await pair.cs.ClaimTask(
-            cpb.ClaimTaskRequest(workspace_id="ws", task_id="t-1", agent_id="agent-1", lease_ttl=Duration(seconds=600)),
+            completion_messages.ClaimTaskRequest(
+                workspace_id="ws", task_id="t-1", agent_id="agent-1", lease_ttl=Duration(seconds=600)
+            ),
             timeout=CALL_TIMEOUT,
         )
         await pair.cs.RecordEvidence(
-            cpb.RecordEvidenceRequest(
+            completion_messages.RecordEvidenceRequest(
                 workspace_id="ws",
                 task_id="t-1",
                 generation=1,
                 kind="tests",
-                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                 run_id=claim.run.run_id,
             ),
             timeout=CALL_TIMEOUT,
@@ -238,17 +243,17 @@ async def test_the_outbox_shows_a_pending_settlement_until_the_lifecycle_answers
         # The lifecycle service's next write is the settlement: it dies before committing it.
         pair.lifecycle.arm("lifecycle.before_commit:crash:1")
         answer = await pair.cs.AttemptCompletion(
-            cpb.AttemptCompletionRequest(
+            completion_messages.AttemptCompletionRequest(
                 workspace_id="ws",
                 task_id="t-1",
                 run_id=claim.run.run_id,
                 epoch=claim.lease.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                 result="done",
             ),
             timeout=CALL_TIMEOUT,
         )
-        assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+        assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING
         assert poll(lambda: not pair.lifecycle.alive())
 
         # The outbox retries while the lifecycle service is down; the operator sees it.
@@ -282,9 +287,10 @@ async def test_the_outbox_shows_a_pending_settlement_until_the_lifecycle_answers
         await pair.ensure_alive()
         poll(lambda: outbox(pair, "-o", "json")[1]["count"] == 0)
         settled = await pair.cs.GetCompletion(
-            cpb.GetCompletionRequest(workspace_id="ws", task_id="t-1", generation=1), timeout=CALL_TIMEOUT
+            completion_messages.GetCompletionRequest(workspace_id="ws", task_id="t-1", generation=1),
+            timeout=CALL_TIMEOUT,
         )
-        assert settled.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+        assert settled.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
         assert settled.completion.last_settle_error == "" and not settled.completion.HasField("next_settle_time")
     finally:
         await pair.stop()

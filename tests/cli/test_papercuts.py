@@ -4,9 +4,11 @@ server is involved."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
+import pkgutil
 import shlex
 import signal
 import subprocess
@@ -362,6 +364,41 @@ def test_reflection_is_on_under_funnel_up_and_describes_a_method_down_to_every_t
             assert database.FindFileContainingSymbol(symbol).name, symbol
         with pytest.raises(KeyError):
             database.FindFileContainingSymbol(f"{method}.NoSuchThing")
+
+
+def contract_symbols(package: str) -> list[str]:
+    """Every service, message and enum that the files of `package` (e.g.
+    `funnel.lifecycle.v1`) define, read from the generated modules."""
+    found = []
+    module_package = importlib.import_module(package)
+    for module in pkgutil.iter_modules(module_package.__path__):
+        if not module.name.endswith("_pb2"):
+            continue
+        file = importlib.import_module(f"{package}.{module.name}").DESCRIPTOR
+        for kind in (file.services_by_name, file.message_types_by_name, file.enum_types_by_name):
+            found += [descriptor.full_name for descriptor in kind.values()]
+    return found
+
+
+@pytest.mark.parametrize(
+    "service, package", [("lifecycle", "funnel.lifecycle.v1"), ("completion", "funnel.completion.v1")]
+)
+def test_reflection_describes_every_symbol_of_its_contract(up, service, package):
+    """Whichever file of its package defines a name, also the files the stubs do
+    not import (those that declare the services, errors.proto, the gate's service)."""
+    symbols = contract_symbols(package)
+    assert {f"{package}.ErrorReason", f"{package}.ErrorDetails"} <= set(symbols)
+    with reflection_channel(up, service) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        unresolved = []
+        for symbol in symbols:
+            try:
+                file = database.FindFileContainingSymbol(symbol)
+            except KeyError:
+                unresolved.append(symbol)
+                continue
+            assert file.package == package, symbol
+        assert unresolved == []
 
 
 # -- the gRPC core's own lines go through the JSON formatter ---------------------

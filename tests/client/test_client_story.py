@@ -14,8 +14,11 @@ import grpc
 import pytest
 
 from funnel.client import FunnelClient, FunnelError, RetryPolicy, Tls
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from lifecycle_service.api.requests import MAX_CAUSE_REASON_LENGTH
 from tests import credentials
 from tests.reliability.harness import Pair
@@ -52,39 +55,43 @@ def fresh_task() -> str:
 async def test_the_story_reaches_completed_through_the_client(pair):
     task_id = fresh_task()
     async with client(pair, host_token()) as host, client(pair, credentials.token(AGENT, [f"{WS}:agent"])) as agent:
-        registered = await host.register_task(WS, task_id, cause=lpb.Cause(source="test", reason="a task"))
-        assert (registered.task.generation, registered.task.state) == (1, lpb.GENERATION_STATE_REGISTERED)
+        registered = await host.register_task(WS, task_id, cause=lifecycle_types.Cause(source="test", reason="a task"))
+        assert (registered.task.generation, registered.task.state) == (1, lifecycle_enums.GENERATION_STATE_REGISTERED)
 
-        async def until_terminal() -> lpb.LifecycleEvent:
+        async def until_terminal() -> lifecycle_types.LifecycleEvent:
             # The agent watches its own task (no host token needed).
             async for event in agent.watch_lifecycle_events(WS, task_id=task_id):
-                if event.to_state == lpb.GENERATION_STATE_TERMINAL:
+                if event.to_state == lifecycle_enums.GENERATION_STATE_TERMINAL:
                     return event
             raise AssertionError("the watch ended before the task did")
 
-        async def settled() -> cpb.CompletionEvent:
+        async def settled() -> completion_types.CompletionEvent:
             async for event in host.watch_completion_events(WS, task_id=task_id):
-                if event.kind == cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
+                if event.kind == completion_enums.COMPLETION_EVENT_KIND_COMPLETION_SETTLED:
                     return event
             raise AssertionError("the watch ended before the settlement")
 
         terminal, settlement = asyncio.create_task(until_terminal()), asyncio.create_task(settled())
         claim = await agent.claim_task(WS, task_id, AGENT, lease_ttl=60)
-        assert isinstance(claim, cpb.ClaimTaskResponse)
+        assert isinstance(claim, completion_messages.ClaimTaskResponse)
         run = claim.run
         blocked = await agent.attempt_completion(WS, task_id, run.run_id, claim.lease.epoch, result="fixed it")
-        assert blocked.decision.next_action == cpb.AGENT_ACTION_RECORD_EVIDENCE
-        await host.record_evidence(WS, task_id, run.generation, "tests", cpb.EVIDENCE_VERDICT_PASSED, run_id=run.run_id)
+        assert blocked.decision.next_action == completion_enums.AGENT_ACTION_RECORD_EVIDENCE
+        await host.record_evidence(
+            WS, task_id, run.generation, "tests", completion_enums.EVIDENCE_VERDICT_PASSED, run_id=run.run_id
+        )
         allowed = await agent.attempt_completion(WS, task_id, run.run_id, claim.lease.epoch, result="fixed it")
-        assert allowed.decision.verdict == cpb.VERDICT_ALLOW
-        closed = await agent.complete_run(WS, run.run_id, cpb.RUN_OUTCOME_SUCCEEDED, notes="fixed it", tokens_total=10)
-        assert closed.final_status == cpb.FINAL_STATUS_DONE
+        assert allowed.decision.verdict == completion_enums.VERDICT_ALLOW
+        closed = await agent.complete_run(
+            WS, run.run_id, completion_enums.RUN_OUTCOME_SUCCEEDED, notes="fixed it", tokens_total=10
+        )
+        assert closed.final_status == completion_enums.FINAL_STATUS_DONE
         event = await asyncio.wait_for(terminal, BOUND)
         completion_id = allowed.completion.completion_id
-        assert (event.outcome, event.completion_id) == (lpb.TERMINAL_OUTCOME_COMPLETED, completion_id)
+        assert (event.outcome, event.completion_id) == (lifecycle_enums.TERMINAL_OUTCOME_COMPLETED, completion_id)
         assert (await asyncio.wait_for(settlement, BOUND)).completion_id == completion_id
         task = await host.get_task(WS, task_id)
-        assert task.task.state == lpb.GENERATION_STATE_TERMINAL
+        assert task.task.state == lifecycle_enums.GENERATION_STATE_TERMINAL
         assert [e.sequence for e in await host.list_lifecycle_events(WS, task_id)][-1] == event.sequence
 
 
@@ -249,7 +256,7 @@ async def test_a_watch_resumes_after_its_service_restarts_without_a_gap_or_a_rep
 
             events = host.watch_lifecycle_events(WS, task_id=task_id, on_break=broke)
             first = await asyncio.wait_for(anext(events), BOUND)
-            assert first.to_state == lpb.GENERATION_STATE_REGISTERED
+            assert first.to_state == lifecycle_enums.GENERATION_STATE_REGISTERED
             # A watch with a policy of its own: it gives up at the first break.
             impatient = host.watch_lifecycle_events(WS, task_id=task_id, retry=RetryPolicy(attempts=1))
             assert (await asyncio.wait_for(anext(impatient), BOUND)).sequence == first.sequence
@@ -261,11 +268,11 @@ async def test_a_watch_resumes_after_its_service_restarts_without_a_gap_or_a_rep
             restarting.lifecycle.start()
             claim = await host.claim_task(WS, task_id, "agent-1")
             run = claim.run
-            await host.record_evidence(WS, task_id, run.generation, "tests", cpb.EVIDENCE_VERDICT_PASSED)
+            await host.record_evidence(WS, task_id, run.generation, "tests", completion_enums.EVIDENCE_VERDICT_PASSED)
             allowed = await host.attempt_completion(WS, task_id, run.run_id, claim.lease.epoch, result="done")
-            assert allowed.decision.verdict == cpb.VERDICT_ALLOW
+            assert allowed.decision.verdict == completion_enums.VERDICT_ALLOW
             seen = [first]
-            while seen[-1].to_state != lpb.GENERATION_STATE_TERMINAL:
+            while seen[-1].to_state != lifecycle_enums.GENERATION_STATE_TERMINAL:
                 seen.append(await asyncio.wait_for(anext(events), BOUND))
             await events.aclose()
             history = await host.list_lifecycle_events(WS, task_id)
@@ -291,7 +298,7 @@ async def test_a_watch_that_fell_behind_its_buffer_resumes_without_a_gap_or_a_re
             assert (await asyncio.wait_for(anext(events), BOUND)).sequence == first.event.sequence
             # The watcher reads nothing while the commits go on, more than the
             # connection and the service's buffer hold: the service ends its stream.
-            cause = lpb.Cause(source="test", reason="x" * MAX_CAUSE_REASON_LENGTH)
+            cause = lifecycle_types.Cause(source="test", reason="x" * MAX_CAUSE_REASON_LENGTH)
             for _ in range(COMMITS // 25):
                 await asyncio.gather(*(host.register_task(WS, fresh_task(), cause=cause) for _ in range(25)))
             seen = [first.event.sequence]

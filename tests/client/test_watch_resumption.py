@@ -14,8 +14,9 @@ import pytest
 
 from funnel.client import FunnelClient, FunnelError, RetryPolicy
 from funnel.client.retry import watch_cut
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 
 Code = grpc.StatusCode
 WS = "ws"
@@ -38,7 +39,7 @@ def test_a_stream_is_cut_when_it_overflowed_or_the_far_side_cancelled_it(code, r
     assert watch_cut(FunnelError(code, "m", reason=reason)) is cut
 
 
-class Lifecycle(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
+class Lifecycle(lifecycle_grpc.TaskLifecycleServiceServicer):
     """Ends the first calls with `endings`, then streams events 1..EVENTS after the cursor."""
 
     def __init__(self, *endings: Code) -> None:
@@ -46,11 +47,13 @@ class Lifecycle(lifecycle_pb2_grpc.TaskLifecycleServiceServicer):
         self.cursors: list[int] = []
 
     async def WatchLifecycleEvents(
-        self, request: lpb.WatchLifecycleEventsRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[lpb.WatchLifecycleEventsResponse]:
+        self, request: lifecycle_messages.WatchLifecycleEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[lifecycle_messages.WatchLifecycleEventsResponse]:
         self.cursors.append(request.after_sequence)
         for sequence in range(request.after_sequence + 1, EVENTS + 1):
-            yield lpb.WatchLifecycleEventsResponse(event=lpb.LifecycleEvent(sequence=sequence))
+            yield lifecycle_messages.WatchLifecycleEventsResponse(
+                event=lifecycle_types.LifecycleEvent(sequence=sequence)
+            )
             if self.endings:
                 await context.abort(self.endings.pop(0), "CANCELLED")
         await asyncio.Event().wait()  # live: nothing more commits
@@ -60,7 +63,7 @@ async def watched(*endings: Code) -> tuple[list[int], list[tuple[Code, int]], Li
     """The sequences a watch delivers, the breaks it was told of, and the server."""
     server = grpc.aio.server()
     lifecycle = Lifecycle(*endings)
-    lifecycle_pb2_grpc.add_TaskLifecycleServiceServicer_to_server(lifecycle, server)
+    lifecycle_grpc.add_TaskLifecycleServiceServicer_to_server(lifecycle, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     breaks: list[tuple[Code, int]] = []

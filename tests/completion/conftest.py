@@ -16,7 +16,7 @@ import pytest
 
 from completion_service.server import CompletionConfig
 from completion_service.storage.port import CompletionStore
-from funnel.completion.v1 import completion_pb2_grpc
+from funnel.completion.v1 import gate_service_pb2_grpc as gate_grpc
 from funnel.runtime.clock import ManualClock
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
@@ -111,7 +111,7 @@ async def gate_server():
     records every request it received in `calls`."""
     servers: list = []
 
-    class Gate(completion_pb2_grpc.CompletionGateServicer):
+    class Gate(gate_grpc.CompletionGateServicer):
         def __init__(self, answer, calls: list) -> None:
             self._answer = answer
             self._calls = calls
@@ -123,7 +123,7 @@ async def gate_server():
     async def _start(answer):
         calls: list = []
         server = grpc.aio.server()
-        completion_pb2_grpc.add_CompletionGateServicer_to_server(Gate(answer, calls), server)
+        gate_grpc.add_CompletionGateServicer_to_server(Gate(answer, calls), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         servers.append(server)

@@ -23,10 +23,14 @@ from google.protobuf.duration_pb2 import Duration
 from completion_service.policy import parse_policy
 from completion_service.server import CompletionConfig, RunningCompletion
 from completion_service.server import start as start_completion
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.grpc_errors import error_info, field_violations
 from funnel.runtime.postgres import SqliteStyle, is_postgres_url
@@ -174,8 +178,8 @@ class Funnel:
     policy: dict
     lifecycle: RunningLifecycle | None = None
     completion: RunningCompletion | None = None
-    lc: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
-    cs: completion_pb2_grpc.CompletionServiceStub | None = None
+    lc: lifecycle_grpc.TaskLifecycleServiceStub | None = None
+    cs: completion_grpc.CompletionServiceStub | None = None
     _channels: list = dataclasses.field(default_factory=list)
     _stopped: list = dataclasses.field(default_factory=list)
 
@@ -198,7 +202,7 @@ class Funnel:
         )
         channel = credentials.insecure_channel(self.completion.address)
         self._channels.append(channel)
-        self.cs = completion_pb2_grpc.CompletionServiceStub(channel)
+        self.cs = completion_grpc.CompletionServiceStub(channel)
         return self
 
     async def start_lifecycle(self, **overrides) -> None:
@@ -209,7 +213,7 @@ class Funnel:
         self.lifecycle_config = dataclasses.replace(self.lifecycle_config, listen=self.lifecycle.address)
         channel = credentials.insecure_channel(self.lifecycle.address)
         self._channels.append(channel)
-        self.lc = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        self.lc = lifecycle_grpc.TaskLifecycleServiceStub(channel)
         await self._until_reachable()
 
     async def _until_reachable(self, timeout: float = 30.0) -> None:
@@ -217,11 +221,11 @@ class Funnel:
         from the completion service: after a restart on the same port the old
         listener may linger for a moment, and the completion service's channel
         reconnects with backoff. The probes read only (an unknown task)."""
-        probes = [lambda: self.lc.ListTasks(lpb.ListTasksRequest(workspace_id="probe"), timeout=5.0)]
+        probes = [lambda: self.lc.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id="probe"), timeout=5.0)]
         if self.cs is not None:
             probes.append(
                 lambda: self.cs.ClaimTask(
-                    cpb.ClaimTaskRequest(
+                    completion_messages.ClaimTaskRequest(
                         workspace_id="probe", task_id="probe", agent_id="probe", lease_ttl=Duration(seconds=60)
                     ),
                     timeout=CALL_TIMEOUT,
@@ -267,31 +271,35 @@ class Funnel:
         workspace: str = WS,
         parent: str | None = None,
         parent_generation: int = 1,
-        mode=lpb.PARENT_LINK_MODE_ATTACHED,
-    ) -> lpb.Task:
-        request = lpb.RegisterTaskRequest(
-            workspace_id=workspace, task_id=task_id, cause=lpb.Cause(source="test", reason="a task to finish")
+        mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED,
+    ) -> lifecycle_types.Task:
+        request = lifecycle_messages.RegisterTaskRequest(
+            workspace_id=workspace,
+            task_id=task_id,
+            cause=lifecycle_types.Cause(source="test", reason="a task to finish"),
         )
         if parent:
-            request.parent.CopyFrom(lpb.ParentLink(task_id=parent, generation=parent_generation, mode=mode))
+            request.parent.CopyFrom(lifecycle_types.ParentLink(task_id=parent, generation=parent_generation, mode=mode))
         return (await self.lc.RegisterTask(request, timeout=CALL_TIMEOUT)).task
 
-    async def task(self, task_id: str, workspace: str = WS) -> lpb.GetTaskResponse:
-        return await self.lc.GetTask(lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
+    async def task(self, task_id: str, workspace: str = WS) -> lifecycle_messages.GetTaskResponse:
+        return await self.lc.GetTask(
+            lifecycle_messages.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT
+        )
 
-    async def lifecycle_events(self, task_id: str, workspace: str = WS) -> list[lpb.LifecycleEvent]:
+    async def lifecycle_events(self, task_id: str, workspace: str = WS) -> list[lifecycle_types.LifecycleEvent]:
         response = await self.lc.ListLifecycleEvents(
-            lpb.ListLifecycleEventsRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT
+            lifecycle_messages.ListLifecycleEventsRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT
         )
         return list(response.events)
 
     async def request_cancellation(self, task_id: str, generation: int = 1, workspace: str = WS):
         return await self.lc.RequestCancellation(
-            lpb.RequestCancellationRequest(
+            lifecycle_messages.RequestCancellationRequest(
                 workspace_id=workspace,
                 task_id=task_id,
                 generation=generation,
-                cause=lpb.Cause(source="operator:test", reason="the user changed their mind"),
+                cause=lifecycle_types.Cause(source="operator:test", reason="the user changed their mind"),
             ),
             timeout=CALL_TIMEOUT,
         )
@@ -335,9 +343,9 @@ class Funnel:
 
     async def claim(
         self, task_id: str, *, workspace: str = WS, agent: str = "agent-1", ttl_seconds: int = 60, request_id: str = ""
-    ) -> cpb.ClaimTaskResponse:
+    ) -> completion_messages.ClaimTaskResponse:
         return await self.cs.ClaimTask(
-            cpb.ClaimTaskRequest(
+            completion_messages.ClaimTaskRequest(
                 workspace_id=workspace,
                 task_id=task_id,
                 agent_id=agent,
@@ -347,19 +355,21 @@ class Funnel:
             timeout=CALL_TIMEOUT,
         )
 
-    async def registered_and_claimed(self, task_id: str, workspace: str = WS, **claim_kw) -> cpb.ClaimTaskResponse:
+    async def registered_and_claimed(
+        self, task_id: str, workspace: str = WS, **claim_kw
+    ) -> completion_messages.ClaimTaskResponse:
         await self.register(task_id, workspace=workspace)
         return await self.claim(task_id, workspace=workspace, **claim_kw)
 
     def attempt_request(
         self,
-        claim: cpb.ClaimTaskResponse,
+        claim: completion_messages.ClaimTaskResponse,
         *,
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+        outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
         result: str = "Implemented the change; all tests pass.",
         **kw,
-    ) -> cpb.AttemptCompletionRequest:
-        return cpb.AttemptCompletionRequest(
+    ) -> completion_messages.AttemptCompletionRequest:
+        return completion_messages.AttemptCompletionRequest(
             workspace_id=claim.run.workspace_id,
             task_id=claim.run.task_id,
             run_id=claim.run.run_id,
@@ -369,19 +379,27 @@ class Funnel:
             **kw,
         )
 
-    async def attempt(self, claim: cpb.ClaimTaskResponse, **kw) -> cpb.AttemptCompletionResponse:
+    async def attempt(
+        self, claim: completion_messages.ClaimTaskResponse, **kw
+    ) -> completion_messages.AttemptCompletionResponse:
         return await self.cs.AttemptCompletion(self.attempt_request(claim, **kw), timeout=CALL_TIMEOUT)
 
     async def evidence(
-        self, claim: cpb.ClaimTaskResponse, kind: str = "tests", passed: bool = True, checkpoint: str = ""
-    ) -> cpb.Evidence:
+        self,
+        claim: completion_messages.ClaimTaskResponse,
+        kind: str = "tests",
+        passed: bool = True,
+        checkpoint: str = "",
+    ) -> completion_types.Evidence:
         response = await self.cs.RecordEvidence(
-            cpb.RecordEvidenceRequest(
+            completion_messages.RecordEvidenceRequest(
                 workspace_id=claim.run.workspace_id,
                 task_id=claim.run.task_id,
                 generation=claim.run.generation,
                 kind=kind,
-                verdict=cpb.EVIDENCE_VERDICT_PASSED if passed else cpb.EVIDENCE_VERDICT_FAILED,
+                verdict=completion_enums.EVIDENCE_VERDICT_PASSED
+                if passed
+                else completion_enums.EVIDENCE_VERDICT_FAILED,
                 checkpoint=checkpoint,
                 details="pytest: 42 passed",
                 run_id=claim.run.run_id,
@@ -391,34 +409,41 @@ class Funnel:
         return response.evidence
 
     async def complete_run(
-        self, claim_or_run_id, *, workspace: str = WS, outcome=cpb.RUN_OUTCOME_SUCCEEDED, **kw
-    ) -> cpb.CompleteRunResponse:
+        self, claim_or_run_id, *, workspace: str = WS, outcome=completion_enums.RUN_OUTCOME_SUCCEEDED, **kw
+    ) -> completion_messages.CompleteRunResponse:
         run_id = claim_or_run_id if isinstance(claim_or_run_id, str) else claim_or_run_id.run.run_id
         return await self.cs.CompleteRun(
-            cpb.CompleteRunRequest(workspace_id=workspace, run_id=run_id, outcome=outcome, **kw), timeout=CALL_TIMEOUT
+            completion_messages.CompleteRunRequest(workspace_id=workspace, run_id=run_id, outcome=outcome, **kw),
+            timeout=CALL_TIMEOUT,
         )
 
-    async def get_run(self, run_id: str, workspace: str = WS) -> cpb.Run:
+    async def get_run(self, run_id: str, workspace: str = WS) -> completion_types.Run:
         return (
-            await self.cs.GetRun(cpb.GetRunRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT)
+            await self.cs.GetRun(
+                completion_messages.GetRunRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT
+            )
         ).run
 
-    async def completion_of(self, task_id: str, generation: int = 1, workspace: str = WS) -> cpb.Completion:
+    async def completion_of(
+        self, task_id: str, generation: int = 1, workspace: str = WS
+    ) -> completion_types.Completion:
         response = await self.cs.GetCompletion(
-            cpb.GetCompletionRequest(workspace_id=workspace, task_id=task_id, generation=generation),
+            completion_messages.GetCompletionRequest(workspace_id=workspace, task_id=task_id, generation=generation),
             timeout=CALL_TIMEOUT,
         )
         return response.completion
 
     async def completion_events(
         self, workspace: str = WS, task_id: str = "", after: int = 0, quiet: float = 0.05
-    ) -> list[cpb.CompletionEvent]:
+    ) -> list[completion_types.CompletionEvent]:
         """The stream's backlog as a client sees it. The stream never ends, so the
         number of committed events is taken from the service's store; the stream
         must deliver exactly those (and nothing more within `quiet` seconds)."""
         stored = await self.completion.store.read(lambda tx: tx.load_events(workspace, after, task_id or None, 100_000))
         call = self.cs.WatchCompletionEvents(
-            cpb.WatchCompletionEventsRequest(workspace_id=workspace, task_id=task_id, after_sequence=after)
+            completion_messages.WatchCompletionEventsRequest(
+                workspace_id=workspace, task_id=task_id, after_sequence=after
+            )
         )
         events = []
         try:
@@ -436,17 +461,17 @@ class Funnel:
         finally:
             call.cancel()
 
-    async def audit(self, workspace: str = WS, **kw) -> list[cpb.AuditEntry]:
+    async def audit(self, workspace: str = WS, **kw) -> list[completion_types.AuditEntry]:
         response = await self.cs.ListAuditLog(
-            cpb.ListAuditLogRequest(workspace_id=workspace, **kw), timeout=CALL_TIMEOUT
+            completion_messages.ListAuditLogRequest(workspace_id=workspace, **kw), timeout=CALL_TIMEOUT
         )
         return list(response.entries)
 
     async def visible_state(self, workspace: str = WS) -> tuple:
         """What a client can read of one workspace: runs, completions, audit rows."""
-        runs = await self.cs.ListRuns(cpb.ListRunsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
+        runs = await self.cs.ListRuns(completion_messages.ListRunsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT)
         completions = await self.cs.ListCompletions(
-            cpb.ListCompletionsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT
+            completion_messages.ListCompletionsRequest(workspace_id=workspace), timeout=CALL_TIMEOUT
         )
         return (
             [r.SerializeToString(deterministic=True) for r in runs.runs],
@@ -459,17 +484,17 @@ async def _now(value):
     return value
 
 
-def kinds(events: list[cpb.CompletionEvent]) -> list[str]:
-    return [cpb.CompletionEventKind.Name(e.kind).removeprefix("COMPLETION_EVENT_KIND_") for e in events]
+def kinds(events: list[completion_types.CompletionEvent]) -> list[str]:
+    return [completion_enums.CompletionEventKind.Name(e.kind).removeprefix("COMPLETION_EVENT_KIND_") for e in events]
 
 
-def decisive_gate(decision: cpb.Decision) -> cpb.GateResult:
+def decisive_gate(decision: completion_types.Decision) -> completion_types.GateResult:
     decisive = [g for g in decision.trace if g.decisive]
     assert len(decisive) == 1, decision
     return decisive[0]
 
 
-def gate(decision: cpb.Decision, gate_id: str) -> cpb.GateResult:
+def gate(decision: completion_types.Decision, gate_id: str) -> completion_types.GateResult:
     found = [g for g in decision.trace if g.gate_id == gate_id]
     assert len(found) == 1, (gate_id, [g.gate_id for g in decision.trace])
     return found[0]

@@ -35,7 +35,7 @@ from completion_service.units.completions import AttemptOutcome
 from completion_service.units.runs import Claimed, RenewCommand
 from completion_service.units.transcripts import AppendCommand
 from funnel.auth.principal import Caller
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 from funnel.runtime.background import Background
 from funnel.runtime.errors import ServiceError
 from funnel.runtime.idempotency import Replay
@@ -156,7 +156,7 @@ async def test_an_allowed_attempt_commits_settles_and_publishes_in_commit_order(
 
 
 async def test_an_attempt_reads_the_lifecycle_view_itself_when_none_is_given(shells):
-    shells.lifecycle.tasks["t-1"].cancellation = lpb.CANCELLATION_STATE_REQUESTED
+    shells.lifecycle.tasks["t-1"].cancellation = lifecycle_enums.CANCELLATION_STATE_REQUESTED
     claimed = await shells.world.claimed()  # the claim's unit alone: the shell would refuse a fenced task
     outcome = await shells.attempt(claimed)
     assert outcome.decision.verdict is Verdict.HARD_BLOCK
@@ -256,14 +256,14 @@ async def test_gates_are_not_asked_when_a_built_in_gate_blocks():
 
 
 async def test_a_claim_activates_a_registered_generation_and_marks_it_in_progress(shells):
-    shells.lifecycle.register("t-3", state=lpb.GENERATION_STATE_REGISTERED)
+    shells.lifecycle.register("t-3", state=lifecycle_enums.GENERATION_STATE_REGISTERED)
     claimed = await shells.claim("t-3")
     assert shells.lifecycle.called("activate") == [("t-3", 1, claimed.run.run_id)]
     assert shells.lifecycle.called("set_work_status") == []
     # An active task is only marked in progress, once per run.
     other = await shells.claim("t-1")
     assert shells.lifecycle.called("set_work_status") == [
-        ("t-1", lpb.WORK_STATUS_IN_PROGRESS, f"{other.run.run_id}:in-progress")
+        ("t-1", lifecycle_enums.WORK_STATUS_IN_PROGRESS, f"{other.run.run_id}:in-progress")
     ]
 
 
@@ -271,10 +271,10 @@ async def test_a_claim_activates_a_registered_generation_and_marks_it_in_progres
     ("fields", "reason"),
     [
         (
-            {"state": lpb.GENERATION_STATE_TERMINAL, "outcome": lpb.TERMINAL_OUTCOME_COMPLETED},
+            {"state": lifecycle_enums.GENERATION_STATE_TERMINAL, "outcome": lifecycle_enums.TERMINAL_OUTCOME_COMPLETED},
             Reason.GENERATION_TERMINAL,
         ),
-        ({"cancellation": lpb.CANCELLATION_STATE_REQUESTED}, Reason.CANCELLATION_REQUESTED),
+        ({"cancellation": lifecycle_enums.CANCELLATION_STATE_REQUESTED}, Reason.CANCELLATION_REQUESTED),
     ],
 )
 async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anything_is_written(shells, fields, reason):
@@ -296,7 +296,7 @@ async def test_a_claim_of_an_ended_or_fenced_generation_is_refused_before_anythi
 async def test_a_claim_the_lifecycle_refuses_or_does_not_answer_writes_nothing(shells, step, failure, reason):
     request = key("ClaimTask", "claim-1")
     if step == "activate":
-        shells.lifecycle.register("t-1", state=lpb.GENERATION_STATE_REGISTERED)
+        shells.lifecycle.register("t-1", state=lifecycle_enums.GENERATION_STATE_REGISTERED)
     shells.lifecycle.fail[step] = failure
     before = shells.store.snapshot()
     await raises(shells.claim(request=request), reason)
@@ -357,14 +357,14 @@ async def test_a_claim_whose_request_id_committed_meanwhile_is_a_replay_not_a_he
 
 async def test_a_replayed_claim_completes_a_missing_confirmation_but_never_undoes_the_claim(shells):
     request = key("ClaimTask", "claim-1")
-    shells.lifecycle.register("t-3", state=lpb.GENERATION_STATE_REGISTERED)
+    shells.lifecycle.register("t-3", state=lifecycle_enums.GENERATION_STATE_REGISTERED)
     # What a claim committed before its process died: the run, without the activation.
     committed = await shells.authority.runs.commit_claim(shells.world.claim_command("t-3", request=request))
     replay = await shells.claim("t-3", request=request)
     assert replay == Replay(committed.run.run_id.encode())
     assert shells.lifecycle.called("activate") == [("t-3", 1, committed.run.run_id)]
     # A refusal of the confirmation leaves the replayed claim as it is.
-    shells.lifecycle.tasks["t-3"].work_status = lpb.WORK_STATUS_BLOCKED
+    shells.lifecycle.tasks["t-3"].work_status = lifecycle_enums.WORK_STATUS_BLOCKED
     shells.lifecycle.fail["set_work_status"] = LifecycleRejected("CANCELLATION_FENCED", "fenced")
     assert await shells.claim("t-3", request=request) == replay
     assert (await shells.run(committed.run.run_id)).open
@@ -422,7 +422,7 @@ async def test_a_close_overtaken_by_the_outboxs_fenced_refusal_is_decided_again_
     async def get_task(workspace_id: str, task_id: str):
         reads.append(task_id)
         if len(reads) == 2:  # the close has decided on the pending completion, and not committed
-            shells.lifecycle.tasks[task_id].cancellation = lpb.CANCELLATION_STATE_REQUESTED
+            shells.lifecycle.tasks[task_id].cancellation = lifecycle_enums.CANCELLATION_STATE_REQUESTED
             shells.lifecycle.fail["settle_completion"] = LifecycleRejected("CANCELLATION_FENCED", "fenced")
             stored = await shells.authority.settler.settle(pending)
             assert (stored.settlement, stored.error_reason) == (SettlementStatus.REJECTED, "CANCELLATION_FENCED")
@@ -433,7 +433,10 @@ async def test_a_close_overtaken_by_the_outboxs_fenced_refusal_is_decided_again_
     assert closed.effect is TaskEffect.CANCELLED
     assert shells.lifecycle.called("settle_cancellation") == [("t-1",)]
     task = shells.lifecycle.tasks["t-1"]
-    assert (task.state, task.outcome) == (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED)
+    assert (task.state, task.outcome) == (
+        lifecycle_enums.GENERATION_STATE_TERMINAL,
+        lifecycle_enums.TERMINAL_OUTCOME_CANCELLED,
+    )
     assert not (await shells.run(claimed.run.run_id)).open
 
 
@@ -443,7 +446,7 @@ async def test_the_outbox_settles_the_cancellation_of_a_fenced_refusal_after_the
     pending = (await shells.attempt(claimed)).completion
     shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
     assert (await shells.close(claimed)).effect is TaskEffect.SETTLING
-    shells.lifecycle.tasks["t-1"].cancellation = lpb.CANCELLATION_STATE_REQUESTED
+    shells.lifecycle.tasks["t-1"].cancellation = lifecycle_enums.CANCELLATION_STATE_REQUESTED
     # Its cancellation's settlement gets no answer the first time: the refusal waits, pending.
     shells.lifecycle.fail["settle_completion"] = LifecycleRejected("CANCELLATION_FENCED", "fenced")
     shells.lifecycle.fail["settle_cancellation"] = UNAVAILABLE
@@ -453,7 +456,7 @@ async def test_the_outbox_settles_the_cancellation_of_a_fenced_refusal_after_the
     stored = await shells.authority.settler.settle(stored)
     assert (stored.settlement, stored.error_reason) == (SettlementStatus.REJECTED, "CANCELLATION_FENCED")
     assert shells.lifecycle.called("settle_cancellation") == [("t-1",), ("t-1",)]
-    assert shells.lifecycle.tasks["t-1"].outcome == lpb.TERMINAL_OUTCOME_CANCELLED
+    assert shells.lifecycle.tasks["t-1"].outcome == lifecycle_enums.TERMINAL_OUTCOME_CANCELLED
 
 
 async def test_closing_a_succeeded_run_completes_the_task_through_the_completion_transaction(shells):

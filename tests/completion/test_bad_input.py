@@ -16,7 +16,10 @@ import pytest_asyncio
 from google.protobuf.duration_pb2 import Duration
 
 from completion_service.server import CompletionConfig
-from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel.runtime.clock import ManualClock
 from funnel.runtime.grpc_errors import error_info, field_violations
 from funnel.runtime.paging import encode_token
@@ -44,9 +47,9 @@ MIB = 1024 * 1024
 @dataclass
 class World:
     f: Funnel
-    run: cpb.Run  # open, WS, task-1, epoch 1
-    other_run: cpb.Run  # open, WS, task-2
-    foreign_run: cpb.Run  # OTHER_WS, task-x, with a settled completion
+    run: completion_types.Run  # open, WS, task-1, epoch 1
+    other_run: completion_types.Run  # open, WS, task-2
+    foreign_run: completion_types.Run  # OTHER_WS, task-x, with a settled completion
     runs_token: str  # a ListRuns page token of WS
 
     def snapshot(self) -> tuple:
@@ -80,8 +83,10 @@ async def world(request, tmp_path_factory) -> World:
         first = await f.registered_and_claimed("task-1", ttl_seconds=24 * 3600)
         second = await f.registered_and_claimed("task-2", ttl_seconds=24 * 3600)
         foreign = await f.registered_and_claimed("task-x", workspace=OTHER_WS)
-        assert (await f.attempt(foreign)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
-        page = await f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_size=1), timeout=CALL_TIMEOUT)
+        assert (await f.attempt(foreign)).completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
+        page = await f.cs.ListRuns(
+            completion_messages.ListRunsRequest(workspace_id=WS, page_size=1), timeout=CALL_TIMEOUT
+        )
         assert page.next_page_token
         yield World(f, first.run, second.run, foreign.run, page.next_page_token)
     finally:
@@ -95,76 +100,78 @@ def ttl(seconds: int = 60, nanos: int = 0) -> Duration:
 # -- request builders: a valid request, changed by the case ----------------------------
 
 
-def claim(w: World, **kw) -> cpb.ClaimTaskRequest:
+def claim(w: World, **kw) -> completion_messages.ClaimTaskRequest:
     fields = dict(workspace_id=WS, task_id="task-3", agent_id="agent-9", lease_ttl=ttl())
     fields.update(kw)
-    return cpb.ClaimTaskRequest(**{k: v for k, v in fields.items() if v is not None})
+    return completion_messages.ClaimTaskRequest(**{k: v for k, v in fields.items() if v is not None})
 
 
-def renew(w: World, **kw) -> cpb.RenewLeaseRequest:
+def renew(w: World, **kw) -> completion_messages.RenewLeaseRequest:
     fields = dict(workspace_id=WS, run_id=w.run.run_id, epoch=w.run.epoch, lease_ttl=ttl())
     fields.update(kw)
-    return cpb.RenewLeaseRequest(**{k: v for k, v in fields.items() if v is not None})
+    return completion_messages.RenewLeaseRequest(**{k: v for k, v in fields.items() if v is not None})
 
 
-def complete(w: World, **kw) -> cpb.CompleteRunRequest:
-    fields = dict(workspace_id=WS, run_id=w.run.run_id, outcome=cpb.RUN_OUTCOME_FAILED)
+def complete(w: World, **kw) -> completion_messages.CompleteRunRequest:
+    fields = dict(workspace_id=WS, run_id=w.run.run_id, outcome=completion_enums.RUN_OUTCOME_FAILED)
     fields.update(kw)
-    return cpb.CompleteRunRequest(**fields)
+    return completion_messages.CompleteRunRequest(**fields)
 
 
-def get_run(w: World, **kw) -> cpb.GetRunRequest:
-    return cpb.GetRunRequest(**{"workspace_id": WS, "run_id": w.run.run_id, **kw})
+def get_run(w: World, **kw) -> completion_messages.GetRunRequest:
+    return completion_messages.GetRunRequest(**{"workspace_id": WS, "run_id": w.run.run_id, **kw})
 
 
-def list_runs(w: World, **kw) -> cpb.ListRunsRequest:
-    return cpb.ListRunsRequest(**{"workspace_id": WS, **kw})
+def list_runs(w: World, **kw) -> completion_messages.ListRunsRequest:
+    return completion_messages.ListRunsRequest(**{"workspace_id": WS, **kw})
 
 
-def evidence(w: World, **kw) -> cpb.RecordEvidenceRequest:
-    fields = dict(workspace_id=WS, task_id="task-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED)
+def evidence(w: World, **kw) -> completion_messages.RecordEvidenceRequest:
+    fields = dict(
+        workspace_id=WS, task_id="task-1", generation=1, kind="tests", verdict=completion_enums.EVIDENCE_VERDICT_PASSED
+    )
     fields.update(kw)
-    return cpb.RecordEvidenceRequest(**fields)
+    return completion_messages.RecordEvidenceRequest(**fields)
 
 
-def list_evidence(w: World, **kw) -> cpb.ListEvidenceRequest:
-    return cpb.ListEvidenceRequest(**{"workspace_id": WS, "task_id": "task-1", **kw})
+def list_evidence(w: World, **kw) -> completion_messages.ListEvidenceRequest:
+    return completion_messages.ListEvidenceRequest(**{"workspace_id": WS, "task_id": "task-1", **kw})
 
 
 EVIDENCE_TOKEN = encode_token(["evidence", WS, "task-1", "0"], [1, "evd_1"])
 
 
-def attempt(w: World, **kw) -> cpb.AttemptCompletionRequest:
+def attempt(w: World, **kw) -> completion_messages.AttemptCompletionRequest:
     fields = dict(
         workspace_id=WS,
         task_id="task-1",
         run_id=w.run.run_id,
         epoch=w.run.epoch,
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+        outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
         result="done",
     )
     fields.update(kw)
-    return cpb.AttemptCompletionRequest(**fields)
+    return completion_messages.AttemptCompletionRequest(**fields)
 
 
-def get_completion(w: World, **kw) -> cpb.GetCompletionRequest:
-    return cpb.GetCompletionRequest(**{"workspace_id": WS, "task_id": "task-1", "generation": 1, **kw})
+def get_completion(w: World, **kw) -> completion_messages.GetCompletionRequest:
+    return completion_messages.GetCompletionRequest(**{"workspace_id": WS, "task_id": "task-1", "generation": 1, **kw})
 
 
-def list_completions(w: World, **kw) -> cpb.ListCompletionsRequest:
-    return cpb.ListCompletionsRequest(**{"workspace_id": WS, **kw})
+def list_completions(w: World, **kw) -> completion_messages.ListCompletionsRequest:
+    return completion_messages.ListCompletionsRequest(**{"workspace_id": WS, **kw})
 
 
-def list_audit(w: World, **kw) -> cpb.ListAuditLogRequest:
-    return cpb.ListAuditLogRequest(**{"workspace_id": WS, **kw})
+def list_audit(w: World, **kw) -> completion_messages.ListAuditLogRequest:
+    return completion_messages.ListAuditLogRequest(**{"workspace_id": WS, **kw})
 
 
-def watch(w: World, **kw) -> cpb.WatchCompletionEventsRequest:
-    return cpb.WatchCompletionEventsRequest(**{"workspace_id": WS, **kw})
+def watch(w: World, **kw) -> completion_messages.WatchCompletionEventsRequest:
+    return completion_messages.WatchCompletionEventsRequest(**{"workspace_id": WS, **kw})
 
 
-def list_events(w: World, **kw) -> cpb.ListCompletionEventsRequest:
-    return cpb.ListCompletionEventsRequest(**{"workspace_id": WS, **kw})
+def list_events(w: World, **kw) -> completion_messages.ListCompletionEventsRequest:
+    return completion_messages.ListCompletionEventsRequest(**{"workspace_id": WS, **kw})
 
 
 INVALID = Code.INVALID_ARGUMENT
@@ -213,7 +220,13 @@ CASES = [
     *id_cases("CompleteRun", complete, "workspace_id"),
     *id_cases("CompleteRun", complete, "run_id"),
     *id_cases("CompleteRun", complete, "request_id", required=False),
-    ("CompleteRun", lambda w: complete(w, outcome=cpb.RUN_OUTCOME_UNSPECIFIED), INVALID, "ENUM_UNSPECIFIED", "outcome"),
+    (
+        "CompleteRun",
+        lambda w: complete(w, outcome=completion_enums.RUN_OUTCOME_UNSPECIFIED),
+        INVALID,
+        "ENUM_UNSPECIFIED",
+        "outcome",
+    ),
     ("CompleteRun", lambda w: complete(w, outcome=99), INVALID, "ENUM_UNSPECIFIED", "outcome"),
     ("CompleteRun", lambda w: complete(w, tokens_input=-1), INVALID, "VALUE_OUT_OF_RANGE", "tokens_input"),
     ("CompleteRun", lambda w: complete(w, tokens_output=-5), INVALID, "VALUE_OUT_OF_RANGE", "tokens_output"),
@@ -312,7 +325,7 @@ CASES = [
     ("RecordEvidence", lambda w: evidence(w, generation=-2), INVALID, "VALUE_OUT_OF_RANGE", "generation"),
     (
         "RecordEvidence",
-        lambda w: evidence(w, verdict=cpb.EVIDENCE_VERDICT_UNSPECIFIED),
+        lambda w: evidence(w, verdict=completion_enums.EVIDENCE_VERDICT_UNSPECIFIED),
         INVALID,
         "ENUM_UNSPECIFIED",
         "verdict",
@@ -328,7 +341,7 @@ CASES = [
     ("AttemptCompletion", lambda w: attempt(w, epoch=-7), INVALID, "VALUE_OUT_OF_RANGE", "epoch"),
     (
         "AttemptCompletion",
-        lambda w: attempt(w, outcome=cpb.REQUESTED_OUTCOME_UNSPECIFIED),
+        lambda w: attempt(w, outcome=completion_enums.REQUESTED_OUTCOME_UNSPECIFIED),
         INVALID,
         "ENUM_UNSPECIFIED",
         "outcome",
@@ -387,7 +400,9 @@ CASES = [
     (
         "ListCompletions",
         lambda w: list_completions(
-            w, settlement=cpb.SETTLEMENT_STATUS_PENDING, page_token=encode_token(["completions", WS, ""], [1, "c"])
+            w,
+            settlement=completion_enums.SETTLEMENT_STATUS_PENDING,
+            page_token=encode_token(["completions", WS, ""], [1, "c"]),
         ),
         INVALID,
         "FIELD_MALFORMED",
@@ -477,13 +492,15 @@ RPCS = [
 
 async def test_every_rpc_of_the_contract_has_bad_input_cases():
     # A new RPC of the contract must come with its bad-input cases.
-    rpcs = {m.name for m in cpb.DESCRIPTOR.services_by_name["CompletionService"].methods}
+    rpcs = {m.name for m in completion_service_pb2.DESCRIPTOR.services_by_name["CompletionService"].methods}
     assert rpcs == set(RPCS) == {case[0] for case in CASES}
 
 
 async def test_every_violation_of_a_request_is_listed_and_the_first_is_named(world):
     error = await rejected(
-        world.f.cs.ClaimTask(cpb.ClaimTaskRequest(workspace_id=WS, agent_id="a b"), timeout=CALL_TIMEOUT),
+        world.f.cs.ClaimTask(
+            completion_messages.ClaimTaskRequest(workspace_id=WS, agent_id="a b"), timeout=CALL_TIMEOUT
+        ),
         INVALID,
         "FIELD_REQUIRED",
         field="task_id",
@@ -495,7 +512,7 @@ async def test_every_violation_of_a_request_is_listed_and_the_first_is_named(wor
 async def test_the_workspace_is_checked_first_and_alone(world):
     # The boundary checks (and authorizes) the workspace before the request is read.
     error = await rejected(
-        world.f.cs.ClaimTask(cpb.ClaimTaskRequest(agent_id="a b"), timeout=CALL_TIMEOUT),
+        world.f.cs.ClaimTask(completion_messages.ClaimTaskRequest(agent_id="a b"), timeout=CALL_TIMEOUT),
         INVALID,
         "FIELD_REQUIRED",
         field="workspace_id",
@@ -506,14 +523,19 @@ async def test_the_workspace_is_checked_first_and_alone(world):
 async def test_another_workspace_sees_nothing(world):
     f = world.f
     foreign = world.foreign_run
-    runs = await f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)
+    runs = await f.cs.ListRuns(completion_messages.ListRunsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)
     assert foreign.run_id not in [r.run_id for r in runs.runs] and len(runs.runs) == 2
-    completions = await f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)
+    completions = await f.cs.ListCompletions(
+        completion_messages.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT
+    )
     assert list(completions.completions) == []
     # This workspace's own two claims, nothing of the other's.
     assert {e.run_id for e in await f.completion_events(workspace=WS)} == {r.run_id for r in runs.runs}
     assert [
-        r.run_id for r in (await f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=OTHER_WS), timeout=CALL_TIMEOUT)).runs
+        r.run_id
+        for r in (
+            await f.cs.ListRuns(completion_messages.ListRunsRequest(workspace_id=OTHER_WS), timeout=CALL_TIMEOUT)
+        ).runs
     ] == [foreign.run_id]
 
 
@@ -521,8 +543,11 @@ async def test_a_request_above_the_message_limit_is_resource_exhausted(world):
     before = world.snapshot()
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await world.f.cs.CompleteRun(
-            cpb.CompleteRunRequest(
-                workspace_id=WS, run_id=world.run.run_id, outcome=cpb.RUN_OUTCOME_FAILED, notes="n" * (5 * MIB)
+            completion_messages.CompleteRunRequest(
+                workspace_id=WS,
+                run_id=world.run.run_id,
+                outcome=completion_enums.RUN_OUTCOME_FAILED,
+                notes="n" * (5 * MIB),
             ),
             timeout=CALL_TIMEOUT,
         )

@@ -7,12 +7,13 @@ says whether it ended the task."""
 from __future__ import annotations
 
 from completion_service.clients.lifecycle_client import LifecycleUnavailable
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime.grpc_errors import error_info
 from tests.completion.e2e_support import CALL_TIMEOUT, WS, Code, Funnel, kinds, rejected
 
-REPORT = cpb.AGENT_ACTION_REPORT_COMPLETE
+REPORT = completion_enums.AGENT_ACTION_REPORT_COMPLETE
 
 
 def before_next_settlement(f: Funnel, step) -> None:
@@ -31,8 +32,8 @@ def before_next_settlement(f: Funnel, step) -> None:
 
 async def settle_child(f: Funnel, task_id: str) -> None:
     for intent, request in (
-        ("RequestCancellation", lpb.RequestCancellationRequest),
-        ("SettleCancellation", lpb.SettleCancellationRequest),
+        ("RequestCancellation", lifecycle_messages.RequestCancellationRequest),
+        ("SettleCancellation", lifecycle_messages.SettleCancellationRequest),
     ):
         await getattr(f.lc, intent)(request(workspace_id=WS, task_id=task_id, generation=1), timeout=CALL_TIMEOUT)
 
@@ -42,10 +43,13 @@ async def test_a_refusal_for_open_children_says_wait_and_a_later_attempt_complet
     claim = await f.registered_and_claimed("parent", ttl_seconds=3600)
     before_next_settlement(f, lambda: f.register("child", parent="parent"))
     refused = await f.attempt(claim)
-    assert refused.completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
+    assert refused.completion.settlement == completion_enums.SETTLEMENT_STATUS_REJECTED
     assert refused.completion.terminalization_error_reason == "ACTIVE_ATTACHED_CHILD"
     decision = refused.decision
-    assert (decision.verdict, decision.next_action) == (cpb.VERDICT_SOFT_BLOCK, cpb.AGENT_ACTION_WAIT_FOR_CHILDREN)
+    assert (decision.verdict, decision.next_action) == (
+        completion_enums.VERDICT_SOFT_BLOCK,
+        completion_enums.AGENT_ACTION_WAIT_FOR_CHILDREN,
+    )
     assert REPORT in decision.forbidden_actions and "ACTIVE_ATTACHED_CHILD" in decision.instruction
     assert (decision.details.decisive_gate, decision.details.lifecycle_reason) == (
         "lifecycle.settlement",
@@ -55,13 +59,13 @@ async def test_a_refusal_for_open_children_says_wait_and_a_later_attempt_complet
     # The completion event tells the same.
     events = await f.completion_events(task_id="parent")
     assert kinds(events) == ["RUN_CLAIMED", "COMPLETION_COMMITTED", "TERMINALIZATION_ERROR"]
-    assert events[-1].decision.next_action == cpb.AGENT_ACTION_WAIT_FOR_CHILDREN
+    assert events[-1].decision.next_action == completion_enums.AGENT_ACTION_WAIT_FOR_CHILDREN
     # Once the child is terminal, a new attempt completes: the refused completion gives way.
     await settle_child(f, "child")
     done = await f.attempt(claim)
-    assert done.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert done.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     assert done.completion.completion_id != refused.completion.completion_id
-    assert (done.decision.verdict, done.decision.next_action) == (cpb.VERDICT_ALLOW, REPORT)
+    assert (done.decision.verdict, done.decision.next_action) == (completion_enums.VERDICT_ALLOW, REPORT)
     assert (await f.task("parent")).task.completion_id == done.completion.completion_id
     assert kinds(await f.completion_events(task_id="parent")) == [
         "RUN_CLAIMED",
@@ -79,13 +83,16 @@ async def test_a_refusal_after_a_cancellation_says_stop_for_good(start_funnel):
     refused = await f.attempt(claim)
     decision = refused.decision
     assert refused.completion.terminalization_error_reason == "CANCELLATION_FENCED"
-    assert (decision.verdict, decision.next_action) == (cpb.VERDICT_HARD_BLOCK, cpb.AGENT_ACTION_STOP_AND_REPORT)
-    assert {REPORT, cpb.AGENT_ACTION_ATTEMPT_COMPLETION} <= set(decision.forbidden_actions)
+    assert (decision.verdict, decision.next_action) == (
+        completion_enums.VERDICT_HARD_BLOCK,
+        completion_enums.AGENT_ACTION_STOP_AND_REPORT,
+    )
+    assert {REPORT, completion_enums.AGENT_ACTION_ATTEMPT_COMPLETION} <= set(decision.forbidden_actions)
     assert "cancellation" in decision.instruction
     # Not transient: another attempt stops too (at the cancellation gate now), and
     # the refused completion stays the generation's.
     again = await f.attempt(claim, request_id="again")
-    assert again.decision.next_action == cpb.AGENT_ACTION_STOP_AND_REPORT
+    assert again.decision.next_action == completion_enums.AGENT_ACTION_STOP_AND_REPORT
     assert not again.HasField("completion")
     assert (await f.completion_of("task-1")).completion_id == refused.completion.completion_id
 
@@ -105,7 +112,10 @@ async def test_complete_run_reports_a_refused_settlement_as_an_error_with_the_ne
     assert not (await f.get_run(claim.run.run_id)).HasField("finish_time")  # the run stays open
     await settle_child(f, "child")
     closed = await f.complete_run(claim, notes="done")
-    assert (closed.final_status, closed.task_effect) == (cpb.FINAL_STATUS_DONE, cpb.TASK_EFFECT_DONE)
+    assert (closed.final_status, closed.task_effect) == (
+        completion_enums.FINAL_STATUS_DONE,
+        completion_enums.TASK_EFFECT_DONE,
+    )
 
 
 async def test_a_pending_settlement_is_not_to_be_reported_yet(start_funnel):
@@ -122,20 +132,36 @@ async def test_a_pending_settlement_is_not_to_be_reported_yet(start_funnel):
 
     client.settle_completion = unanswered
     closed = await f.complete_run(claim, notes="done")
-    assert closed.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
-    assert closed.task_effect == cpb.TASK_EFFECT_SETTLING and "not settled" in closed.task_effect_reason
-    assert closed.final_status == cpb.FINAL_STATUS_IN_PROGRESS
-    assert closed.decision.next_action == cpb.AGENT_ACTION_RETRY_LATER
+    assert closed.completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING
+    assert closed.task_effect == completion_enums.TASK_EFFECT_SETTLING and "not settled" in closed.task_effect_reason
+    assert closed.final_status == completion_enums.FINAL_STATUS_IN_PROGRESS
+    assert closed.decision.next_action == completion_enums.AGENT_ACTION_RETRY_LATER
     assert original is not None
 
 
 async def test_complete_run_says_what_it_did_to_the_task(strict_funnel):
     f = strict_funnel
     cases = [
-        (dict(outcome=cpb.RUN_OUTCOME_SUCCEEDED), cpb.TASK_EFFECT_BLOCKED, cpb.FINAL_STATUS_IN_PROGRESS),
-        (dict(outcome=cpb.RUN_OUTCOME_FAILED), cpb.TASK_EFFECT_STATUS_SET, cpb.FINAL_STATUS_BLOCKED),
-        (dict(outcome=cpb.RUN_OUTCOME_STALLED), cpb.TASK_EFFECT_UNCHANGED, cpb.FINAL_STATUS_IN_PROGRESS),
-        (dict(outcome=cpb.RUN_OUTCOME_CANCELLED), cpb.TASK_EFFECT_CANCELLED, cpb.FINAL_STATUS_CANCELLED),
+        (
+            dict(outcome=completion_enums.RUN_OUTCOME_SUCCEEDED),
+            completion_enums.TASK_EFFECT_BLOCKED,
+            completion_enums.FINAL_STATUS_IN_PROGRESS,
+        ),
+        (
+            dict(outcome=completion_enums.RUN_OUTCOME_FAILED),
+            completion_enums.TASK_EFFECT_STATUS_SET,
+            completion_enums.FINAL_STATUS_BLOCKED,
+        ),
+        (
+            dict(outcome=completion_enums.RUN_OUTCOME_STALLED),
+            completion_enums.TASK_EFFECT_UNCHANGED,
+            completion_enums.FINAL_STATUS_IN_PROGRESS,
+        ),
+        (
+            dict(outcome=completion_enums.RUN_OUTCOME_CANCELLED),
+            completion_enums.TASK_EFFECT_CANCELLED,
+            completion_enums.FINAL_STATUS_CANCELLED,
+        ),
     ]
     for index, (close, effect, status) in enumerate(cases):
         claim = await f.registered_and_claimed(f"task-{index}")
@@ -151,7 +177,10 @@ async def test_complete_run_says_what_it_did_to_the_task(strict_funnel):
     claim = await f.registered_and_claimed("task-done")
     await f.evidence(claim)
     closed = await f.complete_run(claim, notes="done")
-    assert (closed.task_effect, closed.final_status) == (cpb.TASK_EFFECT_DONE, cpb.FINAL_STATUS_DONE)
+    assert (closed.task_effect, closed.final_status) == (
+        completion_enums.TASK_EFFECT_DONE,
+        completion_enums.FINAL_STATUS_DONE,
+    )
 
 
 async def test_block_details_reach_the_client(strict_funnel):
@@ -175,7 +204,11 @@ async def test_block_details_reach_the_client(strict_funnel):
     events = await f.completion_events(task_id="task-1")
     assert kinds(events)[:2] == ["RUN_CLAIMED", "DECISION_BLOCKED"]
     assert events[1].decision.details == blocked.decision.details
-    assert (await f.cs.GetRun(cpb.GetRunRequest(workspace_id=WS, run_id=claim.run.run_id), timeout=CALL_TIMEOUT)).run
+    assert (
+        await f.cs.GetRun(
+            completion_messages.GetRunRequest(workspace_id=WS, run_id=claim.run.run_id), timeout=CALL_TIMEOUT
+        )
+    ).run
 
 
 async def test_completion_events_can_be_listed_with_the_watch_cursor(strict_funnel):
@@ -188,7 +221,8 @@ async def test_completion_events_can_be_listed_with_the_watch_cursor(strict_funn
     listed, cursor = [], 0
     while True:
         page = await f.cs.ListCompletionEvents(
-            cpb.ListCompletionEventsRequest(workspace_id=WS, after_sequence=cursor, page_size=2), timeout=CALL_TIMEOUT
+            completion_messages.ListCompletionEventsRequest(workspace_id=WS, after_sequence=cursor, page_size=2),
+            timeout=CALL_TIMEOUT,
         )
         listed += list(page.events)
         if not page.has_more:
@@ -201,12 +235,13 @@ async def test_completion_events_can_be_listed_with_the_watch_cursor(strict_funn
     ]
     # The same cursor resumes the watch: nothing before it, everything after it.
     watch = f.cs.WatchCompletionEvents(
-        cpb.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=listed[2].sequence), timeout=CALL_TIMEOUT
+        completion_messages.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=listed[2].sequence),
+        timeout=CALL_TIMEOUT,
     )
     resumed = [(await watch.read()).event for _ in listed[3:]]
     watch.cancel()
     assert resumed == listed[3:]
     one_task = await f.cs.ListCompletionEvents(
-        cpb.ListCompletionEventsRequest(workspace_id=WS, task_id="other"), timeout=CALL_TIMEOUT
+        completion_messages.ListCompletionEventsRequest(workspace_id=WS, task_id="other"), timeout=CALL_TIMEOUT
     )
     assert (list(one_task.events), one_task.has_more) == ([], False)

@@ -20,12 +20,16 @@ import pytest
 
 from completion_service.clients.lifecycle_client import LifecycleUnavailable
 from funnel.auth.pki import COMPLETION_IDENTITY
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 from tests.completion.e2e_support import Funnel, eventually
 from tests.completion.test_e2e import commit_while_lifecycle_is_down, settled
 
-CANCELLED = (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED, lpb.WORK_STATUS_CANCELLED)
+CANCELLED = (
+    lifecycle_enums.GENERATION_STATE_TERMINAL,
+    lifecycle_enums.TERMINAL_OUTCOME_CANCELLED,
+    lifecycle_enums.WORK_STATUS_CANCELLED,
+)
 
 
 async def fenced_while_pending(f: Funnel):
@@ -45,7 +49,7 @@ async def task_state(f: Funnel) -> tuple:
 
 async def assert_settled_by_the_completion_service(f: Funnel, run_id: str) -> None:
     last = (await f.lifecycle_events("task-1"))[-1]
-    assert last.intent == lpb.INTENT_SETTLE_CANCELLATION
+    assert last.intent == lifecycle_enums.INTENT_SETTLE_CANCELLATION
     assert (last.caller.subject, last.caller.role) == (COMPLETION_IDENTITY, "completion-service")
     assert last.cause.originating_ids["run_id"] == run_id
 
@@ -56,13 +60,16 @@ async def test_a_close_after_the_fence_refused_the_completion_settles_the_cancel
     claim, answer = await fenced_while_pending(f)
     refused = await settled(f, "task-1")
     assert (refused.settlement, refused.terminalization_error_reason) == (
-        cpb.SETTLEMENT_STATUS_REJECTED,
+        completion_enums.SETTLEMENT_STATUS_REJECTED,
         "CANCELLATION_FENCED",
     )
-    assert (await task_state(f))[0] == lpb.GENERATION_STATE_ACTIVE  # what used to wait for a host forever
+    assert (await task_state(f))[0] == lifecycle_enums.GENERATION_STATE_ACTIVE  # what used to wait for a host forever
 
-    closed = await f.complete_run(claim, outcome=cpb.RunOutcome.Value(f"RUN_OUTCOME_{outcome}"))
-    assert (closed.task_effect, closed.final_status) == (cpb.TASK_EFFECT_CANCELLED, cpb.FINAL_STATUS_CANCELLED)
+    closed = await f.complete_run(claim, outcome=completion_enums.RunOutcome.Value(f"RUN_OUTCOME_{outcome}"))
+    assert (closed.task_effect, closed.final_status) == (
+        completion_enums.TASK_EFFECT_CANCELLED,
+        completion_enums.FINAL_STATUS_CANCELLED,
+    )
     assert "cancellation" in closed.task_effect_reason
     assert await task_state(f) == CANCELLED
     assert (await f.get_run(claim.run.run_id)).HasField("finish_time")
@@ -74,14 +81,17 @@ async def test_a_close_while_the_completion_is_pending_settles_it_first(start_fu
     f = await start_funnel()
     claim, _ = await fenced_while_pending(f)
     # The outbox's retry is not due (its backoff runs on the service clock): the close settles it.
-    assert (await f.completion_of("task-1")).settlement == cpb.SETTLEMENT_STATUS_PENDING
+    assert (await f.completion_of("task-1")).settlement == completion_enums.SETTLEMENT_STATUS_PENDING
 
     closed = await f.complete_run(claim)
-    assert (closed.task_effect, closed.final_status) == (cpb.TASK_EFFECT_CANCELLED, cpb.FINAL_STATUS_CANCELLED)
+    assert (closed.task_effect, closed.final_status) == (
+        completion_enums.TASK_EFFECT_CANCELLED,
+        completion_enums.FINAL_STATUS_CANCELLED,
+    )
     assert await task_state(f) == CANCELLED
     completion = await f.completion_of("task-1")
     assert (completion.settlement, completion.terminalization_error_reason) == (
-        cpb.SETTLEMENT_STATUS_REJECTED,
+        completion_enums.SETTLEMENT_STATUS_REJECTED,
         "CANCELLATION_FENCED",
     )
     await assert_settled_by_the_completion_service(f, claim.run.run_id)
@@ -92,9 +102,15 @@ async def test_a_pending_completion_that_predates_the_fence_still_wins(start_fun
     f = await start_funnel(lifecycle={"max_clock_offset_ms": 1})
     claim, answer = await fenced_while_pending(f)
     closed = await f.complete_run(claim)
-    assert (closed.task_effect, closed.final_status) == (cpb.TASK_EFFECT_DONE, cpb.FINAL_STATUS_DONE)
+    assert (closed.task_effect, closed.final_status) == (
+        completion_enums.TASK_EFFECT_DONE,
+        completion_enums.FINAL_STATUS_DONE,
+    )
     task = (await f.task("task-1")).task
-    assert (task.outcome, task.completion_id) == (lpb.TERMINAL_OUTCOME_COMPLETED, answer.completion.completion_id)
+    assert (task.outcome, task.completion_id) == (
+        lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
+        answer.completion.completion_id,
+    )
 
 
 def leave_next_settlement_unanswered(f: Funnel) -> None:
@@ -115,7 +131,7 @@ async def test_a_run_closed_while_settling_ends_cancelled_when_the_outbox_meets_
     await f.start_lifecycle()
     leave_next_settlement_unanswered(f)
     closed = await f.complete_run(claim)
-    assert closed.task_effect == cpb.TASK_EFFECT_SETTLING
+    assert closed.task_effect == completion_enums.TASK_EFFECT_SETTLING
     assert (await f.get_run(claim.run.run_id)).HasField("finish_time")
 
     f.clock.advance(5_000)
@@ -138,12 +154,12 @@ async def test_a_fence_with_another_live_holder_waits_for_that_holders_close(sta
     holder = await f.claim("task-1", agent="agent-2", ttl_seconds=3600)
     await f.request_cancellation("task-1")
 
-    closed = await f.complete_run(stale, outcome=cpb.RUN_OUTCOME_STALLED)
-    assert closed.task_effect == cpb.TASK_EFFECT_UNCHANGED
+    closed = await f.complete_run(stale, outcome=completion_enums.RUN_OUTCOME_STALLED)
+    assert closed.task_effect == completion_enums.TASK_EFFECT_UNCHANGED
     assert holder.run.run_id in closed.task_effect_reason
-    assert (await task_state(f))[0] == lpb.GENERATION_STATE_ACTIVE
+    assert (await task_state(f))[0] == lifecycle_enums.GENERATION_STATE_ACTIVE
 
-    closed = await f.complete_run(holder, outcome=cpb.RUN_OUTCOME_SUCCEEDED)
-    assert closed.task_effect == cpb.TASK_EFFECT_CANCELLED
+    closed = await f.complete_run(holder, outcome=completion_enums.RUN_OUTCOME_SUCCEEDED)
+    assert closed.task_effect == completion_enums.TASK_EFFECT_CANCELLED
     assert await task_state(f) == CANCELLED
     await assert_settled_by_the_completion_service(f, holder.run.run_id)

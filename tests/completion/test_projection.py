@@ -18,7 +18,9 @@ from completion_service.authority.metrics import Metrics
 from completion_service.authority.projection import LifecycleProjection
 from completion_service.core.model import LifecycleState
 from completion_service.core.projection import LISTED_CHILDREN, Change, Record, WorkspaceProjection
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 
 ACTIVE, TERMINAL, REGISTERED = LifecycleState.ACTIVE, LifecycleState.TERMINAL, LifecycleState.REGISTERED
 
@@ -311,7 +313,7 @@ class Lifecycle:
         self.refusing = False  # every new stream fails before its head marker
 
     def watch_from_head(self, workspace_id: str) -> Stream:
-        head = lpb.WatchLifecycleEventsResponse(head_sequence=7)
+        head = lifecycle_messages.WatchLifecycleEventsResponse(head_sequence=7)
         first = RuntimeError("WATCHERS_EXHAUSTED") if self.refusing else head
         self.streams.append(Stream(workspace_id, first))
         self.opened_at.append(time.monotonic())
@@ -357,14 +359,14 @@ async def test_a_stream_that_ends_serves_nothing_until_it_is_live_again_with_a_n
     lifecycle, projection = shell
     first = lifecycle.streams[0]
     first.send(
-        lpb.WatchLifecycleEventsResponse(
-            event=lpb.LifecycleEvent(
+        lifecycle_messages.WatchLifecycleEventsResponse(
+            event=lifecycle_types.LifecycleEvent(
                 sequence=8,
                 workspace_id="a",
                 task_id="t",
                 generation=1,
                 revision=2,
-                to_state=lpb.GENERATION_STATE_ACTIVE,
+                to_state=lifecycle_enums.GENERATION_STATE_ACTIVE,
             )
         )
     )

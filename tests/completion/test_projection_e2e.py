@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from completion_service.core.model import LifecycleState
 from completion_service.core.projection import Record
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from tests.completion.e2e_support import (
     CALL_TIMEOUT,
     OTHER_WS,
@@ -44,8 +46,8 @@ async def test_an_attempt_on_a_claimed_task_is_judged_without_reading_the_lifecy
     reads, projected = f.views("read"), f.views("projection")
     get_tasks = await lifecycle_get_tasks(f)
     answer = await f.attempt(claim)
-    assert answer.decision.verdict == cpb.VERDICT_ALLOW
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert answer.decision.verdict == completion_enums.VERDICT_ALLOW
+    assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     assert (f.views("read"), f.views("projection")) == (reads, projected + 1)
     assert await lifecycle_get_tasks(f) == get_tasks
     # The settlement reached the projection: a repeat is not served from it (terminal).
@@ -62,7 +64,7 @@ async def test_a_cancellation_reaches_the_projection_and_the_next_attempt_hard_b
     await f.projection_caught_up()
     assert f.completion.authority.projection.view(WS, "task-1") is None
     blocked = await f.attempt(claim)
-    assert blocked.decision.verdict == cpb.VERDICT_HARD_BLOCK
+    assert blocked.decision.verdict == completion_enums.VERDICT_HARD_BLOCK
     assert decisive_gate(blocked.decision).gate_id == "lifecycle.no_cancellation"
     assert not blocked.HasField("completion")
 
@@ -77,13 +79,13 @@ async def test_a_new_attached_child_reaches_the_projection_and_its_end_releases_
     blocked = await f.attempt(parent)
     assert decisive_gate(blocked.decision).gate_id == "lifecycle.no_active_children"
     child = await f.claim("child", agent="agent-child")
-    assert (await f.attempt(child)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert (await f.attempt(child)).completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     # The child's end reaches the projection: the parent is served from it again.
     await f.projection_caught_up()
     assert f.completion.authority.projection.view(WS, "parent") is not None
     projected = f.views("projection")
     allowed = await f.attempt(parent)
-    assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert allowed.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     assert f.views("projection") == projected + 1
 
 
@@ -93,19 +95,26 @@ async def test_an_attached_child_resuming_reaches_the_projection_of_its_parent(f
     parent = await f.registered_and_claimed("parent")
     await f.register("child", parent="parent")
     child = await f.claim("child", agent="agent-child")
-    assert (await f.attempt(child)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert (await f.attempt(child)).completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     await f.complete_run(child)
     await f.projection_caught_up()
     assert f.completion.authority.projection.view(WS, "parent") is not None
     await f.lc.ResumeWithGeneration(
-        lpb.ResumeWithGenerationRequest(
-            workspace_id=WS, task_id="child", generation=2, cause=lpb.Cause(source="test", reason="new feedback")
+        lifecycle_messages.ResumeWithGenerationRequest(
+            workspace_id=WS,
+            task_id="child",
+            generation=2,
+            cause=lifecycle_types.Cause(source="test", reason="new feedback"),
         ),
         timeout=CALL_TIMEOUT,
     )
     # The resume's event names the parent: the projection sees the child open again.
-    (resumed,) = [e for e in await f.lifecycle_events("child") if e.intent == lpb.INTENT_RESUME_WITH_GENERATION]
-    assert resumed.parent == lpb.ParentLink(task_id="parent", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)
+    (resumed,) = [
+        e for e in await f.lifecycle_events("child") if e.intent == lifecycle_enums.INTENT_RESUME_WITH_GENERATION
+    ]
+    assert resumed.parent == lifecycle_types.ParentLink(
+        task_id="parent", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+    )
     await f.projection_caught_up()
     assert f.completion.authority.projection.view(WS, "parent") is None
     blocked = await f.attempt(parent)
@@ -126,12 +135,15 @@ async def test_a_change_the_projection_has_not_seen_is_fenced_by_the_lifecycle_s
     answer = await f.attempt(claim)
     # Judged on the stale view, committed, and refused by the lifecycle's fence: the
     # agent is told to stop, and the task did not end.
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
+    assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_REJECTED
     assert answer.completion.terminalization_error_reason == "CANCELLATION_FENCED"
-    assert answer.decision.next_action == cpb.AGENT_ACTION_STOP_AND_REPORT
+    assert answer.decision.next_action == completion_enums.AGENT_ACTION_STOP_AND_REPORT
     task = (await f.task("task-1")).task
-    assert (task.state, task.cancellation) == (lpb.GENERATION_STATE_ACTIVE, lpb.CANCELLATION_STATE_REQUESTED)
-    assert not [e for e in await f.lifecycle_events("task-1") if e.intent == lpb.INTENT_SETTLE_COMPLETION]
+    assert (task.state, task.cancellation) == (
+        lifecycle_enums.GENERATION_STATE_ACTIVE,
+        lifecycle_enums.CANCELLATION_STATE_REQUESTED,
+    )
+    assert not [e for e in await f.lifecycle_events("task-1") if e.intent == lifecycle_enums.INTENT_SETTLE_COMPLETION]
 
 
 async def test_while_the_stream_is_down_attempts_read_and_the_projection_comes_back(funnel):
@@ -143,10 +155,10 @@ async def test_while_the_stream_is_down_attempts_read_and_the_projection_comes_b
     claim = await f.registered_and_claimed("task-1")
     await f.projection_live()
     answer = await f.attempt(claim)  # read or projected: right either way
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     claim = await f.registered_and_claimed("task-2")
     projected = f.views("projection")
-    assert (await f.attempt(claim)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert (await f.attempt(claim)).completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     assert f.views("projection") == projected + 1
 
 
@@ -155,7 +167,7 @@ async def test_a_workspace_asked_about_while_every_stream_is_busy_reads(start_fu
     await f.projection_live(WS)
     for n in range(2):
         claim = await f.registered_and_claimed(f"task-{n}", workspace=OTHER_WS)
-        assert (await f.attempt(claim)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+        assert (await f.attempt(claim)).completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     assert f.views("read") == 2 and f.completion.authority.projection.position(OTHER_WS) is None
     assert f.lifecycle.broker.subscriber_count == 1  # WS's stream, still open
 
@@ -164,7 +176,7 @@ async def test_without_projected_workspaces_every_attempt_reads(start_funnel):
     f = await start_funnel(completion={"projected_workspaces": 0})
     claim = await f.registered_and_claimed("task-1")
     answer = await f.attempt(claim)
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     assert f.views("projection") == 0 and f.views("read") == 1
     assert f.completion_metric("funnel_completion_lifecycle_streams_live") == 0
     assert f.lifecycle.broker.subscriber_count == 0
@@ -178,11 +190,14 @@ async def test_a_projected_view_behind_the_runs_generation_is_read_again(funnel)
     f = funnel
     await f.projection_live()
     first = await f.registered_and_claimed("task-1")
-    assert (await f.attempt(first)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert (await f.attempt(first)).completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     await f.complete_run(first)
     await f.lc.ResumeWithGeneration(
-        lpb.ResumeWithGenerationRequest(
-            workspace_id=WS, task_id="task-1", generation=2, cause=lpb.Cause(source="test", reason="new feedback")
+        lifecycle_messages.ResumeWithGenerationRequest(
+            workspace_id=WS,
+            task_id="task-1",
+            generation=2,
+            cause=lifecycle_types.Cause(source="test", reason="new feedback"),
         ),
         timeout=CALL_TIMEOUT,
     )
@@ -193,7 +208,9 @@ async def test_a_projected_view_behind_the_runs_generation_is_read_again(funnel)
     projection.end_read(projection.begin_read("task-1"), Record(1, 2, LifecycleState.ACTIVE, None, False))
     reads, projected = f.views("read"), f.views("projection")
     answer = await f.attempt(second)
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED and answer.completion.generation == 2
+    assert (
+        answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED and answer.completion.generation == 2
+    )
     assert (f.views("projection"), f.views("read"), f.views("stale")) == (projected, reads, 1)
 
 
@@ -208,8 +225,8 @@ async def test_while_the_lifecycle_is_down_attempts_are_judged_on_what_the_proje
     await eventually(lambda: _now(f.completion.authority.projection.position(WS) is None))
 
     answer = await f.attempt(claim)  # committed; its settlement waits for the lifecycle service
-    assert answer.decision.verdict == cpb.VERDICT_ALLOW
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+    assert answer.decision.verdict == completion_enums.VERDICT_ALLOW
+    assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING
     assert f.views("last_seen") == 1
     await rejected(f.attempt(unseen), Code.UNAVAILABLE, "LIFECYCLE_UNAVAILABLE")
 
@@ -217,7 +234,7 @@ async def test_while_the_lifecycle_is_down_attempts_are_judged_on_what_the_proje
 
     async def settled():
         completion = await f.completion_of("task-1")
-        return completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+        return completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
 
     await eventually(settled, clock=f.clock, advance_micros=1_000_000)
-    assert (await f.task("task-1")).task.state == lpb.GENERATION_STATE_TERMINAL
+    assert (await f.task("task-1")).task.state == lifecycle_enums.GENERATION_STATE_TERMINAL

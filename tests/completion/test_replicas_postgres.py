@@ -33,8 +33,10 @@ from completion_service.units import runs, settlements
 from completion_service.units.completions import AttemptOutcome
 from completion_service.units.runs import Claimed
 from completion_service.units.settlements import Recorded, Settlement
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel.runtime.clock import ManualClock, RandomIds
 from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import Replay, fingerprint
@@ -286,8 +288,8 @@ async def test_stalled_runs_are_swept_once_by_replicas_sweeping_together(replica
 class TwoServers:
     f: Funnel
     second: RunningCompletion
-    a: completion_pb2_grpc.CompletionServiceStub
-    b: completion_pb2_grpc.CompletionServiceStub
+    a: completion_grpc.CompletionServiceStub
+    b: completion_grpc.CompletionServiceStub
 
 
 @pytest.fixture
@@ -307,7 +309,7 @@ async def two_servers(tmp_path, url) -> AsyncIterator[TwoServers]:
     second = await start_completion(f.completion_config, clock=clock, ids=RandomIds(), policies=parse_policy({}))
     channel = credentials.insecure_channel(second.address)
     try:
-        yield TwoServers(f, second, f.cs, completion_pb2_grpc.CompletionServiceStub(channel))
+        yield TwoServers(f, second, f.cs, completion_grpc.CompletionServiceStub(channel))
     finally:
         await channel.close()
         await second.stop(None)
@@ -315,10 +317,12 @@ async def two_servers(tmp_path, url) -> AsyncIterator[TwoServers]:
 
 
 class Watcher:
-    def __init__(self, stub: completion_pb2_grpc.CompletionServiceStub, task_id: str = "") -> None:
-        self.call = stub.WatchCompletionEvents(cpb.WatchCompletionEventsRequest(workspace_id=WS, task_id=task_id))
+    def __init__(self, stub: completion_grpc.CompletionServiceStub, task_id: str = "") -> None:
+        self.call = stub.WatchCompletionEvents(
+            completion_messages.WatchCompletionEventsRequest(workspace_id=WS, task_id=task_id)
+        )
 
-    async def take(self, count: int) -> list[cpb.CompletionEvent]:
+    async def take(self, count: int) -> list[completion_types.CompletionEvent]:
         events = []
         for _ in range(count):
             item = await asyncio.wait_for(self.call.read(), timeout=CALL_TIMEOUT)
@@ -334,8 +338,8 @@ class Watcher:
         self.call.cancel()
 
 
-def claim_request(task_id: str, request_id: str = "") -> cpb.ClaimTaskRequest:
-    return cpb.ClaimTaskRequest(
+def claim_request(task_id: str, request_id: str = "") -> completion_messages.ClaimTaskRequest:
+    return completion_messages.ClaimTaskRequest(
         workspace_id=WS, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=600), request_id=request_id
     )
 
@@ -351,17 +355,17 @@ async def test_a_watcher_on_either_replica_receives_every_event_of_both_in_order
         async def finish(stub, task_id: str) -> None:
             claim = await stub.ClaimTask(claim_request(task_id), timeout=CALL_TIMEOUT)
             attempt = await stub.AttemptCompletion(
-                cpb.AttemptCompletionRequest(
+                completion_messages.AttemptCompletionRequest(
                     workspace_id=WS,
                     task_id=task_id,
                     run_id=claim.run.run_id,
                     epoch=claim.lease.epoch,
-                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                    outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                     result="done",
                 ),
                 timeout=CALL_TIMEOUT,
             )
-            assert attempt.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+            assert attempt.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
 
         # Concurrent commits through both replicas, mostly through B.
         await asyncio.gather(*(finish(s.a if n % 3 == 0 else s.b, task_id) for n, task_id in enumerate(tasks)))
@@ -396,18 +400,20 @@ async def test_the_same_request_id_at_two_servers_gets_the_same_bytes(two_server
     for first, second in zip(answers[::2], answers[1::2], strict=True):
         assert first.SerializeToString(deterministic=True) == second.SerializeToString(deterministic=True)
     for task_id in tasks:
-        listed = await s.b.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT)
+        listed = await s.b.ListRuns(
+            completion_messages.ListRunsRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
+        )
         assert len(listed.runs) == 1
 
     attempts = await asyncio.gather(
         *(
             stub.AttemptCompletion(
-                cpb.AttemptCompletionRequest(
+                completion_messages.AttemptCompletionRequest(
                     workspace_id=WS,
                     task_id=claim.run.task_id,
                     run_id=claim.run.run_id,
                     epoch=claim.lease.epoch,
-                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                    outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                     result="done",
                     request_id=f"attempt-{claim.run.task_id}",
                 ),
@@ -421,23 +427,25 @@ async def test_the_same_request_id_at_two_servers_gets_the_same_bytes(two_server
     # it is now, which may still be PENDING while the first call settles it.
     for first, second in zip(attempts[::2], attempts[1::2], strict=True):
         assert first.completion.completion_id and first.completion.completion_id == second.completion.completion_id
-        assert first.decision.verdict == second.decision.verdict == cpb.VERDICT_ALLOW
+        assert first.decision.verdict == second.decision.verdict == completion_enums.VERDICT_ALLOW
         assert (first.existing_completion, second.existing_completion) == (False, False)
-    listed = await s.a.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT)
+    listed = await s.a.ListCompletions(
+        completion_messages.ListCompletionsRequest(workspace_id=WS), timeout=CALL_TIMEOUT
+    )
     assert len(listed.completions) == len(tasks)
-    assert {c.settlement for c in listed.completions} == {cpb.SETTLEMENT_STATUS_SETTLED}
+    assert {c.settlement for c in listed.completions} == {completion_enums.SETTLEMENT_STATUS_SETTLED}
     # Once settled, a retry at either replica gets the first answer's bytes.
     for claim, answer in zip(answers[::2], attempts[::2], strict=True):
-        if answer.completion.settlement != cpb.SETTLEMENT_STATUS_SETTLED:
+        if answer.completion.settlement != completion_enums.SETTLEMENT_STATUS_SETTLED:
             continue
         for stub in (s.a, s.b):
             again = await stub.AttemptCompletion(
-                cpb.AttemptCompletionRequest(
+                completion_messages.AttemptCompletionRequest(
                     workspace_id=WS,
                     task_id=claim.run.task_id,
                     run_id=claim.run.run_id,
                     epoch=claim.lease.epoch,
-                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                    outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                     result="done",
                     request_id=f"attempt-{claim.run.task_id}",
                 ),

@@ -12,18 +12,21 @@ import pytest
 
 from completion_service.clients.lifecycle_client import LifecycleRejected, LifecycleUnavailable
 from completion_service.clients.settle_batches import SettleBatches
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 
 pytestmark = pytest.mark.asyncio
 T = 5.0
 
 
-def request(completion: str, workspace: str = "ws") -> lpb.SettleCompletionRequest:
-    return lpb.SettleCompletionRequest(workspace_id=workspace, task_id=f"t-{completion}", completion_id=completion)
+def request(completion: str, workspace: str = "ws") -> lifecycle_messages.SettleCompletionRequest:
+    return lifecycle_messages.SettleCompletionRequest(
+        workspace_id=workspace, task_id=f"t-{completion}", completion_id=completion
+    )
 
 
-def settled(item: lpb.SettleCompletionRequest) -> lpb.SettleCompletionResponse:
-    return lpb.SettleCompletionResponse(event=lpb.LifecycleEvent(task_id=item.task_id))
+def settled(item: lifecycle_messages.SettleCompletionRequest) -> lifecycle_messages.SettleCompletionResponse:
+    return lifecycle_messages.SettleCompletionResponse(event=lifecycle_types.LifecycleEvent(task_id=item.task_id))
 
 
 class Lifecycle:

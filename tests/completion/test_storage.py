@@ -52,7 +52,7 @@ from completion_service.units.runs import ClaimCommand, Claimed, CloseCommand, R
 from completion_service.units.settlements import Recorded, Settlement
 from completion_service.units.transcripts import AppendCommand, Appended
 from funnel.auth.principal import Caller
-from funnel.completion.v1 import completion_pb2 as pb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.errors import Rejection, instant
 from funnel.runtime.idempotency import Replay, RequestKey, fingerprint
@@ -73,11 +73,13 @@ def key(method: str, request_id: str, digest: bytes, workspace: str = WS, caller
 
 
 def render_claim(claimed: Claimed) -> bytes:
-    return pb.ClaimTaskResponse(run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease)).SerializeToString()
+    return completion_messages.ClaimTaskResponse(
+        run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease)
+    ).SerializeToString()
 
 
 def render_attempt(outcome: AttemptOutcome) -> bytes:
-    return pb.AttemptCompletionResponse(
+    return completion_messages.AttemptCompletionResponse(
         decision=decision_to_proto(outcome.decision),
         completion=completion_to_proto(outcome.completion) if outcome.completion else None,
         existing_completion=outcome.existing,
@@ -85,11 +87,13 @@ def render_attempt(outcome: AttemptOutcome) -> bytes:
 
 
 def render_run(run) -> bytes:
-    return pb.CompleteRunResponse(run_id=run.run_id, tokens_total=run.tokens_total or 0).SerializeToString()
+    return completion_messages.CompleteRunResponse(
+        run_id=run.run_id, tokens_total=run.tokens_total or 0
+    ).SerializeToString()
 
 
 def render_lease(lease) -> bytes:
-    return pb.RenewLeaseResponse(lease=lease_to_proto(lease)).SerializeToString()
+    return completion_messages.RenewLeaseResponse(lease=lease_to_proto(lease)).SerializeToString()
 
 
 class Env:

@@ -18,7 +18,9 @@ from completion_service.storage.port import TranscriptState
 from completion_service.units.completions import AttemptCommand, AttemptContext
 from completion_service.units.runs import ClaimCommand, Claimed, CloseCommand
 from funnel.auth.principal import Caller
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.clock import ManualClock, SequentialIds
 from funnel.runtime.idempotency import RequestKey
 
@@ -144,7 +146,7 @@ class FakeLifecycle:
     recorded in `calls`; `fail[method] = exception` makes the next call raise it."""
 
     def __init__(self) -> None:
-        self.tasks: dict[str, lpb.Task] = {}
+        self.tasks: dict[str, lifecycle_types.Task] = {}
         self.children: dict[str, list[str]] = {}
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.fail: dict[str, Exception] = {}
@@ -153,9 +155,11 @@ class FakeLifecycle:
         self.timeout = 5.0
 
     def register(
-        self, task_id: str, state: int = lpb.GENERATION_STATE_ACTIVE, generation: int = 1, **fields: Any
-    ) -> lpb.Task:
-        task = lpb.Task(workspace_id=WS, task_id=task_id, generation=generation, revision=1, state=state, **fields)
+        self, task_id: str, state: int = lifecycle_enums.GENERATION_STATE_ACTIVE, generation: int = 1, **fields: Any
+    ) -> lifecycle_types.Task:
+        task = lifecycle_types.Task(
+            workspace_id=WS, task_id=task_id, generation=generation, revision=1, state=state, **fields
+        )
         self.tasks[task_id] = task
         return task
 
@@ -168,23 +172,25 @@ class FakeLifecycle:
     def called(self, method: str) -> list[tuple[Any, ...]]:
         return [args for name, args in self.calls if name == method]
 
-    def _event(self, task: lpb.Task) -> lpb.LifecycleEvent:
+    def _event(self, task: lifecycle_types.Task) -> lifecycle_types.LifecycleEvent:
         self._revision += 1
         task.revision = self._revision
-        return lpb.LifecycleEvent(revision=task.revision, sequence=100 + self._revision, generation=task.generation)
+        return lifecycle_types.LifecycleEvent(
+            revision=task.revision, sequence=100 + self._revision, generation=task.generation
+        )
 
-    async def get_task(self, workspace_id: str, task_id: str) -> lpb.GetTaskResponse:
+    async def get_task(self, workspace_id: str, task_id: str) -> lifecycle_messages.GetTaskResponse:
         self._called("get_task", task_id)
         if task_id not in self.tasks:
             raise LifecycleRejected("TASK_NOT_FOUND", f"no task {task_id!r}")
         children = self.children.get(task_id, [])
-        return lpb.GetTaskResponse(task=self.tasks[task_id], open_attached_child_task_ids=children)
+        return lifecycle_messages.GetTaskResponse(task=self.tasks[task_id], open_attached_child_task_ids=children)
 
     async def activate(self, workspace_id: str, task_id: str, generation: int, run_id: str) -> Any:
         self._called("activate", task_id, generation, run_id)
         task = self.tasks[task_id]
-        task.state, task.work_status = lpb.GENERATION_STATE_ACTIVE, lpb.WORK_STATUS_IN_PROGRESS
-        return lpb.ActivateGenerationResponse(event=self._event(task), task=task)
+        task.state, task.work_status = lifecycle_enums.GENERATION_STATE_ACTIVE, lifecycle_enums.WORK_STATUS_IN_PROGRESS
+        return lifecycle_messages.ActivateGenerationResponse(event=self._event(task), task=task)
 
     async def set_work_status(
         self, workspace_id: str, task_id: str, generation: int, status: int, request_id: str, reason: str, run_id: str
@@ -192,12 +198,12 @@ class FakeLifecycle:
         self._called("set_work_status", task_id, status, request_id)
         task = self.tasks[task_id]
         task.work_status = status  # type: ignore[assignment]
-        return lpb.SetWorkStatusResponse(event=self._event(task))
+        return lifecycle_messages.SetWorkStatusResponse(event=self._event(task))
 
     async def request_cancellation(self, workspace_id: str, task_id: str, generation: int, run_id: str) -> Any:
         self._called("request_cancellation", task_id)
-        self.tasks[task_id].cancellation = lpb.CANCELLATION_STATE_REQUESTED
-        return lpb.RequestCancellationResponse()
+        self.tasks[task_id].cancellation = lifecycle_enums.CANCELLATION_STATE_REQUESTED
+        return lifecycle_messages.RequestCancellationResponse()
 
     async def settle_cancellation(
         self, workspace_id: str, task_id: str, generation: int, run_id: str, **cause: Any
@@ -205,32 +211,32 @@ class FakeLifecycle:
         self._called("settle_cancellation", task_id)
         task = self.tasks[task_id]
         task.state, task.outcome, task.work_status = (
-            lpb.GENERATION_STATE_TERMINAL,
-            lpb.TERMINAL_OUTCOME_CANCELLED,
-            lpb.WORK_STATUS_CANCELLED,
+            lifecycle_enums.GENERATION_STATE_TERMINAL,
+            lifecycle_enums.TERMINAL_OUTCOME_CANCELLED,
+            lifecycle_enums.WORK_STATUS_CANCELLED,
         )
-        return lpb.SettleCancellationResponse()
+        return lifecycle_messages.SettleCancellationResponse()
 
     async def settle_completion(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, authoritative_at: int, run_id: str
-    ) -> lpb.SettleCompletionResponse:
+    ) -> lifecycle_messages.SettleCompletionResponse:
         self._called("settle_completion", task_id, completion_id)
         task = self.tasks[task_id]
         task.state, task.outcome, task.work_status, task.completion_id = (
-            lpb.GENERATION_STATE_TERMINAL,
-            lpb.TERMINAL_OUTCOME_COMPLETED,
-            lpb.WORK_STATUS_DONE,
+            lifecycle_enums.GENERATION_STATE_TERMINAL,
+            lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
+            lifecycle_enums.WORK_STATUS_DONE,
             completion_id,
         )
-        return lpb.SettleCompletionResponse(event=self._event(task))
+        return lifecycle_messages.SettleCompletionResponse(event=self._event(task))
 
     async def settle_failure(
         self, workspace_id: str, task_id: str, generation: int, completion_id: str, run_id: str
-    ) -> lpb.SettleFailureResponse:
+    ) -> lifecycle_messages.SettleFailureResponse:
         self._called("settle_failure", task_id, completion_id)
         task = self.tasks[task_id]
-        task.state, task.outcome = lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_FAILED
-        return lpb.SettleFailureResponse(event=self._event(task))
+        task.state, task.outcome = lifecycle_enums.GENERATION_STATE_TERMINAL, lifecycle_enums.TERMINAL_OUTCOME_FAILED
+        return lifecycle_messages.SettleFailureResponse(event=self._event(task))
 
 
 UNAVAILABLE = LifecycleUnavailable("UNAVAILABLE: connection refused")

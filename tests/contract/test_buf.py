@@ -30,9 +30,13 @@ RELEASES = ROOT / "contract" / "releases"
 BUF_TIMEOUT = 120  # seconds, per buf call; each takes about one locally
 SCRIPT_TIMEOUT = 300
 
-LIFECYCLE = "protos/funnel/lifecycle/v1/lifecycle.proto"
-COMPLETION = "protos/funnel/completion/v1/completion.proto"
-TRANSCRIPT = "protos/funnel/completion/v1/transcript.proto"
+# The files of buf.yaml's exceptions (each holds the excepted element and nothing of
+# its kind besides), and one file of messages and one of services to change.
+LIFECYCLE_ERRORS = "protos/funnel/lifecycle/v1/errors.proto"
+COMPLETION_ERRORS = "protos/funnel/completion/v1/errors.proto"
+GATE_SERVICE = "protos/funnel/completion/v1/gate_service.proto"
+LIFECYCLE_MESSAGES = "protos/funnel/lifecycle/v1/messages.proto"
+TRANSCRIPT_SERVICE = "protos/funnel/completion/v1/transcript_service.proto"
 
 # buf.yaml's protos module with no exception at all: what the exceptions may hide.
 STRICT_CONFIG = json.dumps(
@@ -136,8 +140,8 @@ def edit(path: Path, pattern: str, replacement: str) -> str:
     return match.group(0)
 
 
-# A top-level message field on one line: `  [optional|repeated] type name = N;`.
-FIELD = r"^(  (?:(?:optional|repeated) )?[\w.]+ )(\w+)( = )(\d+)(;)"
+# A top-level message field on one line: `  [optional|repeated] type name = N [options];`.
+FIELD = r"^(  (?:(?:optional|repeated) )?[\w.]+ )(\w+)( = )(\d+)((?: \[[^\]]*\])?;)"
 
 
 # --- the modules compile ---------------------------------------------------------
@@ -160,12 +164,12 @@ def unjustified_lint_findings(buf: Path, workspace: Path) -> list[dict]:
     for f in findings(result):
         error_reason_value = (
             f["type"] == "ENUM_VALUE_PREFIX"
-            and f["path"] in (LIFECYCLE, COMPLETION)
+            and f["path"] in (LIFECYCLE_ERRORS, COMPLETION_ERRORS)
             and f["message"].endswith('should be prefixed with "ERROR_REASON_".')
         )
         completion_gate = (
             f["type"] == "SERVICE_SUFFIX"
-            and f["path"] == COMPLETION
+            and f["path"] == GATE_SERVICE
             and f["message"].startswith('Service name "CompletionGate" ')
         )
         if not (error_reason_value or completion_gate):
@@ -179,13 +183,13 @@ def test_lint_exceptions_hide_only_the_justified_findings(buf):
 
 def test_an_unprefixed_enum_in_an_excepted_file_is_still_found(buf, tmp_path):
     workspace = workspace_copy(tmp_path)
-    lifecycle = workspace / LIFECYCLE
-    lifecycle.write_text(
-        lifecycle.read_text() + "\n// A probe.\nenum ProbeKind {\n  PROBE_KIND_UNSPECIFIED = 0;\n  WRONG = 1;\n}\n"
+    errors = workspace / LIFECYCLE_ERRORS
+    errors.write_text(
+        errors.read_text() + "\n// A probe.\nenum ProbeKind {\n  PROBE_KIND_UNSPECIFIED = 0;\n  WRONG = 1;\n}\n"
     )
     assert_passes(run_buf(buf, "lint", cwd=workspace))  # buf.yaml alone cannot tell...
     unjustified = unjustified_lint_findings(buf, workspace)  # ...this check can
-    assert [(f["type"], f["path"]) for f in unjustified] == [("ENUM_VALUE_PREFIX", LIFECYCLE)], unjustified
+    assert [(f["type"], f["path"]) for f in unjustified] == [("ENUM_VALUE_PREFIX", LIFECYCLE_ERRORS)], unjustified
 
 
 # --- the gates fail when they should --------------------------------------------
@@ -210,23 +214,23 @@ def test_lint_fails_on_the_excepted_rules_in_any_other_file(buf, tmp_path, rule)
 
 
 def _renumber_a_field(workspace: Path) -> None:
-    edit(workspace / LIFECYCLE, FIELD, r"\1\2\g<3>536870911\5")  # the highest field number
+    edit(workspace / LIFECYCLE_MESSAGES, FIELD, r"\1\2\g<3>536870911\5")  # the highest field number
 
 
 def _delete_an_rpc(workspace: Path) -> None:
-    edit(workspace / TRANSCRIPT, r"^  rpc \w+\(.*\) returns \(.*\);\n", "")
+    edit(workspace / TRANSCRIPT_SERVICE, r"^  rpc \w+\(.*\) returns \(.*\);\n", "")
 
 
 def _rename_completion_gate(workspace: Path) -> None:
-    edit(workspace / COMPLETION, r"^service CompletionGate \{", "service CompletionGateService {")
+    edit(workspace / GATE_SERVICE, r"^service CompletionGate \{", "service CompletionGateService {")
 
 
 @pytest.mark.parametrize(
     ("change", "rule", "path"),
     [
-        (_renumber_a_field, "FIELD_NO_DELETE_UNLESS_NUMBER_RESERVED", LIFECYCLE),
-        (_delete_an_rpc, "RPC_NO_DELETE", TRANSCRIPT),
-        (_rename_completion_gate, "PACKAGE_SERVICE_NO_DELETE", COMPLETION),
+        (_renumber_a_field, "FIELD_NO_DELETE_UNLESS_NUMBER_RESERVED", LIFECYCLE_MESSAGES),
+        (_delete_an_rpc, "RPC_NO_DELETE", TRANSCRIPT_SERVICE),
+        (_rename_completion_gate, "PACKAGE_SERVICE_NO_DELETE", GATE_SERVICE),
     ],
     ids=["field-number-changed", "rpc-deleted", "service-renamed"],
 )
@@ -245,7 +249,7 @@ def test_breaking_allows_a_json_only_change(buf, tmp_path):
     workspace = workspace_copy(tmp_path)
     before = tmp_path / "before.binpb"
     assert_passes(run_buf(buf, "build", "protos", "-o", str(before), cwd=workspace))
-    edit(workspace / LIFECYCLE, FIELD, r"\1\2_renamed\3\4\5")
+    edit(workspace / LIFECYCLE_MESSAGES, FIELD, r"\1\2_renamed\3\4\5")
     assert_passes(run_buf(buf, "breaking", "protos", "--against", str(before), cwd=workspace))
 
 

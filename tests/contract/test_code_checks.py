@@ -35,7 +35,7 @@ COPIED = (
     "scripts",
     "tests",
 )
-LIFECYCLE_PROTO = "protos/funnel/lifecycle/v1/lifecycle.proto"
+LIFECYCLE_PROTO = "protos/funnel/lifecycle/v1/types.proto"
 
 
 def tree_copy(tmp_path: Path) -> Path:
@@ -84,7 +84,7 @@ def _wire_break(root: Path) -> None:
     proto = root / LIFECYCLE_PROTO
     text = proto.read_text()
     # A field of the last release renumbered: a binary client reads another field.
-    field = re.search(r"^(  string workspace_id = )(\d+)(;)", text, re.M)
+    field = re.search(r"^(  string workspace_id = )(\d+)((?: \[[^\]]*\])?;)", text, re.M)
     assert field, f"no `string workspace_id = N;` field in {proto}: update this test to the protos"
     proto.write_text(text[: field.start()] + field.group(1) + "536870911" + field.group(3) + text[field.end() :])
 

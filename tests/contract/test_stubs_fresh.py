@@ -25,10 +25,17 @@ def test_committed_stubs_equal_freshly_generated_ones(tmp_path):
     assert not stale, f"stale or missing stubs, run scripts/generate_protos.py: {stale}"
 
 
-def test_every_proto_has_stubs(tmp_path):
+def test_every_proto_has_stubs(descriptor_set):
+    """Messages and enums for every file, service stubs for the files of services
+    and for no other (their `_pb2_grpc.py` would hold nothing)."""
+    generator = _generator()
     protos = sorted((ROOT / "protos").rglob("*.proto"))
     assert protos
+    with_services = {file.name for file in descriptor_set.file if file.service}
+    assert with_services
     for proto in protos:
+        name = proto.relative_to(ROOT / "protos").as_posix()
+        assert generator.declares_service(proto) == (name in with_services), name
         stem = ROOT / proto.relative_to(ROOT / "protos").with_suffix("")
         assert stem.with_name(stem.name + "_pb2.py").exists(), proto
-        assert stem.with_name(stem.name + "_pb2_grpc.py").exists(), proto
+        assert stem.with_name(stem.name + "_pb2_grpc.py").exists() == (name in with_services), proto

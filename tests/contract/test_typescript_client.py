@@ -182,9 +182,16 @@ def test_the_tarball_ships_the_built_code_with_its_types(tarball: Path) -> None:
         "index",
         "session",
         "idempotency",
-        "gen/funnel/completion/v1/completion_pb",
-        "gen/funnel/lifecycle/v1/lifecycle_pb",
+        "lifecycle",
+        "completion",
+        "gen/funnel/completion/v1/completion_service_pb",
+        "gen/funnel/completion/v1/completion_messages_pb",
+        "gen/funnel/completion/v1/types_pb",
+        "gen/funnel/completion/v1/enums_pb",
+        "gen/funnel/lifecycle/v1/service_pb",
+        "gen/funnel/lifecycle/v1/messages_pb",
         "gen/google/rpc/error_details_pb",
+        "gen/google/api/field_behavior_pb",
     ):
         assert {f"dist/src/{module}.js", f"dist/src/{module}.d.ts"} <= names, module
     assert not [name for name in names if name.startswith(("dist/test/", "test/", "consumer/", "scripts/"))]

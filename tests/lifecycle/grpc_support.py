@@ -9,7 +9,9 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info, field_violations
 
 DOMAIN = "funnel.lifecycle.v1"
@@ -57,15 +59,19 @@ class Client:
     def __getattr__(self, name):
         return getattr(self.stub, name)
 
-    async def register(self, task_id, *, parent=None, generation=1, mode=pb.PARENT_LINK_MODE_ATTACHED, **kw):
-        request = pb.RegisterTaskRequest(workspace_id=self.ws, task_id=task_id, **kw)
+    async def register(
+        self, task_id, *, parent=None, generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED, **kw
+    ):
+        request = lifecycle_messages.RegisterTaskRequest(workspace_id=self.ws, task_id=task_id, **kw)
         if parent:
-            request.parent.CopyFrom(pb.ParentLink(task_id=parent, generation=generation, mode=mode))
+            request.parent.CopyFrom(lifecycle_types.ParentLink(task_id=parent, generation=generation, mode=mode))
         return await self.stub.RegisterTask(request)
 
     async def activate(self, task_id, generation=1, **kw):
         return await self.stub.ActivateGeneration(
-            pb.ActivateGenerationRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
+            lifecycle_messages.ActivateGenerationRequest(
+                workspace_id=self.ws, task_id=task_id, generation=generation, **kw
+            )
         )
 
     async def active(self, task_id, **register_kw):
@@ -74,26 +80,34 @@ class Client:
 
     async def suspend(self, task_id, generation=1, **kw):
         return await self.stub.SuspendGeneration(
-            pb.SuspendGenerationRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
+            lifecycle_messages.SuspendGenerationRequest(
+                workspace_id=self.ws, task_id=task_id, generation=generation, **kw
+            )
         )
 
     async def resume(self, task_id, generation=1, **kw):
         return await self.stub.ResumeWithGeneration(
-            pb.ResumeWithGenerationRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
+            lifecycle_messages.ResumeWithGenerationRequest(
+                workspace_id=self.ws, task_id=task_id, generation=generation, **kw
+            )
         )
 
     async def request_cancellation(self, task_id, generation=1, **kw):
         return await self.stub.RequestCancellation(
-            pb.RequestCancellationRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
+            lifecycle_messages.RequestCancellationRequest(
+                workspace_id=self.ws, task_id=task_id, generation=generation, **kw
+            )
         )
 
     async def settle_cancellation(self, task_id, generation=1, **kw):
         return await self.stub.SettleCancellation(
-            pb.SettleCancellationRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
+            lifecycle_messages.SettleCancellationRequest(
+                workspace_id=self.ws, task_id=task_id, generation=generation, **kw
+            )
         )
 
     async def complete(self, task_id, generation=1, *, completion_id="cmp-1", authoritative_at=None, **kw):
-        request = pb.SettleCompletionRequest(
+        request = lifecycle_messages.SettleCompletionRequest(
             workspace_id=self.ws, task_id=task_id, generation=generation, completion_id=completion_id, **kw
         )
         if authoritative_at is not None:
@@ -102,37 +116,41 @@ class Client:
 
     async def fail(self, task_id, generation=1, **kw):
         return await self.stub.SettleFailure(
-            pb.SettleFailureRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
+            lifecycle_messages.SettleFailureRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
         )
 
     async def time_out(self, task_id, generation=1, **kw):
         return await self.stub.SettleTimeout(
-            pb.SettleTimeoutRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
+            lifecycle_messages.SettleTimeoutRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
         )
 
     async def propagate(self, task_id, generation=1, **kw):
         return await self.stub.PropagateParentTermination(
-            pb.PropagateParentTerminationRequest(workspace_id=self.ws, task_id=task_id, generation=generation, **kw)
+            lifecycle_messages.PropagateParentTerminationRequest(
+                workspace_id=self.ws, task_id=task_id, generation=generation, **kw
+            )
         )
 
-    async def work(self, task_id, status=pb.WORK_STATUS_IN_PROGRESS, generation=1, **kw):
+    async def work(self, task_id, status=lifecycle_enums.WORK_STATUS_IN_PROGRESS, generation=1, **kw):
         return await self.stub.SetWorkStatus(
-            pb.SetWorkStatusRequest(
+            lifecycle_messages.SetWorkStatusRequest(
                 workspace_id=self.ws, task_id=task_id, generation=generation, work_status=status, **kw
             )
         )
 
-    async def get(self, task_id) -> pb.GetTaskResponse:
-        return await self.stub.GetTask(pb.GetTaskRequest(workspace_id=self.ws, task_id=task_id))
+    async def get(self, task_id) -> lifecycle_messages.GetTaskResponse:
+        return await self.stub.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=self.ws, task_id=task_id))
 
-    async def task(self, task_id) -> pb.Task:
+    async def task(self, task_id) -> lifecycle_types.Task:
         return (await self.get(task_id)).task
 
-    async def events(self, task_id) -> list[pb.LifecycleEvent]:
+    async def events(self, task_id) -> list[lifecycle_types.LifecycleEvent]:
         found, token = [], ""
         while True:
             page = await self.stub.ListLifecycleEvents(
-                pb.ListLifecycleEventsRequest(workspace_id=self.ws, task_id=task_id, page_size=1000, page_token=token)
+                lifecycle_messages.ListLifecycleEventsRequest(
+                    workspace_id=self.ws, task_id=task_id, page_size=1000, page_token=token
+                )
             )
             found += page.events
             token = page.next_page_token
@@ -143,7 +161,7 @@ class Client:
         """What a rejected request must leave unchanged: the record and its history."""
         return await self.task(task_id), await self.events(task_id)
 
-    async def eventually(self, task_id, predicate, timeout: float = 30.0) -> pb.Task:
+    async def eventually(self, task_id, predicate, timeout: float = 30.0) -> lifecycle_types.Task:
         """Polls GetTask until predicate(task) holds (propagations are asynchronous)."""
         deadline = time.monotonic() + timeout
         while True:

@@ -10,7 +10,8 @@ import random
 import grpc
 import pytest
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info
 from tests.lifecycle.grpc_support import DOMAIN, Client, Code
 
@@ -41,7 +42,7 @@ def reasons(errors) -> dict[tuple[grpc.StatusCode, str], int]:
     return found
 
 
-async def assert_history_matches_record(c: Client, task_id: str) -> list[pb.LifecycleEvent]:
+async def assert_history_matches_record(c: Client, task_id: str) -> list[lifecycle_types.LifecycleEvent]:
     task = await c.task(task_id)
     events = await c.events(task_id)
     assert [e.revision for e in events] == list(range(1, task.revision + 1))
@@ -62,7 +63,11 @@ async def assert_history_matches_record(c: Client, task_id: str) -> list[pb.Life
 
 async def test_one_winner_among_writers_expecting_the_same_revision(c):
     await c.active("t1")
-    statuses = [pb.WORK_STATUS_READY, pb.WORK_STATUS_IN_PROGRESS, pb.WORK_STATUS_BLOCKED]
+    statuses = [
+        lifecycle_enums.WORK_STATUS_READY,
+        lifecycle_enums.WORK_STATUS_IN_PROGRESS,
+        lifecycle_enums.WORK_STATUS_BLOCKED,
+    ]
     successes, errors = await race([lambda k=k: c.work("t1", statuses[k % 3], expected_revision=2) for k in range(N)])
     assert len(successes) == 1
     assert reasons(errors) == {(Code.ABORTED, "REVISION_MISMATCH"): N - 1}
@@ -77,7 +82,11 @@ async def test_one_winner_among_writers_expecting_the_same_revision(c):
 
 async def test_unconditional_writers_each_commit_exactly_one_revision(c):
     await c.active("t1")
-    statuses = [pb.WORK_STATUS_READY, pb.WORK_STATUS_IN_PROGRESS, pb.WORK_STATUS_BLOCKED]
+    statuses = [
+        lifecycle_enums.WORK_STATUS_READY,
+        lifecycle_enums.WORK_STATUS_IN_PROGRESS,
+        lifecycle_enums.WORK_STATUS_BLOCKED,
+    ]
     successes, errors = await race([lambda k=k: c.work("t1", statuses[k % 3]) for k in range(N)])
     assert errors == []
     revisions = sorted(s.event.revision for s in successes)
@@ -114,7 +123,7 @@ async def test_mixed_settlements_settle_a_generation_exactly_once(c, seed):
     }
     assert set(reasons(errors)) <= allowed, reasons(errors)
     events = await assert_history_matches_record(c, "t1")
-    terminal = [e for e in events if e.to_state == pb.GENERATION_STATE_TERMINAL]
+    terminal = [e for e in events if e.to_state == lifecycle_enums.GENERATION_STATE_TERMINAL]
     assert len(terminal) == 1
     [settlement] = terminal
     # Every committed event was reported to the caller that committed it; every other
@@ -126,7 +135,7 @@ async def test_mixed_settlements_settle_a_generation_exactly_once(c, seed):
     assert len(repeats) >= 1
     assert len(successes) + len(errors) == N
     final = await c.task("t1")
-    assert final.state == pb.GENERATION_STATE_TERMINAL and final.outcome == settlement.outcome
+    assert final.state == lifecycle_enums.GENERATION_STATE_TERMINAL and final.outcome == settlement.outcome
 
 
 async def test_concurrent_registrations_create_a_task_once(c):
@@ -154,15 +163,15 @@ async def test_children_settling_while_their_parent_fails_end_exactly_once(c):
     _successes, errors = await race(calls)
     assert {code for code, _ in reasons(errors)} <= {Code.FAILED_PRECONDITION}
     for child in children:
-        task = await c.eventually(child, lambda t: t.state == pb.GENERATION_STATE_TERMINAL)
+        task = await c.eventually(child, lambda t: t.state == lifecycle_enums.GENERATION_STATE_TERMINAL)
         events = await assert_history_matches_record(c, child)
-        assert [e.to_state for e in events].count(pb.GENERATION_STATE_TERMINAL) == 1
+        assert [e.to_state for e in events].count(lifecycle_enums.GENERATION_STATE_TERMINAL) == 1
         assert task.outcome in (
-            pb.TERMINAL_OUTCOME_COMPLETED,
-            pb.TERMINAL_OUTCOME_FAILED,
-            pb.TERMINAL_OUTCOME_CANCELLED,
+            lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
+            lifecycle_enums.TERMINAL_OUTCOME_FAILED,
+            lifecycle_enums.TERMINAL_OUTCOME_CANCELLED,
         )
     parent = await c.task("parent")
-    assert parent.outcome == pb.TERMINAL_OUTCOME_FAILED
+    assert parent.outcome == lifecycle_enums.TERMINAL_OUTCOME_FAILED
     # Nothing is left for the parent's generation to wait for.
     assert list((await c.get("parent")).open_attached_child_task_ids) == []

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 from funnel.runtime.clock import ManualClock
 from funnel.runtime.errors import Rejection
 from lifecycle_service.authority import LifecycleAuthority
@@ -289,7 +289,9 @@ async def test_a_watcher_on_one_replica_receives_every_event_of_both_in_order(st
         async def writer(client: Client, task_id: str) -> None:
             await client.active(task_id)
             for n in range(10):
-                await client.work(task_id, [pb.WORK_STATUS_BLOCKED, pb.WORK_STATUS_IN_PROGRESS][n % 2])
+                await client.work(
+                    task_id, [lifecycle_enums.WORK_STATUS_BLOCKED, lifecycle_enums.WORK_STATUS_IN_PROGRESS][n % 2]
+                )
 
         # Concurrent commits through both replicas, mostly through the other one.
         await asyncio.gather(*(writer(b if n % 3 else a, f"t{n}") for n in range(6)))
@@ -317,7 +319,9 @@ async def test_a_watcher_from_the_head_on_one_replica_receives_every_later_event
     async def writer(client: Client, task_id: str) -> None:
         await client.active(task_id)
         for n in range(20):
-            await client.work(task_id, [pb.WORK_STATUS_BLOCKED, pb.WORK_STATUS_IN_PROGRESS][n % 2])
+            await client.work(
+                task_id, [lifecycle_enums.WORK_STATUS_BLOCKED, lifecycle_enums.WORK_STATUS_IN_PROGRESS][n % 2]
+            )
 
     # The watcher joins while both replicas commit: its head splits their events exactly.
     writers = asyncio.gather(*(writer(b if n % 3 else a, f"t{n}") for n in range(4)))

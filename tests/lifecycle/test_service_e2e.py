@@ -13,7 +13,10 @@ import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import errors_pb2 as lifecycle_errors
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.errors import instant
 from funnel.runtime.grpc_errors import error_info, field_violations
 from funnel.runtime.postgres import is_postgres_url
@@ -29,10 +32,10 @@ from tests.lifecycle.grpc_support import WS, Client, Code, micros, rejected, ts
 
 OTHER_WS = "ws-2"
 REGISTERED, ACTIVE, SUSPENDED, TERMINAL = (
-    pb.GENERATION_STATE_REGISTERED,
-    pb.GENERATION_STATE_ACTIVE,
-    pb.GENERATION_STATE_SUSPENDED,
-    pb.GENERATION_STATE_TERMINAL,
+    lifecycle_enums.GENERATION_STATE_REGISTERED,
+    lifecycle_enums.GENERATION_STATE_ACTIVE,
+    lifecycle_enums.GENERATION_STATE_SUSPENDED,
+    lifecycle_enums.GENERATION_STATE_TERMINAL,
 )
 
 
@@ -44,7 +47,7 @@ def c(lifecycle) -> Client:
 async def workspace_state(c: Client, workspace: str = WS):
     """Everything a client can read about a workspace: its tasks and their histories."""
     client = Client(c.stub, workspace)
-    listing = await c.stub.ListTasks(pb.ListTasksRequest(workspace_id=workspace, page_size=1000))
+    listing = await c.stub.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=workspace, page_size=1000))
     return [(task, await client.events(task.task_id)) for task in listing.tasks]
 
 
@@ -53,16 +56,16 @@ async def workspace_state(c: Client, workspace: str = WS):
 
 
 async def test_register_creates_generation_one_at_revision_one(c, clock):
-    cause = pb.Cause(source="host:ide", reason="user asked", originating_ids={"run_id": "run-1"})
+    cause = lifecycle_types.Cause(source="host:ide", reason="user asked", originating_ids={"run_id": "run-1"})
     response = await c.register("t1", request_id="req-1", cause=cause)
     task, event = response.task, response.event
     now = clock.now_micros()
     assert (task.workspace_id, task.task_id, task.generation, task.revision) == (WS, "t1", 1, 1)
     assert (task.state, task.outcome, task.cancellation, task.work_status) == (
         REGISTERED,
-        pb.TERMINAL_OUTCOME_UNSPECIFIED,
-        pb.CANCELLATION_STATE_NONE,
-        pb.WORK_STATUS_READY,
+        lifecycle_enums.TERMINAL_OUTCOME_UNSPECIFIED,
+        lifecycle_enums.CANCELLATION_STATE_NONE,
+        lifecycle_enums.WORK_STATUS_READY,
     )
     assert not task.HasField("parent") and not task.HasField("cancellation_request_time")
     assert task.completion_id == ""
@@ -70,13 +73,13 @@ async def test_register_creates_generation_one_at_revision_one(c, clock):
     assert event.sequence >= 1
     assert (event.workspace_id, event.task_id, event.generation, event.revision) == (WS, "t1", 1, 1)
     assert (event.intent, event.from_state, event.to_state) == (
-        pb.INTENT_REGISTER_TASK,
-        pb.GENERATION_STATE_UNSPECIFIED,
+        lifecycle_enums.INTENT_REGISTER_TASK,
+        lifecycle_enums.GENERATION_STATE_UNSPECIFIED,
         REGISTERED,
     )
     assert event.cause == cause and event.request_id == "req-1"
     assert micros(event.commit_time) == now
-    assert await c.get("t1") == pb.GetTaskResponse(task=task)
+    assert await c.get("t1") == lifecycle_messages.GetTaskResponse(task=task)
     assert await c.events("t1") == [event]
 
 
@@ -84,10 +87,10 @@ async def test_free_text_round_trips_whatever_characters_it_holds(c):
     """Cause source, reason and originating id values are free text: U+0000 (which a
     PostgreSQL TEXT column cannot hold), controls, quotes, and characters beyond the BMP."""
     odd = "a\x00b\n\t'\"%?\\ \u200b\U0001f600"
-    cause = pb.Cause(source=odd, reason=odd * 3, originating_ids={"run_id": odd})
+    cause = lifecycle_types.Cause(source=odd, reason=odd * 3, originating_ids={"run_id": odd})
     event = (await c.register("t1", cause=cause)).event
     assert event.cause == cause
-    stream = c.stub.WatchLifecycleEvents(pb.WatchLifecycleEventsRequest(workspace_id=WS))
+    stream = c.stub.WatchLifecycleEvents(lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS))
     try:
         assert (await stream.read()).event == event
     finally:
@@ -99,13 +102,13 @@ async def test_a_generation_walks_through_its_states(c, clock):
     await c.register("t1")
     steps = []
     clock.advance(1_000_000)
-    steps.append(await c.activate("t1", work_status=pb.WORK_STATUS_IN_PROGRESS))
+    steps.append(await c.activate("t1", work_status=lifecycle_enums.WORK_STATUS_IN_PROGRESS))
     clock.advance(1_000_000)
     steps.append(await c.suspend("t1"))
     clock.advance(1_000_000)
     steps.append(await c.resume("t1"))
     clock.advance(1_000_000)
-    steps.append(await c.work("t1", pb.WORK_STATUS_BLOCKED))
+    steps.append(await c.work("t1", lifecycle_enums.WORK_STATUS_BLOCKED))
     clock.advance(1_000_000)
     steps.append(await c.request_cancellation("t1"))
     fence = clock.now_micros()
@@ -113,12 +116,12 @@ async def test_a_generation_walks_through_its_states(c, clock):
     steps.append(await c.settle_cancellation("t1"))
 
     expected = [
-        (pb.INTENT_ACTIVATE_GENERATION, REGISTERED, ACTIVE, pb.WORK_STATUS_IN_PROGRESS),
-        (pb.INTENT_SUSPEND_GENERATION, ACTIVE, SUSPENDED, pb.WORK_STATUS_IN_PROGRESS),
-        (pb.INTENT_RESUME_WITH_GENERATION, SUSPENDED, ACTIVE, pb.WORK_STATUS_IN_PROGRESS),
-        (pb.INTENT_SET_WORK_STATUS, ACTIVE, ACTIVE, pb.WORK_STATUS_BLOCKED),
-        (pb.INTENT_REQUEST_CANCELLATION, ACTIVE, ACTIVE, pb.WORK_STATUS_BLOCKED),
-        (pb.INTENT_SETTLE_CANCELLATION, ACTIVE, TERMINAL, pb.WORK_STATUS_CANCELLED),
+        (lifecycle_enums.INTENT_ACTIVATE_GENERATION, REGISTERED, ACTIVE, lifecycle_enums.WORK_STATUS_IN_PROGRESS),
+        (lifecycle_enums.INTENT_SUSPEND_GENERATION, ACTIVE, SUSPENDED, lifecycle_enums.WORK_STATUS_IN_PROGRESS),
+        (lifecycle_enums.INTENT_RESUME_WITH_GENERATION, SUSPENDED, ACTIVE, lifecycle_enums.WORK_STATUS_IN_PROGRESS),
+        (lifecycle_enums.INTENT_SET_WORK_STATUS, ACTIVE, ACTIVE, lifecycle_enums.WORK_STATUS_BLOCKED),
+        (lifecycle_enums.INTENT_REQUEST_CANCELLATION, ACTIVE, ACTIVE, lifecycle_enums.WORK_STATUS_BLOCKED),
+        (lifecycle_enums.INTENT_SETTLE_CANCELLATION, ACTIVE, TERMINAL, lifecycle_enums.WORK_STATUS_CANCELLED),
     ]
     for revision, (response, (intent, from_state, to_state, status)) in enumerate(
         zip(steps, expected, strict=True), start=2
@@ -134,14 +137,14 @@ async def test_a_generation_walks_through_its_states(c, clock):
         assert (task.state, task.work_status) == (to_state, status)
         assert micros(task.update_time) == micros(event.commit_time)
     requested, settled = steps[-2].task, steps[-1].task
-    assert requested.cancellation == pb.CANCELLATION_STATE_REQUESTED
+    assert requested.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED
     assert micros(requested.cancellation_request_time) == fence
     assert (settled.outcome, settled.cancellation, micros(settled.cancellation_request_time)) == (
-        pb.TERMINAL_OUTCOME_CANCELLED,
-        pb.CANCELLATION_STATE_REQUESTED,
+        lifecycle_enums.TERMINAL_OUTCOME_CANCELLED,
+        lifecycle_enums.CANCELLATION_STATE_REQUESTED,
         fence,
     )
-    assert steps[-1].event.outcome == pb.TERMINAL_OUTCOME_CANCELLED
+    assert steps[-1].event.outcome == lifecycle_enums.TERMINAL_OUTCOME_CANCELLED
     history = await c.events("t1")
     assert [e.revision for e in history] == list(range(1, 8))
     assert [e.sequence for e in history] == sorted({e.sequence for e in history})
@@ -152,16 +155,16 @@ async def test_a_generation_walks_through_its_states(c, clock):
 async def test_completion_settles_the_generation_and_a_repeat_returns_the_original(c, clock):
     await c.active("t1")
     at = clock.now_micros() - 2_000_000
-    cause = pb.Cause(source="completion_service", originating_ids={"completion_id": "cmp-1"})
+    cause = lifecycle_types.Cause(source="completion_service", originating_ids={"completion_id": "cmp-1"})
     done = await c.complete("t1", completion_id="cmp-1", authoritative_at=at, request_id="settle-1", cause=cause)
     assert (done.task.state, done.task.outcome, done.task.work_status, done.task.completion_id) == (
         TERMINAL,
-        pb.TERMINAL_OUTCOME_COMPLETED,
-        pb.WORK_STATUS_DONE,
+        lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
+        lifecycle_enums.WORK_STATUS_DONE,
         "cmp-1",
     )
     assert (done.event.intent, done.event.completion_id, micros(done.event.authoritative_time)) == (
-        pb.INTENT_SETTLE_COMPLETION,
+        lifecycle_enums.INTENT_SETTLE_COMPLETION,
         "cmp-1",
         at,
     )
@@ -179,7 +182,7 @@ async def test_completion_settles_the_generation_and_a_repeat_returns_the_origin
 
 @pytest.mark.parametrize(
     "settle, outcome",
-    [("fail", pb.TERMINAL_OUTCOME_FAILED), ("time_out", pb.TERMINAL_OUTCOME_TIMED_OUT)],
+    [("fail", lifecycle_enums.TERMINAL_OUTCOME_FAILED), ("time_out", lifecycle_enums.TERMINAL_OUTCOME_TIMED_OUT)],
 )
 async def test_failure_and_timeout_settle_the_generation(c, settle, outcome):
     await c.active("t1")
@@ -187,7 +190,7 @@ async def test_failure_and_timeout_settle_the_generation(c, settle, outcome):
     assert (settled.task.state, settled.task.outcome, settled.task.work_status) == (
         TERMINAL,
         outcome,
-        pb.WORK_STATUS_BLOCKED,
+        lifecycle_enums.WORK_STATUS_BLOCKED,
     )
     assert settled.event.outcome == outcome
     assert await getattr(c, settle)("t1") == settled
@@ -200,10 +203,15 @@ async def test_a_new_generation_after_a_terminal_one(c):
     done = await c.complete("t1", authoritative_at=1)
     resumed = await c.resume("t1", generation=2, expected_revision=3)
     task = resumed.task
-    assert (task.generation, task.revision, task.state, task.work_status) == (2, 4, ACTIVE, pb.WORK_STATUS_READY)
+    assert (task.generation, task.revision, task.state, task.work_status) == (
+        2,
+        4,
+        ACTIVE,
+        lifecycle_enums.WORK_STATUS_READY,
+    )
     assert (task.outcome, task.cancellation, task.completion_id) == (
-        pb.TERMINAL_OUTCOME_UNSPECIFIED,
-        pb.CANCELLATION_STATE_NONE,
+        lifecycle_enums.TERMINAL_OUTCOME_UNSPECIFIED,
+        lifecycle_enums.CANCELLATION_STATE_NONE,
         "",
     )
     assert (resumed.event.generation, resumed.event.from_state, resumed.event.to_state) == (2, TERMINAL, ACTIVE)
@@ -218,13 +226,15 @@ async def test_get_task_lists_open_attached_children(c):
     await c.active("parent")
     await c.register("c-b", parent="parent")
     await c.active("c-a", parent="parent")
-    await c.register("d-1", parent="parent", mode=pb.PARENT_LINK_MODE_DETACHED)
+    await c.register("d-1", parent="parent", mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED)
     await c.active("c-done", parent="parent")
     await c.fail("c-done")
     view = await c.get("parent")
     assert list(view.open_attached_child_task_ids) == ["c-a", "c-b"]
     child = await c.task("c-b")
-    assert child.parent == pb.ParentLink(task_id="parent", generation=1, mode=pb.PARENT_LINK_MODE_ATTACHED)
+    assert child.parent == lifecycle_types.ParentLink(
+        task_id="parent", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+    )
     # The registration event names the parent too (a watcher learns of the child from it); no other event does.
     registered, activated = await c.events("c-a")
     assert registered.parent == child.parent and not activated.HasField("parent")
@@ -237,7 +247,7 @@ async def test_list_tasks_pages_through_a_workspace(c):
     await Client(c.stub, OTHER_WS).register("task-99")
     seen, token, pages = [], "", 0
     while True:
-        page = await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, page_size=3, page_token=token))
+        page = await c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, page_size=3, page_token=token))
         pages += 1
         seen += [t.task_id for t in page.tasks]
         assert len(page.tasks) <= 3
@@ -245,24 +255,26 @@ async def test_list_tasks_pages_through_a_workspace(c):
         if not token:
             break
     assert seen == ids and pages == 3
-    everything = await c.ListTasks(pb.ListTasksRequest(workspace_id=WS))
+    everything = await c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS))
     assert [t.task_id for t in everything.tasks] == ids and everything.next_page_token == ""
 
 
 async def test_list_tasks_filters_by_parent(c):
     await c.active("parent")
     await c.register("kid-1", parent="parent")
-    await c.register("kid-2", parent="parent", mode=pb.PARENT_LINK_MODE_DETACHED)
+    await c.register("kid-2", parent="parent", mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED)
     await c.register("stranger")
-    page = await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, parent_task_id="parent", page_size=1))
+    page = await c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, parent_task_id="parent", page_size=1))
     assert [t.task_id for t in page.tasks] == ["kid-1"]
     rest = await c.ListTasks(
-        pb.ListTasksRequest(workspace_id=WS, parent_task_id="parent", page_size=1, page_token=page.next_page_token)
+        lifecycle_messages.ListTasksRequest(
+            workspace_id=WS, parent_task_id="parent", page_size=1, page_token=page.next_page_token
+        )
     )
     assert [t.task_id for t in rest.tasks] == ["kid-2"] and rest.next_page_token == ""
     # A token is bound to its listing.
     await rejected(
-        c.ListTasks(pb.ListTasksRequest(workspace_id=WS, page_token=page.next_page_token)),
+        c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, page_token=page.next_page_token)),
         Code.INVALID_ARGUMENT,
         "FIELD_MALFORMED",
         field="page_token",
@@ -275,48 +287,59 @@ async def test_list_tasks_filters_orders_by_last_change_and_counts_on_the_server
     await c.active("t-failed")
     await c.fail("t-failed")
     await c.register("u-other")
-    await c.work("t-active", pb.WORK_STATUS_BLOCKED)  # the latest change
+    await c.work("t-active", lifecycle_enums.WORK_STATUS_BLOCKED)  # the latest change
 
     async def ids(**kw) -> list[str]:
-        return [t.task_id for t in (await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, **kw))).tasks]
+        return [
+            t.task_id for t in (await c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, **kw))).tasks
+        ]
 
-    assert await ids(state=pb.GENERATION_STATE_ACTIVE) == ["t-active"]
-    assert await ids(outcome=pb.TERMINAL_OUTCOME_FAILED) == ["t-failed"]
-    assert await ids(work_status=pb.WORK_STATUS_BLOCKED) == ["t-active", "t-failed"]
+    assert await ids(state=lifecycle_enums.GENERATION_STATE_ACTIVE) == ["t-active"]
+    assert await ids(outcome=lifecycle_enums.TERMINAL_OUTCOME_FAILED) == ["t-failed"]
+    assert await ids(work_status=lifecycle_enums.WORK_STATUS_BLOCKED) == ["t-active", "t-failed"]
     assert await ids(task_id_prefix="t-") == ["t-active", "t-failed", "t-ready"]
-    assert await ids(state=pb.GENERATION_STATE_REGISTERED, task_id_prefix="u") == ["u-other"]
-    assert await ids(order=pb.TASK_ORDER_LAST_CHANGE) == ["t-active", "u-other", "t-failed", "t-ready"]
+    assert await ids(state=lifecycle_enums.GENERATION_STATE_REGISTERED, task_id_prefix="u") == ["u-other"]
+    assert await ids(order=lifecycle_enums.TASK_ORDER_LAST_CHANGE) == ["t-active", "u-other", "t-failed", "t-ready"]
     # Pages of a filtered listing in last-change order; the token is for that listing only.
     first = await c.ListTasks(
-        pb.ListTasksRequest(workspace_id=WS, task_id_prefix="t-", page_size=2, order=pb.TASK_ORDER_LAST_CHANGE)
+        lifecycle_messages.ListTasksRequest(
+            workspace_id=WS, task_id_prefix="t-", page_size=2, order=lifecycle_enums.TASK_ORDER_LAST_CHANGE
+        )
     )
     rest = await c.ListTasks(
-        pb.ListTasksRequest(
+        lifecycle_messages.ListTasksRequest(
             workspace_id=WS,
             task_id_prefix="t-",
             page_size=2,
-            order=pb.TASK_ORDER_LAST_CHANGE,
+            order=lifecycle_enums.TASK_ORDER_LAST_CHANGE,
             page_token=first.next_page_token,
         )
     )
     assert [t.task_id for t in (*first.tasks, *rest.tasks)] == ["t-active", "t-failed", "t-ready"]
     assert not rest.next_page_token
-    for other in ({"page_size": 2, "task_id_prefix": "t-"}, {"order": pb.TASK_ORDER_LAST_CHANGE}):
+    for other in ({"page_size": 2, "task_id_prefix": "t-"}, {"order": lifecycle_enums.TASK_ORDER_LAST_CHANGE}):
         await rejected(
-            c.ListTasks(pb.ListTasksRequest(workspace_id=WS, page_token=first.next_page_token, **other)),
+            c.ListTasks(
+                lifecycle_messages.ListTasksRequest(workspace_id=WS, page_token=first.next_page_token, **other)
+            ),
             Code.INVALID_ARGUMENT,
             "FIELD_MALFORMED",
             field="page_token",
         )
 
-    counted = await c.stub.CountTasks(pb.CountTasksRequest(workspace_id=WS))
+    counted = await c.stub.CountTasks(lifecycle_messages.CountTasksRequest(workspace_id=WS))
     assert counted.total == 4
     assert [(n.state, n.outcome, n.work_status, n.tasks) for n in counted.counts] == [
-        (pb.GENERATION_STATE_REGISTERED, 0, pb.WORK_STATUS_READY, 2),
-        (pb.GENERATION_STATE_ACTIVE, 0, pb.WORK_STATUS_BLOCKED, 1),
-        (pb.GENERATION_STATE_TERMINAL, pb.TERMINAL_OUTCOME_FAILED, pb.WORK_STATUS_BLOCKED, 1),
+        (lifecycle_enums.GENERATION_STATE_REGISTERED, 0, lifecycle_enums.WORK_STATUS_READY, 2),
+        (lifecycle_enums.GENERATION_STATE_ACTIVE, 0, lifecycle_enums.WORK_STATUS_BLOCKED, 1),
+        (
+            lifecycle_enums.GENERATION_STATE_TERMINAL,
+            lifecycle_enums.TERMINAL_OUTCOME_FAILED,
+            lifecycle_enums.WORK_STATUS_BLOCKED,
+            1,
+        ),
     ]
-    assert (await c.stub.CountTasks(pb.CountTasksRequest(workspace_id=OTHER_WS))).total == 0
+    assert (await c.stub.CountTasks(lifecycle_messages.CountTasksRequest(workspace_id=OTHER_WS))).total == 0
 
 
 @pytest.mark.parametrize(
@@ -332,18 +355,21 @@ async def test_list_tasks_filters_orders_by_last_change_and_counts_on_the_server
 )
 async def test_list_tasks_refuses_a_filter_it_does_not_know(c, fields, reason, field):
     await rejected(
-        c.ListTasks(pb.ListTasksRequest(workspace_id=WS, **fields)), Code.INVALID_ARGUMENT, reason, field=field
+        c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, **fields)),
+        Code.INVALID_ARGUMENT,
+        reason,
+        field=field,
     )
 
 
 async def test_list_lifecycle_events_pages_through_a_history(c):
     await c.active("t1")
     for n in range(5):
-        await c.work("t1", [pb.WORK_STATUS_BLOCKED, pb.WORK_STATUS_IN_PROGRESS][n % 2])
+        await c.work("t1", [lifecycle_enums.WORK_STATUS_BLOCKED, lifecycle_enums.WORK_STATUS_IN_PROGRESS][n % 2])
     revisions, token = [], ""
     while True:
         page = await c.ListLifecycleEvents(
-            pb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t1", page_size=2, page_token=token)
+            lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id="t1", page_size=2, page_token=token)
         )
         revisions += [e.revision for e in page.events]
         token = page.next_page_token
@@ -368,23 +394,29 @@ async def test_a_page_token_from_another_listing_is_malformed(c, listing, foreig
         await Client(c.stub, OTHER_WS).register(task_id)
     tokens = {
         "events": (
-            await c.ListLifecycleEvents(pb.ListLifecycleEventsRequest(workspace_id=WS, task_id="a", page_size=1))
+            await c.ListLifecycleEvents(
+                lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id="a", page_size=1)
+            )
         ).next_page_token,
         "events-of-another-task": (
-            await c.ListLifecycleEvents(pb.ListLifecycleEventsRequest(workspace_id=WS, task_id="b", page_size=1))
+            await c.ListLifecycleEvents(
+                lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id="b", page_size=1)
+            )
         ).next_page_token,
-        "tasks": (await c.ListTasks(pb.ListTasksRequest(workspace_id=WS, page_size=1))).next_page_token,
+        "tasks": (await c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, page_size=1))).next_page_token,
         "tasks-of-another-workspace": (
-            await c.ListTasks(pb.ListTasksRequest(workspace_id=OTHER_WS, page_size=1))
+            await c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=OTHER_WS, page_size=1))
         ).next_page_token,
         "garbage": "bm90IGEgdG9rZW4",
     }
     assert all(tokens.values())
     token = tokens[foreign_token_from]
     if listing == "tasks":
-        call = c.ListTasks(pb.ListTasksRequest(workspace_id=WS, page_token=token))
+        call = c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, page_token=token))
     else:
-        call = c.ListLifecycleEvents(pb.ListLifecycleEventsRequest(workspace_id=WS, task_id="a", page_token=token))
+        call = c.ListLifecycleEvents(
+            lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id="a", page_token=token)
+        )
     await rejected(call, Code.INVALID_ARGUMENT, "FIELD_MALFORMED", metadata={"field"}, field="page_token")
 
 
@@ -496,19 +528,19 @@ async def _parent_not_terminal(c):
 
 async def _not_attached_child(c):
     await c.active("parent")
-    await c.active("child", parent="parent", mode=pb.PARENT_LINK_MODE_DETACHED)
+    await c.active("child", parent="parent", mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED)
     return lambda: c.propagate("child")
 
 
 async def _work_status_reserved(c):
     await c.active("t1")
-    return lambda: c.work("t1", pb.WORK_STATUS_DONE)
+    return lambda: c.work("t1", lifecycle_enums.WORK_STATUS_DONE)
 
 
 async def _request_id_reused(c):
     await c.active("t1")
-    await c.work("t1", pb.WORK_STATUS_BLOCKED, request_id="req-1")
-    return lambda: c.work("t1", pb.WORK_STATUS_READY, request_id="req-1")
+    await c.work("t1", lifecycle_enums.WORK_STATUS_BLOCKED, request_id="req-1")
+    return lambda: c.work("t1", lifecycle_enums.WORK_STATUS_READY, request_id="req-1")
 
 
 FENCE_KEYS = {"cancellation_request_time", "fenced_task_id"}
@@ -585,10 +617,10 @@ async def test_parent_generation_replacement_waits_for_attached_children(lifecyc
 
 def test_every_reason_of_the_catalogue_is_covered_and_matches_the_contract():
     # An EnumTypeWrapper is not iterable: keys() it is.
-    contract = {name for name in pb.ErrorReason.keys() if name != "ERROR_REASON_UNSPECIFIED"}  # noqa: SIM118
+    contract = {name for name in lifecycle_errors.ErrorReason.keys() if name != "ERROR_REASON_UNSPECIFIED"}  # noqa: SIM118
     assert {reason.name for reason in Reason} == contract
     for reason in Reason:
-        assert pb.ErrorReason.Value(reason.name) >= 1
+        assert lifecycle_errors.ErrorReason.Value(reason.name) >= 1
     covered_here = {name.split("/")[0] for name in REJECTIONS}
     # Bad input, storage and watch reasons have tests of their own (below and in test_watch.py).
     covered_elsewhere = {
@@ -642,7 +674,7 @@ ON_EXISTING_TASK = [rpc for rpc in WITH_REQUIRED_TASK if rpc != "RegisterTask"]
 
 def base_request(rpc: str, workspace: str = WS, task_id: str = "t1"):
     """A well-formed request of `rpc` (about the existing task t1 where it names one)."""
-    request_type = getattr(pb, f"{rpc}Request")
+    request_type = getattr(lifecycle_messages, f"{rpc}Request")
     if rpc == "RegisterTask":
         return request_type(workspace_id=workspace, task_id="new-task")
     if rpc == "ListTasks":
@@ -656,7 +688,7 @@ def base_request(rpc: str, workspace: str = WS, task_id: str = "t1"):
         request.completion_id = "cmp-1"
         request.authoritative_time.CopyFrom(NOW_TS)
     if rpc == "SetWorkStatus":
-        request.work_status = pb.WORK_STATUS_IN_PROGRESS
+        request.work_status = lifecycle_enums.WORK_STATUS_IN_PROGRESS
     return request
 
 
@@ -693,9 +725,9 @@ def originating_ids(ids: dict):
 
 def parent_link(**fields):
     def mutate(request):
-        link = {"task_id": "t1", "generation": 1, "mode": pb.PARENT_LINK_MODE_ATTACHED}
+        link = {"task_id": "t1", "generation": 1, "mode": lifecycle_enums.PARENT_LINK_MODE_ATTACHED}
         link.update(fields)
-        request.parent.CopyFrom(pb.ParentLink(**link))
+        request.parent.CopyFrom(lifecycle_types.ParentLink(**link))
 
     return mutate
 
@@ -762,14 +794,14 @@ BAD_INPUT = [
     (
         "work-status-done",
         ["SetWorkStatus", "ActivateGeneration"],
-        setter("work_status", pb.WORK_STATUS_DONE),
+        setter("work_status", lifecycle_enums.WORK_STATUS_DONE),
         "WORK_STATUS_RESERVED",
         "work_status",
     ),
     (
         "work-status-cancelled",
         ["SetWorkStatus", "ActivateGeneration"],
-        setter("work_status", pb.WORK_STATUS_CANCELLED),
+        setter("work_status", lifecycle_enums.WORK_STATUS_CANCELLED),
         "WORK_STATUS_RESERVED",
         "work_status",
     ),
@@ -871,14 +903,16 @@ async def test_bad_input_is_refused_with_the_field_named_and_changes_nothing(wit
 
 
 async def test_every_problem_of_a_request_is_reported_at_once(c):
-    request = pb.SetWorkStatusRequest(workspace_id=WS, task_id="a b", generation=0, work_status=0, request_id="r/1")
+    request = lifecycle_messages.SetWorkStatusRequest(
+        workspace_id=WS, task_id="a b", generation=0, work_status=0, request_id="r/1"
+    )
     error = await rejected(c.SetWorkStatus(request), Code.INVALID_ARGUMENT, "FIELD_MALFORMED", field="task_id")
     assert [name for name, _ in field_violations(error)] == ["task_id", "generation", "request_id", "work_status"]
 
 
 async def test_a_malformed_workspace_is_reported_before_anything_else(c):
     # The workspace is checked (and authorized) first, before the request is read.
-    request = pb.SetWorkStatusRequest(workspace_id="", task_id="a b", generation=0, work_status=0)
+    request = lifecycle_messages.SetWorkStatusRequest(workspace_id="", task_id="a b", generation=0, work_status=0)
     error = await rejected(c.SetWorkStatus(request), Code.INVALID_ARGUMENT, "FIELD_REQUIRED", field="workspace_id")
     assert [name for name, _ in field_violations(error)] == ["workspace_id"]
 
@@ -904,7 +938,9 @@ async def test_workspaces_are_separate(c):
     assert (await c.task("t1")).revision == 3
     await rejected(other.register("child", parent="t1", generation=1), Code.FAILED_PRECONDITION, "PARENT_NOT_ACTIVE")
     await rejected(Client(c.stub, "ws-3").register("child", parent="t1"), Code.NOT_FOUND, "PARENT_NOT_FOUND")
-    assert [t.task_id for t in (await c.ListTasks(pb.ListTasksRequest(workspace_id="ws-3"))).tasks] == []
+    assert [
+        t.task_id for t in (await c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id="ws-3"))).tasks
+    ] == []
 
 
 @pytest.mark.parametrize("rpc", MUTATING + READS)
@@ -928,19 +964,23 @@ async def test_a_request_id_is_scoped_to_its_rpc(c):
     # The same id for another RPC is another request: both apply.
     await c.register("t1", request_id="req-1")
     activated = await c.activate("t1", request_id="req-1")
-    assert activated.task.state == pb.GENERATION_STATE_ACTIVE
+    assert activated.task.state == lifecycle_enums.GENERATION_STATE_ACTIVE
 
 
 async def test_a_repeated_request_id_returns_the_original_response_even_after_the_task_moved_on(c, clock):
     await c.active("t1")
-    first = await c.work("t1", pb.WORK_STATUS_BLOCKED, request_id="req-1", cause=pb.Cause(reason="stuck"))
+    first = await c.work(
+        "t1", lifecycle_enums.WORK_STATUS_BLOCKED, request_id="req-1", cause=lifecycle_types.Cause(reason="stuck")
+    )
     clock.advance(10_000_000)
-    await c.work("t1", pb.WORK_STATUS_IN_PROGRESS)
+    await c.work("t1", lifecycle_enums.WORK_STATUS_IN_PROGRESS)
     before = await c.snapshot("t1")
-    again = await c.work("t1", pb.WORK_STATUS_BLOCKED, request_id="req-1", cause=pb.Cause(reason="stuck"))
+    again = await c.work(
+        "t1", lifecycle_enums.WORK_STATUS_BLOCKED, request_id="req-1", cause=lifecycle_types.Cause(reason="stuck")
+    )
     assert again == first
     assert await c.snapshot("t1") == before
-    assert before[0].work_status == pb.WORK_STATUS_IN_PROGRESS
+    assert before[0].work_status == lifecycle_enums.WORK_STATUS_IN_PROGRESS
 
 
 async def test_a_lost_reply_can_be_retried_for_every_mutating_rpc(c):
@@ -950,7 +990,7 @@ async def test_a_lost_reply_can_be_retried_for_every_mutating_rpc(c):
     calls = [
         lambda: c.register("t1", request_id="r-reg"),
         lambda: c.activate("t1", request_id="r-act"),
-        lambda: c.work("t1", pb.WORK_STATUS_BLOCKED, request_id="r-work"),
+        lambda: c.work("t1", lifecycle_enums.WORK_STATUS_BLOCKED, request_id="r-work"),
         lambda: c.suspend("t1", request_id="r-sus"),
         lambda: c.resume("t1", request_id="r-res"),
         lambda: c.request_cancellation("t1", request_id="r-rc"),
@@ -987,7 +1027,7 @@ async def test_a_completion_passes_the_fence_only_with_proof(start_lifecycle, cl
     offset = offset_ms * 1000
     clock.advance(3_000_000)
     done = await c.complete("proven", authoritative_at=fence - offset - 1)
-    assert done.task.outcome == pb.TERMINAL_OUTCOME_COMPLETED
+    assert done.task.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
     assert micros(done.event.authoritative_time) == fence - offset - 1
     for task_id, at in (("equal", fence - offset), ("later", fence + 1)):
         error = await rejected(
@@ -1002,12 +1042,14 @@ async def test_a_completion_passes_the_fence_only_with_proof(start_lifecycle, cl
             "max_clock_offset_ms": str(offset_ms),
         }
     # Missing proof is not proof.
-    request = pb.SettleCompletionRequest(workspace_id=WS, task_id="equal", generation=1, completion_id="cmp-1")
+    request = lifecycle_messages.SettleCompletionRequest(
+        workspace_id=WS, task_id="equal", generation=1, completion_id="cmp-1"
+    )
     await rejected(c.SettleCompletion(request), Code.INVALID_ARGUMENT, "FIELD_REQUIRED", field="authoritative_time")
     assert (await c.task("equal")).state == ACTIVE
     # Failure cannot pass a fence at all; the cancellation can still be settled.
     await rejected(c.fail("later"), Code.FAILED_PRECONDITION, "CANCELLATION_FENCED")
-    assert (await c.settle_cancellation("later")).task.outcome == pb.TERMINAL_OUTCOME_CANCELLED
+    assert (await c.settle_cancellation("later")).task.outcome == lifecycle_enums.TERMINAL_OUTCOME_CANCELLED
 
 
 # ---------------------------------------------------------------------------
@@ -1015,18 +1057,18 @@ async def test_a_completion_passes_the_fence_only_with_proof(start_lifecycle, cl
 
 
 def fenced(task):
-    return task.cancellation == pb.CANCELLATION_STATE_REQUESTED
+    return task.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED
 
 
 def cancelled(task):
-    return task.state == TERMINAL and task.outcome == pb.TERMINAL_OUTCOME_CANCELLED
+    return task.state == TERMINAL and task.outcome == lifecycle_enums.TERMINAL_OUTCOME_CANCELLED
 
 
 async def test_parent_cancellation_propagates_to_attached_children_only(c):
     await c.active("parent")
     await c.active("child", parent="parent")
     await c.register("waiting-child", parent="parent")
-    await c.active("detached", parent="parent", mode=pb.PARENT_LINK_MODE_DETACHED)
+    await c.active("detached", parent="parent", mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED)
     await c.active("grandchild", parent="child")
     await c.request_cancellation("parent")
     for task_id in ("child", "waiting-child", "grandchild"):
@@ -1043,13 +1085,16 @@ async def test_parent_cancellation_propagates_to_attached_children_only(c):
     await c.settle_cancellation("parent")
     for task_id in ("child", "waiting-child", "grandchild"):
         task = await c.eventually(task_id, cancelled)
-        assert task.work_status == pb.WORK_STATUS_CANCELLED
+        assert task.work_status == lifecycle_enums.WORK_STATUS_CANCELLED
     detached = await c.task("detached")
-    assert (detached.state, detached.cancellation) == (ACTIVE, pb.CANCELLATION_STATE_NONE)
+    assert (detached.state, detached.cancellation) == (ACTIVE, lifecycle_enums.CANCELLATION_STATE_NONE)
     # The detached child governs itself.
     await c.complete("detached", authoritative_at=1)
     child_events = await c.events("child")
-    assert [e.intent for e in child_events][-2:] == [pb.INTENT_REQUEST_CANCELLATION, pb.INTENT_SETTLE_CANCELLATION]
+    assert [e.intent for e in child_events][-2:] == [
+        lifecycle_enums.INTENT_REQUEST_CANCELLATION,
+        lifecycle_enums.INTENT_SETTLE_CANCELLATION,
+    ]
     assert child_events[-1].cause.source == "lifecycle_service"
     assert child_events[-1].cause.originating_ids["parent_task_id"] == "parent"
 
@@ -1059,13 +1104,13 @@ async def test_parent_failure_terminates_attached_descendants(c, settle):
     await c.active("parent")
     await c.active("child", parent="parent")
     await c.active("grandchild", parent="child")
-    await c.active("detached", parent="parent", mode=pb.PARENT_LINK_MODE_DETACHED)
+    await c.active("detached", parent="parent", mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED)
     await getattr(c, settle)("parent")
     for task_id in ("child", "grandchild"):
         task = await c.eventually(task_id, cancelled)
-        assert task.work_status == pb.WORK_STATUS_CANCELLED
+        assert task.work_status == lifecycle_enums.WORK_STATUS_CANCELLED
         history = await c.events(task_id)
-        assert [e.intent for e in history].count(pb.INTENT_PROPAGATE_PARENT_TERMINATION) == 1
+        assert [e.intent for e in history].count(lifecycle_enums.INTENT_PROPAGATE_PARENT_TERMINATION) == 1
     assert (await c.task("detached")).state == ACTIVE
     # Calling it directly afterwards is idempotent: the original event comes back.
     direct = await c.propagate("child")
@@ -1077,7 +1122,7 @@ async def test_parent_failure_terminates_attached_descendants(c, settle):
 async def test_parent_completion_waits_for_attached_children_but_not_detached_ones(c):
     await c.active("parent")
     await c.active("child", parent="parent")
-    await c.active("detached", parent="parent", mode=pb.PARENT_LINK_MODE_DETACHED)
+    await c.active("detached", parent="parent", mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED)
     error = await rejected(
         c.complete("parent", authoritative_at=1),
         Code.FAILED_PRECONDITION,
@@ -1087,7 +1132,7 @@ async def test_parent_completion_waits_for_attached_children_but_not_detached_on
     assert error_info(error).metadata["child_task_ids"] == "child"
     await c.complete("child", authoritative_at=1)
     done = await c.complete("parent", authoritative_at=1)
-    assert done.task.outcome == pb.TERMINAL_OUTCOME_COMPLETED
+    assert done.task.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
     assert (await c.task("detached")).state == ACTIVE
 
 
@@ -1102,7 +1147,7 @@ async def test_a_child_completion_after_the_parents_fence_is_rejected(c, clock):
         c.complete("child", authoritative_at=clock.now_micros()), Code.FAILED_PRECONDITION, "CANCELLATION_FENCED"
     )
     done = await c.complete("proven-child", authoritative_at=early)
-    assert done.task.outcome == pb.TERMINAL_OUTCOME_COMPLETED
+    assert done.task.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
 
 
 async def test_attached_children_register_only_under_the_current_active_generation(c):
@@ -1119,7 +1164,7 @@ async def test_attached_children_register_only_under_the_current_active_generati
     await c.activate("child")
     # Detached children may name any existing generation and need no active parent.
     await c.suspend("parent")
-    await c.register("side", parent="parent", mode=pb.PARENT_LINK_MODE_DETACHED)
+    await c.register("side", parent="parent", mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED)
     await c.activate("side")
 
 
@@ -1144,7 +1189,7 @@ async def test_propagations_left_by_a_crash_are_replayed_at_start(start_lifecycl
     _, stub = await start_lifecycle(database=path)
     c = Client(stub)
     task = await c.eventually("child", cancelled)
-    assert task.work_status == pb.WORK_STATUS_CANCELLED
+    assert task.work_status == lifecycle_enums.WORK_STATUS_CANCELLED
 
 
 # ---------------------------------------------------------------------------
@@ -1155,12 +1200,12 @@ async def test_a_message_larger_than_the_limit_is_resource_exhausted(start_lifec
     _, stub = await start_lifecycle(max_message_bytes=32 * 1024)
     c = Client(stub)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await c.register("t1", cause=pb.Cause(reason="x" * 40_000))
+        await c.register("t1", cause=lifecycle_types.Cause(reason="x" * 40_000))
     assert caught.value.code() == Code.RESOURCE_EXHAUSTED
     await rejected(c.get("t1"), Code.NOT_FOUND, "TASK_NOT_FOUND")
     # Just under the limit the request is read and judged on its content.
     await rejected(
-        c.register("t1", cause=pb.Cause(reason="x" * 30_000)),
+        c.register("t1", cause=lifecycle_types.Cause(reason="x" * 30_000)),
         Code.INVALID_ARGUMENT,
         "FIELD_TOO_LONG",
         field="cause.reason",
@@ -1227,8 +1272,12 @@ async def test_health_reports_not_serving_while_the_database_is_not_writable(sta
             assert await _health(channel, SERVICE_NAME) == health_pb2.HealthCheckResponse.NOT_SERVING
             # Writes fail closed and retryably, within the caller's deadline (the store gives up
             # waiting for the lock up to 0.1 s before it); reads still work.
-            request = pb.SetWorkStatusRequest(
-                workspace_id=WS, task_id="t1", generation=1, work_status=pb.WORK_STATUS_IN_PROGRESS, request_id="req-1"
+            request = lifecycle_messages.SetWorkStatusRequest(
+                workspace_id=WS,
+                task_id="t1",
+                generation=1,
+                work_status=lifecycle_enums.WORK_STATUS_IN_PROGRESS,
+                request_id="req-1",
             )
             await rejected(
                 stub.SetWorkStatus(request, timeout=2.0), Code.UNAVAILABLE, "STORAGE_UNAVAILABLE", metadata=set()

@@ -9,8 +9,9 @@ import grpc
 import pytest
 from google.rpc import code_pb2
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel.runtime.grpc_errors import status_error_info
 from tests import credentials
 from tests.conftest import CLOCK_START_MICROS, client_channel
@@ -24,8 +25,10 @@ def c(lifecycle) -> Client:
     return Client(lifecycle[1])
 
 
-def item(task_id: str, completion_id: str, *, workspace: str = WS, request_id: str = "") -> pb.SettleCompletionRequest:
-    return pb.SettleCompletionRequest(
+def item(
+    task_id: str, completion_id: str, *, workspace: str = WS, request_id: str = ""
+) -> lifecycle_messages.SettleCompletionRequest:
+    return lifecycle_messages.SettleCompletionRequest(
         workspace_id=workspace,
         task_id=task_id,
         generation=1,
@@ -35,11 +38,11 @@ def item(task_id: str, completion_id: str, *, workspace: str = WS, request_id: s
     )
 
 
-def batch(*items: pb.SettleCompletionRequest) -> pb.SettleCompletionsRequest:
-    return pb.SettleCompletionsRequest(workspace_id=WS, items=list(items))
+def batch(*items: lifecycle_messages.SettleCompletionRequest) -> lifecycle_messages.SettleCompletionsRequest:
+    return lifecycle_messages.SettleCompletionsRequest(workspace_id=WS, items=list(items))
 
 
-def reason_of(result: pb.SettleCompletionsResult) -> tuple[str, str, str]:
+def reason_of(result: lifecycle_messages.SettleCompletionsResult) -> tuple[str, str, str]:
     assert result.WhichOneof("result") == "error", result
     info = status_error_info(result.error)
     assert info is not None, result.error
@@ -55,15 +58,15 @@ async def test_each_item_is_settled_as_settle_completion_settles_it_alone(c):
     for result, task, completion in ((first, "t1", "cmp-1"), (second, "t2", "cmp-2")):
         assert result.WhichOneof("result") == "settled"
         assert result.settled.task.task_id == task
-        assert result.settled.task.state == pb.GENERATION_STATE_TERMINAL
-        assert result.settled.task.outcome == pb.TERMINAL_OUTCOME_COMPLETED
+        assert result.settled.task.state == lifecycle_enums.GENERATION_STATE_TERMINAL
+        assert result.settled.task.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
         assert result.settled.event.completion_id == completion
         assert result.settled == await c.complete(
             task, completion_id=completion, request_id=f"settle:{completion}", authoritative_time=ts(CLOCK_START_MICROS)
         )
     # The refused item refuses only itself, with the reason SettleCompletion gives it.
     assert reason_of(fenced) == ("FAILED_PRECONDITION", "CANCELLATION_FENCED", DOMAIN)
-    assert (await c.task("t3")).state == pb.GENERATION_STATE_ACTIVE
+    assert (await c.task("t3")).state == lifecycle_enums.GENERATION_STATE_ACTIVE
 
 
 async def test_an_items_request_id_is_the_one_of_settle_completion_whichever_way_it_comes(c):
@@ -95,7 +98,7 @@ async def test_an_invalid_item_is_refused_with_its_field_and_the_others_apply(c)
     refused, applied = (await c.SettleCompletions(batch(broken, item("t1", "cmp-1")))).results
     assert reason_of(refused) == ("INVALID_ARGUMENT", "FIELD_REQUIRED", DOMAIN)
     assert status_error_info(refused.error).metadata["field"] == "authoritative_time"
-    assert applied.settled.task.outcome == pb.TERMINAL_OUTCOME_COMPLETED
+    assert applied.settled.task.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
 
 
 @pytest.mark.parametrize(
@@ -103,11 +106,11 @@ async def test_an_invalid_item_is_refused_with_its_field_and_the_others_apply(c)
     [
         (
             "no workspace",
-            lambda: pb.SettleCompletionsRequest(items=[item("t1", "cmp-1")]),
+            lambda: lifecycle_messages.SettleCompletionsRequest(items=[item("t1", "cmp-1")]),
             "FIELD_REQUIRED",
             "workspace_id",
         ),
-        ("no items", lambda: pb.SettleCompletionsRequest(workspace_id=WS), "FIELD_REQUIRED", "items"),
+        ("no items", lambda: lifecycle_messages.SettleCompletionsRequest(workspace_id=WS), "FIELD_REQUIRED", "items"),
         ("65 items", lambda: batch(*(item(f"t{n}", f"cmp-{n}") for n in range(65))), "VALUE_OUT_OF_RANGE", "items"),
         (
             "an item of another workspace",
@@ -120,7 +123,7 @@ async def test_an_invalid_item_is_refused_with_its_field_and_the_others_apply(c)
 async def test_the_calls_own_fields_are_checked_before_any_item_is_applied(c, name, request_of, reason, field):
     await c.active("t1")
     await rejected(c.SettleCompletions(request_of()), Code.INVALID_ARGUMENT, reason, field=field)
-    assert (await c.task("t1")).state == pb.GENERATION_STATE_ACTIVE
+    assert (await c.task("t1")).state == lifecycle_enums.GENERATION_STATE_ACTIVE
 
 
 async def test_a_batch_is_refused_to_a_caller_other_than_the_completion_service(start_lifecycle):
@@ -128,8 +131,8 @@ async def test_a_batch_is_refused_to_a_caller_other_than_the_completion_service(
     await Client(stub).active("t1")
     host = credentials.token("host-1", [f"host:{WS}"])
     async with client_channel(running.address, host) as channel:
-        refused = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel).SettleCompletions(batch(item("t1", "cmp-1")))
+        refused = lifecycle_grpc.TaskLifecycleServiceStub(channel).SettleCompletions(batch(item("t1", "cmp-1")))
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await refused
     assert caught.value.code() == Code.PERMISSION_DENIED
-    assert (await Client(stub).task("t1")).state == pb.GENERATION_STATE_ACTIVE
+    assert (await Client(stub).task("t1")).state == lifecycle_enums.GENERATION_STATE_ACTIVE

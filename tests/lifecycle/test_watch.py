@@ -12,14 +12,16 @@ from typing import Any
 import grpc
 import pytest
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info
 from tests import credentials
 from tests.lifecycle.grpc_support import WS, Client, Code
 
 OTHER_WS = "ws-2"
-STATUSES = [pb.WORK_STATUS_IN_PROGRESS, pb.WORK_STATUS_BLOCKED]
+STATUSES = [lifecycle_enums.WORK_STATUS_IN_PROGRESS, lifecycle_enums.WORK_STATUS_BLOCKED]
 
 
 @pytest.fixture
@@ -50,7 +52,7 @@ class Watcher:
         finally:
             self._queue.put_nowait(self._END)
 
-    async def take(self, n: int, timeout: float = 10.0) -> list[pb.LifecycleEvent]:
+    async def take(self, n: int, timeout: float = 10.0) -> list[lifecycle_types.LifecycleEvent]:
         found = []
         for _ in range(n):
             item = await asyncio.wait_for(self._queue.get(), timeout)
@@ -72,7 +74,7 @@ class Watcher:
         assert self.error is not None, "the stream ended without an error"
         return self.error
 
-    async def nothing_before(self, commit: Awaitable[Any]) -> pb.LifecycleEvent:
+    async def nothing_before(self, commit: Awaitable[Any]) -> lifecycle_types.LifecycleEvent:
         """Nothing more arrives, shown without a fixed wait: `commit` writes one event
         the stream must deliver, after all it was due, so any extra event would come
         before it. Returns that event."""
@@ -91,17 +93,17 @@ class Watcher:
 def watch(c: Client, after: int = 0, task_id: str = "", workspace: str = WS, from_head: bool = False) -> Watcher:
     return Watcher(
         c.stub.WatchLifecycleEvents(
-            pb.WatchLifecycleEventsRequest(
+            lifecycle_messages.WatchLifecycleEventsRequest(
                 workspace_id=workspace, after_sequence=after, task_id=task_id, from_head=from_head
             )
         )
     )
 
 
-async def history(c: Client, workspace: str = WS) -> list[pb.LifecycleEvent]:
+async def history(c: Client, workspace: str = WS) -> list[lifecycle_types.LifecycleEvent]:
     """Every event of a workspace in sequence order, as the listing RPCs report them."""
     client = Client(c.stub, workspace)
-    tasks = (await c.ListTasks(pb.ListTasksRequest(workspace_id=workspace, page_size=1000))).tasks
+    tasks = (await c.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=workspace, page_size=1000))).tasks
     events = [e for t in tasks for e in await client.events(t.task_id)]
     return sorted(events, key=lambda e: e.sequence)
 
@@ -118,7 +120,7 @@ async def test_backlog_then_live_events(c):
     try:
         backlog = await stream.take(3)
         assert [e.revision for e in backlog] == [1, 2, 3]
-        live = [await stream.nothing_before(c.work("t1", pb.WORK_STATUS_BLOCKED))]
+        live = [await stream.nothing_before(c.work("t1", lifecycle_enums.WORK_STATUS_BLOCKED))]
         await c.suspend("t1")
         await c.register("t2")
         live += await stream.take(2)
@@ -137,7 +139,7 @@ async def test_a_cursor_skips_what_the_watcher_has_seen(c):
     stream = watch(c, after=everything[1].sequence)
     try:
         assert await stream.take(3) == everything[2:]
-        await stream.nothing_before(c.work("t1", pb.WORK_STATUS_BLOCKED))
+        await stream.nothing_before(c.work("t1", lifecycle_enums.WORK_STATUS_BLOCKED))
     finally:
         await stream.close()
 
@@ -150,7 +152,7 @@ async def test_the_task_filter(c):
         first = await stream.take(2)
         await c.work("t2")
         await c.work("t1")
-        await c.work("t2", pb.WORK_STATUS_BLOCKED)
+        await c.work("t2", lifecycle_enums.WORK_STATUS_BLOCKED)
         await c.suspend("t1")
         rest = await stream.take(2)
         await c.work("t2")  # filtered out too
@@ -168,7 +170,7 @@ async def test_workspaces_are_isolated(c):
     mine, theirs = watch(c), watch(c, workspace=OTHER_WS)
     try:
         await other.work("t1")
-        await c.work("t1", pb.WORK_STATUS_BLOCKED)
+        await c.work("t1", lifecycle_enums.WORK_STATUS_BLOCKED)
         got_mine = await mine.take(3)
         got_theirs = await theirs.take(3)
         await other.register("theirs-only")
@@ -214,7 +216,7 @@ async def test_watchers_joining_during_a_burst_of_commits_miss_nothing(c):
         await c.active(task_id)
     per_task = 40
 
-    async def watcher(delay: float) -> list[pb.LifecycleEvent]:
+    async def watcher(delay: float) -> list[lifecycle_types.LifecycleEvent]:
         await asyncio.sleep(delay)
         stream = watch(c)
         try:
@@ -265,7 +267,7 @@ async def test_watchers_from_the_head_during_a_burst_of_commits_miss_nothing_aft
     per_task = 40
     done = asyncio.Event()
 
-    async def watcher(delay: float) -> tuple[int, list[pb.LifecycleEvent]]:
+    async def watcher(delay: float) -> tuple[int, list[lifecycle_types.LifecycleEvent]]:
         await asyncio.sleep(delay)
         stream = watch(c, from_head=True)
         try:
@@ -302,8 +304,8 @@ async def test_a_watcher_that_does_not_read_overflows_and_resumes_without_a_gap(
         running.address, options=[("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)]
     )
     try:
-        slow = lifecycle_pb2_grpc.TaskLifecycleServiceStub(slow_channel)
-        stream = slow.WatchLifecycleEvents(pb.WatchLifecycleEventsRequest(workspace_id=WS))
+        slow = lifecycle_grpc.TaskLifecycleServiceStub(slow_channel)
+        stream = slow.WatchLifecycleEvents(lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS))
         received = []
         async with asyncio.timeout(30):
             received += [(await stream.read()).event for _ in range(2)]  # the stream is up

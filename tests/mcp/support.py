@@ -20,7 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from tests import credentials
 from tests.reliability.harness import Pair, unused_port
 
@@ -137,7 +137,9 @@ def request_2026(method: str, params: dict[str, Any]) -> dict[str, Any]:
 async def fresh_task(pair: Pair, workspace: str = WS) -> str:
     """A newly registered task (the services are shared by the tests of a module)."""
     task_id = f"task-{uuid.uuid4().hex[:12]}"
-    await pair.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
+    await pair.lc.RegisterTask(
+        lifecycle_messages.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT
+    )
     return task_id
 
 

@@ -25,8 +25,10 @@ from typing import Any
 
 import pytest
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from tests.mcp.support import AGENT, CALL_TIMEOUT, WS, agent_token, fresh_task, http_server
 from tests.node_tools import ensure_packages
 
@@ -190,11 +192,18 @@ async def test_the_inspector_runs_seed_001s_loop_to_completed(pair, inspector, u
     refusal = json.loads(again.stdout)["result"]
     assert refusal["isError"] is True and "RUN_ALREADY_FINISHED" in refusal["content"][0]["text"]
 
-    task = (await pair.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)).task
-    assert task.outcome == lpb.TERMINAL_OUTCOME_COMPLETED and task.work_status == lpb.WORK_STATUS_DONE
+    task = (
+        await pair.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
+    ).task
+    assert (
+        task.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
+        and task.work_status == lifecycle_enums.WORK_STATUS_DONE
+    )
     assert task.completion_id == allowed["completionId"]
-    run = (await pair.cs.GetRun(cpb.GetRunRequest(workspace_id=WS, run_id=run_id), timeout=CALL_TIMEOUT)).run
-    assert run.outcome == cpb.RUN_OUTCOME_SUCCEEDED and run.agent_id == AGENT and run.tokens_total == 900
+    run = (
+        await pair.cs.GetRun(completion_messages.GetRunRequest(workspace_id=WS, run_id=run_id), timeout=CALL_TIMEOUT)
+    ).run
+    assert run.outcome == completion_enums.RUN_OUTCOME_SUCCEEDED and run.agent_id == AGENT and run.tokens_total == 900
 
 
 @pytest.mark.parametrize(("era", "says"), [("legacy", "invalid_token"), ("modern", "HTTP 401")])
@@ -210,5 +219,5 @@ async def test_without_a_token_the_inspector_gets_the_401(pair, inspector, url, 
         refused = await inspect(inspector, tmp_path, url, None, "--protocol-era", era, *arguments)
         assert refused.returncode == 3 and refused.stdout == "", (refused.stdout, refused.stderr)
         assert refused.error["code"] == "auth_required" and says in refused.error["message"], refused.stderr
-    runs = await pair.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
+    runs = await pair.cs.ListRuns(completion_messages.ListRunsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
     assert list(runs.runs) == []

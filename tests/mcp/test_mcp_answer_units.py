@@ -10,35 +10,41 @@ import pytest
 from pydantic import BaseModel, Field, ValidationError
 
 from funnel.auth.principal import Principal, Role
-from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel_mcp import closing
 from funnel_mcp.answers import title
 from funnel_mcp.callers import workspace_of
 from funnel_mcp.failures import Refused, invalid_arguments
 
 
-def refused_close(action: int = cpb.AGENT_ACTION_PROVIDE_RESULT, *, decision: bool = True) -> cpb.CompleteRunResponse:
+def refused_close(
+    action: int = completion_enums.AGENT_ACTION_PROVIDE_RESULT, *, decision: bool = True
+) -> completion_messages.CompleteRunResponse:
     """A succeeded close the gates refused, with the service's own words (which end in "then retry")."""
-    response = cpb.CompleteRunResponse(
-        task_effect=cpb.TASK_EFFECT_BLOCKED,
+    response = completion_messages.CompleteRunResponse(
+        task_effect=completion_enums.TASK_EFFECT_BLOCKED,
         task_effect_reason="Not complete: the result is empty (result.non_empty); state the result, then retry.",
     )
     if decision:
         response.decision.CopyFrom(
-            cpb.Decision(
-                verdict=cpb.VERDICT_SOFT_BLOCK,
+            completion_types.Decision(
+                verdict=completion_enums.VERDICT_SOFT_BLOCK,
                 next_action=action,
                 instruction="Not complete: the result is empty (result.non_empty); state the result, then retry.",
                 trace=[
-                    cpb.GateResult(gate_id="lease.live", status=cpb.GATE_STATUS_PASSED, reason="the lease is live"),
-                    cpb.GateResult(
+                    completion_types.GateResult(
+                        gate_id="lease.live", status=completion_enums.GATE_STATUS_PASSED, reason="the lease is live"
+                    ),
+                    completion_types.GateResult(
                         gate_id="result.non_empty",
-                        status=cpb.GATE_STATUS_FAILED,
+                        status=completion_enums.GATE_STATUS_FAILED,
                         reason="the result is empty",
                         decisive=True,
                     ),
                 ],
-                details=cpb.BlockDetails(decisive_gate="result.non_empty"),
+                details=completion_types.BlockDetails(decisive_gate="result.non_empty"),
             )
         )
     else:
@@ -59,7 +65,9 @@ def test_a_refused_completion_says_the_run_is_closed_why_and_what_finishes_the_t
     assert "result in notes" in closing.next_step(response, "in_progress")
 
 
-@pytest.mark.parametrize("action", [a for a in cpb.AgentAction.values() if a != cpb.AGENT_ACTION_REPORT_COMPLETE])
+@pytest.mark.parametrize(
+    "action", [a for a in completion_enums.AgentAction.values() if a != completion_enums.AGENT_ACTION_REPORT_COMPLETE]
+)
 @pytest.mark.parametrize("decision", [True, False])
 def test_no_answer_about_a_closed_run_asks_for_a_retry(action: int, decision: bool) -> None:
     response = refused_close(action, decision=decision)
@@ -70,22 +78,32 @@ def test_no_answer_about_a_closed_run_asks_for_a_retry(action: int, decision: bo
 @pytest.mark.parametrize(
     ("effect", "final_status", "word", "step"),
     [
-        (cpb.TASK_EFFECT_DONE, "done", "done", "Nothing: the task is done."),
-        (cpb.TASK_EFFECT_SETTLING, "in_progress", "settling", "Nothing: the lifecycle service settles"),
-        (cpb.TASK_EFFECT_CANCELLED, "cancelled", "cancelled", "Nothing: the task is cancelled"),
-        (cpb.TASK_EFFECT_STATUS_SET, "blocked", "status_set", "Nothing for the agent: the task is blocked until"),
-        (cpb.TASK_EFFECT_STATUS_SET, "ready", "status_set", "Nothing required: the task stays ready"),
-        (cpb.TASK_EFFECT_UNCHANGED, "in_progress", "unchanged", "Nothing required: the task stays in_progress"),
+        (completion_enums.TASK_EFFECT_DONE, "done", "done", "Nothing: the task is done."),
+        (completion_enums.TASK_EFFECT_SETTLING, "in_progress", "settling", "Nothing: the lifecycle service settles"),
+        (completion_enums.TASK_EFFECT_CANCELLED, "cancelled", "cancelled", "Nothing: the task is cancelled"),
+        (
+            completion_enums.TASK_EFFECT_STATUS_SET,
+            "blocked",
+            "status_set",
+            "Nothing for the agent: the task is blocked until",
+        ),
+        (completion_enums.TASK_EFFECT_STATUS_SET, "ready", "status_set", "Nothing required: the task stays ready"),
+        (
+            completion_enums.TASK_EFFECT_UNCHANGED,
+            "in_progress",
+            "unchanged",
+            "Nothing required: the task stays in_progress",
+        ),
     ],
 )
 def test_every_effect_has_its_word_the_services_reason_and_a_next_step(
     effect: int, final_status: str, word: str, step: str
 ) -> None:
-    response = cpb.CompleteRunResponse(task_effect=effect, task_effect_reason="as the service says")
+    response = completion_messages.CompleteRunResponse(task_effect=effect, task_effect_reason="as the service says")
     assert closing.effect_word(response) == word
     assert closing.effect_reason(response, final_status) == "as the service says"
     assert closing.next_step(response, final_status).startswith(step)
-    assert set(closing.EFFECTS) == {v for v in cpb.TaskEffect.values() if v != 0}
+    assert set(closing.EFFECTS) == {v for v in completion_enums.TaskEffect.values() if v != 0}
 
 
 class Arguments(BaseModel):

@@ -11,9 +11,11 @@ import subprocess
 
 import pytest
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel_mcp.idempotency import request_id
 from tests import credentials
 from tests.mcp.support import (
@@ -86,8 +88,13 @@ async def test_a_succeeded_close_without_notes_says_what_happened_to_the_task_an
     assert "claim_task" in closed["nextStep"] and "notes" in closed["nextStep"]
     assert closed["decision"]["verdict"] == "soft_block"
     assert again["verdict"] == "hard_block"  # indeed nothing to retry on that run
-    task = (await pair.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)).task
-    assert task.state == lpb.GENERATION_STATE_ACTIVE and task.work_status == lpb.WORK_STATUS_IN_PROGRESS
+    task = (
+        await pair.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
+    ).task
+    assert (
+        task.state == lifecycle_enums.GENERATION_STATE_ACTIVE
+        and task.work_status == lifecycle_enums.WORK_STATUS_IN_PROGRESS
+    )
 
 
 async def test_validation_errors_are_plain_words_without_library_links(pair):
@@ -168,13 +175,13 @@ async def test_attempt_completion_request_ids_hash_the_services_outcome_word(pai
                 )
             )
             arguments = {"runId": claimed["runId"], "result": "done", "outcome": "completed", "stateVersion": None}
-            replayed = await completion_pb2_grpc.CompletionServiceStub(channel).AttemptCompletion(
-                cpb.AttemptCompletionRequest(
+            replayed = await completion_grpc.CompletionServiceStub(channel).AttemptCompletion(
+                completion_messages.AttemptCompletionRequest(
                     workspace_id=WS,
                     task_id=t,
                     run_id=claimed["runId"],
                     epoch=claimed["leaseEpoch"],
-                    outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                    outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                     result="done",
                     request_id=request_id("attempt_completion", WS, arguments, "host:toolu_a"),
                 ),
@@ -184,7 +191,7 @@ async def test_attempt_completion_request_ids_hash_the_services_outcome_word(pai
         await channel.close()
     assert blocked["verdict"] == "soft_block"
     # The first answer, not a new decision (the evidence is there now: it would allow).
-    assert replayed.decision.verdict == cpb.VERDICT_SOFT_BLOCK and not replayed.HasField("completion")
+    assert replayed.decision.verdict == completion_enums.VERDICT_SOFT_BLOCK and not replayed.HasField("completion")
 
 
 def log_lines(text: str) -> list[dict]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from tests.mcp.support import (
     CALL_TIMEOUT,
     agent_token,
@@ -51,8 +52,10 @@ async def test_the_whole_story_over_streamable_http(pair, tmp_path):
             assert "RUN_ALREADY_FINISHED" in again
             truth = ok(await client.call_tool("get_task", {"taskId": t}))
             assert (truth["state"], truth["terminalOutcome"]) == ("terminal", "succeeded")
-    task = (await pair.lc.GetTask(lpb.GetTaskRequest(workspace_id="acme", task_id=t), timeout=CALL_TIMEOUT)).task
-    assert task.work_status == lpb.WORK_STATUS_DONE
+    task = (
+        await pair.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id="acme", task_id=t), timeout=CALL_TIMEOUT)
+    ).task
+    assert task.work_status == lifecycle_enums.WORK_STATUS_DONE
 
 
 async def test_a_host_call_id_makes_http_retries_exactly_once(pair, tmp_path):

@@ -13,8 +13,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from tests.mcp.support import (
     CALL_TIMEOUT,
     WS,
@@ -50,8 +52,10 @@ async def post(url: str, body: dict, headers: dict[str, str]) -> httpx2.Response
         return await http.post(url, content=json.dumps(body), headers=base | headers)
 
 
-async def runs_of(pair, task_id: str) -> list[cpb.Run]:
-    response = await pair.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT)
+async def runs_of(pair, task_id: str) -> list[completion_types.Run]:
+    response = await pair.cs.ListRuns(
+        completion_messages.ListRunsRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
+    )
     return list(response.runs)
 
 
@@ -67,8 +71,10 @@ async def test_a_foreign_host_or_origin_on_127_0_0_2_is_refused_and_runs_no_tool
         assert (await post(url, claim_request(t), foreign_origin)).status_code == 403
         assert (await post(url, initialize_request(), foreign_origin)).status_code == 403
         assert await runs_of(pair, t) == []
-        task = (await pair.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)).task
-        assert task.state == lpb.GENERATION_STATE_REGISTERED
+        task = (
+            await pair.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
+        ).task
+        assert task.state == lifecycle_enums.GENERATION_STATE_REGISTERED
 
         # The server's own name, and a same-origin page, are answered (so the
         # refusals above were about the names, not the requests).

@@ -20,7 +20,9 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel.runtime.grpc_errors import error_info
 from tests.mcp.support import (
     CALL_TIMEOUT,
@@ -42,13 +44,13 @@ BOUND = 60.0
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def claim_when_free(pair, task_id: str) -> cpb.ClaimTaskResponse:
+async def claim_when_free(pair, task_id: str) -> completion_messages.ClaimTaskResponse:
     """Another agent claims `task_id` as soon as no live lease holds it."""
     deadline = time.monotonic() + BOUND
     while True:
         try:
             return await pair.cs.ClaimTask(
-                cpb.ClaimTaskRequest(
+                completion_messages.ClaimTaskRequest(
                     workspace_id=WS, task_id=task_id, agent_id="agent-8", lease_ttl=Duration(seconds=600)
                 ),
                 timeout=CALL_TIMEOUT,
@@ -60,13 +62,15 @@ async def claim_when_free(pair, task_id: str) -> cpb.ClaimTaskResponse:
             await asyncio.sleep(0.2)
 
 
-async def run_row(pair, run_id: str) -> cpb.Run:
-    return (await pair.cs.GetRun(cpb.GetRunRequest(workspace_id=WS, run_id=run_id), timeout=CALL_TIMEOUT)).run
+async def run_row(pair, run_id: str) -> completion_types.Run:
+    return (
+        await pair.cs.GetRun(completion_messages.GetRunRequest(workspace_id=WS, run_id=run_id), timeout=CALL_TIMEOUT)
+    ).run
 
 
 async def assert_withdrawn(pair, run_id: str) -> None:
     run = await run_row(pair, run_id)
-    assert run.HasField("finish_time") and run.outcome == cpb.RUN_OUTCOME_STALLED
+    assert run.HasField("finish_time") and run.outcome == completion_enums.RUN_OUTCOME_STALLED
     assert "funnel mcp" in run.error
 
 
@@ -127,7 +131,7 @@ async def test_a_stdio_host_that_closes_the_pipe_frees_its_task_at_once(pair):
     await assert_withdrawn(pair, claimed["runId"])
 
 
-async def renewed_until(pair, run_id: str, seconds_past_claim: float) -> cpb.Run:
+async def renewed_until(pair, run_id: str, seconds_past_claim: float) -> completion_types.Run:
     """Waits (bounded) until the run's lease was renewed at least `seconds_past_claim`
     after its claim, and returns the run as it is then."""
     deadline = time.monotonic() + BOUND

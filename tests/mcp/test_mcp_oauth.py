@@ -16,7 +16,7 @@ import pytest
 from mcp import MCPError
 
 from funnel.auth.tokens import SigningKey
-from funnel.completion.v1 import completion_pb2 as cpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from tests import credentials
 from tests.mcp.support import (
     CALL_TIMEOUT,
@@ -88,13 +88,13 @@ async def test_an_unauthenticated_sdk_client_is_refused_before_any_tool_runs(pai
             await client.call_tool("claim_task", {"taskId": t})
     # The SDK's client reports the 401 of its `initialize` as an error response.
     assert refused.group_contains(MCPError)
-    runs = await pair.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
+    runs = await pair.cs.ListRuns(completion_messages.ListRunsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
     assert list(runs.runs) == []
 
 
 async def audit_callers(pair, run_id: str, workspace: str = WS) -> list[tuple[str, str]]:
     audit = await pair.cs.ListAuditLog(
-        cpb.ListAuditLogRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT
+        completion_messages.ListAuditLogRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT
     )
     return [(entry.caller.subject, entry.caller.role) for entry in audit.entries]
 
@@ -113,7 +113,11 @@ async def test_two_clients_with_different_tokens_act_as_themselves(pair, tmp_pat
             ok(await second.call_tool("complete_task", {"runId": run_b, "outcome": "stalled"}))
     assert "RUN_NOT_HELD" in refused
     for run_id, agent in ((run_a, "agent-a"), (run_b, "agent-b")):
-        run = (await pair.cs.GetRun(cpb.GetRunRequest(workspace_id=WS, run_id=run_id), timeout=CALL_TIMEOUT)).run
+        run = (
+            await pair.cs.GetRun(
+                completion_messages.GetRunRequest(workspace_id=WS, run_id=run_id), timeout=CALL_TIMEOUT
+            )
+        ).run
         assert run.agent_id == agent
         assert await audit_callers(pair, run_id) == [(agent, "agent")]
 

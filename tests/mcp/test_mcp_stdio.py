@@ -12,8 +12,12 @@ import time
 
 import pytest
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from tests.mcp.support import (
     AGENT,
     CALL_TIMEOUT,
@@ -30,13 +34,17 @@ from tests.mcp.support import (
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-async def get_run(pair, run_id: str, workspace: str = WS) -> cpb.Run:
-    response = await pair.cs.GetRun(cpb.GetRunRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT)
+async def get_run(pair, run_id: str, workspace: str = WS) -> completion_types.Run:
+    response = await pair.cs.GetRun(
+        completion_messages.GetRunRequest(workspace_id=workspace, run_id=run_id), timeout=CALL_TIMEOUT
+    )
     return response.run
 
 
-async def get_task(pair, task_id: str, workspace: str = WS) -> lpb.Task:
-    response = await pair.lc.GetTask(lpb.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT)
+async def get_task(pair, task_id: str, workspace: str = WS) -> lifecycle_types.Task:
+    response = await pair.lc.GetTask(
+        lifecycle_messages.GetTaskRequest(workspace_id=workspace, task_id=task_id), timeout=CALL_TIMEOUT
+    )
     return response.task
 
 
@@ -63,11 +71,11 @@ async def test_the_seed_loop_claim_then_complete_closes_the_run_row(pair):
     assert closed["runId"] == claimed["runId"] and closed["tokensTotal"] == 150
     assert closed["finalStatus"] == "in_progress" and closed["taskEffect"] == "unchanged"
     run = await get_run(pair, claimed["runId"])
-    assert run.HasField("finish_time") and run.outcome == cpb.RUN_OUTCOME_STALLED
+    assert run.HasField("finish_time") and run.outcome == completion_enums.RUN_OUTCOME_STALLED
     assert (run.agent_id, run.tokens_input, run.tokens_output, run.tokens_total) == (AGENT, 120, 30, 150)
     assert run.notes == "nothing done yet"
     audit = await pair.cs.ListAuditLog(
-        cpb.ListAuditLogRequest(workspace_id=WS, run_id=claimed["runId"]), timeout=CALL_TIMEOUT
+        completion_messages.ListAuditLogRequest(workspace_id=WS, run_id=claimed["runId"]), timeout=CALL_TIMEOUT
     )
     assert [row.action for row in audit.entries] == ["task.completed"]
 
@@ -104,7 +112,10 @@ async def test_the_whole_story_to_done_with_evidence(pair):
     assert truth["state"] == "terminal" and truth["terminalOutcome"] == "succeeded"
     assert truth["workStatus"] == "done" and truth["completionId"] == allowed["completionId"]
     task = await get_task(pair, t)
-    assert task.outcome == lpb.TERMINAL_OUTCOME_COMPLETED and task.work_status == lpb.WORK_STATUS_DONE
+    assert (
+        task.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
+        and task.work_status == lifecycle_enums.WORK_STATUS_DONE
+    )
 
 
 async def test_succeeded_without_evidence_closes_the_run_but_the_task_stays_open(pair):
@@ -117,7 +128,7 @@ async def test_succeeded_without_evidence_closes_the_run_but_the_task_stays_open
     assert closed["finalStatus"] == "in_progress" and closed["taskEffect"] == "not_completed"
     assert closed["decision"]["missing"]["missingEvidenceKinds"] == ["tests"]
     assert closed["nextStep"].startswith("A new run finishes it: claim_task, record_evidence")
-    assert (await get_task(pair, t)).state == lpb.GENERATION_STATE_ACTIVE
+    assert (await get_task(pair, t)).state == lifecycle_enums.GENERATION_STATE_ACTIVE
 
 
 async def test_a_second_close_is_a_tool_error_naming_run_already_finished(pair):
@@ -131,7 +142,7 @@ async def test_a_second_close_is_a_tool_error_naming_run_already_finished(pair):
         text = error_text(result)
         assert "RUN_ALREADY_FINISHED" in text and "cannot be closed" in text
     run = await get_run(pair, run_id)
-    assert run.outcome == cpb.RUN_OUTCOME_STALLED and run.notes == ""
+    assert run.outcome == completion_enums.RUN_OUTCOME_STALLED and run.notes == ""
     assert run.finish_time.ToJsonString().rstrip("Z").startswith(first["finishedAt"].rstrip("Z")[:19])
 
 
@@ -167,7 +178,10 @@ async def test_notes_over_2000_characters_are_capped_not_refused(pair):
 
 @pytest.mark.parametrize(
     ("outcome", "status", "effect"),
-    [("failed", lpb.WORK_STATUS_BLOCKED, "status_set"), ("stalled", lpb.WORK_STATUS_IN_PROGRESS, "unchanged")],
+    [
+        ("failed", lifecycle_enums.WORK_STATUS_BLOCKED, "status_set"),
+        ("stalled", lifecycle_enums.WORK_STATUS_IN_PROGRESS, "unchanged"),
+    ],
 )
 async def test_failed_blocks_the_task_and_stalled_leaves_it(pair, outcome, status, effect):
     t = await fresh_task(pair)
@@ -181,7 +195,7 @@ async def test_failed_blocks_the_task_and_stalled_leaves_it(pair, outcome, statu
         )
     assert closed["taskEffect"] == effect
     task = await get_task(pair, t)
-    assert task.work_status == status and task.state == lpb.GENERATION_STATE_ACTIVE
+    assert task.work_status == status and task.state == lifecycle_enums.GENERATION_STATE_ACTIVE
 
 
 async def test_a_foreign_run_is_a_tool_error_and_nothing_changes(pair):
@@ -191,10 +205,12 @@ async def test_a_foreign_run_is_a_tool_error_and_nothing_changes(pair):
     elsewhere = await fresh_task(pair, workspace="other")
     lease = {"lease_ttl": {"seconds": 600}}
     their_claim = await pair.cs.ClaimTask(
-        cpb.ClaimTaskRequest(workspace_id=WS, task_id=theirs, agent_id="agent-8", **lease), timeout=CALL_TIMEOUT
+        completion_messages.ClaimTaskRequest(workspace_id=WS, task_id=theirs, agent_id="agent-8", **lease),
+        timeout=CALL_TIMEOUT,
     )
     elsewhere_claim = await pair.cs.ClaimTask(
-        cpb.ClaimTaskRequest(workspace_id="other", task_id=elsewhere, agent_id=AGENT, **lease), timeout=CALL_TIMEOUT
+        completion_messages.ClaimTaskRequest(workspace_id="other", task_id=elsewhere, agent_id=AGENT, **lease),
+        timeout=CALL_TIMEOUT,
     )
     before = (await get_run(pair, their_claim.run.run_id), await get_run(pair, elsewhere_claim.run.run_id, "other"))
     async with stdio_client(pair, agent_token()) as client:
@@ -209,7 +225,9 @@ async def test_a_foreign_run_is_a_tool_error_and_nothing_changes(pair):
     after = (await get_run(pair, their_claim.run.run_id), await get_run(pair, elsewhere_claim.run.run_id, "other"))
     assert after == before
     assert not after[0].HasField("finish_time") and not after[1].HasField("finish_time")
-    runs = await pair.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=theirs), timeout=CALL_TIMEOUT)
+    runs = await pair.cs.ListRuns(
+        completion_messages.ListRunsRequest(workspace_id=WS, task_id=theirs), timeout=CALL_TIMEOUT
+    )
     assert len(runs.runs) == 1
 
 
@@ -277,7 +295,7 @@ async def test_a_host_call_id_makes_a_retried_call_return_the_first_answer(pair)
             twice = error_text(await client.call_tool("complete_task", close, meta={"io.funnel/callId": "toolu_04"}))
     assert again == first and "LEASE_HELD" in other
     assert resent == closed and "RUN_ALREADY_FINISHED" in twice
-    runs = await pair.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
+    runs = await pair.cs.ListRuns(completion_messages.ListRunsRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT)
     assert len(runs.runs) == 1
 
 

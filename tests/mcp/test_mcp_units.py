@@ -22,8 +22,14 @@ from hypothesis import strategies as st
 
 import funnel_mcp.leases
 from funnel.client import FunnelError
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import errors_pb2 as completion_errors
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import errors_pb2 as lifecycle_errors
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.validation import id_problem
 from funnel_mcp import answers
 from funnel_mcp.answers import (
@@ -86,17 +92,17 @@ def test_word(name: str, prefix: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("enum", "prefix"),
     [
-        (cpb.Verdict, "VERDICT_"),
-        (cpb.AgentAction, "AGENT_ACTION_"),
-        (cpb.SettlementStatus, "SETTLEMENT_STATUS_"),
-        (cpb.RunOutcome, "RUN_OUTCOME_"),
-        (cpb.FinalStatus, "FINAL_STATUS_"),
-        (cpb.EvidenceVerdict, "EVIDENCE_VERDICT_"),
-        (cpb.TaskEffect, "TASK_EFFECT_"),
-        (cpb.RequestedOutcome, "REQUESTED_OUTCOME_"),
-        (lpb.GenerationState, "GENERATION_STATE_"),
-        (lpb.TerminalOutcome, "TERMINAL_OUTCOME_"),
-        (lpb.WorkStatus, "WORK_STATUS_"),
+        (completion_enums.Verdict, "VERDICT_"),
+        (completion_enums.AgentAction, "AGENT_ACTION_"),
+        (completion_enums.SettlementStatus, "SETTLEMENT_STATUS_"),
+        (completion_enums.RunOutcome, "RUN_OUTCOME_"),
+        (completion_enums.FinalStatus, "FINAL_STATUS_"),
+        (completion_enums.EvidenceVerdict, "EVIDENCE_VERDICT_"),
+        (completion_enums.TaskEffect, "TASK_EFFECT_"),
+        (completion_enums.RequestedOutcome, "REQUESTED_OUTCOME_"),
+        (lifecycle_enums.GenerationState, "GENERATION_STATE_"),
+        (lifecycle_enums.TerminalOutcome, "TERMINAL_OUTCOME_"),
+        (lifecycle_enums.WorkStatus, "WORK_STATUS_"),
     ],
 )
 def test_word_over_whole_enums(enum: Any, prefix: str) -> None:
@@ -111,9 +117,9 @@ def test_word_over_whole_enums(enum: Any, prefix: str) -> None:
 @pytest.mark.parametrize(
     ("literal", "mapping", "enum", "prefix"),
     [
-        (RunOutcomeWord, RUN_OUTCOMES, cpb.RunOutcome, "RUN_OUTCOME_"),
-        (FinalStatusWord, FINAL_STATUSES, cpb.FinalStatus, "FINAL_STATUS_"),
-        (EvidenceVerdictWord, EVIDENCE_VERDICTS, cpb.EvidenceVerdict, "EVIDENCE_VERDICT_"),
+        (RunOutcomeWord, RUN_OUTCOMES, completion_enums.RunOutcome, "RUN_OUTCOME_"),
+        (FinalStatusWord, FINAL_STATUSES, completion_enums.FinalStatus, "FINAL_STATUS_"),
+        (EvidenceVerdictWord, EVIDENCE_VERDICTS, completion_enums.EvidenceVerdict, "EVIDENCE_VERDICT_"),
     ],
 )
 def test_vocabularies_match_their_maps_and_enums(literal: Any, mapping: dict[str, int], enum: Any, prefix: str) -> None:
@@ -129,11 +135,11 @@ def test_every_tool_speaks_the_outcome_words_of_complete_task() -> None:
     """attempt_completion's and get_task's outcomes are seed 001's run outcomes
     where they mean the same (COMPLETED is `succeeded`), and cover their enums."""
     assert set(get_args(RequestedOutcomeWord)) == set(REQUESTED_OUTCOMES) <= set(get_args(RunOutcomeWord))
-    assert set(REQUESTED_OUTCOMES.values()) == {v for v in cpb.RequestedOutcome.values() if v != 0}
-    assert REQUESTED_OUTCOMES["succeeded"] == cpb.REQUESTED_OUTCOME_COMPLETED
-    assert set(answers.TERMINAL_OUTCOMES) == {v for v in lpb.TerminalOutcome.values() if v != 0}
+    assert set(REQUESTED_OUTCOMES.values()) == {v for v in completion_enums.RequestedOutcome.values() if v != 0}
+    assert REQUESTED_OUTCOMES["succeeded"] == completion_enums.REQUESTED_OUTCOME_COMPLETED
+    assert set(answers.TERMINAL_OUTCOMES) == {v for v in lifecycle_enums.TerminalOutcome.values() if v != 0}
     assert set(answers.TERMINAL_OUTCOMES.values()) - {"timed_out"} <= set(get_args(RunOutcomeWord))
-    assert answers.TERMINAL_OUTCOMES[lpb.TERMINAL_OUTCOME_COMPLETED] == "succeeded"
+    assert answers.TERMINAL_OUTCOMES[lifecycle_enums.TERMINAL_OUTCOME_COMPLETED] == "succeeded"
     # The former word still works; anything else is left for validation to refuse.
     assert [answers.former_requested_outcome(v) for v in ("completed", "succeeded", "done", 3)] == [
         "succeeded",
@@ -180,7 +186,7 @@ def test_instant_is_the_exact_instant_truncated_to_microseconds(seconds: int, na
     assert datetime.fromisoformat(got.removesuffix("Z") + "+00:00") == expected
 
 
-def block_details(**overrides: Any) -> cpb.BlockDetails:
+def block_details(**overrides: Any) -> completion_types.BlockDetails:
     fields: dict[str, Any] = {
         "decisive_gate": "evidence.required",
         "missing_evidence_kinds": ["tests", "lint"],
@@ -190,27 +196,30 @@ def block_details(**overrides: Any) -> cpb.BlockDetails:
         "open_step_id": "step-1",
         "open_turn_id": "turn-1",
         "open_child_task_ids": ["child-1", "child-2"],
-        "current_lease": cpb.Lease(task_id="t-1", run_id="run-other", epoch=3),
+        "current_lease": completion_types.Lease(task_id="t-1", run_id="run-other", epoch=3),
         "current_state_version": 17,
         "current_generation": 2,
         "lifecycle_reason": "ACTIVE_ATTACHED_CHILD",
         "gate_feedback": "cover the new branch",
     }
     fields.update(overrides)
-    return cpb.BlockDetails(**fields)
+    return completion_types.BlockDetails(**fields)
 
 
-def a_decision(details: cpb.BlockDetails | None = None, **overrides: Any) -> cpb.Decision:
+def a_decision(details: completion_types.BlockDetails | None = None, **overrides: Any) -> completion_types.Decision:
     fields: dict[str, Any] = {
-        "verdict": cpb.VERDICT_HARD_BLOCK,
-        "next_action": cpb.AGENT_ACTION_RECORD_EVIDENCE,
-        "forbidden_actions": [cpb.AGENT_ACTION_REPORT_COMPLETE, cpb.AGENT_ACTION_ATTEMPT_COMPLETION],
+        "verdict": completion_enums.VERDICT_HARD_BLOCK,
+        "next_action": completion_enums.AGENT_ACTION_RECORD_EVIDENCE,
+        "forbidden_actions": [
+            completion_enums.AGENT_ACTION_REPORT_COMPLETE,
+            completion_enums.AGENT_ACTION_ATTEMPT_COMPLETION,
+        ],
         "instruction": "Record the missing evidence.",
         "state_version": 5,
         "checkpoint": "abc123",
     }
     fields.update(overrides)
-    decision = cpb.Decision(**fields)
+    decision = completion_types.Decision(**fields)
     if details is not None:
         decision.details.CopyFrom(details)
     return decision
@@ -241,7 +250,7 @@ def test_decision_answer_with_every_detail() -> None:
 
 
 def test_decision_answer_without_optional_details() -> None:
-    details = cpb.BlockDetails(decisive_gate="lifecycle.settlement")
+    details = completion_types.BlockDetails(decisive_gate="lifecycle.settlement")
     assert decision_answer(a_decision(details)).model_dump()["missing"] == {
         "decisiveGate": "lifecycle.settlement",
         "missingEvidenceKinds": [],
@@ -261,7 +270,7 @@ def test_decision_answer_without_optional_details() -> None:
     [
         ({"evidence_checkpoint": ""}, "evidenceCheckpoint", ""),  # set but empty: "name the empty checkpoint"
         ({"current_state_version": 0}, "currentStateVersion", 0),  # set to zero is not absent
-        ({"current_lease": cpb.Lease()}, "currentLeaseRunId", ""),
+        ({"current_lease": completion_types.Lease()}, "currentLeaseRunId", ""),
         ({"lifecycle_reason": ""}, "lifecycleReason", None),
         ({"gate_feedback": ""}, "gateFeedback", None),
     ],
@@ -282,7 +291,11 @@ def test_decision_answer_unset_optionals_are_none() -> None:
 
 
 def test_decision_answer_allow_without_details() -> None:
-    decision = a_decision(verdict=cpb.VERDICT_ALLOW, next_action=cpb.AGENT_ACTION_REPORT_COMPLETE, forbidden_actions=[])
+    decision = a_decision(
+        verdict=completion_enums.VERDICT_ALLOW,
+        next_action=completion_enums.AGENT_ACTION_REPORT_COMPLETE,
+        forbidden_actions=[],
+    )
     assert decision_answer(decision).model_dump() == {
         "verdict": "allow",
         "nextAction": "report_complete",
@@ -294,13 +307,13 @@ def test_decision_answer_allow_without_details() -> None:
 
 @pytest.mark.parametrize("with_decision", [True, False])
 def test_closed_run(with_decision: bool) -> None:
-    response = cpb.CompleteRunResponse(
+    response = completion_messages.CompleteRunResponse(
         run_id="run-1",
         finish_time=ts(SECONDS, 250_000_000),
-        final_status=cpb.FINAL_STATUS_IN_PROGRESS,
+        final_status=completion_enums.FINAL_STATUS_IN_PROGRESS,
         tokens_total=1234,
         notes_truncated=True,
-        task_effect=cpb.TASK_EFFECT_STATUS_SET,
+        task_effect=completion_enums.TASK_EFFECT_STATUS_SET,
         task_effect_reason="the task was set in_progress",
     )
     if with_decision:
@@ -323,15 +336,20 @@ def test_closed_run(with_decision: bool) -> None:
 @pytest.mark.parametrize(
     ("settlement", "expected"),
     [
-        (cpb.SETTLEMENT_STATUS_PENDING, "pending"),
-        (cpb.SETTLEMENT_STATUS_SETTLED, "settled"),
-        (cpb.SETTLEMENT_STATUS_REJECTED, "rejected"),
+        (completion_enums.SETTLEMENT_STATUS_PENDING, "pending"),
+        (completion_enums.SETTLEMENT_STATUS_SETTLED, "settled"),
+        (completion_enums.SETTLEMENT_STATUS_REJECTED, "rejected"),
     ],
 )
-def test_attempt_answer_with_completion(settlement: cpb.SettlementStatus, expected: str) -> None:
-    decision = a_decision(verdict=cpb.VERDICT_ALLOW, next_action=cpb.AGENT_ACTION_REPORT_COMPLETE, forbidden_actions=[])
-    response = cpb.AttemptCompletionResponse(
-        decision=decision, completion=cpb.Completion(completion_id="cmp-1", settlement=settlement, decision=decision)
+def test_attempt_answer_with_completion(settlement: completion_enums.SettlementStatus, expected: str) -> None:
+    decision = a_decision(
+        verdict=completion_enums.VERDICT_ALLOW,
+        next_action=completion_enums.AGENT_ACTION_REPORT_COMPLETE,
+        forbidden_actions=[],
+    )
+    response = completion_messages.AttemptCompletionResponse(
+        decision=decision,
+        completion=completion_types.Completion(completion_id="cmp-1", settlement=settlement, decision=decision),
     )
     answer = attempt_answer(response)
     assert answer.model_dump() == {
@@ -346,16 +364,17 @@ def test_attempt_answer_with_completion(settlement: cpb.SettlementStatus, expect
 
 
 def test_attempt_answer_blocked_without_completion() -> None:
-    answer = attempt_answer(cpb.AttemptCompletionResponse(decision=a_decision(block_details())))
+    answer = attempt_answer(completion_messages.AttemptCompletionResponse(decision=a_decision(block_details())))
     assert answer.model_dump() == {**BLOCKED, "missing": FULL_MISSING, "completionId": None, "settlement": None}
 
 
 @pytest.mark.parametrize(
-    ("verdict", "expected"), [(cpb.EVIDENCE_VERDICT_PASSED, "passed"), (cpb.EVIDENCE_VERDICT_FAILED, "failed")]
+    ("verdict", "expected"),
+    [(completion_enums.EVIDENCE_VERDICT_PASSED, "passed"), (completion_enums.EVIDENCE_VERDICT_FAILED, "failed")],
 )
-def test_recorded_evidence(verdict: cpb.EvidenceVerdict, expected: str) -> None:
-    response = cpb.RecordEvidenceResponse(
-        evidence=cpb.Evidence(
+def test_recorded_evidence(verdict: completion_enums.EvidenceVerdict, expected: str) -> None:
+    response = completion_messages.RecordEvidenceResponse(
+        evidence=completion_types.Evidence(
             workspace_id="acme",
             task_id="t-1",
             generation=3,
@@ -382,32 +401,47 @@ def test_recorded_evidence(verdict: cpb.EvidenceVerdict, expected: str) -> None:
 @pytest.mark.parametrize(
     ("state", "outcome", "state_word", "terminal_outcome"),
     [
-        (lpb.GENERATION_STATE_REGISTERED, lpb.TERMINAL_OUTCOME_UNSPECIFIED, "registered", None),
-        (lpb.GENERATION_STATE_ACTIVE, lpb.TERMINAL_OUTCOME_UNSPECIFIED, "active", None),
+        (lifecycle_enums.GENERATION_STATE_REGISTERED, lifecycle_enums.TERMINAL_OUTCOME_UNSPECIFIED, "registered", None),
+        (lifecycle_enums.GENERATION_STATE_ACTIVE, lifecycle_enums.TERMINAL_OUTCOME_UNSPECIFIED, "active", None),
         # An outcome on a task that is not terminal is not reported.
-        (lpb.GENERATION_STATE_SUSPENDED, lpb.TERMINAL_OUTCOME_FAILED, "suspended", None),
-        (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED, "terminal", "succeeded"),
-        (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED, "terminal", "cancelled"),
-        (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_FAILED, "terminal", "failed"),
-        (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_TIMED_OUT, "terminal", "timed_out"),
+        (lifecycle_enums.GENERATION_STATE_SUSPENDED, lifecycle_enums.TERMINAL_OUTCOME_FAILED, "suspended", None),
+        (
+            lifecycle_enums.GENERATION_STATE_TERMINAL,
+            lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
+            "terminal",
+            "succeeded",
+        ),
+        (
+            lifecycle_enums.GENERATION_STATE_TERMINAL,
+            lifecycle_enums.TERMINAL_OUTCOME_CANCELLED,
+            "terminal",
+            "cancelled",
+        ),
+        (lifecycle_enums.GENERATION_STATE_TERMINAL, lifecycle_enums.TERMINAL_OUTCOME_FAILED, "terminal", "failed"),
+        (
+            lifecycle_enums.GENERATION_STATE_TERMINAL,
+            lifecycle_enums.TERMINAL_OUTCOME_TIMED_OUT,
+            "terminal",
+            "timed_out",
+        ),
     ],
 )
 def test_task_truth_states(
-    state: lpb.GenerationState,
-    outcome: lpb.TerminalOutcome,
+    state: lifecycle_enums.GenerationState,
+    outcome: lifecycle_enums.TerminalOutcome,
     state_word: str,
     terminal_outcome: str | None,
 ) -> None:
-    response = lpb.GetTaskResponse(
-        task=lpb.Task(
+    response = lifecycle_messages.GetTaskResponse(
+        task=lifecycle_types.Task(
             workspace_id="acme",
             task_id="t-1",
             generation=2,
             revision=9,
             state=state,
             outcome=outcome,
-            cancellation=lpb.CANCELLATION_STATE_NONE,
-            work_status=lpb.WORK_STATUS_IN_PROGRESS,
+            cancellation=lifecycle_enums.CANCELLATION_STATE_NONE,
+            work_status=lifecycle_enums.WORK_STATUS_IN_PROGRESS,
             completion_id="cmp-1" if terminal_outcome == "succeeded" else "",
         ),
         open_attached_child_task_ids=["c-1", "c-2"],
@@ -428,23 +462,23 @@ def test_task_truth_states(
 @pytest.mark.parametrize(
     ("cancellation", "requested"),
     [
-        (lpb.CANCELLATION_STATE_UNSPECIFIED, False),
-        (lpb.CANCELLATION_STATE_NONE, False),
-        (lpb.CANCELLATION_STATE_REQUESTED, True),
+        (lifecycle_enums.CANCELLATION_STATE_UNSPECIFIED, False),
+        (lifecycle_enums.CANCELLATION_STATE_NONE, False),
+        (lifecycle_enums.CANCELLATION_STATE_REQUESTED, True),
     ],
 )
-def test_task_truth_cancellation(cancellation: lpb.CancellationState, requested: bool) -> None:
-    task = lpb.Task(task_id="t-1", state=lpb.GENERATION_STATE_ACTIVE, cancellation=cancellation)
-    truth = task_truth(lpb.GetTaskResponse(task=task))
+def test_task_truth_cancellation(cancellation: lifecycle_enums.CancellationState, requested: bool) -> None:
+    task = lifecycle_types.Task(task_id="t-1", state=lifecycle_enums.GENERATION_STATE_ACTIVE, cancellation=cancellation)
+    truth = task_truth(lifecycle_messages.GetTaskResponse(task=task))
     assert truth.cancellationRequested is requested
     assert truth.openChildTaskIds == []
     assert truth.workStatus == ""
 
 
 def test_claimed_run() -> None:
-    response = cpb.ClaimTaskResponse(
-        run=cpb.Run(run_id="run-1", task_id="t-1", generation=4),
-        lease=cpb.Lease(task_id="t-1", run_id="run-1", epoch=6, expire_time=ts(SECONDS + 30, 5_000_000)),
+    response = completion_messages.ClaimTaskResponse(
+        run=completion_types.Run(run_id="run-1", task_id="t-1", generation=4),
+        lease=completion_types.Lease(task_id="t-1", run_id="run-1", epoch=6, expire_time=ts(SECONDS + 30, 5_000_000)),
     )
     assert answers.claimed_run(response).model_dump() == {
         "runId": "run-1",
@@ -597,7 +631,7 @@ def test_unavailable() -> None:
 
 
 def test_advice_names_real_reasons() -> None:
-    reasons = set(cpb.ErrorReason.keys()) | set(lpb.ErrorReason.keys())
+    reasons = set(completion_errors.ErrorReason.keys()) | set(lifecycle_errors.ErrorReason.keys())
     assert set(ADVICE) <= reasons
     assert reasons >= INPUT_REASONS
 

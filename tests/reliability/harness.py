@@ -19,8 +19,9 @@ from pathlib import Path
 import grpc
 import psycopg
 
-from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.postgres import SqliteStyle
 from funnel_cli.supervisor import ServiceProcess, completion_tls_arguments, lifecycle_tls_arguments, spawn
@@ -199,9 +200,9 @@ class Pair:
         lifecycle = credentials.tls_channel(self.lifecycle.address, options=CHANNEL_OPTIONS)
         completion = credentials.tls_channel(self.completion.address, identity=None, options=CHANNEL_OPTIONS)
         self._channels = [lifecycle, completion]
-        self.lc = lifecycle_pb2_grpc.TaskLifecycleServiceStub(lifecycle)
-        self.cs = completion_pb2_grpc.CompletionServiceStub(completion)
-        self.ts = transcript_pb2_grpc.TranscriptServiceStub(completion)
+        self.lc = lifecycle_grpc.TaskLifecycleServiceStub(lifecycle)
+        self.cs = completion_grpc.CompletionServiceStub(completion)
+        self.ts = transcript_grpc.TranscriptServiceStub(completion)
 
     async def ensure_alive(self) -> bool:
         """Restarts (disarmed, same port) every service that died; True if any did."""

@@ -25,8 +25,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from completion_service.storage.sqlite import MIGRATIONS_PACKAGE as COMPLETION_MIGRATIONS
 from completion_service.storage.sqlite import SqliteCompletionStore
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime import sqlite as runtime_sqlite
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.metrics import ServiceMetrics
@@ -224,14 +225,14 @@ async def test_damage_deep_inside_a_table_is_found_after_the_service_serves(serv
         assert integrity_checks(process.metrics_url, "ok") == 0.0
         if service == "lifecycle_service":  # a write through the real service is refused, with the reason
             async with credentials.tls_channel(process.address) as channel:
-                stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+                stub = lifecycle_grpc.TaskLifecycleServiceStub(channel)
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await stub.RegisterTask(
-                        lpb.RegisterTaskRequest(
+                        lifecycle_messages.RegisterTaskRequest(
                             workspace_id="ws-damaged",
                             task_id="t-1",
                             request_id="r-1",
-                            cause=lpb.Cause(source="host", reason="planned"),
+                            cause=lifecycle_types.Cause(source="host", reason="planned"),
                         ),
                         timeout=5,
                     )

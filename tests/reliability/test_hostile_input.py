@@ -56,10 +56,14 @@ import completion_service.api.imports
 from completion_service.errors import Reason as CompletionReason
 from completion_service.server import CompletionConfig
 from funnel.client.retry import stream_until_answered
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.completion.v1 import transcript_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.clock import ManualClock
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.paging import encode_token
@@ -394,10 +398,10 @@ class Pick:
             value = self.rng.choice([0, 0, 6, 42, 99, -1, 2**31 - 1, -(2**31)])
         return value, value in allowed or (optional and value == 0)
 
-    def cause(self) -> tuple[lpb.Cause | None, bool]:
+    def cause(self) -> tuple[lifecycle_types.Cause | None, bool]:
         if self.benign or self.chance(0.5):
             return None, True
-        cause = lpb.Cause(source=self.text(128)[0], reason=self.text(1024)[0])
+        cause = lifecycle_types.Cause(source=self.text(128)[0], reason=self.text(1024)[0])
         count = self.rng.choice([0, 0, 1, 2, 16, 17]) if self.chance(0.9) else 40
         for _ in range(count):
             key, _ = self.any_id(["run_id", "completion_id", "parent_task_id"], p_known=0.5)
@@ -405,7 +409,7 @@ class Pick:
         return cause, self._cause_ok(cause)
 
     @staticmethod
-    def _cause_ok(cause: lpb.Cause) -> bool:
+    def _cause_ok(cause: lifecycle_types.Cause) -> bool:
         return (
             len(cause.source) <= 128
             and len(cause.reason) <= 1024
@@ -453,7 +457,7 @@ class Pick:
 @dataclasses.dataclass
 class World:
     f: Funnel
-    ts: transcript_pb2_grpc.TranscriptServiceStub
+    ts: transcript_grpc.TranscriptServiceStub
     task_ids: list[str]
     run_ids: list[str]
     epochs: list[int]
@@ -490,8 +494,8 @@ def columns(path: str) -> dict[str, list[str]]:
         db.close()
 
 
-def ev(**body) -> tpb.SessionEvent:
-    return tpb.SessionEvent(**body)
+def ev(**body) -> completion_types.SessionEvent:
+    return completion_types.SessionEvent(**body)
 
 
 async def build_world(tmp: Path) -> World:
@@ -512,19 +516,20 @@ async def build_world(tmp: Path) -> World:
     await f.start()
     channel = credentials.insecure_channel(f.completion.address, options=[("grpc.max_receive_message_length", -1)])
     f._channels.append(channel)
-    ts = transcript_pb2_grpc.TranscriptServiceStub(channel)
+    ts = transcript_grpc.TranscriptServiceStub(channel)
     day = 24 * 3600
 
-    async def append(task: str, *events: tpb.SessionEvent, workspace: str = WS):
+    async def append(task: str, *events: completion_types.SessionEvent, workspace: str = WS):
         await ts.AppendTranscript(
-            tpb.AppendTranscriptRequest(workspace_id=workspace, task_id=task, events=list(events)), timeout=10
+            transcript_messages.AppendTranscriptRequest(workspace_id=workspace, task_id=task, events=list(events)),
+            timeout=10,
         )
 
     closed_turn = [
-        ev(turn_start=tpb.TurnStart(turn_id="turn-1")),
-        ev(turn_end=tpb.TurnEnd(turn_id="turn-1", reason=tpb.TURN_END_REASON_COMPLETED)),
+        ev(turn_start=completion_types.TurnStart(turn_id="turn-1")),
+        ev(turn_end=completion_types.TurnEnd(turn_id="turn-1", reason=completion_enums.TURN_END_REASON_COMPLETED)),
     ]
-    runs: list[cpb.ClaimTaskResponse] = []
+    runs: list[completion_messages.ClaimTaskResponse] = []
     completions: list[str] = []
 
     await f.register("t-reg", workspace=WS)
@@ -536,49 +541,51 @@ async def build_world(tmp: Path) -> World:
     runs.append(await f.registered_and_claimed("t-done", workspace=WS, ttl_seconds=day))
     await append(
         "t-done",
-        ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-1")),
+        ev(checkpoint=completion_types.Checkpoint(checkpoint_id="cp-1")),
         *closed_turn,
-        ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-2")),
+        ev(checkpoint=completion_types.Checkpoint(checkpoint_id="cp-2")),
     )
     completions.append((await f.attempt(runs[-1])).completion.completion_id)
     runs.append(await f.registered_and_claimed("t-fence", workspace=WS, ttl_seconds=day))
     await f.request_cancellation("t-fence", workspace=WS)
     runs.append(await f.registered_and_claimed("t-cancel", workspace=WS, ttl_seconds=day))
-    await f.complete_run(runs[-1], workspace=WS, outcome=cpb.RUN_OUTCOME_CANCELLED)
+    await f.complete_run(runs[-1], workspace=WS, outcome=completion_enums.RUN_OUTCOME_CANCELLED)
     runs.append(await f.registered_and_claimed("t-fail", workspace=WS, ttl_seconds=day))
-    completions.append((await f.attempt(runs[-1], outcome=cpb.REQUESTED_OUTCOME_FAILED)).completion.completion_id)
-    await f.complete_run(runs[-1], workspace=WS, outcome=cpb.RUN_OUTCOME_STALLED)
+    completions.append(
+        (await f.attempt(runs[-1], outcome=completion_enums.REQUESTED_OUTCOME_FAILED)).completion.completion_id
+    )
+    await f.complete_run(runs[-1], workspace=WS, outcome=completion_enums.RUN_OUTCOME_STALLED)
     await f.register("t-susp", workspace=WS)
     await f.lc.ActivateGeneration(
-        lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t-susp", generation=1), timeout=10
+        lifecycle_messages.ActivateGenerationRequest(workspace_id=WS, task_id="t-susp", generation=1), timeout=10
     )
     await f.lc.SuspendGeneration(
-        lpb.SuspendGenerationRequest(workspace_id=WS, task_id="t-susp", generation=1), timeout=10
+        lifecycle_messages.SuspendGenerationRequest(workspace_id=WS, task_id="t-susp", generation=1), timeout=10
     )
     runs.append(await f.registered_and_claimed("t-parent", workspace=WS, ttl_seconds=day))
     await f.register("t-child", workspace=WS, parent="t-parent")
-    await f.register("t-dchild", workspace=WS, parent="t-parent", mode=lpb.PARENT_LINK_MODE_DETACHED)
+    await f.register("t-dchild", workspace=WS, parent="t-parent", mode=lifecycle_enums.PARENT_LINK_MODE_DETACHED)
     runs.append(await f.claim("t-child", workspace=WS, ttl_seconds=day))
     await f.register("t-grandchild", workspace=WS, parent="t-child")
     # A parent suspended under a registered attached child: claiming the child is refused by the lifecycle.
     await f.registered_and_claimed("t-psusp", workspace=WS, ttl_seconds=day)
     await f.register("t-pchild", workspace=WS, parent="t-psusp")
     await f.lc.SuspendGeneration(
-        lpb.SuspendGenerationRequest(workspace_id=WS, task_id="t-psusp", generation=1), timeout=10
+        lifecycle_messages.SuspendGenerationRequest(workspace_id=WS, task_id="t-psusp", generation=1), timeout=10
     )
     runs.append(await f.registered_and_claimed("t-tr", workspace=WS, ttl_seconds=day))
     await append(
         "t-tr",
-        ev(user_message=tpb.UserMessage(text="fix it")),
-        ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-a")),
-        ev(turn_start=tpb.TurnStart(turn_id="turn-a")),
-        ev(step_start=tpb.StepStart(step_id="step-a")),
-        ev(tool_call=tpb.ToolCall(call_id="call-a", tool_name="bash", arguments="ls")),
+        ev(user_message=completion_types.UserMessage(text="fix it")),
+        ev(checkpoint=completion_types.Checkpoint(checkpoint_id="cp-a")),
+        ev(turn_start=completion_types.TurnStart(turn_id="turn-a")),
+        ev(step_start=completion_types.StepStart(step_id="step-a")),
+        ev(tool_call=completion_types.ToolCall(call_id="call-a", tool_name="bash", arguments="ls")),
     )
     runs.append(await f.registered_and_claimed("t-gen2", workspace=WS, ttl_seconds=day))
-    await append("t-gen2", ev(checkpoint=tpb.Checkpoint(checkpoint_id="cp-1")), *closed_turn)
+    await append("t-gen2", ev(checkpoint=completion_types.Checkpoint(checkpoint_id="cp-1")), *closed_turn)
     completions.append((await f.attempt(runs[-1])).completion.completion_id)
-    await append("t-gen2", ev(user_feedback=tpb.UserFeedback(text="not quite")))
+    await append("t-gen2", ev(user_feedback=completion_types.UserFeedback(text="not quite")))
     # The same task ids in another workspace.
     runs.append(await f.registered_and_claimed("t-act", workspace=OTHER_WS, ttl_seconds=day))
     await f.register("t-reg", workspace=OTHER_WS)
@@ -586,31 +593,45 @@ async def build_world(tmp: Path) -> World:
 
     tokens = []
     for rpc, call, key in [
-        ("ListTasks", f.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1)), ("ListTasks", WS, "")),
         (
             "ListTasks",
-            f.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1, parent_task_id="t-parent")),
+            f.lc.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, page_size=1)),
+            ("ListTasks", WS, ""),
+        ),
+        (
+            "ListTasks",
+            f.lc.ListTasks(
+                lifecycle_messages.ListTasksRequest(workspace_id=WS, page_size=1, parent_task_id="t-parent")
+            ),
             ("ListTasks", WS, "t-parent"),
         ),
         (
             "ListLifecycleEvents",
-            f.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-done", page_size=1)),
+            f.lc.ListLifecycleEvents(
+                lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-done", page_size=1)
+            ),
             ("ListLifecycleEvents", WS, "t-done"),
         ),
-        ("ListRuns", f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_size=1)), ("ListRuns", WS, "")),
+        (
+            "ListRuns",
+            f.cs.ListRuns(completion_messages.ListRunsRequest(workspace_id=WS, page_size=1)),
+            ("ListRuns", WS, ""),
+        ),
         (
             "ListCompletions",
-            f.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS, page_size=1)),
+            f.cs.ListCompletions(completion_messages.ListCompletionsRequest(workspace_id=WS, page_size=1)),
             ("ListCompletions", WS, ""),
         ),
         (
             "ListAuditLog",
-            f.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=WS, page_size=1)),
+            f.cs.ListAuditLog(completion_messages.ListAuditLogRequest(workspace_id=WS, page_size=1)),
             ("ListAuditLog", WS, "", ""),
         ),
         (
             "LoadTranscript",
-            ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-done", page_size=1)),
+            ts.LoadTranscript(
+                transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="t-done", page_size=1)
+            ),
             ("LoadTranscript", WS, "t-done"),
         ),
     ]:
@@ -618,7 +639,9 @@ async def build_world(tmp: Path) -> World:
         assert response.next_page_token, rpc
         tokens.append((key, response.next_page_token))
     jsonl = b""
-    async for chunk in ts.ExportTranscript(tpb.ExportTranscriptRequest(workspace_id=WS, task_id="t-done"), timeout=10):
+    async for chunk in ts.ExportTranscript(
+        transcript_messages.ExportTranscriptRequest(workspace_id=WS, task_id="t-done"), timeout=10
+    ):
         jsonl += chunk.jsonl
     await f.lifecycle.authority.deliver_pending()
     task_ids = [
@@ -768,56 +791,58 @@ class Generator:
         if self.p.chance(0.5):
             parent_id, good_parent = p.task()
             generation, good_generation = p.generation()
-            mode, good_mode = p.enum([lpb.PARENT_LINK_MODE_ATTACHED, lpb.PARENT_LINK_MODE_DETACHED])
-            fields["parent"] = lpb.ParentLink(task_id=parent_id, generation=generation, mode=mode)
+            mode, good_mode = p.enum(
+                [lifecycle_enums.PARENT_LINK_MODE_ATTACHED, lifecycle_enums.PARENT_LINK_MODE_DETACHED]
+            )
+            fields["parent"] = lifecycle_types.ParentLink(task_id=parent_id, generation=generation, mode=mode)
             self_parent = parent_id != "" and parent_id == fields.get("task_id")
             valid = _and(valid, good_parent and good_generation and good_mode and not self_parent)
-        return lpb.RegisterTaskRequest(**fields), valid
+        return lifecycle_messages.RegisterTaskRequest(**fields), valid
 
     def _ActivateGeneration(self):
         picks = self._header()
         status, good = self.p.enum([1, 2, 3], optional=True)
         picks["work_status"] = (status, good)
         fields, valid = self._collect(**picks)
-        return lpb.ActivateGenerationRequest(**fields), valid
+        return lifecycle_messages.ActivateGenerationRequest(**fields), valid
 
     def _SuspendGeneration(self):
-        return self._plain(lpb.SuspendGenerationRequest)
+        return self._plain(lifecycle_messages.SuspendGenerationRequest)
 
     def _ResumeWithGeneration(self):
-        return self._plain(lpb.ResumeWithGenerationRequest)
+        return self._plain(lifecycle_messages.ResumeWithGenerationRequest)
 
     def _RequestCancellation(self):
-        return self._plain(lpb.RequestCancellationRequest)
+        return self._plain(lifecycle_messages.RequestCancellationRequest)
 
     def _SettleCancellation(self):
-        return self._plain(lpb.SettleCancellationRequest)
+        return self._plain(lifecycle_messages.SettleCancellationRequest)
 
     def _SettleFailure(self):
-        return self._plain(lpb.SettleFailureRequest)
+        return self._plain(lifecycle_messages.SettleFailureRequest)
 
     def _SettleTimeout(self):
-        return self._plain(lpb.SettleTimeoutRequest)
+        return self._plain(lifecycle_messages.SettleTimeoutRequest)
 
     def _PropagateParentTermination(self):
-        return self._plain(lpb.PropagateParentTerminationRequest)
+        return self._plain(lifecycle_messages.PropagateParentTerminationRequest)
 
     def _SettleCompletion(self):
         picks = self._header()
         picks["completion_id"] = self.p.any_id(self.w.completion_ids + ["cmp-client-1"])
         picks["authoritative_time"] = self.p.timestamp()
         fields, valid = self._collect(**picks)
-        return lpb.SettleCompletionRequest(**fields), valid
+        return lifecycle_messages.SettleCompletionRequest(**fields), valid
 
     def _SetWorkStatus(self):
         picks = self._header()
         picks["work_status"] = self.p.enum([1, 2, 3])
         fields, valid = self._collect(**picks)
-        return lpb.SetWorkStatusRequest(**fields), valid
+        return lifecycle_messages.SetWorkStatusRequest(**fields), valid
 
     def _GetTask(self):
         fields, valid = self._collect(workspace_id=self.p.ws(), task_id=self.p.task())
-        return lpb.GetTaskRequest(**fields), valid
+        return lifecycle_messages.GetTaskRequest(**fields), valid
 
     def _ListTasks(self):
         ws, parent = self.p.ws(), self.p.task(required=False)
@@ -827,7 +852,7 @@ class Generator:
             page_size=self.p.page_size(),
             page_token=self._token(("ListTasks", ws[0], parent[0])),
         )
-        return lpb.ListTasksRequest(**fields), valid
+        return lifecycle_messages.ListTasksRequest(**fields), valid
 
     def _ListLifecycleEvents(self):
         ws, task = self.p.ws(), self.p.task()
@@ -837,14 +862,14 @@ class Generator:
             page_size=self.p.page_size(),
             page_token=self._token(("ListLifecycleEvents", ws[0], task[0])),
         )
-        return lpb.ListLifecycleEventsRequest(**fields), valid
+        return lifecycle_messages.ListLifecycleEventsRequest(**fields), valid
 
     def _WatchLifecycleEvents(self):
         after = self.p.int64(lambda v: v >= 0, [0, 0, 1, 5, 10**6])
         fields, valid = self._collect(
             workspace_id=self.p.ws(), task_id=self.p.task(required=False), after_sequence=after
         )
-        return lpb.WatchLifecycleEventsRequest(**fields), valid
+        return lifecycle_messages.WatchLifecycleEventsRequest(**fields), valid
 
     # completion
 
@@ -874,14 +899,14 @@ class Generator:
             lease_ttl=p.duration(),
             request_id=p.request_id(),
         )
-        return cpb.ClaimTaskRequest(**fields), valid
+        return completion_messages.ClaimTaskRequest(**fields), valid
 
     def _RenewLease(self):
         p = self.p
         claimed = self._claimed()
         del claimed["task_id"]  # a renewal names the run only
         fields, valid = self._collect(**claimed, lease_ttl=p.duration(), request_id=p.request_id())
-        return cpb.RenewLeaseRequest(**fields), valid
+        return completion_messages.RenewLeaseRequest(**fields), valid
 
     def _CompleteRun(self):
         p = self.p
@@ -897,11 +922,11 @@ class Generator:
         for field in ("tokens_input", "tokens_output", "tokens_total"):
             picks[field] = (None, True) if p.chance(0.5) else p.int64(lambda v: 0 <= v <= MAX_SAFE, [0, 10, 1500])
         fields, valid = self._collect(**picks)
-        return cpb.CompleteRunRequest(**fields), valid
+        return completion_messages.CompleteRunRequest(**fields), valid
 
     def _GetRun(self):
         fields, valid = self._collect(workspace_id=self.p.ws(), run_id=self.p.run())
-        return cpb.GetRunRequest(**fields), valid
+        return completion_messages.GetRunRequest(**fields), valid
 
     def _ListRuns(self):
         ws, task = self.p.ws(), self.p.task(required=False)
@@ -911,7 +936,7 @@ class Generator:
             page_size=self.p.page_size(),
             page_token=self._token(("ListRuns", ws[0], task[0])),
         )
-        return cpb.ListRunsRequest(**fields), valid
+        return completion_messages.ListRunsRequest(**fields), valid
 
     def _RecordEvidence(self):
         p = self.p
@@ -926,7 +951,7 @@ class Generator:
             run_id=p.run(required=False),
             request_id=p.request_id(),
         )
-        return cpb.RecordEvidenceRequest(**fields), valid
+        return completion_messages.RecordEvidenceRequest(**fields), valid
 
     def _AttemptCompletion(self):
         p = self.p
@@ -939,11 +964,11 @@ class Generator:
             state_version=state_version,
             request_id=p.request_id(),
         )
-        return cpb.AttemptCompletionRequest(**fields), valid
+        return completion_messages.AttemptCompletionRequest(**fields), valid
 
     def _GetCompletion(self):
         fields, valid = self._collect(workspace_id=self.p.ws(), task_id=self.p.task(), generation=self.p.generation())
-        return cpb.GetCompletionRequest(**fields), valid
+        return completion_messages.GetCompletionRequest(**fields), valid
 
     def _ListCompletions(self):
         ws, task = self.p.ws(), self.p.task(required=False)
@@ -953,7 +978,7 @@ class Generator:
             page_size=self.p.page_size(),
             page_token=self._token(("ListCompletions", ws[0], task[0])),
         )
-        return cpb.ListCompletionsRequest(**fields), valid
+        return completion_messages.ListCompletionsRequest(**fields), valid
 
     def _ListAuditLog(self):
         ws, task, run = self.p.ws(), self.p.task(required=False), self.p.run(required=False)
@@ -964,18 +989,18 @@ class Generator:
             page_size=self.p.page_size(),
             page_token=self._token(("ListAuditLog", ws[0], task[0], run[0])),
         )
-        return cpb.ListAuditLogRequest(**fields), valid
+        return completion_messages.ListAuditLogRequest(**fields), valid
 
     def _WatchCompletionEvents(self):
         after = self.p.int64(lambda v: v >= 0, [0, 0, 1, 5, 10**6])
         fields, valid = self._collect(
             workspace_id=self.p.ws(), task_id=self.p.task(required=False), after_sequence=after
         )
-        return cpb.WatchCompletionEventsRequest(**fields), valid
+        return completion_messages.WatchCompletionEventsRequest(**fields), valid
 
     # transcripts
 
-    def event(self) -> tuple[tpb.SessionEvent, bool | None]:
+    def event(self) -> tuple[completion_types.SessionEvent, bool | None]:
         """One appended event: mostly well-formed, sometimes breaking a field rule."""
         p = self.p
         kind = self.rng.choice(
@@ -1014,8 +1039,8 @@ class Generator:
             "prompt_resend": "text",
         }
         if kind is None:
-            return tpb.SessionEvent(), False
-        message = tpb.SessionEvent()
+            return completion_types.SessionEvent(), False
+        message = completion_types.SessionEvent()
         body = getattr(message, kind)
         body.SetInParent()
         valid: bool | None = True
@@ -1054,7 +1079,7 @@ class Generator:
         events = []
         valid: bool | None = 1 <= count <= 1000
         if count > 20:  # large batches of one cheap, valid event each
-            events = [tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))] * count
+            events = [completion_types.SessionEvent(user_message=completion_types.UserMessage(text="x"))] * count
         else:
             for _ in range(count):
                 event, good = self.event()
@@ -1064,7 +1089,7 @@ class Generator:
         fields, base_valid = self._collect(
             workspace_id=p.ws(), task_id=p.task(), request_id=p.request_id(), expected_state_version=expected
         )
-        return tpb.AppendTranscriptRequest(events=events, **fields), _and(base_valid, valid)
+        return transcript_messages.AppendTranscriptRequest(events=events, **fields), _and(base_valid, valid)
 
     def _LoadTranscript(self):
         ws, task = self.p.ws(), self.p.task()
@@ -1074,15 +1099,15 @@ class Generator:
             page_size=self.p.page_size(),
             page_token=self._token(("LoadTranscript", ws[0], task[0])),
         )
-        return tpb.LoadTranscriptRequest(**fields), valid
+        return transcript_messages.LoadTranscriptRequest(**fields), valid
 
     def _ExportTranscript(self):
         fields, valid = self._collect(workspace_id=self.p.ws(), task_id=self.p.task())
-        return tpb.ExportTranscriptRequest(**fields), valid
+        return transcript_messages.ExportTranscriptRequest(**fields), valid
 
     def _ResolveResume(self):
         fields, valid = self._collect(workspace_id=self.p.ws(), task_id=self.p.task())
-        return tpb.ResolveResumeRequest(**fields), valid
+        return transcript_messages.ResolveResumeRequest(**fields), valid
 
     def _ImportTranscript(self):
         p = self.p
@@ -1093,15 +1118,23 @@ class Generator:
         if shape < 0.05:
             valid = False  # no target at all, or the file first
             if p.chance(0.5):
-                messages.append(tpb.ImportTranscriptRequest(jsonl_chunk=b"{}\n"))
+                messages.append(transcript_messages.ImportTranscriptRequest(jsonl_chunk=b"{}\n"))
         else:
-            messages.append(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=ws[0], task_id=task[0])))
+            messages.append(
+                transcript_messages.ImportTranscriptRequest(
+                    target=transcript_messages.ImportTarget(workspace_id=ws[0], task_id=task[0])
+                )
+            )
         body = self._jsonl()
         cut = sorted(self.rng.randrange(len(body) + 1) for _ in range(self.rng.randrange(0, 4)))
         for start, end in zip([0, *cut], [*cut, len(body)], strict=True):
-            messages.append(tpb.ImportTranscriptRequest(jsonl_chunk=body[start:end]))
+            messages.append(transcript_messages.ImportTranscriptRequest(jsonl_chunk=body[start:end]))
         if shape > 0.97 and messages:
-            messages.append(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id="t-empty")))
+            messages.append(
+                transcript_messages.ImportTranscriptRequest(
+                    target=transcript_messages.ImportTarget(workspace_id=WS, task_id="t-empty")
+                )
+            )
         # The file's content is judged by the service (TRANSCRIPT_LINE_INVALID, grammar): either way.
         return messages, (None if valid else valid)
 
@@ -1538,7 +1571,7 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
     try:
         channel = credentials.insecure_channel(f.completion.address)
         f._channels.append(channel)
-        ts = transcript_pb2_grpc.TranscriptServiceStub(channel)
+        ts = transcript_grpc.TranscriptServiceStub(channel)
         claim = await f.registered_and_claimed("task-1")
         await f.lifecycle.authority.deliver_pending()
         paths = (f.lifecycle_config.database, f.completion_db)
@@ -1548,39 +1581,48 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
         big = "x" * (limit + 1)
         calls = [
             lambda: f.lc.RegisterTask(
-                lpb.RegisterTaskRequest(workspace_id=E2E_WS, task_id="task-2", cause=lpb.Cause(reason=big)), timeout=10
+                lifecycle_messages.RegisterTaskRequest(
+                    workspace_id=E2E_WS, task_id="task-2", cause=lifecycle_types.Cause(reason=big)
+                ),
+                timeout=10,
             ),
-            lambda: f.lc.GetTask(lpb.GetTaskRequest(workspace_id=E2E_WS, task_id=big), timeout=10),
+            lambda: f.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=E2E_WS, task_id=big), timeout=10),
             lambda: f.cs.CompleteRun(
-                cpb.CompleteRunRequest(
-                    workspace_id=E2E_WS, run_id=claim.run.run_id, outcome=cpb.RUN_OUTCOME_SUCCEEDED, notes=big
+                completion_messages.CompleteRunRequest(
+                    workspace_id=E2E_WS,
+                    run_id=claim.run.run_id,
+                    outcome=completion_enums.RUN_OUTCOME_SUCCEEDED,
+                    notes=big,
                 ),
                 timeout=10,
             ),
             lambda: f.cs.RecordEvidence(
-                cpb.RecordEvidenceRequest(
+                completion_messages.RecordEvidenceRequest(
                     workspace_id=E2E_WS,
                     task_id="task-1",
                     generation=1,
                     kind="tests",
-                    verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                    verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                     details=big,
                 ),
                 timeout=10,
             ),
             lambda: ts.AppendTranscript(
-                tpb.AppendTranscriptRequest(
+                transcript_messages.AppendTranscriptRequest(
                     workspace_id=E2E_WS,
                     task_id="task-1",
-                    events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="y" * 1000))] * 100,
+                    events=[completion_types.SessionEvent(user_message=completion_types.UserMessage(text="y" * 1000))]
+                    * 100,
                 ),
                 timeout=10,
             ),
             lambda: ts.ImportTranscript(
                 iter(
                     [
-                        tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=E2E_WS, task_id="task-1")),
-                        tpb.ImportTranscriptRequest(jsonl_chunk=b"z" * (limit + 1)),
+                        transcript_messages.ImportTranscriptRequest(
+                            target=transcript_messages.ImportTarget(workspace_id=E2E_WS, task_id="task-1")
+                        ),
+                        transcript_messages.ImportTranscriptRequest(jsonl_chunk=b"z" * (limit + 1)),
                     ]
                 ),
                 timeout=10,
@@ -1601,7 +1643,9 @@ async def test_messages_over_the_size_limit_are_resource_exhausted_before_any_ha
         assert set(reached) <= {"ImportTranscript", "GetTask"}, reached
         # A request just under the limit is served normally.
         response = await f.lc.RegisterTask(
-            lpb.RegisterTaskRequest(workspace_id=E2E_WS, task_id="task-2", cause=lpb.Cause(reason="r" * 1000)),
+            lifecycle_messages.RegisterTaskRequest(
+                workspace_id=E2E_WS, task_id="task-2", cause=lifecycle_types.Cause(reason="r" * 1000)
+            ),
             timeout=10,
         )
         assert response.task.revision == 1 and reached["RegisterTask"] == 1
@@ -1621,20 +1665,26 @@ async def test_an_import_stream_that_breaks_off_imports_nothing(start_funnel_pai
     await f.register("task-src")
     lines = []
     for i in range(3000):
-        event = tpb.SessionEvent(sequence=i + 1, generation=1, user_message=tpb.UserMessage(text=f"message {i}"))
+        event = completion_types.SessionEvent(
+            sequence=i + 1, generation=1, user_message=completion_types.UserMessage(text=f"message {i}")
+        )
         lines.append(json.dumps(json_format.MessageToDict(event, preserving_proto_field_name=True)).encode() + b"\n")
     # The first part ends on a whole staging batch (1000 lines): nothing is left to
     # stage when the stream ends, so the handler would go straight to its commit.
     first, rest = b"".join(lines[:1000]), b"".join(lines[1000:])
 
     async def upload(stop: asyncio.Event):
-        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=E2E_WS, task_id="task-a"))
-        yield tpb.ImportTranscriptRequest(jsonl_chunk=first)
+        yield transcript_messages.ImportTranscriptRequest(
+            target=transcript_messages.ImportTarget(workspace_id=E2E_WS, task_id="task-a")
+        )
+        yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=first)
         await stop.wait()
-        yield tpb.ImportTranscriptRequest(jsonl_chunk=rest)
+        yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=rest)
 
     async def tail():
-        page = await ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=E2E_WS, task_id="task-a"), timeout=10)
+        page = await ts.LoadTranscript(
+            transcript_messages.LoadTranscriptRequest(workspace_id=E2E_WS, task_id="task-a"), timeout=10
+        )
         return len(page.events), page.state_version
 
     async def staged(rows: int) -> bool:
@@ -1685,7 +1735,7 @@ async def start_funnel_pair(tmp_path):
     channel = credentials.insecure_channel(f.completion.address)
     f._channels.append(channel)
     try:
-        yield f, transcript_pb2_grpc.TranscriptServiceStub(channel)
+        yield f, transcript_grpc.TranscriptServiceStub(channel)
     finally:
         await f.close()
 
@@ -1701,22 +1751,22 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
     await f.register("t-big")
     for _ in range(6):
         await ts.AppendTranscript(
-            tpb.AppendTranscriptRequest(
+            transcript_messages.AppendTranscriptRequest(
                 workspace_id=E2E_WS,
                 task_id="t-big",
-                events=[ev(user_message=tpb.UserMessage(text="b" * (1024 * 1024 - 64)))],
+                events=[ev(user_message=completion_types.UserMessage(text="b" * (1024 * 1024 - 64)))],
             ),
             timeout=10,
         )
     await f.register("t-noisy")  # 200 events of about 28 KB
-    cause = lpb.Cause(
+    cause = lifecycle_types.Cause(
         source=emoji * 128,
         reason=emoji * 1024,
         originating_ids={f"{wide_letter * 120}{i:02d}": emoji * 256 for i in range(16)},
     )
     for i in range(200):
         await f.lc.SetWorkStatus(
-            lpb.SetWorkStatusRequest(
+            lifecycle_messages.SetWorkStatusRequest(
                 workspace_id=E2E_WS, task_id="t-noisy", generation=1, work_status=1 + i % 3, cause=cause
             ),
             timeout=10,
@@ -1724,10 +1774,14 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
     await f.register("t-runs")  # 110 closed runs of about 40 KB
     for _ in range(110):
         claim = await f.claim("t-runs", ttl_seconds=60)
-        await f.complete_run(claim, outcome=cpb.RUN_OUTCOME_STALLED, error=emoji * 8192, notes=emoji * 2500)
+        await f.complete_run(
+            claim, outcome=completion_enums.RUN_OUTCOME_STALLED, error=emoji * 8192, notes=emoji * 2500
+        )
     for i in range(70):  # 70 completions of about 66 KB
         claim = await f.registered_and_claimed(f"t-long-{i}")
-        assert (await f.attempt(claim, result=emoji * 16384)).completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+        assert (
+            await f.attempt(claim, result=emoji * 16384)
+        ).completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
 
     async def drain(method, request, items: str, size: int) -> int:
         seen, pages, token = [], 0, ""
@@ -1745,29 +1799,40 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
         assert (
             await drain(
                 f.lc.ListLifecycleEvents,
-                lpb.ListLifecycleEventsRequest(workspace_id=E2E_WS, task_id="t-noisy"),
+                lifecycle_messages.ListLifecycleEventsRequest(workspace_id=E2E_WS, task_id="t-noisy"),
                 "events",
                 size,
             )
             == 201
         )
         assert (
-            await drain(f.cs.ListRuns, cpb.ListRunsRequest(workspace_id=E2E_WS, task_id="t-runs"), "runs", size) == 110
+            await drain(
+                f.cs.ListRuns, completion_messages.ListRunsRequest(workspace_id=E2E_WS, task_id="t-runs"), "runs", size
+            )
+            == 110
         )
         assert (
-            await drain(f.cs.ListCompletions, cpb.ListCompletionsRequest(workspace_id=E2E_WS), "completions", size)
+            await drain(
+                f.cs.ListCompletions,
+                completion_messages.ListCompletionsRequest(workspace_id=E2E_WS),
+                "completions",
+                size,
+            )
             == 70
         )
         assert (
             await drain(
-                ts.LoadTranscript, tpb.LoadTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"), "events", size
+                ts.LoadTranscript,
+                transcript_messages.LoadTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"),
+                "events",
+                size,
             )
             == 6
         )
     chunks = [
         c.jsonl
         async for c in ts.ExportTranscript(
-            tpb.ExportTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"), timeout=30
+            transcript_messages.ExportTranscriptRequest(workspace_id=E2E_WS, task_id="t-big"), timeout=30
         )
     ]
     assert len(chunks) > 1 and all(c.endswith(b"\n") for c in chunks)
@@ -1777,22 +1842,28 @@ async def test_pages_larger_than_the_message_limit_are_cut_short_not_refused(sta
     await f.register("t-nul")
     await f.register("t-nul-copy")
     await ts.AppendTranscript(
-        tpb.AppendTranscriptRequest(
-            workspace_id=E2E_WS, task_id="t-nul", events=[ev(user_message=tpb.UserMessage(text="\x00" * 1024 * 1024))]
+        transcript_messages.AppendTranscriptRequest(
+            workspace_id=E2E_WS,
+            task_id="t-nul",
+            events=[ev(user_message=completion_types.UserMessage(text="\x00" * 1024 * 1024))],
         ),
         timeout=10,
     )
     chunks = [
         c.jsonl
         async for c in ts.ExportTranscript(
-            tpb.ExportTranscriptRequest(workspace_id=E2E_WS, task_id="t-nul"), timeout=30
+            transcript_messages.ExportTranscriptRequest(workspace_id=E2E_WS, task_id="t-nul"), timeout=30
         )
     ]
     assert len(chunks) > 1 and len(b"".join(chunks).splitlines()) == 1
     imported = await ts.ImportTranscript(
         iter(
-            [tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=E2E_WS, task_id="t-nul-copy"))]
-            + [tpb.ImportTranscriptRequest(jsonl_chunk=c) for c in chunks]
+            [
+                transcript_messages.ImportTranscriptRequest(
+                    target=transcript_messages.ImportTarget(workspace_id=E2E_WS, task_id="t-nul-copy")
+                )
+            ]
+            + [transcript_messages.ImportTranscriptRequest(jsonl_chunk=c) for c in chunks]
         ),
         timeout=30,
     )

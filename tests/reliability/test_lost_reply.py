@@ -14,9 +14,13 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info
 from tests.reliability.harness import Pair, read_only
 
@@ -33,8 +37,8 @@ async def pair(tmp_path):
     await pair.stop()
 
 
-def cause() -> lpb.Cause:
-    return lpb.Cause(source="test", reason="lost reply")
+def cause() -> lifecycle_types.Cause:
+    return lifecycle_types.Cause(source="test", reason="lost reply")
 
 
 async def dropped(call) -> None:
@@ -44,9 +48,9 @@ async def dropped(call) -> None:
     assert "reply dropped" in caught.value.details()
 
 
-async def events(pair: Pair, task_id: str) -> list[lpb.LifecycleEvent]:
+async def events(pair: Pair, task_id: str) -> list[lifecycle_types.LifecycleEvent]:
     response = await pair.lc.ListLifecycleEvents(
-        lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id=task_id, page_size=100), timeout=T
+        lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id=task_id, page_size=100), timeout=T
     )
     return list(response.events)
 
@@ -57,27 +61,39 @@ def lifecycle_steps(cid: str) -> list[tuple[str, str, object]]:
     now.GetCurrentTime()
     key = {"workspace_id": WS, "cause": cause()}
     return [
-        ("t1", "RegisterTask", lpb.RegisterTaskRequest(task_id="t1", **key)),
-        ("t1", "ActivateGeneration", lpb.ActivateGenerationRequest(task_id="t1", generation=1, **key)),
+        ("t1", "RegisterTask", lifecycle_messages.RegisterTaskRequest(task_id="t1", **key)),
+        ("t1", "ActivateGeneration", lifecycle_messages.ActivateGenerationRequest(task_id="t1", generation=1, **key)),
         (
             "t1",
             "SetWorkStatus",
-            lpb.SetWorkStatusRequest(task_id="t1", generation=1, work_status=lpb.WORK_STATUS_BLOCKED, **key),
+            lifecycle_messages.SetWorkStatusRequest(
+                task_id="t1", generation=1, work_status=lifecycle_enums.WORK_STATUS_BLOCKED, **key
+            ),
         ),
-        ("t1", "SuspendGeneration", lpb.SuspendGenerationRequest(task_id="t1", generation=1, **key)),
-        ("t1", "ResumeWithGeneration", lpb.ResumeWithGenerationRequest(task_id="t1", generation=1, **key)),
-        ("t1", "RequestCancellation", lpb.RequestCancellationRequest(task_id="t1", generation=1, **key)),
-        ("t1", "SettleCancellation", lpb.SettleCancellationRequest(task_id="t1", generation=1, **key)),
-        ("t1", "ResumeWithGeneration", lpb.ResumeWithGenerationRequest(task_id="t1", generation=2, **key)),
+        ("t1", "SuspendGeneration", lifecycle_messages.SuspendGenerationRequest(task_id="t1", generation=1, **key)),
+        (
+            "t1",
+            "ResumeWithGeneration",
+            lifecycle_messages.ResumeWithGenerationRequest(task_id="t1", generation=1, **key),
+        ),
+        ("t1", "RequestCancellation", lifecycle_messages.RequestCancellationRequest(task_id="t1", generation=1, **key)),
+        ("t1", "SettleCancellation", lifecycle_messages.SettleCancellationRequest(task_id="t1", generation=1, **key)),
+        (
+            "t1",
+            "ResumeWithGeneration",
+            lifecycle_messages.ResumeWithGenerationRequest(task_id="t1", generation=2, **key),
+        ),
         (
             "t1",
             "SettleCompletion",
-            lpb.SettleCompletionRequest(task_id="t1", generation=2, completion_id=cid, authoritative_time=now, **key),
+            lifecycle_messages.SettleCompletionRequest(
+                task_id="t1", generation=2, completion_id=cid, authoritative_time=now, **key
+            ),
         ),
-        ("t2", "RegisterTask", lpb.RegisterTaskRequest(task_id="t2", **key)),
-        ("t2", "SettleFailure", lpb.SettleFailureRequest(task_id="t2", generation=1, **key)),
-        ("t3", "RegisterTask", lpb.RegisterTaskRequest(task_id="t3", **key)),
-        ("t3", "SettleTimeout", lpb.SettleTimeoutRequest(task_id="t3", generation=1, **key)),
+        ("t2", "RegisterTask", lifecycle_messages.RegisterTaskRequest(task_id="t2", **key)),
+        ("t2", "SettleFailure", lifecycle_messages.SettleFailureRequest(task_id="t2", generation=1, **key)),
+        ("t3", "RegisterTask", lifecycle_messages.RegisterTaskRequest(task_id="t3", **key)),
+        ("t3", "SettleTimeout", lifecycle_messages.SettleTimeoutRequest(task_id="t3", generation=1, **key)),
     ]
 
 
@@ -116,31 +132,37 @@ async def test_every_lifecycle_intent_survives_a_lost_reply(pair):
 # -- the completion side ------------------------------------------------------
 
 
-async def ready_to_complete(pair: Pair, task_id: str) -> cpb.ClaimTaskResponse:
-    await pair.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id, cause=cause()), timeout=T)
+async def ready_to_complete(pair: Pair, task_id: str) -> completion_messages.ClaimTaskResponse:
+    await pair.lc.RegisterTask(
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=task_id, cause=cause()), timeout=T
+    )
     claim = await pair.cs.ClaimTask(
-        cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id="agent", lease_ttl=Duration(seconds=60)),
+        completion_messages.ClaimTaskRequest(
+            workspace_id=WS, task_id=task_id, agent_id="agent", lease_ttl=Duration(seconds=60)
+        ),
         timeout=T,
     )
     await pair.ts.AppendTranscript(
-        tpb.AppendTranscriptRequest(
+        transcript_messages.AppendTranscriptRequest(
             workspace_id=WS,
             task_id=task_id,
             events=[
-                tpb.SessionEvent(turn_start=tpb.TurnStart(turn_id="t")),
-                tpb.SessionEvent(checkpoint=tpb.Checkpoint(checkpoint_id="cp")),
-                tpb.SessionEvent(turn_end=tpb.TurnEnd(turn_id="t", reason=tpb.TURN_END_REASON_COMPLETED)),
+                completion_types.SessionEvent(turn_start=completion_types.TurnStart(turn_id="t")),
+                completion_types.SessionEvent(checkpoint=completion_types.Checkpoint(checkpoint_id="cp")),
+                completion_types.SessionEvent(
+                    turn_end=completion_types.TurnEnd(turn_id="t", reason=completion_enums.TURN_END_REASON_COMPLETED)
+                ),
             ],
         ),
         timeout=T,
     )
     await pair.cs.RecordEvidence(
-        cpb.RecordEvidenceRequest(
+        completion_messages.RecordEvidenceRequest(
             workspace_id=WS,
             task_id=task_id,
             generation=1,
             kind="tests",
-            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
             checkpoint="cp",
             run_id=claim.run.run_id,
         ),
@@ -149,35 +171,37 @@ async def ready_to_complete(pair: Pair, task_id: str) -> cpb.ClaimTaskResponse:
     return claim
 
 
-def attempt_request(task_id: str, claim: cpb.ClaimTaskResponse) -> cpb.AttemptCompletionRequest:
-    return cpb.AttemptCompletionRequest(
+def attempt_request(
+    task_id: str, claim: completion_messages.ClaimTaskResponse
+) -> completion_messages.AttemptCompletionRequest:
+    return completion_messages.AttemptCompletionRequest(
         workspace_id=WS,
         task_id=task_id,
         run_id=claim.run.run_id,
         epoch=claim.lease.epoch,
-        outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+        outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
         result="done",
         request_id=f"attempt-{task_id}",
     )
 
 
-async def settled(pair: Pair, task_id: str) -> cpb.Completion:
+async def settled(pair: Pair, task_id: str) -> completion_types.Completion:
     for _ in range(500):
         completion = (
             await pair.cs.GetCompletion(
-                cpb.GetCompletionRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
+                completion_messages.GetCompletionRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
             )
         ).completion
-        if completion.settlement != cpb.SETTLEMENT_STATUS_PENDING:
+        if completion.settlement != completion_enums.SETTLEMENT_STATUS_PENDING:
             return completion
         await asyncio.sleep(0.02)
     pytest.fail(f"{task_id}: the completion stayed PENDING")
 
 
-def settled_once(pair: Pair, task_id: str, completion: cpb.Completion) -> None:
+def settled_once(pair: Pair, task_id: str, completion: completion_types.Completion) -> None:
     """One completion row, one COMPLETED lifecycle settlement carrying it, one
     COMPLETION_SETTLED event pointing at that lifecycle event."""
-    assert completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     L, C = read_only(pair.lifecycle.database), read_only(pair.completion.database)
     try:
         rows = C.execute(
@@ -220,7 +244,7 @@ async def test_an_attempt_whose_reply_is_lost_after_the_commit_is_retried_into_t
     await dropped(pair.cs.AttemptCompletion(request, timeout=T))
     pair.completion.disarm()
     retried = await pair.cs.AttemptCompletion(request, timeout=T)
-    assert retried.decision.verdict == cpb.VERDICT_ALLOW
+    assert retried.decision.verdict == completion_enums.VERDICT_ALLOW
     final = await settled(pair, "task")
     assert retried.completion.completion_id == final.completion_id
     again = await pair.cs.AttemptCompletion(request, timeout=T)
@@ -234,12 +258,15 @@ async def test_a_settlement_whose_lifecycle_reply_is_lost_is_retried_by_the_outb
     pair.lifecycle.arm("lifecycle.after_commit_before_reply:drop:1")
     answer = await pair.cs.AttemptCompletion(attempt_request("task", claim), timeout=T)
     pair.lifecycle.disarm()
-    assert answer.decision.verdict == cpb.VERDICT_ALLOW
+    assert answer.decision.verdict == completion_enums.VERDICT_ALLOW
     assert pair.lifecycle.faults_fired() == 1, "the lifecycle reply to the settlement was not dropped"
     # Committed; the lifecycle committed too but its answer never came, so the
     # settlement is pending (unless the outbox, which retries with the same
     # request id, already got the original answer).
-    assert answer.completion.settlement in (cpb.SETTLEMENT_STATUS_PENDING, cpb.SETTLEMENT_STATUS_SETTLED)
+    assert answer.completion.settlement in (
+        completion_enums.SETTLEMENT_STATUS_PENDING,
+        completion_enums.SETTLEMENT_STATUS_SETTLED,
+    )
     final = await settled(pair, "task")
     assert final.completion_id == answer.completion.completion_id
     settled_once(pair, "task", final)

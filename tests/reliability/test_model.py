@@ -44,10 +44,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from completion_service.server import CompletionConfig
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.completion.v1 import transcript_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.clock import ManualClock
 from funnel.runtime.grpc_errors import error_info
 from lifecycle_service.server import LifecycleConfig
@@ -350,7 +354,7 @@ class Model:
 
 
 def grammar(tail: MTail, events: list[tuple], checkpoints: dict) -> MTail | str:
-    """The transcript grammar of transcript.proto, over (kind, ref) pairs."""
+    """The transcript grammar of transcript_service.proto, over (kind, ref) pairs."""
     known = dict(checkpoints)
     for kind, ref in events:
         turn, step_, calls = tail.open_turn, tail.open_step, tail.open_calls
@@ -411,8 +415,8 @@ def grammar(tail: MTail, events: list[tuple], checkpoints: dict) -> MTail | str:
     return tail
 
 
-def to_event(kind: str, ref: str) -> tpb.SessionEvent:
-    event = tpb.SessionEvent()
+def to_event(kind: str, ref: str) -> completion_types.SessionEvent:
+    event = completion_types.SessionEvent()
     body = getattr(event, kind)
     body.SetInParent()
     field = {
@@ -430,7 +434,7 @@ def to_event(kind: str, ref: str) -> tpb.SessionEvent:
     if kind == "tool_call":
         body.tool_name, body.arguments = "bash", "make test"
     if kind == "turn_end":
-        body.reason = tpb.TURN_END_REASON_COMPLETED
+        body.reason = completion_enums.TURN_END_REASON_COMPLETED
     if kind in ("user_message", "assistant_message", "user_feedback", "prompt_resend"):
         body.text = f"{kind} text"
     if kind == "tool_result":
@@ -470,7 +474,7 @@ class FunnelMachine(RuleBasedStateMachine):
             POLICY,
         )
         self.run(lambda: self.f.start())
-        self.ts = transcript_pb2_grpc.TranscriptServiceStub(self.run(lambda: self._channel()))
+        self.ts = transcript_grpc.TranscriptServiceStub(self.run(lambda: self._channel()))
         self.serial = 0
         self.calls = 0
 
@@ -548,7 +552,7 @@ class FunnelMachine(RuleBasedStateMachine):
         for task_id in TASKS[:2]:
             got, response = self.call(
                 lambda task_id=task_id: self.f.lc.RegisterTask(
-                    lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
+                    lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
                 )
             )
             self.expect("RegisterTask", OK, got, response)
@@ -564,7 +568,7 @@ class FunnelMachine(RuleBasedStateMachine):
         m = self.model
         task_id = TASKS[index % len(TASKS)]
         existing = m.tasks.get(task_id)
-        request = lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id, request_id=self.rid())
+        request = lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=task_id, request_id=self.rid())
         link = None
         if parent is not None:
             parent_id, parent_task = self.task_of(parent)
@@ -572,8 +576,10 @@ class FunnelMachine(RuleBasedStateMachine):
             mode = "ATTACHED" if attached else "DETACHED"
             link = (parent_id, generation, mode)
             request.parent.CopyFrom(
-                lpb.ParentLink(
-                    task_id=parent_id, generation=generation, mode=lpb.ParentLinkMode.Value(f"PARENT_LINK_MODE_{mode}")
+                lifecycle_types.ParentLink(
+                    task_id=parent_id,
+                    generation=generation,
+                    mode=lifecycle_enums.ParentLinkMode.Value(f"PARENT_LINK_MODE_{mode}"),
                 )
             )
         if link and link[0] == task_id:
@@ -625,22 +631,25 @@ class FunnelMachine(RuleBasedStateMachine):
             task_id=task_id,
             generation=generation,
             request_id=self.rid(),
-            cause=lpb.Cause(source="operator:model", reason=f"{intent} by the model test"),
+            cause=lifecycle_types.Cause(source="operator:model", reason=f"{intent} by the model test"),
         )
-        work_status = lpb.WorkStatus.Value(f"WORK_STATUS_{status}")
+        work_status = lifecycle_enums.WorkStatus.Value(f"WORK_STATUS_{status}")
         request, method = {
-            REQUEST_CANCEL: (lpb.RequestCancellationRequest, self.f.lc.RequestCancellation),
-            SETTLE_CANCEL: (lpb.SettleCancellationRequest, self.f.lc.SettleCancellation),
-            SETTLE_FAILURE: (lpb.SettleFailureRequest, self.f.lc.SettleFailure),
-            SETTLE_TIMEOUT: (lpb.SettleTimeoutRequest, self.f.lc.SettleTimeout),
-            SUSPEND: (lpb.SuspendGenerationRequest, self.f.lc.SuspendGeneration),
+            REQUEST_CANCEL: (lifecycle_messages.RequestCancellationRequest, self.f.lc.RequestCancellation),
+            SETTLE_CANCEL: (lifecycle_messages.SettleCancellationRequest, self.f.lc.SettleCancellation),
+            SETTLE_FAILURE: (lifecycle_messages.SettleFailureRequest, self.f.lc.SettleFailure),
+            SETTLE_TIMEOUT: (lifecycle_messages.SettleTimeoutRequest, self.f.lc.SettleTimeout),
+            SUSPEND: (lifecycle_messages.SuspendGenerationRequest, self.f.lc.SuspendGeneration),
             ACTIVATE: (
-                lambda **kw: lpb.ActivateGenerationRequest(work_status=work_status, **kw),
+                lambda **kw: lifecycle_messages.ActivateGenerationRequest(work_status=work_status, **kw),
                 self.f.lc.ActivateGeneration,
             ),
-            RESUME: (lpb.ResumeWithGenerationRequest, self.f.lc.ResumeWithGeneration),
-            PROPAGATE: (lpb.PropagateParentTerminationRequest, self.f.lc.PropagateParentTermination),
-            SET_STATUS: (lambda **kw: lpb.SetWorkStatusRequest(work_status=work_status, **kw), self.f.lc.SetWorkStatus),
+            RESUME: (lifecycle_messages.ResumeWithGenerationRequest, self.f.lc.ResumeWithGeneration),
+            PROPAGATE: (lifecycle_messages.PropagateParentTerminationRequest, self.f.lc.PropagateParentTermination),
+            SET_STATUS: (
+                lambda **kw: lifecycle_messages.SetWorkStatusRequest(work_status=work_status, **kw),
+                self.f.lc.SetWorkStatus,
+            ),
         }[intent]
         expected = m.judge(intent, task_id, generation)
         before = t.revision if t else None
@@ -716,7 +725,9 @@ class FunnelMachine(RuleBasedStateMachine):
             expected = OK
         got, response = self.call(
             lambda: self.f.cs.RenewLease(
-                cpb.RenewLeaseRequest(workspace_id=WS, run_id=run.run_id, epoch=epoch, lease_ttl=Duration(seconds=ttl)),
+                completion_messages.RenewLeaseRequest(
+                    workspace_id=WS, run_id=run.run_id, epoch=epoch, lease_ttl=Duration(seconds=ttl)
+                ),
                 timeout=CALL_TIMEOUT,
             )
         )
@@ -783,7 +794,7 @@ class FunnelMachine(RuleBasedStateMachine):
             "bad": [("tool_result", "call-unknown")],
             "message": [("user_message", "")],
         }[shape] or [("user_message", "")]
-        request = tpb.AppendTranscriptRequest(
+        request = transcript_messages.AppendTranscriptRequest(
             workspace_id=WS, task_id=task_id, request_id=self.rid(), events=[to_event(k, r) for k, r in events]
         )
         resume = False
@@ -838,7 +849,8 @@ class FunnelMachine(RuleBasedStateMachine):
         expected_repair = bool(t and t.tail.open_turn is not None and not m.live_lease(t))
         got, response = self.call(
             lambda: self.ts.LoadTranscript(
-                tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=CALL_TIMEOUT
+                transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000),
+                timeout=CALL_TIMEOUT,
             )
         )
         if t is None:  # never registered, so it has no transcript either
@@ -854,7 +866,9 @@ class FunnelMachine(RuleBasedStateMachine):
         assert len(response.events) == (t.tail.last_sequence if t else 0)
         synthetic = [e for e in response.events if e.synthetic]
         assert all(
-            e.tool_result.is_error or e.HasField("step_end") or e.turn_end.reason == tpb.TURN_END_REASON_INTERRUPTED
+            e.tool_result.is_error
+            or e.HasField("step_end")
+            or e.turn_end.reason == completion_enums.TURN_END_REASON_INTERRUPTED
             for e in synthetic
         )
 
@@ -870,13 +884,15 @@ class FunnelMachine(RuleBasedStateMachine):
         generation = (t.generation if t else 1) + generation_offset
         got, response = self.call(
             lambda: self.f.cs.RecordEvidence(
-                cpb.RecordEvidenceRequest(
+                completion_messages.RecordEvidenceRequest(
                     workspace_id=WS,
                     task_id=task_id,
                     generation=generation,
                     kind="tests",
                     checkpoint=checkpoint,
-                    verdict=cpb.EVIDENCE_VERDICT_PASSED if passed else cpb.EVIDENCE_VERDICT_FAILED,
+                    verdict=completion_enums.EVIDENCE_VERDICT_PASSED
+                    if passed
+                    else completion_enums.EVIDENCE_VERDICT_FAILED,
                     request_id=self.rid(),
                 ),
                 timeout=CALL_TIMEOUT,
@@ -992,14 +1008,16 @@ class FunnelMachine(RuleBasedStateMachine):
         task_id = run.task_id if wrong_task > 5 else TASKS[wrong_task]
         epoch = run.epoch + 1 if stale_epoch and pick % 3 == 0 else run.epoch
         state_version = {"unset": None, "current": t.state_version, "stale": max(t.state_version - 1, 0)}[version]
-        request = cpb.AttemptCompletionRequest(
+        request = completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id=task_id,
             run_id=run.run_id,
             epoch=epoch,
             result=result,
             request_id=self.rid(),
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED if outcome == COMPLETED else cpb.REQUESTED_OUTCOME_FAILED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED
+            if outcome == COMPLETED
+            else completion_enums.REQUESTED_OUTCOME_FAILED,
         )
         if state_version is not None:
             request.state_version = state_version
@@ -1020,7 +1038,7 @@ class FunnelMachine(RuleBasedStateMachine):
         if got != OK:
             return
         decision = response.decision
-        self.expect("verdict", verdict, cpb.Verdict.Name(decision.verdict).removeprefix("VERDICT_"))
+        self.expect("verdict", verdict, completion_enums.Verdict.Name(decision.verdict).removeprefix("VERDICT_"))
         actual_decisive = [g.gate_id for g in decision.trace if g.decisive]
         self.expect("decisive gate", str([decisive] if decisive else []), str(actual_decisive))
         if verdict == "ALLOW":
@@ -1028,7 +1046,7 @@ class FunnelMachine(RuleBasedStateMachine):
             self.expect(
                 "settlement",
                 settlement,
-                cpb.SettlementStatus.Name(completion.settlement).removeprefix("SETTLEMENT_STATUS_"),
+                completion_enums.SettlementStatus.Name(completion.settlement).removeprefix("SETTLEMENT_STATUS_"),
             )
             if isinstance(plan, tuple):
                 self.record_completion(t, run, outcome, completion, plan)
@@ -1062,17 +1080,17 @@ class FunnelMachine(RuleBasedStateMachine):
         if run is None:
             return
         t = m.tasks[run.task_id]
-        request = cpb.CompleteRunRequest(
+        request = completion_messages.CompleteRunRequest(
             workspace_id=WS,
             run_id=run.run_id,
             request_id=self.rid(),
-            outcome=cpb.RunOutcome.Value(f"RUN_OUTCOME_{outcome}"),
+            outcome=completion_enums.RunOutcome.Value(f"RUN_OUTCOME_{outcome}"),
             notes="Done: tests pass.",
             tokens_input=10,
             tokens_output=5,
         )
         if final:
-            request.final_status = cpb.FinalStatus.Value(f"FINAL_STATUS_{final}")
+            request.final_status = completion_enums.FinalStatus.Value(f"FINAL_STATUS_{final}")
         target = final or {"SUCCEEDED": "DONE", "FAILED": "BLOCKED", "CANCELLED": "CANCELLED"}.get(outcome)
         plan = decision = None
         # A lifecycle refusal of what the close needs is the answer: LIFECYCLE_REJECTED,
@@ -1130,7 +1148,9 @@ class FunnelMachine(RuleBasedStateMachine):
             if isinstance(plan, tuple):  # the completion committed and was rejected: the model records it
                 completion = self.run(
                     lambda: self.f.cs.GetCompletion(
-                        cpb.GetCompletionRequest(workspace_id=WS, task_id=t.task_id, generation=run.generation),
+                        completion_messages.GetCompletionRequest(
+                            workspace_id=WS, task_id=t.task_id, generation=run.generation
+                        ),
                         timeout=CALL_TIMEOUT,
                     )
                 ).completion
@@ -1143,17 +1163,25 @@ class FunnelMachine(RuleBasedStateMachine):
         m.completion_events += 1  # RUN_CLOSED
         if decision is not None:
             verdict, decisive, settlement = decision
-            self.expect("close verdict", verdict, cpb.Verdict.Name(response.decision.verdict).removeprefix("VERDICT_"))
+            self.expect(
+                "close verdict",
+                verdict,
+                completion_enums.Verdict.Name(response.decision.verdict).removeprefix("VERDICT_"),
+            )
             if verdict == "ALLOW":
                 self.expect(
                     "close settlement",
                     settlement,
-                    cpb.SettlementStatus.Name(response.completion.settlement).removeprefix("SETTLEMENT_STATUS_"),
+                    completion_enums.SettlementStatus.Name(response.completion.settlement).removeprefix(
+                        "SETTLEMENT_STATUS_"
+                    ),
                 )
                 if isinstance(plan, tuple):
                     self.record_completion(t, run, COMPLETED, response.completion, plan)
         self.expect(
-            "final status", t.work_status, cpb.FinalStatus.Name(response.final_status).removeprefix("FINAL_STATUS_")
+            "final status",
+            t.work_status,
+            completion_enums.FinalStatus.Name(response.final_status).removeprefix("FINAL_STATUS_"),
         )
         self.settle_background()
 
@@ -1165,7 +1193,7 @@ class FunnelMachine(RuleBasedStateMachine):
         self.settle_background()
         completions = self.run(
             lambda: self.f.cs.ListCompletions(
-                cpb.ListCompletionsRequest(workspace_id=WS, page_size=1000), timeout=CALL_TIMEOUT
+                completion_messages.ListCompletionsRequest(workspace_id=WS, page_size=1000), timeout=CALL_TIMEOUT
             )
         ).completions
         by_id = {c.completion_id: c for c in completions}
@@ -1174,26 +1202,28 @@ class FunnelMachine(RuleBasedStateMachine):
         settled_events = [e.completion_id for e in stored_events if e.kind.name == "COMPLETION_SETTLED"]
         assert len(settled_events) == len(set(settled_events))
         for completion_id in settled_events:  # a COMPLETION_SETTLED event only for a SETTLED row
-            assert by_id[completion_id].settlement == cpb.SETTLEMENT_STATUS_SETTLED, by_id[completion_id]
-        assert {c for c, row in by_id.items() if row.settlement == cpb.SETTLEMENT_STATUS_SETTLED} == set(settled_events)
+            assert by_id[completion_id].settlement == completion_enums.SETTLEMENT_STATUS_SETTLED, by_id[completion_id]
+        assert {c for c, row in by_id.items() if row.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED} == set(
+            settled_events
+        )
         for task_id, t in m.tasks.items():
             view = self.run(lambda task_id=task_id: self.f.task(task_id, workspace=WS)).task
-            state = lpb.GenerationState.Name(view.state).removeprefix("GENERATION_STATE_")
-            outcome = lpb.TerminalOutcome.Name(view.outcome).removeprefix("TERMINAL_OUTCOME_")
+            state = lifecycle_enums.GenerationState.Name(view.state).removeprefix("GENERATION_STATE_")
+            outcome = lifecycle_enums.TerminalOutcome.Name(view.outcome).removeprefix("TERMINAL_OUTCOME_")
             actual = (
                 view.generation,
                 view.revision,
                 state,
                 outcome if view.outcome else None,
-                view.cancellation == lpb.CANCELLATION_STATE_REQUESTED,
-                lpb.WorkStatus.Name(view.work_status).removeprefix("WORK_STATUS_"),
+                view.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED,
+                lifecycle_enums.WorkStatus.Name(view.work_status).removeprefix("WORK_STATUS_"),
                 view.completion_id or None,
             )
             expected = (t.generation, t.revision, t.state, t.outcome, t.fenced, t.work_status, t.completion_id)
             assert actual == expected, f"task {task_id}: service {actual}, model {expected}"
             events = self.run(
                 lambda task_id=task_id: self.f.lc.ListLifecycleEvents(
-                    lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id=task_id, page_size=1000),
+                    lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id=task_id, page_size=1000),
                     timeout=CALL_TIMEOUT,
                 )
             ).events
@@ -1203,24 +1233,31 @@ class FunnelMachine(RuleBasedStateMachine):
             # One terminal outcome per generation, never changed once set.
             terminal = {}
             for e in events:
-                if e.to_state == lpb.GENERATION_STATE_TERMINAL:
+                if e.to_state == lifecycle_enums.GENERATION_STATE_TERMINAL:
                     assert e.generation not in terminal, f"{task_id} generation {e.generation} terminal twice"
-                    terminal[e.generation] = lpb.TerminalOutcome.Name(e.outcome).removeprefix("TERMINAL_OUTCOME_")
+                    terminal[e.generation] = lifecycle_enums.TerminalOutcome.Name(e.outcome).removeprefix(
+                        "TERMINAL_OUTCOME_"
+                    )
             assert terminal == t.outcomes, (task_id, terminal, t.outcomes)
             by_revision = {e.revision: e for e in events}
             # A settled completion is the lifecycle's terminal transition of its generation.
             for generation, mc in t.completions.items():
                 row = by_id[mc.completion_id]
-                assert cpb.SettlementStatus.Name(row.settlement).endswith(mc.settlement), (row, mc)
+                assert completion_enums.SettlementStatus.Name(row.settlement).endswith(mc.settlement), (row, mc)
                 if mc.settlement == "SETTLED":
                     event = by_revision[row.lifecycle_revision]
                     assert event.sequence == row.lifecycle_event_sequence and event.generation == generation
-                    assert event.to_state == lpb.GENERATION_STATE_TERMINAL
+                    assert event.to_state == lifecycle_enums.GENERATION_STATE_TERMINAL
                     if mc.outcome == COMPLETED:
-                        assert event.intent == lpb.INTENT_SETTLE_COMPLETION and event.completion_id == mc.completion_id
+                        assert (
+                            event.intent == lifecycle_enums.INTENT_SETTLE_COMPLETION
+                            and event.completion_id == mc.completion_id
+                        )
                         assert t.outcomes[generation] == COMPLETED
                     else:
-                        assert event.intent == lpb.INTENT_SETTLE_FAILURE and t.outcomes[generation] == FAILED
+                        assert (
+                            event.intent == lifecycle_enums.INTENT_SETTLE_FAILURE and t.outcomes[generation] == FAILED
+                        )
             # Transcript tail and state version.
             stored = self.run(lambda task_id=task_id: self.f.completion.authority.transcripts.state(WS, task_id))
             tail, version = stored.tail, stored.state_version
@@ -1237,7 +1274,9 @@ class FunnelMachine(RuleBasedStateMachine):
             )
             assert (lease.run_id, lease.epoch, lease.expires_at) == t.lease if t.lease else lease is None
         runs = self.run(
-            lambda: self.f.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS, page_size=1000), timeout=CALL_TIMEOUT)
+            lambda: self.f.cs.ListRuns(
+                completion_messages.ListRunsRequest(workspace_id=WS, page_size=1000), timeout=CALL_TIMEOUT
+            )
         ).runs
         assert {r.run_id: (r.epoch, not r.HasField("finish_time")) for r in runs} == {
             r.run_id: (r.epoch, r.open) for r in m.runs.values()

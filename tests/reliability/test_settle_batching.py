@@ -11,8 +11,9 @@ import asyncio
 
 import pytest
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 from tests.completion.e2e_support import eventually
 from tests.lifecycle.grpc_support import Client
 from tests.prometheus import scrape, value
@@ -39,7 +40,9 @@ def handled(url: str, method: str) -> float:
 
 
 async def committed(pair, count: int) -> bool:
-    listing = await pair.cs.ListCompletions(cpb.ListCompletionsRequest(workspace_id=WS, page_size=100), timeout=T)
+    listing = await pair.cs.ListCompletions(
+        completion_messages.ListCompletionsRequest(workspace_id=WS, page_size=100), timeout=T
+    )
     return len(listing.completions) >= count
 
 
@@ -53,13 +56,13 @@ async def test_settlements_due_together_go_in_one_call_and_each_settles_its_own_
             await agent.claim(task_id)
             run_id, _ = agent.runs[task_id]
             await pair.cs.RecordEvidence(
-                cpb.RecordEvidenceRequest(
+                completion_messages.RecordEvidenceRequest(
                     workspace_id=WS,
                     task_id=task_id,
                     generation=1,
                     run_id=run_id,
                     kind="tests",
-                    verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                    verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                 ),
                 timeout=T,
             )
@@ -70,17 +73,20 @@ async def test_settlements_due_together_go_in_one_call_and_each_settles_its_own_
             rest = [asyncio.ensure_future(agent.attempt(task_id)) for task_id in tasks[1:]]
             await eventually(lambda: committed(pair, len(tasks)), timeout=T)
         answers = await asyncio.gather(first, *rest)
-        assert all(a.decision.verdict == cpb.VERDICT_ALLOW for a in answers), answers
+        assert all(a.decision.verdict == completion_enums.VERDICT_ALLOW for a in answers), answers
         lc = Client(pair.lc, WS)
         for task_id, answer in zip(tasks, answers, strict=True):
-            task = await lc.eventually(task_id, lambda t: t.state == lpb.GENERATION_STATE_TERMINAL)
+            task = await lc.eventually(task_id, lambda t: t.state == lifecycle_enums.GENERATION_STATE_TERMINAL)
             assert (task.outcome, task.completion_id) == (
-                lpb.TERMINAL_OUTCOME_COMPLETED,
+                lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
                 answer.completion.completion_id,
             )
         assert await asyncio.to_thread(handled, url, "SettleCompletions") == 1
         settled = await pair.cs.ListCompletions(
-            cpb.ListCompletionsRequest(workspace_id=WS, settlement=cpb.SETTLEMENT_STATUS_SETTLED), timeout=T
+            completion_messages.ListCompletionsRequest(
+                workspace_id=WS, settlement=completion_enums.SETTLEMENT_STATUS_SETTLED
+            ),
+            timeout=T,
         )
         assert sorted(c.task_id for c in settled.completions) == tasks
     finally:

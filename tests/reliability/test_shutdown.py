@@ -27,9 +27,11 @@ import psycopg
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime.grpc_errors import error_info
 from tests.completion.e2e_support import eventually
 from tests.lifecycle.grpc_support import Client
@@ -161,7 +163,12 @@ async def lifecycle_history(pair: Pair, task_id: str = "") -> list[int]:
     tasks = (
         [task_id]
         if task_id
-        else [t.task_id for t in (await pair.lc.ListTasks(lpb.ListTasksRequest(workspace_id=WS, page_size=1000))).tasks]
+        else [
+            t.task_id
+            for t in (
+                await pair.lc.ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS, page_size=1000))
+            ).tasks
+        ]
     )
     sequences = []
     for t in tasks:
@@ -173,7 +180,7 @@ async def completion_history(pair: Pair, task_id: str = "") -> list[int]:
     found: list[int] = []
     while True:
         page = await pair.cs.ListCompletionEvents(
-            cpb.ListCompletionEventsRequest(
+            completion_messages.ListCompletionEventsRequest(
                 workspace_id=WS, task_id=task_id, after_sequence=found[-1] if found else 0, page_size=1000
             ),
             timeout=T,
@@ -194,20 +201,22 @@ class Agent:
     async def claim(self, task_id: str) -> None:
         await Client(self.pair.lc, WS).register(task_id)
         claimed = await self.pair.cs.ClaimTask(
-            cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id="agent", lease_ttl=Duration(seconds=600)),
+            completion_messages.ClaimTaskRequest(
+                workspace_id=WS, task_id=task_id, agent_id="agent", lease_ttl=Duration(seconds=600)
+            ),
             timeout=T,
         )
         self.runs[task_id] = (claimed.run.run_id, claimed.lease.epoch)
 
-    async def attempt(self, task_id: str) -> cpb.AttemptCompletionResponse:
+    async def attempt(self, task_id: str) -> completion_messages.AttemptCompletionResponse:
         run_id, epoch = self.runs[task_id]
         return await self.pair.cs.AttemptCompletion(
-            cpb.AttemptCompletionRequest(
+            completion_messages.AttemptCompletionRequest(
                 workspace_id=WS,
                 task_id=task_id,
                 run_id=run_id,
                 epoch=epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                 result="done",
             ),
             timeout=T,
@@ -288,23 +297,23 @@ async def test_sigterm_ends_lifecycle_watchers_at_once_and_they_resume_without_a
 
         def open_stream(task_id: str) -> Callable[[int], grpc.aio.UnaryStreamCall]:
             return lambda after: pair.lc.WatchLifecycleEvents(
-                lpb.WatchLifecycleEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after)
+                lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after)
             )
 
         async def slow_call() -> None:
             await pair.lc.SetWorkStatus(
-                lpb.SetWorkStatusRequest(
-                    workspace_id=WS, task_id="t1", generation=1, work_status=lpb.WORK_STATUS_IN_PROGRESS
+                lifecycle_messages.SetWorkStatusRequest(
+                    workspace_id=WS, task_id="t1", generation=1, work_status=lifecycle_enums.WORK_STATUS_IN_PROGRESS
                 ),
                 timeout=T,
             )
 
         async def more_events() -> None:
-            await Client(pair.lc, WS).work("t1", lpb.WORK_STATUS_BLOCKED)
+            await Client(pair.lc, WS).work("t1", lifecycle_enums.WORK_STATUS_BLOCKED)
             await Client(pair.lc, WS).active("t3")
 
         async def one_more_event() -> None:
-            await Client(pair.lc, WS).work("t1", lpb.WORK_STATUS_IN_PROGRESS)
+            await Client(pair.lc, WS).work("t1", lifecycle_enums.WORK_STATUS_IN_PROGRESS)
 
         await sigterm_with_open_watchers(
             pair,
@@ -317,7 +326,7 @@ async def test_sigterm_ends_lifecycle_watchers_at_once_and_they_resume_without_a
             one_more_event,
             "t1",
         )
-        assert (await c.task("t3")).state == lpb.GENERATION_STATE_ACTIVE
+        assert (await c.task("t3")).state == lifecycle_enums.GENERATION_STATE_ACTIVE
     finally:
         await pair.stop()
 
@@ -334,12 +343,12 @@ async def test_sigterm_ends_completion_watchers_at_once_and_they_resume_without_
 
         def open_stream(task_id: str) -> Callable[[int], grpc.aio.UnaryStreamCall]:
             return lambda after: pair.cs.WatchCompletionEvents(
-                cpb.WatchCompletionEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after)
+                completion_messages.WatchCompletionEventsRequest(workspace_id=WS, task_id=task_id, after_sequence=after)
             )
 
         async def slow_call() -> None:
             blocked = await agent.attempt("c1")
-            assert blocked.decision.verdict == cpb.VERDICT_SOFT_BLOCK
+            assert blocked.decision.verdict == completion_enums.VERDICT_SOFT_BLOCK
 
         async def more_events() -> None:
             await agent.attempt("c1")
@@ -371,14 +380,16 @@ async def test_sigterm_lets_an_import_finish_in_the_grace_and_cuts_one_still_sen
         for task_id in ("source", "finishes", "cut"):
             await lc.register(task_id)
         await pair.ts.AppendTranscript(
-            tpb.AppendTranscriptRequest(workspace_id=WS, task_id="source", events=[P.user_message(), *a_full_turn()]),
+            transcript_messages.AppendTranscriptRequest(
+                workspace_id=WS, task_id="source", events=[P.user_message(), *a_full_turn()]
+            ),
             timeout=T,
         )
         exported = b"".join(
             [
                 chunk.jsonl
                 async for chunk in pair.ts.ExportTranscript(
-                    tpb.ExportTranscriptRequest(workspace_id=WS, task_id="source"), timeout=T
+                    transcript_messages.ExportTranscriptRequest(workspace_id=WS, task_id="source"), timeout=T
                 )
             ]
         )
@@ -389,8 +400,12 @@ async def test_sigterm_lets_an_import_finish_in_the_grace_and_cuts_one_still_sen
         # out first in a loaded run, the setup having taken longer than the drain's margin).
         imports = {name: pair.ts.ImportTranscript(timeout=T + GRACE) for name in ("finishes", "cut")}
         for name, call in imports.items():
-            await call.write(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=name)))
-            await call.write(tpb.ImportTranscriptRequest(jsonl_chunk=exported[:half]))
+            await call.write(
+                transcript_messages.ImportTranscriptRequest(
+                    target=transcript_messages.ImportTarget(workspace_id=WS, task_id=name)
+                )
+            )
+            await call.write(transcript_messages.ImportTranscriptRequest(jsonl_chunk=exported[:half]))
         await until_in_flight(pair.completion, "ImportTranscript", calls=2)
 
         process = pair.completion.process
@@ -398,7 +413,7 @@ async def test_sigterm_lets_an_import_finish_in_the_grace_and_cuts_one_still_sen
         process.process.send_signal(signal.SIGTERM)
         await until_stopping(pair.completion)
         finishing = imports["finishes"]
-        await finishing.write(tpb.ImportTranscriptRequest(jsonl_chunk=exported[half:]))
+        await finishing.write(transcript_messages.ImportTranscriptRequest(jsonl_chunk=exported[half:]))
         await finishing.done_writing()
         done = await finishing
         assert done.imported_events == exported.count(b"\n")
@@ -416,7 +431,7 @@ async def test_sigterm_lets_an_import_finish_in_the_grace_and_cuts_one_still_sen
         states = {}
         for task_id in ("source", "finishes", "cut"):
             page = await pair.ts.LoadTranscript(
-                tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=T
+                transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id=task_id, page_size=1000), timeout=T
             )
             states[task_id] = len(page.events)
         # All or nothing: the finished import is whole, the cut one left nothing behind.

@@ -20,11 +20,16 @@ from google.protobuf.duration_pb2 import Duration
 from completion_service.policy import parse_policy
 from completion_service.server import CompletionConfig
 from completion_service.server import start as start_completion
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.clock import SequentialIds
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.timestamps import to_timestamp
@@ -43,9 +48,9 @@ class Services:
     clock: object
     lifecycle: object
     completion: object
-    lc: lifecycle_pb2_grpc.TaskLifecycleServiceStub
-    cs: completion_pb2_grpc.CompletionServiceStub
-    ts: transcript_pb2_grpc.TranscriptServiceStub
+    lc: lifecycle_grpc.TaskLifecycleServiceStub
+    cs: completion_grpc.CompletionServiceStub
+    ts: transcript_grpc.TranscriptServiceStub
     lifecycle_db: str
     completion_db: str
 
@@ -105,9 +110,9 @@ async def services(tmp_path, clock):
         clock,
         lifecycle,
         completion,
-        lifecycle_pb2_grpc.TaskLifecycleServiceStub(lifecycle_channel),
-        completion_pb2_grpc.CompletionServiceStub(completion_channel),
-        transcript_pb2_grpc.TranscriptServiceStub(completion_channel),
+        lifecycle_grpc.TaskLifecycleServiceStub(lifecycle_channel),
+        completion_grpc.CompletionServiceStub(completion_channel),
+        transcript_grpc.TranscriptServiceStub(completion_channel),
         str(tmp_path / "lifecycle.sqlite3"),
         str(tmp_path / "completion.sqlite3"),
     )
@@ -133,8 +138,8 @@ class Gate:
         setattr(owner, name, held)
 
 
-def cause() -> lpb.Cause:
-    return lpb.Cause(source="test", reason="fence")
+def cause() -> lifecycle_types.Cause:
+    return lifecycle_types.Cause(source="test", reason="fence")
 
 
 async def refused(call, code: grpc.StatusCode, reason: str) -> None:
@@ -144,37 +149,41 @@ async def refused(call, code: grpc.StatusCode, reason: str) -> None:
     assert error_info(caught.value).reason == reason, caught.value
 
 
-async def claim(s: Services, task_id: str, agent: str) -> cpb.ClaimTaskResponse:
+async def claim(s: Services, task_id: str, agent: str) -> completion_messages.ClaimTaskResponse:
     return await s.cs.ClaimTask(
-        cpb.ClaimTaskRequest(
+        completion_messages.ClaimTaskRequest(
             workspace_id=WS, task_id=task_id, agent_id=agent, lease_ttl=Duration(seconds=LEASE_SECONDS)
         ),
         timeout=T,
     )
 
 
-async def ready_to_complete(s: Services, task_id: str) -> cpb.ClaimTaskResponse:
-    await s.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id, cause=cause()), timeout=T)
+async def ready_to_complete(s: Services, task_id: str) -> completion_messages.ClaimTaskResponse:
+    await s.lc.RegisterTask(
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=task_id, cause=cause()), timeout=T
+    )
     held = await claim(s, task_id, "agent-a")
     await s.ts.AppendTranscript(
-        tpb.AppendTranscriptRequest(
+        transcript_messages.AppendTranscriptRequest(
             workspace_id=WS,
             task_id=task_id,
             events=[
-                tpb.SessionEvent(turn_start=tpb.TurnStart(turn_id="t")),
-                tpb.SessionEvent(checkpoint=tpb.Checkpoint(checkpoint_id="cp")),
-                tpb.SessionEvent(turn_end=tpb.TurnEnd(turn_id="t", reason=tpb.TURN_END_REASON_COMPLETED)),
+                completion_types.SessionEvent(turn_start=completion_types.TurnStart(turn_id="t")),
+                completion_types.SessionEvent(checkpoint=completion_types.Checkpoint(checkpoint_id="cp")),
+                completion_types.SessionEvent(
+                    turn_end=completion_types.TurnEnd(turn_id="t", reason=completion_enums.TURN_END_REASON_COMPLETED)
+                ),
             ],
         ),
         timeout=T,
     )
     await s.cs.RecordEvidence(
-        cpb.RecordEvidenceRequest(
+        completion_messages.RecordEvidenceRequest(
             workspace_id=WS,
             task_id=task_id,
             generation=1,
             kind="tests",
-            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
             checkpoint="cp",
             run_id=held.run.run_id,
         ),
@@ -183,35 +192,36 @@ async def ready_to_complete(s: Services, task_id: str) -> cpb.ClaimTaskResponse:
     return held
 
 
-def attempt(s: Services, task_id: str, held: cpb.ClaimTaskResponse):
+def attempt(s: Services, task_id: str, held: completion_messages.ClaimTaskResponse):
     return s.cs.AttemptCompletion(
-        cpb.AttemptCompletionRequest(
+        completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id=task_id,
             run_id=held.run.run_id,
             epoch=held.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
         ),
         timeout=T,
     )
 
 
-async def settled(s: Services, task_id: str, generation: int = 1) -> cpb.Completion:
+async def settled(s: Services, task_id: str, generation: int = 1) -> completion_types.Completion:
     for _ in range(500):
         completion = (
             await s.cs.GetCompletion(
-                cpb.GetCompletionRequest(workspace_id=WS, task_id=task_id, generation=generation), timeout=T
+                completion_messages.GetCompletionRequest(workspace_id=WS, task_id=task_id, generation=generation),
+                timeout=T,
             )
         ).completion
-        if completion.settlement != cpb.SETTLEMENT_STATUS_PENDING:
+        if completion.settlement != completion_enums.SETTLEMENT_STATUS_PENDING:
             return completion
         await asyncio.sleep(0.02)
     pytest.fail("the completion stayed PENDING")
 
 
-async def task(s: Services, task_id: str) -> lpb.Task:
-    return (await s.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)).task
+async def task(s: Services, task_id: str) -> lifecycle_types.Task:
+    return (await s.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)).task
 
 
 # -- lease epoch ------------------------------------------------------------------
@@ -227,13 +237,16 @@ async def test_an_attempt_with_epoch_1_delayed_until_just_before_the_reclaim_com
     s.clock.advance(LEASE_SECONDS * SECOND - 1)
     gate.released.set()
     answer = await delayed
-    assert answer.decision.verdict == cpb.VERDICT_ALLOW
-    assert (await settled(s, "t")).settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert answer.decision.verdict == completion_enums.VERDICT_ALLOW
+    assert (await settled(s, "t")).settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     # The fence would move now, but the generation is over: nobody can claim it again.
     s.clock.advance(1)
     await refused(claim(s, "t", "agent-b"), grpc.StatusCode.FAILED_PRECONDITION, "GENERATION_TERMINAL")
     current = await task(s, "t")
-    assert (current.state, current.completion_id) == (lpb.GENERATION_STATE_TERMINAL, answer.completion.completion_id)
+    assert (current.state, current.completion_id) == (
+        lifecycle_enums.GENERATION_STATE_TERMINAL,
+        answer.completion.completion_id,
+    )
 
 
 async def test_an_attempt_with_epoch_1_delayed_until_just_after_the_reclaim_changes_nothing(services):
@@ -249,24 +262,24 @@ async def test_an_attempt_with_epoch_1_delayed_until_just_after_the_reclaim_chan
     before = s.state()
     gate.released.set()
     answer = await delayed
-    assert answer.decision.verdict == cpb.VERDICT_HARD_BLOCK
-    assert answer.decision.next_action == cpb.AGENT_ACTION_STOP_AND_REPORT
+    assert answer.decision.verdict == completion_enums.VERDICT_HARD_BLOCK
+    assert answer.decision.next_action == completion_enums.AGENT_ACTION_STOP_AND_REPORT
     assert not answer.HasField("completion")
     assert s.state() == before, "the stale attempt changed something"
     # The holder of the new epoch can still finish the task.
     await s.cs.RecordEvidence(
-        cpb.RecordEvidenceRequest(
+        completion_messages.RecordEvidenceRequest(
             workspace_id=WS,
             task_id="t",
             generation=1,
             kind="tests",
-            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
             checkpoint="cp",
             run_id=second.run.run_id,
         ),
         timeout=T,
     )
-    assert (await attempt(s, "t", second)).decision.verdict == cpb.VERDICT_ALLOW
+    assert (await attempt(s, "t", second)).decision.verdict == completion_enums.VERDICT_ALLOW
 
 
 # -- generation -------------------------------------------------------------------
@@ -275,10 +288,12 @@ async def test_an_attempt_with_epoch_1_delayed_until_just_after_the_reclaim_chan
 async def end_and_resume(s: Services, task_id: str) -> None:
     """The generation fence moves: the host times generation 1 out and resumes into 2."""
     await s.lc.SettleTimeout(
-        lpb.SettleTimeoutRequest(workspace_id=WS, task_id=task_id, generation=1, cause=cause()), timeout=T
+        lifecycle_messages.SettleTimeoutRequest(workspace_id=WS, task_id=task_id, generation=1, cause=cause()),
+        timeout=T,
     )
     await s.lc.ResumeWithGeneration(
-        lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id=task_id, generation=2, cause=cause()), timeout=T
+        lifecycle_messages.ResumeWithGenerationRequest(workspace_id=WS, task_id=task_id, generation=2, cause=cause()),
+        timeout=T,
     )
 
 
@@ -291,18 +306,20 @@ async def test_a_settlement_for_generation_1_delayed_until_just_before_the_resum
     gate.released.set()
     answer = await delayed
     completion = await settled(s, "t")
-    assert completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     assert completion.completion_id == answer.completion.completion_id
     # Generation 1 is completed: the host's timeout for it is refused, the resume works.
     await refused(
         s.lc.SettleTimeout(
-            lpb.SettleTimeoutRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
+            lifecycle_messages.SettleTimeoutRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()),
+            timeout=T,
         ),
         grpc.StatusCode.FAILED_PRECONDITION,
         "GENERATION_TERMINAL",
     )
     await s.lc.ResumeWithGeneration(
-        lpb.ResumeWithGenerationRequest(workspace_id=WS, task_id="t", generation=2, cause=cause()), timeout=T
+        lifecycle_messages.ResumeWithGenerationRequest(workspace_id=WS, task_id="t", generation=2, cause=cause()),
+        timeout=T,
     )
     history = s.rows(
         s.lifecycle_db,
@@ -326,13 +343,17 @@ async def test_a_settlement_for_generation_1_delayed_until_just_after_the_resume
     answer = await delayed
     completion = await settled(s, "t")
     assert completion.completion_id == answer.completion.completion_id
-    assert completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
+    assert completion.settlement == completion_enums.SETTLEMENT_STATUS_REJECTED
     assert completion.terminalization_error_reason == "STALE_GENERATION"
     assert {k: v for k, v in s.state().items() if k in ("tasks", "lifecycle_events")} == lifecycle_before
     kinds = s.rows(s.completion_db, "SELECT kind FROM completion_events WHERE workspace_id = ? ORDER BY sequence", WS)
     assert kinds == [("RUN_CLAIMED",), ("EVIDENCE_RECORDED",), ("COMPLETION_COMMITTED",), ("TERMINALIZATION_ERROR",)]
     current = await task(s, "t")
-    assert (current.generation, current.state, current.completion_id) == (2, lpb.GENERATION_STATE_ACTIVE, "")
+    assert (current.generation, current.state, current.completion_id) == (
+        2,
+        lifecycle_enums.GENERATION_STATE_ACTIVE,
+        "",
+    )
 
 
 @pytest.mark.parametrize(
@@ -340,7 +361,7 @@ async def test_a_settlement_for_generation_1_delayed_until_just_after_the_resume
     [
         ("ActivateGeneration", {}),
         ("SuspendGeneration", {}),
-        ("SetWorkStatus", {"work_status": lpb.WORK_STATUS_BLOCKED}),
+        ("SetWorkStatus", {"work_status": lifecycle_enums.WORK_STATUS_BLOCKED}),
         ("RequestCancellation", {}),
         ("SettleFailure", {}),
         ("SettleTimeout", {}),
@@ -349,8 +370,12 @@ async def test_a_settlement_for_generation_1_delayed_until_just_after_the_resume
 )
 async def test_any_intent_for_a_replaced_generation_is_stale_and_changes_nothing(services, method, extra):
     s = services
-    await s.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T)
-    request = getattr(lpb, f"{method}Request")(workspace_id=WS, task_id="t", generation=1, cause=cause(), **extra)
+    await s.lc.RegisterTask(
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T
+    )
+    request = getattr(lifecycle_messages, f"{method}Request")(
+        workspace_id=WS, task_id="t", generation=1, cause=cause(), **extra
+    )
     await end_and_resume(s, "t")
     before = s.state()
     await refused(getattr(s.lc, method)(request, timeout=T), grpc.StatusCode.FAILED_PRECONDITION, "STALE_GENERATION")
@@ -362,7 +387,7 @@ async def test_any_intent_for_a_replaced_generation_is_stale_and_changes_nothing
 
 async def set_status(s: Services, status: int, expected_revision: int):
     return await s.lc.SetWorkStatus(
-        lpb.SetWorkStatusRequest(
+        lifecycle_messages.SetWorkStatusRequest(
             workspace_id=WS,
             task_id="t",
             generation=1,
@@ -376,24 +401,32 @@ async def set_status(s: Services, status: int, expected_revision: int):
 
 async def test_a_write_expecting_revision_r_just_before_another_write_commits(services):
     s = services
-    await s.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T)
+    await s.lc.RegisterTask(
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T
+    )
     read = (await task(s, "t")).revision
-    stale = await set_status(s, lpb.WORK_STATUS_BLOCKED, read)
+    stale = await set_status(s, lifecycle_enums.WORK_STATUS_BLOCKED, read)
     assert stale.task.revision == read + 1
     # The other writer read the same revision and now loses.
-    await refused(set_status(s, lpb.WORK_STATUS_IN_PROGRESS, read), grpc.StatusCode.ABORTED, "REVISION_MISMATCH")
-    assert (await task(s, "t")).work_status == lpb.WORK_STATUS_BLOCKED
+    await refused(
+        set_status(s, lifecycle_enums.WORK_STATUS_IN_PROGRESS, read), grpc.StatusCode.ABORTED, "REVISION_MISMATCH"
+    )
+    assert (await task(s, "t")).work_status == lifecycle_enums.WORK_STATUS_BLOCKED
 
 
 async def test_a_write_expecting_revision_r_just_after_another_write_changes_nothing(services):
     s = services
-    await s.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T)
+    await s.lc.RegisterTask(
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T
+    )
     read = (await task(s, "t")).revision
-    await set_status(s, lpb.WORK_STATUS_IN_PROGRESS, read)
+    await set_status(s, lifecycle_enums.WORK_STATUS_IN_PROGRESS, read)
     before = s.state()
-    await refused(set_status(s, lpb.WORK_STATUS_BLOCKED, read), grpc.StatusCode.ABORTED, "REVISION_MISMATCH")
+    await refused(
+        set_status(s, lifecycle_enums.WORK_STATUS_BLOCKED, read), grpc.StatusCode.ABORTED, "REVISION_MISMATCH"
+    )
     assert s.state() == before
-    assert (await task(s, "t")).work_status == lpb.WORK_STATUS_IN_PROGRESS
+    assert (await task(s, "t")).work_status == lifecycle_enums.WORK_STATUS_IN_PROGRESS
 
 
 # -- cancellation fence (rule 4: authoritative_time + max clock offset) ----------------
@@ -404,19 +437,23 @@ async def test_a_completion_just_before_the_cancellation_fence_passes_it_just_af
     services, margin_micros, commits
 ):
     s = services
-    await s.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T)
+    await s.lc.RegisterTask(
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="t", cause=cause()), timeout=T
+    )
     await s.lc.ActivateGeneration(
-        lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
+        lifecycle_messages.ActivateGenerationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()),
+        timeout=T,
     )
     fence = (
         await s.lc.RequestCancellation(
-            lpb.RequestCancellationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()), timeout=T
+            lifecycle_messages.RequestCancellationRequest(workspace_id=WS, task_id="t", generation=1, cause=cause()),
+            timeout=T,
         )
     ).task.cancellation_request_time
     fence_micros = fence.seconds * SECOND + fence.nanos // 1000
     # Proven earlier only if authoritative_time + 500 ms < the fence.
     authoritative = fence_micros - 500_000 - margin_micros
-    request = lpb.SettleCompletionRequest(
+    request = lifecycle_messages.SettleCompletionRequest(
         workspace_id=WS,
         task_id="t",
         generation=1,
@@ -427,8 +464,8 @@ async def test_a_completion_just_before_the_cancellation_fence_passes_it_just_af
     if commits:
         answer = await s.lc.SettleCompletion(request, timeout=T)
         assert (answer.task.state, answer.task.outcome) == (
-            lpb.GENERATION_STATE_TERMINAL,
-            lpb.TERMINAL_OUTCOME_COMPLETED,
+            lifecycle_enums.GENERATION_STATE_TERMINAL,
+            lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
         )
     else:
         before = s.state()

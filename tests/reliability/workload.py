@@ -32,9 +32,13 @@ from dataclasses import dataclass, field
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info
 from lifecycle_service.errors import Reason as LifecycleReason
 from tests.reliability.harness import CALL_TIMEOUT, Exhausted, Pair, read_only
@@ -106,19 +110,28 @@ class Watcher:
         while True:
             try:
                 if self.service == "lifecycle":
-                    request = lpb.WatchLifecycleEventsRequest(workspace_id=self.workspace, after_sequence=self.cursor)
+                    request = lifecycle_messages.WatchLifecycleEventsRequest(
+                        workspace_id=self.workspace, after_sequence=self.cursor
+                    )
                     stream = self.pair.lc.WatchLifecycleEvents(request)
                     async for item in stream:
                         e = item.event
                         self.seen.append(
-                            (e.sequence, e.task_id, e.revision, lpb.Intent.Name(e.intent).removeprefix("INTENT_"))
+                            (
+                                e.sequence,
+                                e.task_id,
+                                e.revision,
+                                lifecycle_enums.Intent.Name(e.intent).removeprefix("INTENT_"),
+                            )
                         )
                 else:
-                    request = cpb.WatchCompletionEventsRequest(workspace_id=self.workspace, after_sequence=self.cursor)
+                    request = completion_messages.WatchCompletionEventsRequest(
+                        workspace_id=self.workspace, after_sequence=self.cursor
+                    )
                     stream = self.pair.cs.WatchCompletionEvents(request)
                     async for item in stream:
                         e = item.event
-                        kind = cpb.CompletionEventKind.Name(e.kind).removeprefix("COMPLETION_EVENT_KIND_")
+                        kind = completion_enums.CompletionEventKind.Name(e.kind).removeprefix("COMPLETION_EVENT_KIND_")
                         self.seen.append((e.sequence, e.task_id, kind, e.completion_id or None))
             except grpc.aio.AioRpcError:
                 pass
@@ -207,20 +220,22 @@ class Workload:
 
     # -- operations ------------------------------------------------------------
 
-    async def register(self, task: Task, parent: Task | None = None, mode: int = lpb.PARENT_LINK_MODE_ATTACHED) -> bool:
-        request = lpb.RegisterTaskRequest(
+    async def register(
+        self, task: Task, parent: Task | None = None, mode: int = lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+    ) -> bool:
+        request = lifecycle_messages.RegisterTaskRequest(
             workspace_id=self.ws,
             task_id=task.task_id,
             request_id=self.rid(f"register-{task.task_id}"),
-            cause=lpb.Cause(source="host", reason="planned"),
+            cause=lifecycle_types.Cause(source="host", reason="planned"),
         )
         if parent is not None:
-            request.parent.CopyFrom(lpb.ParentLink(task_id=parent.task_id, generation=1, mode=mode))
+            request.parent.CopyFrom(lifecycle_types.ParentLink(task_id=parent.task_id, generation=1, mode=mode))
         task.registered = await self.lifecycle("RegisterTask", "RegisterTask", request) is not None
         return task.registered
 
     async def claim(self, task: Task) -> bool:
-        request = cpb.ClaimTaskRequest(
+        request = completion_messages.ClaimTaskRequest(
             workspace_id=self.ws,
             task_id=task.task_id,
             agent_id=f"agent-{task.task_id}",
@@ -234,8 +249,8 @@ class Workload:
         self.ledger.claims.append((task.task_id, task.run_id, task.epoch))
         return True
 
-    async def append(self, task: Task, events: list[tpb.SessionEvent]) -> bool:
-        request = tpb.AppendTranscriptRequest(
+    async def append(self, task: Task, events: list[completion_types.SessionEvent]) -> bool:
+        request = transcript_messages.AppendTranscriptRequest(
             workspace_id=self.ws, task_id=task.task_id, events=events, request_id=self.rid(f"append-{task.task_id}")
         )
         try:
@@ -256,12 +271,12 @@ class Workload:
         return True
 
     async def evidence(self, task: Task) -> bool:
-        request = cpb.RecordEvidenceRequest(
+        request = completion_messages.RecordEvidenceRequest(
             workspace_id=self.ws,
             task_id=task.task_id,
             generation=task.generation,
             kind="tests",
-            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
             checkpoint=task.checkpoint,
             details="all green",
             run_id=task.run_id,
@@ -287,7 +302,7 @@ class Workload:
     async def attempt(self, task: Task, outcome: int, result: str = "done: all tests pass") -> bool:
         if not task.run_id:
             return False
-        request = cpb.AttemptCompletionRequest(
+        request = completion_messages.AttemptCompletionRequest(
             workspace_id=self.ws,
             task_id=task.task_id,
             run_id=task.run_id,
@@ -304,7 +319,7 @@ class Workload:
     async def complete_run(self, task: Task, outcome: int, notes: str = "finished") -> bool:
         if not task.run_id:
             return False
-        request = cpb.CompleteRunRequest(
+        request = completion_messages.CompleteRunRequest(
             workspace_id=self.ws,
             run_id=task.run_id,
             outcome=outcome,
@@ -321,19 +336,19 @@ class Workload:
         return True
 
     async def host_intent(self, task: Task, method: str) -> bool:
-        request_type = getattr(lpb, f"{method}Request")
+        request_type = getattr(lifecycle_messages, f"{method}Request")
         request = request_type(
             workspace_id=self.ws,
             task_id=task.task_id,
             generation=task.generation,
             request_id=self.rid(f"{method}-{task.task_id}"),
-            cause=lpb.Cause(source="host", reason=f"host {method}"),
+            cause=lifecycle_types.Cause(source="host", reason=f"host {method}"),
         )
         await self.lifecycle(method, method, request)
         return True
 
     async def load(self, task: Task) -> bool:
-        request = tpb.LoadTranscriptRequest(workspace_id=self.ws, task_id=task.task_id, page_size=100)
+        request = transcript_messages.LoadTranscriptRequest(workspace_id=self.ws, task_id=task.task_id, page_size=100)
         response = await self.call("LoadTranscript", lambda p: p.ts.LoadTranscript(request, timeout=T))
         if response is not None and response.repaired:
             self.ledger.repaired_replies[task.task_id] += 1
@@ -341,20 +356,26 @@ class Workload:
 
     # -- scripts ---------------------------------------------------------------
 
-    def _turn(self, task: Task, n: int) -> list[tpb.SessionEvent]:
+    def _turn(self, task: Task, n: int) -> list[completion_types.SessionEvent]:
         turn, step, call = f"turn-{n}", f"step-{n}", f"call-{n}"
         return [
-            tpb.SessionEvent(turn_start=tpb.TurnStart(turn_id=turn)),
-            tpb.SessionEvent(step_start=tpb.StepStart(step_id=step)),
-            tpb.SessionEvent(tool_call=tpb.ToolCall(call_id=call, tool_name="bash", arguments="pytest -q")),
-            tpb.SessionEvent(tool_result=tpb.ToolResult(call_id=call, content="42 passed")),
-            tpb.SessionEvent(step_end=tpb.StepEnd(step_id=step)),
-            tpb.SessionEvent(checkpoint=tpb.Checkpoint(checkpoint_id=f"cp-{task.task_id}-{n}")),
-            tpb.SessionEvent(assistant_message=tpb.AssistantMessage(text="the tests pass")),
-            tpb.SessionEvent(turn_end=tpb.TurnEnd(turn_id=turn, reason=tpb.TURN_END_REASON_COMPLETED)),
+            completion_types.SessionEvent(turn_start=completion_types.TurnStart(turn_id=turn)),
+            completion_types.SessionEvent(step_start=completion_types.StepStart(step_id=step)),
+            completion_types.SessionEvent(
+                tool_call=completion_types.ToolCall(call_id=call, tool_name="bash", arguments="pytest -q")
+            ),
+            completion_types.SessionEvent(tool_result=completion_types.ToolResult(call_id=call, content="42 passed")),
+            completion_types.SessionEvent(step_end=completion_types.StepEnd(step_id=step)),
+            completion_types.SessionEvent(
+                checkpoint=completion_types.Checkpoint(checkpoint_id=f"cp-{task.task_id}-{n}")
+            ),
+            completion_types.SessionEvent(assistant_message=completion_types.AssistantMessage(text="the tests pass")),
+            completion_types.SessionEvent(
+                turn_end=completion_types.TurnEnd(turn_id=turn, reason=completion_enums.TURN_END_REASON_COMPLETED)
+            ),
         ]
 
-    def _appends(self, task: Task, events: list[tpb.SessionEvent]) -> list[Step]:
+    def _appends(self, task: Task, events: list[completion_types.SessionEvent]) -> list[Step]:
         cuts = sorted(self.rng.sample(range(1, len(events)), self.rng.randint(0, 2)))
         batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
         return [lambda batch=batch: self.append(task, batch) for batch in batches]
@@ -363,7 +384,7 @@ class Workload:
         steps: list[Step] = [lambda: self.claim(task)]
         steps += self._appends(task, self._turn(task, 1))
         ending = self.rng.choice(["attempt", "attempt", "fail", "run_succeeded", "run_cancelled", "blocked_first"])
-        success = cpb.REQUESTED_OUTCOME_COMPLETED
+        success = completion_enums.REQUESTED_OUTCOME_COMPLETED
         if ending == "blocked_first":
             steps += [
                 lambda: self.attempt(task, success),
@@ -373,13 +394,20 @@ class Workload:
         elif ending == "attempt":
             steps += [lambda: self.evidence(task), lambda: self.attempt(task, success)]
         elif ending == "fail":
-            steps += [lambda: self.attempt(task, cpb.REQUESTED_OUTCOME_FAILED, "gave up: flaky environment")]
+            steps += [
+                lambda: self.attempt(task, completion_enums.REQUESTED_OUTCOME_FAILED, "gave up: flaky environment")
+            ]
         elif ending == "run_succeeded":
-            steps += [lambda: self.evidence(task), lambda: self.complete_run(task, cpb.RUN_OUTCOME_SUCCEEDED)]
+            steps += [
+                lambda: self.evidence(task),
+                lambda: self.complete_run(task, completion_enums.RUN_OUTCOME_SUCCEEDED),
+            ]
         else:
-            steps += [lambda: self.complete_run(task, cpb.RUN_OUTCOME_CANCELLED, "stopped")]
+            steps += [lambda: self.complete_run(task, completion_enums.RUN_OUTCOME_CANCELLED, "stopped")]
         if ending in ("attempt", "blocked_first", "fail") and self.rng.random() < 0.5:
-            outcome = cpb.RUN_OUTCOME_SUCCEEDED if ending != "fail" else cpb.RUN_OUTCOME_FAILED
+            outcome = (
+                completion_enums.RUN_OUTCOME_SUCCEEDED if ending != "fail" else completion_enums.RUN_OUTCOME_FAILED
+            )
             steps.append(lambda: self.complete_run(task, outcome))
         if ending in ("attempt", "run_succeeded") and task.kind in ("solo", "detached") and self.rng.random() < 0.4:
             steps += self.reopen_script(task)
@@ -390,13 +418,16 @@ class Workload:
         2 (ResumeWithGeneration), is claimed again and completed again."""
 
         async def feedback() -> bool:
-            await self.append(task, [tpb.SessionEvent(user_feedback=tpb.UserFeedback(text="one more thing"))])
+            await self.append(
+                task,
+                [completion_types.SessionEvent(user_feedback=completion_types.UserFeedback(text="one more thing"))],
+            )
             return task.generation == 2
 
         async def close_first_run() -> bool:
             # Its lease would otherwise still hold the task (LEASE_HELD).
             if task.run_id not in self.ledger.closed_runs:
-                await self.complete_run(task, cpb.RUN_OUTCOME_SUCCEEDED)
+                await self.complete_run(task, completion_enums.RUN_OUTCOME_SUCCEEDED)
             return True
 
         return [
@@ -405,22 +436,26 @@ class Workload:
             lambda: self.claim(task),
             *self._appends(task, self._turn(task, 2)),
             lambda: self.evidence(task),
-            lambda: self.attempt(task, cpb.REQUESTED_OUTCOME_COMPLETED),
+            lambda: self.attempt(task, completion_enums.REQUESTED_OUTCOME_COMPLETED),
         ]
 
     def interrupted_script(self, task: Task) -> list[Step]:
         turn = "turn-1"
         self.ledger.interrupted[task.task_id] = turn
         opened = [
-            tpb.SessionEvent(turn_start=tpb.TurnStart(turn_id=turn)),
-            tpb.SessionEvent(step_start=tpb.StepStart(step_id="step-1")),
-            tpb.SessionEvent(tool_call=tpb.ToolCall(call_id="call-1", tool_name="bash", arguments="make")),
-            tpb.SessionEvent(tool_call=tpb.ToolCall(call_id="call-2", tool_name="grep", arguments="TODO")),
+            completion_types.SessionEvent(turn_start=completion_types.TurnStart(turn_id=turn)),
+            completion_types.SessionEvent(step_start=completion_types.StepStart(step_id="step-1")),
+            completion_types.SessionEvent(
+                tool_call=completion_types.ToolCall(call_id="call-1", tool_name="bash", arguments="make")
+            ),
+            completion_types.SessionEvent(
+                tool_call=completion_types.ToolCall(call_id="call-2", tool_name="grep", arguments="TODO")
+            ),
         ]
         steps: list[Step] = [lambda: self.claim(task)]
         steps += self._appends(task, opened)
         # The agent dies mid-turn: its run is closed, nobody owns the turn any more.
-        steps.append(lambda: self.complete_run(task, cpb.RUN_OUTCOME_FAILED, "agent crashed"))
+        steps.append(lambda: self.complete_run(task, completion_enums.RUN_OUTCOME_FAILED, "agent crashed"))
 
         async def racing_loads() -> bool:
             await asyncio.gather(*(self.load(task) for _ in range(self.rng.randint(1, 3))))
@@ -441,7 +476,9 @@ class Workload:
                     else:
                         script = self.worker_script(child) if child is not lazy else []
                     self.scripts[child.task_id] = collections.deque(script)
-            if detached is not None and await self.register(detached, parent, lpb.PARENT_LINK_MODE_DETACHED):
+            if detached is not None and await self.register(
+                detached, parent, lifecycle_enums.PARENT_LINK_MODE_DETACHED
+            ):
                 self.scripts[detached.task_id] = collections.deque(self.worker_script(detached))
             return True
 
@@ -458,7 +495,7 @@ class Workload:
                 await asyncio.sleep(self.rng.choice([0, 0, 0.001, 0.003, 0.006]))
                 await self.host_intent(parent, method)
 
-            await asyncio.gather(self.attempt(racer, cpb.REQUESTED_OUTCOME_COMPLETED), fence())
+            await asyncio.gather(self.attempt(racer, completion_enums.REQUESTED_OUTCOME_COMPLETED), fence())
             return True
 
         steps: list = [lambda: self.register(parent), lambda: self.claim(parent), register_children]
@@ -480,7 +517,10 @@ class Workload:
                 await self.host_intent(lazy, "SettleCancellation")
                 return True
 
-            steps += [(cancel_lazy_child, children_done), lambda: self.attempt(parent, cpb.REQUESTED_OUTCOME_COMPLETED)]
+            steps += [
+                (cancel_lazy_child, children_done),
+                lambda: self.attempt(parent, completion_enums.REQUESTED_OUTCOME_COMPLETED),
+            ]
         return steps
 
     def racer_script(self, task: Task) -> list[Step]:
@@ -850,7 +890,11 @@ def _check_acknowledged(L, C, ledger: Ledger, found: Findings) -> None:
             "SELECT task_id, revision, intent FROM lifecycle_events WHERE workspace_id = ? AND sequence = ?",
             (ws, sequence),
         ).fetchone()
-        if row is None or (row[0], row[1], lpb.Intent.Value(f"INTENT_{row[2]}")) != (task_id, revision, intent):
+        if row is None or (row[0], row[1], lifecycle_enums.Intent.Value(f"INTENT_{row[2]}")) != (
+            task_id,
+            revision,
+            intent,
+        ):
             found.fail("lost", f"acknowledged lifecycle event #{sequence} ({task_id} r{revision}) is {row}")
     for task_id, run_id, epoch in ledger.claims:
         row = C.execute(

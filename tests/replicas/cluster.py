@@ -9,8 +9,8 @@ from pathlib import Path
 
 import grpc
 
-from funnel.completion.v1 import completion_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel_cli.supervisor import ServiceProcess, completion_tls_arguments, lifecycle_tls_arguments, spawn
 from tests import credentials
 from tests.reliability.harness import CHANNEL_OPTIONS, POLICY, unused_port
@@ -85,11 +85,11 @@ class Cluster:
             replica.start()
         return self
 
-    def lifecycle(self, n: int) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
-        return lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channel(self.lifecycles[n], lifecycle=True))
+    def lifecycle(self, n: int) -> lifecycle_grpc.TaskLifecycleServiceStub:
+        return lifecycle_grpc.TaskLifecycleServiceStub(self._channel(self.lifecycles[n], lifecycle=True))
 
-    def completion(self, n: int) -> completion_pb2_grpc.CompletionServiceStub:
-        return completion_pb2_grpc.CompletionServiceStub(self._channel(self.completions[n], lifecycle=False))
+    def completion(self, n: int) -> completion_grpc.CompletionServiceStub:
+        return completion_grpc.CompletionServiceStub(self._channel(self.completions[n], lifecycle=False))
 
     def _channel(self, replica: Replica, *, lifecycle: bool) -> grpc.aio.Channel:
         if replica.channel is None:

@@ -14,8 +14,10 @@ import time
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from tests.postgres import fresh_database
 from tests.prometheus import scrape, value
 from tests.replicas.cluster import Cluster
@@ -44,21 +46,21 @@ async def test_a_frozen_lifecycle_service_ends_the_stream_and_attempts_commit_pe
     try:
         lc, cs = cluster.lifecycle(0), cluster.completion(0)
 
-        async def claimed(task_id: str) -> cpb.ClaimTaskResponse:
-            await lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
+        async def claimed(task_id: str) -> completion_messages.ClaimTaskResponse:
+            await lc.RegisterTask(lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
             claim = await cs.ClaimTask(
-                cpb.ClaimTaskRequest(
+                completion_messages.ClaimTaskRequest(
                     workspace_id=WS, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=600)
                 ),
                 timeout=T,
             )
             await cs.RecordEvidence(
-                cpb.RecordEvidenceRequest(
+                completion_messages.RecordEvidenceRequest(
                     workspace_id=WS,
                     task_id=task_id,
                     generation=1,
                     kind="tests",
-                    verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                    verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                     run_id=claim.run.run_id,
                 ),
                 timeout=T,
@@ -72,35 +74,35 @@ async def test_a_frozen_lifecycle_service_ends_the_stream_and_attempts_commit_pe
         os.kill(lifecycle_pid, signal.SIGSTOP)
         await until(lambda: streams_live() == 0, "the keepalive ends the stream of the frozen service")
         answer = await cs.AttemptCompletion(
-            cpb.AttemptCompletionRequest(
+            completion_messages.AttemptCompletionRequest(
                 workspace_id=WS,
                 task_id="task-1",
                 run_id=claim.run.run_id,
                 epoch=claim.lease.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                 result="done",
             ),
             timeout=30,
         )
-        assert answer.decision.verdict == cpb.VERDICT_ALLOW
-        assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+        assert answer.decision.verdict == completion_enums.VERDICT_ALLOW
+        assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING
 
         os.kill(lifecycle_pid, signal.SIGCONT)
 
         async def settled() -> bool:
             completion = (
                 await cs.GetCompletion(
-                    cpb.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1), timeout=T
+                    completion_messages.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1), timeout=T
                 )
             ).completion
-            return completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+            return completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
 
         deadline = time.monotonic() + 30
         while not await settled():
             assert time.monotonic() < deadline, "the outbox never settled the pending completion"
             await asyncio.sleep(0.2)
-        task = (await lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="task-1"), timeout=T)).task
-        assert task.state == lpb.GENERATION_STATE_TERMINAL
+        task = (await lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="task-1"), timeout=T)).task
+        assert task.state == lifecycle_enums.GENERATION_STATE_TERMINAL
         await until(lambda: streams_live() == 1, "the stream is live again")
     finally:
         os.kill(lifecycle_pid, signal.SIGCONT)

@@ -18,8 +18,11 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime.grpc_errors import error_info
 from tests.postgres import fresh_database
 from tests.replicas.cluster import Cluster
@@ -78,7 +81,7 @@ async def work_on(clients: Clients, task_id: str, stats: collections.Counter) ->
     request_id, so that a retry on another replica is the same request."""
     choice = random.random()
     if choice < 0.6:
-        claim_request = cpb.ClaimTaskRequest(
+        claim_request = completion_messages.ClaimTaskRequest(
             workspace_id=WS,
             task_id=task_id,
             agent_id=random.choice(AGENTS),
@@ -90,42 +93,42 @@ async def work_on(clients: Clients, task_id: str, stats: collections.Counter) ->
             return
         stats["claims"] += 1
         run = claim.run
-        evidence = cpb.RecordEvidenceRequest(
+        evidence = completion_messages.RecordEvidenceRequest(
             workspace_id=WS,
             task_id=task_id,
             generation=run.generation,
             kind="tests",
-            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
             run_id=run.run_id,
             request_id=rid(),
         )
         await clients.call("completion", lambda s: s.RecordEvidence(evidence, timeout=CALL_TIMEOUT))
-        attempt_request = cpb.AttemptCompletionRequest(
+        attempt_request = completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id=task_id,
             run_id=run.run_id,
             epoch=claim.lease.epoch,
             result="done",
             request_id=rid(),
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
         )
         attempt = await clients.call("completion", lambda s: s.AttemptCompletion(attempt_request, timeout=CALL_TIMEOUT))
         if not isinstance(attempt, grpc.aio.AioRpcError):
             stats["attempts"] += 1
-            if attempt.decision.next_action == cpb.AGENT_ACTION_REPORT_COMPLETE:
-                assert attempt.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED  # binding answers
-        close = cpb.CompleteRunRequest(
+            if attempt.decision.next_action == completion_enums.AGENT_ACTION_REPORT_COMPLETE:
+                assert attempt.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED  # binding answers
+        close = completion_messages.CompleteRunRequest(
             workspace_id=WS,
             run_id=run.run_id,
             request_id=rid(),
-            outcome=random.choice([cpb.RUN_OUTCOME_SUCCEEDED, cpb.RUN_OUTCOME_STALLED]),
+            outcome=random.choice([completion_enums.RUN_OUTCOME_SUCCEEDED, completion_enums.RUN_OUTCOME_STALLED]),
         )
         await clients.call("completion", lambda s: s.CompleteRun(close, timeout=CALL_TIMEOUT))
         return
-    read = lpb.GetTaskRequest(workspace_id=WS, task_id=task_id)
+    read = lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=task_id)
     task = (await clients.call("lifecycle", lambda s: s.GetTask(read, timeout=CALL_TIMEOUT))).task
-    if task.state == lpb.GENERATION_STATE_TERMINAL:
-        resume = lpb.ResumeWithGenerationRequest(
+    if task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
+        resume = lifecycle_messages.ResumeWithGenerationRequest(
             workspace_id=WS,
             task_id=task_id,
             generation=task.generation + 1,
@@ -135,13 +138,13 @@ async def work_on(clients: Clients, task_id: str, stats: collections.Counter) ->
         resumed = await clients.call("lifecycle", lambda s: s.ResumeWithGeneration(resume, timeout=CALL_TIMEOUT))
         stats["resumes"] += not isinstance(resumed, grpc.aio.AioRpcError)
     elif choice < 0.8:
-        fence = lpb.RequestCancellationRequest(
+        fence = lifecycle_messages.RequestCancellationRequest(
             workspace_id=WS, task_id=task_id, generation=task.generation, request_id=rid()
         )
         fenced = await clients.call("lifecycle", lambda s: s.RequestCancellation(fence, timeout=CALL_TIMEOUT))
         if not isinstance(fenced, grpc.aio.AioRpcError):
             stats["cancellations"] += 1
-            settle = lpb.SettleCancellationRequest(
+            settle = lifecycle_messages.SettleCancellationRequest(
                 workspace_id=WS, task_id=task_id, generation=task.generation, request_id=rid()
             )
             await clients.call("lifecycle", lambda s: s.SettleCancellation(settle, timeout=CALL_TIMEOUT))
@@ -167,11 +170,11 @@ class Watcher:
             try:
                 if self.service == "lifecycle":
                     stream = self.cluster.lifecycle(self.replica).WatchLifecycleEvents(
-                        lpb.WatchLifecycleEventsRequest(workspace_id=WS, after_sequence=self.cursor)
+                        lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS, after_sequence=self.cursor)
                     )
                 else:
                     stream = self.cluster.completion(self.replica).WatchCompletionEvents(
-                        cpb.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=self.cursor)
+                        completion_messages.WatchCompletionEventsRequest(workspace_id=WS, after_sequence=self.cursor)
                     )
                 async for message in stream:
                     self.events.append(message.event)
@@ -180,13 +183,14 @@ class Watcher:
                 await asyncio.sleep(0.1)
 
 
-async def all_completions(clients: Clients) -> list[cpb.Completion]:
+async def all_completions(clients: Clients) -> list[completion_types.Completion]:
     found, token = [], ""
     while True:
         page = await clients.call(
             "completion",
             lambda s, t=token: s.ListCompletions(
-                cpb.ListCompletionsRequest(workspace_id=WS, page_size=500, page_token=t), timeout=CALL_TIMEOUT
+                completion_messages.ListCompletionsRequest(workspace_id=WS, page_size=500, page_token=t),
+                timeout=CALL_TIMEOUT,
             ),
         )
         found += page.completions
@@ -203,7 +207,8 @@ async def completion_sequences(clients: Clients) -> list[int]:
         page = await clients.call(
             "completion",
             lambda s, c=cursor: s.ListCompletionEvents(
-                cpb.ListCompletionEventsRequest(workspace_id=WS, after_sequence=c, page_size=500), timeout=CALL_TIMEOUT
+                completion_messages.ListCompletionEventsRequest(workspace_id=WS, after_sequence=c, page_size=500),
+                timeout=CALL_TIMEOUT,
             ),
         )
         if not page.events:
@@ -224,7 +229,9 @@ async def cluster(tmp_path):
 async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(cluster):
     clients = Clients(cluster)
     for task_id in TASKS:
-        register = lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id, request_id=f"register-{task_id}")
+        register = lifecycle_messages.RegisterTaskRequest(
+            workspace_id=WS, task_id=task_id, request_id=f"register-{task_id}"
+        )
         await clients.call("lifecycle", lambda s, r=register: s.RegisterTask(r, timeout=CALL_TIMEOUT))
     watchers = [Watcher(cluster, "lifecycle", n) for n in range(2)]
     completion_watchers = [Watcher(cluster, "completion", n) for n in range(2)]
@@ -251,7 +258,7 @@ async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(
         deadline = time.monotonic() + 60
         while True:
             completions = await all_completions(clients)
-            pending = [c for c in completions if c.settlement == cpb.SETTLEMENT_STATUS_PENDING]
+            pending = [c for c in completions if c.settlement == completion_enums.SETTLEMENT_STATUS_PENDING]
             if not pending:
                 break
             assert time.monotonic() < deadline, f"{len(pending)} completions still pending"
@@ -262,7 +269,7 @@ async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(
                 await clients.call(
                     "lifecycle",
                     lambda s, t=task_id: s.GetTask(
-                        lpb.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT
+                        lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=t), timeout=CALL_TIMEOUT
                     ),
                 )
             ).task
@@ -298,26 +305,33 @@ async def test_two_replicas_of_each_service_keep_every_guarantee_through_a_kill(
     terminal = collections.Counter(
         (e.task_id, e.generation)
         for e in events
-        if e.to_state == lpb.GENERATION_STATE_TERMINAL and e.from_state != lpb.GENERATION_STATE_TERMINAL
+        if e.to_state == lifecycle_enums.GENERATION_STATE_TERMINAL
+        and e.from_state != lifecycle_enums.GENERATION_STATE_TERMINAL
     )
     for task_id, task in tasks.items():
         for generation in range(1, task.generation + 1):
-            expected = 1 if generation < task.generation or task.state == lpb.GENERATION_STATE_TERMINAL else 0
+            expected = (
+                1 if generation < task.generation or task.state == lifecycle_enums.GENERATION_STATE_TERMINAL else 0
+            )
             assert terminal[(task_id, generation)] == expected, (task_id, generation)
     settled_by_lifecycle = collections.Counter(e.completion_id for e in events if e.completion_id)
     closing = collections.Counter(
         e.completion_id
         for e in completion_watchers[1].events
-        if e.kind in (cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR)
+        if e.kind
+        in (
+            completion_enums.COMPLETION_EVENT_KIND_COMPLETION_SETTLED,
+            completion_enums.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR,
+        )
     )
     outcomes = collections.Counter()
     for completion in completions:
         assert closing[completion.completion_id] == 1, completion.completion_id  # one terminal completion event
-        outcomes[cpb.SettlementStatus.Name(completion.settlement)] += 1
-        if completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED:
+        outcomes[completion_enums.SettlementStatus.Name(completion.settlement)] += 1
+        if completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED:
             assert settled_by_lifecycle[completion.completion_id] == 1, completion.completion_id
         else:
-            assert completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
+            assert completion.settlement == completion_enums.SETTLEMENT_STATUS_REJECTED
             assert settled_by_lifecycle[completion.completion_id] == 0
     assert stats["kills"] == 2 and outcomes["SETTLEMENT_STATUS_SETTLED"] >= 1
     print(

@@ -12,8 +12,9 @@ import grpc
 
 from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.auth.tokens import SigningKey
-from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from tests import credentials
 from tests.completion.e2e_support import Funnel, table_dump
 
@@ -53,9 +54,9 @@ def rss_bytes(pid: int) -> int:
 class Clients:
     """Stubs of the three services for one credential."""
 
-    lc: lifecycle_pb2_grpc.TaskLifecycleServiceStub
-    cs: completion_pb2_grpc.CompletionServiceStub
-    ts: transcript_pb2_grpc.TranscriptServiceStub
+    lc: lifecycle_grpc.TaskLifecycleServiceStub
+    cs: completion_grpc.CompletionServiceStub
+    ts: transcript_grpc.TranscriptServiceStub
 
 
 class SecuredFunnel:
@@ -70,9 +71,9 @@ class SecuredFunnel:
         completion = credentials.insecure_channel(self.f.completion.address, bearer)
         self._channels += [lifecycle, completion]
         return Clients(
-            lifecycle_pb2_grpc.TaskLifecycleServiceStub(lifecycle),
-            completion_pb2_grpc.CompletionServiceStub(completion),
-            transcript_pb2_grpc.TranscriptServiceStub(completion),
+            lifecycle_grpc.TaskLifecycleServiceStub(lifecycle),
+            completion_grpc.CompletionServiceStub(completion),
+            transcript_grpc.TranscriptServiceStub(completion),
         )
 
     def snapshot(self) -> tuple[dict, dict]:

@@ -16,9 +16,13 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from funnel.auth.pki import COMPLETION_IDENTITY
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info
 from tests import credentials
 from tests.completion.e2e_support import eventually, stop_lifecycle_during_next_settlement
@@ -44,16 +48,18 @@ async def denied(call, code: Code, reason: str) -> grpc.aio.AioRpcError:
 async def story(funnel, task_id: str = "t-1"):
     """A registered task claimed by the agent: (host clients, agent clients, claim)."""
     host, agent = funnel.clients(HOST), funnel.clients(AGENT_TOKEN)
-    await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
+    await host.lc.RegisterTask(lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
     claim = await agent.cs.ClaimTask(
-        cpb.ClaimTaskRequest(workspace_id=WS, task_id=task_id, agent_id=AGENT, lease_ttl=Duration(seconds=3600)),
+        completion_messages.ClaimTaskRequest(
+            workspace_id=WS, task_id=task_id, agent_id=AGENT, lease_ttl=Duration(seconds=3600)
+        ),
         timeout=T,
     )
     return host, agent, claim
 
 
-def settle_request(task_id: str, authoritative_at: Timestamp) -> lpb.SettleCompletionRequest:
-    return lpb.SettleCompletionRequest(
+def settle_request(task_id: str, authoritative_at: Timestamp) -> lifecycle_messages.SettleCompletionRequest:
+    return lifecycle_messages.SettleCompletionRequest(
         workspace_id=WS, task_id=task_id, generation=1, completion_id="cmp_forged", authoritative_time=authoritative_at
     )
 
@@ -81,37 +87,46 @@ async def test_nobody_but_the_completion_service_can_settle_a_completion(secured
     if reason == "ROLE_NOT_PERMITTED":
         assert error_info(error).metadata["permitted_roles"] == "completion-service"
     await denied(
-        forger.lc.SettleFailure(lpb.SettleFailureRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T),
+        forger.lc.SettleFailure(
+            lifecycle_messages.SettleFailureRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T
+        ),
         Code.PERMISSION_DENIED,
         reason,
     )
     assert funnel.snapshot() == before
-    task = (await funnel.clients(HOST).lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)).task
-    assert (task.state, task.work_status) == (lpb.GENERATION_STATE_ACTIVE, lpb.WORK_STATUS_IN_PROGRESS)
+    task = (
+        await funnel.clients(HOST).lc.GetTask(
+            lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T
+        )
+    ).task
+    assert (task.state, task.work_status) == (
+        lifecycle_enums.GENERATION_STATE_ACTIVE,
+        lifecycle_enums.WORK_STATUS_IN_PROGRESS,
+    )
 
 
 async def test_a_completion_reaches_done_only_through_the_completion_service(secured):
     funnel = await secured()
     _, agent, claim = await story(funnel)
     allowed = await agent.cs.AttemptCompletion(
-        cpb.AttemptCompletionRequest(
+        completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="t-1",
             run_id=claim.run.run_id,
             epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
         ),
         timeout=T,
     )
-    assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert allowed.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     events = (
         await funnel.clients(HOST).lc.ListLifecycleEvents(
-            lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T
+            lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T
         )
     ).events
     settled = events[-1]
-    assert settled.intent == lpb.INTENT_SETTLE_COMPLETION
+    assert settled.intent == lifecycle_enums.INTENT_SETTLE_COMPLETION
     assert (settled.caller.subject, settled.caller.role) == (COMPLETION_IDENTITY, "completion-service")
 
 
@@ -125,34 +140,38 @@ async def test_another_workspace_cannot_read_watch_or_write_and_learns_nothing(s
     before = funnel.snapshot()
     # Reads: the same answer for a task that exists and one that does not.
     existing = await denied(
-        foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
+        foreign.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
         Code.PERMISSION_DENIED,
         "WORKSPACE_NOT_GRANTED",
     )
     missing = await denied(
-        foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="no-such"), timeout=T),
+        foreign.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="no-such"), timeout=T),
         Code.PERMISSION_DENIED,
         "WORKSPACE_NOT_GRANTED",
     )
     assert existing.details() == missing.details()
     assert dict(error_info(existing).metadata) == dict(error_info(missing).metadata) == {"workspace_id": WS}
     for call in (
-        foreign.cs.GetRun(cpb.GetRunRequest(workspace_id=WS, run_id=claim.run.run_id), timeout=T),
-        foreign.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=WS), timeout=T),
-        foreign.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T),
+        foreign.cs.GetRun(completion_messages.GetRunRequest(workspace_id=WS, run_id=claim.run.run_id), timeout=T),
+        foreign.cs.ListAuditLog(completion_messages.ListAuditLogRequest(workspace_id=WS), timeout=T),
+        foreign.ts.LoadTranscript(transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T),
     ):
         await denied(call, Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
     # Watches: no event of the foreign workspace is ever delivered.
     for watch in (
-        foreign.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=T),
-        foreign.cs.WatchCompletionEvents(cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=T),
+        foreign.lc.WatchLifecycleEvents(lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS), timeout=T),
+        foreign.cs.WatchCompletionEvents(completion_messages.WatchCompletionEventsRequest(workspace_id=WS), timeout=T),
     ):
         await denied(watch.read(), Code.PERMISSION_DENIED, "WORKSPACE_NOT_GRANTED")
     # Writes: evidence, a failure, a registration.
     await denied(
         foreign.cs.RecordEvidence(
-            cpb.RecordEvidenceRequest(
-                workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED
+            completion_messages.RecordEvidenceRequest(
+                workspace_id=WS,
+                task_id="t-1",
+                generation=1,
+                kind="tests",
+                verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
             ),
             timeout=T,
         ),
@@ -160,12 +179,14 @@ async def test_another_workspace_cannot_read_watch_or_write_and_learns_nothing(s
         "WORKSPACE_NOT_GRANTED",
     )
     await denied(
-        foreign.lc.SettleFailure(lpb.SettleFailureRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T),
+        foreign.lc.SettleFailure(
+            lifecycle_messages.SettleFailureRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T
+        ),
         Code.PERMISSION_DENIED,
         "WORKSPACE_NOT_GRANTED",
     )
     await denied(
-        foreign.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="planted"), timeout=T),
+        foreign.lc.RegisterTask(lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="planted"), timeout=T),
         Code.PERMISSION_DENIED,
         "WORKSPACE_NOT_GRANTED",
     )
@@ -188,7 +209,7 @@ async def test_a_denied_call_is_logged_once_with_caller_method_and_reason(secure
     caplog.set_level(logging.WARNING, logger="funnel.request")
     foreign = funnel.clients(FOREIGN_HOST)
     await denied(
-        foreign.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
+        foreign.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
         Code.PERMISSION_DENIED,
         "WORKSPACE_NOT_GRANTED",
     )
@@ -197,7 +218,7 @@ async def test_a_denied_call_is_logged_once_with_caller_method_and_reason(secure
     assert (line["subject"], line["workspace"], line["task"]) == ("host-2", WS, "t-1")
     caplog.clear()
     await denied(
-        funnel.clients(None).lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
+        funnel.clients(None).lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T),
         Code.UNAUTHENTICATED,
         "CREDENTIALS_MISSING",
     )
@@ -218,39 +239,44 @@ async def test_an_agent_cannot_act_on_another_agents_run(secured):
     before = funnel.snapshot()
     for call in (
         other.cs.RenewLease(
-            cpb.RenewLeaseRequest(
+            completion_messages.RenewLeaseRequest(
                 workspace_id=WS, run_id=run.run_id, epoch=claim.lease.epoch, lease_ttl=Duration(seconds=60)
             ),
             timeout=T,
         ),
         other.cs.CompleteRun(
-            cpb.CompleteRunRequest(workspace_id=WS, run_id=run.run_id, outcome=cpb.RUN_OUTCOME_SUCCEEDED), timeout=T
+            completion_messages.CompleteRunRequest(
+                workspace_id=WS, run_id=run.run_id, outcome=completion_enums.RUN_OUTCOME_SUCCEEDED
+            ),
+            timeout=T,
         ),
         other.cs.AttemptCompletion(
-            cpb.AttemptCompletionRequest(
+            completion_messages.AttemptCompletionRequest(
                 workspace_id=WS,
                 task_id="t-1",
                 run_id=run.run_id,
                 epoch=claim.lease.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                 result="mine now",
             ),
             timeout=T,
         ),
         other.cs.RecordEvidence(
-            cpb.RecordEvidenceRequest(
+            completion_messages.RecordEvidenceRequest(
                 workspace_id=WS,
                 task_id="t-1",
                 generation=1,
                 kind="tests",
-                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                 run_id=run.run_id,
             ),
             timeout=T,
         ),
         other.ts.AppendTranscript(
-            tpb.AppendTranscriptRequest(
-                workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))]
+            transcript_messages.AppendTranscriptRequest(
+                workspace_id=WS,
+                task_id="t-1",
+                events=[completion_types.SessionEvent(user_message=completion_types.UserMessage(text="x"))],
             ),
             timeout=T,
         ),
@@ -259,8 +285,12 @@ async def test_an_agent_cannot_act_on_another_agents_run(secured):
     # Evidence without a run is not vouched for by any agent.
     await denied(
         other.cs.RecordEvidence(
-            cpb.RecordEvidenceRequest(
-                workspace_id=WS, task_id="t-1", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED
+            completion_messages.RecordEvidenceRequest(
+                workspace_id=WS,
+                task_id="t-1",
+                generation=1,
+                kind="tests",
+                verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
             ),
             timeout=T,
         ),
@@ -270,7 +300,9 @@ async def test_an_agent_cannot_act_on_another_agents_run(secured):
     # And an agent claims only as itself.
     await denied(
         other.cs.ClaimTask(
-            cpb.ClaimTaskRequest(workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=60)),
+            completion_messages.ClaimTaskRequest(
+                workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=60)
+            ),
             timeout=T,
         ),
         Code.PERMISSION_DENIED,
@@ -287,29 +319,31 @@ async def test_the_reopen_id_cannot_be_squatted(secured):
     host, agent, claim = await story(funnel, "s1")
     # The attack: a junk task registered under the completion service's reopen id of s1.
     await host.lc.RegisterTask(
-        lpb.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id="reopen:s1:2"), timeout=T
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id="reopen:s1:2"), timeout=T
     )
     done = await agent.cs.AttemptCompletion(
-        cpb.AttemptCompletionRequest(
+        completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="s1",
             run_id=claim.run.run_id,
             epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
         ),
         timeout=T,
     )
-    assert done.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert done.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     reopened = await host.ts.AppendTranscript(
-        tpb.AppendTranscriptRequest(
-            workspace_id=WS, task_id="s1", events=[tpb.SessionEvent(user_feedback=tpb.UserFeedback(text="not quite"))]
+        transcript_messages.AppendTranscriptRequest(
+            workspace_id=WS,
+            task_id="s1",
+            events=[completion_types.SessionEvent(user_feedback=completion_types.UserFeedback(text="not quite"))],
         ),
         timeout=T,
     )
     assert (reopened.resumed, reopened.generation) == (True, 2)
-    task = (await host.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="s1"), timeout=T)).task
-    assert (task.generation, task.state) == (2, lpb.GENERATION_STATE_ACTIVE)
+    task = (await host.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="s1"), timeout=T)).task
+    assert (task.generation, task.state) == (2, lifecycle_enums.GENERATION_STATE_ACTIVE)
 
 
 async def test_the_cancel_request_id_cannot_be_squatted(secured):
@@ -319,22 +353,30 @@ async def test_the_cancel_request_id_cannot_be_squatted(secured):
     for method, request in (
         (
             "RegisterTask",
-            lpb.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id=f"{run_id}:cancel-request"),
+            lifecycle_messages.RegisterTaskRequest(
+                workspace_id=WS, task_id="junk", request_id=f"{run_id}:cancel-request"
+            ),
         ),
         (
             "RequestCancellation",
-            lpb.RequestCancellationRequest(
+            lifecycle_messages.RequestCancellationRequest(
                 workspace_id=WS, task_id="junk", generation=1, request_id=f"{run_id}:cancel-request"
             ),
         ),
     ):
         await getattr(host.lc, method)(request, timeout=T)
     closed = await agent.cs.CompleteRun(
-        cpb.CompleteRunRequest(workspace_id=WS, run_id=run_id, outcome=cpb.RUN_OUTCOME_CANCELLED), timeout=T
+        completion_messages.CompleteRunRequest(
+            workspace_id=WS, run_id=run_id, outcome=completion_enums.RUN_OUTCOME_CANCELLED
+        ),
+        timeout=T,
     )
-    assert closed.final_status == cpb.FINAL_STATUS_CANCELLED
-    task = (await host.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)).task
-    assert (task.state, task.outcome) == (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_CANCELLED)
+    assert closed.final_status == completion_enums.FINAL_STATUS_CANCELLED
+    task = (await host.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)).task
+    assert (task.state, task.outcome) == (
+        lifecycle_enums.GENERATION_STATE_TERMINAL,
+        lifecycle_enums.TERMINAL_OUTCOME_CANCELLED,
+    )
 
 
 async def test_the_settle_id_of_a_pending_completion_cannot_be_squatted(secured):
@@ -343,53 +385,56 @@ async def test_the_settle_id_of_a_pending_completion_cannot_be_squatted(secured)
     f = funnel.f
     stop_lifecycle_during_next_settlement(f)
     pending = await agent.cs.AttemptCompletion(
-        cpb.AttemptCompletionRequest(
+        completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="t-1",
             run_id=claim.run.run_id,
             epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
         ),
         timeout=T,
     )
-    assert pending.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+    assert pending.completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING
     completion_id = pending.completion.completion_id
     await f.start_lifecycle()
     host = funnel.clients(HOST)
     # The attack: the settlement's request id used first, by the host, for intents of its own.
     await host.lc.RegisterTask(
-        lpb.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id=f"settle:{completion_id}"), timeout=T
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="junk", request_id=f"settle:{completion_id}"),
+        timeout=T,
     )
     deadline = time.monotonic() + 30
     while True:  # the outbox settles it once its retry is due
         f.clock.advance(2_000_000)
         completion = (
             await host.cs.GetCompletion(
-                cpb.GetCompletionRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T
+                completion_messages.GetCompletionRequest(workspace_id=WS, task_id="t-1", generation=1), timeout=T
             )
         ).completion
-        if completion.settlement != cpb.SETTLEMENT_STATUS_PENDING or time.monotonic() > deadline:
+        if completion.settlement != completion_enums.SETTLEMENT_STATUS_PENDING or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.05)
-    assert completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
-    task = (await host.lc.GetTask(lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)).task
-    assert (task.outcome, task.completion_id) == (lpb.TERMINAL_OUTCOME_COMPLETED, completion_id)
+    assert completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
+    task = (await host.lc.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)).task
+    assert (task.outcome, task.completion_id) == (lifecycle_enums.TERMINAL_OUTCOME_COMPLETED, completion_id)
 
 
 async def test_request_ids_are_scoped_to_the_caller(secured):
     funnel = await secured()
     host, other_host = funnel.clients(HOST), funnel.clients(credentials.token("host-9", [f"{WS}:host"]))
     first = await host.lc.RegisterTask(
-        lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"), timeout=T
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"), timeout=T
     )
     # Another caller's identical id is its own: a new request, not a replay of the first.
     second = await other_host.lc.RegisterTask(
-        lpb.RegisterTaskRequest(workspace_id=WS, task_id="b", request_id="r-1"), timeout=T
+        lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="b", request_id="r-1"), timeout=T
     )
     assert (first.task.task_id, second.task.task_id) == ("a", "b")
     assert (
-        await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"), timeout=T)
+        await host.lc.RegisterTask(
+            lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1"), timeout=T
+        )
     ) == first
 
 
@@ -398,7 +443,7 @@ async def test_request_ids_are_forgotten_after_the_retention(secured):
         lifecycle={"request_id_retention_seconds": 60.0}, completion={"request_id_retention_seconds": 60.0}
     )
     host = funnel.clients(HOST)
-    request = lpb.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1")
+    request = lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="a", request_id="r-1")
     first = await host.lc.RegisterTask(request, timeout=T)
     assert await host.lc.RegisterTask(request, timeout=T) == first  # within the retention: a replay
     funnel.f.clock.advance(61_000_000)
@@ -424,18 +469,23 @@ async def test_events_and_audit_rows_record_the_authenticated_caller(secured):
     funnel = await secured()
     host, agent, claim = await story(funnel)
     await agent.cs.CompleteRun(
-        cpb.CompleteRunRequest(workspace_id=WS, run_id=claim.run.run_id, outcome=cpb.RUN_OUTCOME_FAILED), timeout=T
+        completion_messages.CompleteRunRequest(
+            workspace_id=WS, run_id=claim.run.run_id, outcome=completion_enums.RUN_OUTCOME_FAILED
+        ),
+        timeout=T,
     )
     events = (
-        await host.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+        await host.lc.ListLifecycleEvents(
+            lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T
+        )
     ).events
     callers = [(e.intent, e.caller.subject, e.caller.role) for e in events]
     assert callers == [
-        (lpb.INTENT_REGISTER_TASK, "host-1", "host"),
-        (lpb.INTENT_ACTIVATE_GENERATION, COMPLETION_IDENTITY, "completion-service"),
-        (lpb.INTENT_SET_WORK_STATUS, COMPLETION_IDENTITY, "completion-service"),
+        (lifecycle_enums.INTENT_REGISTER_TASK, "host-1", "host"),
+        (lifecycle_enums.INTENT_ACTIVATE_GENERATION, COMPLETION_IDENTITY, "completion-service"),
+        (lifecycle_enums.INTENT_SET_WORK_STATUS, COMPLETION_IDENTITY, "completion-service"),
     ]
-    [entry] = (await host.cs.ListAuditLog(cpb.ListAuditLogRequest(workspace_id=WS), timeout=T)).entries
+    [entry] = (await host.cs.ListAuditLog(completion_messages.ListAuditLogRequest(workspace_id=WS), timeout=T)).entries
     assert (entry.caller.subject, entry.caller.role) == (AGENT, "agent")
 
 
@@ -444,29 +494,33 @@ async def test_a_transcript_that_reopens_a_task_names_its_caller_on_the_resume_e
     funnel = await secured()
     host, agent, claim = await story(funnel)
     await agent.cs.AttemptCompletion(
-        cpb.AttemptCompletionRequest(
+        completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="t-1",
             run_id=claim.run.run_id,
             epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
         ),
         timeout=T,
     )
     caller = funnel.clients({"host": HOST, "operator": OPERATOR}[who])
     reopened = await caller.ts.AppendTranscript(
-        tpb.AppendTranscriptRequest(
-            workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_feedback=tpb.UserFeedback(text="not quite"))]
+        transcript_messages.AppendTranscriptRequest(
+            workspace_id=WS,
+            task_id="t-1",
+            events=[completion_types.SessionEvent(user_feedback=completion_types.UserFeedback(text="not quite"))],
         ),
         timeout=T,
     )
     assert (reopened.resumed, reopened.generation) == (True, 2)
     events = (
-        await host.lc.ListLifecycleEvents(lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+        await host.lc.ListLifecycleEvents(
+            lifecycle_messages.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"), timeout=T
+        )
     ).events
     resume = events[-1]
-    assert resume.intent == lpb.INTENT_RESUME_WITH_GENERATION
+    assert resume.intent == lifecycle_enums.INTENT_RESUME_WITH_GENERATION
     assert (resume.caller.subject, resume.caller.role) == (f"{who}-1", who)
     # Submitted by the completion service, whose request id it stays.
     assert (resume.cause.source, resume.request_id) == ("completion_service", "reopen:t-1:2")
@@ -476,21 +530,24 @@ async def test_only_the_completion_service_names_the_caller_of_a_resume(secured)
     funnel = await secured()
     host, agent, claim = await story(funnel)
     await agent.cs.AttemptCompletion(
-        cpb.AttemptCompletionRequest(
+        completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="t-1",
             run_id=claim.run.run_id,
             epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
         ),
         timeout=T,
     )
     before = funnel.snapshot()
 
-    def resume(subject: str, role: str) -> lpb.ResumeWithGenerationRequest:
-        return lpb.ResumeWithGenerationRequest(
-            workspace_id=WS, task_id="t-1", generation=2, on_behalf_of=lpb.Caller(subject=subject, role=role)
+    def resume(subject: str, role: str) -> lifecycle_messages.ResumeWithGenerationRequest:
+        return lifecycle_messages.ResumeWithGenerationRequest(
+            workspace_id=WS,
+            task_id="t-1",
+            generation=2,
+            on_behalf_of=lifecycle_types.Caller(subject=subject, role=role),
         )
 
     error = await denied(
@@ -533,18 +590,22 @@ async def test_a_held_database_lock_answers_unavailable_within_the_callers_deadl
     def call():
         if service == "lifecycle":
             return host.lc.SetWorkStatus(
-                lpb.SetWorkStatusRequest(
-                    workspace_id=WS, task_id="t-1", generation=1, work_status=lpb.WORK_STATUS_BLOCKED, request_id="w-1"
+                lifecycle_messages.SetWorkStatusRequest(
+                    workspace_id=WS,
+                    task_id="t-1",
+                    generation=1,
+                    work_status=lifecycle_enums.WORK_STATUS_BLOCKED,
+                    request_id="w-1",
                 ),
                 timeout=LOCKED_CALL_DEADLINE,
             )
         return host.cs.RecordEvidence(
-            cpb.RecordEvidenceRequest(
+            completion_messages.RecordEvidenceRequest(
                 workspace_id=WS,
                 task_id="t-1",
                 generation=1,
                 kind="tests",
-                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                 request_id="w-1",
             ),
             timeout=LOCKED_CALL_DEADLINE,

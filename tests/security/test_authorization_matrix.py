@@ -18,9 +18,13 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from funnel.auth.table import TABLE
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info
 from tests import credentials
 from tests.security.support import AGENT, OTHER_WS, WS, credential_tokens
@@ -88,14 +92,14 @@ def expected(rpc: str, credential: str) -> tuple[Code, str] | None:
 
 
 def test_the_matrix_covers_every_rpc_of_both_services():
-    from funnel.completion.v1 import completion_pb2, transcript_pb2
-    from funnel.lifecycle.v1 import lifecycle_pb2
+    from funnel.completion.v1 import completion_service_pb2, transcript_service_pb2
+    from funnel.lifecycle.v1 import service_pb2 as lifecycle_service_pb2
 
+    # Not gate_service.proto: `CompletionGate` is implemented by gates, not by these services.
     rpcs = {
         method.name
-        for module in (lifecycle_pb2, completion_pb2, transcript_pb2)
+        for module in (lifecycle_service_pb2, completion_service_pb2, transcript_service_pb2)
         for service in module.DESCRIPTOR.services_by_name.values()
-        if service.name != "CompletionGate"  # implemented by gates, not by these services
         for method in service.methods
     }
     assert set(ALLOWED) == rpcs
@@ -118,21 +122,25 @@ class World:
     async def build(self, agent) -> World:
         for task_id, workspace in (("t-1", WS), ("t-2", WS), ("t-1", OTHER_WS), ("p-1", WS)):
             await self.su.lc.RegisterTask(
-                lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=TIMEOUT
+                lifecycle_messages.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=TIMEOUT
             )
         claim = await agent.cs.ClaimTask(
-            cpb.ClaimTaskRequest(workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=3600)),
+            completion_messages.ClaimTaskRequest(
+                workspace_id=WS, task_id="t-1", agent_id=AGENT, lease_ttl=Duration(seconds=3600)
+            ),
             timeout=TIMEOUT,
         )
         self.run_id, self.epoch = claim.run.run_id, claim.lease.epoch
         await self.su.lc.ActivateGeneration(
-            lpb.ActivateGenerationRequest(workspace_id=WS, task_id="p-1", generation=1), timeout=TIMEOUT
+            lifecycle_messages.ActivateGenerationRequest(workspace_id=WS, task_id="p-1", generation=1), timeout=TIMEOUT
         )
         await self.su.lc.RegisterTask(
-            lpb.RegisterTaskRequest(
+            lifecycle_messages.RegisterTaskRequest(
                 workspace_id=WS,
                 task_id="c-1",
-                parent=lpb.ParentLink(task_id="p-1", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+                parent=lifecycle_types.ParentLink(
+                    task_id="p-1", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+                ),
             ),
             timeout=TIMEOUT,
         )
@@ -148,73 +156,93 @@ class World:
         plain = {"workspace_id": WS, "task_id": "t-1", "generation": 1}
         agent_id = AGENT if credential == "agent" else "agent-x"
         return {
-            "RegisterTask": lambda: lpb.RegisterTaskRequest(workspace_id=WS, task_id=self.fresh("new")),
-            "ActivateGeneration": lambda: lpb.ActivateGenerationRequest(workspace_id=WS, task_id="t-2", generation=1),
-            "SuspendGeneration": lambda: lpb.SuspendGenerationRequest(**plain),
-            "ResumeWithGeneration": lambda: lpb.ResumeWithGenerationRequest(**plain),
-            "RequestCancellation": lambda: lpb.RequestCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
-            "SettleCancellation": lambda: lpb.SettleCancellationRequest(workspace_id=WS, task_id="t-2", generation=1),
-            "SettleCompletion": lambda: lpb.SettleCompletionRequest(
+            "RegisterTask": lambda: lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=self.fresh("new")),
+            "ActivateGeneration": lambda: lifecycle_messages.ActivateGenerationRequest(
+                workspace_id=WS, task_id="t-2", generation=1
+            ),
+            "SuspendGeneration": lambda: lifecycle_messages.SuspendGenerationRequest(**plain),
+            "ResumeWithGeneration": lambda: lifecycle_messages.ResumeWithGenerationRequest(**plain),
+            "RequestCancellation": lambda: lifecycle_messages.RequestCancellationRequest(
+                workspace_id=WS, task_id="t-2", generation=1
+            ),
+            "SettleCancellation": lambda: lifecycle_messages.SettleCancellationRequest(
+                workspace_id=WS, task_id="t-2", generation=1
+            ),
+            "SettleCompletion": lambda: lifecycle_messages.SettleCompletionRequest(
                 **plain, completion_id=self.fresh("cmp"), authoritative_time=now
             ),
-            "SettleCompletions": lambda: lpb.SettleCompletionsRequest(
+            "SettleCompletions": lambda: lifecycle_messages.SettleCompletionsRequest(
                 workspace_id=WS,
-                items=[lpb.SettleCompletionRequest(**plain, completion_id=self.fresh("cmp"), authoritative_time=now)],
+                items=[
+                    lifecycle_messages.SettleCompletionRequest(
+                        **plain, completion_id=self.fresh("cmp"), authoritative_time=now
+                    )
+                ],
             ),
-            "SettleFailure": lambda: lpb.SettleFailureRequest(**plain),
-            "SettleTimeout": lambda: lpb.SettleTimeoutRequest(**plain),
-            "PropagateParentTermination": lambda: lpb.PropagateParentTerminationRequest(
+            "SettleFailure": lambda: lifecycle_messages.SettleFailureRequest(**plain),
+            "SettleTimeout": lambda: lifecycle_messages.SettleTimeoutRequest(**plain),
+            "PropagateParentTermination": lambda: lifecycle_messages.PropagateParentTerminationRequest(
                 workspace_id=WS, task_id="c-1", generation=1
             ),
-            "SetWorkStatus": lambda: lpb.SetWorkStatusRequest(**plain, work_status=lpb.WORK_STATUS_BLOCKED),
-            "GetTask": lambda: lpb.GetTaskRequest(workspace_id=WS, task_id="t-1"),
-            "ListTasks": lambda: lpb.ListTasksRequest(workspace_id=WS),
-            "CountTasks": lambda: lpb.CountTasksRequest(workspace_id=WS),
-            "ListLifecycleEvents": lambda: lpb.ListLifecycleEventsRequest(workspace_id=WS, task_id="t-1"),
-            "WatchLifecycleEvents": lambda: lpb.WatchLifecycleEventsRequest(workspace_id=WS),
-            "ClaimTask": lambda: cpb.ClaimTaskRequest(
+            "SetWorkStatus": lambda: lifecycle_messages.SetWorkStatusRequest(
+                **plain, work_status=lifecycle_enums.WORK_STATUS_BLOCKED
+            ),
+            "GetTask": lambda: lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="t-1"),
+            "ListTasks": lambda: lifecycle_messages.ListTasksRequest(workspace_id=WS),
+            "CountTasks": lambda: lifecycle_messages.CountTasksRequest(workspace_id=WS),
+            "ListLifecycleEvents": lambda: lifecycle_messages.ListLifecycleEventsRequest(
+                workspace_id=WS, task_id="t-1"
+            ),
+            "WatchLifecycleEvents": lambda: lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS),
+            "ClaimTask": lambda: completion_messages.ClaimTaskRequest(
                 workspace_id=WS, task_id="t-2", agent_id=agent_id, lease_ttl=Duration(seconds=60)
             ),
-            "RenewLease": lambda: cpb.RenewLeaseRequest(
+            "RenewLease": lambda: completion_messages.RenewLeaseRequest(
                 workspace_id=WS, run_id=self.run_id, epoch=self.epoch, lease_ttl=Duration(seconds=3600)
             ),
-            "CompleteRun": lambda: cpb.CompleteRunRequest(
-                workspace_id=WS, run_id=self.run_id, outcome=cpb.RUN_OUTCOME_STALLED
+            "CompleteRun": lambda: completion_messages.CompleteRunRequest(
+                workspace_id=WS, run_id=self.run_id, outcome=completion_enums.RUN_OUTCOME_STALLED
             ),
-            "GetRun": lambda: cpb.GetRunRequest(workspace_id=WS, run_id=self.run_id),
-            "ListRuns": lambda: cpb.ListRunsRequest(workspace_id=WS),
-            "RecordEvidence": lambda: cpb.RecordEvidenceRequest(
+            "GetRun": lambda: completion_messages.GetRunRequest(workspace_id=WS, run_id=self.run_id),
+            "ListRuns": lambda: completion_messages.ListRunsRequest(workspace_id=WS),
+            "RecordEvidence": lambda: completion_messages.RecordEvidenceRequest(
                 workspace_id=WS,
                 task_id="t-1",
                 generation=1,
                 kind="tests",
-                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                 run_id=self.run_id,
             ),
-            "ListEvidence": lambda: cpb.ListEvidenceRequest(workspace_id=WS, task_id="t-1"),
-            "AttemptCompletion": lambda: cpb.AttemptCompletionRequest(
+            "ListEvidence": lambda: completion_messages.ListEvidenceRequest(workspace_id=WS, task_id="t-1"),
+            "AttemptCompletion": lambda: completion_messages.AttemptCompletionRequest(
                 workspace_id=WS,
                 task_id="t-1",
                 run_id=self.run_id,
                 epoch=self.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                 result="done",
             ),
-            "GetCompletion": lambda: cpb.GetCompletionRequest(workspace_id=WS, task_id="t-1", generation=1),
-            "ListCompletions": lambda: cpb.ListCompletionsRequest(workspace_id=WS),
-            "ListAuditLog": lambda: cpb.ListAuditLogRequest(workspace_id=WS),
-            "ListCompletionEvents": lambda: cpb.ListCompletionEventsRequest(workspace_id=WS),
-            "WatchCompletionEvents": lambda: cpb.WatchCompletionEventsRequest(workspace_id=WS),
-            "AppendTranscript": lambda: tpb.AppendTranscriptRequest(
-                workspace_id=WS, task_id="t-1", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="hi"))]
+            "GetCompletion": lambda: completion_messages.GetCompletionRequest(
+                workspace_id=WS, task_id="t-1", generation=1
             ),
-            "LoadTranscript": lambda: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"),
-            "ExportTranscript": lambda: tpb.ExportTranscriptRequest(workspace_id=WS, task_id="t-1"),
+            "ListCompletions": lambda: completion_messages.ListCompletionsRequest(workspace_id=WS),
+            "ListAuditLog": lambda: completion_messages.ListAuditLogRequest(workspace_id=WS),
+            "ListCompletionEvents": lambda: completion_messages.ListCompletionEventsRequest(workspace_id=WS),
+            "WatchCompletionEvents": lambda: completion_messages.WatchCompletionEventsRequest(workspace_id=WS),
+            "AppendTranscript": lambda: transcript_messages.AppendTranscriptRequest(
+                workspace_id=WS,
+                task_id="t-1",
+                events=[completion_types.SessionEvent(user_message=completion_types.UserMessage(text="hi"))],
+            ),
+            "LoadTranscript": lambda: transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"),
+            "ExportTranscript": lambda: transcript_messages.ExportTranscriptRequest(workspace_id=WS, task_id="t-1"),
             "ImportTranscript": lambda: [
-                tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id="t-2")),
-                tpb.ImportTranscriptRequest(jsonl_chunk=b""),
+                transcript_messages.ImportTranscriptRequest(
+                    target=transcript_messages.ImportTarget(workspace_id=WS, task_id="t-2")
+                ),
+                transcript_messages.ImportTranscriptRequest(jsonl_chunk=b""),
             ],
-            "ResolveResume": lambda: tpb.ResolveResumeRequest(workspace_id=WS, task_id="t-1"),
+            "ResolveResume": lambda: transcript_messages.ResolveResumeRequest(workspace_id=WS, task_id="t-1"),
         }[rpc]()
 
 

@@ -33,8 +33,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from funnel.auth.client import bearer_interceptors
 from funnel.auth.pki import COMPLETION_IDENTITY, issue_leaf
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel_cli.supervisor import ServiceProcess, lifecycle_tls_arguments
 from tests import credentials
@@ -154,8 +155,8 @@ def local_client() -> tuple[bytes, bytes]:
     return PKI.key("client").read_bytes(), PKI.cert("client").read_bytes()
 
 
-def stub(ch: grpc.aio.Channel) -> lifecycle_pb2_grpc.TaskLifecycleServiceStub:
-    return lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch)
+def stub(ch: grpc.aio.Channel) -> lifecycle_grpc.TaskLifecycleServiceStub:
+    return lifecycle_grpc.TaskLifecycleServiceStub(ch)
 
 
 async def refused(call) -> tuple[grpc.StatusCode, str | None]:
@@ -173,7 +174,7 @@ async def test_only_an_exact_uri_san_proves_the_completion_service(lifecycles, c
     identity, names, proves = SAN_CASES[case]
     lifecycle = lifecycles(identity)
     task_id = f"t-{case}"
-    forged = pb.SettleCompletionRequest(
+    forged = lifecycle_messages.SettleCompletionRequest(
         workspace_id=WS,
         task_id=task_id,
         generation=1,
@@ -183,16 +184,21 @@ async def test_only_an_exact_uri_san_proves_the_completion_service(lifecycles, c
     certificate = client_certificate(names)
     async with channel(lifecycle.address, local_client(), HOST) as host_channel:
         host = stub(host_channel)
-        await host.RegisterTask(pb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
+        await host.RegisterTask(lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
         await host.ActivateGeneration(
-            pb.ActivateGenerationRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
+            lifecycle_messages.ActivateGenerationRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
         )
         before = lifecycle.snapshot()
         async with channel(lifecycle.address, certificate, None) as alone:
             if proves:
                 await stub(alone).SettleCompletion(forged, timeout=T)
-                task = (await host.GetTask(pb.GetTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)).task
-                assert (task.state, task.outcome) == (pb.GENERATION_STATE_TERMINAL, pb.TERMINAL_OUTCOME_COMPLETED)
+                task = (
+                    await host.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
+                ).task
+                assert (task.state, task.outcome) == (
+                    lifecycle_enums.GENERATION_STATE_TERMINAL,
+                    lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
+                )
                 return
             # The certificate alone is no credential; with an operator's token it is that operator.
             assert await refused(stub(alone).SettleCompletion(forged, timeout=T)) == (
@@ -206,12 +212,12 @@ async def test_only_an_exact_uri_san_proves_the_completion_service(lifecycles, c
             )
             assert await refused(
                 stub(operator).SettleFailure(
-                    pb.SettleFailureRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
+                    lifecycle_messages.SettleFailureRequest(workspace_id=WS, task_id=task_id, generation=1), timeout=T
                 )
             ) == (grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_PERMITTED")
         assert lifecycle.snapshot() == before
-        task = (await host.GetTask(pb.GetTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)).task
-        assert task.state == pb.GENERATION_STATE_ACTIVE
+        task = (await host.GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)).task
+        assert task.state == lifecycle_enums.GENERATION_STATE_ACTIVE
 
 
 # -- 2. token times ----------------------------------------------------------------
@@ -247,13 +253,15 @@ async def test_a_token_with_an_impossible_time_is_refused_every_time(lifecycles,
     async with channel(lifecycle.address, local_client(), signed(claims(times))) as ch:
         # Several times: neither the first verification nor the cache lets it pass.
         for _ in range(4):
-            assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)) == (
+            assert await refused(
+                stub(ch).ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS), timeout=T)
+            ) == (
                 grpc.StatusCode.UNAUTHENTICATED,
                 "CREDENTIALS_INVALID",
             )
     # The control: the same claims with a real expiry (2100-01-01) are served.
     async with channel(lifecycle.address, local_client(), signed(claims('"exp":4102444800'))) as ch:
-        await stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)
+        await stub(ch).ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS), timeout=T)
 
 
 # -- 3. subjects and log lines -----------------------------------------------------
@@ -277,17 +285,23 @@ async def test_an_unsafe_subject_is_refused_and_every_log_line_stays_one_safe_li
     lifecycle = lifecycles(COMPLETION_IDENTITY, "--log-format", log_format)
     for subject in UNSAFE_SUBJECTS:
         async with channel(lifecycle.address, local_client(), credentials.token(subject, [f"{WS}:host"])) as ch:
-            assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=WS), timeout=T)) == (
+            assert await refused(
+                stub(ch).ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=WS), timeout=T)
+            ) == (
                 grpc.StatusCode.UNAUTHENTICATED,
                 "CREDENTIALS_INVALID",
             ), ascii(subject)
     async with channel(lifecycle.address, local_client(), HOST) as ch:
         # Ids that break the id rule are refused, and logged as the caller sent them.
-        assert await refused(stub(ch).ListTasks(pb.ListTasksRequest(workspace_id=HOSTILE), timeout=T)) == (
+        assert await refused(
+            stub(ch).ListTasks(lifecycle_messages.ListTasksRequest(workspace_id=HOSTILE), timeout=T)
+        ) == (
             grpc.StatusCode.INVALID_ARGUMENT,
             "FIELD_MALFORMED",
         )
-        assert await refused(stub(ch).GetTask(pb.GetTaskRequest(workspace_id=WS, task_id=HOSTILE), timeout=T)) == (
+        assert await refused(
+            stub(ch).GetTask(lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=HOSTILE), timeout=T)
+        ) == (
             grpc.StatusCode.INVALID_ARGUMENT,
             "FIELD_MALFORMED",
         )

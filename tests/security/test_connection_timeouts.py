@@ -12,8 +12,8 @@ import time
 
 import grpc
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
 from funnel.runtime.security import ServerSecurity
 from tests import credentials
 from tests.security.support import WS
@@ -39,7 +39,7 @@ async def test_silent_tcp_connections_are_closed_after_the_handshake_timeout(pai
             connections.append(await asyncio.open_connection("127.0.0.1", service.port))
     opened = time.monotonic()
     # The services still serve while the silent connections are open.
-    await p.cs.ListRuns(cpb.ListRunsRequest(workspace_id=WS), timeout=10)
+    await p.cs.ListRuns(completion_messages.ListRunsRequest(workspace_id=WS), timeout=10)
     pending = {asyncio.ensure_future(closed_by_server(reader)) for reader, _ in connections}
     _, pending = await asyncio.wait(pending, timeout=timeout + MARGIN)
     open_after = len(pending)
@@ -58,9 +58,11 @@ async def test_a_connection_without_calls_is_closed_after_the_idle_timeout(pair)
     idle = credentials.tls_channel(p.completion.address, HOST, identity=None)
     watching = credentials.tls_channel(p.completion.address, HOST, identity=None)
     try:
-        await completion_pb2_grpc.CompletionServiceStub(idle).ListRuns(cpb.ListRunsRequest(workspace_id=WS), timeout=10)
-        watch = completion_pb2_grpc.CompletionServiceStub(watching).WatchCompletionEvents(
-            cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=120
+        await completion_grpc.CompletionServiceStub(idle).ListRuns(
+            completion_messages.ListRunsRequest(workspace_id=WS), timeout=10
+        )
+        watch = completion_grpc.CompletionServiceStub(watching).WatchCompletionEvents(
+            completion_messages.WatchCompletionEventsRequest(workspace_id=WS), timeout=120
         )
         await until_state(watching, grpc.ChannelConnectivity.READY)
         assert idle.get_state() == grpc.ChannelConnectivity.READY
@@ -130,13 +132,15 @@ async def test_a_peer_that_stops_answering_pings_is_cut_off(pair):
     port = await relay.start()
     channel = credentials.tls_channel(f"127.0.0.1:{port}", HOST, identity=None)
     try:
-        stub = completion_pb2_grpc.CompletionServiceStub(channel)
-        watch = stub.WatchCompletionEvents(cpb.WatchCompletionEventsRequest(workspace_id=WS), timeout=120)
+        stub = completion_grpc.CompletionServiceStub(channel)
+        watch = stub.WatchCompletionEvents(
+            completion_messages.WatchCompletionEventsRequest(workspace_id=WS), timeout=120
+        )
         # A call answered after the watch began means the server has the watch's
         # stream (frames arrive in order): silenced before, the server would hold a
         # connection without calls, which it does not ping (gRPC pings only
         # connections with calls) and closes only at the idle timeout.
-        await stub.ListRuns(cpb.ListRunsRequest(workspace_id=WS), timeout=30)
+        await stub.ListRuns(completion_messages.ListRunsRequest(workspace_id=WS), timeout=30)
         relay.relaying = False  # the client's side goes silent, its watch stream still open
         await asyncio.wait_for(relay.server_closed.wait(), 1 + 1 + MARGIN)
         watch.cancel()

@@ -11,25 +11,27 @@ import pytest
 
 from completion_service.clients.outbound import OutboundRefused
 from funnel.auth.pki import COMPLETION_IDENTITY, ensure_local_pki
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import gate_messages_pb2 as gate_messages
+from funnel.completion.v1 import gate_service_pb2_grpc as gate_grpc
 from tests import credentials
 from tests.security.support import WS
 
 
-class Gate(completion_pb2_grpc.CompletionGateServicer):
+class Gate(gate_grpc.CompletionGateServicer):
     def __init__(self) -> None:
         self.seen: list[tuple[dict, dict]] = []
 
     async def EvaluateGate(self, request, context):
         self.seen.append((dict(context.invocation_metadata() or ()), dict(context.auth_context())))
-        return cpb.EvaluateGateResponse(status=cpb.GATE_STATUS_PASSED, reason="reviewed")
+        return gate_messages.EvaluateGateResponse(status=completion_enums.GATE_STATUS_PASSED, reason="reviewed")
 
 
 async def tls_gate(pki, require_client_certificate: bool) -> tuple[grpc.aio.Server, Gate, str]:
     gate = Gate()
     server = grpc.aio.server()
-    completion_pb2_grpc.add_CompletionGateServicer_to_server(gate, server)
+    gate_grpc.add_CompletionGateServicer_to_server(gate, server)
     creds = grpc.ssl_server_credentials(
         [(pki.key("lifecycle").read_bytes(), pki.cert("lifecycle").read_bytes())],
         root_certificates=pki.ca.read_bytes() if require_client_certificate else None,
@@ -60,7 +62,7 @@ def outbound(**overrides):
     return credentials.outbound_security(**settings)
 
 
-async def attempt(funnel) -> cpb.AttemptCompletionResponse:
+async def attempt(funnel) -> completion_messages.AttemptCompletionResponse:
     claim = await funnel.f.registered_and_claimed("t-1")
     return await funnel.f.attempt(claim)
 
@@ -70,7 +72,7 @@ async def test_a_gate_behind_tls_is_consulted_and_sees_the_service_certificate_n
     try:
         funnel = await secured(policy=policy(address), completion={"outbound": outbound()})
         answer = await attempt(funnel)
-        assert answer.decision.verdict == cpb.VERDICT_ALLOW
+        assert answer.decision.verdict == completion_enums.VERDICT_ALLOW
         [(metadata, auth)] = gate.seen
         assert "authorization" not in metadata  # the service's token never leaves towards a gate
         assert auth["x509_subject_alternative_name"] == [COMPLETION_IDENTITY.encode()]
@@ -84,8 +86,8 @@ async def test_a_gate_with_a_certificate_of_another_ca_fails_closed(secured, tmp
     try:
         funnel = await secured(policy=policy(address), completion={"outbound": outbound()})
         answer = await attempt(funnel)
-        assert answer.decision.verdict != cpb.VERDICT_ALLOW
-        assert answer.decision.next_action == cpb.AGENT_ACTION_RETRY_LATER
+        assert answer.decision.verdict != completion_enums.VERDICT_ALLOW
+        assert answer.decision.next_action == completion_enums.AGENT_ACTION_RETRY_LATER
         assert gate.seen == []
     finally:
         await server.stop(None)

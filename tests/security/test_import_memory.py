@@ -12,9 +12,9 @@ from pathlib import Path
 
 import grpc
 
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.completion.v1 import transcript_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime.grpc_errors import error_info
 from tests import credentials
 from tests.prometheus import scrape, value
@@ -77,8 +77,10 @@ class Sampler:
 
 async def stalled(ts, workspace: str, task_id: str, stop: asyncio.Event) -> str:
     async def requests():
-        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace, task_id=task_id))
-        yield tpb.ImportTranscriptRequest(jsonl_chunk=STALLED_CHUNK)
+        yield transcript_messages.ImportTranscriptRequest(
+            target=transcript_messages.ImportTarget(workspace_id=workspace, task_id=task_id)
+        )
+        yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=STALLED_CHUNK)
         await stop.wait()
 
     try:
@@ -131,7 +133,7 @@ async def test_floods_of_stalled_and_admitted_imports_stay_under_the_documented_
         for workspace, caller in CALLERS
         for kind in ("stalled", "whole")
     }
-    stubs = {key: transcript_pb2_grpc.TranscriptServiceStub(channel) for key, channel in channels.items()}
+    stubs = {key: transcript_grpc.TranscriptServiceStub(channel) for key, channel in channels.items()}
     data = jsonl_file(FILE_EVENTS)
     held_by_first_wave = len(CALLERS) * (4 * MB + len(STALLED_CHUNK))
     await asyncio.sleep(1.0)  # start-up done: background loops ran once
@@ -143,13 +145,15 @@ async def test_floods_of_stalled_and_admitted_imports_stay_under_the_documented_
         for round_ in range(ROUNDS):
             stall_task = f"stall-{round_}"
             for workspace in WORKSPACES:
-                await p.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=workspace, task_id=stall_task), timeout=30)
+                await p.lc.RegisterTask(
+                    lifecycle_messages.RegisterTaskRequest(workspace_id=workspace, task_id=stall_task), timeout=30
+                )
             wholes = []
             for workspace, caller in CALLERS:
                 for n in range(WHOLE_PER_CALLER):
                     task_id = f"whole-{round_}-{caller}-{n}"
                     await p.lc.RegisterTask(
-                        lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=30
+                        lifecycle_messages.RegisterTaskRequest(workspace_id=workspace, task_id=task_id), timeout=30
                     )
                     wholes.append((stubs[caller, "whole"], workspace, task_id))
             stop = asyncio.Event()

@@ -21,9 +21,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from completion_service.api.jsonl import to_line
 from funnel.auth.pki import COMPLETION_IDENTITY
 from funnel.auth.table import LIFECYCLE, TABLE
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info
 from tests import credentials
 from tests.security.support import AGENT, WS
@@ -70,59 +74,65 @@ class World:
     def __init__(self, funnel) -> None:
         self.funnel = funnel
         self.clients = {name: funnel.clients(token) for name, token in TOKENS.items()}
-        self.runs: dict[str, cpb.ClaimTaskResponse] = {}
+        self.runs: dict[str, completion_messages.ClaimTaskResponse] = {}
 
     async def build(self) -> World:
         host, agent = self.clients["host"], self.clients["agent"]
         for task_id in ("held", "done", "free", "fenced", "parent", "stalled"):
-            await host.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T)
+            await host.lc.RegisterTask(
+                lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id=task_id), timeout=T
+            )
         for task_id, who in (("held", "agent"), ("done", "agent"), ("fenced", "other-agent"), ("stalled", "agent")):
             agent_id = AGENT if who == "agent" else "agent-2"
             self.runs[task_id] = await self.clients[who].cs.ClaimTask(
-                cpb.ClaimTaskRequest(
+                completion_messages.ClaimTaskRequest(
                     workspace_id=WS, task_id=task_id, agent_id=agent_id, lease_ttl=Duration(seconds=3600)
                 ),
                 timeout=T,
             )
         await agent.ts.AppendTranscript(
-            tpb.AppendTranscriptRequest(
-                workspace_id=WS, task_id="held", events=[tpb.SessionEvent(user_message=tpb.UserMessage(text="hi"))]
+            transcript_messages.AppendTranscriptRequest(
+                workspace_id=WS,
+                task_id="held",
+                events=[completion_types.SessionEvent(user_message=completion_types.UserMessage(text="hi"))],
             ),
             timeout=T,
         )
         done = self.runs["done"]
         allowed = await agent.cs.AttemptCompletion(
-            cpb.AttemptCompletionRequest(
+            completion_messages.AttemptCompletionRequest(
                 workspace_id=WS,
                 task_id="done",
                 run_id=done.run.run_id,
                 epoch=done.lease.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                 result="done",
             ),
             timeout=T,
         )
-        assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+        assert allowed.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
         await host.lc.RequestCancellation(
-            lpb.RequestCancellationRequest(workspace_id=WS, task_id="fenced", generation=1), timeout=T
+            lifecycle_messages.RequestCancellationRequest(workspace_id=WS, task_id="fenced", generation=1), timeout=T
         )
         await host.lc.ActivateGeneration(
-            lpb.ActivateGenerationRequest(workspace_id=WS, task_id="parent", generation=1), timeout=T
+            lifecycle_messages.ActivateGenerationRequest(workspace_id=WS, task_id="parent", generation=1), timeout=T
         )
         await host.lc.RegisterTask(
-            lpb.RegisterTaskRequest(
+            lifecycle_messages.RegisterTaskRequest(
                 workspace_id=WS,
                 task_id="child",
-                parent=lpb.ParentLink(task_id="parent", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+                parent=lifecycle_types.ParentLink(
+                    task_id="parent", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+                ),
             ),
             timeout=T,
         )
         await host.lc.SuspendGeneration(
-            lpb.SuspendGenerationRequest(workspace_id=WS, task_id="parent", generation=1), timeout=T
+            lifecycle_messages.SuspendGenerationRequest(workspace_id=WS, task_id="parent", generation=1), timeout=T
         )
         await agent.cs.CompleteRun(
-            cpb.CompleteRunRequest(
-                workspace_id=WS, run_id=self.runs["stalled"].run.run_id, outcome=cpb.RUN_OUTCOME_STALLED
+            completion_messages.CompleteRunRequest(
+                workspace_id=WS, run_id=self.runs["stalled"].run.run_id, outcome=completion_enums.RUN_OUTCOME_STALLED
             ),
             timeout=T,
         )
@@ -141,32 +151,36 @@ def now() -> Timestamp:
     return stamp
 
 
-def feedback(text: str = "not quite") -> tpb.SessionEvent:
-    return tpb.SessionEvent(user_feedback=tpb.UserFeedback(text=text))
+def feedback(text: str = "not quite") -> completion_types.SessionEvent:
+    return completion_types.SessionEvent(user_feedback=completion_types.UserFeedback(text=text))
 
 
-def append(task_id: str, *events: tpb.SessionEvent, **fields: Any) -> tpb.AppendTranscriptRequest:
-    return tpb.AppendTranscriptRequest(workspace_id=WS, task_id=task_id, events=list(events), **fields)
+def append(
+    task_id: str, *events: completion_types.SessionEvent, **fields: Any
+) -> transcript_messages.AppendTranscriptRequest:
+    return transcript_messages.AppendTranscriptRequest(workspace_id=WS, task_id=task_id, events=list(events), **fields)
 
 
-def jsonl(*events: tpb.SessionEvent) -> bytes:
+def jsonl(*events: completion_types.SessionEvent) -> bytes:
     return b"".join(to_line(event) for event in events)
 
 
-def import_of(task_id: str, data: bytes) -> list[tpb.ImportTranscriptRequest]:
+def import_of(task_id: str, data: bytes) -> list[transcript_messages.ImportTranscriptRequest]:
     return [
-        tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=task_id)),
-        tpb.ImportTranscriptRequest(jsonl_chunk=data),
+        transcript_messages.ImportTranscriptRequest(
+            target=transcript_messages.ImportTarget(workspace_id=WS, task_id=task_id)
+        ),
+        transcript_messages.ImportTranscriptRequest(jsonl_chunk=data),
     ]
 
 
-def imported(sequence: int, **body: Any) -> tpb.SessionEvent:
-    return tpb.SessionEvent(sequence=sequence, generation=1, **body)
+def imported(sequence: int, **body: Any) -> completion_types.SessionEvent:
+    return completion_types.SessionEvent(sequence=sequence, generation=1, **body)
 
 
 def on_behalf(subject: str, role: str) -> dict:
     """The field a resume names its caller with (built lazily: it is new in issue 21)."""
-    return {"on_behalf_of": lpb.Caller(subject=subject, role=role)}
+    return {"on_behalf_of": lifecycle_types.Caller(subject=subject, role=role)}
 
 
 @dataclass(frozen=True)
@@ -182,7 +196,7 @@ class Refusal:
 
 
 def _lc(rpc: str, **fields: Any) -> Callable[[World], Any]:
-    return lambda w: getattr(lpb, f"{rpc}Request")(workspace_id=WS, **fields)
+    return lambda w: getattr(lifecycle_messages, f"{rpc}Request")(workspace_id=WS, **fields)
 
 
 P = Code.FAILED_PRECONDITION
@@ -203,7 +217,9 @@ CASES = [
         _lc(
             "RegisterTask",
             task_id="n-1",
-            parent=lpb.ParentLink(task_id="nope", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+            parent=lifecycle_types.ParentLink(
+                task_id="nope", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+            ),
         ),
         Code.NOT_FOUND,
         "PARENT_NOT_FOUND",
@@ -215,7 +231,9 @@ CASES = [
         _lc(
             "RegisterTask",
             task_id="n-1",
-            parent=lpb.ParentLink(task_id="done", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+            parent=lifecycle_types.ParentLink(
+                task_id="done", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+            ),
         ),
         P,
         "PARENT_TERMINAL",
@@ -227,7 +245,9 @@ CASES = [
         _lc(
             "RegisterTask",
             task_id="n-1",
-            parent=lpb.ParentLink(task_id="fenced", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED),
+            parent=lifecycle_types.ParentLink(
+                task_id="fenced", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+            ),
         ),
         P,
         "PARENT_CANCELLATION_FENCED",
@@ -248,7 +268,7 @@ CASES = [
         Code.INVALID_ARGUMENT,
         "REQUEST_ID_REUSED",
         prepare=lambda w: w.clients["host"].lc.RegisterTask(
-            lpb.RegisterTaskRequest(workspace_id=WS, task_id="n-1", request_id="r-1"), timeout=T
+            lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="n-1", request_id="r-1"), timeout=T
         ),
     ),
     Refusal(
@@ -303,7 +323,7 @@ CASES = [
         "reserved status",
         "host",
         "ActivateGeneration",
-        _lc("ActivateGeneration", task_id="free", generation=1, work_status=lpb.WORK_STATUS_DONE),
+        _lc("ActivateGeneration", task_id="free", generation=1, work_status=lifecycle_enums.WORK_STATUS_DONE),
         Code.INVALID_ARGUMENT,
         "WORK_STATUS_RESERVED",
     ),
@@ -359,7 +379,7 @@ CASES = [
         "a host naming another caller",
         "host",
         "ResumeWithGeneration",
-        lambda w: lpb.ResumeWithGenerationRequest(
+        lambda w: lifecycle_messages.ResumeWithGenerationRequest(
             workspace_id=WS, task_id="done", generation=2, **on_behalf("host-9", "host")
         ),
         Code.PERMISSION_DENIED,
@@ -369,7 +389,7 @@ CASES = [
         "the completion service for an agent",
         "completion-service",
         "ResumeWithGeneration",
-        lambda w: lpb.ResumeWithGenerationRequest(
+        lambda w: lifecycle_messages.ResumeWithGenerationRequest(
             workspace_id=WS, task_id="done", generation=2, **on_behalf(AGENT, "agent")
         ),
         Code.PERMISSION_DENIED,
@@ -411,7 +431,7 @@ CASES = [
         "fenced",
         "completion-service",
         "SettleCompletion",
-        lambda w: lpb.SettleCompletionRequest(
+        lambda w: lifecycle_messages.SettleCompletionRequest(
             workspace_id=WS, task_id="fenced", generation=1, completion_id="cmp-x", authoritative_time=now()
         ),
         P,
@@ -421,7 +441,7 @@ CASES = [
         "another completion of a completed generation",
         "completion-service",
         "SettleCompletion",
-        lambda w: lpb.SettleCompletionRequest(
+        lambda w: lifecycle_messages.SettleCompletionRequest(
             workspace_id=WS, task_id="done", generation=1, completion_id="cmp-x", authoritative_time=now()
         ),
         P,
@@ -431,7 +451,7 @@ CASES = [
         "future generation",
         "completion-service",
         "SettleCompletion",
-        lambda w: lpb.SettleCompletionRequest(
+        lambda w: lifecycle_messages.SettleCompletionRequest(
             workspace_id=WS, task_id="held", generation=2, completion_id="cmp-x", authoritative_time=now()
         ),
         P,
@@ -442,13 +462,13 @@ CASES = [
         "an item of another workspace",
         "completion-service",
         "SettleCompletions",
-        lambda w: lpb.SettleCompletionsRequest(
+        lambda w: lifecycle_messages.SettleCompletionsRequest(
             workspace_id=WS,
             items=[
-                lpb.SettleCompletionRequest(
+                lifecycle_messages.SettleCompletionRequest(
                     workspace_id=WS, task_id="held", generation=1, completion_id="cmp-x", authoritative_time=now()
                 ),
-                lpb.SettleCompletionRequest(
+                lifecycle_messages.SettleCompletionRequest(
                     workspace_id="ws-2", task_id="held", generation=1, completion_id="cmp-y", authoritative_time=now()
                 ),
             ],
@@ -508,7 +528,7 @@ CASES = [
         "fenced",
         "host",
         "SetWorkStatus",
-        _lc("SetWorkStatus", task_id="fenced", generation=1, work_status=lpb.WORK_STATUS_BLOCKED),
+        _lc("SetWorkStatus", task_id="fenced", generation=1, work_status=lifecycle_enums.WORK_STATUS_BLOCKED),
         P,
         "CANCELLATION_FENCED",
     ),
@@ -516,7 +536,7 @@ CASES = [
         "terminal",
         "host",
         "SetWorkStatus",
-        _lc("SetWorkStatus", task_id="done", generation=1, work_status=lpb.WORK_STATUS_BLOCKED),
+        _lc("SetWorkStatus", task_id="done", generation=1, work_status=lifecycle_enums.WORK_STATUS_BLOCKED),
         P,
         "GENERATION_TERMINAL",
     ),
@@ -524,7 +544,7 @@ CASES = [
         "reserved status",
         "host",
         "SetWorkStatus",
-        _lc("SetWorkStatus", task_id="held", generation=1, work_status=lpb.WORK_STATUS_DONE),
+        _lc("SetWorkStatus", task_id="held", generation=1, work_status=lifecycle_enums.WORK_STATUS_DONE),
         Code.INVALID_ARGUMENT,
         "WORK_STATUS_RESERVED",
     ),
@@ -533,7 +553,7 @@ CASES = [
         "lease held",
         "other-agent",
         "ClaimTask",
-        lambda w: cpb.ClaimTaskRequest(
+        lambda w: completion_messages.ClaimTaskRequest(
             workspace_id=WS, task_id="held", agent_id="agent-2", lease_ttl=Duration(seconds=60)
         ),
         P,
@@ -543,7 +563,9 @@ CASES = [
         "terminal",
         "agent",
         "ClaimTask",
-        lambda w: cpb.ClaimTaskRequest(workspace_id=WS, task_id="done", agent_id=AGENT, lease_ttl=Duration(seconds=60)),
+        lambda w: completion_messages.ClaimTaskRequest(
+            workspace_id=WS, task_id="done", agent_id=AGENT, lease_ttl=Duration(seconds=60)
+        ),
         P,
         "GENERATION_TERMINAL",
     ),
@@ -551,7 +573,7 @@ CASES = [
         "fenced",
         "agent",
         "ClaimTask",
-        lambda w: cpb.ClaimTaskRequest(
+        lambda w: completion_messages.ClaimTaskRequest(
             workspace_id=WS, task_id="fenced", agent_id=AGENT, lease_ttl=Duration(seconds=60)
         ),
         P,
@@ -561,7 +583,7 @@ CASES = [
         "as another agent",
         "agent",
         "ClaimTask",
-        lambda w: cpb.ClaimTaskRequest(
+        lambda w: completion_messages.ClaimTaskRequest(
             workspace_id=WS, task_id="free", agent_id="agent-x", lease_ttl=Duration(seconds=60)
         ),
         Code.PERMISSION_DENIED,
@@ -571,7 +593,7 @@ CASES = [
         "unknown task",
         "host",
         "ClaimTask",
-        lambda w: cpb.ClaimTaskRequest(
+        lambda w: completion_messages.ClaimTaskRequest(
             workspace_id=WS, task_id="nope", agent_id="agent-x", lease_ttl=Duration(seconds=60)
         ),
         Code.NOT_FOUND,
@@ -581,7 +603,7 @@ CASES = [
         "the lifecycle refuses the activation",
         "host",
         "ClaimTask",
-        lambda w: cpb.ClaimTaskRequest(
+        lambda w: completion_messages.ClaimTaskRequest(
             workspace_id=WS, task_id="child", agent_id="agent-x", lease_ttl=Duration(seconds=60)
         ),
         P,
@@ -591,7 +613,7 @@ CASES = [
         "another agent's run",
         "other-agent",
         "RenewLease",
-        lambda w: cpb.RenewLeaseRequest(
+        lambda w: completion_messages.RenewLeaseRequest(
             workspace_id=WS, run_id=w.run("held"), epoch=w.epoch("held"), lease_ttl=Duration(seconds=60)
         ),
         Code.PERMISSION_DENIED,
@@ -601,7 +623,7 @@ CASES = [
         "a superseded epoch",
         "agent",
         "RenewLease",
-        lambda w: cpb.RenewLeaseRequest(
+        lambda w: completion_messages.RenewLeaseRequest(
             workspace_id=WS, run_id=w.run("held"), epoch=w.epoch("held") + 1, lease_ttl=Duration(seconds=60)
         ),
         P,
@@ -611,7 +633,9 @@ CASES = [
         "unknown run",
         "host",
         "RenewLease",
-        lambda w: cpb.RenewLeaseRequest(workspace_id=WS, run_id="run-nope", epoch=1, lease_ttl=Duration(seconds=60)),
+        lambda w: completion_messages.RenewLeaseRequest(
+            workspace_id=WS, run_id="run-nope", epoch=1, lease_ttl=Duration(seconds=60)
+        ),
         Code.NOT_FOUND,
         "RUN_NOT_FOUND",
     ),
@@ -619,7 +643,7 @@ CASES = [
         "closed run",
         "agent",
         "RenewLease",
-        lambda w: cpb.RenewLeaseRequest(
+        lambda w: completion_messages.RenewLeaseRequest(
             workspace_id=WS, run_id=w.run("stalled"), epoch=w.epoch("stalled"), lease_ttl=Duration(seconds=60)
         ),
         P,
@@ -629,7 +653,9 @@ CASES = [
         "another agent's run",
         "other-agent",
         "CompleteRun",
-        lambda w: cpb.CompleteRunRequest(workspace_id=WS, run_id=w.run("held"), outcome=cpb.RUN_OUTCOME_SUCCEEDED),
+        lambda w: completion_messages.CompleteRunRequest(
+            workspace_id=WS, run_id=w.run("held"), outcome=completion_enums.RUN_OUTCOME_SUCCEEDED
+        ),
         Code.PERMISSION_DENIED,
         "RUN_NOT_HELD",
     ),
@@ -637,7 +663,9 @@ CASES = [
         "unknown run",
         "host",
         "CompleteRun",
-        lambda w: cpb.CompleteRunRequest(workspace_id=WS, run_id="run-nope", outcome=cpb.RUN_OUTCOME_SUCCEEDED),
+        lambda w: completion_messages.CompleteRunRequest(
+            workspace_id=WS, run_id="run-nope", outcome=completion_enums.RUN_OUTCOME_SUCCEEDED
+        ),
         Code.NOT_FOUND,
         "RUN_NOT_FOUND",
     ),
@@ -645,7 +673,9 @@ CASES = [
         "closed run",
         "agent",
         "CompleteRun",
-        lambda w: cpb.CompleteRunRequest(workspace_id=WS, run_id=w.run("stalled"), outcome=cpb.RUN_OUTCOME_FAILED),
+        lambda w: completion_messages.CompleteRunRequest(
+            workspace_id=WS, run_id=w.run("stalled"), outcome=completion_enums.RUN_OUTCOME_FAILED
+        ),
         P,
         "RUN_ALREADY_FINISHED",
     ),
@@ -653,7 +683,9 @@ CASES = [
         "a status for a terminal generation",
         "agent",
         "CompleteRun",
-        lambda w: cpb.CompleteRunRequest(workspace_id=WS, run_id=w.run("done"), outcome=cpb.RUN_OUTCOME_FAILED),
+        lambda w: completion_messages.CompleteRunRequest(
+            workspace_id=WS, run_id=w.run("done"), outcome=completion_enums.RUN_OUTCOME_FAILED
+        ),
         P,
         "LIFECYCLE_REJECTED",
     ),
@@ -661,12 +693,12 @@ CASES = [
         "another agent's run",
         "other-agent",
         "RecordEvidence",
-        lambda w: cpb.RecordEvidenceRequest(
+        lambda w: completion_messages.RecordEvidenceRequest(
             workspace_id=WS,
             task_id="held",
             generation=1,
             kind="tests",
-            verdict=cpb.EVIDENCE_VERDICT_PASSED,
+            verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
             run_id=w.run("held"),
         ),
         Code.PERMISSION_DENIED,
@@ -676,8 +708,12 @@ CASES = [
         "no run",
         "agent",
         "RecordEvidence",
-        lambda w: cpb.RecordEvidenceRequest(
-            workspace_id=WS, task_id="held", generation=1, kind="tests", verdict=cpb.EVIDENCE_VERDICT_PASSED
+        lambda w: completion_messages.RecordEvidenceRequest(
+            workspace_id=WS,
+            task_id="held",
+            generation=1,
+            kind="tests",
+            verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
         ),
         Code.PERMISSION_DENIED,
         "RUN_NOT_HELD",
@@ -686,12 +722,12 @@ CASES = [
         "another agent's run",
         "other-agent",
         "AttemptCompletion",
-        lambda w: cpb.AttemptCompletionRequest(
+        lambda w: completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="held",
             run_id=w.run("held"),
             epoch=w.epoch("held"),
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="mine",
         ),
         Code.PERMISSION_DENIED,
@@ -701,12 +737,12 @@ CASES = [
         "unknown run",
         "host",
         "AttemptCompletion",
-        lambda w: cpb.AttemptCompletionRequest(
+        lambda w: completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="held",
             run_id="run-nope",
             epoch=1,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
         ),
         Code.NOT_FOUND,
@@ -716,12 +752,12 @@ CASES = [
         "a run of another task",
         "agent",
         "AttemptCompletion",
-        lambda w: cpb.AttemptCompletionRequest(
+        lambda w: completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="free",
             run_id=w.run("held"),
             epoch=w.epoch("held"),
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
         ),
         Code.NOT_FOUND,
@@ -731,24 +767,24 @@ CASES = [
         "another outcome for a completed generation",
         "agent",
         "AttemptCompletion",
-        lambda w: cpb.AttemptCompletionRequest(
+        lambda w: completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id="done",
             run_id=w.run("done"),
             epoch=w.epoch("done"),
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
             request_id="a-1",
         ),
         Code.INVALID_ARGUMENT,
         "REQUEST_ID_REUSED",
         prepare=lambda w: w.clients["agent"].cs.AttemptCompletion(
-            cpb.AttemptCompletionRequest(
+            completion_messages.AttemptCompletionRequest(
                 workspace_id=WS,
                 task_id="held",
                 run_id=w.run("held"),
                 epoch=w.epoch("held"),
-                outcome=cpb.REQUESTED_OUTCOME_FAILED,
+                outcome=completion_enums.REQUESTED_OUTCOME_FAILED,
                 result="gave up",
                 request_id="a-1",
             ),
@@ -760,7 +796,7 @@ CASES = [
         "another agent's task",
         "other-agent",
         "AppendTranscript",
-        lambda w: append("held", tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))),
+        lambda w: append("held", completion_types.SessionEvent(user_message=completion_types.UserMessage(text="x"))),
         Code.PERMISSION_DENIED,
         "RUN_NOT_HELD",
     ),
@@ -768,7 +804,7 @@ CASES = [
         "plain event for a terminal generation",
         "host",
         "AppendTranscript",
-        lambda w: append("done", tpb.SessionEvent(user_message=tpb.UserMessage(text="x"))),
+        lambda w: append("done", completion_types.SessionEvent(user_message=completion_types.UserMessage(text="x"))),
         P,
         "GENERATION_TERMINAL",
     ),
@@ -800,7 +836,9 @@ CASES = [
         "a reopening batch the grammar refuses",
         "host",
         "AppendTranscript",
-        lambda w: append("done", feedback(), tpb.SessionEvent(tool_result=tpb.ToolResult(call_id="c-9"))),
+        lambda w: append(
+            "done", feedback(), completion_types.SessionEvent(tool_result=completion_types.ToolResult(call_id="c-9"))
+        ),
         P,
         "TRANSCRIPT_GRAMMAR_VIOLATION",
     ),
@@ -824,7 +862,7 @@ CASES = [
         "unknown task",
         "host",
         "LoadTranscript",
-        lambda w: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="nope"),
+        lambda w: transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="nope"),
         Code.NOT_FOUND,
         "TASK_NOT_FOUND",
     ),
@@ -832,7 +870,7 @@ CASES = [
         "malformed page token",
         "host",
         "LoadTranscript",
-        lambda w: tpb.LoadTranscriptRequest(workspace_id=WS, task_id="held", page_token="junk"),
+        lambda w: transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="held", page_token="junk"),
         Code.INVALID_ARGUMENT,
         "FIELD_MALFORMED",
     ),
@@ -840,7 +878,7 @@ CASES = [
         "a transcript exists",
         "host",
         "ImportTranscript",
-        lambda w: import_of("held", jsonl(imported(1, user_message=tpb.UserMessage(text="x")))),
+        lambda w: import_of("held", jsonl(imported(1, user_message=completion_types.UserMessage(text="x")))),
         P,
         "TRANSCRIPT_NOT_EMPTY",
     ),
@@ -850,9 +888,9 @@ CASES = [
         "ImportTranscript",
         lambda w: import_of(
             "free",
-            jsonl(imported(1, user_message=tpb.UserMessage(text="x")))
+            jsonl(imported(1, user_message=completion_types.UserMessage(text="x")))
             + b"{oops\n"
-            + jsonl(imported(2, user_message=tpb.UserMessage(text="y"))),
+            + jsonl(imported(2, user_message=completion_types.UserMessage(text="y"))),
         ),
         Code.INVALID_ARGUMENT,
         "TRANSCRIPT_LINE_INVALID",
@@ -864,8 +902,8 @@ CASES = [
         lambda w: import_of(
             "free",
             jsonl(
-                imported(1, user_message=tpb.UserMessage(text="x")),
-                imported(2, tool_result=tpb.ToolResult(call_id="c-9")),
+                imported(1, user_message=completion_types.UserMessage(text="x")),
+                imported(2, tool_result=completion_types.ToolResult(call_id="c-9")),
             ),
         ),
         P,

@@ -13,10 +13,11 @@ import pytest
 
 from completion_service.api.imports import least_held_bytes
 from completion_service.api.jsonl import to_line
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.completion.v1 import transcript_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel.runtime.grpc_errors import error_info, retry_delay
 from tests import credentials
 from tests.security.support import OTHER_WS, WS, rss_bytes
@@ -42,7 +43,7 @@ async def test_a_caller_above_its_rate_gets_resource_exhausted_with_retry_info(s
     funnel = await secured(lifecycle={"security": credentials.server_security(rate_limit=5.0, rate_burst=5.0)})
     host = funnel.clients(HOST)
     other = funnel.clients(credentials.token("host-2", [f"{WS}:host"]))
-    request = lpb.ListTasksRequest(workspace_id=WS)
+    request = lifecycle_messages.ListTasksRequest(workspace_id=WS)
     for _ in range(5):
         await host.lc.ListTasks(request, timeout=T)
     error = await failure(host.lc.ListTasks(request, timeout=T))
@@ -77,7 +78,9 @@ async def test_watchers_are_capped_per_caller_and_per_workspace(secured):
     opened = []
 
     async def watch(clients):
-        call = clients.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30)
+        call = clients.lc.WatchLifecycleEvents(
+            lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30
+        )
         assert (await call.read()).event.task_id == "t-1"  # admitted: the backlog arrives
         opened.append(call)
         return call
@@ -85,13 +88,15 @@ async def test_watchers_are_capped_per_caller_and_per_workspace(secured):
     first = await watch(host)
     await watch(host)
     error = await failure(
-        host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read()
+        host.lc.WatchLifecycleEvents(lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read()
     )
     assert (error.code(), error_info(error).reason) == (Code.RESOURCE_EXHAUSTED, "WATCHERS_EXHAUSTED")
     assert dict(error_info(error).metadata) == {"scope": "per_caller", "limit": "2"}
     await watch(other)  # the workspace's third
     error = await failure(
-        other.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30).read()
+        other.lc.WatchLifecycleEvents(
+            lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30
+        ).read()
     )
     assert dict(error_info(error).metadata) == {"scope": "per_workspace", "limit": "3"}
     first.cancel()
@@ -113,7 +118,8 @@ async def test_a_connection_has_a_bounded_number_of_concurrent_streams(secured):
     await funnel.f.register("t-1")
     host = funnel.clients(HOST)
     calls = [
-        host.lc.WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30) for _ in range(4)
+        host.lc.WatchLifecycleEvents(lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS), timeout=30)
+        for _ in range(4)
     ]
     firsts = [asyncio.ensure_future(call.read()) for call in calls]
     async with asyncio.timeout(T):
@@ -133,8 +139,10 @@ async def test_a_connection_has_a_bounded_number_of_concurrent_streams(secured):
 
 async def stalled_import(ts, task_id: str, stop: asyncio.Event, chunk: bytes = b'{"sequence":"1"', workspace=WS):
     async def requests():
-        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=workspace, task_id=task_id))
-        yield tpb.ImportTranscriptRequest(jsonl_chunk=chunk)
+        yield transcript_messages.ImportTranscriptRequest(
+            target=transcript_messages.ImportTarget(workspace_id=workspace, task_id=task_id)
+        )
+        yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=chunk)
         await stop.wait()
 
     return await ts.ImportTranscript(requests(), timeout=60)
@@ -155,7 +163,9 @@ async def test_a_silent_client_stream_is_ended(secured):
         "STREAM_IDLE",
         {"idle_timeout_seconds": "0.5"},
     )
-    page = await host.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+    page = await host.ts.LoadTranscript(
+        transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T
+    )
     assert list(page.events) == []
 
 
@@ -214,7 +224,11 @@ async def test_an_import_is_charged_for_its_decoded_events_not_their_bytes_on_th
     host = funnel.clients(HOST)
 
     def one_event(text: str) -> bytes:
-        return to_line(tpb.SessionEvent(sequence=1, generation=1, user_message=tpb.UserMessage(text=text)))
+        return to_line(
+            completion_types.SessionEvent(
+                sequence=1, generation=1, user_message=completion_types.UserMessage(text=text)
+            )
+        )
 
     wide, plain = one_event("w" * (MB - 1) + "\U0001f600"), one_event("p" * MB)
     assert len(wide) - len(plain) == 3  # the same size on the wire, within a character
@@ -233,9 +247,11 @@ async def send_file(ts, task_id: str, data: bytes, chunk: int = 256 * 1024):
     comes after every write (grpc-aio hides one that comes before a write: grpc/grpc#36066)."""
 
     async def requests():
-        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=task_id))
+        yield transcript_messages.ImportTranscriptRequest(
+            target=transcript_messages.ImportTarget(workspace_id=WS, task_id=task_id)
+        )
         for start in range(0, len(data), chunk):
-            yield tpb.ImportTranscriptRequest(jsonl_chunk=data[start : start + chunk])
+            yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=data[start : start + chunk])
 
     return await ts.ImportTranscript(requests(), timeout=60)
 
@@ -288,16 +304,22 @@ async def test_an_import_that_trickles_below_the_minimum_rate_is_ended(secured):
 
     def events(count: int) -> bytes:
         return b"".join(
-            to_line(tpb.SessionEvent(sequence=n, generation=1, user_message=tpb.UserMessage(text=f"e{n}")))
+            to_line(
+                completion_types.SessionEvent(
+                    sequence=n, generation=1, user_message=completion_types.UserMessage(text=f"e{n}")
+                )
+            )
             for n in range(1, count + 1)
         )
 
     async def paced(task_id: str, data: bytes, size: int):
         async def requests():
-            yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id=task_id))
+            yield transcript_messages.ImportTranscriptRequest(
+                target=transcript_messages.ImportTarget(workspace_id=WS, task_id=task_id)
+            )
             for start in range(0, len(data), size):
                 await asyncio.sleep(0.2)
-                yield tpb.ImportTranscriptRequest(jsonl_chunk=data[start : start + size])
+                yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=data[start : start + size])
 
         return await asyncio.wait_for(host.ts.ImportTranscript(requests(), timeout=60), 30)
 
@@ -310,7 +332,9 @@ async def test_an_import_that_trickles_below_the_minimum_rate_is_ended(secured):
     )
     assert int(info.metadata["received_bytes"]) < 200, info.metadata
     await until_buffer_holds(funnel, 0)
-    page = await host.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+    page = await host.ts.LoadTranscript(
+        transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="t-1"), timeout=T
+    )
     assert list(page.events) == []
     data = events(30)
     assert len(data) > 1000  # sent for over 2 s: past the first idle timeout
@@ -337,9 +361,9 @@ async def test_stalled_imports_are_bounded_in_memory_and_ended(pair):
     after the idle timeout, nothing is imported, and the process stays small."""
     p = await pair(completion_args=["--stream-idle-seconds", "3", "--lifecycle-timeout", "30"])
     pid = p.completion.process.process.pid
-    await p.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="stall"), timeout=T)
+    await p.lc.RegisterTask(lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="stall"), timeout=T)
     channels = [credentials.tls_channel(p.completion.address, HOST, identity=None) for _ in range(6)]
-    stubs = [transcript_pb2_grpc.TranscriptServiceStub(c) for c in channels]
+    stubs = [transcript_grpc.TranscriptServiceStub(c) for c in channels]
     stop = asyncio.Event()
     chunk = b'{"sequence":"1","generation":"1","user_message":{"text":"' + b"y" * (60 * 1024)
     baseline = rss_bytes(pid)
@@ -356,7 +380,9 @@ async def test_stalled_imports_are_bounded_in_memory_and_ended(pair):
     assert reasons.count("STREAM_IDLE") == 3
     assert reasons.count("IMPORT_BUFFER_EXHAUSTED") + reasons.count("INTERNAL") == 297
     assert after - baseline < 64 * MB
-    page = await p.ts.LoadTranscript(tpb.LoadTranscriptRequest(workspace_id=WS, task_id="stall"), timeout=T)
+    page = await p.ts.LoadTranscript(
+        transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="stall"), timeout=T
+    )
     assert list(page.events) == []
     for channel in channels:
         await channel.close()
@@ -367,7 +393,7 @@ async def test_a_watcher_flood_is_capped_with_a_clear_error(pair):
     stop at the workspace's cap; the process stays small."""
     p = await pair(lifecycle_args=["--max-watchers-per-workspace", "256"])
     pid = p.lifecycle.process.process.pid
-    await p.lc.RegisterTask(lpb.RegisterTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)
+    await p.lc.RegisterTask(lifecycle_messages.RegisterTaskRequest(workspace_id=WS, task_id="t-1"), timeout=T)
     baseline = rss_bytes(pid)
     channels = []
 
@@ -377,9 +403,11 @@ async def test_a_watcher_flood_is_capped_with_a_clear_error(pair):
         for _ in range((count + 89) // 90):  # under the 100 streams a connection may carry
             channel = credentials.tls_channel(p.lifecycle.address, token, identity="client")
             channels.append(channel)
-            per_channel.append(lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel))
+            per_channel.append(lifecycle_grpc.TaskLifecycleServiceStub(channel))
         streams = [
-            per_channel[i // 90].WatchLifecycleEvents(lpb.WatchLifecycleEventsRequest(workspace_id=WS), timeout=60)
+            per_channel[i // 90].WatchLifecycleEvents(
+                lifecycle_messages.WatchLifecycleEventsRequest(workspace_id=WS), timeout=60
+            )
             for i in range(count)
         ]
         return streams, await asyncio.gather(*(s.read() for s in streams), return_exceptions=True)

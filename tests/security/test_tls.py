@@ -31,8 +31,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from funnel.auth.client import bearer_interceptors
 from funnel.auth.pki import COMPLETION_IDENTITY, ensure_local_pki, issue_leaf
-from funnel.lifecycle.v1 import lifecycle_pb2 as pb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
 from funnel.runtime.grpc_errors import error_info
 from funnel_cli.supervisor import ServiceProcess, lifecycle_tls_arguments
 from tests import credentials
@@ -72,14 +72,14 @@ def foreign_channel(address: str, other, trust_other_ca: bool) -> grpc.aio.Chann
     )
 
 
-async def list_tasks(ch: grpc.aio.Channel, workspace: str = "ws-1") -> pb.ListTasksResponse:
-    return await lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).ListTasks(
-        pb.ListTasksRequest(workspace_id=workspace), timeout=CALL_TIMEOUT
+async def list_tasks(ch: grpc.aio.Channel, workspace: str = "ws-1") -> lifecycle_messages.ListTasksResponse:
+    return await lifecycle_grpc.TaskLifecycleServiceStub(ch).ListTasks(
+        lifecycle_messages.ListTasksRequest(workspace_id=workspace), timeout=CALL_TIMEOUT
     )
 
 
-def settle_request() -> pb.SettleCompletionRequest:
-    return pb.SettleCompletionRequest(
+def settle_request() -> lifecycle_messages.SettleCompletionRequest:
+    return lifecycle_messages.SettleCompletionRequest(
         workspace_id="ws-1",
         task_id="no-such-task",
         generation=1,
@@ -199,8 +199,8 @@ async def test_lifecycle_listener_requires_a_client_certificate_of_its_ca(tmp_pa
         async with channel(address, credentials.SUPERUSER, "client") as ch:
             assert list((await list_tasks(ch)).tasks) == []
             got = await failure(
-                lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).GetTask(
-                    pb.GetTaskRequest(workspace_id="ws-1", task_id="no-such-task"), timeout=CALL_TIMEOUT
+                lifecycle_grpc.TaskLifecycleServiceStub(ch).GetTask(
+                    lifecycle_messages.GetTaskRequest(workspace_id="ws-1", task_id="no-such-task"), timeout=CALL_TIMEOUT
                 )
             )
             # Past TLS and authorization: the service itself answered.
@@ -244,7 +244,7 @@ async def test_completion_identity_certificate_may_settle_and_an_operator_may_no
         # past authorization; the unknown task is the service's own answer.
         async with channel(address, None, "completion-identity") as ch:
             got = await failure(
-                lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
+                lifecycle_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
             )
             assert got.code() == grpc.StatusCode.NOT_FOUND, got
             assert error_info(got).reason == "TASK_NOT_FOUND"
@@ -252,7 +252,7 @@ async def test_completion_identity_certificate_may_settle_and_an_operator_may_no
         # The local client certificate with an operator token: not permitted.
         async with channel(address, credentials.token("ops", ["*:operator"]), "client") as ch:
             got = await failure(
-                lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
+                lifecycle_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
             )
             assert got.code() == grpc.StatusCode.PERMISSION_DENIED, got
             assert error_info(got).reason == "ROLE_NOT_PERMITTED"
@@ -261,7 +261,7 @@ async def test_completion_identity_certificate_may_settle_and_an_operator_may_no
         # identity does not stand in for its certificate.
         async with channel(address, credentials.token(COMPLETION_IDENTITY, ["*:operator"]), "client") as ch:
             got = await failure(
-                lifecycle_pb2_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
+                lifecycle_grpc.TaskLifecycleServiceStub(ch).SettleCompletion(settle_request(), timeout=CALL_TIMEOUT)
             )
             assert got.code() == grpc.StatusCode.PERMISSION_DENIED, got
             assert error_info(got).reason == "ROLE_NOT_PERMITTED"

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.idempotency import Replay, RequestKey, recall, remember
 
 KEY = RequestKey("ws", "caller", "SettleCompletion", "req-1", b"fingerprint")
@@ -38,16 +39,18 @@ def test_a_replay_returns_the_bytes_first_answered(response):
 
 def test_a_large_repetitive_response_is_stored_deflated():
     completion_id = "cmp_76069c9b8c544957b7fdd67912bbe6cb"
-    task = lpb.Task(workspace_id="bench", task_id="a16-13809073-0000486", generation=1, revision=3)
-    event = lpb.LifecycleEvent(
+    task = lifecycle_types.Task(workspace_id="bench", task_id="a16-13809073-0000486", generation=1, revision=3)
+    event = lifecycle_types.LifecycleEvent(
         workspace_id="bench",
         task_id="a16-13809073-0000486",
         completion_id=completion_id,
         request_id=f"settle:{completion_id}",
-        cause=lpb.Cause(source="completion_service", originating_ids={"completion_id": completion_id}),
-        caller=lpb.Caller(subject="spiffe://funnel.local/funnel/completion-service", role="completion-service"),
+        cause=lifecycle_types.Cause(source="completion_service", originating_ids={"completion_id": completion_id}),
+        caller=lifecycle_types.Caller(
+            subject="spiffe://funnel.local/funnel/completion-service", role="completion-service"
+        ),
     )
-    response = lpb.SettleCompletionResponse(task=task, event=event).SerializeToString()
+    response = lifecycle_messages.SettleCompletionResponse(task=task, event=event).SerializeToString()
     memory = Memory()
     remember(memory, KEY, response, 1)
     assert len(memory.stored()) < len(response) * 0.7
@@ -62,6 +65,8 @@ def test_a_small_response_is_stored_as_it_is():
 
 def test_responses_stored_before_deflating_still_replay():
     memory = Memory()
-    older = lpb.GetTaskResponse(task=lpb.Task(workspace_id="ws", task_id="t" * 300)).SerializeToString()
+    older = lifecycle_messages.GetTaskResponse(
+        task=lifecycle_types.Task(workspace_id="ws", task_id="t" * 300)
+    ).SerializeToString()
     memory.remember_request(KEY, older, 1)  # as an older release wrote it
     assert recall(memory, KEY) == Replay(older)

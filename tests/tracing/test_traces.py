@@ -31,10 +31,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from funnel.auth.client import bearer_interceptors
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime import tracing
 from funnel.runtime.tracing import ClientSpans
 from funnel_cli.supervisor import (
@@ -140,8 +142,8 @@ class TracedPair:
     completion_env: dict[str, str]
     lifecycle: ServiceProcess | None = None
     completion: ServiceProcess | None = None
-    lc: lifecycle_pb2_grpc.TaskLifecycleServiceStub | None = None
-    cs: completion_pb2_grpc.CompletionServiceStub | None = None
+    lc: lifecycle_grpc.TaskLifecycleServiceStub | None = None
+    cs: completion_grpc.CompletionServiceStub | None = None
 
     def arm_lifecycle(self, spec: str) -> None:
         fresh = self.faults.with_suffix(".tmp")  # a new inode: the service sees the change
@@ -232,8 +234,8 @@ async def start_pair(tmp_path) -> AsyncIterator:
             options=[("grpc.ssl_target_name_override", "localhost")],
         )
         channels.extend([lifecycle_channel, completion_channel])
-        p.lc = lifecycle_pb2_grpc.TaskLifecycleServiceStub(lifecycle_channel)
-        p.cs = completion_pb2_grpc.CompletionServiceStub(completion_channel)
+        p.lc = lifecycle_grpc.TaskLifecycleServiceStub(lifecycle_channel)
+        p.cs = completion_grpc.CompletionServiceStub(completion_channel)
         return p
 
     try:
@@ -253,18 +255,18 @@ async def pair(start_pair) -> TracedPair:
     return await start_pair()
 
 
-async def registered_and_claimed(p: TracedPair, task_id: str) -> cpb.ClaimTaskResponse:
+async def registered_and_claimed(p: TracedPair, task_id: str) -> completion_messages.ClaimTaskResponse:
     await p.lc.RegisterTask(
-        lpb.RegisterTaskRequest(
+        lifecycle_messages.RegisterTaskRequest(
             workspace_id=WS,
             task_id=task_id,
             request_id=f"register-{task_id}",
-            cause=lpb.Cause(source="host", reason="planned"),
+            cause=lifecycle_types.Cause(source="host", reason="planned"),
         ),
         timeout=CALL_TIMEOUT,
     )
     return await p.cs.ClaimTask(
-        cpb.ClaimTaskRequest(
+        completion_messages.ClaimTaskRequest(
             workspace_id=WS,
             task_id=task_id,
             agent_id="agent-1",
@@ -275,14 +277,16 @@ async def registered_and_claimed(p: TracedPair, task_id: str) -> cpb.ClaimTaskRe
     )
 
 
-async def attempt(p: TracedPair, claim: cpb.ClaimTaskResponse) -> cpb.AttemptCompletionResponse:
+async def attempt(
+    p: TracedPair, claim: completion_messages.ClaimTaskResponse
+) -> completion_messages.AttemptCompletionResponse:
     return await p.cs.AttemptCompletion(
-        cpb.AttemptCompletionRequest(
+        completion_messages.AttemptCompletionRequest(
             workspace_id=WS,
             task_id=claim.run.task_id,
             run_id=claim.run.run_id,
             epoch=claim.lease.epoch,
-            outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+            outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
             result="done",
             request_id=f"attempt-{claim.run.task_id}",
         ),
@@ -304,7 +308,7 @@ def span_id_of(span: ReadableSpan) -> str:
 async def test_one_trace_runs_from_the_client_through_the_completion_service_to_the_lifecycle_service(pair):
     p = pair
     answer = await attempt(p, await registered_and_claimed(p, "task-1"))
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
 
     client = p.client_span(f"{COMPLETION}/AttemptCompletion")
     trace_id = trace_id_of(client)
@@ -349,7 +353,7 @@ async def test_one_trace_runs_from_the_client_through_the_completion_service_to_
     outsider = credentials.token("host-2", ["ws-2:host"])
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await p.cs.GetCompletion(
-            cpb.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1),
+            completion_messages.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1),
             metadata=credentials.metadata(outsider),
             timeout=CALL_TIMEOUT,
         )
@@ -369,7 +373,7 @@ async def test_a_settlement_retried_after_the_lifecycle_service_came_back_joins_
     # The lifecycle service dies as the settlement reaches it (SIGKILL, before its commit).
     p.arm_lifecycle("lifecycle.before_commit:crash:1")
     answer = await attempt(p, claim)
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+    assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING
     assert await asyncio.to_thread(p.lifecycle.process.wait, 10) != 0
     p.arm_lifecycle("")
     attempt_trace = trace_id_of(p.client_span(f"{COMPLETION}/AttemptCompletion"))
@@ -410,9 +414,9 @@ async def test_a_settlement_retried_after_the_lifecycle_service_came_back_joins_
     ]
     assert [s.attribute("rpc.grpc.status_code") for s in failed] == [grpc.StatusCode.UNAVAILABLE.value[0]]
     settled = await p.cs.GetCompletion(
-        cpb.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1), timeout=CALL_TIMEOUT
+        completion_messages.GetCompletionRequest(workspace_id=WS, task_id="task-1", generation=1), timeout=CALL_TIMEOUT
     )
-    assert settled.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert settled.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
 
 
 async def test_the_console_exporter_writes_each_span_as_one_json_line_to_the_service_log(tmp_path):
@@ -435,12 +439,12 @@ async def test_the_console_exporter_writes_each_span_as_one_json_line_to_the_ser
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     try:
         async with credentials.tls_channel(service.address) as channel:
-            await lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel).RegisterTask(
-                lpb.RegisterTaskRequest(
+            await lifecycle_grpc.TaskLifecycleServiceStub(channel).RegisterTask(
+                lifecycle_messages.RegisterTaskRequest(
                     workspace_id=WS,
                     task_id="task-1",
                     request_id="register-1",
-                    cause=lpb.Cause(source="host", reason="planned"),
+                    cause=lifecycle_types.Cause(source="host", reason="planned"),
                 ),
                 metadata=(("traceparent", f"00-{trace_id}-{parent_id}-01"),),
                 timeout=CALL_TIMEOUT,
@@ -506,7 +510,7 @@ async def test_without_an_exporter_a_service_makes_no_spans_but_passes_the_calle
         lifecycle_env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "50"}, completion_env={}
     )
     answer = await attempt(p, await registered_and_claimed(p, "task-1"))
-    assert answer.completion.settlement == cpb.SETTLEMENT_STATUS_SETTLED
+    assert answer.completion.settlement == completion_enums.SETTLEMENT_STATUS_SETTLED
     assert p.lifecycle is not None and await asyncio.to_thread(p.lifecycle.stop, 10) == 0
     client = p.client_span(f"{COMPLETION}/AttemptCompletion")
     lines = [

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from completion_service.server import CompletionConfig
-from funnel.completion.v1 import transcript_pb2_grpc
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
 from tests.completion.e2e_support import ENGINES, LIFECYCLE_TIMEOUT, Funnel, completion_database
@@ -22,7 +22,7 @@ class Both:
     """Both services of one test and the stubs a host uses."""
 
     f: Funnel
-    ts: transcript_pb2_grpc.TranscriptServiceStub
+    ts: transcript_grpc.TranscriptServiceStub
 
     @property
     def address(self) -> str:
@@ -56,7 +56,7 @@ async def both(tmp_path, clock, completion_engine) -> Both:
     await funnel.start()
     channel = credentials.insecure_channel(funnel.completion.address)
     try:
-        yield Both(funnel, transcript_pb2_grpc.TranscriptServiceStub(channel))
+        yield Both(funnel, transcript_grpc.TranscriptServiceStub(channel))
     finally:
         await channel.close()
         await funnel.close()

@@ -19,8 +19,9 @@ import pytest
 
 from completion_service.api.jsonl import to_line
 from funnel.client.connection import Connection
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.sqlite import CACHE_SIZE
 from funnel_cli.transcripts import export_transcript, import_transcript
@@ -60,7 +61,7 @@ async def rich_transcript(both, task_id: str) -> bytes:
     assert (await load(ts, task_id)).repaired
     claim = await f.claim(task_id, agent="agent-2")
     allowed = await f.attempt(claim)
-    assert allowed.decision.verdict == cpb.VERDICT_ALLOW, allowed.decision
+    assert allowed.decision.verdict == completion_enums.VERDICT_ALLOW, allowed.decision
     f.clock.advance(SECOND)
     reopened = await append(
         ts, task_id, [P.feedback("not quite"), P.turn_start("t3"), P.assistant_message("again"), P.turn_end("t3")]
@@ -76,11 +77,11 @@ def lines_of(exported: bytes) -> list[bytes]:
     return exported.split(b"\n")[:-1]
 
 
-def numbered(events: list[tpb.SessionEvent], generation: int = 1) -> bytes:
+def numbered(events: list[completion_types.SessionEvent], generation: int = 1) -> bytes:
     """JSONL of events as an export writes them (sequence 1..n, record time set)."""
     out = []
     for sequence, event in enumerate(events, start=1):
-        event = tpb.SessionEvent.FromString(event.SerializeToString())
+        event = completion_types.SessionEvent.FromString(event.SerializeToString())
         event.sequence, event.generation = sequence, generation
         event.record_time.FromMicroseconds(1_700_000_000_000_000 + sequence)
         out.append(to_line(event))
@@ -222,7 +223,9 @@ async def test_the_funnel_command_exports_imports_and_reports_damage(both, tmp_p
 async def test_a_torn_final_line_is_dropped_with_a_warning_and_the_rest_imported(both, cut):
     await both.f.register("copy")
     good = numbered(SIMPLE)
-    tenth = to_line(tpb.SessionEvent(sequence=10, generation=1, user_message=tpb.UserMessage(text="more")))
+    tenth = to_line(
+        completion_types.SessionEvent(sequence=10, generation=1, user_message=completion_types.UserMessage(text="more"))
+    )
     torn = tenth[:cut] if cut > 0 else tenth[: cut - 1]  # cut == -1: all but the last brace (and the newline)
     response = await import_bytes(both.ts, "copy", good + torn)
     assert response.imported_events == 9
@@ -374,10 +377,12 @@ async def test_an_import_refuses_a_transcript_appended_while_it_streamed(both):
     appended = asyncio.Event()
 
     async def requests():
-        yield tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id="race"))
-        yield tpb.ImportTranscriptRequest(jsonl_chunk=data[:50])
+        yield transcript_messages.ImportTranscriptRequest(
+            target=transcript_messages.ImportTarget(workspace_id=WS, task_id="race")
+        )
+        yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=data[:50])
         await appended.wait()
-        yield tpb.ImportTranscriptRequest(jsonl_chunk=data[50:])
+        yield transcript_messages.ImportTranscriptRequest(jsonl_chunk=data[50:])
 
     call = asyncio.ensure_future(both.ts.ImportTranscript(requests(), timeout=10))
     await asyncio.sleep(0.2)

@@ -12,9 +12,13 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import error_info, field_violations
 from tests.completion.e2e_support import CALL_TIMEOUT, WS, Code, decisive_gate, rejected
 from tests.transcripts.support import P, a_full_turn, append, body, export_bytes, load, load_all
@@ -126,7 +130,7 @@ async def test_pages_follow_tokens_bound_to_their_transcript(both):
 # -- repair of an interrupted turn ----------------------------------------------------------
 
 
-async def crashed_mid_turn(both, task_id: str, how: str) -> tuple[int, list[tpb.SessionEvent]]:
+async def crashed_mid_turn(both, task_id: str, how: str) -> tuple[int, list[completion_types.SessionEvent]]:
     """agent-1 claims with a 1 s lease, writes half a turn (calls c2 and c3 unanswered,
     step s1 open) and disappears; `how`: its lease expires, or its run is closed.
     Returns the state version and events it left."""
@@ -147,13 +151,15 @@ async def crashed_mid_turn(both, task_id: str, how: str) -> tuple[int, list[tpb.
         ],
     )
     events = await both.ts.LoadTranscript(
-        tpb.LoadTranscriptRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
+        transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
     )
     assert events.turn_in_progress and not events.repaired  # agent-1 is still alive here
     if how == "lease expired":
         f.clock.advance(2 * SECOND)
     else:
-        closed = await f.complete_run(claim, outcome=cpb.RUN_OUTCOME_FAILED, error="the agent process crashed")
+        closed = await f.complete_run(
+            claim, outcome=completion_enums.RUN_OUTCOME_FAILED, error="the agent process crashed"
+        )
         assert closed.run_id == claim.run.run_id
     return left.state_version, list(events.events)
 
@@ -180,7 +186,9 @@ async def test_ten_concurrent_loads_repair_an_interrupted_turn_exactly_once(both
     assert [(e.tool_result.call_id, e.tool_result.is_error) for e in closers[:2]] == [("c2", True), ("c3", True)]
     assert all(e.tool_result.content for e in closers[:2])
     assert closers[2].step_end.step_id == "s1"
-    assert closers[3].turn_end == tpb.TurnEnd(turn_id="t1", reason=tpb.TURN_END_REASON_INTERRUPTED)
+    assert closers[3].turn_end == completion_types.TurnEnd(
+        turn_id="t1", reason=completion_enums.TURN_END_REASON_INTERRUPTED
+    )
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
 
     again = await load(both.ts, "task-1")
@@ -201,7 +209,7 @@ async def test_a_new_claim_closes_the_turn_the_dead_agent_left_open(both):
     closers = events[len(written) :]
     assert [body(e) for e in closers] == ["tool_result", "tool_result", "step_end", "turn_end"]
     assert all(e.synthetic for e in closers)
-    assert closers[-1].turn_end.reason == tpb.TURN_END_REASON_INTERRUPTED
+    assert closers[-1].turn_end.reason == completion_enums.TURN_END_REASON_INTERRUPTED
     # agent-2 starts its own turn on a closed transcript.
     assert (await append(both.ts, "task-1", [P.user_message("go on"), P.turn_start("t2")])).state_version == version + 2
 
@@ -217,7 +225,7 @@ async def test_a_turn_owned_by_a_live_lease_is_returned_as_is(both):
         assert [body(e) for e in page.events] == ["turn_start", "step_start", "tool_call"]
     # A renewed lease still owns it.
     await f.cs.RenewLease(
-        cpb.RenewLeaseRequest(
+        completion_messages.RenewLeaseRequest(
             workspace_id=WS, run_id=claim.run.run_id, epoch=claim.lease.epoch, lease_ttl={"seconds": 60}
         ),
         timeout=CALL_TIMEOUT,
@@ -238,14 +246,14 @@ async def test_an_attempt_against_the_pre_repair_state_version_must_refresh(both
 
     stale = await both.f.attempt(claim, state_version=version)
     assert (stale.decision.verdict, stale.decision.next_action) == (
-        cpb.VERDICT_SOFT_BLOCK,
-        cpb.AGENT_ACTION_REFRESH_STATE,
+        completion_enums.VERDICT_SOFT_BLOCK,
+        completion_enums.AGENT_ACTION_REFRESH_STATE,
     )
     assert decisive_gate(stale.decision).gate_id == "transcript.state_version_current"
     assert not stale.HasField("completion")
 
     current = await both.f.attempt(claim, state_version=version + 1)
-    assert current.decision.verdict == cpb.VERDICT_ALLOW, current.decision
+    assert current.decision.verdict == completion_enums.VERDICT_ALLOW, current.decision
     assert (current.completion.state_version, current.completion.checkpoint) == (version + 1, "k1")
 
 
@@ -259,45 +267,48 @@ async def test_an_open_tool_call_blocks_completion_until_its_result_and_step_end
 
     blocked = await f.attempt(claim)
     assert (blocked.decision.verdict, blocked.decision.next_action) == (
-        cpb.VERDICT_SOFT_BLOCK,
-        cpb.AGENT_ACTION_RESOLVE_OPEN_TOOL_CALLS,
+        completion_enums.VERDICT_SOFT_BLOCK,
+        completion_enums.AGENT_ACTION_RESOLVE_OPEN_TOOL_CALLS,
     )
     assert decisive_gate(blocked.decision).gate_id == "transcript.no_open_work"
     assert "c1" in decisive_gate(blocked.decision).reason
-    assert cpb.AGENT_ACTION_REPORT_COMPLETE in blocked.decision.forbidden_actions
+    assert completion_enums.AGENT_ACTION_REPORT_COMPLETE in blocked.decision.forbidden_actions
 
     await append(both.ts, "task-1", [P.tool_result("c1")])
     still = await f.attempt(claim)  # the step is still open
     assert (still.decision.verdict, still.decision.next_action) == (
-        cpb.VERDICT_SOFT_BLOCK,
-        cpb.AGENT_ACTION_RESOLVE_OPEN_TOOL_CALLS,
+        completion_enums.VERDICT_SOFT_BLOCK,
+        completion_enums.AGENT_ACTION_RESOLVE_OPEN_TOOL_CALLS,
     )
     assert "s1" in decisive_gate(still.decision).reason
 
     done = await append(both.ts, "task-1", [P.step_end("s1"), P.assistant_message("done"), P.turn_end("t1")])
     allowed = await f.attempt(claim)
-    assert allowed.decision.verdict == cpb.VERDICT_ALLOW, allowed.decision
+    assert allowed.decision.verdict == completion_enums.VERDICT_ALLOW, allowed.decision
     assert allowed.completion.state_version == done.state_version
     task = (await f.task("task-1")).task
-    assert (task.state, task.outcome) == (lpb.GENERATION_STATE_TERMINAL, lpb.TERMINAL_OUTCOME_COMPLETED)
+    assert (task.state, task.outcome) == (
+        lifecycle_enums.GENERATION_STATE_TERMINAL,
+        lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
+    )
 
 
 # -- resume ----------------------------------------------------------------------------------
 
 
-async def completed(both, task_id: str) -> tuple[cpb.ClaimTaskResponse, cpb.Completion]:
+async def completed(both, task_id: str) -> tuple[completion_messages.ClaimTaskResponse, completion_types.Completion]:
     """A task whose generation 1 completed at checkpoint k2 (k1 predates it)."""
     claim = await both.f.registered_and_claimed(task_id)
     await append(both.ts, task_id, [P.user_message(), P.checkpoint("k1")])
     await append(both.ts, task_id, a_full_turn("t1") + [P.checkpoint("k2")])
     allowed = await both.f.attempt(claim)
-    assert allowed.decision.verdict == cpb.VERDICT_ALLOW, allowed.decision
+    assert allowed.decision.verdict == completion_enums.VERDICT_ALLOW, allowed.decision
     assert allowed.completion.checkpoint == "k2"
     task = (await both.f.task(task_id)).task
     assert (task.generation, task.state, task.outcome) == (
         1,
-        lpb.GENERATION_STATE_TERMINAL,
-        lpb.TERMINAL_OUTCOME_COMPLETED,
+        lifecycle_enums.GENERATION_STATE_TERMINAL,
+        lifecycle_enums.TERMINAL_OUTCOME_COMPLETED,
     )
     return claim, allowed.completion
 
@@ -312,7 +323,7 @@ async def test_feedback_after_completion_resumes_into_generation_2_and_fences_ge
     )
     assert (resumed.resumed, resumed.generation, resumed.state_version) == (True, 2, before[1] + 1)
     task = (await f.task("task-1")).task
-    assert (task.generation, task.state) == (2, lpb.GENERATION_STATE_ACTIVE)
+    assert (task.generation, task.state) == (2, lifecycle_enums.GENERATION_STATE_ACTIVE)
     events = await load_all(both.ts, "task-1")
     assert [(body(e), e.generation) for e in events[-3:]] == [
         ("checkpoint", 1),
@@ -331,7 +342,7 @@ async def test_feedback_after_completion_resumes_into_generation_2_and_fences_ge
     authoritative_at = Timestamp()
     authoritative_at.FromMicroseconds(f.clock.now_micros())
     late_completion = f.lc.SettleCompletion(
-        lpb.SettleCompletionRequest(
+        lifecycle_messages.SettleCompletionRequest(
             workspace_id=WS,
             task_id="task-1",
             generation=1,
@@ -342,12 +353,12 @@ async def test_feedback_after_completion_resumes_into_generation_2_and_fences_ge
         timeout=CALL_TIMEOUT,
     )
     late_failure = f.lc.SettleFailure(
-        lpb.SettleFailureRequest(
+        lifecycle_messages.SettleFailureRequest(
             workspace_id=WS,
             task_id="task-1",
             generation=1,
             request_id="late-failure",
-            cause=lpb.Cause(source="test", reason="an old callback"),
+            cause=lifecycle_types.Cause(source="test", reason="an old callback"),
         ),
         timeout=CALL_TIMEOUT,
     )
@@ -360,10 +371,10 @@ async def test_feedback_after_completion_resumes_into_generation_2_and_fences_ge
             "funnel.lifecycle.v1",
         )
     task = (await f.task("task-1")).task
-    assert (task.generation, task.state) == (2, lpb.GENERATION_STATE_ACTIVE)
+    assert (task.generation, task.state) == (2, lifecycle_enums.GENERATION_STATE_ACTIVE)
     # The old run cannot complete the new generation either.
     old = await f.attempt(claim)
-    assert old.decision.verdict != cpb.VERDICT_ALLOW
+    assert old.decision.verdict != completion_enums.VERDICT_ALLOW
     assert not old.HasField("completion")
 
 
@@ -424,7 +435,8 @@ async def test_an_ended_generation_takes_no_more_events(both):
     await append(both.ts, "task-1", [P.user_message(), P.checkpoint("k1")])
     await f.request_cancellation("task-1")
     await f.lc.SettleCancellation(
-        lpb.SettleCancellationRequest(workspace_id=WS, task_id="task-1", generation=1), timeout=CALL_TIMEOUT
+        lifecycle_messages.SettleCancellationRequest(workspace_id=WS, task_id="task-1", generation=1),
+        timeout=CALL_TIMEOUT,
     )
     before = await visible(both, "task-1")
     for events in ([P.feedback()], [P.resend()], [P.restore("k1")], [P.user_message()]):
@@ -436,8 +448,10 @@ async def test_an_ended_generation_takes_no_more_events(both):
 # -- ResolveResume ---------------------------------------------------------------------------
 
 
-async def resolve(both, task_id: str) -> tpb.ResolveResumeResponse:
-    return await both.ts.ResolveResume(tpb.ResolveResumeRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT)
+async def resolve(both, task_id: str) -> transcript_messages.ResolveResumeResponse:
+    return await both.ts.ResolveResume(
+        transcript_messages.ResolveResumeRequest(workspace_id=WS, task_id=task_id), timeout=CALL_TIMEOUT
+    )
 
 
 async def test_resolve_resume_offers_what_fits_the_task(both):
@@ -450,16 +464,22 @@ async def test_resolve_resume_offers_what_fits_the_task(both):
         open_answer.secondary,
         open_answer.generation,
         open_answer.completion_id,
-    ) == (tpb.RESUME_ASK_RESUME_TASK, tpb.HOST_ACTION_RESUME_TASK, tpb.HOST_ACTION_UNSPECIFIED, 1, "")
+    ) == (
+        completion_enums.RESUME_ASK_RESUME_TASK,
+        completion_enums.HOST_ACTION_RESUME_TASK,
+        completion_enums.HOST_ACTION_UNSPECIFIED,
+        1,
+        "",
+    )
     assert open_answer.reason
 
     _, completion = await completed(both, "done")
     before = await visible(both, "done")
     done = await resolve(both, "done")
     assert (done.ask, done.primary, done.secondary, done.generation, done.completion_id) == (
-        tpb.RESUME_ASK_RESUME_COMPLETED_TASK,
-        tpb.HOST_ACTION_RESUME_TASK,
-        tpb.HOST_ACTION_NEW_TASK,
+        completion_enums.RESUME_ASK_RESUME_COMPLETED_TASK,
+        completion_enums.HOST_ACTION_RESUME_TASK,
+        completion_enums.HOST_ACTION_NEW_TASK,
         1,
         completion.completion_id,
     )
@@ -469,21 +489,22 @@ async def test_resolve_resume_offers_what_fits_the_task(both):
     await f.registered_and_claimed("cancelled")
     await f.request_cancellation("cancelled")
     await f.lc.SettleCancellation(
-        lpb.SettleCancellationRequest(workspace_id=WS, task_id="cancelled", generation=1), timeout=CALL_TIMEOUT
+        lifecycle_messages.SettleCancellationRequest(workspace_id=WS, task_id="cancelled", generation=1),
+        timeout=CALL_TIMEOUT,
     )
     ended = await resolve(both, "cancelled")
     assert (ended.ask, ended.primary, ended.secondary) == (
-        tpb.RESUME_ASK_RESUME_ENDED_TASK,
-        tpb.HOST_ACTION_NEW_TASK,
-        tpb.HOST_ACTION_UNSPECIFIED,
+        completion_enums.RESUME_ASK_RESUME_ENDED_TASK,
+        completion_enums.HOST_ACTION_NEW_TASK,
+        completion_enums.HOST_ACTION_UNSPECIFIED,
     )
     assert "CANCELLED" in ended.reason
 
     await append(both.ts, "done", [P.feedback()])
     reopened = await resolve(both, "done")
     assert (reopened.ask, reopened.primary, reopened.generation, reopened.completion_id) == (
-        tpb.RESUME_ASK_RESUME_TASK,
-        tpb.HOST_ACTION_RESUME_TASK,
+        completion_enums.RESUME_ASK_RESUME_TASK,
+        completion_enums.HOST_ACTION_RESUME_TASK,
         2,
         "",
     )
@@ -492,14 +513,14 @@ async def test_resolve_resume_offers_what_fits_the_task(both):
 # -- input validation --------------------------------------------------------------------------
 
 
-def appending(*events: tpb.SessionEvent, **kw) -> tpb.AppendTranscriptRequest:
+def appending(*events: completion_types.SessionEvent, **kw) -> transcript_messages.AppendTranscriptRequest:
     fields = {"workspace_id": WS, "task_id": "task-1", "events": list(events)}
     fields.update(kw)
-    return tpb.AppendTranscriptRequest(**fields)
+    return transcript_messages.AppendTranscriptRequest(**fields)
 
 
-def with_fields(event: tpb.SessionEvent, **kw) -> tpb.SessionEvent:
-    event = tpb.SessionEvent.FromString(event.SerializeToString())
+def with_fields(event: completion_types.SessionEvent, **kw) -> completion_types.SessionEvent:
+    event = completion_types.SessionEvent.FromString(event.SerializeToString())
     for name, value in kw.items():
         if name == "record_time":
             event.record_time.FromMicroseconds(value)
@@ -514,7 +535,7 @@ BAD_APPENDS = [
     (appending(P.user_message(), task_id="no spaces allowed"), "FIELD_MALFORMED", "task_id"),
     (appending(), "VALUE_OUT_OF_RANGE", "events"),
     (appending(*[P.user_message(f"m{n}") for n in range(1001)]), "VALUE_OUT_OF_RANGE", "events"),
-    (appending(P.user_message(), tpb.SessionEvent()), "FIELD_REQUIRED", "events[1].body"),
+    (appending(P.user_message(), completion_types.SessionEvent()), "FIELD_REQUIRED", "events[1].body"),
     (
         appending(P.user_message(), with_fields(P.user_message(), synthetic=True)),
         "FIELD_MALFORMED",
@@ -524,7 +545,7 @@ BAD_APPENDS = [
     (appending(with_fields(P.user_message(), generation=1)), "FIELD_MALFORMED", "events[0]"),
     (appending(with_fields(P.user_message(), record_time=1)), "FIELD_MALFORMED", "events[0]"),
     (
-        appending(P.turn_start("t1"), P.turn_end("t1", reason=tpb.TURN_END_REASON_UNSPECIFIED)),
+        appending(P.turn_start("t1"), P.turn_end("t1", reason=completion_enums.TURN_END_REASON_UNSPECIFIED)),
         "ENUM_UNSPECIFIED",
         "events[1].turn_end.reason",
     ),
@@ -568,7 +589,7 @@ async def _collect(stream) -> list:
     return [item async for item in stream]
 
 
-def _import_stream(*messages: tpb.ImportTranscriptRequest):
+def _import_stream(*messages: transcript_messages.ImportTranscriptRequest):
     async def requests():
         for message in messages:
             yield message
@@ -576,48 +597,55 @@ def _import_stream(*messages: tpb.ImportTranscriptRequest):
     return requests()
 
 
-TARGET = tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id="task-1"))
-CHUNK = tpb.ImportTranscriptRequest(jsonl_chunk=b"")
+TARGET = transcript_messages.ImportTranscriptRequest(
+    target=transcript_messages.ImportTarget(workspace_id=WS, task_id="task-1")
+)
+CHUNK = transcript_messages.ImportTranscriptRequest(jsonl_chunk=b"")
 
 BAD_READS = [
-    ("load", tpb.LoadTranscriptRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
-    ("load", tpb.LoadTranscriptRequest(workspace_id=WS), "FIELD_REQUIRED", "task_id"),
+    ("load", transcript_messages.LoadTranscriptRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
+    ("load", transcript_messages.LoadTranscriptRequest(workspace_id=WS), "FIELD_REQUIRED", "task_id"),
     (
         "load",
-        tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_size=1001),
+        transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_size=1001),
         "VALUE_OUT_OF_RANGE",
         "page_size",
     ),
     (
         "load",
-        tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_size=-1),
+        transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_size=-1),
         "VALUE_OUT_OF_RANGE",
         "page_size",
     ),
     (
         "load",
-        tpb.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_token="not-a-token"),
+        transcript_messages.LoadTranscriptRequest(workspace_id=WS, task_id="task-1", page_token="not-a-token"),
         "FIELD_MALFORMED",
         "page_token",
     ),
-    ("export", tpb.ExportTranscriptRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
-    ("export", tpb.ExportTranscriptRequest(workspace_id=WS, task_id="bad id"), "FIELD_MALFORMED", "task_id"),
+    ("export", transcript_messages.ExportTranscriptRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
+    (
+        "export",
+        transcript_messages.ExportTranscriptRequest(workspace_id=WS, task_id="bad id"),
+        "FIELD_MALFORMED",
+        "task_id",
+    ),
     ("import", (CHUNK,), "FIELD_REQUIRED", "target"),
     ("import", (), "FIELD_REQUIRED", "target"),
     (
         "import",
-        (tpb.ImportTranscriptRequest(target=tpb.ImportTarget(task_id="task-1")),),
+        (transcript_messages.ImportTranscriptRequest(target=transcript_messages.ImportTarget(task_id="task-1")),),
         "FIELD_REQUIRED",
         "target.workspace_id",
     ),
     (
         "import",
-        (tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS)),),
+        (transcript_messages.ImportTranscriptRequest(target=transcript_messages.ImportTarget(workspace_id=WS)),),
         "FIELD_REQUIRED",
         "target.task_id",
     ),
-    ("resolve", tpb.ResolveResumeRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
-    ("resolve", tpb.ResolveResumeRequest(workspace_id=WS), "FIELD_REQUIRED", "task_id"),
+    ("resolve", transcript_messages.ResolveResumeRequest(task_id="task-1"), "FIELD_REQUIRED", "workspace_id"),
+    ("resolve", transcript_messages.ResolveResumeRequest(workspace_id=WS), "FIELD_REQUIRED", "task_id"),
 ]
 
 
@@ -651,7 +679,11 @@ async def test_unknown_tasks_are_not_found(both):
     await rejected(resolve(both, "ghost"), Code.NOT_FOUND, "TASK_NOT_FOUND")
     await rejected(
         both.ts.ImportTranscript(
-            _import_stream(tpb.ImportTranscriptRequest(target=tpb.ImportTarget(workspace_id=WS, task_id="ghost"))),
+            _import_stream(
+                transcript_messages.ImportTranscriptRequest(
+                    target=transcript_messages.ImportTarget(workspace_id=WS, task_id="ghost")
+                )
+            ),
             timeout=CALL_TIMEOUT,
         ),
         Code.NOT_FOUND,

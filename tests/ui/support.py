@@ -17,11 +17,15 @@ from google.protobuf.duration_pb2 import Duration
 
 from funnel.auth.pki import LocalPki, ensure_local_pki
 from funnel.client.connection import Connection
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import completion_pb2_grpc, transcript_pb2_grpc
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
-from funnel.lifecycle.v1 import lifecycle_pb2_grpc
+from funnel.completion.v1 import completion_messages_pb2 as completion_messages
+from funnel.completion.v1 import completion_service_pb2_grpc as completion_grpc
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import transcript_service_pb2_grpc as transcript_grpc
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.grpc_errors import retry_delay
 from funnel_cli.supervisor import ServiceProcess, lifecycle_tls_arguments, spawn, start_pair
 from tests.prometheus import scrape, value
@@ -207,57 +211,63 @@ class Driver:
             grpc.secure_channel(address, credentials, options=OPTIONS)
             for address in (services.lifecycle_address, services.completion_address)
         ]
-        self.lifecycle = lifecycle_pb2_grpc.TaskLifecycleServiceStub(self._channels[0])
-        self.completion = completion_pb2_grpc.CompletionServiceStub(self._channels[1])
-        self.transcripts = transcript_pb2_grpc.TranscriptServiceStub(self._channels[1])
+        self.lifecycle = lifecycle_grpc.TaskLifecycleServiceStub(self._channels[0])
+        self.completion = completion_grpc.CompletionServiceStub(self._channels[1])
+        self.transcripts = transcript_grpc.TranscriptServiceStub(self._channels[1])
 
     def close(self) -> None:
         for channel in self._channels:
             channel.close()
 
-    def register(self, workspace: str, task_id: str, parent: lpb.ParentLink | None = None) -> lpb.RegisterTaskResponse:
+    def register(
+        self, workspace: str, task_id: str, parent: lifecycle_types.ParentLink | None = None
+    ) -> lifecycle_messages.RegisterTaskResponse:
         return self.lifecycle.RegisterTask(
-            lpb.RegisterTaskRequest(
+            lifecycle_messages.RegisterTaskRequest(
                 workspace_id=workspace,
                 task_id=task_id,
-                cause=lpb.Cause(source="test", reason="a task to finish"),
+                cause=lifecycle_types.Cause(source="test", reason="a task to finish"),
                 parent=parent,
             ),
             metadata=self.metadata,
             timeout=10,
         )
 
-    def claim(self, workspace: str, task_id: str, seconds: int = 60) -> cpb.ClaimTaskResponse:
+    def claim(self, workspace: str, task_id: str, seconds: int = 60) -> completion_messages.ClaimTaskResponse:
         return self.completion.ClaimTask(
-            cpb.ClaimTaskRequest(
+            completion_messages.ClaimTaskRequest(
                 workspace_id=workspace, task_id=task_id, agent_id="agent-1", lease_ttl=Duration(seconds=seconds)
             ),
             metadata=self.metadata,
             timeout=10,
         )
 
-    def attempt(self, workspace: str, claim: cpb.ClaimTaskResponse) -> cpb.AttemptCompletionResponse:
+    def attempt(
+        self, workspace: str, claim: completion_messages.ClaimTaskResponse
+    ) -> completion_messages.AttemptCompletionResponse:
         return self.completion.AttemptCompletion(
-            cpb.AttemptCompletionRequest(
+            completion_messages.AttemptCompletionRequest(
                 workspace_id=workspace,
                 task_id=claim.run.task_id,
                 run_id=claim.run.run_id,
                 epoch=claim.lease.epoch,
-                outcome=cpb.REQUESTED_OUTCOME_COMPLETED,
+                outcome=completion_enums.REQUESTED_OUTCOME_COMPLETED,
                 result="done; all tests pass",
             ),
             metadata=self.metadata,
             timeout=10,
         )
 
-    def evidence(self, workspace: str, claim: cpb.ClaimTaskResponse) -> cpb.RecordEvidenceResponse:
+    def evidence(
+        self, workspace: str, claim: completion_messages.ClaimTaskResponse
+    ) -> completion_messages.RecordEvidenceResponse:
         return self.completion.RecordEvidence(
-            cpb.RecordEvidenceRequest(
+            completion_messages.RecordEvidenceRequest(
                 workspace_id=workspace,
                 task_id=claim.run.task_id,
                 generation=claim.run.generation,
                 kind="tests",
-                verdict=cpb.EVIDENCE_VERDICT_PASSED,
+                verdict=completion_enums.EVIDENCE_VERDICT_PASSED,
                 details="pytest: 42 passed",
                 run_id=claim.run.run_id,
             ),
@@ -266,10 +276,13 @@ class Driver:
         )
 
     def complete_run(
-        self, workspace: str, claim: cpb.ClaimTaskResponse, outcome: int = cpb.RUN_OUTCOME_SUCCEEDED
-    ) -> cpb.CompleteRunResponse:
+        self,
+        workspace: str,
+        claim: completion_messages.ClaimTaskResponse,
+        outcome: int = completion_enums.RUN_OUTCOME_SUCCEEDED,
+    ) -> completion_messages.CompleteRunResponse:
         return self.completion.CompleteRun(
-            cpb.CompleteRunRequest(
+            completion_messages.CompleteRunRequest(
                 workspace_id=workspace,
                 run_id=claim.run.run_id,
                 outcome=outcome,
@@ -280,9 +293,11 @@ class Driver:
             timeout=10,
         )
 
-    def renew(self, workspace: str, claim: cpb.ClaimTaskResponse, seconds: int) -> cpb.RenewLeaseResponse:
+    def renew(
+        self, workspace: str, claim: completion_messages.ClaimTaskResponse, seconds: int
+    ) -> completion_messages.RenewLeaseResponse:
         return self.completion.RenewLease(
-            cpb.RenewLeaseRequest(
+            completion_messages.RenewLeaseRequest(
                 workspace_id=workspace,
                 run_id=claim.run.run_id,
                 epoch=claim.lease.epoch,
@@ -292,39 +307,45 @@ class Driver:
             timeout=10,
         )
 
-    def append(self, workspace: str, task_id: str, *events: tpb.SessionEvent) -> None:
+    def append(self, workspace: str, task_id: str, *events: completion_types.SessionEvent) -> None:
         self.transcripts.AppendTranscript(
-            tpb.AppendTranscriptRequest(workspace_id=workspace, task_id=task_id, events=events),
+            transcript_messages.AppendTranscriptRequest(workspace_id=workspace, task_id=task_id, events=events),
             metadata=self.metadata,
             timeout=10,
         )
 
     def lifecycle_sequences(self, workspace: str, task_id: str) -> list[int]:
         listed = self.lifecycle.ListLifecycleEvents(
-            lpb.ListLifecycleEventsRequest(workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10
+            lifecycle_messages.ListLifecycleEventsRequest(workspace_id=workspace, task_id=task_id),
+            metadata=self.metadata,
+            timeout=10,
         )
         return [event.sequence for event in listed.events]
 
     def settle_attempts(self, workspace: str, task_id: str) -> int:
         """The settlement attempts of the task's completions so far."""
         listed = self.completion.ListCompletions(
-            cpb.ListCompletionsRequest(workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10
+            completion_messages.ListCompletionsRequest(workspace_id=workspace, task_id=task_id),
+            metadata=self.metadata,
+            timeout=10,
         )
         return sum(completion.settle_attempts for completion in listed.completions)
 
     def completion_sequences(self, workspace: str, task_id: str) -> list[int]:
         listed = self.completion.ListCompletionEvents(
-            cpb.ListCompletionEventsRequest(workspace_id=workspace, task_id=task_id), metadata=self.metadata, timeout=10
+            completion_messages.ListCompletionEventsRequest(workspace_id=workspace, task_id=task_id),
+            metadata=self.metadata,
+            timeout=10,
         )
         return [event.sequence for event in listed.events]
 
-    def completed(self, workspace: str, task_id: str) -> cpb.ClaimTaskResponse:
+    def completed(self, workspace: str, task_id: str) -> completion_messages.ClaimTaskResponse:
         """register -> claim -> evidence -> attempt (ALLOW, settled)."""
         self.register(workspace, task_id)
         claim = self.claim(workspace, task_id)
         self.evidence(workspace, claim)
         allowed = self.attempt(workspace, claim)
-        assert allowed.decision.verdict == cpb.VERDICT_ALLOW, allowed.decision.instruction
+        assert allowed.decision.verdict == completion_enums.VERDICT_ALLOW, allowed.decision.instruction
         return claim
 
 
@@ -336,12 +357,12 @@ async def register_many(services: Services, token: str, workspace: str, task_ids
     pki = LocalPki(services.data / "tls")
     connection = Connection(token, pki.ca.read_bytes(), pki.cert("client").read_bytes(), pki.key("client").read_bytes())
     async with connection.channel(services.lifecycle_address) as channel:
-        stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        stub = lifecycle_grpc.TaskLifecycleServiceStub(channel)
         pending = iter(task_ids)
 
         async def worker() -> None:
             for task_id in pending:
-                request = lpb.RegisterTaskRequest(workspace_id=workspace, task_id=task_id)
+                request = lifecycle_messages.RegisterTaskRequest(workspace_id=workspace, task_id=task_id)
                 await honouring_retry_info(lambda request=request: stub.RegisterTask(request, timeout=60))
 
         await asyncio.gather(*(worker() for _ in range(CONCURRENT)))
@@ -357,14 +378,14 @@ async def change_at_rate(
     pki = LocalPki(services.data / "tls")
     connection = Connection(token, pki.ca.read_bytes(), pki.cert("client").read_bytes(), pki.key("client").read_bytes())
     async with connection.channel(services.lifecycle_address) as channel:
-        stub = lifecycle_pb2_grpc.TaskLifecycleServiceStub(channel)
+        stub = lifecycle_grpc.TaskLifecycleServiceStub(channel)
         slots = asyncio.Semaphore(CONCURRENT)
         loop = asyncio.get_running_loop()
         started = loop.time()
 
         async def change(task_id: str, status: int) -> None:
             try:
-                request = lpb.SetWorkStatusRequest(
+                request = lifecycle_messages.SetWorkStatusRequest(
                     workspace_id=workspace, task_id=task_id, generation=1, work_status=status
                 )
                 await honouring_retry_info(lambda: stub.SetWorkStatus(request, timeout=60))

@@ -17,9 +17,11 @@ import grpc
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from tests.ui.support import Dashboard, change_at_rate, register_many, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -110,14 +112,14 @@ def test_the_page_follows_the_story_as_each_state_commits(page, dashboard, drive
     expect(page.locator("#runs")).to_contain_text(claim.run.run_id)
 
     blocked = driver.attempt(WS, claim)
-    assert blocked.decision.verdict == cpb.VERDICT_SOFT_BLOCK
+    assert blocked.decision.verdict == completion_enums.VERDICT_SOFT_BLOCK
     blocked_row = page.locator("#attempts tr[data-kind=DECISION_BLOCKED]")
     expect(blocked_row).to_contain_text("SOFT_BLOCK · next action RECORD_EVIDENCE", timeout=LIVE)
     expect(blocked_row.locator("details summary")).to_contain_text("gate trace")
     expect(badge(page)).to_have_text("active")
 
     driver.evidence(WS, claim)
-    assert driver.attempt(WS, claim).decision.verdict == cpb.VERDICT_ALLOW
+    assert driver.attempt(WS, claim).decision.verdict == completion_enums.VERDICT_ALLOW
     expect(page.locator("#timeline tr[data-outcome=COMPLETED]")).to_have_count(1, timeout=LIVE)
     expect(badge(page)).to_have_text("completed")
     expect(page.locator("#completions .settlement")).to_contain_text("settled at lifecycle revision")
@@ -177,7 +179,7 @@ def test_a_stalled_close_shows_without_reload(page, dashboard, driver):
     open_live(page, f"{dashboard.url}/w/{WS}/t/stalled-1")
     run = page.locator(f"#run-{claim.run.run_id}")
     expect(run).to_have_attribute("data-lease", "live")
-    driver.complete_run(WS, claim, cpb.RUN_OUTCOME_STALLED)
+    driver.complete_run(WS, claim, completion_enums.RUN_OUTCOME_STALLED)
     expect(run).to_have_attribute("data-outcome", "stalled", timeout=LIVE)
     expect(page.locator("#attempts tr[data-kind=RUN_CLOSED]")).to_contain_text("closed stalled")
     assert page.evaluate("window.notReloaded") is True
@@ -192,7 +194,7 @@ def test_a_failed_close_that_commits_after_its_lifecycle_event_shows_without_rel
     run = page.locator(f"#run-{claim.run.run_id}")
     expect(run).to_have_attribute("data-lease", "live")
     with ThreadPoolExecutor(1) as pool, services.completion_writes_held():
-        closing = pool.submit(driver.complete_run, WS, claim, cpb.RUN_OUTCOME_FAILED)
+        closing = pool.submit(driver.complete_run, WS, claim, completion_enums.RUN_OUTCOME_FAILED)
         expect(page.locator("#task-head")).to_contain_text("blocked", timeout=LIVE)
     closing.result()
     expect(run).to_have_attribute("data-outcome", "failed", timeout=LIVE)
@@ -275,7 +277,7 @@ def test_the_attention_page_shows_a_pending_settlement_while_the_lifecycle_servi
     try:
         allowed = driver.attempt(WS, claim)
         assert services.lifecycle.process.wait(10) != 0
-        assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+        assert allowed.completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING
         row = attention_rows(page, "pending", "att-held-1")
         expect(row).to_have_count(1, timeout=LIVE)
         expect(row).to_contain_text(allowed.completion.completion_id)
@@ -299,7 +301,7 @@ def test_the_attention_page_shows_a_lapsed_lease_and_a_run_open_long(page, dashb
     # Both by time alone: no event says a lease lapsed or a run grew old.
     expect(attention_rows(page, "expired", "att-lapse-1")).to_have_count(1, timeout=LIVE)
     expect(attention_rows(page, "long", "att-long-1")).to_have_count(1, timeout=LIVE)
-    driver.complete_run(WS, long_claim, cpb.RUN_OUTCOME_STALLED)
+    driver.complete_run(WS, long_claim, completion_enums.RUN_OUTCOME_STALLED)
     expect(attention_rows(page, "long", "att-long-1")).to_have_count(0, timeout=LIVE)
     assert page.evaluate("window.notReloaded") is True
 
@@ -310,9 +312,9 @@ def test_the_synthetic_closer_of_an_interrupted_turn_is_marked(page, dashboard, 
     driver.append(
         WS,
         "interrupted-1",
-        tpb.SessionEvent(user_message=tpb.UserMessage(text="fix the <login> bug")),
-        tpb.SessionEvent(turn_start=tpb.TurnStart(turn_id="turn-1")),
-        tpb.SessionEvent(assistant_message=tpb.AssistantMessage(text="Looking at it.")),
+        completion_types.SessionEvent(user_message=completion_types.UserMessage(text="fix the <login> bug")),
+        completion_types.SessionEvent(turn_start=completion_types.TurnStart(turn_id="turn-1")),
+        completion_types.SessionEvent(assistant_message=completion_types.AssistantMessage(text="Looking at it.")),
     )
     # The run ends with its turn open: loading the transcript closes the turn
     # durably, and the page marks the synthetic closer as such.
@@ -339,8 +341,8 @@ def test_a_held_back_settlement_shows_committed_not_completed(page, dashboard, d
     try:
         allowed = driver.attempt(WS, claim)
         assert services.lifecycle.process.wait(10) != 0
-        assert allowed.decision.verdict == cpb.VERDICT_ALLOW
-        assert allowed.completion.settlement == cpb.SETTLEMENT_STATUS_PENDING
+        assert allowed.decision.verdict == completion_enums.VERDICT_ALLOW
+        assert allowed.completion.settlement == completion_enums.SETTLEMENT_STATUS_PENDING
         expect(page.locator("#attempts tr[data-kind=COMPLETION_COMMITTED]")).to_have_count(1, timeout=LIVE)
         expect(badge(page)).to_have_text("completion committed, settling")
         expect(page.locator("#completions .settlement")).to_have_text("committed, settling")
@@ -379,13 +381,13 @@ def settled(driver, task_id: str) -> bool:
     test of how fast the page follows starts its clock here, once the event exists."""
     try:
         task = driver.lifecycle.GetTask(
-            lpb.GetTaskRequest(workspace_id=WS, task_id=task_id), metadata=driver.metadata, timeout=10
+            lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id=task_id), metadata=driver.metadata, timeout=10
         ).task
     except grpc.RpcError as error:
         if error.code() != grpc.StatusCode.UNAVAILABLE:  # not listening yet
             raise
         return False
-    return task.outcome == lpb.TERMINAL_OUTCOME_COMPLETED
+    return task.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED
 
 
 def answered(call) -> bool:
@@ -409,7 +411,7 @@ def test_a_broken_event_stream_resumes_without_gap_or_duplicate(page, dashboard,
     expect(page.locator("#live")).to_have_text("reconnecting…", timeout=LIVE)
     claim = driver.claim(WS, "reconnect-1")  # committed while nobody streams
     blocked = driver.attempt(WS, claim)
-    assert blocked.decision.verdict == cpb.VERDICT_SOFT_BLOCK
+    assert blocked.decision.verdict == completion_enums.VERDICT_SOFT_BLOCK
     dashboard.start()  # a fresh process: all it knows is the browser's Last-Event-ID
 
     expect(page.locator("body")).to_have_attribute("data-opens", "2", timeout=LIVE)
@@ -623,13 +625,17 @@ def test_the_list_of_10000_tasks_follows_100_changes_a_second_coalesced_and_stay
     before = int(page.evaluate("document.body.dataset.messages || '0'"))
     page.evaluate("window.responsiveness.reset()")
     tasks = [f"bulk-{number:05d}" for number in range(0, BULK, BULK * 2 // BURST)]
-    changes = [(t, lpb.WORK_STATUS_BLOCKED) for t in tasks] + [(t, lpb.WORK_STATUS_READY) for t in tasks]
+    changes = [(t, lifecycle_enums.WORK_STATUS_BLOCKED) for t in tasks] + [
+        (t, lifecycle_enums.WORK_STATUS_READY) for t in tasks
+    ]
     took = in_thread(change_at_rate(services, services.token("bulk-rate", ["bulk:host"]), "bulk", changes, RATE))
     answered = time.monotonic()
 
     rows = page.locator("#tasks > tr")
     listed = driver.lifecycle.ListTasks(
-        lpb.ListTasksRequest(workspace_id="bulk", page_size=200, order=lpb.TASK_ORDER_LAST_CHANGE),
+        lifecycle_messages.ListTasksRequest(
+            workspace_id="bulk", page_size=200, order=lifecycle_enums.TASK_ORDER_LAST_CHANGE
+        ),
         metadata=driver.metadata,
         timeout=10,
     )
@@ -652,9 +658,9 @@ def test_the_list_of_10000_tasks_follows_100_changes_a_second_coalesced_and_stay
     blocked = sum(
         c.tasks
         for c in driver.lifecycle.CountTasks(
-            lpb.CountTasksRequest(workspace_id="bulk"), metadata=driver.metadata, timeout=10
+            lifecycle_messages.CountTasksRequest(workspace_id="bulk"), metadata=driver.metadata, timeout=10
         ).counts
-        if c.work_status == lpb.WORK_STATUS_BLOCKED
+        if c.work_status == lifecycle_enums.WORK_STATUS_BLOCKED
     )
     expect(page.locator("#counts a[data-work-status=BLOCKED] b")).to_have_text(str(blocked), timeout=LIVE)
     assert messages < BURST / 2, f"{messages} messages for {BURST} changes: the list did not coalesce"
@@ -723,9 +729,11 @@ def test_buttons_show_only_where_the_action_token_grants_and_a_refusal_shows_the
     expect(action_buttons(page)).to_have_text(["Request cancellation"])
     for workspace in (WS, OTHER):
         task = driver.lifecycle.GetTask(
-            lpb.GetTaskRequest(workspace_id=workspace, task_id="grant-open-1"), metadata=driver.metadata, timeout=10
+            lifecycle_messages.GetTaskRequest(workspace_id=workspace, task_id="grant-open-1"),
+            metadata=driver.metadata,
+            timeout=10,
         ).task
-        assert task.cancellation != lpb.CANCELLATION_STATE_REQUESTED
+        assert task.cancellation != lifecycle_enums.CANCELLATION_STATE_REQUESTED
 
 
 def test_a_completion_the_lifecycle_rejected_is_listed_until_a_later_one_settles(page, dashboard, driver):
@@ -736,13 +744,17 @@ def test_a_completion_the_lifecycle_rejected_is_listed_until_a_later_one_settles
     driver.register(KIDS, "att-parent-1")
     claim = driver.claim(KIDS, "att-parent-1")
     driver.register(
-        KIDS, "att-child-1", lpb.ParentLink(task_id="att-parent-1", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)
+        KIDS,
+        "att-child-1",
+        lifecycle_types.ParentLink(
+            task_id="att-parent-1", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+        ),
     )
     open_live(page, f"{dashboard.url}/w/{KIDS}/attention")
     expect(attention_rows(page, "rejected", "att-parent-1")).to_have_count(0)
 
     refused = driver.attempt(KIDS, claim)
-    assert refused.completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
+    assert refused.completion.settlement == completion_enums.SETTLEMENT_STATUS_REJECTED
     assert refused.completion.terminalization_error_reason == "ACTIVE_ATTACHED_CHILD"
     row = attention_rows(page, "rejected", "att-parent-1")
     expect(row).to_have_count(1, timeout=LIVE)
@@ -751,7 +763,7 @@ def test_a_completion_the_lifecycle_rejected_is_listed_until_a_later_one_settles
     expect(page.locator("#attention-rejected .count")).to_have_text("1")
 
     child = driver.claim(KIDS, "att-child-1")
-    assert driver.attempt(KIDS, child).decision.verdict == cpb.VERDICT_ALLOW
+    assert driver.attempt(KIDS, child).decision.verdict == completion_enums.VERDICT_ALLOW
     wait_until(lambda: answered(lambda: driver.attempt(KIDS, claim)), LIVE / 1000, "the parent's attempt answered")
     expect(attention_rows(page, "rejected", "att-parent-1")).to_have_count(0, timeout=LIVE)
     assert page.evaluate("window.notReloaded") is True
@@ -761,9 +773,13 @@ def test_a_rejected_completions_row_links_to_its_task(page, dashboard, driver):
     driver.register(KIDS, "att-parent-2")
     claim = driver.claim(KIDS, "att-parent-2")
     driver.register(
-        KIDS, "att-child-2", lpb.ParentLink(task_id="att-parent-2", generation=1, mode=lpb.PARENT_LINK_MODE_ATTACHED)
+        KIDS,
+        "att-child-2",
+        lifecycle_types.ParentLink(
+            task_id="att-parent-2", generation=1, mode=lifecycle_enums.PARENT_LINK_MODE_ATTACHED
+        ),
     )
-    assert driver.attempt(KIDS, claim).completion.settlement == cpb.SETTLEMENT_STATUS_REJECTED
+    assert driver.attempt(KIDS, claim).completion.settlement == completion_enums.SETTLEMENT_STATUS_REJECTED
     page.goto(f"{dashboard.url}/w/{KIDS}/attention")
     attention_rows(page, "rejected", "att-parent-2").get_by_role("link", name="att-parent-2").click()
     expect(page).to_have_url(f"{dashboard.url}/w/{KIDS}/t/att-parent-2")

@@ -10,7 +10,8 @@ import http.client
 import re
 from urllib.parse import urlencode
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from tests.ui.support import Dashboard
 
 WS = "demo"
@@ -68,15 +69,15 @@ def test_a_foreign_host_or_origin_on_127_0_0_2_reads_nothing_and_acts_on_nothing
         assert request("127.0.0.2", ui.port, "POST", f"{page}/cancel", rebound | posted, body)[0] == 400
         assert request("127.0.0.2", ui.port, "POST", f"{page}/cancel", foreign | posted, body)[0] == 403
         task = driver.lifecycle.GetTask(
-            lpb.GetTaskRequest(workspace_id=WS, task_id="hosts-2"), metadata=driver.metadata, timeout=10
+            lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="hosts-2"), metadata=driver.metadata, timeout=10
         ).task
-        assert task.cancellation == lpb.CANCELLATION_STATE_NONE
+        assert task.cancellation == lifecycle_enums.CANCELLATION_STATE_NONE
 
         # Its own origin is answered: the refusals were about the names.
         same = {"Host": own, "Origin": f"http://{own}"}
         assert request("127.0.0.2", ui.port, "GET", stream, same)[0] == 200
         assert request("127.0.0.2", ui.port, "POST", f"{page}/cancel", same | posted, body)[0] == 303
     task = driver.lifecycle.GetTask(
-        lpb.GetTaskRequest(workspace_id=WS, task_id="hosts-2"), metadata=driver.metadata, timeout=10
+        lifecycle_messages.GetTaskRequest(workspace_id=WS, task_id="hosts-2"), metadata=driver.metadata, timeout=10
     ).task
-    assert task.cancellation == lpb.CANCELLATION_STATE_REQUESTED
+    assert task.cancellation == lifecycle_enums.CANCELLATION_STATE_REQUESTED

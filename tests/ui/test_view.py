@@ -12,9 +12,12 @@ import pytest
 
 from funnel.auth.hosts import own_names
 from funnel.auth.tokens import SigningKey
-from funnel.completion.v1 import completion_pb2 as cpb
-from funnel.completion.v1 import transcript_pb2 as tpb
-from funnel.lifecycle.v1 import lifecycle_pb2 as lpb
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
+from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel_ui import grants, render, view
 from funnel_ui.app import same_origin
 from funnel_ui.view import Cursor, Lifecycle, Settlement
@@ -117,31 +120,36 @@ def test_no_completion_fact_makes_a_task_terminal():
             assert not TERMINAL_WORDS.search(shown), shown
 
 
-def event(kind: int, completion_id: str = "cmp_1", **fields) -> cpb.CompletionEvent:
-    return cpb.CompletionEvent(kind=kind, completion_id=completion_id, generation=1, **fields)
+def event(kind: int, completion_id: str = "cmp_1", **fields) -> completion_types.CompletionEvent:
+    return completion_types.CompletionEvent(kind=kind, completion_id=completion_id, generation=1, **fields)
 
 
 SETTLEMENT_STEPS = [
-    ("committed", {}, event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "PENDING"),
+    ("committed", {}, event(completion_enums.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "PENDING"),
     (
         "settled",
         settled("PENDING"),
-        event(cpb.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, lifecycle_revision=4),
+        event(completion_enums.COMPLETION_EVENT_KIND_COMPLETION_SETTLED, lifecycle_revision=4),
         "SETTLED",
     ),
     (
         "rejected",
         settled("PENDING"),
-        event(cpb.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR, error_reason="X"),
+        event(completion_enums.COMPLETION_EVENT_KIND_TERMINALIZATION_ERROR, error_reason="X"),
         "REJECTED",
     ),
     (
         "a replayed commit cannot take a settlement back",
         settled("SETTLED"),
-        event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED),
+        event(completion_enums.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED),
         "SETTLED",
     ),
-    ("nor un-reject one", settled("REJECTED"), event(cpb.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED), "REJECTED"),
+    (
+        "nor un-reject one",
+        settled("REJECTED"),
+        event(completion_enums.COMPLETION_EVENT_KIND_COMPLETION_COMMITTED),
+        "REJECTED",
+    ),
 ]
 
 
@@ -158,24 +166,39 @@ def test_a_read_brings_settlements_no_event_told_and_takes_none_back():
 
 
 def test_a_blocked_decision_is_no_settlement():
-    assert view.apply_completion_event({}, event(cpb.COMPLETION_EVENT_KIND_DECISION_BLOCKED, completion_id="")) == {}
+    assert (
+        view.apply_completion_event(
+            {}, event(completion_enums.COMPLETION_EVENT_KIND_DECISION_BLOCKED, completion_id="")
+        )
+        == {}
+    )
 
 
 def test_the_higher_revision_wins_whatever_the_arrival_order():
     read = Lifecycle("t1", 1, 5, "TERMINAL", "COMPLETED")
     replayed = view.lifecycle_from_event(
-        lpb.LifecycleEvent(task_id="t1", generation=1, revision=4, to_state=lpb.GENERATION_STATE_ACTIVE)
+        lifecycle_types.LifecycleEvent(
+            task_id="t1", generation=1, revision=4, to_state=lifecycle_enums.GENERATION_STATE_ACTIVE
+        )
     )
     assert view.newer(read, replayed) is read
     assert view.newer(None, replayed) is replayed
     assert view.newer(replayed, read) is read
 
 
-def advice(ask: int, primary: int, secondary: int = 0, generation: int = 1) -> tpb.ResolveResumeResponse:
-    return tpb.ResolveResumeResponse(ask=ask, primary=primary, secondary=secondary, generation=generation)
+def advice(
+    ask: int, primary: int, secondary: int = 0, generation: int = 1
+) -> transcript_messages.ResolveResumeResponse:
+    return transcript_messages.ResolveResumeResponse(
+        ask=ask, primary=primary, secondary=secondary, generation=generation
+    )
 
 
-COMPLETED_ADVICE = advice(tpb.RESUME_ASK_RESUME_COMPLETED_TASK, tpb.HOST_ACTION_RESUME_TASK, tpb.HOST_ACTION_NEW_TASK)
+COMPLETED_ADVICE = advice(
+    completion_enums.RESUME_ASK_RESUME_COMPLETED_TASK,
+    completion_enums.HOST_ACTION_RESUME_TASK,
+    completion_enums.HOST_ACTION_NEW_TASK,
+)
 ACTIONS = [
     ("viewer: nothing", life("TERMINAL", outcome="COMPLETED"), COMPLETED_ADVICE, NOTHING, []),
     ("viewer on an open task: nothing", life("ACTIVE"), None, NOTHING, []),
@@ -196,7 +219,7 @@ ACTIONS = [
     (
         "ended: a new chat only",
         life("TERMINAL", outcome="CANCELLED"),
-        advice(tpb.RESUME_ASK_RESUME_ENDED_TASK, tpb.HOST_ACTION_NEW_TASK),
+        advice(completion_enums.RESUME_ASK_RESUME_ENDED_TASK, completion_enums.HOST_ACTION_NEW_TASK),
         EVERY,
         [("new-chat", "New chat", True)],
     ),
@@ -270,11 +293,11 @@ def test_a_filter_is_sent_to_the_service_and_judges_live_rows_as_the_service_wou
     blocked = view.Filter(state="ACTIVE", work_status="BLOCKED", prefix="t-", order="changed")
     request = blocked.list_request("ws", 50, "token")
     assert (request.state, request.outcome, request.work_status, request.task_id_prefix, request.order) == (
-        lpb.GENERATION_STATE_ACTIVE,
+        lifecycle_enums.GENERATION_STATE_ACTIVE,
         0,
-        lpb.WORK_STATUS_BLOCKED,
+        lifecycle_enums.WORK_STATUS_BLOCKED,
         "t-",
-        lpb.TASK_ORDER_LAST_CHANGE,
+        lifecycle_enums.TASK_ORDER_LAST_CHANGE,
     )
     assert (request.page_size, request.page_token) == (50, "token")
     assert blocked.query == {"state": "ACTIVE", "work_status": "BLOCKED", "q": "t-", "sort": "changed"}
@@ -299,21 +322,26 @@ def test_a_live_page_admits_a_task_in_its_range_or_on_top_of_the_first_page_of_c
 def test_service_text_is_escaped():
     hostile = "<script>alert(1)</script>\"'"
     row = render.lifecycle_row(
-        lpb.LifecycleEvent(
+        lifecycle_types.LifecycleEvent(
             sequence=1,
             task_id="t1",
-            cause=lpb.Cause(source=hostile, reason=hostile),
-            caller=lpb.Caller(subject=hostile, role="host"),
+            cause=lifecycle_types.Cause(source=hostile, reason=hostile),
+            caller=lifecycle_types.Caller(subject=hostile, role="host"),
         )
     )
     assert "<script>" not in row and "&lt;script&gt;" in row and "&quot;" in row
     completion = render.completion_event_row(
-        cpb.CompletionEvent(
-            sequence=2, decision=cpb.Decision(instruction=hostile, trace=[cpb.GateResult(gate_id="g", reason=hostile)])
+        completion_types.CompletionEvent(
+            sequence=2,
+            decision=completion_types.Decision(
+                instruction=hostile, trace=[completion_types.GateResult(gate_id="g", reason=hostile)]
+            ),
         )
     )
     assert "<script>" not in completion
-    page = render.task_list("w", view.Filter(prefix=hostile), [], {}, "", Cursor(), lpb.CountTasksResponse())
+    page = render.task_list(
+        "w", view.Filter(prefix=hostile), [], {}, "", Cursor(), lifecycle_messages.CountTasksResponse()
+    )
     assert "<script>alert" not in page
 
 
@@ -352,8 +380,8 @@ def test_a_listener_answers_its_own_names_by_default(listen, names):
 # -- what needs attention ------------------------------------------------------------
 
 
-def open_run(run_id: str, claimed: float, lease_until: float, closed: bool = False) -> cpb.Run:
-    run = cpb.Run(run_id=run_id, task_id=f"task-{run_id}")
+def open_run(run_id: str, claimed: float, lease_until: float, closed: bool = False) -> completion_types.Run:
+    run = completion_types.Run(run_id=run_id, task_id=f"task-{run_id}")
     run.claim_time.FromNanoseconds(int(claimed * 1e9))
     run.lease_expire_time.FromNanoseconds(int(lease_until * 1e9))
     if closed:
@@ -389,22 +417,22 @@ def test_open_runs_need_attention_when_their_lease_lapsed_or_they_are_open_past_
     ],
 )
 def test_a_rejected_completion_stands_while_its_task_is_open_at_its_generation(case, task, stands):
-    rejected = cpb.Completion(
-        completion_id="cmp_1", task_id="t1", generation=1, settlement=cpb.SETTLEMENT_STATUS_REJECTED
+    rejected = completion_types.Completion(
+        completion_id="cmp_1", task_id="t1", generation=1, settlement=completion_enums.SETTLEMENT_STATUS_REJECTED
     )
     assert view.still_rejected(rejected, task) is stands
 
 
 def test_the_attention_panel_links_each_entry_to_its_task_and_escapes_service_text():
     hostile = "<script>alert(1)</script>"
-    pending = cpb.Completion(
-        completion_id="cmp_p", task_id="t-pending", generation=1, settlement=cpb.SETTLEMENT_STATUS_PENDING
+    pending = completion_types.Completion(
+        completion_id="cmp_p", task_id="t-pending", generation=1, settlement=completion_enums.SETTLEMENT_STATUS_PENDING
     )
-    rejected = cpb.Completion(
+    rejected = completion_types.Completion(
         completion_id="cmp_r",
         task_id="t-rejected",
         generation=1,
-        settlement=cpb.SETTLEMENT_STATUS_REJECTED,
+        settlement=completion_enums.SETTLEMENT_STATUS_REJECTED,
         terminalization_error_reason="CANCELLATION_FENCED",
         terminalization_error_message=hostile,
     )
@@ -420,13 +448,15 @@ def test_the_attention_panel_links_each_entry_to_its_task_and_escapes_service_te
 
 
 def completion_at(completion_id: str, task_id: str, committed: float, status: int, generation: int = 1):
-    completion = cpb.Completion(completion_id=completion_id, task_id=task_id, generation=generation, settlement=status)
+    completion = completion_types.Completion(
+        completion_id=completion_id, task_id=task_id, generation=generation, settlement=status
+    )
     completion.commit_time.FromNanoseconds(int(committed * 1e9))
     return completion
 
 
 def test_of_the_rejections_each_tasks_latest_counts_unless_a_later_completion_is_pending():
-    rejected_, pending_ = cpb.SETTLEMENT_STATUS_REJECTED, cpb.SETTLEMENT_STATUS_PENDING
+    rejected_, pending_ = completion_enums.SETTLEMENT_STATUS_REJECTED, completion_enums.SETTLEMENT_STATUS_PENDING
     rejected = [
         completion_at("a-1", "a", 10, rejected_),
         completion_at("b-1", "b", 20, rejected_),

@@ -2,9 +2,9 @@
 // gRPC over HTTP/2 with TLS), a bearer token on every call, a default deadline.
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { CompletionService } from "./gen/funnel/completion/v1/completion_pb.js";
-import { TranscriptService } from "./gen/funnel/completion/v1/transcript_pb.js";
-import { TaskLifecycleService } from "./gen/funnel/lifecycle/v1/lifecycle_pb.js";
+import { CompletionService } from "./gen/funnel/completion/v1/completion_service_pb.js";
+import { TranscriptService } from "./gen/funnel/completion/v1/transcript_service_pb.js";
+import { TaskLifecycleService } from "./gen/funnel/lifecycle/v1/service_pb.js";
 
 /** A bearer token, or a function returning the current one (called per call). */
 export type TokenSource = string | (() => string | Promise<string>);

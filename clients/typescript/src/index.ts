@@ -1,10 +1,11 @@
 // @funnel/client: generated types and clients for funnel's two services,
 // errorDetails() for their errors, a session object for a claimed run and the
-// request ids `funnel mcp` derives. The generated modules are re-exported as
-// namespaces because both packages define `ErrorReason`, `ErrorDetails` and `Caller`.
-export * as lifecycle from "./gen/funnel/lifecycle/v1/lifecycle_pb.js";
-export * as completion from "./gen/funnel/completion/v1/completion_pb.js";
-export * as transcript from "./gen/funnel/completion/v1/transcript_pb.js";
+// request ids `funnel mcp` derives. The generated code is exported as one
+// namespace per proto package (`lifecycle`: funnel.lifecycle.v1, `completion`:
+// funnel.completion.v1) because both packages define `ErrorReason`,
+// `ErrorDetails` and `Caller`.
+export * as lifecycle from "./lifecycle.js";
+export * as completion from "./completion.js";
 export * as rpc from "./gen/google/rpc/error_details_pb.js";
 export {
   bearer,

@@ -5,17 +5,14 @@
 // a repeat with the same call id is answered with the first answer.
 import type { CallOptions } from "@connectrpc/connect";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import {
-  EvidenceVerdict,
-  FinalStatus,
-  RequestedOutcome,
-  RunOutcome,
-  type AttemptCompletionResponse,
-  type CompleteRunResponse,
-  type RecordEvidenceResponse,
-  type RenewLeaseResponse,
-  type Run,
-} from "./gen/funnel/completion/v1/completion_pb.js";
+import type {
+  AttemptCompletionResponse,
+  CompleteRunResponse,
+  RecordEvidenceResponse,
+  RenewLeaseResponse,
+} from "./gen/funnel/completion/v1/completion_messages_pb.js";
+import { EvidenceVerdict, FinalStatus, RequestedOutcome, RunOutcome } from "./gen/funnel/completion/v1/enums_pb.js";
+import type { Run } from "./gen/funnel/completion/v1/types_pb.js";
 import type { CompletionClient } from "./connect.js";
 import { callIdentity, requestId, type CallId, type JsonValue } from "./idempotency.js";
 

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { CALL_ID_META_KEY, callIdentity, requestId, type JsonValue } from "../src/index.js";
 import { pythonJson } from "../src/idempotency.js";
 import { attemptArguments, claimArguments, closeArguments, evidenceArguments } from "../src/session.js";
-import { EvidenceVerdict, FinalStatus, RequestedOutcome, RunOutcome } from "../src/gen/funnel/completion/v1/completion_pb.js";
+import { EvidenceVerdict, FinalStatus, RequestedOutcome, RunOutcome } from "../src/gen/funnel/completion/v1/enums_pb.js";
 
 // dist/test/ -> the repository's tests/contract/ unless the environment names the file.
 const VECTORS_PATH = process.env.FUNNEL_REQUEST_ID_VECTORS

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from funnel.lifecycle.v1 import lifecycle_pb2 as funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2
+from funnel.lifecycle.v1 import messages_pb2 as funnel_dot_lifecycle_dot_v1_dot_messages__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in funnel/lifecycle/v1/lifecycle_pb2_grpc.py depends on'
+        + ' but the generated code in funnel/lifecycle/v1/service_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class TaskLifecycleServiceStub:
-    """The lifecycle authority. See the file comment for the laws and conventions.
+    """The lifecycle authority. See the file comment for its laws and conventions,
+    protos/README.md for those of every service.
     """
 
     def __init__(self, channel):
@@ -37,93 +38,94 @@ class TaskLifecycleServiceStub:
         """
         self.RegisterTask = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/RegisterTask',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RegisterTaskRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RegisterTaskResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RegisterTaskRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RegisterTaskResponse.FromString,
                 _registered_method=True)
         self.ActivateGeneration = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/ActivateGeneration',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ActivateGenerationRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ActivateGenerationResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ActivateGenerationRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ActivateGenerationResponse.FromString,
                 _registered_method=True)
         self.SuspendGeneration = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/SuspendGeneration',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SuspendGenerationRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SuspendGenerationResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SuspendGenerationRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SuspendGenerationResponse.FromString,
                 _registered_method=True)
         self.ResumeWithGeneration = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/ResumeWithGeneration',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ResumeWithGenerationRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ResumeWithGenerationResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ResumeWithGenerationRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ResumeWithGenerationResponse.FromString,
                 _registered_method=True)
         self.RequestCancellation = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/RequestCancellation',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RequestCancellationRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RequestCancellationResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RequestCancellationRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RequestCancellationResponse.FromString,
                 _registered_method=True)
         self.SettleCancellation = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/SettleCancellation',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCancellationRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCancellationResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCancellationRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCancellationResponse.FromString,
                 _registered_method=True)
         self.SettleCompletion = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/SettleCompletion',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionResponse.FromString,
                 _registered_method=True)
         self.SettleCompletions = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/SettleCompletions',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionsRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionsResponse.FromString,
                 _registered_method=True)
         self.SettleFailure = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/SettleFailure',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleFailureRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleFailureResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleFailureRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleFailureResponse.FromString,
                 _registered_method=True)
         self.SettleTimeout = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/SettleTimeout',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleTimeoutRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleTimeoutResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleTimeoutRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleTimeoutResponse.FromString,
                 _registered_method=True)
         self.PropagateParentTermination = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/PropagateParentTermination',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.PropagateParentTerminationRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.PropagateParentTerminationResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.PropagateParentTerminationRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.PropagateParentTerminationResponse.FromString,
                 _registered_method=True)
         self.SetWorkStatus = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/SetWorkStatus',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SetWorkStatusRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SetWorkStatusResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SetWorkStatusRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SetWorkStatusResponse.FromString,
                 _registered_method=True)
         self.GetTask = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/GetTask',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetTaskRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetTaskResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.GetTaskRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.GetTaskResponse.FromString,
                 _registered_method=True)
         self.ListTasks = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/ListTasks',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListTasksResponse.FromString,
                 _registered_method=True)
         self.CountTasks = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/CountTasks',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.CountTasksRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.CountTasksResponse.FromString,
                 _registered_method=True)
         self.ListLifecycleEvents = channel.unary_unary(
                 '/funnel.lifecycle.v1.TaskLifecycleService/ListLifecycleEvents',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLifecycleEventsRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLifecycleEventsResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListLifecycleEventsRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListLifecycleEventsResponse.FromString,
                 _registered_method=True)
         self.WatchLifecycleEvents = channel.unary_stream(
                 '/funnel.lifecycle.v1.TaskLifecycleService/WatchLifecycleEvents',
-                request_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.WatchLifecycleEventsRequest.SerializeToString,
-                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.WatchLifecycleEventsResponse.FromString,
+                request_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.WatchLifecycleEventsRequest.SerializeToString,
+                response_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.WatchLifecycleEventsResponse.FromString,
                 _registered_method=True)
 
 
 class TaskLifecycleServiceServicer:
-    """The lifecycle authority. See the file comment for the laws and conventions.
+    """The lifecycle authority. See the file comment for its laws and conventions,
+    protos/README.md for those of every service.
     """
 
     def RegisterTask(self, request, context):
@@ -399,88 +401,88 @@ def add_TaskLifecycleServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RegisterTask': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterTask,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RegisterTaskRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RegisterTaskResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RegisterTaskRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RegisterTaskResponse.SerializeToString,
             ),
             'ActivateGeneration': grpc.unary_unary_rpc_method_handler(
                     servicer.ActivateGeneration,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ActivateGenerationRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ActivateGenerationResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ActivateGenerationRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ActivateGenerationResponse.SerializeToString,
             ),
             'SuspendGeneration': grpc.unary_unary_rpc_method_handler(
                     servicer.SuspendGeneration,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SuspendGenerationRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SuspendGenerationResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SuspendGenerationRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SuspendGenerationResponse.SerializeToString,
             ),
             'ResumeWithGeneration': grpc.unary_unary_rpc_method_handler(
                     servicer.ResumeWithGeneration,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ResumeWithGenerationRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ResumeWithGenerationResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ResumeWithGenerationRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ResumeWithGenerationResponse.SerializeToString,
             ),
             'RequestCancellation': grpc.unary_unary_rpc_method_handler(
                     servicer.RequestCancellation,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RequestCancellationRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RequestCancellationResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RequestCancellationRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RequestCancellationResponse.SerializeToString,
             ),
             'SettleCancellation': grpc.unary_unary_rpc_method_handler(
                     servicer.SettleCancellation,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCancellationRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCancellationResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCancellationRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCancellationResponse.SerializeToString,
             ),
             'SettleCompletion': grpc.unary_unary_rpc_method_handler(
                     servicer.SettleCompletion,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionResponse.SerializeToString,
             ),
             'SettleCompletions': grpc.unary_unary_rpc_method_handler(
                     servicer.SettleCompletions,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionsRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionsResponse.SerializeToString,
             ),
             'SettleFailure': grpc.unary_unary_rpc_method_handler(
                     servicer.SettleFailure,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleFailureRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleFailureResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleFailureRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleFailureResponse.SerializeToString,
             ),
             'SettleTimeout': grpc.unary_unary_rpc_method_handler(
                     servicer.SettleTimeout,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleTimeoutRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleTimeoutResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleTimeoutRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleTimeoutResponse.SerializeToString,
             ),
             'PropagateParentTermination': grpc.unary_unary_rpc_method_handler(
                     servicer.PropagateParentTermination,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.PropagateParentTerminationRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.PropagateParentTerminationResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.PropagateParentTerminationRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.PropagateParentTerminationResponse.SerializeToString,
             ),
             'SetWorkStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.SetWorkStatus,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SetWorkStatusRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SetWorkStatusResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SetWorkStatusRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SetWorkStatusResponse.SerializeToString,
             ),
             'GetTask': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTask,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetTaskRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetTaskResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.GetTaskRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.GetTaskResponse.SerializeToString,
             ),
             'ListTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTasks,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListTasksRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListTasksResponse.SerializeToString,
             ),
             'CountTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.CountTasks,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.CountTasksRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.CountTasksResponse.SerializeToString,
             ),
             'ListLifecycleEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListLifecycleEvents,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLifecycleEventsRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLifecycleEventsResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListLifecycleEventsRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListLifecycleEventsResponse.SerializeToString,
             ),
             'WatchLifecycleEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchLifecycleEvents,
-                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.WatchLifecycleEventsRequest.FromString,
-                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.WatchLifecycleEventsResponse.SerializeToString,
+                    request_deserializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.WatchLifecycleEventsRequest.FromString,
+                    response_serializer=funnel_dot_lifecycle_dot_v1_dot_messages__pb2.WatchLifecycleEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -491,7 +493,8 @@ def add_TaskLifecycleServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class TaskLifecycleService:
-    """The lifecycle authority. See the file comment for the laws and conventions.
+    """The lifecycle authority. See the file comment for its laws and conventions,
+    protos/README.md for those of every service.
     """
 
     @staticmethod
@@ -509,8 +512,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/RegisterTask',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RegisterTaskRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RegisterTaskResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RegisterTaskRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RegisterTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -536,8 +539,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/ActivateGeneration',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ActivateGenerationRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ActivateGenerationResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ActivateGenerationRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ActivateGenerationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -563,8 +566,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/SuspendGeneration',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SuspendGenerationRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SuspendGenerationResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SuspendGenerationRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SuspendGenerationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -590,8 +593,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/ResumeWithGeneration',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ResumeWithGenerationRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ResumeWithGenerationResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ResumeWithGenerationRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ResumeWithGenerationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -617,8 +620,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/RequestCancellation',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RequestCancellationRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.RequestCancellationResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RequestCancellationRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.RequestCancellationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -644,8 +647,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/SettleCancellation',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCancellationRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCancellationResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCancellationRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCancellationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -671,8 +674,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/SettleCompletion',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -698,8 +701,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/SettleCompletions',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleCompletionsResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionsRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleCompletionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -725,8 +728,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/SettleFailure',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleFailureRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleFailureResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleFailureRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleFailureResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -752,8 +755,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/SettleTimeout',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleTimeoutRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SettleTimeoutResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleTimeoutRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SettleTimeoutResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -779,8 +782,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/PropagateParentTermination',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.PropagateParentTerminationRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.PropagateParentTerminationResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.PropagateParentTerminationRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.PropagateParentTerminationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -806,8 +809,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/SetWorkStatus',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SetWorkStatusRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.SetWorkStatusResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SetWorkStatusRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.SetWorkStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -833,8 +836,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/GetTask',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetTaskRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.GetTaskResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.GetTaskRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.GetTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -860,8 +863,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/ListTasks',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListTasksResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListTasksRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -887,8 +890,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/CountTasks',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.CountTasksResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.CountTasksRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.CountTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -914,8 +917,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/ListLifecycleEvents',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLifecycleEventsRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.ListLifecycleEventsResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListLifecycleEventsRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.ListLifecycleEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -941,8 +944,8 @@ class TaskLifecycleService:
             request,
             target,
             '/funnel.lifecycle.v1.TaskLifecycleService/WatchLifecycleEvents',
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.WatchLifecycleEventsRequest.SerializeToString,
-            funnel_dot_lifecycle_dot_v1_dot_lifecycle__pb2.WatchLifecycleEventsResponse.FromString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.WatchLifecycleEventsRequest.SerializeToString,
+            funnel_dot_lifecycle_dot_v1_dot_messages__pb2.WatchLifecycleEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

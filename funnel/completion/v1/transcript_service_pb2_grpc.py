@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from funnel.completion.v1 import transcript_pb2 as funnel_dot_completion_dot_v1_dot_transcript__pb2
+from funnel.completion.v1 import transcript_messages_pb2 as funnel_dot_completion_dot_v1_dot_transcript__messages__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in funnel/completion/v1/transcript_pb2_grpc.py depends on'
+        + ' but the generated code in funnel/completion/v1/transcript_service_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,28 +37,28 @@ class TranscriptServiceStub:
         """
         self.AppendTranscript = channel.unary_unary(
                 '/funnel.completion.v1.TranscriptService/AppendTranscript',
-                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.AppendTranscriptRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.AppendTranscriptResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.AppendTranscriptRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.AppendTranscriptResponse.FromString,
                 _registered_method=True)
         self.LoadTranscript = channel.unary_unary(
                 '/funnel.completion.v1.TranscriptService/LoadTranscript',
-                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.LoadTranscriptRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.LoadTranscriptResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.LoadTranscriptRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.LoadTranscriptResponse.FromString,
                 _registered_method=True)
         self.ExportTranscript = channel.unary_stream(
                 '/funnel.completion.v1.TranscriptService/ExportTranscript',
-                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ExportTranscriptRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ExportTranscriptResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ExportTranscriptRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ExportTranscriptResponse.FromString,
                 _registered_method=True)
         self.ImportTranscript = channel.stream_unary(
                 '/funnel.completion.v1.TranscriptService/ImportTranscript',
-                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ImportTranscriptRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ImportTranscriptResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ImportTranscriptRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ImportTranscriptResponse.FromString,
                 _registered_method=True)
         self.ResolveResume = channel.unary_unary(
                 '/funnel.completion.v1.TranscriptService/ResolveResume',
-                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ResolveResumeRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ResolveResumeResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ResolveResumeRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ResolveResumeResponse.FromString,
                 _registered_method=True)
 
 
@@ -145,28 +145,28 @@ def add_TranscriptServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'AppendTranscript': grpc.unary_unary_rpc_method_handler(
                     servicer.AppendTranscript,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.AppendTranscriptRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.AppendTranscriptResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.AppendTranscriptRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.AppendTranscriptResponse.SerializeToString,
             ),
             'LoadTranscript': grpc.unary_unary_rpc_method_handler(
                     servicer.LoadTranscript,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.LoadTranscriptRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.LoadTranscriptResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.LoadTranscriptRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.LoadTranscriptResponse.SerializeToString,
             ),
             'ExportTranscript': grpc.unary_stream_rpc_method_handler(
                     servicer.ExportTranscript,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ExportTranscriptRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ExportTranscriptResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ExportTranscriptRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ExportTranscriptResponse.SerializeToString,
             ),
             'ImportTranscript': grpc.stream_unary_rpc_method_handler(
                     servicer.ImportTranscript,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ImportTranscriptRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ImportTranscriptResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ImportTranscriptRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ImportTranscriptResponse.SerializeToString,
             ),
             'ResolveResume': grpc.unary_unary_rpc_method_handler(
                     servicer.ResolveResume,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ResolveResumeRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__pb2.ResolveResumeResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ResolveResumeRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ResolveResumeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -195,8 +195,8 @@ class TranscriptService:
             request,
             target,
             '/funnel.completion.v1.TranscriptService/AppendTranscript',
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.AppendTranscriptRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.AppendTranscriptResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.AppendTranscriptRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.AppendTranscriptResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -222,8 +222,8 @@ class TranscriptService:
             request,
             target,
             '/funnel.completion.v1.TranscriptService/LoadTranscript',
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.LoadTranscriptRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.LoadTranscriptResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.LoadTranscriptRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.LoadTranscriptResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -249,8 +249,8 @@ class TranscriptService:
             request,
             target,
             '/funnel.completion.v1.TranscriptService/ExportTranscript',
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.ExportTranscriptRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.ExportTranscriptResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ExportTranscriptRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ExportTranscriptResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -276,8 +276,8 @@ class TranscriptService:
             request_iterator,
             target,
             '/funnel.completion.v1.TranscriptService/ImportTranscript',
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.ImportTranscriptRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.ImportTranscriptResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ImportTranscriptRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ImportTranscriptResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -303,8 +303,8 @@ class TranscriptService:
             request,
             target,
             '/funnel.completion.v1.TranscriptService/ResolveResume',
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.ResolveResumeRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_transcript__pb2.ResolveResumeResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ResolveResumeRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_transcript__messages__pb2.ResolveResumeResponse.FromString,
             options,
             channel_credentials,
             insecure,

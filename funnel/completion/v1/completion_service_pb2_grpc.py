@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from funnel.completion.v1 import completion_pb2 as funnel_dot_completion_dot_v1_dot_completion__pb2
+from funnel.completion.v1 import completion_messages_pb2 as funnel_dot_completion_dot_v1_dot_completion__messages__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in funnel/completion/v1/completion_pb2_grpc.py depends on'
+        + ' but the generated code in funnel/completion/v1/completion_service_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -27,7 +27,8 @@ if _version_not_supported:
 
 class CompletionServiceStub:
     """Runs, leases, evidence and the completion transaction. See the file comment
-    for the transaction and the conventions.
+    for the transaction and its own conventions, protos/README.md for those of
+    every service.
     """
 
     def __init__(self, channel):
@@ -38,74 +39,75 @@ class CompletionServiceStub:
         """
         self.ClaimTask = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/ClaimTask',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ClaimTaskRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ClaimTaskResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ClaimTaskRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ClaimTaskResponse.FromString,
                 _registered_method=True)
         self.RenewLease = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/RenewLease',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RenewLeaseRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RenewLeaseResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RenewLeaseRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RenewLeaseResponse.FromString,
                 _registered_method=True)
         self.CompleteRun = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/CompleteRun',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.CompleteRunRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.CompleteRunResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.CompleteRunRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.CompleteRunResponse.FromString,
                 _registered_method=True)
         self.GetRun = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/GetRun',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.GetRunRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.GetRunResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetRunResponse.FromString,
                 _registered_method=True)
         self.ListRuns = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/ListRuns',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListRunsRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListRunsResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
         self.RecordEvidence = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/RecordEvidence',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RecordEvidenceRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RecordEvidenceResponse.FromString,
                 _registered_method=True)
         self.ListEvidence = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/ListEvidence',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListEvidenceRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListEvidenceResponse.FromString,
                 _registered_method=True)
         self.AttemptCompletion = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/AttemptCompletion',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.AttemptCompletionRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.AttemptCompletionResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.AttemptCompletionRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.AttemptCompletionResponse.FromString,
                 _registered_method=True)
         self.GetCompletion = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/GetCompletion',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.GetCompletionRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.GetCompletionResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetCompletionRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetCompletionResponse.FromString,
                 _registered_method=True)
         self.ListCompletions = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/ListCompletions',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionsRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionsResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionsRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionsResponse.FromString,
                 _registered_method=True)
         self.ListAuditLog = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/ListAuditLog',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListAuditLogRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListAuditLogResponse.FromString,
                 _registered_method=True)
         self.ListCompletionEvents = channel.unary_unary(
                 '/funnel.completion.v1.CompletionService/ListCompletionEvents',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionEventsRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionEventsResponse.FromString,
                 _registered_method=True)
         self.WatchCompletionEvents = channel.unary_stream(
                 '/funnel.completion.v1.CompletionService/WatchCompletionEvents',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.WatchCompletionEventsRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.WatchCompletionEventsResponse.FromString,
+                request_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.WatchCompletionEventsRequest.SerializeToString,
+                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.WatchCompletionEventsResponse.FromString,
                 _registered_method=True)
 
 
 class CompletionServiceServicer:
     """Runs, leases, evidence and the completion transaction. See the file comment
-    for the transaction and the conventions.
+    for the transaction and its own conventions, protos/README.md for those of
+    every service.
     """
 
     def ClaimTask(self, request, context):
@@ -119,7 +121,7 @@ class CompletionServiceServicer:
         lifecycle applied what it needed (another claim took the lease meanwhile,
         and needs the same). A transcript turn the previous
         holder left open is closed first, in the claim's transaction, by the same
-        synthetic events a load would write (see transcript.proto). The claim's
+        synthetic events a load would write (see transcript_service.proto). The claim's
         transaction commits a `RUN_CLAIMED` event.
         Errors: `FIELD_REQUIRED`, `FIELD_MALFORMED`, `FIELD_TOO_LONG`,
         `VALUE_OUT_OF_RANGE` (`lease_ttl`), `REQUEST_ID_REUSED`, `TASK_NOT_FOUND`,
@@ -336,68 +338,68 @@ def add_CompletionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ClaimTask': grpc.unary_unary_rpc_method_handler(
                     servicer.ClaimTask,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ClaimTaskRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ClaimTaskResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ClaimTaskRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ClaimTaskResponse.SerializeToString,
             ),
             'RenewLease': grpc.unary_unary_rpc_method_handler(
                     servicer.RenewLease,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RenewLeaseRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RenewLeaseResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RenewLeaseRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RenewLeaseResponse.SerializeToString,
             ),
             'CompleteRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteRun,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.CompleteRunRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.CompleteRunResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.CompleteRunRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.CompleteRunResponse.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRun,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.GetRunRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.GetRunResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetRunRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetRunResponse.SerializeToString,
             ),
             'ListRuns': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRuns,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListRunsRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListRunsResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListRunsRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListRunsResponse.SerializeToString,
             ),
             'RecordEvidence': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordEvidence,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RecordEvidenceRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RecordEvidenceResponse.SerializeToString,
             ),
             'ListEvidence': grpc.unary_unary_rpc_method_handler(
                     servicer.ListEvidence,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListEvidenceRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListEvidenceResponse.SerializeToString,
             ),
             'AttemptCompletion': grpc.unary_unary_rpc_method_handler(
                     servicer.AttemptCompletion,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.AttemptCompletionRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.AttemptCompletionResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.AttemptCompletionRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.AttemptCompletionResponse.SerializeToString,
             ),
             'GetCompletion': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCompletion,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.GetCompletionRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.GetCompletionResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetCompletionRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetCompletionResponse.SerializeToString,
             ),
             'ListCompletions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListCompletions,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionsRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionsResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionsRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionsResponse.SerializeToString,
             ),
             'ListAuditLog': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAuditLog,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListAuditLogRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListAuditLogResponse.SerializeToString,
             ),
             'ListCompletionEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListCompletionEvents,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionEventsRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionEventsResponse.SerializeToString,
             ),
             'WatchCompletionEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchCompletionEvents,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.WatchCompletionEventsRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.WatchCompletionEventsResponse.SerializeToString,
+                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.WatchCompletionEventsRequest.FromString,
+                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__messages__pb2.WatchCompletionEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -409,7 +411,8 @@ def add_CompletionServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class CompletionService:
     """Runs, leases, evidence and the completion transaction. See the file comment
-    for the transaction and the conventions.
+    for the transaction and its own conventions, protos/README.md for those of
+    every service.
     """
 
     @staticmethod
@@ -427,8 +430,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/ClaimTask',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ClaimTaskRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ClaimTaskResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ClaimTaskRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ClaimTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -454,8 +457,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/RenewLease',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.RenewLeaseRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.RenewLeaseResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RenewLeaseRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RenewLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -481,8 +484,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/CompleteRun',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.CompleteRunRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.CompleteRunResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.CompleteRunRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.CompleteRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -508,8 +511,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/GetRun',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.GetRunRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.GetRunResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetRunRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -535,8 +538,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/ListRuns',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListRunsRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListRunsResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListRunsRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -562,8 +565,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/RecordEvidence',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.RecordEvidenceResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RecordEvidenceRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.RecordEvidenceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -589,8 +592,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/ListEvidence',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListEvidenceResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListEvidenceRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListEvidenceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -616,8 +619,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/AttemptCompletion',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.AttemptCompletionRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.AttemptCompletionResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.AttemptCompletionRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.AttemptCompletionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -643,8 +646,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/GetCompletion',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.GetCompletionRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.GetCompletionResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetCompletionRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.GetCompletionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -670,8 +673,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/ListCompletions',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionsRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionsResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionsRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -697,8 +700,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/ListAuditLog',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListAuditLogResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListAuditLogRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListAuditLogResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -724,8 +727,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/ListCompletionEvents',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.ListCompletionEventsResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionEventsRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.ListCompletionEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -751,96 +754,8 @@ class CompletionService:
             request,
             target,
             '/funnel.completion.v1.CompletionService/WatchCompletionEvents',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.WatchCompletionEventsRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.WatchCompletionEventsResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-
-class CompletionGateStub:
-    """An external completion gate. Implement it in any language and name its
-    address in the workspace policy; the completion service calls it with the
-    gate's deadline after every built-in gate passed. An error, a timeout or an
-    unspecified verdict fails closed (the attempt is blocked).
-    """
-
-    def __init__(self, channel):
-        """Constructor.
-
-        Args:
-            channel: A grpc.Channel.
-        """
-        self.EvaluateGate = channel.unary_unary(
-                '/funnel.completion.v1.CompletionGate/EvaluateGate',
-                request_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.EvaluateGateRequest.SerializeToString,
-                response_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.EvaluateGateResponse.FromString,
-                _registered_method=True)
-
-
-class CompletionGateServicer:
-    """An external completion gate. Implement it in any language and name its
-    address in the workspace policy; the completion service calls it with the
-    gate's deadline after every built-in gate passed. An error, a timeout or an
-    unspecified verdict fails closed (the attempt is blocked).
-    """
-
-    def EvaluateGate(self, request, context):
-        """Judges one snapshot. Must be a pure function of the request: it may be
-        called more than once for the same attempt.
-        Errors: none defined by this contract. Any error status, a missed deadline
-        or an unspecified status fails the gate closed (next action `RETRY_LATER`).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-
-def add_CompletionGateServicer_to_server(servicer, server):
-    rpc_method_handlers = {
-            'EvaluateGate': grpc.unary_unary_rpc_method_handler(
-                    servicer.EvaluateGate,
-                    request_deserializer=funnel_dot_completion_dot_v1_dot_completion__pb2.EvaluateGateRequest.FromString,
-                    response_serializer=funnel_dot_completion_dot_v1_dot_completion__pb2.EvaluateGateResponse.SerializeToString,
-            ),
-    }
-    generic_handler = grpc.method_handlers_generic_handler(
-            'funnel.completion.v1.CompletionGate', rpc_method_handlers)
-    server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('funnel.completion.v1.CompletionGate', rpc_method_handlers)
-
-
- # This class is part of an EXPERIMENTAL API.
-class CompletionGate:
-    """An external completion gate. Implement it in any language and name its
-    address in the workspace policy; the completion service calls it with the
-    gate's deadline after every built-in gate passed. An error, a timeout or an
-    unspecified verdict fails closed (the attempt is blocked).
-    """
-
-    @staticmethod
-    def EvaluateGate(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/funnel.completion.v1.CompletionGate/EvaluateGate',
-            funnel_dot_completion_dot_v1_dot_completion__pb2.EvaluateGateRequest.SerializeToString,
-            funnel_dot_completion_dot_v1_dot_completion__pb2.EvaluateGateResponse.FromString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.WatchCompletionEventsRequest.SerializeToString,
+            funnel_dot_completion_dot_v1_dot_completion__messages__pb2.WatchCompletionEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
