@@ -70,7 +70,15 @@ class Discharged:
     """The propagation was already applied or dropped by someone else."""
 
 
-ApplyResult = Committed | Replayed | Resettled | Rejection | Discharged
+@dataclass(frozen=True)
+class Dropped:
+    """The child refused the propagation: it is discharged, and nothing else changes.
+    Not a Rejection, which the store would roll back, discharge and all."""
+
+    rejection: Rejection
+
+
+ApplyResult = Committed | Replayed | Resettled | Rejection | Discharged | Dropped
 
 
 @dataclass(frozen=True)
@@ -81,8 +89,9 @@ class TaskView:
 
 def apply_intent(tx: LifecycleTx, command: Command, now: int) -> ApplyResult:
     """Request-id recall, load, decide, then write record + event + propagations and
-    remember the response. A rejection writes nothing, except that a propagation
-    command discharges its propagation whatever the child decides (it is dropped)."""
+    remember the response. A rejection writes nothing (the store rolls it back); a
+    propagation command the child refuses is Dropped: its propagation is discharged
+    all the same, and nothing else is written."""
     intent = command.intent
     if command.propagation_id is not None and not tx.discharge_propagation(command.propagation_id):
         return Discharged()
@@ -97,7 +106,7 @@ def apply_intent(tx: LifecycleTx, command: Command, now: int) -> ApplyResult:
     children = tx.open_attached_children(task) if task else ()
     decision = command.decide(Situation(now=now, task=task, parent=parent, open_attached_children=children))
     if isinstance(decision, Rejection):
-        return decision
+        return decision if command.propagation_id is None else Dropped(decision)
     if isinstance(decision, AlreadySettled):
         original = tx.terminal_event(decision.task)
         return Resettled(decision.task, original, _remember(tx, command, decision.task, original, now))

@@ -1,19 +1,15 @@
 """The in-memory fake of the completion store: dicts and tuples with the port's
-transaction semantics. A write works on a copy of the state that replaces the
-state only when the unit of work returns (anything but a Rejection), so a unit
-that raises or refuses leaves nothing behind; after_commit hooks run in commit
-order. It keeps the keys the SQLite schema keeps unique, raising DuplicateKey.
+transaction semantics (funnel.runtime.store.MemoryEngine: a write works on a
+copy of the state, so a unit that raises or refuses leaves nothing behind). It
+keeps the keys the SQLite schema keeps unique, raising DuplicateKey.
 
 For the application-layer unit tests and the conformance suite; not durable."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from completion_service.core.model import (
     AuditEntry,
@@ -29,15 +25,11 @@ from completion_service.core.transcript import SessionEvent
 from completion_service.storage.port import (
     AttemptRecord,
     CompletionFigures,
-    CompletionReadTx,
-    CompletionTx,
     TranscriptState,
 )
-from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import RequestKey
+from funnel.runtime.store import MemoryEngine, Store
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 _TaskKey = tuple[str, str]
 _GenerationKey = tuple[str, str, int]
 _RequestScope = tuple[str, str, str, str]
@@ -91,41 +83,15 @@ class _State:
         )
 
 
-class MemoryCompletionStore:
+class MemoryCompletionStore(Store[_State, "MemoryCompletionTx", "MemoryCompletionTx"]):
     def __init__(self) -> None:
-        self._state = _State()
-        self.closed = False
-
-    async def write(self, fn: Callable[[CompletionTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        working = self._state.copy()
-        result = fn(MemoryCompletionTx(working))
-        if not isinstance(result, Rejection):
-            self._state = working
-            if after_commit is not None:
-                try:
-                    after_commit(result)
-                except Exception:  # publishing must not undo an acknowledged commit
-                    log.exception("after-commit hook failed")
-        # One hop back to the caller, as on a real engine; a caller cancelled meanwhile
-        # does not undo (or unpublish) what committed.
-        await asyncio.sleep(0)
-        return result
-
-    async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
-        await asyncio.sleep(0)
-        # A read sees the committed state; a write never changes it in place.
-        return fn(MemoryCompletionTx(self._state, read_only=True))
-
-    async def check_writable(self) -> None:
-        return None
+        self._memory = MemoryEngine(_State(), hops=True)
+        super().__init__(self._memory, MemoryCompletionTx, lambda state: MemoryCompletionTx(state, read_only=True))
 
     def snapshot(self) -> object:
         """The committed state as one comparable value (for tests that check a
         refused unit of work changed nothing)."""
-        return dataclasses.asdict(self._state)
-
-    async def close(self) -> None:
-        self.closed = True
+        return dataclasses.asdict(self._memory.state)
 
 
 class MemoryCompletionTx:

@@ -1,6 +1,7 @@
 """What the completion service needs from storage: a narrow, synchronous
 transaction API (`CompletionTx`, its read-only subset `CompletionReadTx`) and the
-store that runs one unit of work in one transaction (`CompletionStore`). Plain
+store that runs one unit of work in one transaction (`CompletionStore`, the one
+generic store of funnel.runtime.store). Plain
 values only: no protobuf (stored responses are bytes), no driver types.
 
 The units of work that use it are plain functions of the application layer
@@ -10,9 +11,9 @@ passes the conformance suite tests/completion/test_storage.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from completion_service.core.model import (
     AuditEntry,
@@ -26,8 +27,7 @@ from completion_service.core.model import (
 )
 from completion_service.core.transcript import SessionEvent, Tail
 from funnel.runtime.idempotency import RequestMemory
-
-T = TypeVar("T")
+from funnel.runtime.store import Transactions
 
 
 @dataclass(frozen=True)
@@ -256,27 +256,5 @@ class CompletionTx(CompletionReadTx, RequestMemory, Protocol):
         ...
 
 
-class CompletionStore(Protocol):
-    async def write(self, fn: Callable[[CompletionTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        """Runs `fn` in one write transaction, in one hop on the database's own
-        connection, and returns its result once committed (a returned Rejection is
-        rolled back and returned). `fn` must touch nothing but `tx` (an engine may run
-        it again after a conflict). `after_commit` runs on the event loop after the
-        commit, even if the caller was cancelled meanwhile; on an engine with one
-        writer (SQLite, memory) in commit order, before later writes are
-        acknowledged. Transactions of an engine shared by replicas (PostgreSQL)
-        commit concurrently, and their hooks run as their commits are acknowledged:
-        there, watchers are fed from the event table by cursor (funnel.runtime.tail)
-        and the hook only wakes the tail. Raises StorageUnavailable when nothing
-        could be applied."""
-        ...
-
-    async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
-        """Runs `fn` in a read transaction (a consistent snapshot), without waiting for writes."""
-        ...
-
-    async def check_writable(self) -> None:
-        """Raises StorageUnavailable when a write transaction cannot be taken."""
-        ...
-
-    async def close(self) -> None: ...
+# What a shell holds: runs a unit in a write or a read transaction (funnel.runtime.store).
+CompletionStore = Transactions[CompletionTx, CompletionReadTx]

@@ -49,8 +49,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Any
 
 import psycopg
 
@@ -66,13 +66,11 @@ from completion_service.core.model import (
 from completion_service.core.transcript import SessionEvent
 from completion_service.storage.port import (
     AttemptRecord,
-    CompletionReadTx,
     CompletionStore,
     CompletionTx,
     TranscriptState,
 )
-from completion_service.storage.sqlite import COMPLETION_COLUMNS, EVENT_COLUMNS, RolledBack, SqliteCompletionTx
-from funnel.runtime.errors import Rejection
+from completion_service.storage.sqlite import COMPLETION_COLUMNS, EVENT_COLUMNS, SqliteCompletionTx
 from funnel.runtime.postgres import (
     HORIZON,
     OWN_POSITION,
@@ -84,9 +82,9 @@ from funnel.runtime.postgres import (
     task_number,
 )
 from funnel.runtime.sqlite import CommitObserver, migrations_in
+from funnel.runtime.store import Store
 from funnel.runtime.tail import TailRead
 
-T = TypeVar("T")
 MIGRATIONS_PACKAGE = "completion_service.storage.migrations_postgresql"
 SCHEMA = "funnel_completion"
 # Sent by the event table's insert trigger (migrations_postgresql/0001_initial.sql).
@@ -102,11 +100,19 @@ _EVENT_NUMBER = task_number("completion_events")
 STALE_IMPORT = "1 day"
 
 
-class PostgresCompletionStore:
+class PostgresCompletionStore(Store[psycopg.Connection[Any], "PostgresCompletionTx", "PostgresCompletionTx"]):
+    """The completion store on a PostgreSQL schema (funnel.runtime.store.Store), with
+    the tail of its events for the watchers of every replica."""
+
     def __init__(self, database: PostgresDatabase) -> None:
-        self._database = database
         # Qualifies this store's staged imports (see PostgresCompletionTx.stage_import).
         self.instance = uuid.uuid4().hex
+        super().__init__(
+            database,
+            lambda conn: PostgresCompletionTx(conn, writable=True, instance=self.instance),
+            lambda conn: PostgresCompletionTx(conn, writable=False),
+        )
+        self._database = database
         self.announcer = Announcer(database, EVENTS_CHANNEL)
 
     @classmethod
@@ -123,27 +129,6 @@ class PostgresCompletionStore:
     @property
     def database(self) -> PostgresDatabase:
         return self._database
-
-    async def write(self, fn: Callable[[CompletionTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        def run(conn: psycopg.Connection[Any]) -> T:
-            result = fn(PostgresCompletionTx(conn, writable=True, instance=self.instance))
-            if isinstance(result, Rejection):  # a refused request changes nothing
-                raise RolledBack(result)
-            return result
-
-        try:
-            return await self._database.write(run, after_commit)
-        except RolledBack as rolled_back:
-            return rolled_back.rejection  # type: ignore[return-value]  # (T includes Rejection)
-
-    async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
-        return await self._database.read(lambda conn: fn(PostgresCompletionTx(conn, writable=False)))
-
-    async def check_writable(self) -> None:
-        await self._database.check_writable()
-
-    async def close(self) -> None:
-        await self._database.close()
 
     # -- the event tail (funnel.runtime.tail): every workspace, by sequence ----------
 

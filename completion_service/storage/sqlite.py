@@ -1,6 +1,7 @@
 """The SQLite adapter of the completion store: `SqliteCompletionStore` runs a unit
 of work in one transaction, in one hop on the connection's own thread (with group
-commit, see funnel.runtime.sqlite); `SqliteCompletionTx` maps rows and nothing else.
+commit, see funnel.runtime.sqlite and funnel.runtime.store); `SqliteCompletionTx`
+maps rows and nothing else.
 
 The SQL keeps to what PostgreSQL also understands (`INSERT … ON CONFLICT`,
 `RETURNING`, row values, no SQLite-only functions), so that a PostgreSQL adapter
@@ -16,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 from completion_service.core.model import (
     AuditEntry,
@@ -39,17 +40,14 @@ from completion_service.storage import compact
 from completion_service.storage.port import (
     AttemptRecord,
     CompletionFigures,
-    CompletionReadTx,
-    CompletionTx,
     TranscriptState,
 )
 from funnel.auth.principal import Caller
-from funnel.runtime.errors import Rejection
 from funnel.runtime.idempotency import RequestKey
-from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in
+from funnel.runtime.sqlite import CommitObserver, SqliteEngine, database_bytes, migrations_in
+from funnel.runtime.store import Store
 
 MIGRATIONS_PACKAGE = "completion_service.storage.migrations"
-T = TypeVar("T")
 
 _RUN_COLUMNS = (
     "workspace_id, run_id, task_id, agent_id, generation, epoch, claimed_at, lease_expires_at, finished_at, outcome, "
@@ -84,52 +82,20 @@ class Connection(Protocol):
     def executemany(self, sql: str, rows: Any, /) -> Any: ...
 
 
-class RolledBack(Exception):
-    """Raised inside a write whose unit returned a Rejection: the engine rolls it back."""
+class SqliteCompletionStore(Store[sqlite3.Connection, "SqliteCompletionTx", "SqliteCompletionTx"]):
+    """The completion store on a SQLite file (funnel.runtime.store.Store)."""
 
-    def __init__(self, rejection: Rejection) -> None:
-        super().__init__(rejection.message)
-        self.rejection = rejection
-
-
-class SqliteCompletionStore:
-    def __init__(self, writer: Database, reader: Database) -> None:
-        self._writer = writer
-        self._reader = reader
+    def __init__(self, engine: SqliteEngine) -> None:
+        super().__init__(engine, SqliteCompletionTx, SqliteCompletionTx)
+        self._sqlite = engine
 
     @classmethod
     async def open(cls, path: str, *, commits: CommitObserver | None = None) -> SqliteCompletionStore:
-        writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits)
-        reader = await Database.open_reader(writer)
-        return cls(writer, reader)
-
-    async def write(self, fn: Callable[[CompletionTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        def run(db: sqlite3.Connection) -> T:
-            result = fn(SqliteCompletionTx(db))
-            if isinstance(result, Rejection):  # a refused request changes nothing
-                raise RolledBack(result)
-            return result
-
-        try:
-            return await self._writer.write(run, after_commit)
-        except RolledBack as rolled_back:
-            return rolled_back.rejection  # type: ignore[return-value]  # (T includes Rejection)
-
-    async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
-        return await self._reader.read(lambda db: fn(SqliteCompletionTx(db)))
-
-    async def check_writable(self) -> None:
-        await self._writer.check_writable()
+        return cls(await SqliteEngine.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits))
 
     async def check_integrity(self) -> str | None:
-        """The full integrity check (Database.check_integrity): None, or the damage,
-        after which every write is refused."""
-        return await self._writer.check_integrity()
-
-    async def close(self) -> None:
-        if self._reader is not self._writer:
-            await self._reader.close()
-        await self._writer.close()
+        """The full integrity check (SqliteEngine.check_integrity)."""
+        return await self._sqlite.check_integrity()
 
 
 class SqliteCompletionTx:

@@ -1,8 +1,8 @@
 """The in-memory fake of the lifecycle store: dicts and tuples with the port's
-transaction semantics. A write works on a copy of the state that replaces the
-state only when the unit of work returns, so a unit that raises leaves nothing
-behind; after_commit hooks run in commit order. It keeps the invariants the SQLite
-schema enforces (unique keys, the record's checks), raising InvariantViolated.
+transaction semantics (funnel.runtime.store.MemoryEngine: a write works on a
+copy of the state, so a unit that raises or refuses leaves nothing behind). It
+keeps the invariants the SQLite schema enforces (unique keys, the record's
+checks), raising InvariantViolated.
 
 For the application-layer unit tests and the conformance suite; not durable."""
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from funnel.runtime.idempotency import RequestKey
+from funnel.runtime.store import MemoryEngine, Store
 from lifecycle_service.core.model import (
     ChildRef,
     GenerationState,
@@ -27,7 +27,6 @@ from lifecycle_service.core.model import (
 from lifecycle_service.storage.port import (
     InvariantViolated,
     LifecycleFigures,
-    LifecycleReadTx,
     LifecycleStore,
     LifecycleTx,
     PendingPropagation,
@@ -35,7 +34,6 @@ from lifecycle_service.storage.port import (
     TaskQuery,
 )
 
-T = TypeVar("T")
 _TaskKey = tuple[str, str]
 _RequestScope = tuple[str, str, str, str]
 
@@ -72,33 +70,13 @@ class _State:
         )
 
 
-class MemoryLifecycleStore:
+class MemoryLifecycleStore(Store[_State, "MemoryLifecycleTx", "MemoryLifecycleTx"]):
     def __init__(self) -> None:
-        self._state = _State()
-        self._closed = False
-
-    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        self._check_open()
-        draft = self._state.copy()
-        result = fn(MemoryLifecycleTx(draft, writable=True))
-        self._state = draft
-        if after_commit is not None:
-            after_commit(result)
-        return result
-
-    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
-        self._check_open()
-        return fn(MemoryLifecycleTx(self._state, writable=False))
-
-    async def check_writable(self) -> None:
-        self._check_open()
-
-    async def close(self) -> None:
-        self._closed = True
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("the store is closed")
+        super().__init__(
+            MemoryEngine(_State(), hops=False),
+            lambda state: MemoryLifecycleTx(state, writable=True),
+            lambda state: MemoryLifecycleTx(state, writable=False),
+        )
 
 
 class MemoryLifecycleTx:

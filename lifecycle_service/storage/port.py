@@ -1,6 +1,7 @@
 """What the lifecycle service needs from storage: a narrow, synchronous transaction
 API (`LifecycleTx`, read-only subset `LifecycleReadTx`) and the store that runs a
-unit of work in one transaction (`LifecycleStore`). Plain values only: no protobuf,
+unit of work in one transaction (`LifecycleStore`, the one generic store of
+funnel.runtime.store). Plain values only: no protobuf,
 no driver types. The units of work live in `lifecycle_service.units`.
 
 Adapters: `storage.sqlite` (SQLite), `storage.postgres` (PostgreSQL, several
@@ -9,11 +10,12 @@ conformance suite tests/lifecycle/test_storage.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from funnel.runtime.idempotency import RequestMemory
+from funnel.runtime.store import Transactions
 from lifecycle_service.core.model import (
     ChildRef,
     GenerationState,
@@ -24,8 +26,6 @@ from lifecycle_service.core.model import (
     TaskRecord,
     WorkStatus,
 )
-
-T = TypeVar("T")
 
 
 class InvariantViolated(Exception):
@@ -144,7 +144,7 @@ class LifecycleReadTx(Protocol):
 
 class LifecycleTx(LifecycleReadTx, RequestMemory, Protocol):
     """One write transaction. Everything written commits together when the unit of
-    work returns (whatever it returns), or nothing does when it raises.
+    work returns, or nothing does when it raises or returns a Rejection.
 
     `recall_request` holds the request id until this transaction ends: a concurrent
     transaction with the same id (another replica) waits, then sees what this one
@@ -195,25 +195,5 @@ class LifecycleTx(LifecycleReadTx, RequestMemory, Protocol):
         ...
 
 
-class LifecycleStore(Protocol):
-    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        """Runs `fn` in one write transaction, in one hop on the database's own
-        connection, and returns its result once committed. `fn` must touch nothing but
-        `tx` (an engine may run it again after a conflict). `after_commit` runs on the
-        event loop after the commit, before the write returns, even if the caller was
-        cancelled meanwhile; on single-process stores (SQLite, memory) in commit
-        order, before later writes are acknowledged. (PostgreSQL may report
-        concurrent commits in any order: its watchers are fed from the event table by
-        cursor, funnel.runtime.tail.) Raises StorageUnavailable when nothing could be
-        applied."""
-        ...
-
-    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
-        """Runs `fn` in a read transaction (a consistent snapshot), without waiting for writes."""
-        ...
-
-    async def check_writable(self) -> None:
-        """Raises StorageUnavailable when a write transaction cannot be taken."""
-        ...
-
-    async def close(self) -> None: ...
+# What a shell holds: runs a unit in a write or a read transaction (funnel.runtime.store).
+LifecycleStore = Transactions[LifecycleTx, LifecycleReadTx]

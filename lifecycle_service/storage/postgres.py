@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import psycopg
 
@@ -46,9 +46,10 @@ from funnel.runtime.postgres import (
     task_number,
 )
 from funnel.runtime.sqlite import CommitObserver, migrations_in
+from funnel.runtime.store import Store
 from funnel.runtime.tail import TailRead
 from lifecycle_service.core.model import LifecycleEvent, TaskRecord
-from lifecycle_service.storage.port import LifecycleReadTx, LifecycleStore, LifecycleTx, PendingPropagation
+from lifecycle_service.storage.port import LifecycleStore, LifecycleTx, PendingPropagation
 from lifecycle_service.storage.sqlite import (
     CAUSE_TEXT_COLUMNS,
     CAUSE_TEXT_VALUES,
@@ -60,7 +61,6 @@ from lifecycle_service.storage.sqlite import (
     propagation_from_row,
 )
 
-T = TypeVar("T")
 MIGRATIONS_PACKAGE = "lifecycle_service.storage.migrations_postgresql"
 SCHEMA = "funnel_lifecycle"
 # Sent by the event table's insert trigger (migrations_postgresql/0001_initial.sql).
@@ -79,13 +79,22 @@ _INSERT_EVENT = (
 )
 
 
-class PostgresLifecycleStore:
+class PostgresLifecycleStore(Store[psycopg.Connection[Any], "PostgresLifecycleTx", "PostgresLifecycleTx"]):
+    """The lifecycle store on a PostgreSQL schema (funnel.runtime.store.Store), with
+    the tail of its events for the watchers of every replica."""
+
     def __init__(self, database: PostgresDatabase) -> None:
-        self._database = database
-        self.announcer = Announcer(database, EVENTS_CHANNEL)
         # Callers' numbers (the callers table), each known committed: a number never
         # changes once made, so an event of a known caller needs no lookup.
         self._callers: dict[Caller, int] = {}
+        super().__init__(
+            database,
+            lambda conn: PostgresLifecycleTx(conn, writable=True, callers=self._callers),
+            lambda conn: PostgresLifecycleTx(conn, writable=False),
+            committed=self._learn_callers,
+        )
+        self._database = database
+        self.announcer = Announcer(database, EVENTS_CHANNEL)
 
     @classmethod
     async def open(
@@ -98,27 +107,10 @@ class PostgresLifecycleStore:
         )
         return cls(database)
 
-    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        runs: list[PostgresLifecycleTx] = []
-
-        def run(conn: psycopg.Connection[Any]) -> T:
-            runs.append(PostgresLifecycleTx(conn, writable=True, callers=self._callers))
-            return fn(runs[-1])
-
-        value = await self._database.write(run, after_commit)
+    def _learn_callers(self, committed: PostgresLifecycleTx) -> None:
         if len(self._callers) > CALLERS_KEPT:  # callers may come and go (one per agent, say)
             self._callers.clear()
-        self._callers.update(runs[-1].callers_seen)  # the run that committed
-        return value
-
-    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
-        return await self._database.read(lambda conn: fn(PostgresLifecycleTx(conn, writable=False)))
-
-    async def check_writable(self) -> None:
-        await self._database.check_writable()
-
-    async def close(self) -> None:
-        await self._database.close()
+        self._callers.update(committed.callers_seen)
 
     # -- the event tail (funnel.runtime.tail): every workspace, by sequence ----------
 

@@ -1,5 +1,5 @@
 """The SQLite adapter of the lifecycle store: `SqliteLifecycleStore` runs units of
-work on `funnel.runtime.sqlite.Database` (one hop per transaction, group commit);
+work on `funnel.runtime.sqlite.SqliteEngine` (one hop per transaction, group commit);
 `SqliteLifecycleTx` maps rows and nothing else. The PostgreSQL adapter
 (`storage.postgres`) runs the same row mapping through `SqliteStyle` and
 overrides only what differs between the engines."""
@@ -9,12 +9,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
 
 from funnel.auth.principal import Caller
 from funnel.runtime.idempotency import RequestKey
-from funnel.runtime.sqlite import CommitObserver, Database, database_bytes, migrations_in
+from funnel.runtime.sqlite import CommitObserver, SqliteEngine, database_bytes, migrations_in
+from funnel.runtime.store import Store
 from lifecycle_service.core.model import (
     SETTABLE_WORK_STATUSES,
     Cause,
@@ -32,7 +33,6 @@ from lifecycle_service.core.model import (
 from lifecycle_service.storage.port import (
     InvariantViolated,
     LifecycleFigures,
-    LifecycleReadTx,
     LifecycleStore,
     LifecycleTx,
     PendingPropagation,
@@ -40,7 +40,6 @@ from lifecycle_service.storage.port import (
     TaskQuery,
 )
 
-T = TypeVar("T")
 MIGRATIONS_PACKAGE = "lifecycle_service.storage.migrations"
 
 _TASK_COLUMNS = (
@@ -79,36 +78,21 @@ class Connection(Protocol):
     def executemany(self, sql: str, rows: Any, /) -> Any: ...
 
 
-class SqliteLifecycleStore:
-    def __init__(self, writer: Database, reader: Database) -> None:
-        self._writer = writer
-        self._reader = reader
+class SqliteLifecycleStore(Store[sqlite3.Connection, "SqliteLifecycleTx", "SqliteLifecycleTx"]):
+    """The lifecycle store on a SQLite file (funnel.runtime.store.Store)."""
+
+    def __init__(self, engine: SqliteEngine) -> None:
+        super().__init__(engine, SqliteLifecycleTx, SqliteLifecycleTx)
+        self._sqlite = engine
 
     @classmethod
     async def open(cls, path: str, *, commits: CommitObserver | None = None) -> SqliteLifecycleStore:
         """Opens (creating and migrating if needed) the database, or raises StorageRefused."""
-        writer = await Database.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits)
-        reader = await Database.open_reader(writer)
-        return cls(writer, reader)
-
-    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        return await self._writer.write(lambda db: fn(SqliteLifecycleTx(db)), after_commit)
-
-    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
-        return await self._reader.read(lambda db: fn(SqliteLifecycleTx(db)))
-
-    async def check_writable(self) -> None:
-        await self._writer.check_writable()
+        return cls(await SqliteEngine.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits))
 
     async def check_integrity(self) -> str | None:
-        """The full integrity check (Database.check_integrity): None, or the damage,
-        after which every write is refused."""
-        return await self._writer.check_integrity()
-
-    async def close(self) -> None:
-        if self._reader is not self._writer:
-            await self._reader.close()
-        await self._writer.close()
+        """The full integrity check (SqliteEngine.check_integrity)."""
+        return await self._sqlite.check_integrity()
 
 
 class SqliteLifecycleTx:

@@ -599,6 +599,27 @@ async def test_a_write_that_raises_leaves_nothing_behind(backend):
     assert after.sequence > max(e.sequence for e in before[1])
 
 
+async def test_a_write_that_returns_a_rejection_leaves_nothing_behind(backend):
+    await put(backend, record("p", state=GenerationState.ACTIVE))
+    before = await everything(backend)
+    committed_hooks = []
+    refusal = Rejection(Reason.INVALID_TRANSITION, "refused after every kind of write")
+
+    def unit(tx):
+        tx.insert_task(record("t1", parent=ParentLink("p", 1, LinkMode.ATTACHED)))
+        event = tx.append_event(event_of(record("t1")))
+        tx.update_task(record("p", revision=2, state=GenerationState.ACTIVE))
+        tx.insert_propagations(event, [Propagation(ChildRef("t1", 1), IntentKind.REQUEST_CANCELLATION)], T0)
+        tx.remember_request(key(), b"response", T0)
+        return refusal
+
+    assert await backend.write(unit, after_commit=committed_hooks.append) == refusal
+    assert committed_hooks == []
+    assert await everything(backend) == before
+    assert await pending(backend) == []
+    assert await backend.read(lambda tx: tx.recall_request(WS, "caller", "SetWorkStatus", "req-1")) is None
+
+
 async def test_a_write_that_returns_commits_and_hands_its_result_to_after_commit(backend):
     seen = []
 

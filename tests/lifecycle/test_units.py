@@ -35,6 +35,7 @@ from lifecycle_service.units import (
     Command,
     Committed,
     Discharged,
+    Dropped,
     Replayed,
     Resettled,
     TaskView,
@@ -303,7 +304,7 @@ async def test_a_propagation_the_child_refuses_is_dropped_and_nothing_else_chang
     c2 = next(p for p in await world.pending() if p.child.task_id == "c2")
     before = await world.snapshot()
     refused = await world.apply(do(i.RequestCancellation, "c2"), propagation_id=c2.id)
-    assert isinstance(refused, Rejection) and refused.reason is Reason.CANCELLATION_ALREADY_REQUESTED
+    assert isinstance(refused, Dropped) and refused.rejection.reason is Reason.CANCELLATION_ALREADY_REQUESTED
     assert await world.snapshot() == before
     assert [p.child.task_id for p in await world.pending()] == ["c1"]
 
