@@ -60,7 +60,7 @@ class LifecycleAuthority:
         self._clock = clock
         self._publish = publish
         self._retry_delay = retry_delay
-        # Who claims pending propagations (storage.port.LifecycleTx.claim_propagations).
+        # Who claims pending propagations (storage.port.Propagations.claim).
         self._owner = owner or f"lifecycle@{socket.gethostname()}/{os.getpid()}/{id(self):x}"
         # None: only this process's commits owe propagations (one process per database).
         self._replay_interval = replay_interval
@@ -122,7 +122,7 @@ class LifecycleAuthority:
                 handled += 1
 
     def _claimer(self, now: int) -> Callable[[LifecycleTx], list[PendingPropagation]]:
-        return lambda tx: tx.claim_propagations(now, self._owner, PROPAGATION_LEASE_MICROS, PROPAGATION_BATCH)
+        return lambda tx: tx.propagations.claim(now, self._owner, PROPAGATION_LEASE_MICROS, PROPAGATION_BATCH)
 
     async def deliver_forever(self) -> None:
         """Delivers pending propagations whenever a commit owes some, and every
@@ -181,4 +181,4 @@ class LifecycleAuthority:
 
     async def sweep_request_ids(self, created_before: int, limit: int) -> int:
         """Forgets up to `limit` request ids remembered before `created_before` (for the sweeper)."""
-        return await self.store.write(lambda tx: tx.forget_requests(created_before, limit))
+        return await self.store.write(lambda tx: tx.requests.forget(created_before, limit))

@@ -43,8 +43,11 @@ from completion_service.core.transcript import EventKind, SessionEvent, Tail, Tu
 from completion_service.errors import Reason
 from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import AttemptRecord, CompletionStore, CompletionTx, TranscriptState
-from completion_service.storage.postgres import PostgresCompletionTx
-from completion_service.storage.sqlite import SqliteCompletionStore, SqliteCompletionTx
+from completion_service.storage.postgres.runs import PostgresRuns
+from completion_service.storage.postgres.session import PostgresSession
+from completion_service.storage.sqlite import SqliteCompletionStore
+from completion_service.storage.sqlite.runs import SqliteRuns
+from completion_service.storage.sqlite.session import Session
 from completion_service.units import completions, runs, settlements, transcripts
 from completion_service.units.completions import AttemptOutcome, CompletionCorrupted, EvidenceCommand
 from completion_service.units.request_ids import peek
@@ -122,30 +125,32 @@ class Env:
 
         def read(tx) -> dict:
             found: dict = {
-                "runs": tx.load_runs(WS, None, None, 10_000),
-                "completions": tx.load_completions(WS, None, None, None, 10_000),
-                "events": tx.load_events(WS, 0, None, 10_000),
-                "audit": tx.load_audit(WS, None, None, 0, 10_000),
-                "requests": [tx.recall_request(*scope) for scope in scopes],
+                "runs": tx.runs.page(WS, None, None, 10_000),
+                "completions": tx.completions.page(WS, None, None, None, 10_000),
+                "events": tx.events.page(WS, 0, None, 10_000),
+                "audit": tx.events.audit_page(WS, None, None, 0, 10_000),
+                "requests": [tx.requests.recall(*scope) for scope in scopes],
             }
             for task_id in TASKS:
                 found[task_id] = (
-                    tx.load_lease(WS, task_id),
-                    tx.load_tail(WS, task_id),
-                    tx.load_transcript(WS, task_id, 0, 10_000),
-                    [(tx.load_evidence(WS, task_id, g), tx.load_attempts(WS, task_id, g)) for g in (1, 2)],
+                    tx.runs.load_lease(WS, task_id),
+                    tx.transcripts.load_tail(WS, task_id),
+                    tx.transcripts.page(WS, task_id, 0, 10_000),
+                    [(tx.evidence.load(WS, task_id, g), tx.completions.load_attempts(WS, task_id, g)) for g in (1, 2)],
                 )
             return found
 
         return await self.store.read(read)
 
     async def attempts(self, task_id: str = "t-1") -> int:
-        return len(await self.read(lambda tx: tx.load_attempts(WS, task_id, 1)))
+        return len(await self.read(lambda tx: tx.completions.load_attempts(WS, task_id, 1)))
 
     async def set_state_version(self, task_id: str, state_version: int, checkpoint: str = "") -> None:
         """Moves the transcript's version and checkpoint as a host's appends would."""
         await self.store.write(
-            lambda tx: tx.save_tail(WS, task_id, TranscriptState(Tail(checkpoint=checkpoint), state_version))
+            lambda tx: tx.transcripts.save_tail(
+                WS, task_id, TranscriptState(Tail(checkpoint=checkpoint), state_version)
+            )
         )
 
     # -- commands --------------------------------------------------------------------
@@ -208,16 +213,16 @@ class Env:
         return await self.write(completions.record_evidence, command=command)
 
     async def events(self, task_id: str | None = None):
-        return await self.read(lambda tx: tx.load_events(WS, 0, task_id, 1000))
+        return await self.read(lambda tx: tx.events.page(WS, 0, task_id, 1000))
 
     async def run(self, run_id: str):
-        return await self.read(lambda tx: tx.load_run(WS, run_id))
+        return await self.read(lambda tx: tx.runs.load(WS, run_id))
 
     async def lease(self, task_id: str):
-        return await self.read(lambda tx: tx.load_lease(WS, task_id))
+        return await self.read(lambda tx: tx.runs.load_lease(WS, task_id))
 
     async def completion(self, task_id: str = "t-1", generation: int = 1):
-        return await self.read(lambda tx: tx.load_completion(WS, task_id, generation))
+        return await self.read(lambda tx: tx.completions.load(WS, task_id, generation))
 
 
 async def peeked(env: Env, request: RequestKey):
@@ -247,8 +252,8 @@ async def test_a_unit_that_raises_leaves_nothing_behind(env):
 
     def fails_halfway(tx: CompletionTx) -> None:
         runs.close_run(tx, env.close_command(claimed.run.run_id), START)
-        tx.save_lease(WS, dataclasses.replace(claimed.lease, expires_at=0))
-        tx.append_event(CompletionEvent(WS, "t-1", 1, CompletionEventKind.DECISION_BLOCKED, "run-x", START))
+        tx.runs.save_lease(WS, dataclasses.replace(claimed.lease, expires_at=0))
+        tx.events.append(CompletionEvent(WS, "t-1", 1, CompletionEventKind.DECISION_BLOCKED, "run-x", START))
         raise OSError("the disk is full")
 
     with pytest.raises(OSError, match="disk is full"):
@@ -274,23 +279,31 @@ async def test_a_unit_that_returns_a_rejection_leaves_nothing_behind(env):
 async def test_close_run_and_its_audit_row_commit_together_or_not_at_all(env):
     claimed = await env.claimed()
 
+    class FullAuditLog:
+        def __init__(self, events) -> None:
+            self._events = events
+
+        def __getattr__(self, name: str):
+            return getattr(self._events, name)
+
+        def append_audit(self, entry: AuditEntry) -> None:
+            raise OSError("audit log is full")
+
     class AuditFails:
         def __init__(self, tx: CompletionTx) -> None:
             self._tx = tx
+            self.events = FullAuditLog(tx.events)
 
         def __getattr__(self, name: str):
             return getattr(self._tx, name)
 
-        def insert_audit(self, entry: AuditEntry) -> None:
-            raise OSError("audit log is full")
-
     with pytest.raises(OSError, match="audit log is full"):
         await env.store.write(lambda tx: runs.close_run(AuditFails(tx), env.close_command(claimed.run.run_id), START))
     assert (await env.run(claimed.run.run_id)).open
-    assert await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10)) == []
+    assert await env.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10)) == []
 
     assert not (await env.close(claimed.run.run_id)).run.open
-    assert len(await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))) == 1
+    assert len(await env.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10))) == 1
 
 
 async def test_concurrent_writes_commit_in_order_each_alone_and_hooks_run_in_commit_order(env):
@@ -300,9 +313,9 @@ async def test_concurrent_writes_commit_in_order_each_alone_and_hooks_run_in_com
     def unit(index: int):
         def body(tx: CompletionTx) -> int:
             if index == 3:
-                tx.insert_attempt(_attempt(claimed, "bad"))
+                tx.completions.insert_attempt(_attempt(claimed, "bad"))
                 raise ValueError("this one fails alone")
-            tx.insert_attempt(_attempt(claimed, f"attempt-{index}"))
+            tx.completions.insert_attempt(_attempt(claimed, f"attempt-{index}"))
             return index
 
         return body
@@ -311,7 +324,7 @@ async def test_concurrent_writes_commit_in_order_each_alone_and_hooks_run_in_com
         *(env.store.write(unit(i), after_commit=hooked.append) for i in range(6)), return_exceptions=True
     )
     assert [r if not isinstance(r, Exception) else "failed" for r in results] == [0, 1, 2, "failed", 4, 5]
-    stored = await env.read(lambda tx: tx.load_attempts(WS, "t-1", 1))
+    stored = await env.read(lambda tx: tx.completions.load_attempts(WS, "t-1", 1))
     if env.one_writer:
         assert hooked == [0, 1, 2, 4, 5]
         assert [a.result_digest for a in stored] == [f"attempt-{i}" for i in (0, 1, 2, 4, 5)]
@@ -332,7 +345,7 @@ async def test_event_sequences_grow_in_commit_order_and_a_completion_has_one_ter
 
     before = await env.state()
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
-        await env.store.write(lambda tx: tx.append_event(dataclasses.replace(settled.event, sequence=0)))
+        await env.store.write(lambda tx: tx.events.append(dataclasses.replace(settled.event, sequence=0)))
     assert await env.state() == before
 
 
@@ -345,18 +358,18 @@ async def test_a_second_completion_of_a_generation_or_id_is_refused_by_the_store
         dataclasses.replace(completion, generation=2),  # same completion id
     ):
         with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
-            await env.store.write(lambda tx, d=duplicate: tx.insert_completion(d))
+            await env.store.write(lambda tx, d=duplicate: tx.completions.insert(d))
         assert await env.state() == before
 
 
 async def test_a_request_id_is_remembered_once(env):
     request = env.used(key("ClaimTask", "req-1", b"fp"))
-    await env.store.write(lambda tx: tx.remember_request(request, b"first", START))
+    await env.store.write(lambda tx: tx.requests.remember(request, b"first", START))
     before = await env.state()
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
-        await env.store.write(lambda tx: tx.remember_request(request, b"second", START))
+        await env.store.write(lambda tx: tx.requests.remember(request, b"second", START))
     assert await env.state() == before
-    assert await env.read(lambda tx: tx.recall_request(WS, CALLER, "ClaimTask", "req-1")) == (b"fp", b"first")
+    assert await env.read(lambda tx: tx.requests.recall(WS, CALLER, "ClaimTask", "req-1")) == (b"fp", b"first")
 
 
 # -- runs and leases ----------------------------------------------------------
@@ -430,19 +443,19 @@ async def test_runs_are_listed_newest_first_per_task_with_a_cursor(env):
     env.clock.advance(2 * SECOND)
     second = await env.claimed(ttl=SECOND)
     other = await env.claimed("t-2")
-    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 10))] == [
+    assert [r.run_id for r in await env.read(lambda tx: tx.runs.page(WS, None, None, 10))] == [
         other.run.run_id,
         second.run.run_id,
         first.run.run_id,
     ]
-    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", None, 10))] == [
+    assert [r.run_id for r in await env.read(lambda tx: tx.runs.page(WS, "t-1", None, 10))] == [
         second.run.run_id,
         first.run.run_id,
     ]
     cursor = (second.run.claimed_at, second.run.run_id)
-    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", cursor, 10))] == [first.run.run_id]
-    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 1))] == [other.run.run_id]
-    assert await env.read(lambda tx: tx.load_runs("ws-other", None, None, 10)) == []
+    assert [r.run_id for r in await env.read(lambda tx: tx.runs.page(WS, "t-1", cursor, 10))] == [first.run.run_id]
+    assert [r.run_id for r in await env.read(lambda tx: tx.runs.page(WS, None, None, 1))] == [other.run.run_id]
+    assert await env.read(lambda tx: tx.runs.page("ws-other", None, None, 10)) == []
 
 
 async def test_open_runs_are_listed_alone_newest_first_with_a_cursor(env):
@@ -454,7 +467,7 @@ async def test_open_runs_are_listed_alone_newest_first_with_a_cursor(env):
     young = await env.claimed("t-3")
 
     def open_runs(task_id=None, before=None, limit=10):
-        return env.read(lambda tx: [r.run_id for r in tx.load_runs(WS, task_id, before, limit, open_only=True)])
+        return env.read(lambda tx: [r.run_id for r in tx.runs.page(WS, task_id, before, limit, open_only=True)])
 
     # A lapsed lease does not close a run: only a close does.
     assert await open_runs() == [young.run.run_id, old.run.run_id]
@@ -477,7 +490,7 @@ async def test_stalled_runs_are_claimed_oldest_expiry_first_and_closed_with_an_a
     stored = await env.run(early.run.run_id)
     assert (stored.outcome, stored.finished_at, stored.tokens_total) == (RunOutcome.STALLED, START + 4 * SECOND, 0)
     assert (await env.run(late.run.run_id)).open
-    [audit] = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    [audit] = await env.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10))
     assert (audit.run_id, dict(audit.metadata), audit.caller) == (
         early.run.run_id,
         {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"},
@@ -514,7 +527,7 @@ async def test_close_run_closes_the_run_and_writes_its_audit_row(env):
         stored.notes,
         stored.error,
     ) == (RunOutcome.FAILED, 100, 50, 1000, "n", "e")
-    audit = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    audit = await env.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10))
     assert [(a.action, a.run_id, a.task_id, dict(a.metadata), a.recorded_at, a.caller) for a in audit] == [
         (
             "task.completed",
@@ -537,18 +550,20 @@ async def test_the_audit_log_is_listed_by_id_with_filters_and_a_cursor(env):
     second = await env.claimed("t-2")
     await env.close(first.run.run_id)
     await env.close(second.run.run_id)
-    every = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    every = await env.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10))
     assert [a.run_id for a in every] == [first.run.run_id, second.run.run_id]
     assert every[0].audit_id < every[1].audit_id
-    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, "t-2", None, 0, 10))] == [second.run.run_id]
-    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, None, first.run.run_id, 0, 10))] == [
+    assert [a.run_id for a in await env.read(lambda tx: tx.events.audit_page(WS, "t-2", None, 0, 10))] == [
+        second.run.run_id
+    ]
+    assert [a.run_id for a in await env.read(lambda tx: tx.events.audit_page(WS, None, first.run.run_id, 0, 10))] == [
         first.run.run_id
     ]
     after_first = every[0].audit_id
-    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, None, None, after_first, 10))] == [
+    assert [a.run_id for a in await env.read(lambda tx: tx.events.audit_page(WS, None, None, after_first, 10))] == [
         second.run.run_id
     ]
-    assert len(await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 1))) == 1
+    assert len(await env.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 1))) == 1
 
 
 # -- the completion transaction ------------------------------------------------
@@ -580,7 +595,7 @@ async def test_same_identity_returns_the_existing_completion(env):
     assert again.decision.verdict is Verdict.ALLOW
     assert again.existing and not again.inserted and again.events == ()
     assert again.completion == first
-    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))) == 1
+    assert len(await env.read(lambda tx: tx.completions.page(WS, None, None, None, 10))) == 1
     assert [e.kind for e in await env.events()] == [
         CompletionEventKind.RUN_CLAIMED,
         CompletionEventKind.COMPLETION_COMMITTED,
@@ -596,7 +611,7 @@ async def test_different_identity_with_the_same_outcome_keeps_the_existing_compl
     assert later.existing and not later.inserted
     assert later.completion == first  # the stored row stays the completion
     assert (await env.completion()).state_version == 0
-    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))) == 1
+    assert len(await env.read(lambda tx: tx.completions.page(WS, None, None, None, 10))) == 1
 
 
 async def test_different_outcome_is_a_conflict_and_writes_nothing(env):
@@ -615,8 +630,8 @@ async def test_same_identity_with_a_different_payload_is_corruption_and_writes_n
     tampered = dataclasses.replace(first, payload=b'{"tampered":true}')
 
     def tamper(tx: CompletionTx) -> None:
-        tx.delete_completion(WS, "t-1", 1)
-        tx.insert_completion(tampered)
+        tx.completions.delete(WS, "t-1", 1)
+        tx.completions.insert(tampered)
 
     await env.store.write(tamper)
     before = await env.state()
@@ -639,12 +654,12 @@ async def test_completions_are_listed_by_commit_time_with_filters_and_a_cursor(e
     first = (await env.attempt(await env.claimed("t-1"))).completion
     env.clock.advance(SECOND)
     second = (await env.attempt(await env.claimed("t-2"))).completion
-    assert await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10)) == [first, second]
-    assert await env.read(lambda tx: tx.load_completions(WS, "t-2", None, None, 10)) == [second]
+    assert await env.read(lambda tx: tx.completions.page(WS, None, None, None, 10)) == [first, second]
+    assert await env.read(lambda tx: tx.completions.page(WS, "t-2", None, None, 10)) == [second]
     cursor = (first.committed_at, first.completion_id)
-    assert await env.read(lambda tx: tx.load_completions(WS, None, None, cursor, 10)) == [second]
-    assert await env.read(lambda tx: tx.load_completions(WS, None, None, None, 1)) == [first]
-    assert await env.read(lambda tx: tx.load_completions("ws-other", None, None, None, 10)) == []
+    assert await env.read(lambda tx: tx.completions.page(WS, None, None, cursor, 10)) == [second]
+    assert await env.read(lambda tx: tx.completions.page(WS, None, None, None, 1)) == [first]
+    assert await env.read(lambda tx: tx.completions.page("ws-other", None, None, None, 10)) == []
 
 
 # -- blocked decisions: lease lost, expired, superseded; stale state version ----
@@ -792,7 +807,7 @@ async def test_a_postponed_settlement_keeps_its_attempts_next_time_and_error_unt
             START + attempt * 10 * SECOND,
             error,
         )
-    [listed] = await env.read(lambda tx: tx.load_completions(WS, None, SettlementStatus.PENDING, None, 10))
+    [listed] = await env.read(lambda tx: tx.completions.page(WS, None, SettlementStatus.PENDING, None, 10))
     assert listed == stored
 
     env.clock.advance(30 * SECOND)
@@ -800,7 +815,7 @@ async def test_a_postponed_settlement_keeps_its_attempts_next_time_and_error_unt
     # The answered call counts too; nothing is due and no error stands any more.
     assert (settled.settle_attempts, settled.next_settle_at, settled.last_settle_error) == (3, None, None)
     assert await env.completion() == settled
-    assert await env.read(lambda tx: tx.load_completions(WS, None, SettlementStatus.PENDING, None, 10)) == []
+    assert await env.read(lambda tx: tx.completions.page(WS, None, SettlementStatus.PENDING, None, 10)) == []
 
 
 async def test_the_settlement_filter_lists_only_that_status_in_commit_order_and_pages(env):
@@ -813,7 +828,7 @@ async def test_the_settlement_filter_lists_only_that_status_in_commit_order_and_
     pending = [committed[0], committed[2], committed[4]]
 
     def listed(settlement, after=None, limit=10, task_id=None):
-        return env.read(lambda tx: tx.load_completions(WS, task_id, settlement, after, limit))
+        return env.read(lambda tx: tx.completions.page(WS, task_id, settlement, after, limit))
 
     assert await listed(SettlementStatus.PENDING) == pending
     assert await listed(SettlementStatus.SETTLED) == [settled]
@@ -856,7 +871,7 @@ async def test_the_traceparent_of_the_committing_attempt_stays_with_the_completi
     assert [c.traceparent for c in await env.due(START + SECOND)] == [None, traceparent]
     settled = (await env.settle(postponed, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))).completion
     assert settled.traceparent == traceparent == (await env.completion("t-1")).traceparent
-    listed = await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))
+    listed = await env.read(lambda tx: tx.completions.page(WS, None, None, None, 10))
     assert {c.task_id: c.traceparent for c in listed} == {"t-1": traceparent, "t-2": None}
 
 
@@ -954,11 +969,11 @@ async def test_a_renew_request_id_replays_the_original_lease(env):
 async def test_old_request_ids_are_forgotten_in_batches(env):
     for index in range(5):
         request = key("ClaimTask", f"req-{index}", b"fp")
-        await env.store.write(lambda tx, r=request, i=index: tx.remember_request(r, b"answer", START + i))
-    assert await env.store.write(lambda tx: tx.forget_requests(START + 4, 3)) == 3
-    assert await env.store.write(lambda tx: tx.forget_requests(START + 4, 3)) == 1
+        await env.store.write(lambda tx, r=request, i=index: tx.requests.remember(r, b"answer", START + i))
+    assert await env.store.write(lambda tx: tx.requests.forget(START + 4, 3)) == 3
+    assert await env.store.write(lambda tx: tx.requests.forget(START + 4, 3)) == 1
     remaining = await env.read(
-        lambda tx: [tx.recall_request(WS, CALLER, "ClaimTask", f"req-{i}") is not None for i in range(5)]
+        lambda tx: [tx.requests.recall(WS, CALLER, "ClaimTask", f"req-{i}") is not None for i in range(5)]
     )
     assert remaining == [False, False, False, False, True]
 
@@ -973,7 +988,7 @@ async def test_evidence_counts_for_its_generation_and_is_listed_in_order(env):
     first = (await env.evidence(record("tests"))).record
     await env.evidence(record("lint", passed=False))
     await env.evidence(record("tests", generation=2))
-    listed = await env.read(lambda tx: tx.load_evidence(WS, "t-1", 1))
+    listed = await env.read(lambda tx: tx.evidence.load(WS, "t-1", 1))
     assert [(e.kind, e.passed, e.generation) for e in listed] == [("tests", True, 1), ("lint", False, 1)]
     assert listed[0] == first and first.recorded_at == START and first.evidence_id
     # One event per fact, naming it.
@@ -993,7 +1008,7 @@ async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_afte
     await env.evidence(record("tests", task_id="t-2"))
 
     def listed(generation=None, after=None, limit=10, workspace=WS):
-        return env.read(lambda tx: tx.list_evidence(workspace, "t-1", generation, after, limit))
+        return env.read(lambda tx: tx.evidence.page(workspace, "t-1", generation, after, limit))
 
     assert await listed() == [first, second, third]
     assert first.recorded_by == Caller("agent-1", "agent")
@@ -1075,7 +1090,7 @@ async def test_appended_events_are_stamped_kept_in_order_and_checkpoints_remembe
         transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.CHECKPOINT, "cp-1")], 2, 1)
     )
     assert again == Appended(2, 5)
-    stored = await env.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 100))
+    stored = await env.read(lambda tx: tx.transcripts.page(WS, "t-1", 0, 100))
     assert [(e.sequence, e.generation, e.kind, e.recorded_at) for e in stored] == [
         (1, 1, EventKind.TURN_START, START),
         (2, 1, EventKind.CHECKPOINT, START),
@@ -1084,10 +1099,10 @@ async def test_appended_events_are_stamped_kept_in_order_and_checkpoints_remembe
         (5, 2, EventKind.CHECKPOINT, START + SECOND),
     ]
     assert stored[2].text == "hello é" and stored[3].reason is TurnEndReason.COMPLETED
-    assert await env.read(lambda tx: tx.load_transcript(WS, "t-1", 3, 1)) == stored[3:4]
+    assert await env.read(lambda tx: tx.transcripts.page(WS, "t-1", 3, 1)) == stored[3:4]
     # A checkpoint is where it was first created.
-    assert await env.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1", "cp-none"})) == {"cp-1": 2}
-    state = await env.read(lambda tx: tx.load_tail(WS, "t-1"))
+    assert await env.read(lambda tx: tx.transcripts.load_checkpoints(WS, "t-1", {"cp-1", "cp-none"})) == {"cp-1": 2}
+    state = await env.read(lambda tx: tx.transcripts.load_tail(WS, "t-1"))
     assert state == TranscriptState(Tail(checkpoint="cp-1", last_sequence=5), 2)
 
 
@@ -1111,20 +1126,20 @@ async def test_repair_closes_an_interrupted_turn_once_and_the_claim_repairs_at_t
     await env.write(transcripts.append, command=AppendCommand(WS, "t-2", events, 1))
     repaired = await env.write(transcripts.repair, workspace_id=WS, task_id="t-1")
     assert repaired.repaired and not repaired.turn_in_progress
-    stored = await env.read(lambda tx: tx.load_transcript(WS, "t-1", 3, 100))
+    stored = await env.read(lambda tx: tx.transcripts.page(WS, "t-1", 3, 100))
     assert [(e.kind, e.synthetic, e.sequence) for e in stored] == [
         (EventKind.TOOL_RESULT, True, 4),
         (EventKind.STEP_END, True, 5),
         (EventKind.TURN_END, True, 6),
     ]
-    assert (await env.read(lambda tx: tx.load_tail(WS, "t-1"))).state_version == 2
+    assert (await env.read(lambda tx: tx.transcripts.load_tail(WS, "t-1"))).state_version == 2
     before = await env.state()
     assert not (await env.write(transcripts.repair, workspace_id=WS, task_id="t-1")).repaired
     assert await env.state() == before
 
     claimed = await env.claimed("t-2")
     assert claimed.repaired
-    assert (await env.read(lambda tx: tx.load_tail(WS, "t-2"))).tail.open_turn is None
+    assert (await env.read(lambda tx: tx.transcripts.load_tail(WS, "t-2"))).tail.open_turn is None
 
 
 async def test_a_staged_import_becomes_the_transcript_in_one_commit_or_is_discarded(env):
@@ -1133,24 +1148,24 @@ async def test_a_staged_import_becomes_the_transcript_in_one_commit_or_is_discar
         ev(EventKind.CHECKPOINT, "cp-1", sequence=2, generation=1, recorded_at=6),
         ev(EventKind.TURN_END, "turn-1", sequence=3, generation=1, recorded_at=7, reason=TurnEndReason.COMPLETED),
     ]
-    await env.store.write(lambda tx: tx.stage_import("import-1", events[:2]))
-    await env.store.write(lambda tx: tx.stage_import("import-1", events[2:]))
-    await env.store.write(lambda tx: tx.stage_import("import-2", events))
+    await env.store.write(lambda tx: tx.imports.stage("import-1", events[:2]))
+    await env.store.write(lambda tx: tx.imports.stage("import-1", events[2:]))
+    await env.store.write(lambda tx: tx.imports.stage("import-2", events))
     final = Tail(checkpoint="cp-1", last_sequence=3)
     version = await env.store.write(lambda tx: transcripts.commit_import(tx, "import-1", WS, "t-1", final, {"cp-1": 2}))
     assert version == 1
-    assert await env.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10)) == events
-    assert await env.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1"})) == {"cp-1": 2}
-    assert await env.read(lambda tx: tx.load_tail(WS, "t-1")) == TranscriptState(final, 1)
+    assert await env.read(lambda tx: tx.transcripts.page(WS, "t-1", 0, 10)) == events
+    assert await env.read(lambda tx: tx.transcripts.load_checkpoints(WS, "t-1", {"cp-1"})) == {"cp-1": 2}
+    assert await env.read(lambda tx: tx.transcripts.load_tail(WS, "t-1")) == TranscriptState(final, 1)
 
     before = await env.state()
     refused = await env.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-1", final, {}))
     assert_rejected(refused, Reason.TRANSCRIPT_NOT_EMPTY)
     assert await env.state() == before
     # Discarded staging leaves nothing behind: a later commit of it imports nothing.
-    await env.store.write(lambda tx: tx.discard_import(None))
+    await env.store.write(lambda tx: tx.imports.discard(None))
     assert await env.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-2", Tail(), {})) == 1
-    assert await env.read(lambda tx: tx.load_transcript(WS, "t-2", 0, 10)) == []
+    assert await env.read(lambda tx: tx.transcripts.page(WS, "t-2", 0, 10)) == []
 
 
 # -- events -------------------------------------------------------------------------
@@ -1161,11 +1176,11 @@ async def test_events_are_listed_per_workspace_or_task_after_a_sequence(env):
     first = [*one.events, *(await env.attempt(one)).events]
     two = await env.claimed("t-2")
     second = [*two.events, *(await env.attempt(two)).events]
-    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 10)) == [*first, *second]
-    assert await env.read(lambda tx: tx.load_events(WS, 0, "t-2", 10)) == second
-    assert await env.read(lambda tx: tx.load_events(WS, first[-1].sequence, None, 10)) == second
-    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 1)) == first[:1]
-    assert await env.read(lambda tx: tx.load_events("ws-other", 0, None, 10)) == []
+    assert await env.read(lambda tx: tx.events.page(WS, 0, None, 10)) == [*first, *second]
+    assert await env.read(lambda tx: tx.events.page(WS, 0, "t-2", 10)) == second
+    assert await env.read(lambda tx: tx.events.page(WS, first[-1].sequence, None, 10)) == second
+    assert await env.read(lambda tx: tx.events.page(WS, 0, None, 1)) == first[:1]
+    assert await env.read(lambda tx: tx.events.page("ws-other", 0, None, 10)) == []
 
 
 # -- the SQLite file (inspected on purpose, with sqlite3) ------------------------------
@@ -1197,7 +1212,7 @@ async def test_sqlite_open_runs_are_read_from_the_index_of_open_runs_in_its_orde
     run: list[str] = []
     with sqlite3.connect(path) as db:
         db.set_trace_callback(run.append)
-        SqliteCompletionTx(db).load_runs(WS, None, before, 50, open_only=True)
+        SqliteRuns(Session(db)).page(WS, None, before, 50, open_only=True)
         db.set_trace_callback(None)
         [sql] = run
         plan = " / ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}"))
@@ -1217,9 +1232,9 @@ async def test_postgresql_open_runs_are_read_from_the_index_of_open_runs(tmp_pat
             return super().execute(sql, params)
 
     def plan(conn) -> str:
-        tx = PostgresCompletionTx(conn, writable=False)
-        tx._db = Traced(conn)
-        tx.load_runs(WS, None, (START, "run-9"), 50, open_only=True)
+        session = PostgresSession(conn, writable=False)
+        session.db = Traced(conn)
+        PostgresRuns(session).page(WS, None, (START, "run-9"), 50, open_only=True)
         [sql] = statements
         conn.execute("SET LOCAL enable_seqscan = off")
         rows = SqliteStyle(conn).execute(f"EXPLAIN {sql}", (WS, START, "run-9", 50)).fetchall()

@@ -120,8 +120,8 @@ async def put(store: LifecycleStore, task: TaskRecord, **event_changes) -> Lifec
     """Writes a record (insert at revision 1, else update) with its event."""
 
     def unit(tx):
-        (tx.insert_task if task.revision == 1 else tx.update_task)(task)
-        return tx.append_event(event_of(task, **event_changes))
+        (tx.tasks.insert if task.revision == 1 else tx.tasks.update)(task)
+        return tx.events.append(event_of(task, **event_changes))
 
     return await store.write(unit)
 
@@ -130,11 +130,11 @@ async def everything(store: LifecycleStore, workspace=WS):
     """What a failed transaction must not have changed."""
 
     def read(tx):
-        tasks = tx.list_tasks(workspace, TaskQuery(), "", 10_000)
+        tasks = tx.tasks.page(workspace, TaskQuery(), "", 10_000)
         return (
             tasks,
-            tx.events_after(workspace, 0, None, 10_000),
-            [tx.open_attached_children(t) for t in tasks],
+            tx.events.page(workspace, 0, None, 10_000),
+            [tx.tasks.open_attached_children(t) for t in tasks],
         )
 
     return await store.read(read)
@@ -143,7 +143,7 @@ async def everything(store: LifecycleStore, workspace=WS):
 async def pending(store: LifecycleStore, limit=100):
     """The pending propagations, oldest first. A look, not a hold: the claim's lease
     is zero, so it has lapsed at once and the authority's deliverer may take them."""
-    return await store.write(lambda tx: tx.claim_propagations(T0, "test", 0, limit))
+    return await store.write(lambda tx: tx.propagations.claim(T0, "test", 0, limit))
 
 
 # ===========================================================================
@@ -164,29 +164,29 @@ async def test_a_record_round_trips_every_field(backend):
         generation=2,
         parent=parent,
     )
-    await backend.write(lambda tx: tx.insert_task(task))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == task
-    assert await backend.read(lambda tx: tx.load_task("other", "t1")) is None
-    assert await backend.read(lambda tx: tx.load_task(WS, "t2")) is None
+    await backend.write(lambda tx: tx.tasks.insert(task))
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == task
+    assert await backend.read(lambda tx: tx.tasks.load("other", "t1")) is None
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t2")) is None
 
 
 async def test_an_update_replaces_only_the_previous_revision(backend):
     await put(backend, record("t1"))
     second = record("t1", revision=2, state=GenerationState.ACTIVE, work_status=WorkStatus.IN_PROGRESS)
-    await backend.write(lambda tx: tx.update_task(second))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == second
+    await backend.write(lambda tx: tx.tasks.update(second))
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == second
     for stale in (second, record("t1", revision=5), record("missing", revision=2)):
         with pytest.raises(InvariantViolated):
-            await backend.write(lambda tx, stale=stale: tx.update_task(stale))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == second
+            await backend.write(lambda tx, stale=stale: tx.tasks.update(stale))
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == second
 
 
 async def test_a_task_id_is_inserted_once_per_workspace(backend):
-    await backend.write(lambda tx: tx.insert_task(record("t1")))
-    await backend.write(lambda tx: tx.insert_task(record("t1", workspace="other")))
+    await backend.write(lambda tx: tx.tasks.insert(record("t1")))
+    await backend.write(lambda tx: tx.tasks.insert(record("t1", workspace="other")))
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await backend.write(lambda tx: tx.insert_task(record("t1", work_status=WorkStatus.BLOCKED)))
-    assert (await backend.read(lambda tx: tx.load_task(WS, "t1"))).work_status is WorkStatus.READY
+        await backend.write(lambda tx: tx.tasks.insert(record("t1", work_status=WorkStatus.BLOCKED)))
+    assert (await backend.read(lambda tx: tx.tasks.load(WS, "t1"))).work_status is WorkStatus.READY
 
 
 @pytest.mark.parametrize(
@@ -200,8 +200,8 @@ async def test_a_task_id_is_inserted_once_per_workspace(backend):
 )
 async def test_an_inconsistent_record_is_refused(backend, impossible):
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await backend.write(lambda tx: tx.insert_task(record("t1", **impossible)))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) is None
+        await backend.write(lambda tx: tx.tasks.insert(record("t1", **impossible)))
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) is None
 
 
 async def test_listing_tasks_pages_by_task_id_and_filters_by_parent(backend):
@@ -211,7 +211,7 @@ async def test_listing_tasks_pages_by_task_id_and_filters_by_parent(backend):
     await put(backend, record("a", workspace="other"))
 
     def ids(after, limit, parent=None, workspace=WS):
-        return backend.read(lambda tx: [t.task_id for t in tx.list_tasks(workspace, TaskQuery(parent), after, limit)])
+        return backend.read(lambda tx: [t.task_id for t in tx.tasks.page(workspace, TaskQuery(parent), after, limit)])
 
     assert await ids("", 10) == ["a", "b", "c", "p"]
     assert await ids("a", 2) == ["b", "c"]
@@ -284,7 +284,7 @@ async def test_listing_tasks_filters_by_state_outcome_work_status_and_id_prefix_
     ]
 
     def ids(after, limit):
-        return backend.read(lambda tx: [t.task_id for t in tx.list_tasks(WS, query, after, limit)])
+        return backend.read(lambda tx: [t.task_id for t in tx.tasks.page(WS, query, after, limit)])
 
     assert await ids("", 100) == expected
     paged, after = [], ""
@@ -313,7 +313,7 @@ async def test_listing_tasks_by_last_change_is_newest_change_first_once_each_in_
     registered_newest_first = [task_id for task_id, *_ in reversed(MIXED) if task_id not in ("a-1", "b-2")]
 
     def listed(query=None, before=None, limit=100):
-        return backend.read(lambda tx: tx.list_tasks_by_change(WS, query or TaskQuery(), before, limit))
+        return backend.read(lambda tx: tx.tasks.page_by_change(WS, query or TaskQuery(), before, limit))
 
     everything = await listed()
     assert [task.task_id for _, task in everything] == ["a-1", "b-2", *registered_newest_first]
@@ -329,12 +329,12 @@ async def test_listing_tasks_by_last_change_is_newest_change_first_once_each_in_
     assert paged == everything
     blocked = await listed(TaskQuery(work_status=WorkStatus.BLOCKED))
     assert [task.task_id for _, task in blocked] == ["a-1", "c-2", "b-3", "a-3"]
-    assert await backend.read(lambda tx: tx.list_tasks_by_change("nobody", TaskQuery(), None, 10)) == []
+    assert await backend.read(lambda tx: tx.tasks.page_by_change("nobody", TaskQuery(), None, 10)) == []
 
 
 async def test_tasks_are_counted_by_state_outcome_and_work_status(backend):
     await put_mixed(backend)
-    counts = await backend.read(lambda tx: tx.count_tasks(WS))
+    counts = await backend.read(lambda tx: tx.tasks.count(WS))
     assert counts == [
         TaskCount(GenerationState.REGISTERED, None, WorkStatus.READY, 1),
         TaskCount(GenerationState.ACTIVE, None, WorkStatus.IN_PROGRESS, 1),
@@ -345,7 +345,7 @@ async def test_tasks_are_counted_by_state_outcome_and_work_status(backend):
         TaskCount(TERMINAL, Outcome.FAILED, WorkStatus.BLOCKED, 1),
         TaskCount(TERMINAL, Outcome.TIMED_OUT, WorkStatus.BLOCKED, 1),
     ]
-    assert await backend.read(lambda tx: tx.count_tasks("nobody")) == []
+    assert await backend.read(lambda tx: tx.tasks.count("nobody")) == []
 
 
 async def test_open_attached_children_are_the_current_generations_unsettled_attached_ones(backend):
@@ -360,10 +360,10 @@ async def test_open_attached_children_are_the_current_generations_unsettled_atta
     await put(backend, record("done", parent=attached, state=GenerationState.TERMINAL, outcome=Outcome.CANCELLED))
     await put(backend, record("c9", parent=attached, workspace="other"))
 
-    children = await backend.read(lambda tx: tx.open_attached_children(parent))
+    children = await backend.read(lambda tx: tx.tasks.open_attached_children(parent))
     assert children == (ChildRef("c1", 4), ChildRef("c2", 1), ChildRef("c3", 1))
-    assert await backend.read(lambda tx: tx.open_attached_children(parent, 2)) == children[:2]
-    assert await backend.read(lambda tx: tx.open_attached_children(record("c1"))) == ()
+    assert await backend.read(lambda tx: tx.tasks.open_attached_children(parent, 2)) == children[:2]
+    assert await backend.read(lambda tx: tx.tasks.open_attached_children(record("c1"))) == ()
 
 
 # -- events --------------------------------------------------------------------
@@ -372,19 +372,19 @@ async def test_open_attached_children_are_the_current_generations_unsettled_atta
 async def test_an_event_round_trips_every_field_with_the_sequence_the_store_assigned(backend):
     task = record("t1")
     event = event_of(task, authoritative_at=T0 - 7, request_id="req-1", completion_id=None)
-    stored = await backend.write(lambda tx: (tx.insert_task(task), tx.append_event(event))[1])
+    stored = await backend.write(lambda tx: (tx.tasks.insert(task), tx.events.append(event))[1])
     assert stored.sequence > 0
     assert stored == dataclasses.replace(event, sequence=stored.sequence)
-    assert await backend.read(lambda tx: tx.list_events(WS, "t1", 0, 10)) == [stored]
-    assert await backend.read(lambda tx: tx.events_after(WS, 0, None, 10)) == [stored]
+    assert await backend.read(lambda tx: tx.events.history(WS, "t1", 0, 10)) == [stored]
+    assert await backend.read(lambda tx: tx.events.page(WS, 0, None, 10)) == [stored]
 
 
 async def test_the_last_sequence_is_the_greatest_committed_in_any_workspace(backend):
-    assert await backend.read(lambda tx: tx.last_sequence()) == 0
+    assert await backend.read(lambda tx: tx.events.last_sequence()) == 0
     first = await put(backend, record("t1"))
     last = await put(backend, record("t1", workspace="ws-2"))
     assert last.sequence > first.sequence
-    assert await backend.read(lambda tx: tx.last_sequence()) == last.sequence
+    assert await backend.read(lambda tx: tx.events.last_sequence()) == last.sequence
 
 
 async def test_a_registration_event_round_trips_its_parent_link(backend):
@@ -393,26 +393,26 @@ async def test_a_registration_event_round_trips_its_parent_link(backend):
     child = record("child", parent=link)
 
     def unit(tx):
-        tx.insert_task(parent)
-        tx.append_event(event_of(parent))
-        tx.insert_task(child)
-        return tx.append_event(event_of(child, parent=link))
+        tx.tasks.insert(parent)
+        tx.events.append(event_of(parent))
+        tx.tasks.insert(child)
+        return tx.events.append(event_of(child, parent=link))
 
     stored = await backend.write(unit)
     assert stored.parent == link
-    events = await backend.read(lambda tx: tx.events_after(WS, 0, None, 10))
+    events = await backend.read(lambda tx: tx.events.page(WS, 0, None, 10))
     assert [e.parent for e in events] == [None, link]
-    assert await backend.read(lambda tx: tx.list_events(WS, "child", 0, 10)) == [stored]
+    assert await backend.read(lambda tx: tx.events.history(WS, "child", 0, 10)) == [stored]
 
 
 async def next_revision(store: LifecycleStore, workspace: str, task_id: str, committed: list[int]) -> None:
     """Registers the task, or moves it to its next revision, noting the sequence after commit."""
 
     def unit(tx):
-        current = tx.load_task(workspace, task_id)
+        current = tx.tasks.load(workspace, task_id)
         task = record(task_id, workspace=workspace, revision=current.revision + 1 if current else 1)
-        (tx.insert_task if current is None else tx.update_task)(task)
-        return tx.append_event(event_of(task))
+        (tx.tasks.insert if current is None else tx.tasks.update)(task)
+        return tx.events.append(event_of(task))
 
     await store.write(unit, after_commit=lambda event: committed.append(event.sequence))
 
@@ -424,7 +424,7 @@ async def test_sequences_increase_strictly_in_commit_order_across_tasks_and_work
     writing = True
 
     def visible(tx) -> list[int]:
-        return sorted(e.sequence for workspace in ("a", "b") for e in tx.events_after(workspace, 0, None, 100))
+        return sorted(e.sequence for workspace in ("a", "b") for e in tx.events.page(workspace, 0, None, 100))
 
     async def reader() -> None:
         while writing:
@@ -451,7 +451,7 @@ async def test_sequences_increase_strictly_in_commit_order_across_tasks_and_work
         # reports concurrent commits in any order; its watchers read the table).
         assert committed == stored
     for workspace, task_id in tasks:
-        history = await backend.read(lambda tx, w=workspace, t=task_id: tx.list_events(w, t, 0, 10))
+        history = await backend.read(lambda tx, w=workspace, t=task_id: tx.events.history(w, t, 0, 10))
         assert [e.revision for e in history] == [1, 2, 3]
 
 
@@ -459,8 +459,8 @@ async def test_a_tasks_revision_has_one_event(backend):
     task = record("t1")
     await put(backend, task)
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await backend.write(lambda tx: tx.append_event(event_of(task, cause=Cause("again"))))
-    assert [e.cause.source for e in await backend.read(lambda tx: tx.list_events(WS, "t1", 0, 10))] == ["test"]
+        await backend.write(lambda tx: tx.events.append(event_of(task, cause=Cause("again"))))
+    assert [e.cause.source for e in await backend.read(lambda tx: tx.events.history(WS, "t1", 0, 10))] == ["test"]
 
 
 async def test_events_are_listed_per_task_by_revision_and_per_workspace_by_sequence(backend):
@@ -472,13 +472,13 @@ async def test_events_are_listed_per_task_by_revision_and_per_workspace_by_seque
     def read(fn):
         return backend.read(fn)
 
-    assert await read(lambda tx: tx.list_events(WS, "a", 0, 10)) == [a1, a2, a3]
-    assert await read(lambda tx: tx.list_events(WS, "a", 1, 1)) == [a2]
-    assert await read(lambda tx: tx.list_events(WS, "missing", 0, 10)) == []
-    assert await read(lambda tx: tx.events_after(WS, 0, None, 10)) == [a1, b1, a2, a3]
-    assert await read(lambda tx: tx.events_after(WS, b1.sequence, None, 10)) == [a2, a3]
-    assert await read(lambda tx: tx.events_after(WS, 0, None, 2)) == [a1, b1]
-    assert await read(lambda tx: tx.events_after(WS, a1.sequence, "a", 10)) == [a2, a3]
+    assert await read(lambda tx: tx.events.history(WS, "a", 0, 10)) == [a1, a2, a3]
+    assert await read(lambda tx: tx.events.history(WS, "a", 1, 1)) == [a2]
+    assert await read(lambda tx: tx.events.history(WS, "missing", 0, 10)) == []
+    assert await read(lambda tx: tx.events.page(WS, 0, None, 10)) == [a1, b1, a2, a3]
+    assert await read(lambda tx: tx.events.page(WS, b1.sequence, None, 10)) == [a2, a3]
+    assert await read(lambda tx: tx.events.page(WS, 0, None, 2)) == [a1, b1]
+    assert await read(lambda tx: tx.events.page(WS, a1.sequence, "a", 10)) == [a2, a3]
 
 
 async def test_the_terminal_event_is_the_first_that_ended_the_current_generation(backend):
@@ -487,27 +487,27 @@ async def test_the_terminal_event_is_the_first_that_ended_the_current_generation
     terminal = await put(backend, record("t1", revision=2, **ended))
     later = record("t1", revision=3, **{**ended, "work_status": WorkStatus.READY})
     await put(backend, later)
-    assert await backend.read(lambda tx: tx.terminal_event(later)) == terminal
+    assert await backend.read(lambda tx: tx.events.terminal(later)) == terminal
     next_generation = record("t1", revision=4, generation=2, state=GenerationState.ACTIVE)
     await put(backend, next_generation)
     with pytest.raises(InvariantViolated):
-        await backend.read(lambda tx: tx.terminal_event(next_generation))
+        await backend.read(lambda tx: tx.events.terminal(next_generation))
 
 
 # -- request ids -------------------------------------------------------------------
 
 
 async def test_a_request_id_is_remembered_in_its_scope(backend):
-    await backend.write(lambda tx: tx.remember_request(key(), b"response", T0))
-    assert await backend.read(lambda tx: tx.recall_request(WS, "caller", "SetWorkStatus", "req-1")) == (
+    await backend.write(lambda tx: tx.requests.remember(key(), b"response", T0))
+    assert await backend.read(lambda tx: tx.requests.recall(WS, "caller", "SetWorkStatus", "req-1")) == (
         FP_A,
         b"response",
     )
     for scope in [("other", "caller", "SetWorkStatus"), (WS, "else", "SetWorkStatus"), (WS, "caller", "GetTask")]:
-        assert await backend.read(lambda tx, scope=scope: tx.recall_request(*scope, "req-1")) is None
+        assert await backend.read(lambda tx, scope=scope: tx.requests.recall(*scope, "req-1")) is None
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await backend.write(lambda tx: tx.remember_request(key(fingerprint=FP_B), b"other", T0))
-    assert await backend.read(lambda tx: tx.recall_request(WS, "caller", "SetWorkStatus", "req-1")) == (
+        await backend.write(lambda tx: tx.requests.remember(key(fingerprint=FP_B), b"other", T0))
+    assert await backend.read(lambda tx: tx.requests.recall(WS, "caller", "SetWorkStatus", "req-1")) == (
         FP_A,
         b"response",
     )
@@ -515,17 +515,17 @@ async def test_a_request_id_is_remembered_in_its_scope(backend):
 
 async def test_request_ids_are_forgotten_oldest_first_in_batches(backend):
     for n in range(5):
-        await backend.write(lambda tx, n=n: tx.remember_request(key(f"req-{n}"), b"r", T0 + 10 * (5 - n)))
+        await backend.write(lambda tx, n=n: tx.requests.remember(key(f"req-{n}"), b"r", T0 + 10 * (5 - n)))
 
     def remembered():
         return backend.read(
-            lambda tx: sorted(n for n in range(5) if tx.recall_request(WS, "caller", "SetWorkStatus", f"req-{n}"))
+            lambda tx: sorted(n for n in range(5) if tx.requests.recall(WS, "caller", "SetWorkStatus", f"req-{n}"))
         )
 
-    assert await backend.write(lambda tx: tx.forget_requests(T0 + 35, 2)) == 2  # the two oldest: 4 and 3
+    assert await backend.write(lambda tx: tx.requests.forget(T0 + 35, 2)) == 2  # the two oldest: 4 and 3
     assert await remembered() == [0, 1, 2]
-    assert await backend.write(lambda tx: tx.forget_requests(T0 + 35, 2)) == 1  # 2 (T0 + 30); 1 is not old enough
-    assert await backend.write(lambda tx: tx.forget_requests(T0 + 35, 2)) == 0
+    assert await backend.write(lambda tx: tx.requests.forget(T0 + 35, 2)) == 1  # 2 (T0 + 30); 1 is not old enough
+    assert await backend.write(lambda tx: tx.requests.forget(T0 + 35, 2)) == 0
     assert await remembered() == [0, 1]
 
 
@@ -539,8 +539,8 @@ async def test_propagations_are_claimed_oldest_first_and_discharged_once(backend
         Propagation(ChildRef("c2", 1), IntentKind.REQUEST_CANCELLATION),
         Propagation(ChildRef("c1", 3), IntentKind.PROPAGATE_PARENT_TERMINATION),
     ]
-    await backend.write(lambda tx: tx.insert_propagations(event, owed[:1], T0))
-    await backend.write(lambda tx: tx.insert_propagations(event, owed[1:], T0))
+    await backend.write(lambda tx: tx.propagations.insert(event, owed[:1], T0))
+    await backend.write(lambda tx: tx.propagations.insert(event, owed[1:], T0))
     claimed = await pending(backend)
     assert [(p.child, p.intent) for p in claimed] == [(o.child, o.intent) for o in owed]
     assert {(p.workspace_id, p.parent_task_id, p.parent_generation, p.parent_sequence) for p in claimed} == {
@@ -548,8 +548,8 @@ async def test_propagations_are_claimed_oldest_first_and_discharged_once(backend
     }
     assert claimed[0].id < claimed[1].id
     assert await pending(backend, limit=1) == claimed[:1]
-    assert await backend.write(lambda tx: tx.discharge_propagation(claimed[0].id)) is True
-    assert await backend.write(lambda tx: tx.discharge_propagation(claimed[0].id)) is False
+    assert await backend.write(lambda tx: tx.propagations.discharge(claimed[0].id)) is True
+    assert await backend.write(lambda tx: tx.propagations.discharge(claimed[0].id)) is False
     assert await pending(backend) == claimed[1:]
 
 
@@ -560,13 +560,13 @@ async def test_the_figures_count_pending_propagations_and_remembered_request_ids
     assert (empty.database_bytes is None) == isinstance(backend, MemoryLifecycleStore)
     event = await put(backend, record("p", state=GenerationState.ACTIVE))
     owed = [Propagation(ChildRef(f"c{n}", 1), IntentKind.REQUEST_CANCELLATION) for n in range(3)]
-    await backend.write(lambda tx: tx.insert_propagations(event, owed, T0))
+    await backend.write(lambda tx: tx.propagations.insert(event, owed, T0))
     for n in range(2):
-        await backend.write(lambda tx, n=n: tx.remember_request(key(f"req-{n}"), b"r", T0))
+        await backend.write(lambda tx, n=n: tx.requests.remember(key(f"req-{n}"), b"r", T0))
     figures = await backend.read(lambda tx: tx.load_figures())
     assert (figures.pending_propagations, figures.request_ids) == (3, 2)
     first = (await pending(backend))[0]
-    await backend.write(lambda tx: tx.discharge_propagation(first.id))
+    await backend.write(lambda tx: tx.propagations.discharge(first.id))
     assert (await backend.read(lambda tx: tx.load_figures())).pending_propagations == 2
     if empty.database_bytes is not None:
         assert figures.database_bytes is not None and figures.database_bytes > 0
@@ -581,11 +581,11 @@ async def test_a_write_that_raises_leaves_nothing_behind(backend):
     committed_hooks = []
 
     def unit(tx):
-        tx.insert_task(record("t1", parent=ParentLink("p", 1, LinkMode.ATTACHED)))
-        event = tx.append_event(event_of(record("t1")))
-        tx.update_task(record("p", revision=2, state=GenerationState.ACTIVE))
-        tx.insert_propagations(event, [Propagation(ChildRef("t1", 1), IntentKind.REQUEST_CANCELLATION)], T0)
-        tx.remember_request(key(), b"response", T0)
+        tx.tasks.insert(record("t1", parent=ParentLink("p", 1, LinkMode.ATTACHED)))
+        event = tx.events.append(event_of(record("t1")))
+        tx.tasks.update(record("p", revision=2, state=GenerationState.ACTIVE))
+        tx.propagations.insert(event, [Propagation(ChildRef("t1", 1), IntentKind.REQUEST_CANCELLATION)], T0)
+        tx.requests.remember(key(), b"response", T0)
         raise Boom("after every kind of write")
 
     with pytest.raises(Boom):
@@ -593,7 +593,7 @@ async def test_a_write_that_raises_leaves_nothing_behind(backend):
     assert committed_hooks == []
     assert await everything(backend) == before
     assert await pending(backend) == []
-    assert await backend.read(lambda tx: tx.recall_request(WS, "caller", "SetWorkStatus", "req-1")) is None
+    assert await backend.read(lambda tx: tx.requests.recall(WS, "caller", "SetWorkStatus", "req-1")) is None
     # The store is still usable, and the next event comes after every earlier one.
     after = await put(backend, record("t2"))
     assert after.sequence > max(e.sequence for e in before[1])
@@ -606,30 +606,30 @@ async def test_a_write_that_returns_a_rejection_leaves_nothing_behind(backend):
     refusal = Rejection(Reason.INVALID_TRANSITION, "refused after every kind of write")
 
     def unit(tx):
-        tx.insert_task(record("t1", parent=ParentLink("p", 1, LinkMode.ATTACHED)))
-        event = tx.append_event(event_of(record("t1")))
-        tx.update_task(record("p", revision=2, state=GenerationState.ACTIVE))
-        tx.insert_propagations(event, [Propagation(ChildRef("t1", 1), IntentKind.REQUEST_CANCELLATION)], T0)
-        tx.remember_request(key(), b"response", T0)
+        tx.tasks.insert(record("t1", parent=ParentLink("p", 1, LinkMode.ATTACHED)))
+        event = tx.events.append(event_of(record("t1")))
+        tx.tasks.update(record("p", revision=2, state=GenerationState.ACTIVE))
+        tx.propagations.insert(event, [Propagation(ChildRef("t1", 1), IntentKind.REQUEST_CANCELLATION)], T0)
+        tx.requests.remember(key(), b"response", T0)
         return refusal
 
     assert await backend.write(unit, after_commit=committed_hooks.append) == refusal
     assert committed_hooks == []
     assert await everything(backend) == before
     assert await pending(backend) == []
-    assert await backend.read(lambda tx: tx.recall_request(WS, "caller", "SetWorkStatus", "req-1")) is None
+    assert await backend.read(lambda tx: tx.requests.recall(WS, "caller", "SetWorkStatus", "req-1")) is None
 
 
 async def test_a_write_that_returns_commits_and_hands_its_result_to_after_commit(backend):
     seen = []
 
     def unit(tx):
-        tx.insert_task(record("t1"))
+        tx.tasks.insert(record("t1"))
         return "done"
 
     assert await backend.write(unit, after_commit=lambda result: seen.append(result)) == "done"
     assert seen == ["done"]
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == record("t1")
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == record("t1")
 
 
 async def test_after_commit_hooks_run_in_commit_order_before_the_writes_return(backend):
@@ -637,7 +637,7 @@ async def test_after_commit_hooks_run_in_commit_order_before_the_writes_return(b
 
     async def write(n):
         await backend.write(
-            lambda tx: tx.insert_task(record(f"t{n}")), after_commit=lambda _: order.append(f"commit {n}")
+            lambda tx: tx.tasks.insert(record(f"t{n}")), after_commit=lambda _: order.append(f"commit {n}")
         )
         order.append(f"return {n}")
 
@@ -649,9 +649,9 @@ async def test_after_commit_hooks_run_in_commit_order_before_the_writes_return(b
 
 
 async def test_a_read_sees_what_was_committed(backend):
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) is None
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) is None
     await put(backend, record("t1"))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == record("t1")
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == record("t1")
 
 
 async def test_check_writable_passes_on_a_healthy_store_and_changes_nothing(backend):
@@ -696,16 +696,16 @@ class Harness:
         return result
 
     async def task(self, task_id, workspace=WS):
-        return await self.store.read(lambda tx: tx.load_task(workspace, task_id))
+        return await self.store.read(lambda tx: tx.tasks.load(workspace, task_id))
 
     async def children(self, task_id):
-        return await self.store.read(lambda tx: tx.open_attached_children(tx.load_task(WS, task_id)))
+        return await self.store.read(lambda tx: tx.tasks.open_attached_children(tx.tasks.load(WS, task_id)))
 
     async def events(self, task_id, workspace=WS):
-        return await self.store.read(lambda tx: tx.list_events(workspace, task_id, 0, 1000))
+        return await self.store.read(lambda tx: tx.events.history(workspace, task_id, 0, 1000))
 
     async def all_events(self, workspace=WS):
-        return await self.store.read(lambda tx: tx.events_after(workspace, 0, None, 10_000))
+        return await self.store.read(lambda tx: tx.events.page(workspace, 0, None, 10_000))
 
 
 @pytest.fixture
@@ -1083,8 +1083,8 @@ async def test_sqlite_reopening_keeps_the_data_and_migrates_nothing_twice(sqlite
     await store.close()
     store = await SqliteLifecycleStore.open(sqlite_path)
     try:
-        assert (await store.read(lambda tx: tx.load_task(WS, "t1"))).revision == 1
-        assert [e.revision for e in await store.read(lambda tx: tx.list_events(WS, "t1", 0, 10))] == [1]
+        assert (await store.read(lambda tx: tx.tasks.load(WS, "t1"))).revision == 1
+        assert [e.revision for e in await store.read(lambda tx: tx.events.history(WS, "t1", 0, 10))] == [1]
         with sqlite3.connect(sqlite_path) as other:
             assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
@@ -1114,11 +1114,11 @@ async def test_sqlite_a_filtered_page_is_read_from_an_index_in_its_order(sqlite_
     run: list[str] = []
     with sqlite3.connect(sqlite_path) as db:
         db.set_trace_callback(run.append)
-        tx = SqliteLifecycleTx(db)
+        tx = SqliteLifecycleTx.over(db)
         if by_change:
-            tx.list_tasks_by_change(WS, query, None, 50)
+            tx.tasks.page_by_change(WS, query, None, 50)
         else:
-            tx.list_tasks(WS, query, "", 50)
+            tx.tasks.page(WS, query, "", 50)
         db.set_trace_callback(None)
         [sql] = run
         plan = " / ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}"))
@@ -1129,7 +1129,7 @@ async def test_sqlite_an_in_memory_database_serves_reads_and_writes():
     store = await SqliteLifecycleStore.open(":memory:")
     try:
         committed = await committed_register(store, "t1")
-        assert await store.read(lambda tx: tx.events_after(WS, 0, None, 10)) == [committed.event]
+        assert await store.read(lambda tx: tx.events.page(WS, 0, None, 10)) == [committed.event]
         await store.check_writable()
     finally:
         await store.close()
@@ -1220,7 +1220,7 @@ async def _upgraded_store(engine: str, tmp_path, upgrade: str, earlier_rows) -> 
 def _previous_release_rows(db, cause_text) -> None:
     """A parent, its attached child and the child's activation, as the release before
     registration events named the parent stored them."""
-    tx = SqliteLifecycleTx(db)
+    tx = SqliteLifecycleTx.over(db)
     link = ParentLink("parent", 1, LinkMode.ATTACHED)
     rows = [
         (record("parent"), 1, None),
@@ -1228,7 +1228,7 @@ def _previous_release_rows(db, cause_text) -> None:
         (record("child", revision=2, parent=link, state=GenerationState.ACTIVE), 3, "REGISTERED"),
     ]
     for task, sequence, from_state in rows:
-        (tx.insert_task if task.revision == 1 else tx.update_task)(task)
+        (tx.tasks.insert if task.revision == 1 else tx.tasks.update)(task)
         db.execute(
             "INSERT INTO lifecycle_events (sequence, workspace_id, task_id, generation, revision, intent, from_state, "
             "to_state, work_status, cause_source, cause_reason, cause_originating_ids, committed_at) "
@@ -1252,7 +1252,7 @@ def _previous_release_rows(db, cause_text) -> None:
 async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engine, tmp_path):
     store = await _upgraded_store(engine, tmp_path, "parent_on_registration_events", _previous_release_rows)
     try:
-        events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
+        events = await store.read(lambda tx: tx.events.page(WS, 0, None, 10))
         assert [(e.task_id, e.revision, e.parent) for e in events] == [
             ("parent", 1, None),
             ("child", 1, ParentLink("parent", 1, LinkMode.ATTACHED)),
@@ -1260,7 +1260,7 @@ async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engin
         ]
         # History is immutable again once the upgrade has filled it in.
         with pytest.raises(Exception, match="immutable"):
-            await store.write(lambda tx: tx._db.execute("UPDATE lifecycle_events SET parent_task_id = NULL"))
+            await store.write(lambda tx: tx._s.db.execute("UPDATE lifecycle_events SET parent_task_id = NULL"))
     finally:
         await store.close()
 
@@ -1268,7 +1268,7 @@ async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engin
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine, tmp_path):
     def earlier_event(db, cause_text) -> None:
-        SqliteLifecycleTx(db).insert_task(record("old"))
+        SqliteLifecycleTx.over(db).tasks.insert(record("old"))
         db.execute(
             "INSERT INTO lifecycle_events (sequence, workspace_id, task_id, generation, revision, intent, to_state, "
             "work_status, cause_source, cause_reason, cause_originating_ids, committed_at, caller_subject, "
@@ -1283,12 +1283,12 @@ async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine,
     def append(tx) -> None:
         for n, caller in enumerate([agent, service, agent, service, agent]):
             task = record(f"new-{n}")
-            tx.insert_task(task)
-            tx.append_event(event_of(task, caller=caller))
+            tx.tasks.insert(task)
+            tx.events.append(event_of(task, caller=caller))
 
     try:
         await store.write(append)
-        events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
+        events = await store.read(lambda tx: tx.events.page(WS, 0, None, 10))
         assert [(e.task_id, e.caller) for e in events] == [
             ("old", Caller("spiffe://before", "host")),
             ("new-0", agent),
@@ -1297,13 +1297,13 @@ async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine,
             ("new-3", service),
             ("new-4", agent),
         ]
-        assert [(e.task_id, e.caller) for e in await store.read(lambda tx: tx.list_events(WS, "new-1", 0, 5))] == [
+        assert [(e.task_id, e.caller) for e in await store.read(lambda tx: tx.events.history(WS, "new-1", 0, 5))] == [
             ("new-1", service)
         ]
 
         def stored(tx):
-            callers = tx._db.execute("SELECT subject, role FROM callers ORDER BY caller_id").fetchall()
-            texts = tx._db.execute(
+            callers = tx._s.db.execute("SELECT subject, role FROM callers ORDER BY caller_id").fetchall()
+            texts = tx._s.db.execute(
                 "SELECT caller_subject, caller_role, caller_id IS NULL FROM lifecycle_events ORDER BY sequence"
             ).fetchall()
             return [tuple(r) for r in callers], [tuple(r) for r in texts]
