@@ -41,7 +41,7 @@ from funnel.runtime.idempotency import Replay, fingerprint
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
 from tests.completion.e2e_support import CALL_TIMEOUT, Funnel, eventually
-from tests.completion.test_storage import (
+from tests.completion.test_unit_flows import (
     SECOND,
     WS,
     Env,
@@ -87,7 +87,7 @@ async def url() -> str:
 async def replicas(url, clock) -> AsyncIterator[tuple[Env, Env]]:
     # Replicas starting together: the migrations are applied once, under a lock.
     stores = await asyncio.gather(PostgresCompletionStore.open(url), PostgresCompletionStore.open(url))
-    a, b = Env(stores[0], clock, one_writer=False), Env(stores[1], clock, one_writer=False)
+    a, b = Env(stores[0], clock), Env(stores[1], clock)
     a.ids, b.ids = Ids("a"), Ids("b")
     try:
         yield a, b
