@@ -5,7 +5,7 @@ has an environment variable `FUNNEL_COMPLETION_<FLAG>`.
 URL, on which any number of replicas may serve at once: each feeds its watchers
 from the completion event table (funnel.runtime.tail), and each runs the
 settlement outbox, the stall sweeper and the request-id sweeper, which claim
-their rows in the database (storage/postgres.py)."""
+their rows in the database (storage/postgres/)."""
 
 from __future__ import annotations
 

@@ -79,12 +79,12 @@ async def check(evidence: Evidence) -> list[str]:
 
 
 async def _read(evidence: Evidence) -> Durable:
-    events = await evidence.lifecycle.read(lambda tx: tx.events_after(WORKSPACE, 0, None, EVERYTHING))
-    tasks = await evidence.lifecycle.read(lambda tx: tx.list_tasks(WORKSPACE, TaskQuery(), "", EVERYTHING))
+    events = await evidence.lifecycle.read(lambda tx: tx.events.page(WORKSPACE, 0, None, EVERYTHING))
+    tasks = await evidence.lifecycle.read(lambda tx: tx.tasks.page(WORKSPACE, TaskQuery(), "", EVERYTHING))
     store = evidence.completion
-    completions = await store.read(lambda tx: tx.load_completions(WORKSPACE, None, None, None, EVERYTHING))
-    completion_events = await store.read(lambda tx: tx.load_events(WORKSPACE, 0, None, EVERYTHING))
-    runs = await store.read(lambda tx: tx.load_runs(WORKSPACE, None, None, EVERYTHING))
+    completions = await store.read(lambda tx: tx.completions.page(WORKSPACE, None, None, None, EVERYTHING))
+    completion_events = await store.read(lambda tx: tx.events.page(WORKSPACE, 0, None, EVERYTHING))
+    runs = await store.read(lambda tx: tx.runs.page(WORKSPACE, None, None, EVERYTHING))
     found: set[str] = set()
     for task in tasks:
         listed = await store.read(functools.partial(_evidence_of, task_id=task.task_id))
@@ -93,7 +93,7 @@ async def _read(evidence: Evidence) -> Durable:
 
 
 def _evidence_of(tx: CompletionReadTx, task_id: str) -> list[EvidenceRecord]:
-    return tx.list_evidence(WORKSPACE, task_id, None, None, EVERYTHING)
+    return tx.evidence.page(WORKSPACE, task_id, None, None, EVERYTHING)
 
 
 def settled(evidence: Evidence, durable: Durable) -> Iterable[str]:

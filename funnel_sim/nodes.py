@@ -106,7 +106,8 @@ class SimFaults(Faults):
 
 
 class _FaultyTx:
-    """A transaction whose every statement may fail as the database would."""
+    """A transaction whose every statement may fail as the database would: its
+    methods, and those of its aggregates (`tx.runs`, …), wrapped the same way."""
 
     def __init__(self, tx: Any, chaos: Chaos) -> None:
         self._tx = tx
@@ -114,7 +115,9 @@ class _FaultyTx:
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._tx, name)
-        if not callable(found) or not self._chaos.storage:
+        if not callable(found):
+            return _FaultyTx(found, self._chaos)
+        if not self._chaos.storage:
             return found
         chaos = self._chaos
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 from funnel.auth.principal import Caller
 from funnel.runtime.clock import Clock
-from funnel.runtime.errors import Rejection
 from funnel.runtime.faults import NO_FAULTS, Faults
 from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.logs import fields
@@ -23,7 +22,7 @@ from lifecycle_service.core.model import Cause, IntentKind, LifecycleEvent, Poli
 from lifecycle_service.core.rules import Decision, decide
 from lifecycle_service.metrics import LifecycleMetrics
 from lifecycle_service.storage.port import LifecycleStore, LifecycleTx, PendingPropagation
-from lifecycle_service.units import ApplyResult, Command, Committed, apply_intent
+from lifecycle_service.units import ApplyResult, Command, Committed, Dropped, apply_intent
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ class LifecycleAuthority:
         self._clock = clock
         self._publish = publish
         self._retry_delay = retry_delay
-        # Who claims pending propagations (storage.port.LifecycleTx.claim_propagations).
+        # Who claims pending propagations (storage.port.Propagations.claim).
         self._owner = owner or f"lifecycle@{socket.gethostname()}/{os.getpid()}/{id(self):x}"
         # None: only this process's commits owe propagations (one process per database).
         self._replay_interval = replay_interval
@@ -123,7 +122,7 @@ class LifecycleAuthority:
                 handled += 1
 
     def _claimer(self, now: int) -> Callable[[LifecycleTx], list[PendingPropagation]]:
-        return lambda tx: tx.claim_propagations(now, self._owner, PROPAGATION_LEASE_MICROS, PROPAGATION_BATCH)
+        return lambda tx: tx.propagations.claim(now, self._owner, PROPAGATION_LEASE_MICROS, PROPAGATION_BATCH)
 
     async def deliver_forever(self) -> None:
         """Delivers pending propagations whenever a commit owes some, and every
@@ -162,7 +161,7 @@ class LifecycleAuthority:
             caller=SELF,
         )
         result = await self._apply(Command(intent, self._decider(intent), propagation_id=pending.id))
-        applied = not isinstance(result, Rejection)
+        applied = not isinstance(result, Dropped)
         self.metrics.propagated(applied)
         log.info(
             "propagation %s to %s %s",
@@ -172,7 +171,7 @@ class LifecycleAuthority:
             extra=fields(
                 event="propagation",
                 result="applied" if applied else "dropped",
-                reason=result.reason.name if isinstance(result, Rejection) else None,
+                reason=result.rejection.reason.name if isinstance(result, Dropped) else None,
                 intent=pending.intent.name,
                 workspace=pending.workspace_id,
                 task=pending.child.task_id,
@@ -182,4 +181,4 @@ class LifecycleAuthority:
 
     async def sweep_request_ids(self, created_before: int, limit: int) -> int:
         """Forgets up to `limit` request ids remembered before `created_before` (for the sweeper)."""
-        return await self.store.write(lambda tx: tx.forget_requests(created_before, limit))
+        return await self.store.write(lambda tx: tx.requests.forget(created_before, limit))

@@ -70,7 +70,15 @@ class Discharged:
     """The propagation was already applied or dropped by someone else."""
 
 
-ApplyResult = Committed | Replayed | Resettled | Rejection | Discharged
+@dataclass(frozen=True)
+class Dropped:
+    """The child refused the propagation: it is discharged, and nothing else changes.
+    Not a Rejection, which the store would roll back, discharge and all."""
+
+    rejection: Rejection
+
+
+ApplyResult = Committed | Replayed | Resettled | Rejection | Discharged | Dropped
 
 
 @dataclass(frozen=True)
@@ -81,33 +89,34 @@ class TaskView:
 
 def apply_intent(tx: LifecycleTx, command: Command, now: int) -> ApplyResult:
     """Request-id recall, load, decide, then write record + event + propagations and
-    remember the response. A rejection writes nothing, except that a propagation
-    command discharges its propagation whatever the child decides (it is dropped)."""
+    remember the response. A rejection writes nothing (the store rolls it back); a
+    propagation command the child refuses is Dropped: its propagation is discharged
+    all the same, and nothing else is written."""
     intent = command.intent
-    if command.propagation_id is not None and not tx.discharge_propagation(command.propagation_id):
+    if command.propagation_id is not None and not tx.propagations.discharge(command.propagation_id):
         return Discharged()
-    seen = recall(tx, command.request)
+    seen = recall(tx.requests, command.request)
     if isinstance(seen, Replay):
         return Replayed(seen.response)
     if isinstance(seen, Reused):
         return seen.rejection(Reason.REQUEST_ID_REUSED)
-    task = tx.load_task(intent.workspace_id, intent.task_id)
+    task = tx.tasks.load(intent.workspace_id, intent.task_id)
     link = intent.parent if isinstance(intent, RegisterTask) else (task.parent if task else None)
-    parent = tx.load_parent(intent.workspace_id, link.task_id) if link else None
-    children = tx.open_attached_children(task) if task else ()
+    parent = tx.tasks.load_parent(intent.workspace_id, link.task_id) if link else None
+    children = tx.tasks.open_attached_children(task) if task else ()
     decision = command.decide(Situation(now=now, task=task, parent=parent, open_attached_children=children))
     if isinstance(decision, Rejection):
-        return decision
+        return decision if command.propagation_id is None else Dropped(decision)
     if isinstance(decision, AlreadySettled):
-        original = tx.terminal_event(decision.task)
+        original = tx.events.terminal(decision.task)
         return Resettled(decision.task, original, _remember(tx, command, decision.task, original, now))
     if task is None:
-        tx.insert_task(decision.task)
+        tx.tasks.insert(decision.task)
     else:
-        tx.update_task(decision.task)
-    event = tx.append_event(decision.event)
+        tx.tasks.update(decision.task)
+    event = tx.events.append(decision.event)
     if decision.propagations:
-        tx.insert_propagations(event, decision.propagations, now)
+        tx.propagations.insert(event, decision.propagations, now)
     return Committed(
         decision.task, event, _remember(tx, command, decision.task, event, now), len(decision.propagations)
     )
@@ -118,13 +127,13 @@ def _remember(tx: LifecycleTx, command: Command, task: TaskRecord, event: Lifecy
         return None
     assert command.render is not None, "a request id comes with the rendering of its response"
     response = command.render(task, event)
-    remember(tx, command.request, response, now)
+    remember(tx.requests, command.request, response, now)
     return response
 
 
 def task_view(tx: LifecycleReadTx, workspace_id: str, task_id: str) -> TaskView | None:
     """A task with (up to OPEN_CHILDREN_LIMIT of) its open attached children."""
-    task = tx.load_task(workspace_id, task_id)
+    task = tx.tasks.load(workspace_id, task_id)
     if task is None:
         return None
-    return TaskView(task, tx.open_attached_children(task, OPEN_CHILDREN_LIMIT))
+    return TaskView(task, tx.tasks.open_attached_children(task, OPEN_CHILDREN_LIMIT))

@@ -259,7 +259,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
         context: grpc.aio.ServicerContext[completion_messages.GetRunRequest, completion_messages.GetRunResponse],
     ) -> completion_messages.GetRunResponse:
         requests.run_key(request)
-        run = await self._store.read(lambda tx: tx.load_run(request.workspace_id, request.run_id))
+        run = await self._store.read(lambda tx: tx.runs.load(request.workspace_id, request.run_id))
         if run is None:
             raise ServiceError(
                 reject(Reason.RUN_NOT_FOUND, f"run {request.run_id!r} does not exist", run_id=request.run_id)
@@ -279,7 +279,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
         before = (cursor[0], cursor[1]) if cursor else None
         page = page_of(
             await self._store.read(
-                lambda tx: tx.load_runs(
+                lambda tx: tx.runs.page(
                     request.workspace_id, request.task_id or None, before, size + 1, request.open_only
                 )
             ),
@@ -339,7 +339,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
         after = (cursor[0], cursor[1]) if cursor else None
         page = page_of(
             await self._store.read(
-                lambda tx: tx.list_evidence(
+                lambda tx: tx.evidence.page(
                     request.workspace_id, request.task_id, request.generation or None, after, size + 1
                 )
             ),
@@ -385,7 +385,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
         if response.HasField("completion"):
             stored = response.completion
             current = await self._store.read(
-                lambda tx: tx.load_completion(stored.workspace_id, stored.task_id, stored.generation)
+                lambda tx: tx.completions.load(stored.workspace_id, stored.task_id, stored.generation)
             )
             if current is not None and current.completion_id == stored.completion_id:
                 response.completion.CopyFrom(completion_to_proto(current))
@@ -401,7 +401,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
     ) -> completion_messages.GetCompletionResponse:
         requests.get_completion(request)
         completion = await self._store.read(
-            lambda tx: tx.load_completion(request.workspace_id, request.task_id, request.generation)
+            lambda tx: tx.completions.load(request.workspace_id, request.task_id, request.generation)
         )
         if completion is None:
             raise ServiceError(
@@ -433,7 +433,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
         after = (cursor[0], cursor[1]) if cursor else None
         page = page_of(
             await self._store.read(
-                lambda tx: tx.load_completions(
+                lambda tx: tx.completions.page(
                     request.workspace_id, request.task_id or None, settlement, after, size + 1
                 )
             ),
@@ -458,7 +458,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
         size = page_size(request.page_size)
         page = page_of(
             await self._store.read(
-                lambda tx: tx.load_audit(
+                lambda tx: tx.events.audit_page(
                     request.workspace_id, request.task_id or None, request.run_id or None, cursor, size + 1
                 )
             ),
@@ -480,7 +480,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
         requests.watch(request)
         size = page_size(request.page_size)
         events = await self._store.read(
-            lambda tx: tx.load_events(request.workspace_id, request.after_sequence, request.task_id or None, size + 1)
+            lambda tx: tx.events.page(request.workspace_id, request.after_sequence, request.task_id or None, size + 1)
         )
         protos = [event_to_proto(event) for event in events[:size]]
         fit = fitting(protos, self._page_bytes)
@@ -514,7 +514,7 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
 def _events_after(
     workspace_id: str, after_sequence: int, task_id: str | None, limit: int
 ) -> Callable[[CompletionReadTx], list[CompletionEvent]]:
-    return lambda tx: tx.load_events(workspace_id, after_sequence, task_id, limit)
+    return lambda tx: tx.events.page(workspace_id, after_sequence, task_id, limit)
 
 
 def _claim_response(claimed: Claimed) -> completion_messages.ClaimTaskResponse:

@@ -110,7 +110,7 @@ class CompletionAuthority:
             loops.append(("stall-sweeper", self.sweeper.run_forever))
 
         async def forget(created_before: int, limit: int) -> int:
-            return await self.store.write(lambda tx: tx.forget_requests(created_before, limit))
+            return await self.store.write(lambda tx: tx.requests.forget(created_before, limit))
 
         loops.append(("request-id-sweeper", idempotency.sweeper(forget, self.clock, request_id_retention_seconds)))
         return loops

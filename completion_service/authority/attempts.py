@@ -184,7 +184,7 @@ class CompletionTransaction:
             snapshot = completions.load_snapshot(tx, command, view, now)
             if isinstance(snapshot, Rejection):
                 return snapshot, []
-            return snapshot, tx.load_evidence(command.workspace_id, command.task_id, snapshot.run.generation)
+            return snapshot, tx.evidence.load(command.workspace_id, command.task_id, snapshot.run.generation)
 
         snapshot, evidence = await self._store.read(read)
         if isinstance(snapshot, Rejection):

@@ -303,7 +303,7 @@ class RunCloser:
         return decision, completion
 
     async def _completion_of(self, run: RunRecord) -> CompletionRecord | None:
-        return await self._store.read(lambda tx: tx.load_completion(run.workspace_id, run.task_id, run.generation))
+        return await self._store.read(lambda tx: tx.completions.load(run.workspace_id, run.task_id, run.generation))
 
     async def _other_holder(self, run: RunRecord) -> RunRecord | None:
         """Another open run holding a live lease on the run's task, if any."""

@@ -156,7 +156,7 @@ class RunsAndLeases:
         never undoes a granted claim: once the run closed or its generation moved on
         (terminal, replaced) there is nothing to confirm, and a lifecycle refusal
         leaves the claim as it is (its attempts stay gated by the lifecycle view)."""
-        run = await self._store.read(lambda tx: tx.load_run(workspace_id, run_id))
+        run = await self._store.read(lambda tx: tx.runs.load(workspace_id, run_id))
         if run is None or not run.open:
             return
         task = (await self._projection.read(workspace_id, run.task_id)).task

@@ -90,20 +90,20 @@ class Transcripts:
         return repaired
 
     async def state(self, workspace_id: str, task_id: str) -> TranscriptState:
-        return await self._store.read(lambda tx: tx.load_tail(workspace_id, task_id))
+        return await self._store.read(lambda tx: tx.transcripts.load_tail(workspace_id, task_id))
 
     async def checkpoints(self, workspace_id: str, task_id: str, ids: Collection[str]) -> dict[str, int]:
-        return await self._store.read(lambda tx: tx.load_checkpoints(workspace_id, task_id, ids))
+        return await self._store.read(lambda tx: tx.transcripts.load_checkpoints(workspace_id, task_id, ids))
 
     async def events_after(
         self, workspace_id: str, task_id: str, after_sequence: int, limit: int
     ) -> list[SessionEvent]:
-        return await self._store.read(lambda tx: tx.load_transcript(workspace_id, task_id, after_sequence, limit))
+        return await self._store.read(lambda tx: tx.transcripts.page(workspace_id, task_id, after_sequence, limit))
 
     # -- streamed imports ----------------------------------------------------------------
 
     async def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None:
-        await self._store.write(lambda tx: tx.stage_import(import_id, events))
+        await self._store.write(lambda tx: tx.imports.stage(import_id, events))
 
     async def discard_import(self, import_id: str | None) -> None:
         """Drops one import's staged events, or every import's (None): staged
@@ -111,7 +111,7 @@ class Transcripts:
         Not bound by the caller's deadline: an import broken off by it would
         otherwise leave its staged rows behind until the next restart."""
         with calls.past_the_deadline():
-            await self._store.write(lambda tx: tx.discard_import(import_id))
+            await self._store.write(lambda tx: tx.imports.discard(import_id))
 
     async def commit_import(
         self, import_id: str, workspace_id: str, task_id: str, final_tail: Tail, checkpoints: Mapping[str, int]
@@ -163,7 +163,7 @@ class Reopener:
             )
         )
         outcome = lifecycle_enums.TerminalOutcome.Name(task.outcome).removeprefix("TERMINAL_OUTCOME_")
-        completion = await self._store.read(lambda tx: tx.load_completion(workspace, task.task_id, task.generation))
+        completion = await self._store.read(lambda tx: tx.completions.load(workspace, task.task_id, task.generation))
         referenced = grammar.checkpoints_referenced(events) | ({completion.checkpoint} if completion else set())
         sequences = await self._transcripts.checkpoints(workspace, task.task_id, referenced)
         completion_checkpoint = sequences.get(completion.checkpoint) if completion and completion.checkpoint else None

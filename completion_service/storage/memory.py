@@ -1,19 +1,15 @@
 """The in-memory fake of the completion store: dicts and tuples with the port's
-transaction semantics. A write works on a copy of the state that replaces the
-state only when the unit of work returns (anything but a Rejection), so a unit
-that raises or refuses leaves nothing behind; after_commit hooks run in commit
-order. It keeps the keys the SQLite schema keeps unique, raising DuplicateKey.
+transaction semantics (funnel.runtime.store.MemoryEngine: a write works on a
+copy of the state, so a unit that raises or refuses leaves nothing behind). It
+keeps the keys the SQLite schema keeps unique, raising DuplicateKey.
 
 For the application-layer unit tests and the conformance suite; not durable."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from completion_service.core.model import (
     AuditEntry,
@@ -26,18 +22,10 @@ from completion_service.core.model import (
     SettlementStatus,
 )
 from completion_service.core.transcript import SessionEvent
-from completion_service.storage.port import (
-    AttemptRecord,
-    CompletionFigures,
-    CompletionReadTx,
-    CompletionTx,
-    TranscriptState,
-)
-from funnel.runtime.errors import Rejection
+from completion_service.storage.port import AttemptRecord, CompletionFigures, CompletionStore, TranscriptState
 from funnel.runtime.idempotency import RequestKey
+from funnel.runtime.store import MemoryEngine, Store
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 _TaskKey = tuple[str, str]
 _GenerationKey = tuple[str, str, int]
 _RequestScope = tuple[str, str, str, str]
@@ -91,45 +79,11 @@ class _State:
         )
 
 
-class MemoryCompletionStore:
-    def __init__(self) -> None:
-        self._state = _State()
-        self.closed = False
+class _Aggregate:
+    """What the fake's aggregates share: the state of their transaction, and
+    whether it is a write (a write transaction works on its own copy)."""
 
-    async def write(self, fn: Callable[[CompletionTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        working = self._state.copy()
-        result = fn(MemoryCompletionTx(working))
-        if not isinstance(result, Rejection):
-            self._state = working
-            if after_commit is not None:
-                try:
-                    after_commit(result)
-                except Exception:  # publishing must not undo an acknowledged commit
-                    log.exception("after-commit hook failed")
-        # One hop back to the caller, as on a real engine; a caller cancelled meanwhile
-        # does not undo (or unpublish) what committed.
-        await asyncio.sleep(0)
-        return result
-
-    async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
-        await asyncio.sleep(0)
-        # A read sees the committed state; a write never changes it in place.
-        return fn(MemoryCompletionTx(self._state, read_only=True))
-
-    async def check_writable(self) -> None:
-        return None
-
-    def snapshot(self) -> object:
-        """The committed state as one comparable value (for tests that check a
-        refused unit of work changed nothing)."""
-        return dataclasses.asdict(self._state)
-
-    async def close(self) -> None:
-        self.closed = True
-
-
-class MemoryCompletionTx:
-    def __init__(self, state: _State, read_only: bool = False) -> None:
+    def __init__(self, state: _State, read_only: bool) -> None:
         self._s = state
         self._read_only = read_only
 
@@ -138,34 +92,32 @@ class MemoryCompletionTx:
             raise TypeError("a read transaction writes nothing")
         return self._s
 
-    # -- request ids ---------------------------------------------------------------
 
-    def recall_request(
-        self, workspace_id: str, caller: str, method: str, request_id: str
-    ) -> tuple[bytes, bytes] | None:
+class MemoryRequestIds(_Aggregate):
+    def recall(self, workspace_id: str, caller: str, method: str, request_id: str) -> tuple[bytes, bytes] | None:
         found = self._s.requests.get((workspace_id, caller, method, request_id))
         return (found.fingerprint, found.response) if found else None
 
-    def remember_request(self, key: RequestKey, response: bytes, created_at: int) -> None:
+    def remember(self, key: RequestKey, response: bytes, created_at: int) -> None:
         scope = (key.workspace_id, key.caller, key.method, key.request_id)
         requests = self._writing().requests
         if scope in requests:
             raise DuplicateKey(f"request id {scope}")
         requests[scope] = _Remembered(key.fingerprint, response, created_at)
 
-    def forget_requests(self, created_before: int, limit: int) -> int:
+    def forget(self, created_before: int, limit: int) -> int:
         requests = self._writing().requests
         old = sorted((r.created_at, scope) for scope, r in requests.items() if r.created_at < created_before)
         for _, scope in old[:limit]:
             del requests[scope]
         return len(old[:limit])
 
-    # -- runs and leases ---------------------------------------------------------------
 
-    def load_run(self, workspace_id: str, run_id: str) -> RunRecord | None:
+class MemoryRuns(_Aggregate):
+    def load(self, workspace_id: str, run_id: str) -> RunRecord | None:
         return self._s.runs.get((workspace_id, run_id))
 
-    def load_runs(
+    def page(
         self,
         workspace_id: str,
         task_id: str | None,
@@ -187,13 +139,13 @@ class MemoryCompletionTx:
         )
         return runs[:limit]
 
-    def insert_run(self, run: RunRecord) -> None:
+    def insert(self, run: RunRecord) -> None:
         runs = self._writing().runs
         if (run.workspace_id, run.run_id) in runs:
             raise DuplicateKey(f"run {run.run_id}")
         runs[(run.workspace_id, run.run_id)] = run
 
-    def update_run(self, run: RunRecord) -> None:
+    def update(self, run: RunRecord) -> None:
         runs = self._writing().runs
         stored = runs.get((run.workspace_id, run.run_id))
         if stored is None:
@@ -212,7 +164,7 @@ class MemoryCompletionTx:
             final_status=run.final_status,
         )
 
-    def claim_stalled_runs(self, expired_before: int, limit: int) -> list[RunRecord]:
+    def claim_stalled(self, expired_before: int, limit: int) -> list[RunRecord]:
         stalled = [r for r in self._s.runs.values() if r.open and r.lease_expires_at <= expired_before]
         return sorted(stalled, key=lambda r: r.lease_expires_at)[:limit]
 
@@ -222,12 +174,12 @@ class MemoryCompletionTx:
     def save_lease(self, workspace_id: str, lease: Lease) -> None:
         self._writing().leases[(workspace_id, lease.task_id)] = lease
 
-    # -- evidence and attempts -------------------------------------------------------------
 
-    def load_evidence(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]:
+class MemoryEvidence(_Aggregate):
+    def load(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]:
         return list(self._s.evidence.get((workspace_id, task_id, generation), ()))
 
-    def list_evidence(
+    def page(
         self, workspace_id: str, task_id: str, generation: int | None, after: tuple[int, str] | None, limit: int
     ) -> list[EvidenceRecord]:
         facts = sorted(
@@ -241,7 +193,7 @@ class MemoryCompletionTx:
         )
         return [r for r in facts if after is None or (r.recorded_at, r.evidence_id) > after][:limit]
 
-    def insert_evidence(self, record: EvidenceRecord) -> None:
+    def insert(self, record: EvidenceRecord) -> None:
         state = self._writing()
         if record.evidence_id in state.evidence_ids:
             raise DuplicateKey(f"evidence {record.evidence_id}")
@@ -249,21 +201,13 @@ class MemoryCompletionTx:
         key = (record.workspace_id, record.task_id, record.generation)
         state.evidence[key] = state.evidence.get(key, ()) + (record,)
 
-    def load_attempts(self, workspace_id: str, task_id: str, generation: int) -> list[AttemptRecord]:
-        return list(self._s.attempts.get((workspace_id, task_id, generation), ()))
 
-    def insert_attempt(self, attempt: AttemptRecord) -> None:
-        attempts = self._writing().attempts
-        key = (attempt.workspace_id, attempt.task_id, attempt.generation)
-        attempts[key] = attempts.get(key, ()) + (attempt,)
-
-    # -- completions and their settlement outbox ---------------------------------------------
-
-    def load_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None:
+class MemoryCompletions(_Aggregate):
+    def load(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None:
         found = self._s.completions.get((workspace_id, task_id, generation))
         return _as_read(found) if found else None
 
-    def load_completions(
+    def page(
         self,
         workspace_id: str,
         task_id: str | None,
@@ -284,17 +228,17 @@ class MemoryCompletionTx:
         )
         return [_as_read(c) for c in found[:limit]]
 
-    def insert_completion(self, record: CompletionRecord) -> None:
+    def insert(self, record: CompletionRecord) -> None:
         completions = self._writing().completions
         key = (record.workspace_id, record.task_id, record.generation)
         if key in completions or any(c.completion_id == record.completion_id for c in completions.values()):
             raise DuplicateKey(f"completion {record.completion_id} of {key}")
         completions[key] = record
 
-    def delete_completion(self, workspace_id: str, task_id: str, generation: int) -> None:
+    def delete(self, workspace_id: str, task_id: str, generation: int) -> None:
         self._writing().completions.pop((workspace_id, task_id, generation), None)
 
-    def update_completion(self, record: CompletionRecord) -> None:
+    def update(self, record: CompletionRecord) -> None:
         completions = self._writing().completions
         key = (record.workspace_id, record.task_id, record.generation)
         stored = completions.get(key)
@@ -314,7 +258,7 @@ class MemoryCompletionTx:
             error_message=record.error_message,
         )
 
-    def claim_due_settlements(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
+    def claim_due(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
         # One process: no claim is recorded (see the port).
         due = [
             c
@@ -323,23 +267,17 @@ class MemoryCompletionTx:
         ]
         return [_as_read(c) for c in sorted(due, key=lambda c: c.next_settle_at or 0)[:limit]]
 
-    # -- operation ------------------------------------------------------------------------
+    def load_attempts(self, workspace_id: str, task_id: str, generation: int) -> list[AttemptRecord]:
+        return list(self._s.attempts.get((workspace_id, task_id, generation), ()))
 
-    def load_figures(self, now: int) -> CompletionFigures:
-        pending = [c.committed_at for c in self._s.completions.values() if c.settlement is SettlementStatus.PENDING]
-        open_runs = [run for run in self._s.runs.values() if run.finished_at is None]
-        return CompletionFigures(
-            len(pending),
-            min(pending, default=None),
-            len(open_runs),
-            sum(1 for run in open_runs if run.lease_expires_at > now),
-            len(self._s.requests),
-            None,
-        )
+    def insert_attempt(self, attempt: AttemptRecord) -> None:
+        attempts = self._writing().attempts
+        key = (attempt.workspace_id, attempt.task_id, attempt.generation)
+        attempts[key] = attempts.get(key, ()) + (attempt,)
 
-    # -- events and audit -------------------------------------------------------------------
 
-    def append_event(self, event: CompletionEvent) -> CompletionEvent:
+class MemoryEvents(_Aggregate):
+    def append(self, event: CompletionEvent) -> CompletionEvent:
         state = self._writing()
         if event.kind in _TERMINAL:
             if event.completion_id in state.terminal:
@@ -350,9 +288,7 @@ class MemoryCompletionTx:
         state.events = state.events + (stored,)
         return stored
 
-    def load_events(
-        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
-    ) -> list[CompletionEvent]:
+    def page(self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int) -> list[CompletionEvent]:
         found = [
             e
             for e in self._s.events
@@ -360,12 +296,12 @@ class MemoryCompletionTx:
         ]
         return found[:limit]
 
-    def insert_audit(self, entry: AuditEntry) -> None:
+    def append_audit(self, entry: AuditEntry) -> None:
         state = self._writing()
         stored = dataclasses.replace(entry, audit_id=len(state.audit) + 1)
         state.audit = state.audit + (stored,)
 
-    def load_audit(
+    def audit_page(
         self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
     ) -> list[AuditEntry]:
         found = [
@@ -378,8 +314,8 @@ class MemoryCompletionTx:
         ]
         return found[:limit]
 
-    # -- transcripts ---------------------------------------------------------------------------
 
+class MemoryTranscripts(_Aggregate):
     def load_tail(self, workspace_id: str, task_id: str) -> TranscriptState:
         return self._s.tails.get((workspace_id, task_id), TranscriptState())
 
@@ -397,12 +333,12 @@ class MemoryCompletionTx:
                 raise DuplicateKey(f"checkpoint {checkpoint}")
             known[checkpoint] = sequence
 
-    def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
+    def page(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
         events = self._s.transcripts.get((workspace_id, task_id), ())
         # Sequences are 1, 2, 3…: the event with sequence n is at index n - 1.
         return list(events[max(after_sequence, 0) : max(after_sequence, 0) + limit])
 
-    def insert_transcript_events(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
+    def append(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
         transcripts = self._writing().transcripts
         stored = transcripts.get((workspace_id, task_id), ())
         for offset, event in enumerate(events):
@@ -410,16 +346,18 @@ class MemoryCompletionTx:
                 raise DuplicateKey(f"transcript event {event.sequence} after {len(stored) + offset}")
         transcripts[(workspace_id, task_id)] = stored + tuple(events)
 
-    def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None:
+
+class MemoryImports(_Aggregate):
+    def stage(self, import_id: str, events: Sequence[SessionEvent]) -> None:
         staging = self._writing().staging
         staging[import_id] = staging.get(import_id, ()) + tuple(events)
 
-    def move_staged_import(self, import_id: str, workspace_id: str, task_id: str) -> None:
+    def move(self, import_id: str, workspace_id: str, task_id: str) -> None:
         staged = sorted(self._writing().staging.get(import_id, ()), key=lambda e: e.sequence)
-        self.insert_transcript_events(workspace_id, task_id, staged)
-        self.discard_import(import_id)
+        MemoryTranscripts(self._s, self._read_only).append(workspace_id, task_id, staged)
+        self.discard(import_id)
 
-    def discard_import(self, import_id: str | None) -> None:
+    def discard(self, import_id: str | None) -> None:
         staging = self._writing().staging
         if import_id is None:
             staging.clear()
@@ -427,8 +365,48 @@ class MemoryCompletionTx:
             staging.pop(import_id, None)
 
 
+class MemoryCompletionTx:
+    def __init__(self, state: _State, read_only: bool = False) -> None:
+        self._s = state
+        self.requests = MemoryRequestIds(state, read_only)
+        self.runs = MemoryRuns(state, read_only)
+        self.evidence = MemoryEvidence(state, read_only)
+        self.completions = MemoryCompletions(state, read_only)
+        self.events = MemoryEvents(state, read_only)
+        self.transcripts = MemoryTranscripts(state, read_only)
+        self.imports = MemoryImports(state, read_only)
+
+    def load_figures(self, now: int) -> CompletionFigures:
+        pending = [c.committed_at for c in self._s.completions.values() if c.settlement is SettlementStatus.PENDING]
+        open_runs = [run for run in self._s.runs.values() if run.finished_at is None]
+        return CompletionFigures(
+            len(pending),
+            min(pending, default=None),
+            len(open_runs),
+            sum(1 for run in open_runs if run.lease_expires_at > now),
+            len(self._s.requests),
+            None,
+        )
+
+
+class MemoryCompletionStore(Store[_State, MemoryCompletionTx, MemoryCompletionTx]):
+    def __init__(self) -> None:
+        self._memory = MemoryEngine(_State(), hops=True)
+        super().__init__(self._memory, MemoryCompletionTx, lambda state: MemoryCompletionTx(state, read_only=True))
+
+    def snapshot(self) -> object:
+        """The committed state as one comparable value (for tests that check a
+        refused unit of work changed nothing)."""
+        return dataclasses.asdict(self._memory.state)
+
+
 def _as_read(stored: CompletionRecord) -> CompletionRecord:
     """A completion as the SQL adapters read it: a due time only while pending."""
     if stored.settlement is SettlementStatus.PENDING:
         return stored
     return dataclasses.replace(stored, next_settle_at=None)
+
+
+def _conforms(store: MemoryCompletionStore) -> CompletionStore:
+    """Never called: makes mypy check the store and its transaction against the port."""
+    return store

@@ -1,18 +1,32 @@
 """What the completion service needs from storage: a narrow, synchronous
-transaction API (`CompletionTx`, its read-only subset `CompletionReadTx`) and the
-store that runs one unit of work in one transaction (`CompletionStore`). Plain
-values only: no protobuf (stored responses are bytes), no driver types.
+transaction (`CompletionTx`, its read-only subset `CompletionReadTx`) made of one
+small protocol per aggregate, and the store that runs one unit of work in one
+transaction (`CompletionStore`, the one generic store of funnel.runtime.store).
+Plain values only: no protobuf (stored responses are bytes), no driver types.
 
-The units of work that use it are plain functions of the application layer
-(completion_service.units.runs, .completions, .settlements, .transcripts). Adapters only
-map rows: `storage.sqlite` (SQLite) and `storage.memory` (an in-memory fake); each
-passes the conformance suite tests/completion/test_storage.py."""
+    tx.requests      request ids and their remembered responses (funnel.runtime.idempotency)
+    tx.runs          runs and the task leases they hold
+    tx.evidence      evidence facts of a task generation
+    tx.completions   a generation's completion, its settlement outbox, and the
+                     judged attempts (the circuit breaker's count)
+    tx.events        the two append-only logs read by cursor: completion events
+                     and the audit log
+    tx.transcripts   transcript events, checkpoints and the tail
+    tx.imports       the staging area of streamed transcript imports (writes only)
+    tx.load_figures  the operator's gauges, across every aggregate
+
+Each read protocol (`RunReads`, …) is what a read transaction offers; each write
+protocol (`Runs`, …) adds the writes. The units of work that use them are plain
+functions of the application layer (completion_service.units). Adapters only map
+rows: `storage.sqlite`, `storage.postgres` (one module per aggregate each) and
+`storage.memory` (an in-memory fake); each passes the conformance suite
+tests/completion/test_storage.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from completion_service.core.model import (
     AuditEntry,
@@ -25,9 +39,8 @@ from completion_service.core.model import (
     Verdict,
 )
 from completion_service.core.transcript import SessionEvent, Tail
-from funnel.runtime.idempotency import RequestMemory
-
-T = TypeVar("T")
+from funnel.runtime.idempotency import RequestIdReads, RequestIds
+from funnel.runtime.store import Transactions
 
 
 @dataclass(frozen=True)
@@ -69,22 +82,10 @@ class CompletionFigures:
     database_bytes: int | None
 
 
-class CompletionReadTx(Protocol):
-    """Reads inside one transaction: a consistent snapshot across calls."""
+class RunReads(Protocol):
+    def load(self, workspace_id: str, run_id: str) -> RunRecord | None: ...
 
-    # -- request ids (the read half of funnel.runtime.idempotency.RequestMemory) --
-
-    def recall_request(
-        self, workspace_id: str, caller: str, method: str, request_id: str
-    ) -> tuple[bytes, bytes] | None:
-        """The remembered (fingerprint, response) of a request id, or None."""
-        ...
-
-    # -- runs and leases -----------------------------------------------------------
-
-    def load_run(self, workspace_id: str, run_id: str) -> RunRecord | None: ...
-
-    def load_runs(
+    def page(
         self,
         workspace_id: str,
         task_id: str | None,
@@ -98,27 +99,45 @@ class CompletionReadTx(Protocol):
 
     def load_lease(self, workspace_id: str, task_id: str) -> Lease | None: ...
 
-    # -- evidence and attempts -------------------------------------------------------
 
-    def load_evidence(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]:
+class Runs(RunReads, Protocol):
+    def insert(self, run: RunRecord) -> None: ...
+
+    def update(self, run: RunRecord) -> None:
+        """Stores the run's lease expiry and closing fields."""
+        ...
+
+    def save_lease(self, workspace_id: str, lease: Lease) -> None:
+        """Inserts or replaces the lease of `lease.task_id`."""
+        ...
+
+    def claim_stalled(self, expired_before: int, limit: int) -> list[RunRecord]:
+        """Up to `limit` open runs whose lease expired before `expired_before`, oldest
+        expiry first, for this transaction to close. (An engine shared by replicas
+        skips rows another transaction holds.)"""
+        ...
+
+
+class EvidenceReads(Protocol):
+    def load(self, workspace_id: str, task_id: str, generation: int) -> list[EvidenceRecord]:
         """A generation's evidence in the order it was recorded."""
         ...
 
-    def list_evidence(
+    def page(
         self, workspace_id: str, task_id: str, generation: int | None, after: tuple[int, str] | None, limit: int
     ) -> list[EvidenceRecord]:
         """A task's evidence (one generation's if given) by (recorded_at, evidence_id), after the cursor."""
         ...
 
-    def load_attempts(self, workspace_id: str, task_id: str, generation: int) -> list[AttemptRecord]:
-        """A generation's judged attempts in the order they were made."""
-        ...
 
-    # -- completions, their events, the audit log ----------------------------------------
+class Evidence(EvidenceReads, Protocol):
+    def insert(self, record: EvidenceRecord) -> None: ...
 
-    def load_completion(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None: ...
 
-    def load_completions(
+class CompletionReads(Protocol):
+    def load(self, workspace_id: str, task_id: str, generation: int) -> CompletionRecord | None: ...
+
+    def page(
         self,
         workspace_id: str,
         task_id: str | None,
@@ -132,88 +151,24 @@ class CompletionReadTx(Protocol):
         reading the settled ones."""
         ...
 
-    def load_events(
-        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
-    ) -> list[CompletionEvent]:
-        """A workspace's completion events (one task's if given) by sequence."""
-        ...
-
-    def load_audit(
-        self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
-    ) -> list[AuditEntry]:
-        """Audit rows by audit_id, after `after_id`, filtered by task and run if given."""
-        ...
-
-    # -- transcripts --------------------------------------------------------------------
-
-    def load_tail(self, workspace_id: str, task_id: str) -> TranscriptState:
-        """The transcript's tail and state version (empty and 0 without a transcript)."""
-        ...
-
-    def load_checkpoints(self, workspace_id: str, task_id: str, ids: Collection[str]) -> dict[str, int]:
-        """Where each of the named checkpoints was first created (unknown ones are left out)."""
-        ...
-
-    def load_transcript(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
-        """Transcript events by sequence, after `after_sequence`."""
-        ...
-
-    # -- operation ----------------------------------------------------------------------
-
-    def load_figures(self, now: int) -> CompletionFigures:
-        """The store's figures for the metrics (counts over every workspace)."""
+    def load_attempts(self, workspace_id: str, task_id: str, generation: int) -> list[AttemptRecord]:
+        """A generation's judged attempts in the order they were made."""
         ...
 
 
-class CompletionTx(CompletionReadTx, RequestMemory, Protocol):
-    """One write transaction. What the unit of work wrote commits when it returns,
-    unless it returns a Rejection; nothing of it is applied when it raises or
-    returns a Rejection. Violated keys raise the adapter's own error."""
-
-    # -- request ids -----------------------------------------------------------------
-
-    def forget_requests(self, created_before: int, limit: int) -> int:
-        """Forgets up to `limit` request ids remembered before `created_before`; returns how many."""
-        ...
-
-    # -- runs and leases ---------------------------------------------------------------
-
-    def insert_run(self, run: RunRecord) -> None: ...
-
-    def update_run(self, run: RunRecord) -> None:
-        """Stores the run's lease expiry and closing fields."""
-        ...
-
-    def save_lease(self, workspace_id: str, lease: Lease) -> None:
-        """Inserts or replaces the lease of `lease.task_id`."""
-        ...
-
-    def claim_stalled_runs(self, expired_before: int, limit: int) -> list[RunRecord]:
-        """Up to `limit` open runs whose lease expired before `expired_before`, oldest
-        expiry first, for this transaction to close. (An engine shared by replicas
-        skips rows another transaction holds.)"""
-        ...
-
-    # -- evidence and attempts -------------------------------------------------------------
-
-    def insert_evidence(self, record: EvidenceRecord) -> None: ...
-
-    def insert_attempt(self, attempt: AttemptRecord) -> None: ...
-
-    # -- completions and their settlement outbox ------------------------------------------------
-
-    def insert_completion(self, record: CompletionRecord) -> None:
+class Completions(CompletionReads, Protocol):
+    def insert(self, record: CompletionRecord) -> None:
         """A new completion of its task generation, due for settlement at `record.next_settle_at`."""
         ...
 
-    def delete_completion(self, workspace_id: str, task_id: str, generation: int) -> None: ...
+    def delete(self, workspace_id: str, task_id: str, generation: int) -> None: ...
 
-    def update_completion(self, record: CompletionRecord) -> None:
+    def update(self, record: CompletionRecord) -> None:
         """Stores the completion's settlement fields (settlement, attempts, when the
         outbox tries next and the last error, the lifecycle answer, its error)."""
         ...
 
-    def claim_due_settlements(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
+    def claim_due(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
         """Up to `limit` pending completions due at `now`, earliest first, for `owner` to settle.
 
         Rows another owner claimed less than `lease_micros` ago are skipped. Single-process
@@ -222,18 +177,46 @@ class CompletionTx(CompletionReadTx, RequestMemory, Protocol):
         settlement is recorded only while the row is pending."""
         ...
 
-    # -- events and audit -------------------------------------------------------------------------
+    def insert_attempt(self, attempt: AttemptRecord) -> None: ...
 
-    def append_event(self, event: CompletionEvent) -> CompletionEvent:
+
+class EventReads(Protocol):
+    def page(self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int) -> list[CompletionEvent]:
+        """A workspace's completion events (one task's if given) by sequence."""
+        ...
+
+    def audit_page(
+        self, workspace_id: str, task_id: str | None, run_id: str | None, after_id: int, limit: int
+    ) -> list[AuditEntry]:
+        """Audit rows by audit_id, after `after_id`, filtered by task and run if given."""
+        ...
+
+
+class Events(EventReads, Protocol):
+    def append(self, event: CompletionEvent) -> CompletionEvent:
         """Stores the event; returns it with the sequence the store assigned (strictly
         increasing in commit order). At most one terminal event per completion."""
         ...
 
-    def insert_audit(self, entry: AuditEntry) -> None: ...
+    def append_audit(self, entry: AuditEntry) -> None: ...
 
-    # -- transcripts -------------------------------------------------------------------------------
 
-    def insert_transcript_events(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
+class TranscriptReads(Protocol):
+    def load_tail(self, workspace_id: str, task_id: str) -> TranscriptState:
+        """The transcript's tail and state version (empty and 0 without a transcript)."""
+        ...
+
+    def load_checkpoints(self, workspace_id: str, task_id: str, ids: Collection[str]) -> dict[str, int]:
+        """Where each of the named checkpoints was first created (unknown ones are left out)."""
+        ...
+
+    def page(self, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> list[SessionEvent]:
+        """Transcript events by sequence, after `after_sequence`."""
+        ...
+
+
+class Transcripts(TranscriptReads, Protocol):
+    def append(self, workspace_id: str, task_id: str, events: Sequence[SessionEvent]) -> None:
         """Appends stamped events (their sequences follow the tail's last sequence)."""
         ...
 
@@ -243,40 +226,74 @@ class CompletionTx(CompletionReadTx, RequestMemory, Protocol):
 
     def save_tail(self, workspace_id: str, task_id: str, state: TranscriptState) -> None: ...
 
-    def stage_import(self, import_id: str, events: Sequence[SessionEvent]) -> None:
+
+class Imports(Protocol):
+    def stage(self, import_id: str, events: Sequence[SessionEvent]) -> None:
         """Adds validated events of a streamed import to its staging area."""
         ...
 
-    def move_staged_import(self, import_id: str, workspace_id: str, task_id: str) -> None:
+    def move(self, import_id: str, workspace_id: str, task_id: str) -> None:
         """Appends the import's staged events to the (empty) transcript and empties its staging area."""
         ...
 
-    def discard_import(self, import_id: str | None) -> None:
+    def discard(self, import_id: str | None) -> None:
         """Empties the staging area of one import, or of every import (None)."""
         ...
 
 
-class CompletionStore(Protocol):
-    async def write(self, fn: Callable[[CompletionTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        """Runs `fn` in one write transaction, in one hop on the database's own
-        connection, and returns its result once committed (a returned Rejection is
-        rolled back and returned). `fn` must touch nothing but `tx` (an engine may run
-        it again after a conflict). `after_commit` runs on the event loop after the
-        commit, even if the caller was cancelled meanwhile; on an engine with one
-        writer (SQLite, memory) in commit order, before later writes are
-        acknowledged. Transactions of an engine shared by replicas (PostgreSQL)
-        commit concurrently, and their hooks run as their commits are acknowledged:
-        there, watchers are fed from the event table by cursor (funnel.runtime.tail)
-        and the hook only wakes the tail. Raises StorageUnavailable when nothing
-        could be applied."""
+class CompletionReadTx(Protocol):
+    """Reads inside one transaction: a consistent snapshot across calls."""
+
+    @property
+    def requests(self) -> RequestIdReads: ...
+
+    @property
+    def runs(self) -> RunReads: ...
+
+    @property
+    def evidence(self) -> EvidenceReads: ...
+
+    @property
+    def completions(self) -> CompletionReads: ...
+
+    @property
+    def events(self) -> EventReads: ...
+
+    @property
+    def transcripts(self) -> TranscriptReads: ...
+
+    def load_figures(self, now: int) -> CompletionFigures:
+        """The store's figures for the metrics (counts over every workspace)."""
         ...
 
-    async def read(self, fn: Callable[[CompletionReadTx], T]) -> T:
-        """Runs `fn` in a read transaction (a consistent snapshot), without waiting for writes."""
-        ...
 
-    async def check_writable(self) -> None:
-        """Raises StorageUnavailable when a write transaction cannot be taken."""
-        ...
+class CompletionTx(CompletionReadTx, Protocol):
+    """One write transaction. What the unit of work wrote commits when it returns,
+    unless it returns a Rejection; nothing of it is applied when it raises or
+    returns a Rejection (funnel.runtime.store). Violated keys raise the adapter's
+    own error."""
 
-    async def close(self) -> None: ...
+    @property
+    def requests(self) -> RequestIds: ...
+
+    @property
+    def runs(self) -> Runs: ...
+
+    @property
+    def evidence(self) -> Evidence: ...
+
+    @property
+    def completions(self) -> Completions: ...
+
+    @property
+    def events(self) -> Events: ...
+
+    @property
+    def transcripts(self) -> Transcripts: ...
+
+    @property
+    def imports(self) -> Imports: ...
+
+
+# What a shell holds: runs a unit in a write or a read transaction (funnel.runtime.store).
+CompletionStore = Transactions[CompletionTx, CompletionReadTx]

@@ -130,7 +130,7 @@ def attempt(
     commit: the attempt settles it itself right after committing, within that
     time, and an outbox pass that took it meanwhile would send the same
     settlement a second time. If the process dies first, the outbox takes it then."""
-    seen = recalled(tx, command.request)
+    seen = recalled(tx.requests, command.request)
     if seen is not None:
         return seen
     snapshot = load_snapshot(tx, command, context.lifecycle, now)
@@ -150,7 +150,7 @@ def attempt(
     generation = snapshot.run.generation
     if not decision.allowed:
         _record_attempt(tx, snapshot, decision)
-        blocked = tx.append_event(
+        blocked = tx.events.append(
             CompletionEvent(
                 command.workspace_id,
                 command.task_id,
@@ -162,7 +162,7 @@ def attempt(
                 decision=decision,
             )
         )
-        return answer(tx, command.request, command.render, AttemptOutcome(decision, events=(blocked,)), now)
+        return answer(tx.requests, command.request, command.render, AttemptOutcome(decision, events=(blocked,)), now)
     identity_input = IdentityInput(
         workspace_id=command.workspace_id,
         task_id=command.task_id,
@@ -173,7 +173,7 @@ def attempt(
         decision_schema=decision.decision_schema,
     )
     key = CompletionKey(completion_identity(identity_input), identity_payload(identity_input), command.outcome.name)
-    stored = tx.load_completion(command.workspace_id, command.task_id, generation)
+    stored = tx.completions.load(command.workspace_id, command.task_id, generation)
     placement = place_completion(stored, key)
     if stored is not None and placement is not DuplicateVerdict.REPLACE:
         return _meets_stored(tx, command, snapshot, decision, stored, placement, now)
@@ -197,9 +197,9 @@ def attempt(
     )
     _record_attempt(tx, snapshot, decision)
     if placement is DuplicateVerdict.REPLACE:
-        tx.delete_completion(record.workspace_id, record.task_id, record.generation)
-    tx.insert_completion(record)
-    committed = tx.append_event(
+        tx.completions.delete(record.workspace_id, record.task_id, record.generation)
+    tx.completions.insert(record)
+    committed = tx.events.append(
         CompletionEvent(
             record.workspace_id,
             record.task_id,
@@ -213,7 +213,7 @@ def attempt(
         )
     )
     outcome = AttemptOutcome(decision, record, inserted=True, events=(committed,))
-    return answer(tx, command.request, command.render, outcome, now)
+    return answer(tx.requests, command.request, command.render, outcome, now)
 
 
 def _meets_stored(
@@ -236,13 +236,13 @@ def _meets_stored(
             outcome=stored.outcome.name,
         )
     _record_attempt(tx, snapshot, decision)
-    return answer(tx, command.request, command.render, AttemptOutcome(decision, stored, existing=True), now)
+    return answer(tx.requests, command.request, command.render, AttemptOutcome(decision, stored, existing=True), now)
 
 
 def _record_attempt(tx: CompletionTx, snapshot: Snapshot, decision: Decision) -> None:
     """Every judged attempt is kept: the circuit breaker counts them (in the
     database, so the count holds across restarts and replicas)."""
-    tx.insert_attempt(
+    tx.completions.insert_attempt(
         AttemptRecord(
             workspace_id=snapshot.workspace_id,
             task_id=snapshot.task_id,
@@ -261,7 +261,7 @@ def load_snapshot(
     tx: CompletionReadTx, command: AttemptCommand, lifecycle: LifecycleView, now: int
 ) -> Snapshot | Rejection:
     """The one canonical view the gates judge (docs/specification.md §5.2)."""
-    run = tx.load_run(command.workspace_id, command.run_id)
+    run = tx.runs.load(command.workspace_id, command.run_id)
     if run is None or run.task_id != command.task_id:
         return run_not_found(command.run_id)
     if command.holder is not None and run.agent_id != command.holder:
@@ -272,23 +272,23 @@ def load_snapshot(
 def _snapshot(
     tx: CompletionReadTx, command: AttemptCommand, run: RunRecord, lifecycle: LifecycleView, now: int
 ) -> Snapshot:
-    state = tx.load_tail(command.workspace_id, command.task_id)
+    state = tx.transcripts.load_tail(command.workspace_id, command.task_id)
     tail = state.tail
     transcript = TranscriptTail(state.state_version, tail.open_turn, tail.open_step, tail.open_calls, tail.checkpoint)
     evidence = tuple(
         EvidenceFact(e.kind, e.passed, e.checkpoint, e.generation, order)
-        for order, e in enumerate(tx.load_evidence(command.workspace_id, command.task_id, run.generation))
+        for order, e in enumerate(tx.evidence.load(command.workspace_id, command.task_id, run.generation))
     )
     attempts = tuple(
         PriorAttempt(a.checkpoint, a.result_digest, a.verdict is not Verdict.ALLOW)
-        for a in tx.load_attempts(command.workspace_id, command.task_id, run.generation)
+        for a in tx.completions.load_attempts(command.workspace_id, command.task_id, run.generation)
     )
     return Snapshot(
         workspace_id=command.workspace_id,
         task_id=command.task_id,
         now=now,
         run=run.view(),
-        lease=tx.load_lease(command.workspace_id, command.task_id),
+        lease=tx.runs.load_lease(command.workspace_id, command.task_id),
         claimed_epoch=command.claimed_epoch,
         transcript=transcript,
         evaluated_state_version=state.state_version if command.state_version is None else command.state_version,
@@ -302,11 +302,11 @@ def _snapshot(
 
 
 def record_evidence(tx: CompletionTx, command: EvidenceCommand, now: int) -> EvidenceStored | Replay | Rejection:
-    seen = recalled(tx, command.request)
+    seen = recalled(tx.requests, command.request)
     if seen is not None:
         return seen
     record = command.record
-    run = tx.load_run(record.workspace_id, record.run_id) if record.run_id else None
+    run = tx.runs.load(record.workspace_id, record.run_id) if record.run_id else None
     # Evidence names the run that produced it: a run of the same task generation,
     # never a made-up one (every caller), so that what it vouches for is real.
     if record.run_id and (run is None or (run.task_id, run.generation) != (record.task_id, record.generation)):
@@ -324,8 +324,8 @@ def record_evidence(tx: CompletionTx, command: EvidenceCommand, now: int) -> Evi
         )
     assert record.evidence_id, "the shell names the evidence"
     stored = dataclasses.replace(record, recorded_at=now)
-    tx.insert_evidence(stored)
-    event = tx.append_event(
+    tx.evidence.insert(stored)
+    event = tx.events.append(
         CompletionEvent(
             stored.workspace_id,
             stored.task_id,
@@ -336,5 +336,5 @@ def record_evidence(tx: CompletionTx, command: EvidenceCommand, now: int) -> Evi
             evidence_id=stored.evidence_id,
         )
     )
-    answer(tx, command.request, command.render, stored, now)
+    answer(tx.requests, command.request, command.render, stored, now)
     return EvidenceStored(stored, event)

@@ -11,10 +11,10 @@ from completion_service.storage.port import CompletionReadTx
 
 def holding_run(tx: CompletionReadTx, workspace_id: str, task_id: str, now: int) -> RunRecord | None:
     """The open run whose lease on the task is current and live at `now`, if any."""
-    lease = tx.load_lease(workspace_id, task_id)
+    lease = tx.runs.load_lease(workspace_id, task_id)
     if lease is None:
         return None
-    run = tx.load_run(workspace_id, lease.run_id)
+    run = tx.runs.load(workspace_id, lease.run_id)
     if run is None or judge_renewal(run.open, run.run_id, run.epoch, lease, now) is not None:
         return None
     return run

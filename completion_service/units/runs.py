@@ -117,7 +117,7 @@ class Replan:
 def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay | Rejection:
     """Opens a run and takes the task's lease unless another open run holds a live
     one; the epoch grows on every claim, fencing every earlier holder."""
-    seen = recalled(tx, command.request)
+    seen = recalled(tx.requests, command.request)
     if seen is not None:
         return seen
     verdict = judge_lease(tx, command, now)
@@ -137,12 +137,12 @@ def claim(tx: CompletionTx, command: ClaimCommand, now: int) -> Claimed | Replay
     # The previous holder is gone: close the turn it left open before the new run
     # starts its own (the repair of docs/specification.md §4.5, at the hand-over).
     repaired = repair_transcript(tx, command.workspace_id, command.task_id, now)
-    tx.insert_run(run)
-    tx.save_lease(command.workspace_id, lease)
-    event = tx.append_event(
+    tx.runs.insert(run)
+    tx.runs.save_lease(command.workspace_id, lease)
+    event = tx.events.append(
         CompletionEvent(run.workspace_id, run.task_id, run.generation, CompletionEventKind.RUN_CLAIMED, run.run_id, now)
     )
-    return answer(tx, command.request, command.render, Claimed(run, lease, repaired.repaired, (event,)), now)
+    return answer(tx.requests, command.request, command.render, Claimed(run, lease, repaired.repaired, (event,)), now)
 
 
 def claim_refusal(tx: CompletionReadTx, command: ClaimCommand, now: int) -> Replay | Rejection | None:
@@ -159,8 +159,8 @@ def claim_refusal(tx: CompletionReadTx, command: ClaimCommand, now: int) -> Repl
 
 def judge_lease(tx: CompletionReadTx, command: ClaimCommand, now: int) -> LeaseGranted | LeaseHeld:
     """Whether the claim would get the task's lease at `now`."""
-    current = tx.load_lease(command.workspace_id, command.task_id)
-    holder = tx.load_run(command.workspace_id, current.run_id) if current is not None else None
+    current = tx.runs.load_lease(command.workspace_id, command.task_id)
+    holder = tx.runs.load(command.workspace_id, current.run_id) if current is not None else None
     return judge_claim(current, holder is not None and holder.open, now, command.ttl_micros)
 
 
@@ -175,15 +175,15 @@ def lease_held(verdict: LeaseHeld, task_id: str) -> Rejection:
 
 def renew(tx: CompletionTx, command: RenewCommand, now: int) -> Lease | Replay | Rejection:
     """Extends the live lease of the current epoch."""
-    seen = recalled(tx, command.request)
+    seen = recalled(tx.requests, command.request)
     if seen is not None:
         return seen
-    run = tx.load_run(command.workspace_id, command.run_id)
+    run = tx.runs.load(command.workspace_id, command.run_id)
     if run is None:
         return run_not_found(command.run_id)
     if command.holder is not None and run.agent_id != command.holder:
         return not_held(run)
-    lease = tx.load_lease(command.workspace_id, run.task_id)
+    lease = tx.runs.load_lease(command.workspace_id, run.task_id)
     problem = judge_renewal(run.open, run.run_id, command.epoch, lease, now)
     if problem is RenewalProblem.RUN_CLOSED:
         return already_finished(run)
@@ -199,9 +199,9 @@ def renew(tx: CompletionTx, command: RenewCommand, now: int) -> Lease | Replay |
             Reason.LEASE_EXPIRED, "the lease expired; claim the task again", lease_expire_time=instant(lease.expires_at)
         )
     renewed = dataclasses.replace(lease, expires_at=now + command.ttl_micros)
-    tx.save_lease(command.workspace_id, renewed)
-    tx.update_run(dataclasses.replace(run, lease_expires_at=renewed.expires_at))
-    return answer(tx, command.request, command.render, renewed, now)
+    tx.runs.save_lease(command.workspace_id, renewed)
+    tx.runs.update(dataclasses.replace(run, lease_expires_at=renewed.expires_at))
+    return answer(tx.requests, command.request, command.render, renewed, now)
 
 
 def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> Closed | Replay | Rejection | Replan:
@@ -211,15 +211,15 @@ def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> Closed | Rep
     on is Replan: recorded after the decision, it found this run still open (see
     settlements.record_settlement), so ending the generation falls to this close.
     Of the two transactions one sees the other, so the fence is always ended."""
-    seen = recalled(tx, command.request)
+    seen = recalled(tx.requests, command.request)
     if seen is not None:
         return seen
-    run = tx.load_run(command.workspace_id, command.run_id)
+    run = tx.runs.load(command.workspace_id, command.run_id)
     if run is None:
         return run_not_found(command.run_id)
     if not run.open:
         return already_finished(run)
-    completion = tx.load_completion(command.workspace_id, run.task_id, run.generation)
+    completion = tx.completions.load(command.workspace_id, run.task_id, run.generation)
     if (
         fence_refused(completion)
         and completion is not None
@@ -239,7 +239,7 @@ def close_run(tx: CompletionTx, command: CloseCommand, now: int) -> Closed | Rep
         final_status=command.final_status,
     )
     event = _close(tx, closed, command.closed_by, command.caller, now)
-    answer(tx, command.request, command.render, closed, now)
+    answer(tx.requests, command.request, command.render, closed, now)
     return Closed(closed, event)
 
 
@@ -247,7 +247,7 @@ def close_stalled_runs(tx: CompletionTx, now: int, stall_after_micros: int, limi
     """Closes runs whose lease expired longer than `stall_after_micros` ago as
     STALLED, leaving their tasks as they are; returns the closed runs."""
     closed = []
-    for run in tx.claim_stalled_runs(now - stall_after_micros, limit):
+    for run in tx.runs.claim_stalled(now - stall_after_micros, limit):
         if not is_stalled(run.open, run.lease_expires_at, now, stall_after_micros):
             continue
         stalled = dataclasses.replace(
@@ -263,13 +263,13 @@ def close_stalled_runs(tx: CompletionTx, now: int, stall_after_micros: int, limi
 
 def _close(tx: CompletionTx, closed: RunRecord, closed_by: str, caller: Caller, now: int) -> CompletionEvent:
     """Stores the closed run with its audit row and appends its RUN_CLOSED event."""
-    tx.update_run(closed)
+    tx.runs.update(closed)
     metadata = {
         "outcome": closed.outcome.name if closed.outcome else "",
         "final_status": closed.final_status.name if closed.final_status else "UNCHANGED",
         "closed_by": closed_by,
     }
-    tx.insert_audit(
+    tx.events.append_audit(
         AuditEntry(
             closed.workspace_id,
             AUDIT_ACTION,
@@ -280,7 +280,7 @@ def _close(tx: CompletionTx, closed: RunRecord, closed_by: str, caller: Caller, 
             caller=caller,
         )
     )
-    return tx.append_event(
+    return tx.events.append(
         CompletionEvent(
             closed.workspace_id,
             closed.task_id,
@@ -298,7 +298,7 @@ def _close(tx: CompletionTx, closed: RunRecord, closed_by: str, caller: Caller, 
 
 def owned_run(tx: CompletionReadTx, workspace_id: str, run_id: str, holder: str | None) -> RunRecord | Rejection:
     """The run, if it exists and (for an agent) belongs to `holder`."""
-    run = tx.load_run(workspace_id, run_id)
+    run = tx.runs.load(workspace_id, run_id)
     if run is None:
         return run_not_found(run_id)
     if holder is not None and run.agent_id != holder:

@@ -79,8 +79,8 @@ def record_settlement(
         error_reason=settlement.error_reason,
         error_message=settlement.error_message,
     )
-    tx.update_completion(recorded)
-    event = tx.append_event(
+    tx.completions.update(recorded)
+    event = tx.events.append(
         CompletionEvent(
             recorded.workspace_id,
             recorded.task_id,
@@ -117,13 +117,13 @@ def postpone_settlement(
         next_settle_at=next_attempt_at,
         last_settle_error=error,
     )
-    tx.update_completion(postponed)
+    tx.completions.update(postponed)
     return postponed
 
 
 def claim_due(tx: CompletionTx, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
     """The pending completions due at `now` that `owner` settles next."""
-    return tx.claim_due_settlements(now, owner, lease_micros, limit)
+    return tx.completions.claim_due(now, owner, lease_micros, limit)
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class _Pending:
 
 def _pending(tx: CompletionTx, completion: CompletionRecord) -> _Pending | CompletionRecord | None:
     """The stored row if it is this completion and still pending, else the row as stored."""
-    stored = tx.load_completion(completion.workspace_id, completion.task_id, completion.generation)
+    stored = tx.completions.load(completion.workspace_id, completion.task_id, completion.generation)
     if (
         stored is None
         or stored.completion_id != completion.completion_id

@@ -64,7 +64,7 @@ class TranscriptPage:
 
 def append(tx: CompletionTx, command: AppendCommand, now: int) -> Appended | Replay | Rejection:
     """Appends a batch that the grammar accepts whole, or nothing."""
-    seen = recalled(tx, command.request)
+    seen = recalled(tx.requests, command.request)
     if seen is not None:
         return seen
     workspace_id, task_id = command.workspace_id, command.task_id
@@ -74,18 +74,18 @@ def append(tx: CompletionTx, command: AppendCommand, now: int) -> Appended | Rep
             f"an agent appends only to a task whose live lease it holds; it holds none on {task_id!r}",
             task_id=task_id,
         )
-    state = tx.load_tail(workspace_id, task_id)
+    state = tx.transcripts.load_tail(workspace_id, task_id)
     expected = command.expected_state_version
     if expected is not None and expected != state.state_version:
         return version_mismatch(expected, state.state_version)
-    known = tx.load_checkpoints(workspace_id, task_id, checkpoints_referenced(command.events))
+    known = tx.transcripts.load_checkpoints(workspace_id, task_id, checkpoints_referenced(command.events))
     following = validate(state.tail, command.events, known)
     if isinstance(following, Violation):
         return grammar_rejection(following)
     first = state.tail.last_sequence + 1
     stamped = [stamp(event, first + i, command.generation, now) for i, event in enumerate(command.events)]
     _write(tx, workspace_id, task_id, stamped, TranscriptState(following, state.state_version + 1))
-    return answer(tx, command.request, command.render, Appended(state.state_version + 1, first), now)
+    return answer(tx.requests, command.request, command.render, Appended(state.state_version + 1, first), now)
 
 
 def repair(tx: CompletionTx, workspace_id: str, task_id: str, now: int) -> Repaired:
@@ -93,13 +93,13 @@ def repair(tx: CompletionTx, workspace_id: str, task_id: str, now: int) -> Repai
     result for each open call, the open step's end, the turn's end (INTERRUPTED),
     all synthetic and durable. Decided under the write lock, so that of many
     concurrent loads exactly one repairs."""
-    state = tx.load_tail(workspace_id, task_id)
+    state = tx.transcripts.load_tail(workspace_id, task_id)
     tail = state.tail
     if tail.open_turn is None:
         return Repaired()
     if live_holder(tx, workspace_id, task_id, now) is not None:
         return Repaired(turn_in_progress=True)
-    [last] = tx.load_transcript(workspace_id, task_id, tail.last_sequence - 1, 1)
+    [last] = tx.transcripts.page(workspace_id, task_id, tail.last_sequence - 1, 1)
     closers = closers_of(tail, last.generation)
     following = validate(tail, closers)
     assert not isinstance(following, Violation), following
@@ -113,12 +113,12 @@ def commit_import(
 ) -> int | Rejection:
     """Makes a fully validated, staged import the task's transcript; returns the new
     state version. Only an empty transcript takes an import."""
-    state = tx.load_tail(workspace_id, task_id)
+    state = tx.transcripts.load_tail(workspace_id, task_id)
     if state.tail.last_sequence != 0:
         return reject(Reason.TRANSCRIPT_NOT_EMPTY, f"task {task_id!r} already has a transcript", task_id=task_id)
-    tx.move_staged_import(import_id, workspace_id, task_id)
-    tx.insert_checkpoints(workspace_id, task_id, checkpoints)
-    tx.save_tail(workspace_id, task_id, TranscriptState(final_tail, state.state_version + 1))
+    tx.imports.move(import_id, workspace_id, task_id)
+    tx.transcripts.insert_checkpoints(workspace_id, task_id, checkpoints)
+    tx.transcripts.save_tail(workspace_id, task_id, TranscriptState(final_tail, state.state_version + 1))
     return state.state_version + 1
 
 
@@ -126,8 +126,8 @@ def commit_import(
 
 
 def page(tx: CompletionReadTx, workspace_id: str, task_id: str, after_sequence: int, limit: int) -> TranscriptPage:
-    state = tx.load_tail(workspace_id, task_id)
-    events = tx.load_transcript(workspace_id, task_id, after_sequence, limit + 1)
+    state = tx.transcripts.load_tail(workspace_id, task_id)
+    events = tx.transcripts.page(workspace_id, task_id, after_sequence, limit + 1)
     return TranscriptPage(events[:limit], state.state_version, len(events) > limit)
 
 
@@ -164,15 +164,15 @@ def stamp(event: SessionEvent, sequence: int, generation: int, now: int) -> Sess
 def _write(
     tx: CompletionTx, workspace_id: str, task_id: str, stamped: list[SessionEvent], state: TranscriptState
 ) -> None:
-    tx.insert_transcript_events(workspace_id, task_id, stamped)
+    tx.transcripts.append(workspace_id, task_id, stamped)
     created = [e for e in stamped if e.kind is EventKind.CHECKPOINT]
     if created:
         # A checkpoint id is where it was first created; later ones of the same id add nothing.
-        known = tx.load_checkpoints(workspace_id, task_id, {e.ref for e in created})
+        known = tx.transcripts.load_checkpoints(workspace_id, task_id, {e.ref for e in created})
         new: dict[str, int] = {}
         for event in created:
             if event.ref not in known:
                 new.setdefault(event.ref, event.sequence)
         if new:
-            tx.insert_checkpoints(workspace_id, task_id, new)
-    tx.save_tail(workspace_id, task_id, state)
+            tx.transcripts.insert_checkpoints(workspace_id, task_id, new)
+    tx.transcripts.save_tail(workspace_id, task_id, state)

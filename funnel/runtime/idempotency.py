@@ -2,11 +2,11 @@
 unit-of-work helpers over a tiny storage protocol, and the sweep that forgets ids
 after their retention.
 
-Use inside a write transaction (any adapter's Tx implements `RequestMemory`):
+Use inside a write transaction (each service's `tx.requests` is a `RequestIds`):
 
-    seen = recall(tx, key)          # None (new), Replay(response) or Reused(request_id)
+    seen = recall(tx.requests, key)          # None (new), Replay(response) or Reused(request_id)
     ...decide and write...
-    remember(tx, key, response_bytes, now)
+    remember(tx.requests, key, response_bytes, now)
 
 `Reused` is turned into the service's own REQUEST_ID_REUSED rejection with
 `seen.rejection(Reason.REQUEST_ID_REUSED)`. Responses are stored as bytes only:
@@ -61,18 +61,24 @@ def judge_request_id(stored_fingerprint: bytes | None, fingerprint: bytes) -> Re
     return RequestIdVerdict.REPLAY if stored_fingerprint == fingerprint else RequestIdVerdict.REUSED
 
 
-class RequestMemory(Protocol):
+class RequestIdReads(Protocol):
     """What a transaction offers the rule: remembered request ids, scoped by
     (workspace, caller, method, request id)."""
 
-    def recall_request(
-        self, workspace_id: str, caller: str, method: str, request_id: str
-    ) -> tuple[bytes, bytes] | None:
+    def recall(self, workspace_id: str, caller: str, method: str, request_id: str) -> tuple[bytes, bytes] | None:
         """The remembered (fingerprint, response), or None."""
         ...
 
-    def remember_request(self, key: RequestKey, response: bytes, created_at: int) -> None:
+
+class RequestIds(RequestIdReads, Protocol):
+    """The same in a write transaction (each service's `tx.requests`)."""
+
+    def remember(self, key: RequestKey, response: bytes, created_at: int) -> None:
         """Remembers `key` (with its fingerprint) and the response a repeat must get."""
+        ...
+
+    def forget(self, created_before: int, limit: int) -> int:
+        """Forgets up to `limit` request ids remembered before `created_before`; returns how many."""
         ...
 
 
@@ -98,11 +104,11 @@ class Reused:
         )
 
 
-def recall(memory: RequestMemory, key: RequestKey | None) -> Replay | Reused | None:
-    """Judges `key` against what `memory` remembers: None for a new request (or no key)."""
+def recall(requests: RequestIdReads, key: RequestKey | None) -> Replay | Reused | None:
+    """Judges `key` against what `requests` remembers: None for a new request (or no key)."""
     if key is None:
         return None
-    stored = memory.recall_request(key.workspace_id, key.caller, key.method, key.request_id)
+    stored = requests.recall(key.workspace_id, key.caller, key.method, key.request_id)
     verdict = judge_request_id(stored[0] if stored else None, key.fingerprint)
     if verdict is RequestIdVerdict.REPLAY:
         assert stored is not None
@@ -112,10 +118,10 @@ def recall(memory: RequestMemory, key: RequestKey | None) -> Replay | Reused | N
     return None
 
 
-def remember(memory: RequestMemory, key: RequestKey | None, response: bytes, created_at: int) -> None:
+def remember(requests: RequestIds, key: RequestKey | None, response: bytes, created_at: int) -> None:
     """Remembers the response of a new request (a no-op without a key)."""
     if key is not None:
-        memory.remember_request(key, stored_response(response), created_at)
+        requests.remember(key, stored_response(response), created_at)
 
 
 # Marks a deflated response. A serialized protobuf message never starts with a

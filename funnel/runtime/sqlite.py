@@ -431,6 +431,43 @@ class Database:
             await asyncio.wait({self._owner})
 
 
+class SqliteEngine:
+    """A database file as a store's engine (funnel.runtime.store): writes on the
+    writer's connection (group commit), reads on a read-only one of their own, so
+    that reads never queue behind writes."""
+
+    def __init__(self, writer: Database, reader: Database) -> None:
+        self._writer = writer
+        self._reader = reader
+
+    @classmethod
+    async def open(
+        cls, path: str, migrations: list[Migration], *, commits: CommitObserver | None = None
+    ) -> SqliteEngine:
+        """Opens (creating and migrating if needed) the database, or raises StorageRefused."""
+        writer = await Database.open(path, migrations, commits=commits)
+        return cls(writer, await Database.open_reader(writer))
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], after_commit: Callable[[T], None] | None = None) -> T:
+        return await self._writer.write(fn, after_commit)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._reader.read(fn)
+
+    async def check_writable(self) -> None:
+        await self._writer.check_writable()
+
+    async def check_integrity(self) -> str | None:
+        """The full integrity check (Database.check_integrity): None, or the damage,
+        after which every write is refused."""
+        return await self._writer.check_integrity()
+
+    async def close(self) -> None:
+        if self._reader is not self._writer:
+            await self._reader.close()
+        await self._writer.close()
+
+
 # Large enough to amortize one fsync over a burst, small enough to bound the
 # latency of the first write in the group.
 MAX_GROUP = 64

@@ -274,12 +274,12 @@ class LifecycleService(lifecycle_grpc.TaskLifecycleServiceServicer):
         workspace_id = request.workspace_id
         if by_change:
             before = cursor if isinstance(cursor, int) else None
-            listed = await self._store.read(lambda tx: tx.list_tasks_by_change(workspace_id, query, before, size + 1))
+            listed = await self._store.read(lambda tx: tx.tasks.page_by_change(workspace_id, query, before, size + 1))
         else:
             after = cursor if isinstance(cursor, str) else ""
             listed = [
                 (0, task)
-                for task in await self._store.read(lambda tx: tx.list_tasks(workspace_id, query, after, size + 1))
+                for task in await self._store.read(lambda tx: tx.tasks.page(workspace_id, query, after, size + 1))
             ]
         more = len(listed) > size
         protos = [task_to_proto(task) for _, task in listed[:size]]
@@ -297,7 +297,7 @@ class LifecycleService(lifecycle_grpc.TaskLifecycleServiceServicer):
         self, request: lifecycle_messages.CountTasksRequest, context: Context
     ) -> lifecycle_messages.CountTasksResponse:
         requests.count_tasks(request)
-        counts = await self._store.read(lambda tx: tx.count_tasks(request.workspace_id))
+        counts = await self._store.read(lambda tx: tx.tasks.count(request.workspace_id))
         return lifecycle_messages.CountTasksResponse(
             counts=[
                 lifecycle_messages.TaskCount(
@@ -326,9 +326,9 @@ class LifecycleService(lifecycle_grpc.TaskLifecycleServiceServicer):
         workspace_id, task_id, must_exist = request.workspace_id, request.task_id, not request.page_token
 
         def listing_of(tx: LifecycleReadTx) -> list[LifecycleEvent] | None:
-            if must_exist and tx.load_task(workspace_id, task_id) is None:
+            if must_exist and tx.tasks.load(workspace_id, task_id) is None:
                 return None
-            return tx.list_events(workspace_id, task_id, after, size + 1)
+            return tx.events.history(workspace_id, task_id, after, size + 1)
 
         events = await self._store.read(listing_of)
         if events is None:
@@ -351,7 +351,7 @@ class LifecycleService(lifecycle_grpc.TaskLifecycleServiceServicer):
         ends = WatchEnds(Reason, self._broker.capacity)
         stream = (
             follow_from_head(
-                lambda: self._store.read(lambda tx: tx.last_sequence()),
+                lambda: self._store.read(lambda tx: tx.events.last_sequence()),
                 self._broker,
                 workspace,
                 task,
@@ -361,7 +361,7 @@ class LifecycleService(lifecycle_grpc.TaskLifecycleServiceServicer):
             )
             if request.from_head
             else follow(
-                lambda cursor, limit: self._store.read(lambda tx: tx.events_after(workspace, cursor, task, limit)),
+                lambda cursor, limit: self._store.read(lambda tx: tx.events.page(workspace, cursor, task, limit)),
                 self._broker,
                 workspace,
                 task,

@@ -1,8 +1,8 @@
 """The in-memory fake of the lifecycle store: dicts and tuples with the port's
-transaction semantics. A write works on a copy of the state that replaces the
-state only when the unit of work returns, so a unit that raises leaves nothing
-behind; after_commit hooks run in commit order. It keeps the invariants the SQLite
-schema enforces (unique keys, the record's checks), raising InvariantViolated.
+transaction semantics (funnel.runtime.store.MemoryEngine: a write works on a
+copy of the state, so a unit that raises or refuses leaves nothing behind). It
+keeps the invariants the SQLite schema enforces (unique keys, the record's
+checks), raising InvariantViolated.
 
 For the application-layer unit tests and the conformance suite; not durable."""
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from funnel.runtime.idempotency import RequestKey
+from funnel.runtime.store import MemoryEngine, Store
 from lifecycle_service.core.model import (
     ChildRef,
     GenerationState,
@@ -27,15 +27,12 @@ from lifecycle_service.core.model import (
 from lifecycle_service.storage.port import (
     InvariantViolated,
     LifecycleFigures,
-    LifecycleReadTx,
     LifecycleStore,
-    LifecycleTx,
     PendingPropagation,
     TaskCount,
     TaskQuery,
 )
 
-T = TypeVar("T")
 _TaskKey = tuple[str, str]
 _RequestScope = tuple[str, str, str, str]
 
@@ -72,43 +69,45 @@ class _State:
         )
 
 
-class MemoryLifecycleStore:
-    def __init__(self) -> None:
-        self._state = _State()
-        self._closed = False
+class _Aggregate:
+    """What the fake's aggregates share: the state of their transaction, and
+    whether it is a write (a write transaction works on its own copy)."""
 
-    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        self._check_open()
-        draft = self._state.copy()
-        result = fn(MemoryLifecycleTx(draft, writable=True))
-        self._state = draft
-        if after_commit is not None:
-            after_commit(result)
-        return result
-
-    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
-        self._check_open()
-        return fn(MemoryLifecycleTx(self._state, writable=False))
-
-    async def check_writable(self) -> None:
-        self._check_open()
-
-    async def close(self) -> None:
-        self._closed = True
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("the store is closed")
-
-
-class MemoryLifecycleTx:
     def __init__(self, state: _State, *, writable: bool) -> None:
         self._s = state
         self._writable = writable
 
-    # -- reads -------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if not self._writable:
+            raise RuntimeError("a write in a read transaction")
 
-    def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+
+class MemoryRequestIds(_Aggregate):
+    def recall(self, workspace_id: str, caller: str, method: str, request_id: str) -> tuple[bytes, bytes] | None:
+        found = self._s.requests.get((workspace_id, caller, method, request_id))
+        return (found.fingerprint, found.response) if found else None
+
+    def remember(self, key: RequestKey, response: bytes, created_at: int) -> None:
+        self._check_writable()
+        scope = (key.workspace_id, key.caller, key.method, key.request_id)
+        if scope in self._s.requests:
+            raise InvariantViolated(f"request id {key.request_id!r} is already remembered")
+        self._s.requests[scope] = _Remembered(key.fingerprint, bytes(response), created_at)
+
+    def forget(self, created_before: int, limit: int) -> int:
+        self._check_writable()
+        old = sorted(
+            (remembered.created_at, scope)
+            for scope, remembered in self._s.requests.items()
+            if remembered.created_at < created_before
+        )[:limit]
+        for _, scope in old:
+            del self._s.requests[scope]
+        return len(old)
+
+
+class MemoryTasks(_Aggregate):
+    def load(self, workspace_id: str, task_id: str) -> TaskRecord | None:
         return self._s.tasks.get((workspace_id, task_id))
 
     def load_parent(self, workspace_id: str, task_id: str) -> TaskRecord | None:
@@ -129,13 +128,7 @@ class MemoryLifecycleTx:
         )
         return tuple(children[:limit] if limit is not None else children)
 
-    def terminal_event(self, task: TaskRecord) -> LifecycleEvent:
-        for event in self._s.history.get((task.workspace_id, task.task_id), ()):
-            if event.generation == task.generation and event.to_state is GenerationState.TERMINAL:
-                return event
-        raise InvariantViolated(f"terminal task {task.task_id!r} has no terminal event")
-
-    def list_tasks(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
+    def page(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
         found = sorted(
             (
                 task
@@ -146,7 +139,7 @@ class MemoryLifecycleTx:
         )
         return found[:limit]
 
-    def list_tasks_by_change(
+    def page_by_change(
         self, workspace_id: str, query: TaskQuery, before_sequence: int | None, limit: int
     ) -> list[tuple[int, TaskRecord]]:
         found: list[tuple[int, TaskRecord]] = []
@@ -160,7 +153,7 @@ class MemoryLifecycleTx:
                 found.append((event.sequence, task))
         return found
 
-    def count_tasks(self, workspace_id: str) -> list[TaskCount]:
+    def count(self, workspace_id: str) -> list[TaskCount]:
         counted = collections.Counter(
             (task.state, task.outcome, task.work_status)
             for (workspace, _), task in self._s.tasks.items()
@@ -171,13 +164,40 @@ class MemoryLifecycleTx:
             key=lambda c: (c.state.value, c.outcome.value if c.outcome else 0, c.work_status.value),
         )
 
-    def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
+    def insert(self, task: TaskRecord) -> None:
+        self._check_writable()
+        key = (task.workspace_id, task.task_id)
+        if key in self._s.tasks:
+            raise InvariantViolated(f"task {task.task_id!r} already exists")
+        self._s.tasks[key] = _checked(task)
+
+    def update(self, task: TaskRecord) -> None:
+        self._check_writable()
+        key = (task.workspace_id, task.task_id)
+        stored = self._s.tasks.get(key)
+        if stored is None or stored.revision != task.revision - 1:
+            raise InvariantViolated(f"task {task.task_id!r} changed under its write lock")
+        self._s.tasks[key] = _checked(task)
+
+
+class MemoryEvents(_Aggregate):
+    def append(self, event: LifecycleEvent) -> LifecycleEvent:
+        self._check_writable()
+        key = (event.workspace_id, event.task_id)
+        history = self._s.history.get(key, ())
+        if any(e.revision == event.revision for e in history):
+            raise InvariantViolated(f"task {event.task_id!r} already has an event of revision {event.revision}")
+        self._s.last_sequence += 1
+        stored = dataclasses.replace(event, sequence=self._s.last_sequence)
+        self._s.history[key] = tuple(sorted(history + (stored,), key=lambda e: e.revision))
+        self._s.events.append(stored)
+        return stored
+
+    def history(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
         history = self._s.history.get((workspace_id, task_id), ())
         return [event for event in history if event.revision > after_revision][:limit]
 
-    def events_after(
-        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
-    ) -> list[LifecycleEvent]:
+    def page(self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int) -> list[LifecycleEvent]:
         found: list[LifecycleEvent] = []
         for event in self._s.events:
             if len(found) == limit:
@@ -190,43 +210,18 @@ class MemoryLifecycleTx:
                 found.append(event)
         return found
 
+    def terminal(self, task: TaskRecord) -> LifecycleEvent:
+        for event in self._s.history.get((task.workspace_id, task.task_id), ()):
+            if event.generation == task.generation and event.to_state is GenerationState.TERMINAL:
+                return event
+        raise InvariantViolated(f"terminal task {task.task_id!r} has no terminal event")
+
     def last_sequence(self) -> int:
         return self._s.events[-1].sequence if self._s.events else 0
 
-    # -- records and events --------------------------------------------------
 
-    def insert_task(self, task: TaskRecord) -> None:
-        self._check_writable()
-        key = (task.workspace_id, task.task_id)
-        if key in self._s.tasks:
-            raise InvariantViolated(f"task {task.task_id!r} already exists")
-        self._s.tasks[key] = _checked(task)
-
-    def update_task(self, task: TaskRecord) -> None:
-        self._check_writable()
-        key = (task.workspace_id, task.task_id)
-        stored = self._s.tasks.get(key)
-        if stored is None or stored.revision != task.revision - 1:
-            raise InvariantViolated(f"task {task.task_id!r} changed under its write lock")
-        self._s.tasks[key] = _checked(task)
-
-    def append_event(self, event: LifecycleEvent) -> LifecycleEvent:
-        self._check_writable()
-        key = (event.workspace_id, event.task_id)
-        history = self._s.history.get(key, ())
-        if any(e.revision == event.revision for e in history):
-            raise InvariantViolated(f"task {event.task_id!r} already has an event of revision {event.revision}")
-        self._s.last_sequence += 1
-        stored = dataclasses.replace(event, sequence=self._s.last_sequence)
-        self._s.history[key] = tuple(sorted(history + (stored,), key=lambda e: e.revision))
-        self._s.events.append(stored)
-        return stored
-
-    # -- propagations ----------------------------------------------------------
-
-    def insert_propagations(
-        self, parent_event: LifecycleEvent, propagations: Sequence[Propagation], created_at: int
-    ) -> None:
+class MemoryPropagations(_Aggregate):
+    def insert(self, parent_event: LifecycleEvent, propagations: Sequence[Propagation], created_at: int) -> None:
         self._check_writable()
         if not any(e.sequence == parent_event.sequence for e in reversed(self._s.events)):
             raise InvariantViolated(f"no event of sequence {parent_event.sequence}")
@@ -242,46 +237,34 @@ class MemoryLifecycleTx:
                 propagation.intent,
             )
 
-    def discharge_propagation(self, propagation_id: int) -> bool:
+    def discharge(self, propagation_id: int) -> bool:
         self._check_writable()
         return self._s.propagations.pop(propagation_id, None) is not None
 
-    def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
+    def claim(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
         # One process: no claim is kept (see the port).
         return [self._s.propagations[key] for key in sorted(self._s.propagations)[:limit]]
+
+
+class MemoryLifecycleTx:
+    def __init__(self, state: _State, *, writable: bool) -> None:
+        self._s = state
+        self.requests = MemoryRequestIds(state, writable=writable)
+        self.tasks = MemoryTasks(state, writable=writable)
+        self.events = MemoryEvents(state, writable=writable)
+        self.propagations = MemoryPropagations(state, writable=writable)
 
     def load_figures(self) -> LifecycleFigures:
         return LifecycleFigures(len(self._s.propagations), len(self._s.requests), None)
 
-    # -- request ids -------------------------------------------------------------
 
-    def recall_request(
-        self, workspace_id: str, caller: str, method: str, request_id: str
-    ) -> tuple[bytes, bytes] | None:
-        found = self._s.requests.get((workspace_id, caller, method, request_id))
-        return (found.fingerprint, found.response) if found else None
-
-    def remember_request(self, key: RequestKey, response: bytes, created_at: int) -> None:
-        self._check_writable()
-        scope = (key.workspace_id, key.caller, key.method, key.request_id)
-        if scope in self._s.requests:
-            raise InvariantViolated(f"request id {key.request_id!r} is already remembered")
-        self._s.requests[scope] = _Remembered(key.fingerprint, bytes(response), created_at)
-
-    def forget_requests(self, created_before: int, limit: int) -> int:
-        self._check_writable()
-        old = sorted(
-            (remembered.created_at, scope)
-            for scope, remembered in self._s.requests.items()
-            if remembered.created_at < created_before
-        )[:limit]
-        for _, scope in old:
-            del self._s.requests[scope]
-        return len(old)
-
-    def _check_writable(self) -> None:
-        if not self._writable:
-            raise RuntimeError("a write in a read transaction")
+class MemoryLifecycleStore(Store[_State, MemoryLifecycleTx, MemoryLifecycleTx]):
+    def __init__(self) -> None:
+        super().__init__(
+            MemoryEngine(_State(), hops=False),
+            lambda state: MemoryLifecycleTx(state, writable=True),
+            lambda state: MemoryLifecycleTx(state, writable=False),
+        )
 
 
 def _checked(task: TaskRecord) -> TaskRecord:
@@ -294,6 +277,6 @@ def _checked(task: TaskRecord) -> TaskRecord:
     return task
 
 
-def _conforms(store: MemoryLifecycleStore, tx: MemoryLifecycleTx) -> tuple[LifecycleStore, LifecycleTx]:
-    """Never called: makes mypy check both classes against the port."""
-    return store, tx
+def _conforms(store: MemoryLifecycleStore) -> LifecycleStore:
+    """Never called: makes mypy check the store and its transaction against the port."""
+    return store

@@ -1,19 +1,28 @@
 """What the lifecycle service needs from storage: a narrow, synchronous transaction
-API (`LifecycleTx`, read-only subset `LifecycleReadTx`) and the store that runs a
-unit of work in one transaction (`LifecycleStore`). Plain values only: no protobuf,
-no driver types. The units of work live in `lifecycle_service.units`.
+(`LifecycleTx`, read-only subset `LifecycleReadTx`) made of one small protocol per
+aggregate, the same shape as the completion service's, and the store that runs a
+unit of work in one transaction (`LifecycleStore`, the one generic store of
+funnel.runtime.store). Plain values only: no protobuf, no driver types.
 
-Adapters: `storage.sqlite` (SQLite), `storage.postgres` (PostgreSQL, several
-replicas on one database), `storage.memory` (an in-memory fake); each passes the
-conformance suite tests/lifecycle/test_storage.py."""
+    tx.requests      request ids and their remembered responses (funnel.runtime.idempotency)
+    tx.tasks         task records: the one a unit changes, its parent, listings
+    tx.events        the immutable event history
+    tx.propagations  what a parent's committed transition owes its attached children (writes only)
+    tx.load_figures  the operator's gauges, across the aggregates
+
+The units of work live in `lifecycle_service.units`. Adapters: `storage.sqlite`
+(SQLite), `storage.postgres` (PostgreSQL, several replicas on one database), one
+module per aggregate each, and `storage.memory` (an in-memory fake); each passes
+the conformance suite tests/lifecycle/test_storage.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
-from funnel.runtime.idempotency import RequestMemory
+from funnel.runtime.idempotency import RequestIdReads, RequestIds
+from funnel.runtime.store import Transactions
 from lifecycle_service.core.model import (
     ChildRef,
     GenerationState,
@@ -24,8 +33,6 @@ from lifecycle_service.core.model import (
     TaskRecord,
     WorkStatus,
 )
-
-T = TypeVar("T")
 
 
 class InvariantViolated(Exception):
@@ -88,10 +95,8 @@ class LifecycleFigures:
     database_bytes: int | None
 
 
-class LifecycleReadTx(Protocol):
-    """Reads inside one transaction: a consistent snapshot across calls."""
-
-    def load_task(self, workspace_id: str, task_id: str) -> TaskRecord | None:
+class TaskReads(Protocol):
+    def load(self, workspace_id: str, task_id: str) -> TaskRecord | None:
         """In a write transaction, the record of the task the unit may change: nobody
         else changes it before this transaction ends (PostgreSQL: FOR UPDATE)."""
         ...
@@ -100,18 +105,14 @@ class LifecycleReadTx(Protocol):
         """Attached children of the task's current generation that are not terminal, by task id."""
         ...
 
-    def terminal_event(self, task: TaskRecord) -> LifecycleEvent:
-        """The event that made the task's current generation terminal (InvariantViolated if none)."""
-        ...
-
-    def list_tasks(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
+    def page(self, workspace_id: str, query: TaskQuery, after_task_id: str, limit: int) -> list[TaskRecord]:
         """Tasks matching `query` by task id, after `after_task_id`. Served from
         indexes: the primary key's order, or an index of the state, the outcome or
         the work status (open tasks and abnormal endings; completed tasks are in
         none, their filters read the key's order)."""
         ...
 
-    def list_tasks_by_change(
+    def page_by_change(
         self, workspace_id: str, query: TaskQuery, before_sequence: int | None, limit: int
     ) -> list[tuple[int, TaskRecord]]:
         """Tasks matching `query`, most recent change first: (the sequence of its
@@ -119,37 +120,12 @@ class LifecycleReadTx(Protocol):
         history newest first, so a page costs the changes it passes over."""
         ...
 
-    def count_tasks(self, workspace_id: str) -> list[TaskCount]:
+    def count(self, workspace_id: str) -> list[TaskCount]:
         """The workspace's tasks counted by (state, outcome, work status), in that order."""
         ...
 
-    def list_events(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
-        """One task's events by revision."""
-        ...
 
-    def events_after(
-        self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int
-    ) -> list[LifecycleEvent]:
-        """A workspace's events (one task's if given) by sequence, after `after_sequence`."""
-        ...
-
-    def last_sequence(self) -> int:
-        """The greatest sequence committed in any workspace; 0 before the first event."""
-        ...
-
-    def load_figures(self) -> LifecycleFigures:
-        """The store's figures for the metrics (counts over every workspace)."""
-        ...
-
-
-class LifecycleTx(LifecycleReadTx, RequestMemory, Protocol):
-    """One write transaction. Everything written commits together when the unit of
-    work returns (whatever it returns), or nothing does when it raises.
-
-    `recall_request` holds the request id until this transaction ends: a concurrent
-    transaction with the same id (another replica) waits, then sees what this one
-    remembered (PostgreSQL: a transaction-scoped advisory lock)."""
-
+class Tasks(TaskReads, Protocol):
     def load_parent(self, workspace_id: str, task_id: str) -> TaskRecord | None:
         """The record of a task the unit depends on but does not change (the parent of
         the task it changes): it does not change before this transaction ends, while
@@ -157,30 +133,50 @@ class LifecycleTx(LifecycleReadTx, RequestMemory, Protocol):
         its parent's never decide on each other's stale state."""
         ...
 
-    def insert_task(self, task: TaskRecord) -> None:
+    def insert(self, task: TaskRecord) -> None:
         """A new record (revision 1 of a new task id)."""
         ...
 
-    def update_task(self, task: TaskRecord) -> None:
+    def update(self, task: TaskRecord) -> None:
         """Replaces the record whose revision is `task.revision - 1` (InvariantViolated otherwise)."""
         ...
 
-    def append_event(self, event: LifecycleEvent) -> LifecycleEvent:
+
+class EventReads(Protocol):
+    def history(self, workspace_id: str, task_id: str, after_revision: int, limit: int) -> list[LifecycleEvent]:
+        """One task's events by revision."""
+        ...
+
+    def page(self, workspace_id: str, after_sequence: int, task_id: str | None, limit: int) -> list[LifecycleEvent]:
+        """A workspace's events (one task's if given) by sequence, after `after_sequence`."""
+        ...
+
+    def terminal(self, task: TaskRecord) -> LifecycleEvent:
+        """The event that made the task's current generation terminal (InvariantViolated if none)."""
+        ...
+
+    def last_sequence(self) -> int:
+        """The greatest sequence committed in any workspace; 0 before the first event."""
+        ...
+
+
+class Events(EventReads, Protocol):
+    def append(self, event: LifecycleEvent) -> LifecycleEvent:
         """Stores the event; returns it with the sequence the store assigned: global and
         strictly increasing in commit order. (workspace, task, revision) is unique."""
         ...
 
-    def insert_propagations(
-        self, parent_event: LifecycleEvent, propagations: Sequence[Propagation], created_at: int
-    ) -> None:
+
+class Propagations(Protocol):
+    def insert(self, parent_event: LifecycleEvent, propagations: Sequence[Propagation], created_at: int) -> None:
         """Records what the committed `parent_event` owes each attached child."""
         ...
 
-    def discharge_propagation(self, propagation_id: int) -> bool:
+    def discharge(self, propagation_id: int) -> bool:
         """Removes a pending propagation; False when it was already discharged."""
         ...
 
-    def claim_propagations(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
+    def claim(self, now: int, owner: str, lease_micros: int, limit: int) -> list[PendingPropagation]:
         """Up to `limit` pending propagations for `owner` to deliver, oldest first.
 
         The rows are claimed for `owner` until `now + lease_micros`: rows another owner
@@ -190,30 +186,45 @@ class LifecycleTx(LifecycleReadTx, RequestMemory, Protocol):
         propagation discharges it in the child's transaction."""
         ...
 
-    def forget_requests(self, created_before: int, limit: int) -> int:
-        """Forgets up to `limit` request ids remembered before `created_before`; returns how many."""
+
+class LifecycleReadTx(Protocol):
+    """Reads inside one transaction: a consistent snapshot across calls."""
+
+    @property
+    def requests(self) -> RequestIdReads: ...
+
+    @property
+    def tasks(self) -> TaskReads: ...
+
+    @property
+    def events(self) -> EventReads: ...
+
+    def load_figures(self) -> LifecycleFigures:
+        """The store's figures for the metrics (counts over every workspace)."""
         ...
 
 
-class LifecycleStore(Protocol):
-    async def write(self, fn: Callable[[LifecycleTx], T], after_commit: Callable[[T], None] | None = None) -> T:
-        """Runs `fn` in one write transaction, in one hop on the database's own
-        connection, and returns its result once committed. `fn` must touch nothing but
-        `tx` (an engine may run it again after a conflict). `after_commit` runs on the
-        event loop after the commit, before the write returns, even if the caller was
-        cancelled meanwhile; on single-process stores (SQLite, memory) in commit
-        order, before later writes are acknowledged. (PostgreSQL may report
-        concurrent commits in any order: its watchers are fed from the event table by
-        cursor, funnel.runtime.tail.) Raises StorageUnavailable when nothing could be
-        applied."""
-        ...
+class LifecycleTx(LifecycleReadTx, Protocol):
+    """One write transaction. Everything written commits together when the unit of
+    work returns, or nothing does when it raises or returns a Rejection
+    (funnel.runtime.store).
 
-    async def read(self, fn: Callable[[LifecycleReadTx], T]) -> T:
-        """Runs `fn` in a read transaction (a consistent snapshot), without waiting for writes."""
-        ...
+    `requests.recall` holds the request id until this transaction ends: a concurrent
+    transaction with the same id (another replica) waits, then sees what this one
+    remembered (PostgreSQL: a transaction-scoped advisory lock)."""
 
-    async def check_writable(self) -> None:
-        """Raises StorageUnavailable when a write transaction cannot be taken."""
-        ...
+    @property
+    def requests(self) -> RequestIds: ...
 
-    async def close(self) -> None: ...
+    @property
+    def tasks(self) -> Tasks: ...
+
+    @property
+    def events(self) -> Events: ...
+
+    @property
+    def propagations(self) -> Propagations: ...
+
+
+# What a shell holds: runs a unit in a write or a read transaction (funnel.runtime.store).
+LifecycleStore = Transactions[LifecycleTx, LifecycleReadTx]

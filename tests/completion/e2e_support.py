@@ -329,7 +329,7 @@ class Funnel:
         attempts read). An attempt's view may lag behind the lifecycle service by
         the events still on their way (docs/specification.md §5.2: the lifecycle stays the fence);
         tests that predict a gate's verdict after a change at the lifecycle wait."""
-        events = await self.lifecycle.store.read(lambda tx: tx.events_after(workspace, 0, None, 1_000_000))
+        events = await self.lifecycle.store.read(lambda tx: tx.events.page(workspace, 0, None, 1_000_000))
         head = events[-1].sequence if events else 0  # the workspace's: its stream carries no other
         projection = self.completion.authority.projection
 
@@ -439,7 +439,7 @@ class Funnel:
         """The stream's backlog as a client sees it. The stream never ends, so the
         number of committed events is taken from the service's store; the stream
         must deliver exactly those (and nothing more within `quiet` seconds)."""
-        stored = await self.completion.store.read(lambda tx: tx.load_events(workspace, after, task_id or None, 100_000))
+        stored = await self.completion.store.read(lambda tx: tx.events.page(workspace, after, task_id or None, 100_000))
         call = self.cs.WatchCompletionEvents(
             completion_messages.WatchCompletionEventsRequest(
                 workspace_id=workspace, task_id=task_id, after_sequence=after

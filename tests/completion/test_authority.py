@@ -97,10 +97,10 @@ class Shells:
         return await self.authority.completions.attempt(self.world.attempt_command(claimed, **changes))
 
     async def completion(self, task_id: str = "t-1"):
-        return await self.store.read(lambda tx: tx.load_completion(WS, task_id, 1))
+        return await self.store.read(lambda tx: tx.completions.load(WS, task_id, 1))
 
     async def run(self, run_id: str):
-        return await self.store.read(lambda tx: tx.load_run(WS, run_id))
+        return await self.store.read(lambda tx: tx.runs.load(WS, run_id))
 
     async def close(self, claimed: Claimed, outcome=RunOutcome.SUCCEEDED, final_status=None, request=None):
         return await self.authority.closer.complete_run(
@@ -151,7 +151,7 @@ async def test_an_allowed_attempt_commits_settles_and_publishes_in_commit_order(
         CompletionEventKind.COMPLETION_COMMITTED,
         CompletionEventKind.COMPLETION_SETTLED,
     ]
-    assert shells.published == await shells.store.read(lambda tx: tx.load_events(WS, 0, None, 10))
+    assert shells.published == await shells.store.read(lambda tx: tx.events.page(WS, 0, None, 10))
     assert counted(shells.authority, "funnel_completion_settlements_total", {"status": "SETTLED"}) == 1
 
 
@@ -205,7 +205,10 @@ async def test_a_corrupted_completion_fails_closed_with_an_alarm(shells, caplog)
     shells.lifecycle.fail["settle_completion"] = UNAVAILABLE
     first = (await shells.attempt(claimed)).completion
     await shells.store.write(
-        lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(dataclasses.replace(first, payload=b"{}")))
+        lambda tx: (
+            tx.completions.delete(WS, "t-1", 1),
+            tx.completions.insert(dataclasses.replace(first, payload=b"{}")),
+        )
     )
     before = shells.store.snapshot()
     with caplog.at_level(logging.ERROR, logger="completion_service"):
@@ -402,7 +405,7 @@ async def test_claims_closes_evidence_and_sweeps_publish_their_events_as_stored(
         (CompletionEventKind.RUN_CLAIMED, stalled.run.run_id, None, None),
         (CompletionEventKind.RUN_CLOSED, stalled.run.run_id, RunOutcome.STALLED, None),
     ]
-    assert shells.published == await shells.store.read(lambda tx: tx.load_events(WS, 0, None, 100))
+    assert shells.published == await shells.store.read(lambda tx: tx.events.page(WS, 0, None, 100))
 
 
 # -- closing runs ---------------------------------------------------------------------------------
@@ -465,7 +468,7 @@ async def test_closing_a_succeeded_run_completes_the_task_through_the_completion
     assert closed.effect is TaskEffect.DONE and closed.completion.settlement is SettlementStatus.SETTLED
     assert (closed.run.final_status, closed.run.outcome) == (FinalStatus.DONE, RunOutcome.SUCCEEDED)
     assert closed.run == await shells.run(claimed.run.run_id)
-    [audit] = await shells.store.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    [audit] = await shells.store.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10))
     assert dict(audit.metadata)["final_status"] == "DONE"
 
 

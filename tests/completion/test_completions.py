@@ -51,9 +51,9 @@ async def test_the_snapshot_holds_the_run_lease_transcript_evidence_attempts_and
     claimed = await world.claimed()
     await world.set_transcript("t-1", 7, "cp-3", open_turn="turn-9")
     evidence = EvidenceRecord("evd-1", WS, "t-1", 1, "tests", True, "cp-3", "", claimed.run.run_id, START)
-    await world.store.write(lambda tx: tx.insert_evidence(evidence))
+    await world.store.write(lambda tx: tx.evidence.insert(evidence))
     await world.store.write(
-        lambda tx: tx.insert_attempt(
+        lambda tx: tx.completions.insert_attempt(
             AttemptRecord(WS, "t-1", 1, claimed.run.run_id, "cp-3", "digest", Verdict.SOFT_BLOCK, 7, START)
         )
     )
@@ -120,9 +120,9 @@ async def test_a_blocked_attempt_is_recorded_with_its_event_and_no_completion(wo
         RequestedOutcome.COMPLETED,
         START,
     )
-    [recorded] = await world.read(lambda tx: tx.load_attempts(WS, "t-1", 1))
+    [recorded] = await world.read(lambda tx: tx.completions.load_attempts(WS, "t-1", 1))
     assert (recorded.verdict, recorded.run_id, recorded.attempted_at) == (Verdict.HARD_BLOCK, claimed.run.run_id, START)
-    assert await world.read(lambda tx: tx.load_completion(WS, "t-1", 1)) is None
+    assert await world.read(lambda tx: tx.completions.load(WS, "t-1", 1)) is None
 
 
 async def test_an_allowed_attempt_inserts_the_named_completion_due_for_settlement_at_once(world):
@@ -140,7 +140,7 @@ async def test_an_allowed_attempt_inserts_the_named_completion_due_for_settlemen
     assert [e.kind for e in outcome.events] == [CompletionEventKind.COMPLETION_COMMITTED]
     assert await world.run(settlements.claim_due, owner="o", lease_micros=SECOND, limit=10) == [completion]
     # The allowed attempt counts too (never as blocked).
-    [recorded] = await world.read(lambda tx: tx.load_attempts(WS, "t-1", 1))
+    [recorded] = await world.read(lambda tx: tx.completions.load_attempts(WS, "t-1", 1))
     assert recorded.verdict is Verdict.ALLOW
 
 
@@ -160,7 +160,10 @@ async def test_duplicates_keep_the_stored_completion_and_a_conflict_or_corruptio
     assert world.state() == before
     # The stored identity with another payload: corruption, raised.
     await world.store.write(
-        lambda tx: (tx.delete_completion(WS, "t-1", 1), tx.insert_completion(dataclasses.replace(first, payload=b"{}")))
+        lambda tx: (
+            tx.completions.delete(WS, "t-1", 1),
+            tx.completions.insert(dataclasses.replace(first, payload=b"{}")),
+        )
     )
     await world.set_transcript("t-1", 0, "")
     before = world.state()
@@ -181,7 +184,7 @@ async def test_a_completion_refused_for_a_passing_reason_gives_way_to_a_new_atte
         settlements.record_settlement, completion=first, settlement=Settlement(error_reason=refusal, error_message="no")
     )
     again = await attempt(world, claimed)
-    stored = await world.read(lambda tx: tx.load_completion(WS, "t-1", 1))
+    stored = await world.read(lambda tx: tx.completions.load(WS, "t-1", 1))
     if superseded:
         assert again.inserted and again.completion.completion_id != first.completion_id
         assert stored == again.completion and stored.settlement is SettlementStatus.PENDING
@@ -229,7 +232,7 @@ async def test_an_attempt_request_id_replays_its_rendered_answer(world):
         await attempt(world, claimed, request=key("AttemptCompletion", "att-1", b"other"), render=render),
         Reason.REQUEST_ID_REUSED,
     )
-    assert len(await world.read(lambda tx: tx.load_attempts(WS, "t-1", 1))) == 1
+    assert len(await world.read(lambda tx: tx.completions.load_attempts(WS, "t-1", 1))) == 1
 
 
 async def test_a_terminal_generation_or_closed_run_blocks_without_a_completion(world):
@@ -240,7 +243,7 @@ async def test_a_terminal_generation_or_closed_run_blocks_without_a_completion(w
     await world.run(runs.close_run, command=close_command(claimed.run.run_id))
     lost = await attempt(world, claimed)
     assert [t.gate_id for t in lost.decision.trace if t.decisive] == ["lease.live"]
-    assert await world.read(lambda tx: tx.load_completion(WS, "t-1", 1)) is None
+    assert await world.read(lambda tx: tx.completions.load(WS, "t-1", 1)) is None
 
 
 # -- evidence ---------------------------------------------------------------------------
@@ -281,14 +284,14 @@ async def test_evidence_names_an_existing_run_of_its_task_and_an_agent_only_its_
     result = await world.run(completions.record_evidence, command=EvidenceCommand(record, holder))
     if reason is None:
         assert result.record == dataclasses.replace(record, recorded_at=START + SECOND)
-        assert await world.read(lambda tx: tx.load_evidence(WS, record.task_id, record.generation)) == [result.record]
+        assert await world.read(lambda tx: tx.evidence.load(WS, record.task_id, record.generation)) == [result.record]
         # Its event names the fact and the run it vouches for, and is stored with it.
         assert (result.event.kind, result.event.evidence_id, result.event.run_id) == (
             CompletionEventKind.EVIDENCE_RECORDED,
             record.evidence_id,
             record.run_id or "",
         )
-        assert (await world.read(lambda tx: tx.load_events(WS, 0, record.task_id, 100)))[-1] == result.event
+        assert (await world.read(lambda tx: tx.events.page(WS, 0, record.task_id, 100)))[-1] == result.event
     else:
         refused(result, reason)
         assert world.state() == before

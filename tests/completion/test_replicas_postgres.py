@@ -43,7 +43,7 @@ from funnel.runtime.idempotency import Replay, fingerprint
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
 from tests.completion.e2e_support import CALL_TIMEOUT, Funnel, eventually
-from tests.completion.test_storage import (
+from tests.completion.test_unit_flows import (
     SECOND,
     WS,
     Env,
@@ -89,7 +89,7 @@ async def url() -> str:
 async def replicas(url, clock) -> AsyncIterator[tuple[Env, Env]]:
     # Replicas starting together: the migrations are applied once, under a lock.
     stores = await asyncio.gather(PostgresCompletionStore.open(url), PostgresCompletionStore.open(url))
-    a, b = Env(stores[0], clock, one_writer=False), Env(stores[1], clock, one_writer=False)
+    a, b = Env(stores[0], clock), Env(stores[1], clock)
     a.ids, b.ids = Ids("a"), Ids("b")
     try:
         yield a, b
@@ -105,10 +105,10 @@ def outcomes(results: list) -> Counter:
 async def table_counts(env: Env) -> dict[str, int]:
     return await env.read(
         lambda tx: {
-            "runs": len(tx.load_runs(WS, None, None, 10_000)),
-            "completions": len(tx.load_completions(WS, None, None, None, 10_000)),
-            "events": len(tx.load_events(WS, 0, None, 10_000)),
-            "audit": len(tx.load_audit(WS, None, None, 0, 10_000)),
+            "runs": len(tx.runs.page(WS, None, None, 10_000)),
+            "completions": len(tx.completions.page(WS, None, None, None, 10_000)),
+            "events": len(tx.events.page(WS, 0, None, 10_000)),
+            "audit": len(tx.events.audit_page(WS, None, None, 0, 10_000)),
         }
     )
 
@@ -134,7 +134,7 @@ async def test_the_same_claim_request_id_at_both_replicas_has_one_effect_and_one
         replay = next(r for r in pair if isinstance(r, Replay))
         assert replay.response == render_claim(claimed)
     for task_id in tasks:
-        assert len(await a.read(lambda tx, t=task_id: tx.load_runs(WS, t, None, 10))) == 1
+        assert len(await a.read(lambda tx, t=task_id: tx.runs.page(WS, t, None, 10))) == 1
         assert (await b.lease(task_id)).epoch == 1
 
 
@@ -176,7 +176,7 @@ async def test_concurrent_claims_of_one_task_at_both_replicas_grant_one_lease(re
         [winner] = [r for r in results if isinstance(r, Claimed)]
         assert winner.lease.epoch == 1
         assert await b.lease(task_id) == winner.lease
-        assert [r.run_id for r in await a.read(lambda tx, t=task_id: tx.load_runs(WS, t, None, 10))] == [
+        assert [r.run_id for r in await a.read(lambda tx, t=task_id: tx.runs.page(WS, t, None, 10))] == [
             winner.run.run_id
         ]
 
@@ -235,7 +235,7 @@ async def test_the_settlement_outbox_is_never_claimed_by_two_replicas(replicas, 
             lambda tx: settlements.claim_due(tx, now=at, owner=owner, lease_micros=lease, limit=limit)
         )
 
-    everything = {c.completion_id for c in await a.read(lambda tx: tx.load_completions(WS, None, None, None, 100))}
+    everything = {c.completion_id for c in await a.read(lambda tx: tx.completions.page(WS, None, None, None, 100))}
     mine, theirs = await asyncio.gather(claim(a, "a", now, 12), claim(b, "b", now, 12))
     mine_ids, their_ids = {c.completion_id for c in mine}, {c.completion_id for c in theirs}
     assert not mine_ids & their_ids and mine_ids | their_ids == everything
@@ -273,7 +273,7 @@ async def test_stalled_runs_are_swept_once_by_replicas_sweeping_together(replica
     swept = await asyncio.gather(sweep(a, 20), sweep(b, 20), sweep(a, 20), sweep(b, 20))
     closed = [c.run.run_id for batch in swept for c in batch]
     assert sorted(closed) == sorted(c.run.run_id for c in stalled)  # each exactly once
-    audit = await a.read(lambda tx: tx.load_audit(WS, None, None, 0, 1000))
+    audit = await a.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 1000))
     assert sorted(e.run_id for e in audit) == sorted(closed)
     ids = [e.audit_id for e in audit]
     assert len(ids) == 30 and ids == sorted(set(ids))  # each once, in one order
@@ -369,7 +369,7 @@ async def test_a_watcher_on_either_replica_receives_every_event_of_both_in_order
 
         # Concurrent commits through both replicas, mostly through B.
         await asyncio.gather(*(finish(s.a if n % 3 == 0 else s.b, task_id) for n, task_id in enumerate(tasks)))
-        stored = await s.second.store.read(lambda tx: tx.load_events(WS, 0, None, 1000))
+        stored = await s.second.store.read(lambda tx: tx.events.page(WS, 0, None, 1000))
         assert len(stored) == 3 * len(tasks)  # each task: claimed, committed, settled
         for watcher in (on_a, on_b):
             received = await watcher.take(len(stored))

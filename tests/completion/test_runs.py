@@ -41,7 +41,7 @@ async def test_a_claim_opens_a_run_of_the_reported_generation_with_the_given_id(
     assert (claimed.run.epoch, claimed.run.claimed_at, claimed.run.lease_expires_at) == (1, START, START + 5 * SECOND)
     assert claimed.lease == Lease("t-1", command.run_id, 1, START + 5 * SECOND)
     assert not claimed.repaired
-    assert await world.read(lambda tx: tx.load_lease(WS, "t-1")) == claimed.lease
+    assert await world.read(lambda tx: tx.runs.load_lease(WS, "t-1")) == claimed.lease
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ async def test_a_claim_closes_the_turn_the_previous_holder_left_open(world):
     world.clock.advance(2 * SECOND)
     second = await world.claimed(agent="agent-2")
     assert second.repaired and second.lease.epoch == first.lease.epoch + 1
-    closers = await world.read(lambda tx: tx.load_transcript(WS, "t-1", 2, 10))
+    closers = await world.read(lambda tx: tx.transcripts.page(WS, "t-1", 2, 10))
     assert [(e.kind, e.synthetic, e.recorded_at) for e in closers] == [
         (EventKind.STEP_END, True, START + 2 * SECOND),
         (EventKind.TURN_END, True, START + 2 * SECOND),
@@ -108,7 +108,7 @@ async def test_renew_moves_the_expiry_of_the_lease_and_the_run_together(world):
     world.clock.advance(4 * SECOND)
     renewed = await world.run(runs.renew, command=renew(claimed.run.run_id, holder="agent-1"))
     assert renewed == dataclasses.replace(claimed.lease, expires_at=START + 34 * SECOND)
-    assert (await world.read(lambda tx: tx.load_run(WS, claimed.run.run_id))).lease_expires_at == renewed.expires_at
+    assert (await world.read(lambda tx: tx.runs.load(WS, claimed.run.run_id))).lease_expires_at == renewed.expires_at
 
 
 @pytest.mark.parametrize(
@@ -164,8 +164,8 @@ async def test_closing_a_run_stores_what_the_agent_reported_and_an_audit_row(wor
         True,
         "boom",
     )
-    assert await world.read(lambda tx: tx.load_run(WS, claimed.run.run_id)) == closed
-    [audit] = await world.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    assert await world.read(lambda tx: tx.runs.load(WS, claimed.run.run_id)) == closed
+    [audit] = await world.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10))
     assert (audit.action, dict(audit.metadata), audit.caller.subject, audit.recorded_at) == (
         "task.completed",
         {"outcome": "FAILED", "final_status": "BLOCKED", "closed_by": "agent"},
@@ -197,9 +197,9 @@ async def test_stalled_runs_close_as_stalled_only_after_the_grace_and_in_batches
     assert [c.run.run_id for c in first + second] == [stalled[0].run.run_id, stalled[1].run.run_id]
     assert await world.run(runs.close_stalled_runs, stall_after_micros=2 * SECOND, limit=10) == []
     assert [c.run.outcome for c in first + second] == [RunOutcome.STALLED, RunOutcome.STALLED]
-    assert (await world.read(lambda tx: tx.load_run(WS, stalled[2].run.run_id))).open
-    assert (await world.read(lambda tx: tx.load_run(WS, renewed.run.run_id))).open
-    audit = await world.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
+    assert (await world.read(lambda tx: tx.runs.load(WS, stalled[2].run.run_id))).open
+    assert (await world.read(lambda tx: tx.runs.load(WS, renewed.run.run_id))).open
+    audit = await world.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10))
     assert [(a.run_id, a.caller) for a in audit] == [
         (stalled[0].run.run_id, runs.SELF),
         (stalled[1].run.run_id, runs.SELF),

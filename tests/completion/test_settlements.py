@@ -48,7 +48,7 @@ async def test_the_lifecycles_answer_is_recorded_once_with_its_terminal_event(wo
     stored = recorded.completion
     assert (stored.settlement, stored.settle_attempts, stored.settled_at) == (status, 1, START + SECOND)
     assert (stored.lifecycle_revision, stored.error_reason) == (settlement.lifecycle_revision, settlement.error_reason)
-    assert await world.read(lambda tx: tx.load_completion(WS, "t-1", 1)) == stored
+    assert await world.read(lambda tx: tx.completions.load(WS, "t-1", 1)) == stored
     event = recorded.event
     assert (event.kind, event.completion_id, event.committed_at) == (kind, completion.completion_id, START + SECOND)
     if settlement.rejected:

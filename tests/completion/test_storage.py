@@ -1,272 +1,290 @@
 """Storage conformance of the completion store, for every adapter (the `backend`
-fixture: tests/completion/backends.py). Everything goes through the port
-(storage/port.py): the units of work of the application layer run by
-`store.write`, and the port's loads run by `store.read`.
+fixture: tests/completion/backends.py): the port (storage/port.py) and nothing
+above it. Rows are written and read through the aggregates of a transaction
+(`tx.runs`, `tx.completions`, …) run by `store.write` and `store.read`; what the
+units of work decide on top of them is test_unit_flows.py's, on the in-memory fake.
 
-Covered: the transaction contract (a unit that raises or refuses leaves nothing
-behind, after-commit hooks in commit order, event sequences, unique keys); runs
-and leases; closing a run with its audit row; the completion transaction's
-duplicate policy; settlement exactly once and the outbox's claims; request-id
-replay; blocked decisions for lost, expired or superseded leases and stale state
-versions; evidence; transcripts and staged imports; and the listings' order,
-filters and cursors. Every refused request leaves the store exactly as it was.
+Covered: the transaction contract (a unit that raises or returns a rejection
+leaves nothing behind, concurrent writes and their after-commit hooks in commit
+order, event sequences, the keys the store keeps unique); request ids in their
+scope and their sweep; runs and leases, their listings and the stall claim;
+evidence; completions, their settlement fields, the outbox's claim and the
+listings' filters and cursors; judged attempts; the completion events and the
+audit log; transcripts, checkpoints, the tail and staged imports; the
+operator's figures. Free text round-trips whatever it holds (U+0000 included).
 
-A new adapter (PostgreSQL) passes by adding one entry to BACKENDS."""
+A new adapter passes by adding one entry to BACKENDS."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import sqlite3
 
 import pytest
 
-from completion_service.api.convert import completion_to_proto, decision_to_proto, lease_to_proto, run_to_proto
+from completion_service.core import gates
 from completion_service.core.gates import WorkspacePolicy
-from completion_service.core.identity import IdentityInput, completion_identity
 from completion_service.core.model import (
-    AgentAction,
     AuditEntry,
     CompletionEvent,
     CompletionEventKind,
+    CompletionRecord,
+    Decision,
     EvidenceRecord,
+    FinalStatus,
+    Lease,
     LifecycleState,
     LifecycleView,
     RequestedOutcome,
     RunOutcome,
+    RunRecord,
+    RunView,
     SettlementStatus,
+    Snapshot,
+    TranscriptTail,
     Verdict,
 )
 from completion_service.core.transcript import EventKind, SessionEvent, Tail, TurnEndReason
 from completion_service.errors import Reason
 from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import AttemptRecord, CompletionStore, CompletionTx, TranscriptState
-from completion_service.storage.postgres import PostgresCompletionTx
-from completion_service.storage.sqlite import SqliteCompletionStore, SqliteCompletionTx
-from completion_service.units import completions, runs, settlements, transcripts
-from completion_service.units.completions import AttemptOutcome, CompletionCorrupted, EvidenceCommand
-from completion_service.units.request_ids import peek
-from completion_service.units.runs import ClaimCommand, Claimed, CloseCommand, RenewCommand
-from completion_service.units.settlements import Recorded, Settlement
-from completion_service.units.transcripts import AppendCommand, Appended
+from completion_service.storage.postgres.runs import PostgresRuns
+from completion_service.storage.postgres.session import PostgresSession
+from completion_service.storage.sqlite import SqliteCompletionStore
+from completion_service.storage.sqlite.runs import SqliteRuns
+from completion_service.storage.sqlite.session import Session
 from funnel.auth.principal import Caller
-from funnel.completion.v1 import completion_messages_pb2 as completion_messages
-from funnel.runtime.clock import ManualClock, SequentialIds
-from funnel.runtime.errors import Rejection, instant
-from funnel.runtime.idempotency import Replay, RequestKey, fingerprint
+from funnel.runtime.errors import Rejection, reject
+from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.postgres import SqliteStyle
 from tests.completion.backends import ONE_WRITER, make_postgresql
-from tests.completion.units_support import attempt_parts
 
 START = 1_700_000_000_000_000
 SECOND = 1_000_000
 WS = "ws-1"
 TASKS = ("t-1", "t-2")
-ACTIVE = LifecycleView(generation=1, state=LifecycleState.ACTIVE, outcome=None, cancellation_requested=False)
 CALLER = "host-1"
+AGENT = Caller("agent-1", "agent")
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def key(method: str, request_id: str, digest: bytes, workspace: str = WS, caller: str = CALLER) -> RequestKey:
     return RequestKey(workspace, caller, method, request_id, digest)
 
 
-def render_claim(claimed: Claimed) -> bytes:
-    return completion_messages.ClaimTaskResponse(
-        run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease)
-    ).SerializeToString()
+def a_run(
+    run_id: str, task_id: str = "t-1", *, claimed_at: int = START, ttl: int = 60 * SECOND, **changes
+) -> RunRecord:
+    run = RunRecord(WS, run_id, task_id, "agent-1", 1, 1, claimed_at, claimed_at + ttl)
+    return dataclasses.replace(run, **changes)
 
 
-def render_attempt(outcome: AttemptOutcome) -> bytes:
-    return completion_messages.AttemptCompletionResponse(
-        decision=decision_to_proto(outcome.decision),
-        completion=completion_to_proto(outcome.completion) if outcome.completion else None,
-        existing_completion=outcome.existing,
-    ).SerializeToString()
+def lease_of(run: RunRecord) -> Lease:
+    return Lease(run.task_id, run.run_id, run.epoch, run.lease_expires_at)
 
 
-def render_run(run) -> bytes:
-    return completion_messages.CompleteRunResponse(
-        run_id=run.run_id, tokens_total=run.tokens_total or 0
-    ).SerializeToString()
+def a_decision(*, allowed: bool = True) -> Decision:
+    """A decision of the gates (allowed, or blocked with its details), as the store keeps one."""
+    snapshot = Snapshot(
+        workspace_id=WS,
+        task_id="t-1",
+        now=START,
+        run=RunView("run-1", "t-1", 1, 1, True),
+        lease=Lease("t-1", "run-1", 1, START + 60 * SECOND),
+        claimed_epoch=1,
+        transcript=TranscriptTail(state_version=3, checkpoint="cp-1"),
+        evaluated_state_version=3,
+        evidence=(),
+        lifecycle=LifecycleView(1, LifecycleState.ACTIVE, None, False),
+        attempts=(),
+        outcome=RequestedOutcome.COMPLETED,
+        result="all tests pass",
+        result_digest="digest",
+    )
+    decision = gates.decide(snapshot, WorkspacePolicy(required_evidence=() if allowed else ("tests",)))
+    assert decision.allowed is allowed
+    return decision
 
 
-def render_lease(lease) -> bytes:
-    return completion_messages.RenewLeaseResponse(lease=lease_to_proto(lease)).SerializeToString()
+def a_completion(
+    task_id: str = "t-1", generation: int = 1, *, committed_at: int = START, **changes
+) -> CompletionRecord:
+    completion = CompletionRecord(
+        workspace_id=WS,
+        task_id=task_id,
+        generation=generation,
+        completion_id=f"cmp-{task_id}-{generation}",
+        identity=f"sha256:{task_id}/{generation}",
+        payload=b'{"task_id": "' + task_id.encode() + b'"}',
+        outcome=RequestedOutcome.COMPLETED,
+        result="all tests pass",
+        run_id="run-1",
+        state_version=3,
+        checkpoint="cp-1",
+        decision=a_decision(),
+        committed_at=committed_at,
+        settlement=SettlementStatus.PENDING,
+        next_settle_at=committed_at,
+    )
+    return dataclasses.replace(completion, **changes)
+
+
+def settled(completion: CompletionRecord, at: int) -> CompletionRecord:
+    """The completion as the settlement of its lifecycle answer stores it."""
+    return dataclasses.replace(
+        completion,
+        settlement=SettlementStatus.SETTLED,
+        settle_attempts=completion.settle_attempts + 1,
+        next_settle_at=None,
+        last_settle_error=None,
+        lifecycle_revision=3,
+        lifecycle_event_sequence=7,
+        settled_at=at,
+    )
+
+
+def an_event(kind: CompletionEventKind, task_id: str = "t-1", **changes) -> CompletionEvent:
+    return dataclasses.replace(CompletionEvent(WS, task_id, 1, kind, "run-1", START), **changes)
+
+
+def an_audit(run_id: str, task_id: str = "t-1", **metadata: str) -> AuditEntry:
+    closed = {"outcome": "SUCCEEDED", "final_status": "UNCHANGED", "closed_by": "agent", **metadata}
+    return AuditEntry(WS, "task.completed", run_id, task_id, tuple(sorted(closed.items())), START, caller=AGENT)
+
+
+def an_evidence(evidence_id: str, task_id: str = "t-1", generation: int = 1, **changes) -> EvidenceRecord:
+    record = EvidenceRecord(
+        evidence_id, WS, task_id, generation, "tests", True, "cp-1", "42 passed", "run-1", START, AGENT
+    )
+    return dataclasses.replace(record, **changes)
+
+
+def an_attempt(digest: str, generation: int = 1, **changes) -> AttemptRecord:
+    attempt = AttemptRecord(WS, "t-1", generation, "run-1", "cp-1", digest, Verdict.SOFT_BLOCK, 3, START)
+    return dataclasses.replace(attempt, **changes)
+
+
+def ev(kind: EventKind, ref: str = "", sequence: int = 1, **fields) -> SessionEvent:
+    """A stamped transcript event (generation 1, recorded at START unless given)."""
+    return SessionEvent(kind, ref=ref, sequence=sequence, **{"generation": 1, "recorded_at": START, **fields})
 
 
 class Env:
-    """A store with a clock and ids: runs the units of work as the shells do."""
+    """A store of one adapter, written and read through the port alone."""
 
-    def __init__(self, store: CompletionStore, clock: ManualClock, one_writer: bool = True) -> None:
+    def __init__(self, store: CompletionStore, one_writer: bool = True) -> None:
         self.store = store
-        self.clock = clock
         # Concurrent writes commit in the order they were submitted (tests/completion/backends.py).
         self.one_writer = one_writer
-        self.ids = SequentialIds()
         # The scope of every request id a test used: the state below includes what each recalls.
         self.scopes: set[tuple[str, str, str, str]] = set()
 
-    def used(self, request: RequestKey | None) -> RequestKey | None:
-        if request is not None:
-            self.scopes.add((request.workspace_id, request.caller, request.method, request.request_id))
+    def used(self, request: RequestKey) -> RequestKey:
+        self.scopes.add((request.workspace_id, request.caller, request.method, request.request_id))
         return request
 
-    async def write(self, unit, *args, **kwargs):
-        return await self.store.write(functools.partial(unit, *args, **kwargs, now=self.clock.now_micros()))
+    async def write(self, fn):
+        return await self.store.write(fn)
 
     async def read(self, fn):
         return await self.store.read(fn)
 
-    # -- everything the tests touch, read through the port -------------------------
-
     async def state(self) -> dict:
+        """Everything a test touches, read through the port."""
         scopes = sorted(self.scopes)
 
         def read(tx) -> dict:
             found: dict = {
-                "runs": tx.load_runs(WS, None, None, 10_000),
-                "completions": tx.load_completions(WS, None, None, None, 10_000),
-                "events": tx.load_events(WS, 0, None, 10_000),
-                "audit": tx.load_audit(WS, None, None, 0, 10_000),
-                "requests": [tx.recall_request(*scope) for scope in scopes],
+                "runs": tx.runs.page(WS, None, None, 10_000),
+                "completions": tx.completions.page(WS, None, None, None, 10_000),
+                "events": tx.events.page(WS, 0, None, 10_000),
+                "audit": tx.events.audit_page(WS, None, None, 0, 10_000),
+                "requests": [tx.requests.recall(*scope) for scope in scopes],
             }
             for task_id in TASKS:
                 found[task_id] = (
-                    tx.load_lease(WS, task_id),
-                    tx.load_tail(WS, task_id),
-                    tx.load_transcript(WS, task_id, 0, 10_000),
-                    [(tx.load_evidence(WS, task_id, g), tx.load_attempts(WS, task_id, g)) for g in (1, 2)],
+                    tx.runs.load_lease(WS, task_id),
+                    tx.transcripts.load_tail(WS, task_id),
+                    tx.transcripts.page(WS, task_id, 0, 10_000),
+                    tx.transcripts.load_checkpoints(WS, task_id, {"cp-1"}),
+                    [(tx.evidence.load(WS, task_id, g), tx.completions.load_attempts(WS, task_id, g)) for g in (1, 2)],
                 )
             return found
 
         return await self.store.read(read)
 
-    async def attempts(self, task_id: str = "t-1") -> int:
-        return len(await self.read(lambda tx: tx.load_attempts(WS, task_id, 1)))
+    async def events(self, task_id: str | None = None) -> list[CompletionEvent]:
+        return await self.read(lambda tx: tx.events.page(WS, 0, task_id, 1000))
 
-    async def set_state_version(self, task_id: str, state_version: int, checkpoint: str = "") -> None:
-        """Moves the transcript's version and checkpoint as a host's appends would."""
-        await self.store.write(
-            lambda tx: tx.save_tail(WS, task_id, TranscriptState(Tail(checkpoint=checkpoint), state_version))
-        )
-
-    # -- commands --------------------------------------------------------------------
-
-    async def claim(self, task_id: str = "t-1", *, ttl: int = 60 * SECOND, request_id=None, agent="agent-1"):
-        request = None
-        if request_id:
-            request = self.used(
-                key("ClaimTask", request_id, fingerprint("ClaimTask", f"{task_id}/{agent}/{ttl}".encode()))
-            )
-        command = ClaimCommand(WS, task_id, agent, 1, ttl, self.ids.new_id("run"), request, render_claim)
-        return await self.write(runs.claim, command=command)
-
-    async def claimed(self, task_id: str = "t-1", **kw) -> Claimed:
-        result = await self.claim(task_id, **kw)
-        assert isinstance(result, Claimed), result
-        return result
-
-    async def renew(self, run_id: str, epoch: int, ttl: int, request: RequestKey | None = None):
-        return await self.write(runs.renew, command=RenewCommand(WS, run_id, epoch, ttl, None, request, render_lease))
-
-    async def attempt(self, claimed: Claimed, **changes):
-        self.used(changes.get("request"))
-        command, context = attempt_parts(claimed, self.ids.new_id("cmp"), **changes)
-        return await self.write(completions.attempt, command=command, context=context)
-
-    def close_command(self, run_id: str, **changes) -> CloseCommand:
-        self.used(changes.get("request"))
-        command = CloseCommand(
-            workspace_id=WS,
-            run_id=run_id,
-            outcome=RunOutcome.SUCCEEDED,
-            tokens_input=10,
-            tokens_output=5,
-            tokens_total=15,
-            notes="done",
-            notes_truncated=False,
-            error="",
-            final_status=None,
-            closed_by="agent",
-            caller=Caller("agent-1", "agent"),
-        )
-        return dataclasses.replace(command, **changes)
-
-    async def close(self, run_id: str, **changes):
-        return await self.write(runs.close_run, command=self.close_command(run_id, **changes))
-
-    async def settle(self, completion, settlement: Settlement):
-        return await self.write(settlements.record_settlement, completion=completion, settlement=settlement)
-
-    async def due(self, now: int, limit: int = 10):
-        return await self.store.write(
-            lambda tx: settlements.claim_due(tx, now=now, owner="settler-1", lease_micros=10 * SECOND, limit=limit)
-        )
-
-    async def evidence(self, record: EvidenceRecord, request: RequestKey | None = None):
-        command = EvidenceCommand(
-            dataclasses.replace(record, evidence_id=self.ids.new_id("evd")), None, request, lambda stored: b""
-        )
-        return await self.write(completions.record_evidence, command=command)
-
-    async def events(self, task_id: str | None = None):
-        return await self.read(lambda tx: tx.load_events(WS, 0, task_id, 1000))
-
-    async def run(self, run_id: str):
-        return await self.read(lambda tx: tx.load_run(WS, run_id))
-
-    async def lease(self, task_id: str):
-        return await self.read(lambda tx: tx.load_lease(WS, task_id))
-
-    async def completion(self, task_id: str = "t-1", generation: int = 1):
-        return await self.read(lambda tx: tx.load_completion(WS, task_id, generation))
-
-
-async def peeked(env: Env, request: RequestKey):
-    """What a request id stands for, read without the write lock (as the shells check it)."""
-    return await env.read(functools.partial(peek, key=request))
+    async def due(self, now: int, limit: int = 10) -> list[CompletionRecord]:
+        return await self.write(lambda tx: tx.completions.claim_due(now, "settler-1", 10 * SECOND, limit))
 
 
 @pytest.fixture
-async def env(request, backend, clock) -> Env:
-    return Env(backend, clock, one_writer=request.node.callspec.params["backend"] in ONE_WRITER)
-
-
-def assert_rejected(result, reason: Reason, **metadata) -> Rejection:
-    assert isinstance(result, Rejection), result
-    assert result.reason is reason, result
-    for name, value in metadata.items():
-        assert result.metadata[name] == str(value), result.metadata
-    return result
+async def env(request, backend) -> Env:
+    return Env(backend, one_writer=request.node.callspec.params["backend"] in ONE_WRITER)
 
 
 # -- the transaction contract ----------------------------------------------------
 
 
+async def stored_run_and_completion(env: Env) -> tuple[RunRecord, CompletionRecord]:
+    run, completion = a_run("run-1"), a_completion()
+
+    def put(tx: CompletionTx) -> None:
+        tx.runs.insert(run)
+        tx.runs.save_lease(WS, lease_of(run))
+        tx.completions.insert(completion)
+
+    await env.write(put)
+    return run, completion
+
+
+def write_every_aggregate(tx: CompletionTx, run: RunRecord, completion: CompletionRecord, request: RequestKey) -> None:
+    """A write of each kind the port has, to rows that exist and to new ones."""
+    tx.requests.remember(request, b"response", START)
+    tx.runs.update(dataclasses.replace(run, finished_at=START, outcome=RunOutcome.SUCCEEDED))
+    tx.runs.save_lease(WS, dataclasses.replace(lease_of(run), expires_at=0))
+    tx.runs.insert(a_run("run-2", "t-2"))
+    tx.evidence.insert(an_evidence("evd-1"))
+    tx.completions.update(settled(completion, START))
+    tx.completions.insert(a_completion("t-2"))
+    tx.completions.insert_attempt(an_attempt("digest"))
+    tx.events.append(an_event(CompletionEventKind.DECISION_BLOCKED, decision=a_decision(allowed=False)))
+    tx.events.append_audit(an_audit("run-1"))
+    tx.transcripts.append(WS, "t-1", [ev(EventKind.CHECKPOINT, "cp-1")])
+    tx.transcripts.insert_checkpoints(WS, "t-1", {"cp-1": 1})
+    tx.transcripts.save_tail(WS, "t-1", TranscriptState(Tail(checkpoint="cp-1", last_sequence=1), 1))
+    tx.imports.stage("import-1", [ev(EventKind.CHECKPOINT, "cp-2")])
+    tx.imports.move("import-1", WS, "t-2")
+
+
 async def test_a_unit_that_raises_leaves_nothing_behind(env):
-    claimed = await env.claimed()
+    run, completion = await stored_run_and_completion(env)
+    request = env.used(key("ClaimTask", "req-1", b"fp"))
     before = await env.state()
 
     def fails_halfway(tx: CompletionTx) -> None:
-        runs.close_run(tx, env.close_command(claimed.run.run_id), START)
-        tx.save_lease(WS, dataclasses.replace(claimed.lease, expires_at=0))
-        tx.append_event(CompletionEvent(WS, "t-1", 1, CompletionEventKind.DECISION_BLOCKED, "run-x", START))
+        write_every_aggregate(tx, run, completion, request)
         raise OSError("the disk is full")
 
+    hooked: list = []
     with pytest.raises(OSError, match="disk is full"):
-        await env.store.write(fails_halfway)
+        await env.store.write(fails_halfway, after_commit=hooked.append)
     assert await env.state() == before
+    assert hooked == []
 
 
 async def test_a_unit_that_returns_a_rejection_leaves_nothing_behind(env):
-    claimed = await env.claimed()
+    run, completion = await stored_run_and_completion(env)
+    request = env.used(key("ClaimTask", "req-1", b"fp"))
     before = await env.state()
-    refusal = runs.run_not_found("run-x")
+    refusal = reject(Reason.RUN_NOT_FOUND, "run 'run-x' does not exist", run_id="run-x")
 
     def refuses_after_writing(tx: CompletionTx) -> Rejection:
-        runs.close_run(tx, env.close_command(claimed.run.run_id), START)
+        write_every_aggregate(tx, run, completion, request)
         return refusal
 
     hooked: list = []
@@ -275,38 +293,15 @@ async def test_a_unit_that_returns_a_rejection_leaves_nothing_behind(env):
     assert hooked == []
 
 
-async def test_close_run_and_its_audit_row_commit_together_or_not_at_all(env):
-    claimed = await env.claimed()
-
-    class AuditFails:
-        def __init__(self, tx: CompletionTx) -> None:
-            self._tx = tx
-
-        def __getattr__(self, name: str):
-            return getattr(self._tx, name)
-
-        def insert_audit(self, entry: AuditEntry) -> None:
-            raise OSError("audit log is full")
-
-    with pytest.raises(OSError, match="audit log is full"):
-        await env.store.write(lambda tx: runs.close_run(AuditFails(tx), env.close_command(claimed.run.run_id), START))
-    assert (await env.run(claimed.run.run_id)).open
-    assert await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10)) == []
-
-    assert not (await env.close(claimed.run.run_id)).run.open
-    assert len(await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))) == 1
-
-
 async def test_concurrent_writes_commit_in_order_each_alone_and_hooks_run_in_commit_order(env):
-    claimed = await env.claimed()
     hooked: list[int] = []
 
     def unit(index: int):
         def body(tx: CompletionTx) -> int:
             if index == 3:
-                tx.insert_attempt(_attempt(claimed, "bad"))
+                tx.completions.insert_attempt(an_attempt("bad"))
                 raise ValueError("this one fails alone")
-            tx.insert_attempt(_attempt(claimed, f"attempt-{index}"))
+            tx.completions.insert_attempt(an_attempt(f"attempt-{index}"))
             return index
 
         return body
@@ -315,7 +310,7 @@ async def test_concurrent_writes_commit_in_order_each_alone_and_hooks_run_in_com
         *(env.store.write(unit(i), after_commit=hooked.append) for i in range(6)), return_exceptions=True
     )
     assert [r if not isinstance(r, Exception) else "failed" for r in results] == [0, 1, 2, "failed", 4, 5]
-    stored = await env.read(lambda tx: tx.load_attempts(WS, "t-1", 1))
+    stored = await env.read(lambda tx: tx.completions.load_attempts(WS, "t-1", 1))
     if env.one_writer:
         assert hooked == [0, 1, 2, 4, 5]
         assert [a.result_digest for a in stored] == [f"attempt-{i}" for i in (0, 1, 2, 4, 5)]
@@ -325,503 +320,266 @@ async def test_concurrent_writes_commit_in_order_each_alone_and_hooks_run_in_com
 
 
 async def test_event_sequences_grow_in_commit_order_and_a_completion_has_one_terminal_event(env):
-    first = await env.claimed()
-    committed = await env.attempt(first)
-    second = await env.claimed("t-2")
-    blocked = await env.attempt(second, claimed_epoch=9)
-    settled = await env.settle(committed.completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))
+    kinds = [
+        (CompletionEventKind.RUN_CLAIMED, "t-1", None),
+        (CompletionEventKind.COMPLETION_COMMITTED, "t-1", "cmp-1"),
+        (CompletionEventKind.RUN_CLAIMED, "t-2", None),
+        (CompletionEventKind.DECISION_BLOCKED, "t-2", None),
+        (CompletionEventKind.COMPLETION_SETTLED, "t-1", "cmp-1"),
+    ]
+    appended = [
+        await env.write(lambda tx, k=k, t=t, c=c: tx.events.append(an_event(k, t, completion_id=c)))
+        for k, t, c in kinds
+    ]
     events = await env.events()
-    assert events == [*first.events, *committed.events, *second.events, *blocked.events, settled.event]
+    assert events == appended
     assert [e.sequence for e in events] == sorted({e.sequence for e in events})
 
     before = await env.state()
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
-        await env.store.write(lambda tx: tx.append_event(dataclasses.replace(settled.event, sequence=0)))
+        await env.store.write(lambda tx: tx.events.append(dataclasses.replace(appended[-1], sequence=0)))
     assert await env.state() == before
 
 
 async def test_a_second_completion_of_a_generation_or_id_is_refused_by_the_store(env):
-    claimed = await env.claimed()
-    completion = (await env.attempt(claimed)).completion
+    completion = a_completion()
+    await env.write(lambda tx: tx.completions.insert(completion))
     before = await env.state()
     for duplicate in (
         dataclasses.replace(completion, completion_id="cmp-other"),  # same generation
         dataclasses.replace(completion, generation=2),  # same completion id
     ):
         with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
-            await env.store.write(lambda tx, d=duplicate: tx.insert_completion(d))
+            await env.store.write(lambda tx, d=duplicate: tx.completions.insert(d))
         assert await env.state() == before
+
+
+# -- request ids ------------------------------------------------------------------
 
 
 async def test_a_request_id_is_remembered_once(env):
     request = env.used(key("ClaimTask", "req-1", b"fp"))
-    await env.store.write(lambda tx: tx.remember_request(request, b"first", START))
+    await env.store.write(lambda tx: tx.requests.remember(request, b"first", START))
     before = await env.state()
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
-        await env.store.write(lambda tx: tx.remember_request(request, b"second", START))
+        await env.store.write(lambda tx: tx.requests.remember(request, b"second", START))
     assert await env.state() == before
-    assert await env.read(lambda tx: tx.recall_request(WS, CALLER, "ClaimTask", "req-1")) == (b"fp", b"first")
+    assert await env.read(lambda tx: tx.requests.recall(WS, CALLER, "ClaimTask", "req-1")) == (b"fp", b"first")
+
+
+async def test_a_request_id_is_recalled_only_in_its_scope(env):
+    await env.write(lambda tx: tx.requests.remember(key("ClaimTask", "req-1", b"fp"), b"answer", START))
+    assert await env.read(lambda tx: tx.requests.recall(WS, CALLER, "ClaimTask", "req-1")) == (b"fp", b"answer")
+    # The scope is (workspace, caller, RPC): another of any owns the same id afresh.
+    for scope in (("ws-other", CALLER, "ClaimTask"), (WS, "host-2", "ClaimTask"), (WS, CALLER, "RenewLease")):
+        assert await env.read(lambda tx, s=scope: tx.requests.recall(*s, "req-1")) is None
+
+
+async def test_old_request_ids_are_forgotten_in_batches(env):
+    for index in range(5):
+        request = key("ClaimTask", f"req-{index}", b"fp")
+        await env.store.write(lambda tx, r=request, i=index: tx.requests.remember(r, b"answer", START + i))
+    assert await env.store.write(lambda tx: tx.requests.forget(START + 4, 3)) == 3
+    assert await env.store.write(lambda tx: tx.requests.forget(START + 4, 3)) == 1
+    remaining = await env.read(
+        lambda tx: [tx.requests.recall(WS, CALLER, "ClaimTask", f"req-{i}") is not None for i in range(5)]
+    )
+    assert remaining == [False, False, False, False, True]
 
 
 # -- runs and leases ----------------------------------------------------------
 
 
-async def test_claim_opens_a_run_and_a_lease_whose_epoch_grows_on_every_claim(env):
-    first = await env.claimed(ttl=10 * SECOND)
-    assert (first.lease.epoch, first.lease.run_id, first.lease.expires_at) == (1, first.run.run_id, START + 10 * SECOND)
-    assert first.run.open and first.run.epoch == 1 and first.run.claimed_at == START
-    assert await env.lease("t-1") == first.lease
-    assert await env.run(first.run.run_id) == first.run
+async def test_a_run_and_its_lease_round_trip_and_an_update_stores_the_expiry_and_the_closing_fields(env):
+    run = a_run("run-1")
+    await env.write(lambda tx: (tx.runs.insert(run), tx.runs.save_lease(WS, lease_of(run))))
+    assert await env.read(lambda tx: tx.runs.load(WS, "run-1")) == run
+    assert await env.read(lambda tx: tx.runs.load_lease(WS, "t-1")) == lease_of(run)
+    assert await env.read(lambda tx: (tx.runs.load(WS, "run-x"), tx.runs.load_lease(WS, "t-x"))) == (None, None)
 
-    env.clock.advance(11 * SECOND)  # the first lease expired; its run is still open
-    second = await env.claimed(ttl=10 * SECOND, agent="agent-2")
-    assert second.lease.epoch == 2 and second.run.run_id != first.run.run_id
-
-    await env.close(second.run.run_id)  # a closed holder does not hold the lease, even before expiry
-    third = await env.claimed(ttl=10 * SECOND)
-    assert third.lease.epoch == 3
-    assert await env.lease("t-1") == third.lease
-    # Epochs are per task.
-    assert (await env.claimed("t-2")).lease.epoch == 1
-
-
-async def test_claim_while_another_open_run_holds_a_live_lease_is_lease_held_and_changes_nothing(env):
-    holder = await env.claimed(ttl=10 * SECOND)
-    env.clock.advance(9 * SECOND)
-    before = await env.state()
-    result = await env.claim(agent="agent-2")
-    assert_rejected(
-        result, Reason.LEASE_HELD, holder_run_id=holder.run.run_id, lease_expire_time=instant(holder.lease.expires_at)
+    closed = dataclasses.replace(
+        run,
+        lease_expires_at=START + 90 * SECOND,
+        finished_at=START + 3 * SECOND,
+        outcome=RunOutcome.FAILED,
+        tokens_input=100,
+        tokens_output=50,
+        tokens_total=1000,
+        notes="notes é\x00",
+        notes_truncated=True,
+        error="error \x00",
+        final_status=FinalStatus.BLOCKED,
     )
-    assert await env.state() == before
-
-
-async def test_renew_extends_a_live_lease_of_the_current_epoch(env):
-    claimed = await env.claimed(ttl=10 * SECOND)
-    env.clock.advance(5 * SECOND)
-    renewed = await env.renew(claimed.run.run_id, 1, 30 * SECOND)
-    assert renewed.expires_at == START + 35 * SECOND and renewed.epoch == 1
-    assert (await env.run(claimed.run.run_id)).lease_expires_at == START + 35 * SECOND
-    assert (await env.lease("t-1")).expires_at == START + 35 * SECOND
-
-
-async def test_renew_refusals_change_nothing(env):
-    old = await env.claimed(ttl=10 * SECOND)
-    env.clock.advance(11 * SECOND)
-    before = await env.state()
-    assert_rejected(
-        await env.renew(old.run.run_id, 1, 30 * SECOND),
-        Reason.LEASE_EXPIRED,
-        lease_expire_time=instant(START + 10 * SECOND),
-    )
-    assert_rejected(await env.renew("run-unknown", 1, 30 * SECOND), Reason.RUN_NOT_FOUND)
-    assert await env.state() == before
-
-    new = await env.claimed(ttl=10 * SECOND)  # supersedes the old run's lease
-    before = await env.state()
-    assert_rejected(await env.renew(old.run.run_id, 1, 30 * SECOND), Reason.LEASE_NOT_CURRENT, epoch=1, current_epoch=2)
-    assert_rejected(await env.renew(new.run.run_id, 1, 30 * SECOND), Reason.LEASE_NOT_CURRENT)
-    assert await env.state() == before
-
-    await env.close(new.run.run_id)
-    before = await env.state()
-    assert_rejected(await env.renew(new.run.run_id, 2, 30 * SECOND), Reason.RUN_ALREADY_FINISHED, run_id=new.run.run_id)
-    assert await env.state() == before
+    await env.write(lambda tx: tx.runs.update(closed))
+    assert await env.read(lambda tx: tx.runs.load(WS, "run-1")) == closed
+    # A lease is the task's: the next claim's replaces it.
+    taken = Lease("t-1", "run-2", 2, START + 120 * SECOND)
+    await env.write(lambda tx: tx.runs.save_lease(WS, taken))
+    assert await env.read(lambda tx: tx.runs.load_lease(WS, "t-1")) == taken
 
 
 async def test_runs_are_listed_newest_first_per_task_with_a_cursor(env):
-    first = await env.claimed(ttl=SECOND)
-    env.clock.advance(2 * SECOND)
-    second = await env.claimed(ttl=SECOND)
-    other = await env.claimed("t-2")
-    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 10))] == [
-        other.run.run_id,
-        second.run.run_id,
-        first.run.run_id,
+    first = a_run("run-1", ttl=SECOND)
+    second = a_run("run-2", claimed_at=START + 2 * SECOND, ttl=SECOND)
+    other = a_run("run-3", "t-2", claimed_at=START + 2 * SECOND)
+    await env.write(lambda tx: [tx.runs.insert(run) for run in (first, second, other)])
+    assert [r.run_id for r in await env.read(lambda tx: tx.runs.page(WS, None, None, 10))] == [
+        other.run_id,
+        second.run_id,
+        first.run_id,
     ]
-    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", None, 10))] == [
-        second.run.run_id,
-        first.run.run_id,
+    assert [r.run_id for r in await env.read(lambda tx: tx.runs.page(WS, "t-1", None, 10))] == [
+        second.run_id,
+        first.run_id,
     ]
-    cursor = (second.run.claimed_at, second.run.run_id)
-    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, "t-1", cursor, 10))] == [first.run.run_id]
-    assert [r.run_id for r in await env.read(lambda tx: tx.load_runs(WS, None, None, 1))] == [other.run.run_id]
-    assert await env.read(lambda tx: tx.load_runs("ws-other", None, None, 10)) == []
+    cursor = (second.claimed_at, second.run_id)
+    assert [r.run_id for r in await env.read(lambda tx: tx.runs.page(WS, "t-1", cursor, 10))] == [first.run_id]
+    assert [r.run_id for r in await env.read(lambda tx: tx.runs.page(WS, None, None, 1))] == [other.run_id]
+    assert await env.read(lambda tx: tx.runs.page("ws-other", None, None, 10)) == []
 
 
 async def test_open_runs_are_listed_alone_newest_first_with_a_cursor(env):
-    old = await env.claimed("t-1", ttl=SECOND)
-    env.clock.advance(SECOND)
-    closed = await env.claimed("t-2")
-    await env.close(closed.run.run_id)
-    env.clock.advance(SECOND)
-    young = await env.claimed("t-3")
+    old = a_run("run-1", "t-1", ttl=SECOND)
+    closed = a_run("run-2", "t-2", claimed_at=START + SECOND, finished_at=START + SECOND, outcome=RunOutcome.SUCCEEDED)
+    young = a_run("run-3", "t-3", claimed_at=START + 2 * SECOND)
+    await env.write(lambda tx: [tx.runs.insert(run) for run in (old, closed, young)])
 
     def open_runs(task_id=None, before=None, limit=10):
-        return env.read(lambda tx: [r.run_id for r in tx.load_runs(WS, task_id, before, limit, open_only=True)])
+        return env.read(lambda tx: [r.run_id for r in tx.runs.page(WS, task_id, before, limit, open_only=True)])
 
     # A lapsed lease does not close a run: only a close does.
-    assert await open_runs() == [young.run.run_id, old.run.run_id]
-    assert await open_runs(before=(young.run.claimed_at, young.run.run_id)) == [old.run.run_id]
-    assert await open_runs("t-2") == [] and await open_runs(limit=1) == [young.run.run_id]
+    assert await open_runs() == [young.run_id, old.run_id]
+    assert await open_runs(before=(young.claimed_at, young.run_id)) == [old.run_id]
+    assert await open_runs("t-2") == [] and await open_runs(limit=1) == [young.run_id]
 
 
-async def test_stalled_runs_are_claimed_oldest_expiry_first_and_closed_with_an_audit_row(env):
-    late = await env.claimed("t-1", ttl=5 * SECOND)
-    early = await env.claimed("t-2", ttl=2 * SECOND)
-    env.clock.advance(4 * SECOND)
-    # Only t-2's lease expired more than one second ago.
-    closed = await env.write(runs.close_stalled_runs, stall_after_micros=SECOND, limit=10)
-    assert [c.run.run_id for c in closed] == [early.run.run_id]
-    assert [(e.kind, e.run_outcome) for e in await env.events("t-2")] == [
-        (CompletionEventKind.RUN_CLAIMED, None),
-        (CompletionEventKind.RUN_CLOSED, RunOutcome.STALLED),
-    ]
-    assert (await env.events("t-2"))[-1] == closed[0].event
-    stored = await env.run(early.run.run_id)
-    assert (stored.outcome, stored.finished_at, stored.tokens_total) == (RunOutcome.STALLED, START + 4 * SECOND, 0)
-    assert (await env.run(late.run.run_id)).open
-    [audit] = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
-    assert (audit.run_id, dict(audit.metadata), audit.caller) == (
-        early.run.run_id,
-        {"outcome": "STALLED", "final_status": "UNCHANGED", "closed_by": "stall_sweeper"},
-        runs.SELF,
-    )
-    assert await env.write(runs.close_stalled_runs, stall_after_micros=SECOND, limit=10) == []
+async def test_stalled_runs_are_claimed_oldest_expiry_first_up_to_the_limit(env):
+    late = a_run("run-1", "t-1", ttl=5 * SECOND)
+    early = a_run("run-2", "t-2", ttl=2 * SECOND)
+    earliest = a_run("run-3", "t-3", ttl=SECOND)
+    closed = a_run("run-4", "t-4", ttl=0, finished_at=START, outcome=RunOutcome.SUCCEEDED)
+    await env.write(lambda tx: [tx.runs.insert(run) for run in (late, early, earliest, closed)])
+    # Only open runs whose lease expired by the time given; the closed one is no one's to close.
+    assert await env.write(lambda tx: tx.runs.claim_stalled(START + 3 * SECOND, 10)) == [earliest, early]
+    assert await env.write(lambda tx: tx.runs.claim_stalled(START + 3 * SECOND, 1)) == [earliest]
+    assert await env.write(lambda tx: tx.runs.claim_stalled(START, 10)) == []
 
 
-# -- closing runs -------------------------------------------------------------
+# -- evidence ---------------------------------------------------------------------
 
 
-async def test_close_run_closes_the_run_and_writes_its_audit_row(env):
-    claimed = await env.claimed()
-    env.clock.advance(3 * SECOND)
-    closed = (
-        await env.close(
-            claimed.run.run_id,
-            tokens_input=100,
-            tokens_output=50,
-            tokens_total=1000,
-            notes="n",
-            error="e",
-            outcome=RunOutcome.FAILED,
+async def test_a_generations_evidence_is_loaded_in_the_order_it_was_recorded(env):
+    tests = an_evidence("evd-2", details="42 passed, é\x00")
+    lint = an_evidence("evd-1", kind="lint", passed=False, run_id=None, recorded_by=Caller())
+    later = an_evidence("evd-3", generation=2)
+    for record in (tests, lint, later):
+        await env.write(lambda tx, r=record: tx.evidence.insert(r))
+    assert await env.read(lambda tx: tx.evidence.load(WS, "t-1", 1)) == [tests, lint]
+    assert await env.read(lambda tx: tx.evidence.load(WS, "t-1", 2)) == [later]
+    assert await env.read(lambda tx: tx.evidence.load(WS, "t-2", 1)) == []
+
+
+async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_after_a_cursor(env):
+    first = an_evidence("evd-1")
+    second = an_evidence("evd-2", generation=2, kind="lint", recorded_at=START + SECOND)
+    third = an_evidence("evd-3", generation=2, kind="review", recorded_at=START + SECOND)  # the same instant: by id
+    for record in (first, second, third, an_evidence("evd-4", "t-2")):
+        await env.write(lambda tx, r=record: tx.evidence.insert(r))
+
+    def listed(generation=None, after=None, limit=10, workspace=WS):
+        return env.read(lambda tx: tx.evidence.page(workspace, "t-1", generation, after, limit))
+
+    assert await listed() == [first, second, third]
+    assert first.recorded_by == Caller("agent-1", "agent")
+    assert await listed(generation=2) == [second, third]
+    assert await listed(after=(first.recorded_at, first.evidence_id)) == [second, third]
+    assert await listed(after=(second.recorded_at, second.evidence_id), generation=2) == [third]
+    assert await listed(limit=1) == [first]
+    assert await listed(workspace="ws-other") == []
+
+
+# -- completions, their settlement and the outbox ------------------------------------
+
+
+async def test_a_completion_round_trips_every_field_and_is_deleted_by_its_generation(env):
+    completion = a_completion(result="all tests pass, é\x00", traceparent=TRACEPARENT)
+    await env.write(lambda tx: tx.completions.insert(completion))
+    assert await env.read(lambda tx: tx.completions.load(WS, "t-1", 1)) == completion
+    assert await env.read(lambda tx: tx.completions.load(WS, "t-1", 2)) is None
+    await env.write(lambda tx: tx.completions.delete(WS, "t-1", 1))
+    assert await env.read(lambda tx: tx.completions.load(WS, "t-1", 1)) is None
+    assert await env.read(lambda tx: tx.completions.page(WS, None, None, None, 10)) == []
+
+
+async def test_an_update_stores_the_settlement_fields_and_a_settled_row_has_no_due_time(env):
+    completion = a_completion(traceparent=TRACEPARENT)
+    refused = a_completion("t-2")
+    await env.write(lambda tx: (tx.completions.insert(completion), tx.completions.insert(refused)))
+    for attempt, error in enumerate(("UNAVAILABLE: connection refused", "DEADLINE_EXCEEDED: \x00late"), start=1):
+        postponed = dataclasses.replace(
+            completion, settle_attempts=attempt, next_settle_at=START + attempt * 10 * SECOND, last_settle_error=error
         )
-    ).run
-    assert closed.finished_at == START + 3 * SECOND and not closed.open
-    stored = await env.run(claimed.run.run_id)
-    assert stored == closed
-    assert (
-        stored.outcome,
-        stored.tokens_input,
-        stored.tokens_output,
-        stored.tokens_total,
-        stored.notes,
-        stored.error,
-    ) == (RunOutcome.FAILED, 100, 50, 1000, "n", "e")
-    audit = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
-    assert [(a.action, a.run_id, a.task_id, dict(a.metadata), a.recorded_at, a.caller) for a in audit] == [
-        (
-            "task.completed",
-            claimed.run.run_id,
-            "t-1",
-            {"outcome": "FAILED", "final_status": "UNCHANGED", "closed_by": "agent"},
-            START + 3 * SECOND,
-            Caller("agent-1", "agent"),
-        )
-    ]
+        await env.write(lambda tx, p=postponed: tx.completions.update(p))
+        assert await env.read(lambda tx: tx.completions.load(WS, "t-1", 1)) == postponed
+    [listed, _] = await env.read(lambda tx: tx.completions.page(WS, None, SettlementStatus.PENDING, None, 10))
+    assert listed == postponed
 
-    before = await env.state()
-    assert_rejected(await env.close(claimed.run.run_id), Reason.RUN_ALREADY_FINISHED, run_id=claimed.run.run_id)
-    assert_rejected(await env.close("run-unknown"), Reason.RUN_NOT_FOUND)
-    assert await env.state() == before
-
-
-async def test_the_audit_log_is_listed_by_id_with_filters_and_a_cursor(env):
-    first = await env.claimed("t-1")
-    second = await env.claimed("t-2")
-    await env.close(first.run.run_id)
-    await env.close(second.run.run_id)
-    every = await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 10))
-    assert [a.run_id for a in every] == [first.run.run_id, second.run.run_id]
-    assert every[0].audit_id < every[1].audit_id
-    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, "t-2", None, 0, 10))] == [second.run.run_id]
-    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, None, first.run.run_id, 0, 10))] == [
-        first.run.run_id
-    ]
-    after_first = every[0].audit_id
-    assert [a.run_id for a in await env.read(lambda tx: tx.load_audit(WS, None, None, after_first, 10))] == [
-        second.run.run_id
-    ]
-    assert len(await env.read(lambda tx: tx.load_audit(WS, None, None, 0, 1))) == 1
-
-
-# -- the completion transaction ------------------------------------------------
-
-
-async def test_an_allowed_attempt_commits_one_pending_completion_and_a_committed_event(env):
-    claimed = await env.claimed()
-    outcome = await env.attempt(claimed)
-    assert outcome.decision.verdict is Verdict.ALLOW and outcome.inserted and not outcome.existing
-    completion = outcome.completion
-    assert completion.settlement is SettlementStatus.PENDING and completion.committed_at == START
-    assert completion.identity == completion_identity(
-        IdentityInput(WS, "t-1", 1, 0, "", "COMPLETED", outcome.decision.decision_schema)
+    answered = settled(postponed, START + 30 * SECOND)
+    await env.write(lambda tx: tx.completions.update(answered))
+    # Nothing is due once settled and no error stands; the traceparent stays the committing call's.
+    assert await env.read(lambda tx: tx.completions.load(WS, "t-1", 1)) == answered
+    assert (answered.next_settle_at, answered.last_settle_error, answered.traceparent) == (None, None, TRACEPARENT)
+    rejected = dataclasses.replace(
+        refused,
+        settlement=SettlementStatus.REJECTED,
+        settle_attempts=1,
+        next_settle_at=None,
+        settled_at=START + SECOND,
+        error_reason="CANCELLATION_FENCED",
+        error_message="fenced at \x00t",
     )
-    assert await env.completion() == completion
-    events = await env.events()
-    assert [(e.kind, e.completion_id) for e in events] == [
-        (CompletionEventKind.RUN_CLAIMED, None),
-        (CompletionEventKind.COMPLETION_COMMITTED, completion.completion_id),
-    ]
-    assert list(claimed.events) + list(outcome.events) == events
-    assert await env.due(START) == [completion]
-
-
-async def test_same_identity_returns_the_existing_completion(env):
-    claimed = await env.claimed()
-    first = (await env.attempt(claimed)).completion
-    again = await env.attempt(claimed, result="said differently")  # the result is not part of the identity
-    assert again.decision.verdict is Verdict.ALLOW
-    assert again.existing and not again.inserted and again.events == ()
-    assert again.completion == first
-    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))) == 1
-    assert [e.kind for e in await env.events()] == [
-        CompletionEventKind.RUN_CLAIMED,
-        CompletionEventKind.COMPLETION_COMMITTED,
-    ]
-
-
-async def test_different_identity_with_the_same_outcome_keeps_the_existing_completion(env):
-    claimed = await env.claimed()
-    first = (await env.attempt(claimed)).completion
-    await env.set_state_version("t-1", 4, "cp-2")
-    later = await env.attempt(claimed)
-    assert later.decision.verdict is Verdict.ALLOW and later.decision.state_version == 4
-    assert later.existing and not later.inserted
-    assert later.completion == first  # the stored row stays the completion
-    assert (await env.completion()).state_version == 0
-    assert len(await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))) == 1
-
-
-async def test_different_outcome_is_a_conflict_and_writes_nothing(env):
-    claimed = await env.claimed()
-    first = (await env.attempt(claimed)).completion
-    before = await env.state()
-    result = await env.attempt(claimed, outcome=RequestedOutcome.FAILED, result="gave up")
-    assert_rejected(result, Reason.COMPLETION_CONFLICT, completion_id=first.completion_id, outcome="COMPLETED")
-    assert await env.state() == before
-
-
-async def test_same_identity_with_a_different_payload_is_corruption_and_writes_nothing(env):
-    claimed = await env.claimed()
-    first = (await env.attempt(claimed)).completion
-    # Damage on purpose, through the port: the stored row keeps its identity with another payload.
-    tampered = dataclasses.replace(first, payload=b'{"tampered":true}')
-
-    def tamper(tx: CompletionTx) -> None:
-        tx.delete_completion(WS, "t-1", 1)
-        tx.insert_completion(tampered)
-
-    await env.store.write(tamper)
-    before = await env.state()
-    with pytest.raises(CompletionCorrupted) as raised:
-        await env.attempt(claimed)
-    assert raised.value.completion_id == first.completion_id
-    assert await env.state() == before
-
-
-async def test_snapshot_changed_since_external_gates_answered_is_refused_and_writes_nothing(env):
-    claimed = await env.claimed()
-    basis = (("run-other", 9), 0, "")
-    before = await env.state()
-    result = await env.attempt(claimed, external_basis=basis, external_answers={})
-    assert_rejected(result, Reason.SNAPSHOT_CHANGED)
-    assert await env.state() == before
+    await env.write(lambda tx: tx.completions.update(rejected))
+    assert await env.read(lambda tx: tx.completions.load(WS, "t-2", 1)) == rejected
+    assert await env.read(lambda tx: tx.completions.page(WS, None, SettlementStatus.PENDING, None, 10)) == []
 
 
 async def test_completions_are_listed_by_commit_time_with_filters_and_a_cursor(env):
-    first = (await env.attempt(await env.claimed("t-1"))).completion
-    env.clock.advance(SECOND)
-    second = (await env.attempt(await env.claimed("t-2"))).completion
-    assert await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10)) == [first, second]
-    assert await env.read(lambda tx: tx.load_completions(WS, "t-2", None, None, 10)) == [second]
+    first = a_completion("t-1")
+    second = a_completion("t-2", committed_at=START + SECOND)
+    await env.write(lambda tx: (tx.completions.insert(second), tx.completions.insert(first)))
+    assert await env.read(lambda tx: tx.completions.page(WS, None, None, None, 10)) == [first, second]
+    assert await env.read(lambda tx: tx.completions.page(WS, "t-2", None, None, 10)) == [second]
     cursor = (first.committed_at, first.completion_id)
-    assert await env.read(lambda tx: tx.load_completions(WS, None, None, cursor, 10)) == [second]
-    assert await env.read(lambda tx: tx.load_completions(WS, None, None, None, 1)) == [first]
-    assert await env.read(lambda tx: tx.load_completions("ws-other", None, None, None, 10)) == []
-
-
-# -- blocked decisions: lease lost, expired, superseded; stale state version ----
-
-
-def assert_blocked(outcome: AttemptOutcome, verdict: Verdict, gate_id: str, action: AgentAction) -> None:
-    assert isinstance(outcome, AttemptOutcome), outcome
-    decision = outcome.decision
-    assert decision.verdict is verdict, decision.instruction
-    assert decision.next_action is action
-    assert [t.gate_id for t in decision.trace if t.decisive] == [gate_id], decision.trace
-    assert outcome.completion is None and not outcome.inserted
-
-
-async def blocked_and_recorded(env: Env, claimed: Claimed, verdict, gate_id, action, **changes) -> None:
-    attempts = await env.attempts(claimed.run.task_id)
-    outcome = await env.attempt(claimed, **changes)
-    assert_blocked(outcome, verdict, gate_id, action)
-    assert await env.completion(claimed.run.task_id) is None
-    assert await env.attempts(claimed.run.task_id) == attempts + 1
-    last = (await env.events())[-1]
-    assert (last.kind, last.run_id, last.decision) == (
-        CompletionEventKind.DECISION_BLOCKED,
-        claimed.run.run_id,
-        outcome.decision,
-    )
-    assert list(outcome.events) == [last]
-
-
-async def test_an_expired_lease_hard_blocks(env):
-    claimed = await env.claimed(ttl=10 * SECOND)
-    env.clock.advance(10 * SECOND)
-    await blocked_and_recorded(env, claimed, Verdict.HARD_BLOCK, "lease.live", AgentAction.STOP_AND_REPORT)
-
-
-async def test_a_superseded_lease_hard_blocks_and_the_new_holder_may_complete(env):
-    old = await env.claimed(ttl=10 * SECOND)
-    env.clock.advance(11 * SECOND)
-    new = await env.claimed(ttl=10 * SECOND, agent="agent-2")
-    await blocked_and_recorded(env, old, Verdict.HARD_BLOCK, "lease.live", AgentAction.STOP_AND_REPORT)
-    # Claiming the newer epoch with the old run does not help either.
-    await blocked_and_recorded(
-        env, old, Verdict.HARD_BLOCK, "lease.live", AgentAction.STOP_AND_REPORT, claimed_epoch=new.lease.epoch
-    )
-    outcome = await env.attempt(new)
-    assert outcome.decision.verdict is Verdict.ALLOW and outcome.completion.run_id == new.run.run_id
-
-
-async def test_a_lost_lease_hard_blocks(env):
-    closed = await env.claimed()
-    await env.close(closed.run.run_id)
-    await blocked_and_recorded(env, closed, Verdict.HARD_BLOCK, "lease.live", AgentAction.STOP_AND_REPORT)
-
-    other = await env.claimed("t-2")
-    await blocked_and_recorded(
-        env, other, Verdict.HARD_BLOCK, "lease.live", AgentAction.STOP_AND_REPORT, claimed_epoch=other.lease.epoch + 1
-    )
-
-
-async def test_a_stale_state_version_soft_blocks_with_refresh_state(env):
-    claimed = await env.claimed()
-    await env.set_state_version("t-1", 5, "cp-5")
-    await blocked_and_recorded(
-        env, claimed, Verdict.SOFT_BLOCK, "transcript.state_version_current", AgentAction.REFRESH_STATE, state_version=4
-    )
-    current = await env.attempt(claimed, state_version=5)
-    assert current.decision.verdict is Verdict.ALLOW
-    assert (current.completion.state_version, current.completion.checkpoint) == (5, "cp-5")
-
-
-# -- settlement -----------------------------------------------------------------
-
-
-async def test_settlement_is_recorded_exactly_once_with_one_terminal_event(env):
-    claimed = await env.claimed()
-    completion = (await env.attempt(claimed)).completion
-    env.clock.advance(SECOND)
-    recorded = await env.settle(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))
-    assert isinstance(recorded, Recorded)
-    settled = recorded.completion
-    assert settled.settlement is SettlementStatus.SETTLED and settled.settle_attempts == 1
-    assert (settled.lifecycle_revision, settled.lifecycle_event_sequence, settled.settled_at) == (3, 7, START + SECOND)
-    assert await env.completion() == settled
-    assert await env.due(START + 100 * SECOND) == []
-
-    before = await env.state()
-    assert await env.settle(completion, Settlement(lifecycle_revision=4, lifecycle_event_sequence=8)) == settled
-    assert await env.settle(completion, Settlement(error_reason="CANCELLATION_FENCED", error_message="x")) == settled
-    assert await env.state() == before
-    events = await env.events()
-    assert [e.kind for e in events] == [
-        CompletionEventKind.RUN_CLAIMED,
-        CompletionEventKind.COMPLETION_COMMITTED,
-        CompletionEventKind.COMPLETION_SETTLED,
-    ]
-    assert (events[2].lifecycle_revision, events[2].lifecycle_event_sequence) == (3, 7)
-    assert recorded.event == events[2]
-
-
-async def test_a_rejected_settlement_records_a_terminalization_error_and_never_a_settled_event(env):
-    claimed = await env.claimed()
-    completion = (await env.attempt(claimed)).completion
-    recorded = await env.settle(completion, Settlement(error_reason="CANCELLATION_FENCED", error_message="fenced at t"))
-    rejected = recorded.completion
-    assert rejected.settlement is SettlementStatus.REJECTED
-    assert (rejected.error_reason, rejected.error_message) == ("CANCELLATION_FENCED", "fenced at t")
-    assert recorded.event.decision.next_action is AgentAction.STOP_AND_REPORT
-    assert await env.settle(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7)) == rejected
-    assert [e.kind for e in await env.events()] == [
-        CompletionEventKind.RUN_CLAIMED,
-        CompletionEventKind.COMPLETION_COMMITTED,
-        CompletionEventKind.TERMINALIZATION_ERROR,
-    ]
-
-
-async def test_a_postponed_settlement_is_due_again_only_at_its_time(env):
-    claimed = await env.claimed()
-    completion = (await env.attempt(claimed)).completion
-    postponed = await env.store.write(
-        lambda tx: settlements.postpone_settlement(
-            tx, completion=completion, next_attempt_at=START + 5 * SECOND, error="UNAVAILABLE: down"
-        )
-    )
-    assert (postponed.settle_attempts, postponed.settlement) == (1, SettlementStatus.PENDING)
-    assert await env.due(START + 4 * SECOND) == []
-    [due] = await env.due(START + 5 * SECOND)
-    assert due == postponed == await env.completion()
-
-
-async def test_a_postponed_settlement_keeps_its_attempts_next_time_and_error_until_settled(env):
-    completion = (await env.attempt(await env.claimed())).completion
-    # Just committed: due at once, no call made yet.
-    assert (completion.settle_attempts, completion.next_settle_at, completion.last_settle_error) == (0, START, None)
-    assert await env.completion() == completion
-    for attempt, error in enumerate(("UNAVAILABLE: connection refused", "DEADLINE_EXCEEDED: \x00late"), start=1):
-        postponed = await env.store.write(
-            lambda tx, e=error, a=attempt: settlements.postpone_settlement(
-                tx, completion=completion, next_attempt_at=START + a * 10 * SECOND, error=e
-            )
-        )
-        stored = await env.completion()
-        assert stored == postponed
-        assert (stored.settle_attempts, stored.next_settle_at, stored.last_settle_error) == (
-            attempt,
-            START + attempt * 10 * SECOND,
-            error,
-        )
-    [listed] = await env.read(lambda tx: tx.load_completions(WS, None, SettlementStatus.PENDING, None, 10))
-    assert listed == stored
-
-    env.clock.advance(30 * SECOND)
-    settled = (await env.settle(completion, Settlement(lifecycle_revision=3, lifecycle_event_sequence=7))).completion
-    # The answered call counts too; nothing is due and no error stands any more.
-    assert (settled.settle_attempts, settled.next_settle_at, settled.last_settle_error) == (3, None, None)
-    assert await env.completion() == settled
-    assert await env.read(lambda tx: tx.load_completions(WS, None, SettlementStatus.PENDING, None, 10)) == []
+    assert await env.read(lambda tx: tx.completions.page(WS, None, None, cursor, 10)) == [second]
+    assert await env.read(lambda tx: tx.completions.page(WS, None, None, None, 1)) == [first]
+    assert await env.read(lambda tx: tx.completions.page("ws-other", None, None, None, 10)) == []
 
 
 async def test_the_settlement_filter_lists_only_that_status_in_commit_order_and_pages(env):
-    committed = []
-    for task_id in ("t-1", "t-2", "t-3", "t-4", "t-5"):
-        committed.append((await env.attempt(await env.claimed(task_id))).completion)
-        env.clock.advance(SECOND)
-    settled = (await env.settle(committed[1], Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))).completion
-    rejected = await env.settle(committed[3], Settlement(error_reason="CANCELLATION_FENCED", error_message="x"))
+    committed = [
+        a_completion(task_id, committed_at=START + n * SECOND)
+        for n, task_id in enumerate(("t-1", "t-2", "t-3", "t-4", "t-5"))
+    ]
+    answered = settled(committed[1], START + 10 * SECOND)
+    rejected = dataclasses.replace(
+        committed[3], settlement=SettlementStatus.REJECTED, next_settle_at=None, error_reason="CANCELLATION_FENCED"
+    )
+
+    def put(tx: CompletionTx) -> None:
+        for completion in committed:
+            tx.completions.insert(completion)
+        tx.completions.update(answered)
+        tx.completions.update(rejected)
+
+    await env.write(put)
     pending = [committed[0], committed[2], committed[4]]
 
     def listed(settlement, after=None, limit=10, task_id=None):
-        return env.read(lambda tx: tx.load_completions(WS, task_id, settlement, after, limit))
+        return env.read(lambda tx: tx.completions.page(WS, task_id, settlement, after, limit))
 
     assert await listed(SettlementStatus.PENDING) == pending
-    assert await listed(SettlementStatus.SETTLED) == [settled]
-    assert await listed(SettlementStatus.REJECTED) == [rejected.completion]
+    assert await listed(SettlementStatus.SETTLED) == [answered]
+    assert await listed(SettlementStatus.REJECTED) == [rejected]
     assert len(await listed(None)) == 5
     assert await listed(SettlementStatus.PENDING, task_id="t-3") == [committed[2]]
     assert await listed(SettlementStatus.PENDING, task_id="t-2") == []
@@ -838,30 +596,152 @@ async def test_the_settlement_filter_lists_only_that_status_in_commit_order_and_
 
 
 async def test_due_settlements_come_earliest_first_up_to_the_limit(env):
-    first = (await env.attempt(await env.claimed("t-1"))).completion
-    env.clock.advance(SECOND)
-    second = (await env.attempt(await env.claimed("t-2"))).completion
+    first = a_completion("t-1")
+    second = a_completion("t-2", committed_at=START + SECOND)
+    await env.write(lambda tx: (tx.completions.insert(second), tx.completions.insert(first)))
+    assert await env.due(START) == [first]
     assert await env.due(START + SECOND) == [first, second]
     assert await env.due(START + SECOND, limit=1) == [first]
-    await env.settle(first, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))
+    await env.write(lambda tx: tx.completions.update(settled(first, START + SECOND)))
     assert await env.due(START + SECOND) == [second]
 
 
-async def test_the_traceparent_of_the_committing_attempt_stays_with_the_completion_through_the_outbox(env):
-    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    committed = await env.attempt(await env.claimed("t-1"), traceparent=traceparent)
-    untraced = await env.attempt(await env.claimed("t-2"))
-    assert committed.completion.traceparent == traceparent and untraced.completion.traceparent is None
-    postponed = await env.store.write(
-        lambda tx: settlements.postpone_settlement(
-            tx, completion=committed.completion, next_attempt_at=START + SECOND, error="x"
+async def test_a_generations_attempts_are_loaded_in_the_order_they_were_made(env):
+    blocked = an_attempt("digest-b", checkpoint="", attempted_at=START + SECOND)
+    allowed = an_attempt("digest-a", verdict=Verdict.ALLOW, state_version=4, attempted_at=START + 2 * SECOND)
+    later = an_attempt("digest-c", generation=2, verdict=Verdict.HARD_BLOCK)
+    for attempt in (blocked, allowed, later):
+        await env.write(lambda tx, a=attempt: tx.completions.insert_attempt(a))
+    assert await env.read(lambda tx: tx.completions.load_attempts(WS, "t-1", 1)) == [blocked, allowed]
+    assert await env.read(lambda tx: tx.completions.load_attempts(WS, "t-1", 2)) == [later]
+    assert await env.read(lambda tx: tx.completions.load_attempts(WS, "t-2", 1)) == []
+
+
+# -- completion events and the audit log -------------------------------------------
+
+
+async def test_an_event_round_trips_every_field_with_the_sequence_the_store_assigned(env):
+    kind = CompletionEventKind
+    events = [
+        an_event(kind.RUN_CLOSED, run_outcome=RunOutcome.STALLED),
+        an_event(kind.EVIDENCE_RECORDED, evidence_id="evd-1"),
+        an_event(kind.DECISION_BLOCKED, outcome=RequestedOutcome.FAILED, decision=a_decision(allowed=False)),
+        an_event(kind.COMPLETION_COMMITTED, completion_id="cmp-1", outcome=RequestedOutcome.COMPLETED),
+        an_event(
+            kind.TERMINALIZATION_ERROR,
+            completion_id="cmp-1",
+            outcome=RequestedOutcome.COMPLETED,
+            decision=a_decision(allowed=False),
+            lifecycle_revision=4,
+            lifecycle_event_sequence=9,
+            error_reason="CANCELLATION_FENCED",
+            error_message="fenced at \x00t, é",
+        ),
+    ]
+    appended = [await env.write(lambda tx, e=event: tx.events.append(e)) for event in events]
+    assert [dataclasses.replace(e, sequence=0) for e in appended] == events
+    assert await env.events() == appended
+
+
+async def test_events_are_listed_per_workspace_or_task_after_a_sequence(env):
+    kind = CompletionEventKind
+    first = [await env.write(lambda tx, k=k: tx.events.append(an_event(k, "t-1"))) for k in (kind.RUN_CLAIMED,) * 2]
+    second = [await env.write(lambda tx, k=k: tx.events.append(an_event(k, "t-2"))) for k in (kind.RUN_CLAIMED,) * 2]
+    assert await env.read(lambda tx: tx.events.page(WS, 0, None, 10)) == [*first, *second]
+    assert await env.read(lambda tx: tx.events.page(WS, 0, "t-2", 10)) == second
+    assert await env.read(lambda tx: tx.events.page(WS, first[-1].sequence, None, 10)) == second
+    assert await env.read(lambda tx: tx.events.page(WS, 0, None, 1)) == first[:1]
+    assert await env.read(lambda tx: tx.events.page("ws-other", 0, None, 10)) == []
+
+
+async def test_the_audit_log_is_listed_by_id_with_filters_and_a_cursor(env):
+    entries = [an_audit("run-1", "t-1"), an_audit("run-2", "t-2", outcome="STALLED", closed_by="stall_sweeper")]
+    for entry in entries:
+        await env.write(lambda tx, e=entry: tx.events.append_audit(e))
+    every = await env.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 10))
+    assert every == [
+        dataclasses.replace(entry, audit_id=stored.audit_id) for entry, stored in zip(entries, every, strict=True)
+    ]
+    assert every[0].audit_id < every[1].audit_id
+    assert [a.run_id for a in await env.read(lambda tx: tx.events.audit_page(WS, "t-2", None, 0, 10))] == ["run-2"]
+    assert [a.run_id for a in await env.read(lambda tx: tx.events.audit_page(WS, None, "run-1", 0, 10))] == ["run-1"]
+    after_first = every[0].audit_id
+    assert [a.run_id for a in await env.read(lambda tx: tx.events.audit_page(WS, None, None, after_first, 10))] == [
+        "run-2"
+    ]
+    assert len(await env.read(lambda tx: tx.events.audit_page(WS, None, None, 0, 1))) == 1
+
+
+# -- transcripts ------------------------------------------------------------------
+
+
+async def test_transcript_events_checkpoints_and_the_tail_round_trip(env):
+    batch = [
+        ev(EventKind.TURN_START, "turn-1", 1),
+        ev(EventKind.CHECKPOINT, "cp-1", 2),
+        ev(EventKind.ASSISTANT_MESSAGE, sequence=3, text="hello é\x00"),
+        ev(EventKind.TOOL_CALL, "call-1", 4, name="run"),
+        ev(EventKind.TOOL_RESULT, "call-1", 5, text="failed", is_error=True, synthetic=True),
+        ev(EventKind.TURN_END, "turn-1", 6, reason=TurnEndReason.COMPLETED),
+    ]
+    first = TranscriptState(Tail(checkpoint="cp-1", last_sequence=6), 1)
+
+    def append(tx: CompletionTx) -> None:
+        tx.transcripts.append(WS, "t-1", batch)
+        tx.transcripts.insert_checkpoints(WS, "t-1", {"cp-1": 2})
+        tx.transcripts.save_tail(WS, "t-1", first)
+
+    await env.write(append)
+    assert await env.read(lambda tx: tx.transcripts.page(WS, "t-1", 0, 100)) == batch
+    assert await env.read(lambda tx: tx.transcripts.page(WS, "t-1", 3, 1)) == batch[3:4]
+    assert await env.read(lambda tx: tx.transcripts.load_checkpoints(WS, "t-1", {"cp-1", "cp-none"})) == {"cp-1": 2}
+    assert await env.read(lambda tx: tx.transcripts.load_tail(WS, "t-1")) == first
+    open_turn = TranscriptState(Tail("turn-2", "step-1", ("call-2", "call-3"), "cp-1", 7), 2)
+    await env.write(
+        lambda tx: (
+            tx.transcripts.append(WS, "t-1", [ev(EventKind.TURN_START, "turn-2", 7, generation=2)]),
+            tx.transcripts.save_tail(WS, "t-1", open_turn),
         )
     )
-    assert [c.traceparent for c in await env.due(START + SECOND)] == [None, traceparent]
-    settled = (await env.settle(postponed, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))).completion
-    assert settled.traceparent == traceparent == (await env.completion("t-1")).traceparent
-    listed = await env.read(lambda tx: tx.load_completions(WS, None, None, None, 10))
-    assert {c.task_id: c.traceparent for c in listed} == {"t-1": traceparent, "t-2": None}
+    assert await env.read(lambda tx: tx.transcripts.load_tail(WS, "t-1")) == open_turn
+    assert [e.generation for e in await env.read(lambda tx: tx.transcripts.page(WS, "t-1", 6, 10))] == [2]
+    # Nothing of another task, and an empty tail without a transcript.
+    assert await env.read(lambda tx: tx.transcripts.page(WS, "t-2", 0, 10)) == []
+    assert await env.read(lambda tx: tx.transcripts.load_tail(WS, "t-2")) == TranscriptState()
+
+    before = await env.state()
+    for duplicate in (
+        lambda tx: tx.transcripts.append(WS, "t-1", [ev(EventKind.CHECKPOINT, "cp-2", 7)]),  # sequence 7 is taken
+        lambda tx: tx.transcripts.insert_checkpoints(WS, "t-1", {"cp-1": 7}),  # cp-1 was created at 2
+    ):
+        with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own error for a violated key
+            await env.store.write(duplicate)
+        assert await env.state() == before
+
+
+async def test_a_staged_import_moves_into_the_transcript_in_one_write_or_is_discarded(env):
+    events = [
+        ev(EventKind.TURN_START, "turn-1", 1, recorded_at=5),
+        ev(EventKind.CHECKPOINT, "cp-1", 2, recorded_at=6),
+        ev(EventKind.TURN_END, "turn-1", 3, recorded_at=7, reason=TurnEndReason.COMPLETED),
+    ]
+    # Staged in batches, each import apart from the others.
+    await env.store.write(lambda tx: tx.imports.stage("import-1", events[2:]))
+    await env.store.write(lambda tx: tx.imports.stage("import-1", events[:2]))
+    await env.store.write(lambda tx: tx.imports.stage("import-2", events))
+    await env.store.write(lambda tx: tx.imports.stage("import-3", events))
+    await env.store.write(lambda tx: tx.imports.move("import-1", WS, "t-1"))
+    assert await env.read(lambda tx: tx.transcripts.page(WS, "t-1", 0, 10)) == events
+    # A moved import is gone from the staging area; a discarded one leaves nothing behind.
+    await env.store.write(lambda tx: tx.imports.move("import-1", WS, "t-2"))
+    await env.store.write(lambda tx: tx.imports.discard("import-2"))
+    await env.store.write(lambda tx: tx.imports.move("import-2", WS, "t-2"))
+    await env.store.write(lambda tx: tx.imports.discard(None))
+    await env.store.write(lambda tx: tx.imports.move("import-3", WS, "t-2"))
+    assert await env.read(lambda tx: tx.transcripts.page(WS, "t-2", 0, 10)) == []
+
+
+# -- the operator's figures ------------------------------------------------------------
 
 
 async def test_the_figures_count_the_outbox_open_runs_live_leases_and_request_ids(env):
@@ -875,16 +755,26 @@ async def test_the_figures_count_the_outbox_open_runs_live_leases_and_request_id
     ) == (0, None, 0, 0, 0)
     # Only the in-memory fake has no database on disk.
     assert (empty.database_bytes is None) == isinstance(env.store, MemoryCompletionStore)
-    first = (await env.attempt(await env.claimed("t-1", ttl=10 * SECOND, request_id="claim-1"))).completion
-    env.clock.advance(SECOND)
-    second = (await env.attempt(await env.claimed("t-2", ttl=60 * SECOND))).completion
+    first_run, second_run = a_run("run-1", ttl=10 * SECOND), a_run("run-2", "t-2", claimed_at=START + SECOND)
+    first, second = a_completion("t-1"), a_completion("t-2", committed_at=START + SECOND)
+
+    def put(tx: CompletionTx) -> None:
+        for run in (first_run, second_run):
+            tx.runs.insert(run)
+            tx.runs.save_lease(WS, lease_of(run))
+        tx.completions.insert(first)
+        tx.completions.insert(second)
+        tx.requests.remember(key("ClaimTask", "claim-1", b"fp"), b"answer", START)
+
+    await env.write(put)
     figures = await env.read(lambda tx: tx.load_figures(START + SECOND))
     assert (figures.pending_settlements, figures.oldest_pending_committed_at) == (2, first.committed_at)
     assert (figures.open_runs, figures.live_leases, figures.request_ids) == (2, 2, 1)
     # t-1's lease has expired 20 s later; its run is still open.
     assert (await env.read(lambda tx: tx.load_figures(START + 20 * SECOND))).live_leases == 1
-    await env.settle(first, Settlement(lifecycle_revision=1, lifecycle_event_sequence=1))
-    await env.close(second.run_id)
+    await env.write(lambda tx: tx.completions.update(settled(first, START + SECOND)))
+    closed = dataclasses.replace(second_run, finished_at=START + SECOND, outcome=RunOutcome.SUCCEEDED)
+    await env.write(lambda tx: tx.runs.update(closed))
     figures = await env.read(lambda tx: tx.load_figures(START + SECOND))
     assert (figures.pending_settlements, figures.oldest_pending_committed_at) == (1, second.committed_at)
     assert (figures.open_runs, figures.live_leases) == (1, 1)
@@ -892,295 +782,15 @@ async def test_the_figures_count_the_outbox_open_runs_live_leases_and_request_id
         assert figures.database_bytes is not None and figures.database_bytes > 0
 
 
-# -- request ids ------------------------------------------------------------------
-
-
-async def test_a_claim_request_id_replays_the_original_response_and_refuses_another_request(env):
-    first = await env.claimed(request_id="req-1")
-    before = await env.state()
-    replay = await env.claim(request_id="req-1")
-    assert isinstance(replay, Replay)
-    assert replay.response == render_claim(first)
-    digest = fingerprint("ClaimTask", f"t-1/agent-1/{60 * SECOND}".encode())
-    recall = functools.partial(peeked, env)
-    assert await recall(key("ClaimTask", "req-1", digest)) == replay
-    assert_rejected(await env.claim(request_id="req-1", agent="agent-2"), Reason.REQUEST_ID_REUSED, request_id="req-1")
-    assert_rejected(await recall(key("ClaimTask", "req-1", b"another request")), Reason.REQUEST_ID_REUSED)
-    assert await env.state() == before
-    # Request ids are per workspace.
-    assert await recall(key("ClaimTask", "req-1", b"another request", workspace="ws-other")) is None
-    # The scope is (workspace, caller, RPC): another caller or another RPC owns the same id afresh.
-    assert await recall(key("ClaimTask", "req-1", digest, caller="host-2")) is None
-    assert await recall(key("RenewLease", "req-1", digest)) is None
-
-
-async def test_an_attempt_request_id_replays_the_original_decision(env):
-    claimed = await env.claimed()
-    fp = key("AttemptCompletion", "att-1", fingerprint("AttemptCompletion", b"first"))
-    first = await env.attempt(claimed, request=fp, render=render_attempt)
-    assert first.inserted
-    before = await env.state()
-    replay = await env.attempt(claimed, request=fp, render=render_attempt)
-    assert isinstance(replay, Replay)
-    assert replay.response == render_attempt(first)
-    reused = await env.attempt(
-        claimed,
-        request=key("AttemptCompletion", "att-1", fingerprint("AttemptCompletion", b"other")),
-        render=render_attempt,
-    )
-    assert_rejected(reused, Reason.REQUEST_ID_REUSED)
-    assert await env.state() == before
-
-
-async def test_a_close_request_id_replays_and_refuses_another_request(env):
-    claimed = await env.claimed()
-    fp = key("CompleteRun", "close-1", fingerprint("CompleteRun", b"close"))
-    closed = (await env.close(claimed.run.run_id, request=fp, render=render_run)).run
-    before = await env.state()
-    replay = await env.close(claimed.run.run_id, request=fp, render=render_run)
-    assert isinstance(replay, Replay)
-    assert replay.response == render_run(closed)
-    reused = await env.close(claimed.run.run_id, request=key("CompleteRun", "close-1", b"other"), render=render_run)
-    assert_rejected(reused, Reason.REQUEST_ID_REUSED)
-    assert await env.state() == before
-
-
-async def test_a_renew_request_id_replays_the_original_lease(env):
-    claimed = await env.claimed(ttl=10 * SECOND)
-    fp = env.used(key("RenewLease", "renew-1", b"renew"))
-    renewed = await env.renew(claimed.run.run_id, 1, 30 * SECOND, fp)
-    env.clock.advance(SECOND)
-    replay = await env.renew(claimed.run.run_id, 1, 30 * SECOND, fp)
-    assert replay == Replay(render_lease(renewed))
-    assert (await env.lease("t-1")).expires_at == renewed.expires_at
-
-
-async def test_old_request_ids_are_forgotten_in_batches(env):
-    for index in range(5):
-        request = key("ClaimTask", f"req-{index}", b"fp")
-        await env.store.write(lambda tx, r=request, i=index: tx.remember_request(r, b"answer", START + i))
-    assert await env.store.write(lambda tx: tx.forget_requests(START + 4, 3)) == 3
-    assert await env.store.write(lambda tx: tx.forget_requests(START + 4, 3)) == 1
-    remaining = await env.read(
-        lambda tx: [tx.recall_request(WS, CALLER, "ClaimTask", f"req-{i}") is not None for i in range(5)]
-    )
-    assert remaining == [False, False, False, False, True]
-
-
-# -- evidence ---------------------------------------------------------------------
-
-
-async def test_evidence_counts_for_its_generation_and_is_listed_in_order(env):
-    def record(kind, generation=1, passed=True):
-        return EvidenceRecord("", WS, "t-1", generation, kind, passed, "cp-1", "details", None, 0)
-
-    first = (await env.evidence(record("tests"))).record
-    await env.evidence(record("lint", passed=False))
-    await env.evidence(record("tests", generation=2))
-    listed = await env.read(lambda tx: tx.load_evidence(WS, "t-1", 1))
-    assert [(e.kind, e.passed, e.generation) for e in listed] == [("tests", True, 1), ("lint", False, 1)]
-    assert listed[0] == first and first.recorded_at == START and first.evidence_id
-    # One event per fact, naming it.
-    events = await env.events("t-1")
-    assert [(e.kind, e.generation) for e in events] == [(CompletionEventKind.EVIDENCE_RECORDED, g) for g in (1, 1, 2)]
-    assert events[0].evidence_id == first.evidence_id and len({e.evidence_id for e in events}) == 3
-
-
-async def test_a_tasks_evidence_is_listed_oldest_first_with_who_recorded_it_after_a_cursor(env):
-    def record(kind, generation=1, task_id="t-1"):
-        return EvidenceRecord("", WS, task_id, generation, kind, True, "cp-1", "d", None, 0, Caller("agent-1", "agent"))
-
-    first = (await env.evidence(record("tests"))).record
-    env.clock.advance(SECOND)
-    second = (await env.evidence(record("lint", generation=2))).record
-    third = (await env.evidence(record("review", generation=2))).record  # the same instant: by id
-    await env.evidence(record("tests", task_id="t-2"))
-
-    def listed(generation=None, after=None, limit=10, workspace=WS):
-        return env.read(lambda tx: tx.list_evidence(workspace, "t-1", generation, after, limit))
-
-    assert await listed() == [first, second, third]
-    assert first.recorded_by == Caller("agent-1", "agent")
-    assert await listed(generation=2) == [second, third]
-    assert await listed(after=(first.recorded_at, first.evidence_id)) == [second, third]
-    assert await listed(after=(second.recorded_at, second.evidence_id), generation=2) == [third]
-    assert await listed(limit=1) == [first]
-    assert await listed(workspace="ws-other") == []
-
-
-async def test_evidence_counts_only_at_the_checkpoint_it_names(env):
-    policy = WorkspacePolicy(required_evidence=("tests",))
-    claimed = await env.claimed()
-    await env.set_state_version("t-1", 2, "cp-2")
-
-    def record(checkpoint, passed=True, generation=1):
-        return EvidenceRecord("", WS, "t-1", generation, "tests", passed, checkpoint, "", None, 0)
-
-    await env.evidence(record("cp-1"))  # an older checkpoint
-    await env.evidence(record("cp-2", generation=2))  # another generation
-    await blocked_and_recorded(
-        env,
-        claimed,
-        Verdict.SOFT_BLOCK,
-        "evidence.required",
-        AgentAction.RECORD_EVIDENCE,
-        policy=policy,
-        result="first",
-    )
-    await env.evidence(record("cp-2", passed=False))
-    await blocked_and_recorded(
-        env,
-        claimed,
-        Verdict.SOFT_BLOCK,
-        "evidence.required",
-        AgentAction.RECORD_EVIDENCE,
-        policy=policy,
-        result="second",
-    )
-    await env.evidence(record("cp-2"))  # the latest fact wins
-    assert (await env.attempt(claimed, policy=policy, result="third")).decision.verdict is Verdict.ALLOW
-
-
-async def test_the_circuit_breaker_holds_until_the_checkpoint_changes(env):
-    policy = WorkspacePolicy(required_evidence=("tests",), breaker_threshold=2)
-    claimed = await env.claimed()
-    await env.set_state_version("t-1", 1, "cp-1")
-    for _ in range(2):
-        await blocked_and_recorded(
-            env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE, policy=policy
-        )
-    await blocked_and_recorded(
-        env, claimed, Verdict.HARD_BLOCK, "completion.circuit_breaker", AgentAction.STOP_AND_REPORT, policy=policy
-    )
-    await env.set_state_version("t-1", 2, "cp-2")
-    await blocked_and_recorded(
-        env, claimed, Verdict.SOFT_BLOCK, "evidence.required", AgentAction.RECORD_EVIDENCE, policy=policy
-    )
-
-
-# -- transcripts ------------------------------------------------------------------
-
-
-def ev(kind: EventKind, ref: str = "", **fields) -> SessionEvent:
-    return SessionEvent(kind, ref=ref, **fields)
-
-
-async def test_appended_events_are_stamped_kept_in_order_and_checkpoints_remembered(env):
-    batch = [
-        ev(EventKind.TURN_START, "turn-1"),
-        ev(EventKind.CHECKPOINT, "cp-1"),
-        ev(EventKind.ASSISTANT_MESSAGE, text="hello é"),
-        ev(EventKind.TURN_END, "turn-1", reason=TurnEndReason.COMPLETED),
-    ]
-    appended = await env.write(transcripts.append, command=AppendCommand(WS, "t-1", batch, 1))
-    assert appended == Appended(1, 1)
-    env.clock.advance(SECOND)
-    again = await env.write(
-        transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.CHECKPOINT, "cp-1")], 2, 1)
-    )
-    assert again == Appended(2, 5)
-    stored = await env.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 100))
-    assert [(e.sequence, e.generation, e.kind, e.recorded_at) for e in stored] == [
-        (1, 1, EventKind.TURN_START, START),
-        (2, 1, EventKind.CHECKPOINT, START),
-        (3, 1, EventKind.ASSISTANT_MESSAGE, START),
-        (4, 1, EventKind.TURN_END, START),
-        (5, 2, EventKind.CHECKPOINT, START + SECOND),
-    ]
-    assert stored[2].text == "hello é" and stored[3].reason is TurnEndReason.COMPLETED
-    assert await env.read(lambda tx: tx.load_transcript(WS, "t-1", 3, 1)) == stored[3:4]
-    # A checkpoint is where it was first created.
-    assert await env.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1", "cp-none"})) == {"cp-1": 2}
-    state = await env.read(lambda tx: tx.load_tail(WS, "t-1"))
-    assert state == TranscriptState(Tail(checkpoint="cp-1", last_sequence=5), 2)
-
-
-async def test_a_refused_append_changes_nothing(env):
-    await env.write(transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.TURN_START, "turn-1")], 1))
-    before = await env.state()
-    stale = await env.write(transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.USER_MESSAGE)], 1, 0))
-    assert_rejected(stale, Reason.STATE_VERSION_MISMATCH, expected=0, actual=1)
-    broken = await env.write(transcripts.append, command=AppendCommand(WS, "t-1", [ev(EventKind.TURN_START, "t2")], 1))
-    assert_rejected(broken, Reason.TRANSCRIPT_GRAMMAR_VIOLATION)
-    assert await env.state() == before
-
-
-async def test_repair_closes_an_interrupted_turn_once_and_the_claim_repairs_at_the_hand_over(env):
-    events = [
-        ev(EventKind.TURN_START, "turn-1"),
-        ev(EventKind.STEP_START, "step-1"),
-        ev(EventKind.TOOL_CALL, "call-1", name="run"),
-    ]
-    await env.write(transcripts.append, command=AppendCommand(WS, "t-1", events, 1))
-    await env.write(transcripts.append, command=AppendCommand(WS, "t-2", events, 1))
-    repaired = await env.write(transcripts.repair, workspace_id=WS, task_id="t-1")
-    assert repaired.repaired and not repaired.turn_in_progress
-    stored = await env.read(lambda tx: tx.load_transcript(WS, "t-1", 3, 100))
-    assert [(e.kind, e.synthetic, e.sequence) for e in stored] == [
-        (EventKind.TOOL_RESULT, True, 4),
-        (EventKind.STEP_END, True, 5),
-        (EventKind.TURN_END, True, 6),
-    ]
-    assert (await env.read(lambda tx: tx.load_tail(WS, "t-1"))).state_version == 2
-    before = await env.state()
-    assert not (await env.write(transcripts.repair, workspace_id=WS, task_id="t-1")).repaired
-    assert await env.state() == before
-
-    claimed = await env.claimed("t-2")
-    assert claimed.repaired
-    assert (await env.read(lambda tx: tx.load_tail(WS, "t-2"))).tail.open_turn is None
-
-
-async def test_a_staged_import_becomes_the_transcript_in_one_commit_or_is_discarded(env):
-    events = [
-        ev(EventKind.TURN_START, "turn-1", sequence=1, generation=1, recorded_at=5),
-        ev(EventKind.CHECKPOINT, "cp-1", sequence=2, generation=1, recorded_at=6),
-        ev(EventKind.TURN_END, "turn-1", sequence=3, generation=1, recorded_at=7, reason=TurnEndReason.COMPLETED),
-    ]
-    await env.store.write(lambda tx: tx.stage_import("import-1", events[:2]))
-    await env.store.write(lambda tx: tx.stage_import("import-1", events[2:]))
-    await env.store.write(lambda tx: tx.stage_import("import-2", events))
-    final = Tail(checkpoint="cp-1", last_sequence=3)
-    version = await env.store.write(lambda tx: transcripts.commit_import(tx, "import-1", WS, "t-1", final, {"cp-1": 2}))
-    assert version == 1
-    assert await env.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10)) == events
-    assert await env.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1"})) == {"cp-1": 2}
-    assert await env.read(lambda tx: tx.load_tail(WS, "t-1")) == TranscriptState(final, 1)
-
-    before = await env.state()
-    refused = await env.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-1", final, {}))
-    assert_rejected(refused, Reason.TRANSCRIPT_NOT_EMPTY)
-    assert await env.state() == before
-    # Discarded staging leaves nothing behind: a later commit of it imports nothing.
-    await env.store.write(lambda tx: tx.discard_import(None))
-    assert await env.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-2", Tail(), {})) == 1
-    assert await env.read(lambda tx: tx.load_transcript(WS, "t-2", 0, 10)) == []
-
-
-# -- events -------------------------------------------------------------------------
-
-
-async def test_events_are_listed_per_workspace_or_task_after_a_sequence(env):
-    one = await env.claimed("t-1")
-    first = [*one.events, *(await env.attempt(one)).events]
-    two = await env.claimed("t-2")
-    second = [*two.events, *(await env.attempt(two)).events]
-    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 10)) == [*first, *second]
-    assert await env.read(lambda tx: tx.load_events(WS, 0, "t-2", 10)) == second
-    assert await env.read(lambda tx: tx.load_events(WS, first[-1].sequence, None, 10)) == second
-    assert await env.read(lambda tx: tx.load_events(WS, 0, None, 1)) == first[:1]
-    assert await env.read(lambda tx: tx.load_events("ws-other", 0, None, 10)) == []
-
-
 # -- the SQLite file (inspected on purpose, with sqlite3) ------------------------------
 
 
-async def test_sqlite_stores_the_audit_metadata_as_a_json_object(tmp_path, clock):
+async def test_sqlite_stores_the_audit_metadata_as_a_json_object(tmp_path):
     store = await SqliteCompletionStore.open(str(tmp_path / "completion.sqlite3"))
     try:
-        env = Env(store, clock)
-        claimed = await env.claimed()
-        await env.close(claimed.run.run_id, closed_by="stall_sweeper", outcome=RunOutcome.STALLED)
+        await store.write(
+            lambda tx: tx.events.append_audit(an_audit("run-1", outcome="STALLED", closed_by="stall_sweeper"))
+        )
     finally:
         await store.close()
     db = sqlite3.connect(tmp_path / "completion.sqlite3")
@@ -1201,7 +811,7 @@ async def test_sqlite_open_runs_are_read_from_the_index_of_open_runs_in_its_orde
     run: list[str] = []
     with sqlite3.connect(path) as db:
         db.set_trace_callback(run.append)
-        SqliteCompletionTx(db).load_runs(WS, None, before, 50, open_only=True)
+        SqliteRuns(Session(db)).page(WS, None, before, 50, open_only=True)
         db.set_trace_callback(None)
         [sql] = run
         plan = " / ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}"))
@@ -1221,9 +831,9 @@ async def test_postgresql_open_runs_are_read_from_the_index_of_open_runs(tmp_pat
             return super().execute(sql, params)
 
     def plan(conn) -> str:
-        tx = PostgresCompletionTx(conn, writable=False)
-        tx._db = Traced(conn)
-        tx.load_runs(WS, None, (START, "run-9"), 50, open_only=True)
+        session = PostgresSession(conn, writable=False)
+        session.db = Traced(conn)
+        PostgresRuns(session).page(WS, None, (START, "run-9"), 50, open_only=True)
         [sql] = statements
         conn.execute("SET LOCAL enable_seqscan = off")
         rows = SqliteStyle(conn).execute(f"EXPLAIN {sql}", (WS, START, "run-9", 50)).fetchall()
@@ -1234,10 +844,3 @@ async def test_postgresql_open_runs_are_read_from_the_index_of_open_runs(tmp_pat
     finally:
         await store.close()
     assert "agent_runs_open_by_claim" in found and "Sort" not in found, found
-
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def _attempt(claimed: Claimed, digest: str) -> AttemptRecord:
-    return AttemptRecord(WS, claimed.run.task_id, 1, claimed.run.run_id, "", digest, Verdict.SOFT_BLOCK, 0, START)

@@ -90,7 +90,7 @@ class World:
         self, task_id: str, state_version: int, checkpoint: str = "", open_turn: str | None = None
     ) -> None:
         tail = Tail(open_turn=open_turn, checkpoint=checkpoint)
-        await self.store.write(lambda tx: tx.save_tail(WS, task_id, TranscriptState(tail, state_version)))
+        await self.store.write(lambda tx: tx.transcripts.save_tail(WS, task_id, TranscriptState(tail, state_version)))
 
     def state(self) -> object:
         """The store's whole committed state (for "nothing changed" checks)."""

@@ -56,14 +56,14 @@ async def test_replicas_starting_together_migrate_once(url):
             rows = conn.execute(f"SELECT version FROM {SCHEMA}.schema_migrations ORDER BY version").fetchall()
         assert [r[0] for r in rows] == list(range(1, VERSIONS + 1))
         await committed_register(stores[0], "t1")
-        assert (await stores[3].read(lambda tx: tx.load_task(WS, "t1"))).revision == 1
+        assert (await stores[3].read(lambda tx: tx.tasks.load(WS, "t1"))).revision == 1
     finally:
         for store in stores:
             await store.close()
     # Reopening keeps the data and migrates nothing again.
     store = await PostgresLifecycleStore.open(url)
     try:
-        assert (await store.read(lambda tx: tx.load_task(WS, "t1"))).revision == 1
+        assert (await store.read(lambda tx: tx.tasks.load(WS, "t1"))).revision == 1
     finally:
         await store.close()
 
@@ -131,7 +131,7 @@ async def test_a_rolled_back_write_leaves_no_event_and_the_next_is_delivered_aft
         first = await committed_register(store, "t1")
 
         def unit(tx):
-            tx.append_event(dataclasses.replace(first.event, task_id="t2", sequence=0))
+            tx.events.append(dataclasses.replace(first.event, task_id="t2", sequence=0))
             raise RuntimeError("after numbering an event")
 
         with pytest.raises(RuntimeError):
@@ -156,17 +156,19 @@ async def test_a_callers_number_is_remembered_only_once_committed(url):
 
         def rolled_back(tx):
             task = record("t-lost")
-            tx.insert_task(task)
-            tx.append_event(event_of(task, caller=newcomer))
+            tx.tasks.insert(task)
+            tx.events.append(event_of(task, caller=newcomer))
             raise RuntimeError("after the caller's row was made")
 
         with pytest.raises(RuntimeError):
             await store.write(rolled_back)
         for task_id, caller in (("t1", newcomer), ("t2", newcomer), ("t3", Caller("someone", "agent"))):
             task = record(task_id)
-            await store.write(lambda tx, t=task, c=caller: (tx.insert_task(t), tx.append_event(event_of(t, caller=c))))
+            await store.write(
+                lambda tx, t=task, c=caller: (tx.tasks.insert(t), tx.events.append(event_of(t, caller=c)))
+            )
         for task_id, caller in (("t1", newcomer), ("t2", newcomer), ("t3", Caller("someone", "agent"))):
-            (event,) = await store.read(lambda tx, t=task_id: tx.list_events(WS, t, 0, 10))
+            (event,) = await store.read(lambda tx, t=task_id: tx.events.history(WS, t, 0, 10))
             assert event.caller == caller, task_id
     finally:
         await store.close()

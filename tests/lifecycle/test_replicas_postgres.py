@@ -103,7 +103,7 @@ async def ok(replica: Replica, intent: i.Intent) -> Committed:
 
 
 async def history(replica: Replica, task_id: str) -> list[LifecycleEvent]:
-    return await replica.store.read(lambda tx: tx.list_events(WS, task_id, 0, 1000))
+    return await replica.store.read(lambda tx: tx.events.history(WS, task_id, 0, 1000))
 
 
 async def both(a: Replica, b: Replica, intent_a: i.Intent, intent_b: i.Intent | None = None) -> list[ApplyResult]:
@@ -148,7 +148,7 @@ async def test_conflicting_revisions_at_both_replicas_let_exactly_one_win(replic
     await ok(a, register("t1"))
     await ok(a, activate("t1"))
     for _ in range(5):
-        revision = (await a.store.read(lambda tx: tx.load_task(WS, "t1"))).revision
+        revision = (await a.store.read(lambda tx: tx.tasks.load(WS, "t1"))).revision
         status = WorkStatus.BLOCKED if revision % 2 else WorkStatus.IN_PROGRESS
         contenders = [work("t1", status, expected_revision=revision) for _ in range(4)]
         results = await asyncio.gather(*(r.apply(c) for r, c in zip([a, b, a, b], contenders, strict=True)))
@@ -183,7 +183,7 @@ async def test_a_child_registering_while_its_parent_ends_is_never_left_open(repl
             assert isinstance(results[0], Rejection), results[0]
     await asyncio.gather(a.authority.deliver_pending(), b.authority.deliver_pending())
     for n in range(5):
-        task = await a.store.read(lambda tx, n=n: tx.load_task(WS, f"c{n}"))
+        task = await a.store.read(lambda tx, n=n: tx.tasks.load(WS, f"c{n}"))
         assert task is None or task.state is GenerationState.TERMINAL
 
 
@@ -226,14 +226,14 @@ async def owe(replica: Replica, children: int) -> None:
     owed = [Propagation(ChildRef(f"c{n:03}", 1), IntentKind.REQUEST_CANCELLATION) for n in range(children)]
 
     def unit(tx):
-        tx.insert_task(parent)
-        tx.insert_propagations(tx.append_event(event), owed, 1)
+        tx.tasks.insert(parent)
+        tx.propagations.insert(tx.events.append(event), owed, 1)
 
     await replica.store.write(unit)
 
 
 async def claim(replica: Replica, owner: str, now: int, limit: int) -> set[int]:
-    claimed = await replica.store.write(lambda tx: tx.claim_propagations(now, owner, LEASE, limit))
+    claimed = await replica.store.write(lambda tx: tx.propagations.claim(now, owner, LEASE, limit))
     return {p.id for p in claimed}
 
 
@@ -270,7 +270,7 @@ async def test_two_replicas_delivering_at_once_apply_each_propagation_once(repli
     for child in children:
         intents = [e.intent for e in await history(a, child)]
         assert intents == [IntentKind.REGISTER_TASK, IntentKind.REQUEST_CANCELLATION]
-    assert await a.store.write(lambda tx: tx.claim_propagations(0, "check", 0, 100)) == []
+    assert await a.store.write(lambda tx: tx.propagations.claim(0, "check", 0, 100)) == []
 
 
 # -- watchers across replicas, over gRPC ------------------------------------------------

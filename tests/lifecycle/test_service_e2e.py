@@ -1181,8 +1181,8 @@ async def test_propagations_left_by_a_crash_are_replayed_at_start(start_lifecycl
     await apply(i.ActivateGeneration(workspace_id=WS, task_id="parent", generation=1))
     await apply(i.RegisterTask(workspace_id=WS, task_id="child", parent=ParentLink("parent", 1, LinkMode.ATTACHED)))
     await apply(i.SettleFailure(workspace_id=WS, task_id="parent", generation=1))
-    assert len(await store.read(lambda tx: tx.events_after(WS, 0, "child", 10))) == 1
-    assert len(await store.write(lambda tx: tx.claim_propagations(clock.now_micros(), "test", 1, 10))) == 1
+    assert len(await store.read(lambda tx: tx.events.page(WS, 0, "child", 10))) == 1
+    assert len(await store.write(lambda tx: tx.propagations.claim(clock.now_micros(), "test", 1, 10))) == 1
     await store.close()  # the process died before delivering
     clock.advance(1)  # and its claim (where one is kept) has lapsed
 

@@ -1,13 +1,12 @@
 """The conformance suite of the lifecycle store: every adapter (the `backend` fixture
-of conftest.py) must pass it, through the port only.
+of conftest.py) must pass it, through the port only; what the units of work decide
+on top of it is test_unit_flows.py's and test_units.py's, on the in-memory fake.
 
 Part 1, the port itself: records, events and their sequences, request-id memory,
 propagations, and transaction semantics (all or nothing, after-commit order).
-Part 2, the units of work over the port: request-id replay, atomicity of record +
-event + propagations + remembered response, the event history, and propagation
-delivery. Part 3 (SQLite only, marked so): what only a file can show, inspected
-with a raw connection on purpose: migrations, pragmas, refusals, reopening, and
-propagations that survive a crash."""
+Part 2 (SQLite and PostgreSQL files, marked so): what only a file can show,
+inspected with a raw connection on purpose: migrations, pragmas, refusals,
+reopening, propagations that survive a crash, and upgrades."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.postgres import PostgresDatabase, SqliteStyle
 from funnel.runtime.sqlite import Migration, migrations_in
 from funnel.runtime.storage_errors import StorageRefused
-from lifecycle_service.authority import PROPAGATION_SOURCE, LifecycleAuthority
 from lifecycle_service.core import intents as i
 from lifecycle_service.core.model import (
     Cause,
@@ -34,7 +32,6 @@ from lifecycle_service.core.model import (
     LinkMode,
     Outcome,
     ParentLink,
-    Policy,
     Propagation,
     TaskRecord,
     WorkStatus,
@@ -47,29 +44,23 @@ from lifecycle_service.storage.postgres import MIGRATIONS_PACKAGE as PG_MIGRATIO
 from lifecycle_service.storage.postgres import SCHEMA as PG_SCHEMA
 from lifecycle_service.storage.postgres import PostgresLifecycleStore
 from lifecycle_service.storage.sqlite import MIGRATIONS_PACKAGE, SqliteLifecycleStore, SqliteLifecycleTx
-from lifecycle_service.units import ApplyResult, Command, Committed, Discharged, Replayed, Resettled, apply_intent
+from lifecycle_service.units import Command, apply_intent
+from tests.lifecycle.units_support import (
+    FP_A,
+    FP_B,
+    POLICY,
+    T0,
+    WS,
+    Boom,
+    Harness,
+    active_task,
+    pending,
+    plain,
+    register,
+)
 from tests.postgres import fresh_database
 
 SCHEMA_VERSION = len(migrations_in(MIGRATIONS_PACKAGE))
-
-POLICY = Policy()
-WS = "ws"
-FP_A = b"A" * 32
-FP_B = b"B" * 32
-T0 = 1_700_000_000_000_000
-
-
-class Boom(Exception):
-    pass
-
-
-def render(task: TaskRecord, event: LifecycleEvent) -> bytes:
-    """A stand-in for the service's serialized response: the port stores bytes only."""
-    return repr((task, event)).encode()
-
-
-def exploding_render(task, event):
-    raise Boom("render failed")
 
 
 def record(task_id="t1", *, revision=1, workspace=WS, state=GenerationState.REGISTERED, parent=None, **changes):
@@ -120,8 +111,8 @@ async def put(store: LifecycleStore, task: TaskRecord, **event_changes) -> Lifec
     """Writes a record (insert at revision 1, else update) with its event."""
 
     def unit(tx):
-        (tx.insert_task if task.revision == 1 else tx.update_task)(task)
-        return tx.append_event(event_of(task, **event_changes))
+        (tx.tasks.insert if task.revision == 1 else tx.tasks.update)(task)
+        return tx.events.append(event_of(task, **event_changes))
 
     return await store.write(unit)
 
@@ -130,20 +121,14 @@ async def everything(store: LifecycleStore, workspace=WS):
     """What a failed transaction must not have changed."""
 
     def read(tx):
-        tasks = tx.list_tasks(workspace, TaskQuery(), "", 10_000)
+        tasks = tx.tasks.page(workspace, TaskQuery(), "", 10_000)
         return (
             tasks,
-            tx.events_after(workspace, 0, None, 10_000),
-            [tx.open_attached_children(t) for t in tasks],
+            tx.events.page(workspace, 0, None, 10_000),
+            [tx.tasks.open_attached_children(t) for t in tasks],
         )
 
     return await store.read(read)
-
-
-async def pending(store: LifecycleStore, limit=100):
-    """The pending propagations, oldest first. A look, not a hold: the claim's lease
-    is zero, so it has lapsed at once and the authority's deliverer may take them."""
-    return await store.write(lambda tx: tx.claim_propagations(T0, "test", 0, limit))
 
 
 # ===========================================================================
@@ -164,29 +149,29 @@ async def test_a_record_round_trips_every_field(backend):
         generation=2,
         parent=parent,
     )
-    await backend.write(lambda tx: tx.insert_task(task))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == task
-    assert await backend.read(lambda tx: tx.load_task("other", "t1")) is None
-    assert await backend.read(lambda tx: tx.load_task(WS, "t2")) is None
+    await backend.write(lambda tx: tx.tasks.insert(task))
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == task
+    assert await backend.read(lambda tx: tx.tasks.load("other", "t1")) is None
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t2")) is None
 
 
 async def test_an_update_replaces_only_the_previous_revision(backend):
     await put(backend, record("t1"))
     second = record("t1", revision=2, state=GenerationState.ACTIVE, work_status=WorkStatus.IN_PROGRESS)
-    await backend.write(lambda tx: tx.update_task(second))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == second
+    await backend.write(lambda tx: tx.tasks.update(second))
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == second
     for stale in (second, record("t1", revision=5), record("missing", revision=2)):
         with pytest.raises(InvariantViolated):
-            await backend.write(lambda tx, stale=stale: tx.update_task(stale))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == second
+            await backend.write(lambda tx, stale=stale: tx.tasks.update(stale))
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == second
 
 
 async def test_a_task_id_is_inserted_once_per_workspace(backend):
-    await backend.write(lambda tx: tx.insert_task(record("t1")))
-    await backend.write(lambda tx: tx.insert_task(record("t1", workspace="other")))
+    await backend.write(lambda tx: tx.tasks.insert(record("t1")))
+    await backend.write(lambda tx: tx.tasks.insert(record("t1", workspace="other")))
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await backend.write(lambda tx: tx.insert_task(record("t1", work_status=WorkStatus.BLOCKED)))
-    assert (await backend.read(lambda tx: tx.load_task(WS, "t1"))).work_status is WorkStatus.READY
+        await backend.write(lambda tx: tx.tasks.insert(record("t1", work_status=WorkStatus.BLOCKED)))
+    assert (await backend.read(lambda tx: tx.tasks.load(WS, "t1"))).work_status is WorkStatus.READY
 
 
 @pytest.mark.parametrize(
@@ -200,8 +185,8 @@ async def test_a_task_id_is_inserted_once_per_workspace(backend):
 )
 async def test_an_inconsistent_record_is_refused(backend, impossible):
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await backend.write(lambda tx: tx.insert_task(record("t1", **impossible)))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) is None
+        await backend.write(lambda tx: tx.tasks.insert(record("t1", **impossible)))
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) is None
 
 
 async def test_listing_tasks_pages_by_task_id_and_filters_by_parent(backend):
@@ -211,7 +196,7 @@ async def test_listing_tasks_pages_by_task_id_and_filters_by_parent(backend):
     await put(backend, record("a", workspace="other"))
 
     def ids(after, limit, parent=None, workspace=WS):
-        return backend.read(lambda tx: [t.task_id for t in tx.list_tasks(workspace, TaskQuery(parent), after, limit)])
+        return backend.read(lambda tx: [t.task_id for t in tx.tasks.page(workspace, TaskQuery(parent), after, limit)])
 
     assert await ids("", 10) == ["a", "b", "c", "p"]
     assert await ids("a", 2) == ["b", "c"]
@@ -284,7 +269,7 @@ async def test_listing_tasks_filters_by_state_outcome_work_status_and_id_prefix_
     ]
 
     def ids(after, limit):
-        return backend.read(lambda tx: [t.task_id for t in tx.list_tasks(WS, query, after, limit)])
+        return backend.read(lambda tx: [t.task_id for t in tx.tasks.page(WS, query, after, limit)])
 
     assert await ids("", 100) == expected
     paged, after = [], ""
@@ -313,7 +298,7 @@ async def test_listing_tasks_by_last_change_is_newest_change_first_once_each_in_
     registered_newest_first = [task_id for task_id, *_ in reversed(MIXED) if task_id not in ("a-1", "b-2")]
 
     def listed(query=None, before=None, limit=100):
-        return backend.read(lambda tx: tx.list_tasks_by_change(WS, query or TaskQuery(), before, limit))
+        return backend.read(lambda tx: tx.tasks.page_by_change(WS, query or TaskQuery(), before, limit))
 
     everything = await listed()
     assert [task.task_id for _, task in everything] == ["a-1", "b-2", *registered_newest_first]
@@ -329,12 +314,12 @@ async def test_listing_tasks_by_last_change_is_newest_change_first_once_each_in_
     assert paged == everything
     blocked = await listed(TaskQuery(work_status=WorkStatus.BLOCKED))
     assert [task.task_id for _, task in blocked] == ["a-1", "c-2", "b-3", "a-3"]
-    assert await backend.read(lambda tx: tx.list_tasks_by_change("nobody", TaskQuery(), None, 10)) == []
+    assert await backend.read(lambda tx: tx.tasks.page_by_change("nobody", TaskQuery(), None, 10)) == []
 
 
 async def test_tasks_are_counted_by_state_outcome_and_work_status(backend):
     await put_mixed(backend)
-    counts = await backend.read(lambda tx: tx.count_tasks(WS))
+    counts = await backend.read(lambda tx: tx.tasks.count(WS))
     assert counts == [
         TaskCount(GenerationState.REGISTERED, None, WorkStatus.READY, 1),
         TaskCount(GenerationState.ACTIVE, None, WorkStatus.IN_PROGRESS, 1),
@@ -345,7 +330,7 @@ async def test_tasks_are_counted_by_state_outcome_and_work_status(backend):
         TaskCount(TERMINAL, Outcome.FAILED, WorkStatus.BLOCKED, 1),
         TaskCount(TERMINAL, Outcome.TIMED_OUT, WorkStatus.BLOCKED, 1),
     ]
-    assert await backend.read(lambda tx: tx.count_tasks("nobody")) == []
+    assert await backend.read(lambda tx: tx.tasks.count("nobody")) == []
 
 
 async def test_open_attached_children_are_the_current_generations_unsettled_attached_ones(backend):
@@ -360,10 +345,10 @@ async def test_open_attached_children_are_the_current_generations_unsettled_atta
     await put(backend, record("done", parent=attached, state=GenerationState.TERMINAL, outcome=Outcome.CANCELLED))
     await put(backend, record("c9", parent=attached, workspace="other"))
 
-    children = await backend.read(lambda tx: tx.open_attached_children(parent))
+    children = await backend.read(lambda tx: tx.tasks.open_attached_children(parent))
     assert children == (ChildRef("c1", 4), ChildRef("c2", 1), ChildRef("c3", 1))
-    assert await backend.read(lambda tx: tx.open_attached_children(parent, 2)) == children[:2]
-    assert await backend.read(lambda tx: tx.open_attached_children(record("c1"))) == ()
+    assert await backend.read(lambda tx: tx.tasks.open_attached_children(parent, 2)) == children[:2]
+    assert await backend.read(lambda tx: tx.tasks.open_attached_children(record("c1"))) == ()
 
 
 # -- events --------------------------------------------------------------------
@@ -372,19 +357,19 @@ async def test_open_attached_children_are_the_current_generations_unsettled_atta
 async def test_an_event_round_trips_every_field_with_the_sequence_the_store_assigned(backend):
     task = record("t1")
     event = event_of(task, authoritative_at=T0 - 7, request_id="req-1", completion_id=None)
-    stored = await backend.write(lambda tx: (tx.insert_task(task), tx.append_event(event))[1])
+    stored = await backend.write(lambda tx: (tx.tasks.insert(task), tx.events.append(event))[1])
     assert stored.sequence > 0
     assert stored == dataclasses.replace(event, sequence=stored.sequence)
-    assert await backend.read(lambda tx: tx.list_events(WS, "t1", 0, 10)) == [stored]
-    assert await backend.read(lambda tx: tx.events_after(WS, 0, None, 10)) == [stored]
+    assert await backend.read(lambda tx: tx.events.history(WS, "t1", 0, 10)) == [stored]
+    assert await backend.read(lambda tx: tx.events.page(WS, 0, None, 10)) == [stored]
 
 
 async def test_the_last_sequence_is_the_greatest_committed_in_any_workspace(backend):
-    assert await backend.read(lambda tx: tx.last_sequence()) == 0
+    assert await backend.read(lambda tx: tx.events.last_sequence()) == 0
     first = await put(backend, record("t1"))
     last = await put(backend, record("t1", workspace="ws-2"))
     assert last.sequence > first.sequence
-    assert await backend.read(lambda tx: tx.last_sequence()) == last.sequence
+    assert await backend.read(lambda tx: tx.events.last_sequence()) == last.sequence
 
 
 async def test_a_registration_event_round_trips_its_parent_link(backend):
@@ -393,26 +378,26 @@ async def test_a_registration_event_round_trips_its_parent_link(backend):
     child = record("child", parent=link)
 
     def unit(tx):
-        tx.insert_task(parent)
-        tx.append_event(event_of(parent))
-        tx.insert_task(child)
-        return tx.append_event(event_of(child, parent=link))
+        tx.tasks.insert(parent)
+        tx.events.append(event_of(parent))
+        tx.tasks.insert(child)
+        return tx.events.append(event_of(child, parent=link))
 
     stored = await backend.write(unit)
     assert stored.parent == link
-    events = await backend.read(lambda tx: tx.events_after(WS, 0, None, 10))
+    events = await backend.read(lambda tx: tx.events.page(WS, 0, None, 10))
     assert [e.parent for e in events] == [None, link]
-    assert await backend.read(lambda tx: tx.list_events(WS, "child", 0, 10)) == [stored]
+    assert await backend.read(lambda tx: tx.events.history(WS, "child", 0, 10)) == [stored]
 
 
 async def next_revision(store: LifecycleStore, workspace: str, task_id: str, committed: list[int]) -> None:
     """Registers the task, or moves it to its next revision, noting the sequence after commit."""
 
     def unit(tx):
-        current = tx.load_task(workspace, task_id)
+        current = tx.tasks.load(workspace, task_id)
         task = record(task_id, workspace=workspace, revision=current.revision + 1 if current else 1)
-        (tx.insert_task if current is None else tx.update_task)(task)
-        return tx.append_event(event_of(task))
+        (tx.tasks.insert if current is None else tx.tasks.update)(task)
+        return tx.events.append(event_of(task))
 
     await store.write(unit, after_commit=lambda event: committed.append(event.sequence))
 
@@ -424,7 +409,7 @@ async def test_sequences_increase_strictly_in_commit_order_across_tasks_and_work
     writing = True
 
     def visible(tx) -> list[int]:
-        return sorted(e.sequence for workspace in ("a", "b") for e in tx.events_after(workspace, 0, None, 100))
+        return sorted(e.sequence for workspace in ("a", "b") for e in tx.events.page(workspace, 0, None, 100))
 
     async def reader() -> None:
         while writing:
@@ -451,7 +436,7 @@ async def test_sequences_increase_strictly_in_commit_order_across_tasks_and_work
         # reports concurrent commits in any order; its watchers read the table).
         assert committed == stored
     for workspace, task_id in tasks:
-        history = await backend.read(lambda tx, w=workspace, t=task_id: tx.list_events(w, t, 0, 10))
+        history = await backend.read(lambda tx, w=workspace, t=task_id: tx.events.history(w, t, 0, 10))
         assert [e.revision for e in history] == [1, 2, 3]
 
 
@@ -459,8 +444,8 @@ async def test_a_tasks_revision_has_one_event(backend):
     task = record("t1")
     await put(backend, task)
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await backend.write(lambda tx: tx.append_event(event_of(task, cause=Cause("again"))))
-    assert [e.cause.source for e in await backend.read(lambda tx: tx.list_events(WS, "t1", 0, 10))] == ["test"]
+        await backend.write(lambda tx: tx.events.append(event_of(task, cause=Cause("again"))))
+    assert [e.cause.source for e in await backend.read(lambda tx: tx.events.history(WS, "t1", 0, 10))] == ["test"]
 
 
 async def test_events_are_listed_per_task_by_revision_and_per_workspace_by_sequence(backend):
@@ -472,13 +457,13 @@ async def test_events_are_listed_per_task_by_revision_and_per_workspace_by_seque
     def read(fn):
         return backend.read(fn)
 
-    assert await read(lambda tx: tx.list_events(WS, "a", 0, 10)) == [a1, a2, a3]
-    assert await read(lambda tx: tx.list_events(WS, "a", 1, 1)) == [a2]
-    assert await read(lambda tx: tx.list_events(WS, "missing", 0, 10)) == []
-    assert await read(lambda tx: tx.events_after(WS, 0, None, 10)) == [a1, b1, a2, a3]
-    assert await read(lambda tx: tx.events_after(WS, b1.sequence, None, 10)) == [a2, a3]
-    assert await read(lambda tx: tx.events_after(WS, 0, None, 2)) == [a1, b1]
-    assert await read(lambda tx: tx.events_after(WS, a1.sequence, "a", 10)) == [a2, a3]
+    assert await read(lambda tx: tx.events.history(WS, "a", 0, 10)) == [a1, a2, a3]
+    assert await read(lambda tx: tx.events.history(WS, "a", 1, 1)) == [a2]
+    assert await read(lambda tx: tx.events.history(WS, "missing", 0, 10)) == []
+    assert await read(lambda tx: tx.events.page(WS, 0, None, 10)) == [a1, b1, a2, a3]
+    assert await read(lambda tx: tx.events.page(WS, b1.sequence, None, 10)) == [a2, a3]
+    assert await read(lambda tx: tx.events.page(WS, 0, None, 2)) == [a1, b1]
+    assert await read(lambda tx: tx.events.page(WS, a1.sequence, "a", 10)) == [a2, a3]
 
 
 async def test_the_terminal_event_is_the_first_that_ended_the_current_generation(backend):
@@ -487,27 +472,27 @@ async def test_the_terminal_event_is_the_first_that_ended_the_current_generation
     terminal = await put(backend, record("t1", revision=2, **ended))
     later = record("t1", revision=3, **{**ended, "work_status": WorkStatus.READY})
     await put(backend, later)
-    assert await backend.read(lambda tx: tx.terminal_event(later)) == terminal
+    assert await backend.read(lambda tx: tx.events.terminal(later)) == terminal
     next_generation = record("t1", revision=4, generation=2, state=GenerationState.ACTIVE)
     await put(backend, next_generation)
     with pytest.raises(InvariantViolated):
-        await backend.read(lambda tx: tx.terminal_event(next_generation))
+        await backend.read(lambda tx: tx.events.terminal(next_generation))
 
 
 # -- request ids -------------------------------------------------------------------
 
 
 async def test_a_request_id_is_remembered_in_its_scope(backend):
-    await backend.write(lambda tx: tx.remember_request(key(), b"response", T0))
-    assert await backend.read(lambda tx: tx.recall_request(WS, "caller", "SetWorkStatus", "req-1")) == (
+    await backend.write(lambda tx: tx.requests.remember(key(), b"response", T0))
+    assert await backend.read(lambda tx: tx.requests.recall(WS, "caller", "SetWorkStatus", "req-1")) == (
         FP_A,
         b"response",
     )
     for scope in [("other", "caller", "SetWorkStatus"), (WS, "else", "SetWorkStatus"), (WS, "caller", "GetTask")]:
-        assert await backend.read(lambda tx, scope=scope: tx.recall_request(*scope, "req-1")) is None
+        assert await backend.read(lambda tx, scope=scope: tx.requests.recall(*scope, "req-1")) is None
     with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await backend.write(lambda tx: tx.remember_request(key(fingerprint=FP_B), b"other", T0))
-    assert await backend.read(lambda tx: tx.recall_request(WS, "caller", "SetWorkStatus", "req-1")) == (
+        await backend.write(lambda tx: tx.requests.remember(key(fingerprint=FP_B), b"other", T0))
+    assert await backend.read(lambda tx: tx.requests.recall(WS, "caller", "SetWorkStatus", "req-1")) == (
         FP_A,
         b"response",
     )
@@ -515,17 +500,17 @@ async def test_a_request_id_is_remembered_in_its_scope(backend):
 
 async def test_request_ids_are_forgotten_oldest_first_in_batches(backend):
     for n in range(5):
-        await backend.write(lambda tx, n=n: tx.remember_request(key(f"req-{n}"), b"r", T0 + 10 * (5 - n)))
+        await backend.write(lambda tx, n=n: tx.requests.remember(key(f"req-{n}"), b"r", T0 + 10 * (5 - n)))
 
     def remembered():
         return backend.read(
-            lambda tx: sorted(n for n in range(5) if tx.recall_request(WS, "caller", "SetWorkStatus", f"req-{n}"))
+            lambda tx: sorted(n for n in range(5) if tx.requests.recall(WS, "caller", "SetWorkStatus", f"req-{n}"))
         )
 
-    assert await backend.write(lambda tx: tx.forget_requests(T0 + 35, 2)) == 2  # the two oldest: 4 and 3
+    assert await backend.write(lambda tx: tx.requests.forget(T0 + 35, 2)) == 2  # the two oldest: 4 and 3
     assert await remembered() == [0, 1, 2]
-    assert await backend.write(lambda tx: tx.forget_requests(T0 + 35, 2)) == 1  # 2 (T0 + 30); 1 is not old enough
-    assert await backend.write(lambda tx: tx.forget_requests(T0 + 35, 2)) == 0
+    assert await backend.write(lambda tx: tx.requests.forget(T0 + 35, 2)) == 1  # 2 (T0 + 30); 1 is not old enough
+    assert await backend.write(lambda tx: tx.requests.forget(T0 + 35, 2)) == 0
     assert await remembered() == [0, 1]
 
 
@@ -539,8 +524,8 @@ async def test_propagations_are_claimed_oldest_first_and_discharged_once(backend
         Propagation(ChildRef("c2", 1), IntentKind.REQUEST_CANCELLATION),
         Propagation(ChildRef("c1", 3), IntentKind.PROPAGATE_PARENT_TERMINATION),
     ]
-    await backend.write(lambda tx: tx.insert_propagations(event, owed[:1], T0))
-    await backend.write(lambda tx: tx.insert_propagations(event, owed[1:], T0))
+    await backend.write(lambda tx: tx.propagations.insert(event, owed[:1], T0))
+    await backend.write(lambda tx: tx.propagations.insert(event, owed[1:], T0))
     claimed = await pending(backend)
     assert [(p.child, p.intent) for p in claimed] == [(o.child, o.intent) for o in owed]
     assert {(p.workspace_id, p.parent_task_id, p.parent_generation, p.parent_sequence) for p in claimed} == {
@@ -548,8 +533,8 @@ async def test_propagations_are_claimed_oldest_first_and_discharged_once(backend
     }
     assert claimed[0].id < claimed[1].id
     assert await pending(backend, limit=1) == claimed[:1]
-    assert await backend.write(lambda tx: tx.discharge_propagation(claimed[0].id)) is True
-    assert await backend.write(lambda tx: tx.discharge_propagation(claimed[0].id)) is False
+    assert await backend.write(lambda tx: tx.propagations.discharge(claimed[0].id)) is True
+    assert await backend.write(lambda tx: tx.propagations.discharge(claimed[0].id)) is False
     assert await pending(backend) == claimed[1:]
 
 
@@ -560,13 +545,13 @@ async def test_the_figures_count_pending_propagations_and_remembered_request_ids
     assert (empty.database_bytes is None) == isinstance(backend, MemoryLifecycleStore)
     event = await put(backend, record("p", state=GenerationState.ACTIVE))
     owed = [Propagation(ChildRef(f"c{n}", 1), IntentKind.REQUEST_CANCELLATION) for n in range(3)]
-    await backend.write(lambda tx: tx.insert_propagations(event, owed, T0))
+    await backend.write(lambda tx: tx.propagations.insert(event, owed, T0))
     for n in range(2):
-        await backend.write(lambda tx, n=n: tx.remember_request(key(f"req-{n}"), b"r", T0))
+        await backend.write(lambda tx, n=n: tx.requests.remember(key(f"req-{n}"), b"r", T0))
     figures = await backend.read(lambda tx: tx.load_figures())
     assert (figures.pending_propagations, figures.request_ids) == (3, 2)
     first = (await pending(backend))[0]
-    await backend.write(lambda tx: tx.discharge_propagation(first.id))
+    await backend.write(lambda tx: tx.propagations.discharge(first.id))
     assert (await backend.read(lambda tx: tx.load_figures())).pending_propagations == 2
     if empty.database_bytes is not None:
         assert figures.database_bytes is not None and figures.database_bytes > 0
@@ -581,11 +566,11 @@ async def test_a_write_that_raises_leaves_nothing_behind(backend):
     committed_hooks = []
 
     def unit(tx):
-        tx.insert_task(record("t1", parent=ParentLink("p", 1, LinkMode.ATTACHED)))
-        event = tx.append_event(event_of(record("t1")))
-        tx.update_task(record("p", revision=2, state=GenerationState.ACTIVE))
-        tx.insert_propagations(event, [Propagation(ChildRef("t1", 1), IntentKind.REQUEST_CANCELLATION)], T0)
-        tx.remember_request(key(), b"response", T0)
+        tx.tasks.insert(record("t1", parent=ParentLink("p", 1, LinkMode.ATTACHED)))
+        event = tx.events.append(event_of(record("t1")))
+        tx.tasks.update(record("p", revision=2, state=GenerationState.ACTIVE))
+        tx.propagations.insert(event, [Propagation(ChildRef("t1", 1), IntentKind.REQUEST_CANCELLATION)], T0)
+        tx.requests.remember(key(), b"response", T0)
         raise Boom("after every kind of write")
 
     with pytest.raises(Boom):
@@ -593,22 +578,43 @@ async def test_a_write_that_raises_leaves_nothing_behind(backend):
     assert committed_hooks == []
     assert await everything(backend) == before
     assert await pending(backend) == []
-    assert await backend.read(lambda tx: tx.recall_request(WS, "caller", "SetWorkStatus", "req-1")) is None
+    assert await backend.read(lambda tx: tx.requests.recall(WS, "caller", "SetWorkStatus", "req-1")) is None
     # The store is still usable, and the next event comes after every earlier one.
     after = await put(backend, record("t2"))
     assert after.sequence > max(e.sequence for e in before[1])
+
+
+async def test_a_write_that_returns_a_rejection_leaves_nothing_behind(backend):
+    await put(backend, record("p", state=GenerationState.ACTIVE))
+    before = await everything(backend)
+    committed_hooks = []
+    refusal = Rejection(Reason.INVALID_TRANSITION, "refused after every kind of write")
+
+    def unit(tx):
+        tx.tasks.insert(record("t1", parent=ParentLink("p", 1, LinkMode.ATTACHED)))
+        event = tx.events.append(event_of(record("t1")))
+        tx.tasks.update(record("p", revision=2, state=GenerationState.ACTIVE))
+        tx.propagations.insert(event, [Propagation(ChildRef("t1", 1), IntentKind.REQUEST_CANCELLATION)], T0)
+        tx.requests.remember(key(), b"response", T0)
+        return refusal
+
+    assert await backend.write(unit, after_commit=committed_hooks.append) == refusal
+    assert committed_hooks == []
+    assert await everything(backend) == before
+    assert await pending(backend) == []
+    assert await backend.read(lambda tx: tx.requests.recall(WS, "caller", "SetWorkStatus", "req-1")) is None
 
 
 async def test_a_write_that_returns_commits_and_hands_its_result_to_after_commit(backend):
     seen = []
 
     def unit(tx):
-        tx.insert_task(record("t1"))
+        tx.tasks.insert(record("t1"))
         return "done"
 
     assert await backend.write(unit, after_commit=lambda result: seen.append(result)) == "done"
     assert seen == ["done"]
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == record("t1")
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == record("t1")
 
 
 async def test_after_commit_hooks_run_in_commit_order_before_the_writes_return(backend):
@@ -616,7 +622,7 @@ async def test_after_commit_hooks_run_in_commit_order_before_the_writes_return(b
 
     async def write(n):
         await backend.write(
-            lambda tx: tx.insert_task(record(f"t{n}")), after_commit=lambda _: order.append(f"commit {n}")
+            lambda tx: tx.tasks.insert(record(f"t{n}")), after_commit=lambda _: order.append(f"commit {n}")
         )
         order.append(f"return {n}")
 
@@ -628,9 +634,9 @@ async def test_after_commit_hooks_run_in_commit_order_before_the_writes_return(b
 
 
 async def test_a_read_sees_what_was_committed(backend):
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) is None
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) is None
     await put(backend, record("t1"))
-    assert await backend.read(lambda tx: tx.load_task(WS, "t1")) == record("t1")
+    assert await backend.read(lambda tx: tx.tasks.load(WS, "t1")) == record("t1")
 
 
 async def test_check_writable_passes_on_a_healthy_store_and_changes_nothing(backend):
@@ -641,395 +647,7 @@ async def test_check_writable_passes_on_a_healthy_store_and_changes_nothing(back
 
 
 # ===========================================================================
-# Part 2: the units of work over the port.
-
-
-class Harness:
-    """A store, the units that apply intents on it, and what committed (published)."""
-
-    def __init__(self, store: LifecycleStore, clock):
-        self.store = store
-        self.clock = clock
-        self.published: list[LifecycleEvent] = []
-        self.authority = LifecycleAuthority(store, POLICY, clock, publish=self.published.append)
-
-    async def apply(self, intent, *, fingerprint=None, render=render, decide_with=None, method="SetWorkStatus"):
-        self.clock.advance(1_000)
-        request = None
-        if intent.request_id:
-            request = RequestKey(
-                intent.workspace_id, intent.caller.subject, method, intent.request_id, fingerprint or FP_A
-            )
-        command = Command(intent, decide_with or (lambda s: decide(intent, s, POLICY)), render, request)
-        now = self.clock.now_micros()
-
-        def publish(result: ApplyResult) -> None:
-            if isinstance(result, Committed):
-                self.published.append(result.event)
-
-        return await self.store.write(lambda tx: apply_intent(tx, command, now), after_commit=publish)
-
-    async def ok(self, intent, **kw) -> Committed:
-        result = await self.apply(intent, **kw)
-        assert isinstance(result, Committed), result
-        return result
-
-    async def task(self, task_id, workspace=WS):
-        return await self.store.read(lambda tx: tx.load_task(workspace, task_id))
-
-    async def children(self, task_id):
-        return await self.store.read(lambda tx: tx.open_attached_children(tx.load_task(WS, task_id)))
-
-    async def events(self, task_id, workspace=WS):
-        return await self.store.read(lambda tx: tx.list_events(workspace, task_id, 0, 1000))
-
-    async def all_events(self, workspace=WS):
-        return await self.store.read(lambda tx: tx.events_after(workspace, 0, None, 10_000))
-
-
-@pytest.fixture
-def harness(backend, clock):
-    return Harness(backend, clock)
-
-
-def register(task_id, *, parent=None, request_id=None, workspace=WS):
-    return i.RegisterTask(workspace_id=workspace, task_id=task_id, parent=parent, request_id=request_id)
-
-
-def activate(task_id, generation=1, **kw):
-    return i.ActivateGeneration(workspace_id=WS, task_id=task_id, generation=generation, **kw)
-
-
-def work(task_id, status=WorkStatus.IN_PROGRESS, generation=1, **kw):
-    return i.SetWorkStatus(workspace_id=WS, task_id=task_id, generation=generation, work_status=status, **kw)
-
-
-def plain(cls, task_id, generation=1, **kw):
-    return cls(workspace_id=WS, task_id=task_id, generation=generation, **kw)
-
-
-async def active_task(h, task_id, parent=None):
-    await h.ok(register(task_id, parent=parent))
-    await h.ok(activate(task_id))
-
-
-# -- request ids -------------------------------------------------------------------
-
-
-async def test_a_repeated_request_id_replays_the_original_response(harness):
-    first = await harness.ok(register("t1", request_id="req-1"), fingerprint=FP_A)
-    await harness.ok(activate("t1"))
-    await harness.ok(work("t1"))
-    again = await harness.apply(register("t1", request_id="req-1"), fingerprint=FP_A)
-    assert again == Replayed(render(first.task, first.event)) == Replayed(first.response)
-    # Nothing was applied by the repeat.
-    assert (await harness.task("t1")).revision == 3
-    assert len(await harness.all_events()) == 3
-
-
-async def test_the_same_request_id_for_a_different_request_is_refused(harness):
-    await harness.ok(register("t1", request_id="req-1"), fingerprint=FP_A)
-    before = await harness.all_events()
-    result = await harness.apply(activate("t1", request_id="req-1"), fingerprint=FP_B)
-    assert isinstance(result, Rejection)
-    assert result.reason is Reason.REQUEST_ID_REUSED
-    assert result.metadata == {"request_id": "req-1"}
-    assert (await harness.task("t1")).state is GenerationState.REGISTERED
-    assert await harness.all_events() == before
-
-
-async def test_request_ids_are_per_workspace(harness):
-    await harness.ok(register("t1", request_id="req-1"), fingerprint=FP_A)
-    other = await harness.ok(register("t1", request_id="req-1", workspace="other"), fingerprint=FP_B)
-    assert other.task.workspace_id == "other"
-
-
-async def test_a_rejected_request_is_not_remembered(harness):
-    await harness.ok(register("t1"))
-    refused = await harness.apply(plain(i.SuspendGeneration, "t1", request_id="req-9"), fingerprint=FP_A)
-    assert isinstance(refused, Rejection) and refused.reason is Reason.INVALID_TRANSITION
-    # The id is still free: a different request may use it.
-    await harness.ok(activate("t1", request_id="req-9"), fingerprint=FP_B)
-
-
-async def test_a_repeated_settlement_is_remembered_under_its_own_request_id(harness):
-    await active_task(harness, "t1")
-    settled = await harness.ok(plain(i.SettleFailure, "t1", request_id="fail-1"))
-    repeat = await harness.apply(plain(i.SettleFailure, "t1", request_id="fail-2"), fingerprint=FP_B)
-    assert isinstance(repeat, Resettled)
-    assert repeat.event == settled.event
-    assert repeat.response == render(repeat.task, settled.event)
-    replay = await harness.apply(plain(i.SettleFailure, "t1", request_id="fail-2"), fingerprint=FP_B)
-    assert replay == Replayed(repeat.response)
-
-
-# -- atomicity: a failure anywhere in the transaction stores nothing ----------------
-
-
-async def test_a_failing_render_stores_neither_record_nor_event_nor_request_id(harness):
-    with pytest.raises(Boom):
-        await harness.apply(register("t1", request_id="req-1"), render=exploding_render)
-    assert await harness.task("t1") is None
-    assert await harness.events("t1") == []
-    assert await harness.all_events() == []
-    assert harness.published == []
-    # The request id was not remembered: a different request may use it.
-    await harness.ok(register("t1", request_id="req-1"), fingerprint=FP_B)
-
-
-async def test_a_failing_decide_changes_nothing(harness):
-    await active_task(harness, "t1")
-    before_task, before_events = await harness.task("t1"), await harness.all_events()
-
-    def explode(situation):
-        raise Boom("decide failed")
-
-    with pytest.raises(Boom):
-        await harness.apply(work("t1", request_id="req-1"), decide_with=explode)
-    assert await harness.task("t1") == before_task
-    assert await harness.all_events() == before_events
-    assert len(harness.published) == len(before_events)
-    await harness.ok(work("t1", request_id="req-1"), fingerprint=FP_B)
-
-
-async def test_no_record_change_without_its_event(harness):
-    """The record is written before its event: when the event cannot be stored the
-    record change is rolled back with it."""
-    await active_task(harness, "t1")
-    before_task, before_events = await harness.task("t1"), await harness.all_events()
-    intent = work("t1", WorkStatus.BLOCKED)
-
-    def duplicate_revision(situation):
-        transition = decide(intent, situation, POLICY)
-        # An event whose revision already exists: (task, revision) is unique.
-        return dataclasses.replace(
-            transition, event=dataclasses.replace(transition.event, revision=situation.task.revision)
-        )
-
-    with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await harness.apply(intent, decide_with=duplicate_revision)
-    assert await harness.task("t1") == before_task
-    assert await harness.all_events() == before_events
-
-
-async def test_no_event_without_its_record(harness):
-    await active_task(harness, "t1")
-    before_task, before_events = await harness.task("t1"), await harness.all_events()
-    intent = plain(i.SettleFailure, "t1")
-
-    def impossible_record(situation):
-        transition = decide(intent, situation, POLICY)
-        # TERMINAL without an outcome: the record's checks refuse it.
-        return dataclasses.replace(transition, task=dataclasses.replace(transition.task, outcome=None))
-
-    with pytest.raises(Exception):  # noqa: B017 - each adapter raises its own integrity error
-        await harness.apply(intent, decide_with=impossible_record)
-    assert await harness.task("t1") == before_task
-    assert await harness.all_events() == before_events
-    assert len(harness.published) == len(before_events)
-
-
-async def test_a_failed_parent_transition_owes_its_children_nothing(harness):
-    await active_task(harness, "parent")
-    await harness.ok(register("child", parent=ParentLink("parent", 1, LinkMode.ATTACHED)))
-    with pytest.raises(Boom):
-        await harness.apply(plain(i.RequestCancellation, "parent", request_id="r"), render=exploding_render)
-    assert await pending(harness.store) == []
-    assert not (await harness.task("parent")).fenced
-
-
-async def test_events_stay_ordered_and_complete_across_failed_transactions(harness):
-    await active_task(harness, "t1")
-    for n in range(6):
-        if n % 2:
-            with pytest.raises(Boom):
-                await harness.apply(work("t1", WorkStatus.BLOCKED, request_id=f"r{n}"), render=exploding_render)
-        else:
-            await harness.ok(work("t1", WorkStatus.IN_PROGRESS if n % 4 else WorkStatus.READY))
-    events = await harness.all_events()
-    sequences = [e.sequence for e in events]
-    assert sequences == sorted(set(sequences))
-    assert [e.revision for e in events] == list(range(1, (await harness.task("t1")).revision + 1))
-    assert harness.published == events
-
-
-# -- the event history -------------------------------------------------------------
-
-
-async def test_events_are_gapless_per_task_ordered_globally_and_published_in_commit_order(harness):
-    await harness.ok(register("a"))
-    await harness.ok(register("b"))
-    await harness.ok(register("a", workspace="other"))
-    for n in range(5):
-        await harness.ok(work("a", [WorkStatus.IN_PROGRESS, WorkStatus.BLOCKED][n % 2]))
-        if n % 2:
-            await harness.ok(work("b", [WorkStatus.IN_PROGRESS, WorkStatus.BLOCKED][n // 2 % 2]))
-    task_a, task_b = await harness.task("a"), await harness.task("b")
-    events_a, events_b = await harness.events("a"), await harness.events("b")
-    assert [e.revision for e in events_a] == list(range(1, task_a.revision + 1))
-    assert [e.revision for e in events_b] == list(range(1, task_b.revision + 1))
-    everything_ = await harness.all_events()
-    sequences = [e.sequence for e in everything_]
-    assert sequences == sorted(set(sequences))
-    assert {e.workspace_id for e in everything_} == {WS}
-    assert sorted(everything_, key=lambda e: (e.task_id, e.revision)) == sorted(
-        events_a + events_b, key=lambda e: (e.task_id, e.revision)
-    )
-    # The last event describes the record.
-    last_a = events_a[-1]
-    assert (last_a.generation, last_a.revision, last_a.to_state, last_a.work_status) == (
-        task_a.generation,
-        task_a.revision,
-        task_a.state,
-        task_a.work_status,
-    )
-    # Published after commit, in commit order, exactly what was stored.
-    assert [e for e in harness.published if e.workspace_id == WS] == everything_
-
-
-async def test_an_applied_event_round_trips_every_field(harness):
-    await active_task(harness, "t1")
-    harness.clock.advance(60_000_000)
-    await harness.ok(plain(i.RequestCancellation, "t1"))
-    intent = i.SettleCompletion(
-        workspace_id=WS,
-        task_id="t1",
-        generation=1,
-        request_id="req-c",
-        completion_id="cmp-1",
-        authoritative_at=harness.clock.now_micros() - 10_000_000,
-        cause=Cause("completion_service", "gates passed", (("completion_id", "cmp-1"), ("run_id", "r-1"))),
-        caller=Caller("completion", "service"),
-    )
-    committed = await harness.ok(intent)
-    stored = (await harness.events("t1"))[-1]
-    assert stored == committed.event
-    assert stored.authoritative_at == intent.authoritative_at
-    assert stored.cause == intent.cause
-    assert stored.caller == intent.caller
-    assert stored.cancellation_requested_at is not None
-    assert await harness.task("t1") == committed.task
-
-
-# -- propagations to attached children ------------------------------------------------
-
-
-async def family(h):
-    """parent (ACTIVE) with attached c1 (ACTIVE), attached c2 (REGISTERED), detached d1,
-    and attached c3 already terminal."""
-    await active_task(h, "parent")
-    link = ParentLink("parent", 1, LinkMode.ATTACHED)
-    await active_task(h, "c1", parent=link)
-    await h.ok(register("c2", parent=link))
-    await active_task(h, "d1", parent=ParentLink("parent", 1, LinkMode.DETACHED))
-    await active_task(h, "c3", parent=link)
-    await h.ok(plain(i.SettleFailure, "c3"))
-
-
-async def test_only_a_childs_registration_event_names_its_parent(harness):
-    await family(harness)
-    link = ParentLink("parent", 1, LinkMode.ATTACHED)
-    named = {(e.task_id, e.intent): e.parent for e in await harness.events("c1") + await harness.events("d1")}
-    assert named == {
-        ("c1", IntentKind.REGISTER_TASK): link,
-        ("c1", IntentKind.ACTIVATE_GENERATION): None,
-        ("d1", IntentKind.REGISTER_TASK): ParentLink("parent", 1, LinkMode.DETACHED),
-        ("d1", IntentKind.ACTIVATE_GENERATION): None,
-    }
-    assert [e.parent for e in await harness.events("parent")] == [None, None]
-
-
-async def test_parent_cancellation_is_stored_as_pending_and_delivered(harness):
-    await family(harness)
-    assert [c.task_id for c in await harness.children("parent")] == ["c1", "c2"]
-
-    requested = await harness.ok(plain(i.RequestCancellation, "parent"))
-    assert requested.propagations == 2
-    owed = await pending(harness.store)
-    assert [(p.child.task_id, p.child.generation, p.intent) for p in owed] == [
-        ("c1", 1, IntentKind.REQUEST_CANCELLATION),
-        ("c2", 1, IntentKind.REQUEST_CANCELLATION),
-    ]
-    assert {(p.parent_task_id, p.parent_generation, p.parent_sequence) for p in owed} == {
-        ("parent", 1, requested.event.sequence)
-    }
-    # Not applied before delivery.
-    assert not (await harness.task("c1")).fenced
-
-    authority = harness.authority
-    assert await authority.deliver_pending() == 2
-    assert await pending(harness.store) == []
-    for child in ("c1", "c2"):
-        task = await harness.task(child)
-        assert task.fenced and task.state is not GenerationState.TERMINAL
-        last = (await harness.events(child))[-1]
-        assert last.intent is IntentKind.REQUEST_CANCELLATION
-        assert last.cause.source == PROPAGATION_SOURCE
-        assert dict(last.cause.originating_ids) == {
-            "parent_task_id": "parent",
-            "parent_event_sequence": str(requested.event.sequence),
-        }
-        assert harness.published[-2:][("c1", "c2").index(child)] == last
-    assert not (await harness.task("d1")).fenced
-    assert (await harness.task("c3")).outcome is Outcome.FAILED
-    assert await authority.deliver_pending() == 0
-
-    settled = await harness.ok(plain(i.SettleCancellation, "parent"))
-    assert settled.propagations == 2
-    assert await authority.deliver_pending() == 2
-    for child in ("c1", "c2"):
-        task = await harness.task(child)
-        assert (task.state, task.outcome, task.work_status) == (
-            GenerationState.TERMINAL,
-            Outcome.CANCELLED,
-            WorkStatus.CANCELLED,
-        )
-    assert (await harness.task("d1")).state is GenerationState.ACTIVE
-
-
-async def test_parent_failure_terminates_attached_descendants(harness):
-    await active_task(harness, "parent")
-    await active_task(harness, "child", parent=ParentLink("parent", 1, LinkMode.ATTACHED))
-    await active_task(harness, "grandchild", parent=ParentLink("child", 1, LinkMode.ATTACHED))
-    failed = await harness.ok(plain(i.SettleTimeout, "parent"))
-    assert failed.propagations == 1
-    # One pass delivers the child's termination and the one it owes the grandchild.
-    assert await harness.authority.deliver_pending() == 2
-    for task_id in ("child", "grandchild"):
-        task = await harness.task(task_id)
-        assert (task.outcome, task.work_status) == (Outcome.CANCELLED, WorkStatus.CANCELLED)
-        assert (await harness.events(task_id))[-1].intent is IntentKind.PROPAGATE_PARENT_TERMINATION
-
-
-async def test_a_propagation_the_child_refuses_is_dropped(harness):
-    await active_task(harness, "parent")
-    await active_task(harness, "child", parent=ParentLink("parent", 1, LinkMode.ATTACHED))
-    await harness.ok(plain(i.RequestCancellation, "child"))
-    child_before = await harness.task("child")
-    await harness.ok(plain(i.RequestCancellation, "parent"))
-    assert await harness.authority.deliver_pending() == 1
-    assert await pending(harness.store) == []
-    assert await harness.task("child") == child_before  # already fenced: nothing to do
-
-
-async def test_a_propagation_is_discharged_only_once(harness):
-    await active_task(harness, "parent")
-    await active_task(harness, "child", parent=ParentLink("parent", 1, LinkMode.ATTACHED))
-    await harness.ok(plain(i.RequestCancellation, "parent"))
-    [owed] = await pending(harness.store)
-    intent = plain(i.RequestCancellation, "child")
-    command = Command(intent, lambda s: decide(intent, s, POLICY), propagation_id=owed.id)
-
-    def apply_once():
-        return harness.store.write(lambda tx: apply_intent(tx, command, harness.clock.now_micros()))
-
-    assert isinstance(await apply_once(), Committed)
-    assert await apply_once() == Discharged()
-    assert (await harness.task("child")).revision == 3
-
-
-# ===========================================================================
-# Part 3: SQLite only. What only a file shows, inspected with a raw connection on purpose.
+# Part 2: the files. What only a file shows, inspected with a raw connection on purpose.
 
 
 @pytest.fixture
@@ -1062,8 +680,8 @@ async def test_sqlite_reopening_keeps_the_data_and_migrates_nothing_twice(sqlite
     await store.close()
     store = await SqliteLifecycleStore.open(sqlite_path)
     try:
-        assert (await store.read(lambda tx: tx.load_task(WS, "t1"))).revision == 1
-        assert [e.revision for e in await store.read(lambda tx: tx.list_events(WS, "t1", 0, 10))] == [1]
+        assert (await store.read(lambda tx: tx.tasks.load(WS, "t1"))).revision == 1
+        assert [e.revision for e in await store.read(lambda tx: tx.events.history(WS, "t1", 0, 10))] == [1]
         with sqlite3.connect(sqlite_path) as other:
             assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
@@ -1093,11 +711,11 @@ async def test_sqlite_a_filtered_page_is_read_from_an_index_in_its_order(sqlite_
     run: list[str] = []
     with sqlite3.connect(sqlite_path) as db:
         db.set_trace_callback(run.append)
-        tx = SqliteLifecycleTx(db)
+        tx = SqliteLifecycleTx.over(db)
         if by_change:
-            tx.list_tasks_by_change(WS, query, None, 50)
+            tx.tasks.page_by_change(WS, query, None, 50)
         else:
-            tx.list_tasks(WS, query, "", 50)
+            tx.tasks.page(WS, query, "", 50)
         db.set_trace_callback(None)
         [sql] = run
         plan = " / ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}"))
@@ -1108,7 +726,7 @@ async def test_sqlite_an_in_memory_database_serves_reads_and_writes():
     store = await SqliteLifecycleStore.open(":memory:")
     try:
         committed = await committed_register(store, "t1")
-        assert await store.read(lambda tx: tx.events_after(WS, 0, None, 10)) == [committed.event]
+        assert await store.read(lambda tx: tx.events.page(WS, 0, None, 10)) == [committed.event]
         await store.check_writable()
     finally:
         await store.close()
@@ -1199,7 +817,7 @@ async def _upgraded_store(engine: str, tmp_path, upgrade: str, earlier_rows) -> 
 def _previous_release_rows(db, cause_text) -> None:
     """A parent, its attached child and the child's activation, as the release before
     registration events named the parent stored them."""
-    tx = SqliteLifecycleTx(db)
+    tx = SqliteLifecycleTx.over(db)
     link = ParentLink("parent", 1, LinkMode.ATTACHED)
     rows = [
         (record("parent"), 1, None),
@@ -1207,7 +825,7 @@ def _previous_release_rows(db, cause_text) -> None:
         (record("child", revision=2, parent=link, state=GenerationState.ACTIVE), 3, "REGISTERED"),
     ]
     for task, sequence, from_state in rows:
-        (tx.insert_task if task.revision == 1 else tx.update_task)(task)
+        (tx.tasks.insert if task.revision == 1 else tx.tasks.update)(task)
         db.execute(
             "INSERT INTO lifecycle_events (sequence, workspace_id, task_id, generation, revision, intent, from_state, "
             "to_state, work_status, cause_source, cause_reason, cause_originating_ids, committed_at) "
@@ -1231,7 +849,7 @@ def _previous_release_rows(db, cause_text) -> None:
 async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engine, tmp_path):
     store = await _upgraded_store(engine, tmp_path, "parent_on_registration_events", _previous_release_rows)
     try:
-        events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
+        events = await store.read(lambda tx: tx.events.page(WS, 0, None, 10))
         assert [(e.task_id, e.revision, e.parent) for e in events] == [
             ("parent", 1, None),
             ("child", 1, ParentLink("parent", 1, LinkMode.ATTACHED)),
@@ -1239,7 +857,7 @@ async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engin
         ]
         # History is immutable again once the upgrade has filled it in.
         with pytest.raises(Exception, match="immutable"):
-            await store.write(lambda tx: tx._db.execute("UPDATE lifecycle_events SET parent_task_id = NULL"))
+            await store.write(lambda tx: tx._s.db.execute("UPDATE lifecycle_events SET parent_task_id = NULL"))
     finally:
         await store.close()
 
@@ -1247,7 +865,7 @@ async def test_the_upgrade_names_the_parent_on_earlier_registration_events(engin
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine, tmp_path):
     def earlier_event(db, cause_text) -> None:
-        SqliteLifecycleTx(db).insert_task(record("old"))
+        SqliteLifecycleTx.over(db).tasks.insert(record("old"))
         db.execute(
             "INSERT INTO lifecycle_events (sequence, workspace_id, task_id, generation, revision, intent, to_state, "
             "work_status, cause_source, cause_reason, cause_originating_ids, committed_at, caller_subject, "
@@ -1262,12 +880,12 @@ async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine,
     def append(tx) -> None:
         for n, caller in enumerate([agent, service, agent, service, agent]):
             task = record(f"new-{n}")
-            tx.insert_task(task)
-            tx.append_event(event_of(task, caller=caller))
+            tx.tasks.insert(task)
+            tx.events.append(event_of(task, caller=caller))
 
     try:
         await store.write(append)
-        events = await store.read(lambda tx: tx.events_after(WS, 0, None, 10))
+        events = await store.read(lambda tx: tx.events.page(WS, 0, None, 10))
         assert [(e.task_id, e.caller) for e in events] == [
             ("old", Caller("spiffe://before", "host")),
             ("new-0", agent),
@@ -1276,13 +894,13 @@ async def test_each_caller_is_stored_once_and_earlier_events_keep_theirs(engine,
             ("new-3", service),
             ("new-4", agent),
         ]
-        assert [(e.task_id, e.caller) for e in await store.read(lambda tx: tx.list_events(WS, "new-1", 0, 5))] == [
+        assert [(e.task_id, e.caller) for e in await store.read(lambda tx: tx.events.history(WS, "new-1", 0, 5))] == [
             ("new-1", service)
         ]
 
         def stored(tx):
-            callers = tx._db.execute("SELECT subject, role FROM callers ORDER BY caller_id").fetchall()
-            texts = tx._db.execute(
+            callers = tx._s.db.execute("SELECT subject, role FROM callers ORDER BY caller_id").fetchall()
+            texts = tx._s.db.execute(
                 "SELECT caller_subject, caller_role, caller_id IS NULL FROM lifecycle_events ORDER BY sequence"
             ).fetchall()
             return [tuple(r) for r in callers], [tuple(r) for r in texts]

@@ -35,6 +35,7 @@ from lifecycle_service.units import (
     Command,
     Committed,
     Discharged,
+    Dropped,
     Replayed,
     Resettled,
     TaskView,
@@ -77,16 +78,16 @@ class World:
 
     async def snapshot(self):
         def read(tx):
-            tasks = tx.list_tasks(WS, TaskQuery(), "", 1000)
-            return tasks, tx.events_after(WS, 0, None, 1000)
+            tasks = tx.tasks.page(WS, TaskQuery(), "", 1000)
+            return tasks, tx.events.page(WS, 0, None, 1000)
 
         return await self.store.read(read)
 
     async def task(self, task_id):
-        return await self.store.read(lambda tx: tx.load_task(WS, task_id))
+        return await self.store.read(lambda tx: tx.tasks.load(WS, task_id))
 
     async def pending(self):
-        return await self.store.write(lambda tx: tx.claim_propagations(self.now, "t", 1, 100))
+        return await self.store.write(lambda tx: tx.propagations.claim(self.now, "t", 1, 100))
 
 
 def reg(task_id, *, parent=None, **kw):
@@ -145,14 +146,14 @@ async def given(world: World, setup: str) -> None:
 async def test_the_request_id_rule(stored, asked, expected):
     store = MemoryLifecycleStore()
     if stored is not None:
-        await store.write(lambda tx: remember(tx, RequestKey(WS, "c", "M", "r", stored), b"response", NOW))
-    assert await store.read(lambda tx: recall(tx, asked)) == expected
+        await store.write(lambda tx: remember(tx.requests, RequestKey(WS, "c", "M", "r", stored), b"response", NOW))
+    assert await store.read(lambda tx: recall(tx.requests, asked)) == expected
 
 
 async def test_remember_without_a_key_remembers_nothing_and_reused_names_the_id():
     store = MemoryLifecycleStore()
-    await store.write(lambda tx: remember(tx, None, b"response", NOW))
-    assert await store.write(lambda tx: tx.forget_requests(NOW + 1, 10)) == 0
+    await store.write(lambda tx: remember(tx.requests, None, b"response", NOW))
+    assert await store.write(lambda tx: tx.requests.forget(NOW + 1, 10)) == 0
     refusal = Reused("r-1").rejection(Reason.REQUEST_ID_REUSED)
     assert (refusal.reason, refusal.metadata) == (Reason.REQUEST_ID_REUSED, {"request_id": "r-1"})
 
@@ -303,7 +304,7 @@ async def test_a_propagation_the_child_refuses_is_dropped_and_nothing_else_chang
     c2 = next(p for p in await world.pending() if p.child.task_id == "c2")
     before = await world.snapshot()
     refused = await world.apply(do(i.RequestCancellation, "c2"), propagation_id=c2.id)
-    assert isinstance(refused, Rejection) and refused.reason is Reason.CANCELLATION_ALREADY_REQUESTED
+    assert isinstance(refused, Dropped) and refused.rejection.reason is Reason.CANCELLATION_ALREADY_REQUESTED
     assert await world.snapshot() == before
     assert [p.child.task_id for p in await world.pending()] == ["c1"]
 
@@ -361,7 +362,7 @@ async def test_the_before_commit_fault_point_is_hit_only_by_transitions_and_undo
     assert isinstance(await shell.apply(reg("t"), "RegisterTask", render), Rejection)  # not a hit
     with pytest.raises(DroppedReply):
         await shell.apply(do(i.ActivateGeneration, "t"), "Activate", render)  # the 2nd hit: dropped, not applied
-    assert (await shell.store.read(lambda tx: tx.load_task(WS, "t"))).state is GenerationState.REGISTERED
+    assert (await shell.store.read(lambda tx: tx.tasks.load(WS, "t"))).state is GenerationState.REGISTERED
     assert len(published) == 1
 
 
@@ -375,13 +376,13 @@ async def test_propagations_are_delivered_by_the_background_loop():
     try:
         await shell.apply(do(i.SettleFailure, "p"), "SettleFailure", render)
         for _ in range(3000):  # 30 s of polls: enough on a loaded machine
-            children = [await shell.store.read(lambda tx, c=c: tx.load_task(WS, c)) for c in ("c1", "c2")]
+            children = [await shell.store.read(lambda tx, c=c: tx.tasks.load(WS, c)) for c in ("c1", "c2")]
             if all(child.terminal for child in children):
                 break
             await asyncio.sleep(0.01)
         assert [(c.outcome, c.work_status) for c in children] == [(Outcome.CANCELLED, WorkStatus.CANCELLED)] * 2
         assert [e.intent for e in published[-2:]] == [IntentKind.PROPAGATE_PARENT_TERMINATION] * 2
-        assert await shell.store.write(lambda tx: tx.claim_propagations(NOW, "x", 1, 10)) == []
+        assert await shell.store.write(lambda tx: tx.propagations.claim(NOW, "x", 1, 10)) == []
     finally:
         await background.stop()
 
@@ -403,7 +404,7 @@ async def test_delivery_survives_a_failing_store_and_retries(monkeypatch):
     loop = asyncio.create_task(shell.deliver_forever())
     try:
         for _ in range(3000):
-            children = [await store.read(lambda tx, c=c: tx.load_task(WS, c)) for c in ("c1", "c2")]
+            children = [await store.read(lambda tx, c=c: tx.tasks.load(WS, c)) for c in ("c1", "c2")]
             if all(child.fenced for child in children):
                 break
             await asyncio.sleep(0.01)
@@ -419,7 +420,7 @@ async def test_the_sweep_forgets_old_request_ids():
     shell, _ = authority()
     await shell.apply(reg("a", request_id="r1"), "RegisterTask", render, b"F")
     await shell.apply(reg("b", request_id="r2"), "RegisterTask", render, b"F")
-    first_time = (await shell.store.read(lambda tx: tx.load_task(WS, "a"))).created_at
+    first_time = (await shell.store.read(lambda tx: tx.tasks.load(WS, "a"))).created_at
     assert await shell.sweep_request_ids(first_time + 1, 10) == 1
     again = await shell.apply(reg("a", request_id="r1"), "RegisterTask", render, b"F")
     assert isinstance(again, Rejection) and again.reason is Reason.TASK_ALREADY_EXISTS  # applied as new

@@ -1197,7 +1197,7 @@ class FunnelMachine(RuleBasedStateMachine):
             )
         ).completions
         by_id = {c.completion_id: c for c in completions}
-        stored_events = self.run(lambda: self.f.completion.store.read(lambda tx: tx.load_events(WS, 0, None, 100_000)))
+        stored_events = self.run(lambda: self.f.completion.store.read(lambda tx: tx.events.page(WS, 0, None, 100_000)))
         assert len(stored_events) == m.completion_events, (len(stored_events), m.completion_events)
         settled_events = [e.completion_id for e in stored_events if e.kind.name == "COMPLETION_SETTLED"]
         assert len(settled_events) == len(set(settled_events))
@@ -1270,7 +1270,7 @@ class FunnelMachine(RuleBasedStateMachine):
             )
             assert version == t.state_version, (task_id, version, t.state_version)
             lease = self.run(
-                lambda task_id=task_id: self.f.completion.store.read(lambda tx: tx.load_lease(WS, task_id))
+                lambda task_id=task_id: self.f.completion.store.read(lambda tx: tx.runs.load_lease(WS, task_id))
             )
             assert (lease.run_id, lease.epoch, lease.expires_at) == t.lease if t.lease else lease is None
         runs = self.run(

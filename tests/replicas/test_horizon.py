@@ -44,8 +44,8 @@ class Service:
 def lifecycle_unit(task_id: str, hold: threading.Event | None):
     def unit(tx):
         task = record(task_id, workspace=WS)
-        tx.insert_task(task)
-        event = tx.append_event(event_of(task))
+        tx.tasks.insert(task)
+        event = tx.events.append(event_of(task))
         if hold is not None:
             assert hold.wait(T), "the test never released the first transaction"
         return event
@@ -55,7 +55,7 @@ def lifecycle_unit(task_id: str, hold: threading.Event | None):
 
 def completion_unit(task_id: str, hold: threading.Event | None):
     def unit(tx):
-        event = tx.append_event(CompletionEvent(WS, task_id, 1, CompletionEventKind.RUN_CLAIMED, f"run-{task_id}", 1))
+        event = tx.events.append(CompletionEvent(WS, task_id, 1, CompletionEventKind.RUN_CLAIMED, f"run-{task_id}", 1))
         if hold is not None:
             assert hold.wait(T), "the test never released the first transaction"
         return event
@@ -64,11 +64,11 @@ def completion_unit(task_id: str, hold: threading.Event | None):
 
 
 async def lifecycle_own(store, task_id: str) -> list[int]:
-    return [e.sequence for e in await store.read(lambda tx: tx.list_events(WS, task_id, 0, 10))]
+    return [e.sequence for e in await store.read(lambda tx: tx.events.history(WS, task_id, 0, 10))]
 
 
 async def completion_own(store, task_id: str) -> list[int]:
-    return [e.sequence for e in await store.read(lambda tx: tx.load_events(WS, 0, task_id, 10))]
+    return [e.sequence for e in await store.read(lambda tx: tx.events.page(WS, 0, task_id, 10))]
 
 
 SERVICES = {
@@ -147,7 +147,7 @@ async def test_a_commit_does_not_wait_for_an_open_one_and_every_watcher_delivers
 
 def _running_writers(tx) -> bool:
     """Whether a transaction with an id, other than this reader's, is running in the database."""
-    (count,) = tx._db.execute(
+    (count,) = tx._s.db.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
         " AND datname = current_database()"
     ).fetchone()

@@ -14,15 +14,15 @@ KEY = RequestKey("ws", "caller", "SettleCompletion", "req-1", b"fingerprint")
 
 
 class Memory:
-    """A RequestMemory that keeps what it was given, as a storage adapter does."""
+    """Request ids (funnel.runtime.idempotency.RequestIds) kept as given, as a storage adapter does."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str, str, str], tuple[bytes, bytes]] = {}
 
-    def recall_request(self, workspace_id, caller, method, request_id):
+    def recall(self, workspace_id, caller, method, request_id):
         return self.rows.get((workspace_id, caller, method, request_id))
 
-    def remember_request(self, key, response, created_at):
+    def remember(self, key, response, created_at):
         self.rows[(key.workspace_id, key.caller, key.method, key.request_id)] = (key.fingerprint, response)
 
     def stored(self) -> bytes:
@@ -68,5 +68,5 @@ def test_responses_stored_before_deflating_still_replay():
     older = lifecycle_messages.GetTaskResponse(
         task=lifecycle_types.Task(workspace_id="ws", task_id="t" * 300)
     ).SerializeToString()
-    memory.remember_request(KEY, older, 1)  # as an older release wrote it
+    memory.remember(KEY, older, 1)  # as an older release wrote it
     assert recall(memory, KEY) == Replay(older)

@@ -51,14 +51,14 @@ async def test_an_append_stamps_sequence_generation_and_time_and_moves_the_tail(
     assert await append(world, OPEN_TURN[:2], generation=2) == Appended(1, 1)
     world.clock.advance(SECOND)
     assert await append(world, OPEN_TURN[2:], generation=2, expected_state_version=1) == Appended(2, 3)
-    stored = await world.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10))
+    stored = await world.read(lambda tx: tx.transcripts.page(WS, "t-1", 0, 10))
     assert [(e.sequence, e.generation, e.recorded_at, e.kind) for e in stored] == [
         (1, 2, START, EventKind.TURN_START),
         (2, 2, START, EventKind.STEP_START),
         (3, 2, START + SECOND, EventKind.TOOL_CALL),
         (4, 2, START + SECOND, EventKind.TOOL_CALL),
     ]
-    assert await world.read(lambda tx: tx.load_tail(WS, "t-1")) == TranscriptState(
+    assert await world.read(lambda tx: tx.transcripts.load_tail(WS, "t-1")) == TranscriptState(
         Tail("turn-1", "step-1", ("call-1", "call-2"), "", 4), 2
     )
 
@@ -69,8 +69,11 @@ async def test_a_checkpoint_is_remembered_where_it_was_first_created(world):
         world,
         [ev(EventKind.CHECKPOINT, "cp-2"), ev(EventKind.CHECKPOINT, "cp-1"), ev(EventKind.CHECKPOINT_RESTORE, "cp-2")],
     )
-    assert await world.read(lambda tx: tx.load_checkpoints(WS, "t-1", {"cp-1", "cp-2"})) == {"cp-1": 1, "cp-2": 3}
-    assert (await world.read(lambda tx: tx.load_tail(WS, "t-1"))).tail.checkpoint == "cp-2"
+    assert await world.read(lambda tx: tx.transcripts.load_checkpoints(WS, "t-1", {"cp-1", "cp-2"})) == {
+        "cp-1": 1,
+        "cp-2": 3,
+    }
+    assert (await world.read(lambda tx: tx.transcripts.load_tail(WS, "t-1"))).tail.checkpoint == "cp-2"
 
 
 @pytest.mark.parametrize(
@@ -124,7 +127,7 @@ async def test_the_holder_of_the_live_lease_appends_and_a_request_id_replays(wor
     )
     assert await world.run(transcripts.append, command=command) == Appended(1, 1)
     assert await world.run(transcripts.append, command=command) == Replay(b"v1")
-    assert len(await world.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10))) == 1
+    assert len(await world.read(lambda tx: tx.transcripts.page(WS, "t-1", 0, 10))) == 1
 
 
 # -- repair ---------------------------------------------------------------------------
@@ -134,7 +137,7 @@ async def test_repair_closes_the_interrupted_turn_with_synthetic_events_of_its_g
     await append(world, OPEN_TURN, generation=3)
     world.clock.advance(SECOND)
     assert await world.run(transcripts.repair, workspace_id=WS, task_id="t-1") == Repaired(repaired=True)
-    closers = await world.read(lambda tx: tx.load_transcript(WS, "t-1", 4, 10))
+    closers = await world.read(lambda tx: tx.transcripts.page(WS, "t-1", 4, 10))
     assert [(e.kind, e.ref, e.is_error, e.synthetic, e.generation, e.sequence, e.recorded_at) for e in closers] == [
         (EventKind.TOOL_RESULT, "call-1", True, True, 3, 5, START + SECOND),
         (EventKind.TOOL_RESULT, "call-2", True, True, 3, 6, START + SECOND),
@@ -142,7 +145,7 @@ async def test_repair_closes_the_interrupted_turn_with_synthetic_events_of_its_g
         (EventKind.TURN_END, "turn-1", False, True, 3, 8, START + SECOND),
     ]
     assert closers[-1].reason is TurnEndReason.INTERRUPTED
-    assert await world.read(lambda tx: tx.load_tail(WS, "t-1")) == TranscriptState(Tail(last_sequence=8), 2)
+    assert await world.read(lambda tx: tx.transcripts.load_tail(WS, "t-1")) == TranscriptState(Tail(last_sequence=8), 2)
     before = world.state()
     assert await world.run(transcripts.repair, workspace_id=WS, task_id="t-1") == Repaired()
     assert world.state() == before
@@ -167,14 +170,14 @@ async def test_a_staged_import_is_committed_into_an_empty_transcript_only(world)
         ev(EventKind.TURN_START, "turn-1", sequence=1, generation=2, recorded_at=7),
         ev(EventKind.CHECKPOINT, "cp-1", sequence=2, generation=2, recorded_at=8),
     ]
-    await world.store.write(lambda tx: tx.stage_import("import-1", imported))
+    await world.store.write(lambda tx: tx.imports.stage("import-1", imported))
     tail = Tail(open_turn="turn-1", checkpoint="cp-1", last_sequence=2)
     version = await world.store.write(
         lambda tx: transcripts.commit_import(tx, "import-1", WS, "t-1", tail, {"cp-1": 2})
     )
     assert version == 1
-    assert await world.read(lambda tx: tx.load_transcript(WS, "t-1", 0, 10)) == imported
-    await world.store.write(lambda tx: tx.stage_import("import-2", imported))
+    assert await world.read(lambda tx: tx.transcripts.page(WS, "t-1", 0, 10)) == imported
+    await world.store.write(lambda tx: tx.imports.stage("import-2", imported))
     before = world.state()
     refused(
         await world.store.write(lambda tx: transcripts.commit_import(tx, "import-2", WS, "t-1", tail, {})),
