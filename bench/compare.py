@@ -1,6 +1,7 @@
 """Two revisions of the services measured in alternating pairs, on this machine.
 
     .venv/bin/python bench/compare.py OLD_REV [NEW_REV] [--pairs 5] [--seconds 6] [--concurrency 16]
+                                      [--postgresql] [--attempt-pool N]
 
 A shared machine's speed drifts by a quarter within minutes (docs/performance.md):
 one run of each revision cannot show a lever worth less than that. This script
@@ -9,7 +10,8 @@ temporary git worktrees, then runs bench/run.py's attempt point (no echo chain)
 in pairs (old then new, then new then old, and so on, so that a drift of the
 machine over the run favours neither) and prints each pair, the ratio new/old of throughput
 and CPU per attempt, and in how many pairs the new revision was faster. Keep a
-lever when (nearly) every pair agrees.
+lever when (nearly) every pair agrees. With --postgresql both revisions run on a
+throwaway PostgreSQL (one replica of each service) instead of SQLite files.
 
 Each run imports the services of its own tree (it runs with that tree as its
 working directory and first on PYTHONPATH, ahead of the editable install).
@@ -48,8 +50,10 @@ def worktree(rev: str, parent: Path) -> Path:
     return path
 
 
-def measure(tree: Path, seconds: float, concurrency: int, out: Path) -> Run:
+def measure(tree: Path, seconds: float, concurrency: int, out: Path, postgresql: bool, pool: int | None) -> Run:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+    engine = ["--postgresql", "--postgresql-only", "--replicas", "1"] if postgresql else []
+    sized = ["--attempt-pool", str(pool)] if pool else []
     subprocess.run(
         [
             sys.executable,
@@ -61,6 +65,10 @@ def measure(tree: Path, seconds: float, concurrency: int, out: Path) -> Run:
             "--workload",
             "attempt",
             "--no-baseline",
+            "--boundary-pairs",
+            "0",
+            *engine,
+            *sized,
             "--json",
             str(out),
         ],
@@ -70,7 +78,8 @@ def measure(tree: Path, seconds: float, concurrency: int, out: Path) -> Run:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    point = json.loads(out.read_text())["phases"]["empty"]["results"]["attempt"][str(concurrency)]
+    phase = "postgresql" if postgresql else "empty"
+    point = json.loads(out.read_text())["phases"][phase]["results"]["attempt"][str(concurrency)]
     return Run(point["ops_per_s"], point["p99_ms"], point["cpu_ms_per_op"]["total"], point["failures"])
 
 
@@ -81,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5, help="alternating old/new pairs (default 5)")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each measured point (default 6)")
     parser.add_argument("--concurrency", type=int, default=16, help="attempts in flight (default 16)")
+    parser.add_argument("--postgresql", action="store_true", help="on a throwaway PostgreSQL instead of SQLite")
+    parser.add_argument(
+        "--attempt-pool", type=int, default=None, help="pre-claimed tasks per run (default: run.py's estimate)"
+    )
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
@@ -95,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 trees["new"] = worktree(args.new, parent)
             print(
                 f"old {args.old}, new {args.new or 'working tree'}: attempt at {args.concurrency} in flight, "
-                f"{args.seconds:g} s per point, {args.pairs} pairs",
+                f"{args.seconds:g} s per point, {args.pairs} pairs, {'PostgreSQL' if args.postgresql else 'SQLite'}",
                 flush=True,
             )
             print(
@@ -109,7 +122,14 @@ def main(argv: list[str] | None = None) -> int:
                 # speed over the run then favours neither.
                 order = ("old", "new") if n % 2 else ("new", "old")
                 runs = {
-                    name: measure(trees[name], args.seconds, args.concurrency, parent / f"{name}.json")
+                    name: measure(
+                        trees[name],
+                        args.seconds,
+                        args.concurrency,
+                        parent / f"{name}.json",
+                        args.postgresql,
+                        args.attempt_pool,
+                    )
                     for name in order
                 }
                 old, new = runs["old"], runs["new"]

@@ -894,6 +894,11 @@ def main(argv: list[str] | None = None) -> int:
         "(pgserver wheel, the test extra) or the database URL given",
     )
     parser.add_argument(
+        "--postgresql-only",
+        action="store_true",
+        help="with --postgresql: measure only the PostgreSQL phases, not SQLite beside them (bench/compare.py)",
+    )
+    parser.add_argument(
         "--replicas",
         default="1,2",
         metavar="N,M",
@@ -907,6 +912,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(workloads) - {"attempt", "story"}
     if unknown:
         parser.error(f"unknown workloads {sorted(unknown)}")
+    if args.postgresql_only and (not args.postgresql or args.tasks_preload):
+        parser.error("--postgresql-only needs --postgresql, and measures no preloaded databases")
     request_ids = not args.no_request_ids
     facts = machine_facts()
     if facts["protobuf_backend"] != "upb":
@@ -945,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
             report["preload"] = preload(str(main_dir), calibration["stories"][-1], args.tasks_preload)
             log(f"  done in {report['preload']['seconds']:.1f}s")
             phases.append(("preloaded", main_dir, report["preload"]["sample_clone"]))
-        else:
+        elif not args.postgresql_only:
             phases.append(("empty", main_dir, None))
         database_urls: dict[str, str] = {}
         if args.postgresql:
