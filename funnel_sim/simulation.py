@@ -21,7 +21,7 @@ from funnel.auth.principal import Role
 from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel_sim import loop
-from funnel_sim.actors import WORKSPACE, Agent, Host, Watcher
+from funnel_sim.actors import Agent, Host, Watcher
 from funnel_sim.checkers import Evidence, check
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import History
@@ -38,6 +38,7 @@ DRAIN_SECONDS = 120.0
 @dataclass(frozen=True)
 class Config:
     tasks: int = 4
+    workspaces: int = 2
     hosts: int = 2
     agents: int = 3
     steps: int = 100
@@ -46,6 +47,8 @@ class Config:
     drop_at_point: float = 0.03
     # Per statement of a unit of work or read.
     storage_error: float = 0.002
+    # Per write: another process takes the write lock (for up to nodes.LOCK_HELD seconds).
+    locked: float = 0.001
     # Per message.
     message_loss: float = 0.02
     duplicate: float = 0.03
@@ -76,6 +79,7 @@ def simulate(
     workload = generate(
         random.Random(f"{seed}:workload"),
         tasks=config.tasks,
+        workspaces=config.workspaces,
         hosts=config.hosts,
         agents=config.agents,
         steps=config.steps,
@@ -103,6 +107,7 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         crash=config.crash_at_point,
         drop=config.drop_at_point,
         storage=config.storage_error,
+        locked=config.locked,
         storage_latency=config.storage_latency,
     )
     completion_chaos = Chaos(
@@ -110,10 +115,13 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         crash=config.crash_at_point,
         drop=config.drop_at_point,
         storage=config.storage_error,
+        locked=config.locked,
         storage_latency=config.storage_latency,
     )
     lifecycle = LifecycleNode(lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer)
-    policies = PolicyBook(workspaces={WORKSPACE: WorkspacePolicy(required_evidence=("tests",))})
+    policies = PolicyBook(
+        workspaces={workspace: WorkspacePolicy(required_evidence=("tests",)) for workspace in workload.workspaces}
+    )
     completion = CompletionNode(
         completion_chaos,
         history.record,
@@ -135,20 +143,26 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         for name in workload.actors
     ]
     watchers = [
-        Watcher(
-            "lifecycle-watcher",
-            network,
-            lifecycle,
-            "WatchLifecycleEvents",
-            lifecycle_messages.WatchLifecycleEventsRequest,
-        ),
-        Watcher(
-            "completion-watcher",
-            network,
-            completion,
-            "WatchCompletionEvents",
-            completion_messages.WatchCompletionEventsRequest,
-        ),
+        watcher
+        for workspace in workload.workspaces
+        for watcher in (
+            Watcher(
+                f"lifecycle-watcher/{workspace}",
+                network,
+                workspace,
+                lifecycle,
+                "WatchLifecycleEvents",
+                lifecycle_messages.WatchLifecycleEventsRequest,
+            ),
+            Watcher(
+                f"completion-watcher/{workspace}",
+                network,
+                workspace,
+                completion,
+                "WatchCompletionEvents",
+                completion_messages.WatchCompletionEventsRequest,
+            ),
+        )
     ]
 
     async def play(actor: Host | Agent) -> None:
@@ -174,13 +188,21 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
             if not node.up:
                 node.start()
         await asyncio.sleep(DRAIN_SECONDS)
+        # Every transcript read once more, by then with no live lease: an interrupted final turn is closed.
+        auditor = Host("auditor", network, lifecycle, completion, Role.HOST)
+        for audited in workload.tasks:
+            await auditor.load(audited)
         for task in following:
             task.cancel()
     evidence = Evidence(
         history=history,
         lifecycle=lifecycle.durable,
         completion=completion.durable,
-        watchers={watcher.name: watcher.seen for watcher in watchers},
+        workspaces=workload.workspaces,
+        tasks={task.name: task.workspace for task in workload.tasks},
+        watchers={watcher.name: (watcher.workspace, watcher.seen) for watcher in watchers},
+        transcript_reads=[read for actor in [*actors, auditor] if isinstance(actor, Host) for read in actor.reads],
+        audited={task.name for task, _ in auditor.reads},
         lifecycle_clock=lifecycle_clock,
         completion_clock=completion_clock,
         policy=policy,

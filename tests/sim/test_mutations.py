@@ -1,42 +1,55 @@
 """The simulation finds real defect classes: each mutation (mutations.py) plants
-one, and the checkers must catch it within the stated number of seeds from 0.
-The fence mutation needs a narrow race (a completion judged on a view read just
-before the cancellation request, committed just after) and is first caught at
-seed 133 (about a minute): CI replays that seed, `funnel-sim`'s long form is the search."""
+one, and the checkers must catch it within the stated seeds, at a seed the
+unmutated product passes. Some need a narrow race and are first caught far from
+seed 0: the fence mutation (a completion judged on a view read just before the
+cancellation request, committed just after) at seed 44, the stale view (an
+attempt of a resumed generation while the projection lags) at 15, a repair never
+made at 24 (a seed that cuts a turn off). CI replays those seeds; `funnel-sim`'s
+long form is the search."""
 
 from __future__ import annotations
 
 import pytest
 
-from funnel_sim.simulation import simulate
+from funnel_sim.simulation import Config, Result, simulate
 from tests.sim.mutations import MUTATIONS
 
-# Mutation: (seeds searched from 0, the checker that must name it). Measured: caught at
-# seeds 3, 4 and 5, and stale_view_served at seed 1 (searched from 100 and 200: 104, 207).
+# Mutation: (first seed, seeds searched, the checker that must name it, what its
+# finding says). Measured, searching from 0: replay_executes caught at seed 1,
+# late_commit_skipped 0, outbox_stopped 1, transcript_replay_appends 0.
 WITHIN = {
-    "replay_executes": (10, "request_ids"),
-    "late_commit_skipped": (10, "watchers"),
-    "outbox_stopped": (10, "settled"),
-    "stale_view_served": (10, "blocks"),
+    "replay_executes": (0, 10, "request_ids", ""),
+    "late_commit_skipped": (0, 10, "watchers", ""),
+    "outbox_stopped": (0, 10, "settled", ""),
+    "transcript_replay_appends": (0, 10, "transcripts", "more than once"),
+    "stale_view_served": (15, 1, "blocks", ""),
+    "fence_ignored": (44, 1, "fence", ""),
+    "repair_skipped": (24, 1, "transcripts", "open after the last load"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(WITHIN))
 def test_each_mutation_is_caught_within_its_seeds(name, monkeypatch):
-    seeds, checker = WITHIN[name]
+    first, seeds, checker, finding = WITHIN[name]
     MUTATIONS[name](monkeypatch)
-    for seed in range(seeds):
+    for seed in range(first, first + seeds):
         violations = simulate(seed).violations
         if violations:
-            assert any(v.startswith(f"{checker}:") for v in violations), violations
+            assert any(v.startswith(f"{checker}:") and finding in v for v in violations), violations
+            monkeypatch.undo()
+            assert simulate(seed).violations == [], f"seed {seed} fails without the mutation too"
             return
-    pytest.fail(f"mutation {name} survived seeds 0..{seeds - 1}")
+    pytest.fail(f"mutation {name} survived seeds {first}..{first + seeds - 1}")
 
 
-def test_a_completion_through_the_fence_is_caught(monkeypatch):
-    MUTATIONS["fence_ignored"](monkeypatch)
-    violations = simulate(133).violations
-    assert any(v.startswith("fence:") for v in violations), violations
+def test_a_driver_fault_let_through_is_caught(monkeypatch):
+    # Database faults ten times as often as in the sweep: the first one ends a call INTERNAL.
+    config = Config(storage_error=0.03)
+    MUTATIONS["driver_fault_untranslated"](monkeypatch)
+    caught: Result = simulate(0, config)
+    assert any(v.startswith("faults:") and "INTERNAL" in v for v in caught.violations), caught.violations
+    monkeypatch.undo()
+    assert simulate(0, config).violations == []
 
 
 def test_a_projection_one_generation_behind_alone_costs_nothing(monkeypatch):
@@ -44,9 +57,4 @@ def test_a_projection_one_generation_behind_alone_costs_nothing(monkeypatch):
     # lag that stale_view_served lets through is harmless with that check in place.
     MUTATIONS["projection_behind"](monkeypatch)
     for seed in range(10):
-        assert simulate(seed).violations == [], seed
-
-
-def test_the_unmutated_product_passes_those_seeds():
-    for seed in [*range(10), 133]:
         assert simulate(seed).violations == [], seed
