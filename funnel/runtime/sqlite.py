@@ -494,9 +494,7 @@ def _expire(writes: list[_Write[Any]]) -> None:
     """On the event loop: writes whose lock deadline passed before their group began fail, unapplied."""
     for write in writes:
         if not write.future.done():
-            write.future.set_exception(
-                StorageUnavailable(LOCKED_PAST_THE_DEADLINE)
-            )
+            write.future.set_exception(StorageUnavailable(LOCKED_PAST_THE_DEADLINE))
 
 
 def operational_fault(exc: sqlite3.OperationalError) -> StorageUnavailable:
