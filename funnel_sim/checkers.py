@@ -14,7 +14,8 @@ the clocks) to the violations it found, as one line each.
   transcripts  each transcript reads back whole (sequences 1..n, the grammar kept,
                so an interrupted turn closed once; no batch applied twice, no turn
                left open after the last load); an acknowledged batch is in it as
-               sent, in its generation; every load read a prefix of it, in order
+               sent, in its generation, which had not ended before the call;
+               every load read a prefix of it, in order
   blocks       no attempt is blocked as "not the current generation" while its
                run's generation was the task's current, live one
   linearizable each task's lifecycle record, as all callers saw it, against a
@@ -323,9 +324,31 @@ def transcripts(evidence: Evidence, durable: Durable) -> Iterable[str]:
         tail = grammar.validate(grammar.Tail(), durable.transcripts.get(task_id, []))
         if isinstance(tail, grammar.Tail) and tail.open_turn is not None:
             yield f"{task_id} transcript still has turn {tail.open_turn!r} open after the last load"
-    for call, method, request, answer in _attempts(evidence.history):
-        if method != "AppendTranscript" or not isinstance(answer, Ok):
+    # When each generation ended (its first terminal event), in virtual time.
+    ended = {
+        (e.task_id, e.generation): evidence.lifecycle_clock.true_micros(e.committed_at) / 1_000_000
+        for e in reversed(durable.events)
+        if e.to_state is GenerationState.TERMINAL
+    }
+    appends = [
+        (call, request, answer)
+        for call, method, request, answer in _attempts(evidence.history)
+        if method == "AppendTranscript"
+    ]
+    # When each batch was first sent (a retry may come after the end and be answered from memory).
+    sent_at: dict[tuple[str, str], float] = {}
+    for call, request, _ in appends:
+        key = (call.source, request.request_id)
+        sent_at[key] = min(sent_at.get(key, call.invoked), call.invoked)
+    for call, request, answer in appends:
+        if not isinstance(answer, Ok):
             continue
+        if (
+            ended.get((request.task_id, answer.response.generation), float("inf"))
+            < sent_at[(call.source, request.request_id)]
+        ):
+            # An append racing the end may land (it read the generation live); one sent after it may not.
+            yield f"{call.source} transcript batch {request.request_id} appended to an ended generation"
         stored = durable.transcripts.get(request.task_id, [])
         first = answer.response.first_sequence
         sent = [_shape(session_event_from_proto(e)) for e in request.events]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from completion_service.api import transcript_service
-from completion_service.authority import projection, settler
+from completion_service.authority import projection, settler, transcripts
 from completion_service.units import completions, runs
 from completion_service.units import transcripts as transcript_units
 from funnel.runtime import sqlite, watch
@@ -135,6 +135,17 @@ def repair_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runs, "repair_transcript", leave_open)
 
 
+def ended_generation_appended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch for a terminal generation is appended to it as it is, neither
+    refused nor reopening the task (bookkeeping reviving terminal state)."""
+
+    async def reopen(self: Any, workspace: str, task: Any, events: Any, expected: Any) -> int:
+        generation: int = task.generation
+        return generation
+
+    monkeypatch.setattr(transcripts.Reopener, "reopen", reopen)
+
+
 MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "fence_ignored": fence_ignored,
     "replay_executes": replay_executes,
@@ -145,4 +156,5 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "driver_fault_untranslated": driver_fault_untranslated,
     "transcript_replay_appends": transcript_replay_appends,
     "repair_skipped": repair_skipped,
+    "ended_generation_appended": ended_generation_appended,
 }

@@ -4,8 +4,8 @@ unmutated product passes. Some need a narrow race and are first caught far from
 seed 0: the fence mutation (a completion judged on a view read just before the
 cancellation request, committed just after) at seed 44, the stale view (an
 attempt of a resumed generation while the projection lags) at 15, a repair never
-made at 24 (a seed that cuts a turn off). CI replays those seeds; `funnel-sim`'s
-long form is the search."""
+made at 24 (a seed that cuts a turn off), an append to an ended generation at 6.
+CI replays those seeds; `funnel-sim`'s long form is the search."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ WITHIN = {
     "stale_view_served": (15, 1, "blocks", ""),
     "fence_ignored": (44, 1, "fence", ""),
     "repair_skipped": (24, 1, "transcripts", "open after the last load"),
+    "ended_generation_appended": (6, 1, "transcripts", "appended to an ended generation"),
 }
 
 
