@@ -14,7 +14,8 @@ the clocks) to the violations it found, as one line each.
   transcripts  each transcript reads back whole (sequences 1..n, the grammar kept,
                so an interrupted turn closed once; no batch applied twice, no turn
                left open after the last load); an acknowledged batch is in it as
-               sent, in its generation, which had not ended before the call;
+               sent, in its generation, which no answer had shown ended before
+               the batch was sent;
                every load read a prefix of it, in order
   blocks       no attempt is blocked as "not the current generation" while its
                run's generation was the task's current, live one
@@ -42,6 +43,7 @@ from completion_service.core.model import (
 from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import CompletionReadTx
 from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import Call, History
@@ -303,6 +305,21 @@ def _shape(event: grammar.SessionEvent) -> tuple[Any, ...]:
     return (event.kind, event.ref, event.name, event.text, event.is_error, event.reason)
 
 
+def _seen_ended(history: History) -> dict[tuple[str, int], float]:
+    """When a lifecycle answer first showed each generation ended: its end had
+    committed by then. (Not its event's time: that is when its unit began, which
+    a held write lock can put seconds before the commit.)"""
+    seen: dict[tuple[str, int], float] = {}
+    for call, _, _, answer in _attempts(history):
+        if call.target != "lifecycle" or not isinstance(answer, Ok) or not hasattr(answer.response, "task"):
+            continue
+        task = answer.response.task
+        if task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
+            key = (task.task_id, task.generation)
+            seen[key] = min(seen.get(key, call.answered), call.answered)
+    return seen
+
+
 def transcripts(evidence: Evidence, durable: Durable) -> Iterable[str]:
     for task_id, events in sorted(durable.transcripts.items()):
         sequences = [e.sequence for e in events]
@@ -324,12 +341,7 @@ def transcripts(evidence: Evidence, durable: Durable) -> Iterable[str]:
         tail = grammar.validate(grammar.Tail(), durable.transcripts.get(task_id, []))
         if isinstance(tail, grammar.Tail) and tail.open_turn is not None:
             yield f"{task_id} transcript still has turn {tail.open_turn!r} open after the last load"
-    # When each generation ended (its first terminal event), in virtual time.
-    ended = {
-        (e.task_id, e.generation): evidence.lifecycle_clock.true_micros(e.committed_at) / 1_000_000
-        for e in reversed(durable.events)
-        if e.to_state is GenerationState.TERMINAL
-    }
+    ended = _seen_ended(evidence.history)
     appends = [
         (call, request, answer)
         for call, method, request, answer in _attempts(evidence.history)
@@ -347,7 +359,8 @@ def transcripts(evidence: Evidence, durable: Durable) -> Iterable[str]:
             ended.get((request.task_id, answer.response.generation), float("inf"))
             < sent_at[(call.source, request.request_id)]
         ):
-            # An append racing the end may land (it read the generation live); one sent after it may not.
+            # An append racing the end may land (it read the generation live); one sent
+            # after a lifecycle answer showed the end may not.
             yield f"{call.source} transcript batch {request.request_id} appended to an ended generation"
         stored = durable.transcripts.get(request.task_id, [])
         first = answer.response.first_sequence
