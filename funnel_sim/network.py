@@ -188,10 +188,12 @@ class Network:
                     deadline,
                     reply,
                 )
+        # The deadline answers the call itself, as the first reply would (later ones find it
+        # answered): one timer, where wait_for and shield took three futures, and three turns
+        # of the loop from reply to caller instead of one.
+        expiry = loop.call_at(deadline, _expire, reply)
         try:
-            answer = await asyncio.wait_for(asyncio.shield(reply), timeout)
-        except TimeoutError:
-            answer = network_failure(DEADLINE_EXCEEDED, "deadline exceeded")
+            answer = await reply
         except asyncio.CancelledError:
             # The caller is gone (its process crashed): the call is in the history all the
             # same, since the request may have been applied.
@@ -205,6 +207,8 @@ class Network:
                 invoked,
             )
             raise
+        finally:
+            expiry.cancel()
         self._record("call", source, server.name, method, request, answer, invoked)
         return answer
 
@@ -315,6 +319,10 @@ class Network:
 def _settle(reply: asyncio.Future[Answer], answer: Answer) -> None:
     if not reply.done():  # a duplicated request's second reply finds the call answered
         reply.set_result(answer)
+
+
+def _expire(reply: asyncio.Future[Answer]) -> None:
+    _settle(reply, network_failure(DEADLINE_EXCEEDED, "deadline exceeded"))
 
 
 class _End(enum.Enum):
