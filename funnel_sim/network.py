@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import functools
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -280,7 +281,15 @@ class Network:
                 self._rng.expovariate(1 / lifetime), stream.cut, "the connection was reset"
             )
         stream.pump = server.spawn(self._pump(stream, handler, request, caller), f"{method}-stream")
+        stream.pump.add_done_callback(functools.partial(self._pumped, stream))
         return stream
+
+    def _pumped(self, stream: Stream, pump: asyncio.Task[Any]) -> None:
+        """A pump cancelled because its server died resets the reader's connection, at
+        whatever point it was: in its first latency, or before its first step, its own
+        `except` never ran, and the reader waited on an open stream until a random cut."""
+        if pump.cancelled() and not stream.server.up:
+            stream.end(network_failure(UNAVAILABLE, f"{stream.server.name} went away"), self._latency())
 
     async def _pump(
         self,
@@ -303,10 +312,6 @@ class Network:
             stream.end(
                 Failed(status_message(storage_unavailable(server.catalogue, exc), server.domain)), self._latency()
             )
-        except asyncio.CancelledError:
-            if not server.up:  # the server died: the client's connection resets
-                stream.end(network_failure(UNAVAILABLE, f"{server.name} went away"), self._latency())
-            raise
         except Exception as exc:  # noqa: BLE001 - as in _serve
             server.fault(f"{server.name}.stream", exc)
             stream.end(network_failure(INTERNAL, "internal fault"), self._latency())
