@@ -29,9 +29,10 @@ import contextvars
 import selectors
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class Stalled(Exception):
@@ -107,7 +108,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return self.clock.now
 
     def call_soon_threadsafe(
-        self, callback: Callable[..., object], *args: Any, context: contextvars.Context | None = None
+        self, callback: Callable[[*Ts], object], *args: *Ts, context: contextvars.Context | None = None
     ) -> asyncio.Handle:
         if threading.get_ident() == self._thread:
             return super().call_soon_threadsafe(callback, *args, context=context)

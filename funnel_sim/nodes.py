@@ -89,6 +89,7 @@ class Chaos:
         drop: float = 0.0,
         storage: float = 0.0,
         storage_latency: float = 0.0,
+        handover: float = 0.0,
     ) -> None:
         self.rng = rng
         self.crash = crash
@@ -96,9 +97,12 @@ class Chaos:
         self.storage = storage
         # Seconds a trip to the database takes at most (each way); kept when calmed.
         self.storage_latency = storage_latency
+        # Per write handed to a store's writer: the node crashes with it queued, not taken
+        # yet (a moment only a store with a writer of its own has).
+        self.handover = handover
 
     def calm(self) -> None:
-        self.crash = self.drop = self.storage = 0.0
+        self.crash = self.drop = self.storage = self.handover = 0.0
 
 
 class SimFaults(Faults):
@@ -291,9 +295,18 @@ class Node(abc.ABC):
         """Hands `write` to the store's writer, and waits for its answer: cancelled,
         the caller stops waiting, and the write goes on without it (its own task)."""
         handed = asyncio.ensure_future(write)
-        self._handed[handed] = (self.incarnation, asyncio.get_running_loop().time())
+        loop = asyncio.get_running_loop()
+        self._handed[handed] = (self.incarnation, loop.time())
         handed.add_done_callback(self._answered)
+        # Runs after the write's first step (it is queued then) and before the writer's
+        # next (which takes it): a crash here leaves it queued.
+        loop.call_soon(self._crash_at_handover)
         return await asyncio.shield(handed)
+
+    def _crash_at_handover(self) -> None:
+        chaos = self.chaos
+        if self._up and chaos.handover and chaos.rng.random() < chaos.handover:
+            self.crash("with a write queued on its store")
 
     def _answered(self, handed: asyncio.Task[Any]) -> None:
         del self._handed[handed]

@@ -62,6 +62,8 @@ class Config:
     # Per fault-point hit: the node crashes / the reply is dropped.
     crash_at_point: float = 0.03
     drop_at_point: float = 0.03
+    # Per write handed to a store with a writer of its own (SQLite): a crash with it queued.
+    crash_at_handover: float = 0.005
     # Per statement of a unit of work or read.
     storage_error: float = 0.002
     # Per message.
@@ -149,6 +151,7 @@ async def _simulate(
         drop=config.drop_at_point,
         storage=config.storage_error,
         storage_latency=config.storage_latency,
+        handover=config.crash_at_handover,
     )
     completion_chaos = Chaos(
         fault_rng,
@@ -156,6 +159,7 @@ async def _simulate(
         drop=config.drop_at_point,
         storage=config.storage_error,
         storage_latency=config.storage_latency,
+        handover=config.crash_at_handover,
     )
     lifecycle = LifecycleNode(
         lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer, storages[0]

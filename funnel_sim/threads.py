@@ -60,12 +60,12 @@ class Lockstep:
             def __init__(self) -> None:
                 super().__init__(lockstep)
 
-        original = aiosqlite.core.SimpleQueue
-        aiosqlite.core.SimpleQueue = Bound  # type: ignore[misc]
+        namespace = vars(aiosqlite.core)  # where Connection looks its queue's class up
+        original, namespace["SimpleQueue"] = namespace["SimpleQueue"], Bound
         try:
             yield
         finally:
-            aiosqlite.core.SimpleQueue = original  # type: ignore[misc]
+            namespace["SimpleQueue"] = original
 
     def open_connections(self) -> int:
         """How many connection threads are still running (never closed)."""
