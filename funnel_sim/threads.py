@@ -66,6 +66,17 @@ class Lockstep:
             yield
         finally:
             namespace["SimpleQueue"] = original
+            self._stop_threads_left()
+
+    def _stop_threads_left(self) -> None:
+        """Ends the threads of connections never closed (a run that failed half-way, or
+        the defect `unwound` reports): they are not daemons, and would keep the process
+        from exiting. Straight on the queue: the loop they answered is gone."""
+        for left in self.queues:
+            if left.worker is not None and left.worker.is_alive():
+                left._stopping = True
+                queue.SimpleQueue.put(left, (None, lambda: aiosqlite.core._STOP_RUNNING_SENTINEL))
+                left.worker.join(JOB_LIMIT_SECONDS)
 
     def open_connections(self) -> int:
         """How many connection threads are still running (never closed)."""
@@ -99,7 +110,7 @@ class LockstepQueue(queue.SimpleQueue[Any]):
         return super().get(block, timeout)
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        if self._stopping:  # the thread ended: the job is never run (as with aiosqlite's own queue)
+        if self._stopping:  # the thread ends or ended: the job is never run (as with aiosqlite's own queue)
             super().put(item)
             return
         future, function = item
