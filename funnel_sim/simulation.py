@@ -12,27 +12,45 @@ the checkers."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import tempfile
 from dataclasses import dataclass, field
+from typing import Literal
 
 from completion_service.core.gates import WorkspacePolicy
 from completion_service.policy import PolicyBook
 from funnel.auth.principal import Role
 from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
-from funnel_sim import loop
+from funnel_sim import loop, threads
 from funnel_sim.actors import WORKSPACE, Agent, Host, Watcher
 from funnel_sim.checkers import Evidence, check
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import History
 from funnel_sim.network import LinkFaults, Network
-from funnel_sim.nodes import Chaos, CompletionNode, LifecycleNode
+from funnel_sim.nodes import (
+    Chaos,
+    CompletionNode,
+    LifecycleNode,
+    Storage,
+    adopting_task_factory,
+    memory_storages,
+    sqlite_storages,
+)
 from funnel_sim.workload import Workload, generate
 from lifecycle_service.core.model import Policy
 
 MAX_CLOCK_OFFSET_MICROS = 500_000
 # Virtual seconds the calmed world gets to settle everything that is owed.
 DRAIN_SECONDS = 120.0
+Engine = Literal["memory", "sqlite"]
+ENGINES: tuple[Engine, ...] = ("memory", "sqlite")
+
+
+def engine_of(seed: int) -> Engine:
+    """The engine a seed runs on when both are run ("mixed"): drawn from the seed."""
+    return random.Random(f"{seed}:engine").choice(ENGINES)
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,8 @@ class Config:
     # Per fault-point hit: the node crashes / the reply is dropped.
     crash_at_point: float = 0.03
     drop_at_point: float = 0.03
+    # Per write handed to a store with a writer of its own (SQLite): a crash with it queued.
+    crash_at_handover: float = 0.005
     # Per statement of a unit of work or read.
     storage_error: float = 0.002
     # Per message.
@@ -66,12 +86,17 @@ class Result:
     history: History
     operations: int
     virtual_seconds: float
+    engine: Engine = "memory"
     digest: str = ""
     figures: dict[str, int] = field(default_factory=dict)
 
 
 def simulate(
-    seed: int, config: Config = Config(), keep: frozenset[int] | None = None, keep_lines: bool = False
+    seed: int,
+    config: Config = Config(),
+    keep: frozenset[int] | None = None,
+    keep_lines: bool = False,
+    engine: Engine = "memory",
 ) -> Result:
     workload = generate(
         random.Random(f"{seed}:workload"),
@@ -82,11 +107,33 @@ def simulate(
     )
     if keep is not None:
         workload = workload.keep(keep)
-    return loop.run(_simulate(seed, config, workload, keep_lines))
+    if engine == "memory":
+        return loop.run(_simulate(seed, config, workload, keep_lines, None))
+    # Each job on a database thread takes up to a storage trip's time, seeded.
+    lockstep = threads.Lockstep(random.Random(f"{seed}:database"), config.storage_latency)
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="funnel-sim-", dir=scratch) as directory, lockstep.installed():
+        return loop.run(_simulate(seed, config, workload, keep_lines, (directory, lockstep)))
 
 
-async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: bool) -> Result:
-    history = History()
+async def _simulate(
+    seed: int,
+    config: Config,
+    workload: Workload,
+    keep_lines: bool,
+    sqlite: tuple[str, threads.Lockstep] | None,
+) -> Result:
+    running = asyncio.get_running_loop()
+    history = History(running.time)
+    storages: tuple[Storage, Storage]
+    if sqlite is None:
+        storages = memory_storages()
+    else:
+        running.set_task_factory(adopting_task_factory)  # type: ignore[arg-type]
+        # The database threads judge lock deadlines on virtual time: they read it only
+        # while the loop waits for them (threads.py), so it is the time of the hand-over,
+        # and whether a deadline has passed is the same every run (real time is not).
+        storages = sqlite_storages(sqlite[0], running.time)
     if keep_lines:
         history.keep_lines()
     fault_rng = random.Random(f"{seed}:faults")
@@ -104,6 +151,7 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         drop=config.drop_at_point,
         storage=config.storage_error,
         storage_latency=config.storage_latency,
+        handover=config.crash_at_handover,
     )
     completion_chaos = Chaos(
         fault_rng,
@@ -111,8 +159,11 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         drop=config.drop_at_point,
         storage=config.storage_error,
         storage_latency=config.storage_latency,
+        handover=config.crash_at_handover,
     )
-    lifecycle = LifecycleNode(lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer)
+    lifecycle = LifecycleNode(
+        lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer, storages[0]
+    )
     policies = PolicyBook(workspaces={WORKSPACE: WorkspacePolicy(required_evidence=("tests",))})
     completion = CompletionNode(
         completion_chaos,
@@ -124,6 +175,7 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         lifecycle_timeout=1.0,
         stall_after=2.0,
         settle_interval=0.5,
+        storage=storages[1],
     )
     lifecycle.start()
     completion.start()
@@ -171,26 +223,31 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         network.faults = LinkFaults(config.latency)
         network.heal()
         for node in (lifecycle, completion):
-            if not node.up:
-                node.start()
+            node.start()
         await asyncio.sleep(DRAIN_SECONDS)
         for task in following:
             task.cancel()
-    evidence = Evidence(
-        history=history,
-        lifecycle=lifecycle.durable,
-        completion=completion.durable,
-        watchers={watcher.name: watcher.seen for watcher in watchers},
-        lifecycle_clock=lifecycle_clock,
-        completion_clock=completion_clock,
-        policy=policy,
-    )
-    violations = await check(evidence)
-    virtual_seconds = asyncio.get_running_loop().time()
+    virtual_seconds = running.time()
     for node in (lifecycle, completion):
         node.crash("at the end of the simulation")
     await asyncio.sleep(1.0)  # the cancelled tasks unwind
-    return Result(seed, workload, violations, history, len(history.calls), virtual_seconds, history.digest)
+    left = lifecycle.unwound() + completion.unwound()
+    if sqlite is not None and (open_connections := sqlite[1].open_connections()):
+        left.append(f"{open_connections} database connections of crashed incarnations never closed")
+    async with storages[0].durable() as lifecycle_store, storages[1].durable() as completion_store:
+        evidence = Evidence(
+            history=history,
+            lifecycle=lifecycle_store,
+            completion=completion_store,
+            watchers={watcher.name: watcher.seen for watcher in watchers},
+            lifecycle_clock=lifecycle_clock,
+            completion_clock=completion_clock,
+            policy=policy,
+            left_behind=left,
+        )
+        violations = await check(evidence)
+    engine: Engine = "memory" if sqlite is None else "sqlite"
+    return Result(seed, workload, violations, history, len(history.calls), virtual_seconds, engine, history.digest)
 
 
 async def _chaos(
@@ -217,5 +274,4 @@ async def _supervise(rng: random.Random, nodes: tuple[LifecycleNode, CompletionN
     while True:
         await asyncio.sleep(rng.uniform(0.2, 2.0))
         for node in nodes:
-            if not node.up:
-                node.start()
+            node.start()
