@@ -4,6 +4,8 @@
     funnel-sim --minutes 10 --jobs 2        as many seeds as fit in ten minutes, two processes
     funnel-sim --seed 17 --keep 0-5,9       one run, only those workload steps
     funnel-sim --seed 17 --history          ... and print its history
+    funnel-sim --seeds 500 --engine sqlite  on the services' SQLite stores (default: memory;
+                                            mixed: each seed's engine drawn from the seed)
 
 Seeds run in `--jobs` worker processes and are reported in seed order, so the
 output is the same whatever the number of jobs. A failing seed is printed with
@@ -30,10 +32,10 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 
 from funnel_sim.shrink import shrink
-from funnel_sim.simulation import Result, simulate
+from funnel_sim.simulation import ENGINES, Engine, Result, engine_of, simulate
 from funnel_sim.workload import parse_ranges, ranges
 
-# A run of one seed, or of the steps of its workload kept (`simulate`'s shape).
+# A run of one seed, or of the steps of its workload kept, on an engine (`simulate`'s shape).
 Simulate = Callable[..., Result]
 
 
@@ -42,6 +44,7 @@ class Outcome:
     """What a sweep needs of one seed's run: small, to cross from a worker process."""
 
     seed: int
+    engine: Engine
     operations: int
     digest: str
     violations: list[str]
@@ -50,27 +53,37 @@ class Outcome:
     shrunk: frozenset[int] | None
 
 
-def replay_command(seed: int, keep: frozenset[int] | None) -> str:
-    return f"funnel-sim --seed {seed}" + (f" --keep {ranges(keep)}" if keep is not None else "")
+def replay_command(seed: int, keep: frozenset[int] | None, engine: Engine = "memory") -> str:
+    return (
+        f"funnel-sim --seed {seed}"
+        + (f" --engine {engine}" if engine != "memory" else "")
+        + (f" --keep {ranges(keep)}" if keep is not None else "")
+    )
 
 
-def report(seed: int, violations: list[str], keep: frozenset[int] | None) -> None:
-    print(f"seed {seed} FAILED ({len(violations)} violations):")
+def report(seed: int, engine: Engine, violations: list[str], keep: frozenset[int] | None) -> None:
+    print(f"seed {seed} FAILED on {engine} ({len(violations)} violations):")
     for violation in violations:
         print(f"  {violation}")
-    print(f"  replay: {replay_command(seed, keep)}")
+    print(f"  replay: {replay_command(seed, keep, engine)}")
 
 
 def minimal(result: Result, run: Simulate = simulate) -> frozenset[int]:
     """The failing seed's workload shrunk: the step indexes (of the generated workload) that still fail."""
     every = frozenset(range(len(result.workload.steps)))
-    return shrink(every, lambda keep: bool(run(result.seed, keep=keep).violations))
+    return shrink(every, lambda keep: bool(run(result.seed, keep=keep, engine=result.engine).violations))
 
 
-def run_seed(seed: int, shrinking: bool, run: Simulate = simulate) -> Outcome:
-    result = run(seed)
+def engine_for(seed: int, choice: str) -> Engine:
+    return engine_of(seed) if choice == "mixed" else "sqlite" if choice == "sqlite" else "memory"
+
+
+def run_seed(seed: int, engine: str, shrinking: bool, run: Simulate = simulate) -> Outcome:
+    result = run(seed, engine=engine_for(seed, engine))
     shrunk = minimal(result, run) if result.violations and shrinking else None
-    return Outcome(seed, result.operations, result.digest, result.violations, len(result.workload.steps), shrunk)
+    return Outcome(
+        seed, result.engine, result.operations, result.digest, result.violations, len(result.workload.steps), shrunk
+    )
 
 
 def default_jobs() -> int:
@@ -95,6 +108,7 @@ def outcomes(
     shrinking: bool,
     deadline: float | None = None,
     run: Simulate = simulate,
+    engine: str = "memory",
 ) -> Iterator[Outcome]:
     """Each seed's outcome, in seed order, until the seeds run out or, for a seed not
     yet started, `deadline` (time.monotonic) has passed. With more than one job the
@@ -107,7 +121,7 @@ def outcomes(
         for seed in seeds:
             if not due():
                 return
-            yield run_seed(seed, shrinking, run)
+            yield run_seed(seed, engine, shrinking, run)
         return
     # Forked from a server process that imported the simulation once: a worker starts in
     # milliseconds instead of importing both services (a second of CPU each), and
@@ -120,7 +134,7 @@ def outcomes(
         while True:
             # Two per worker: one running, one queued, so that none waits for the parent.
             while len(ahead) < 2 * jobs and due() and (queued := next(seeds, None)) is not None:
-                ahead.append(pool.submit(run_seed, queued, shrinking, run))
+                ahead.append(pool.submit(run_seed, queued, engine, shrinking, run))
             if not ahead:
                 return
             yield ahead.popleft().result()
@@ -138,26 +152,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", default=None, help="with --seed: the workload steps to keep, e.g. 0-5,9")
     parser.add_argument("--history", action="store_true", help="with --seed: print the run's history")
     parser.add_argument("--no-shrink", action="store_true", help="do not shrink a failing seed's workload")
+    parser.add_argument(
+        "--engine",
+        choices=(*ENGINES, "mixed"),
+        default="memory",
+        help="the services' stores: in memory, SQLite files, or each seed's drawn from the seed",
+    )
     args = parser.parse_args(argv)
     _prepare()
     if args.seed is not None:
         keep = parse_ranges(args.keep) if args.keep is not None else None
-        result = simulate(args.seed, keep=keep, keep_lines=args.history)
+        result = simulate(args.seed, keep=keep, keep_lines=args.history, engine=engine_for(args.seed, args.engine))
         if args.history:
             print("\n".join(result.history.lines))
         print(
-            f"seed {args.seed}: {result.operations} calls, {result.virtual_seconds:.0f} virtual seconds, "
-            f"history {result.digest}"
+            f"seed {args.seed} on {result.engine}: {result.operations} calls, "
+            f"{result.virtual_seconds:.0f} virtual seconds, history {result.digest}"
         )
         if result.violations:
-            report(args.seed, result.violations, keep)
+            report(args.seed, result.engine, result.violations, keep)
             return 1
         return 0
-    return sweep(args.first, args.seeds, args.minutes, args.jobs, not args.no_shrink)
+    return sweep(args.first, args.seeds, args.minutes, args.jobs, not args.no_shrink, engine=args.engine)
 
 
 def sweep(
-    first: int, count: int | None, minutes: float | None, jobs: int, shrinking: bool, run: Simulate = simulate
+    first: int,
+    count: int | None,
+    minutes: float | None,
+    jobs: int,
+    shrinking: bool,
+    run: Simulate = simulate,
+    engine: str = "memory",
 ) -> int:
     started = time.monotonic()
     deadline = started + minutes * 60 if minutes is not None else None
@@ -165,20 +191,21 @@ def sweep(
         count = 100
     seeds = iter(range(first, first + count)) if count is not None else itertools.count(first)
     runs, operations, failed, last = 0, 0, 0, first - 1
-    for outcome in outcomes(seeds, jobs, shrinking, deadline, run):
+    for outcome in outcomes(seeds, jobs, shrinking, deadline, run, engine):
         runs, operations, last = runs + 1, operations + outcome.operations, outcome.seed
         if outcome.violations:
             failed += 1
-            report(outcome.seed, outcome.violations, None)
+            report(outcome.seed, outcome.engine, outcome.violations, None)
             if outcome.shrunk is not None:
                 print(
                     f"  shrunk to {len(outcome.shrunk)} of {outcome.steps} steps: "
-                    f"{replay_command(outcome.seed, outcome.shrunk)}"
+                    f"{replay_command(outcome.seed, outcome.shrunk, outcome.engine)}"
                 )
     minutes_taken = (time.monotonic() - started) / 60
     print(
-        f"{runs} seeds ({first}..{last}), {failed} failed, {operations} operations in {minutes_taken * 60:.1f} s "
-        f"with {jobs} jobs: {operations / minutes_taken:,.0f} operations/min, {runs / minutes_taken:,.0f} seeds/min"
+        f"{runs} seeds ({first}..{last}) on {engine}, {failed} failed, {operations} operations in "
+        f"{minutes_taken * 60:.1f} s with {jobs} jobs: {operations / minutes_taken:,.0f} operations/min, "
+        f"{runs / minutes_taken:,.0f} seeds/min"
     )
     return 1 if failed else 0
 

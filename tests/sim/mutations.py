@@ -13,6 +13,7 @@ import pytest
 from completion_service.authority import projection, settler
 from completion_service.units import completions
 from funnel.runtime import watch
+from funnel.runtime.sqlite import Database
 from lifecycle_service import authority as lifecycle_authority
 from lifecycle_service import units
 from lifecycle_service.api import service as lifecycle_service
@@ -105,6 +106,27 @@ def stale_view_served(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(completions, "attempt", judged_as_read)
 
 
+def cancelled_writer_forgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQLite writer, cancelled (its owner, with the incarnation that crashed),
+    stops without failing the writes it had not taken yet: they wait for good (the
+    defect that had the writer pipeline reverted; tests/storage's
+    test_a_cancelled_owner_answers_every_write_it_was_given)."""
+
+    async def write_until_closed(self: Database) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                await self._write_pending()
+                if self._closing and not self._has_pending():
+                    return
+        except BaseException:
+            self._closing = True
+            raise
+
+    monkeypatch.setattr(Database, "_write_until_closed", write_until_closed)
+
+
 MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "fence_ignored": fence_ignored,
     "replay_executes": replay_executes,
@@ -112,4 +134,5 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "outbox_stopped": outbox_stopped,
     "projection_behind": projection_behind,
     "stale_view_served": stale_view_served,
+    "cancelled_writer_forgets": cancelled_writer_forgets,
 }

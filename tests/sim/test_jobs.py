@@ -8,21 +8,21 @@ import dataclasses
 import itertools
 
 from funnel_sim import cli
-from funnel_sim.simulation import Config, Result, simulate
+from funnel_sim.simulation import Config, Engine, Result, simulate
 
 SMALL = Config(steps=10)
 # The steps the planted failure needs (of SMALL's ten).
 NEEDED = frozenset({3, 7})
 
 
-def short(seed: int, keep: frozenset[int] | None = None) -> Result:
-    """A run of `seed` with a short workload (module-level: a spawned worker imports it by name)."""
-    return simulate(seed, SMALL, keep=keep)
+def short(seed: int, keep: frozenset[int] | None = None, engine: Engine = "memory") -> Result:
+    """A run of `seed` with a short workload (module-level: a worker imports it by name)."""
+    return simulate(seed, SMALL, keep=keep, engine=engine)
 
 
-def flawed(seed: int, keep: frozenset[int] | None = None) -> Result:
+def flawed(seed: int, keep: frozenset[int] | None = None, engine: Engine = "memory") -> Result:
     """A short run in which seed 1 fails while its workload keeps steps 3 and 7."""
-    result = short(seed, keep)
+    result = short(seed, keep, engine)
     if seed == 1 and (keep is None or keep >= NEEDED):
         return dataclasses.replace(result, violations=["planted: steps 3 and 7 together"])
     return result
@@ -39,7 +39,10 @@ def test_a_failure_in_a_worker_is_reported_shrunk_and_the_time_box_ends_the_swee
     # Endless seeds from 0, boxed to a second: the first four are handed out at once.
     assert cli.sweep(0, None, 1 / 60, 2, True, run=flawed) == 1
     out = capsys.readouterr().out
-    assert "seed 1 FAILED (1 violations):\n  planted: steps 3 and 7 together\n  replay: funnel-sim --seed 1\n" in out
+    assert (
+        "seed 1 FAILED on memory (1 violations):\n  planted: steps 3 and 7 together\n  replay: funnel-sim --seed 1\n"
+        in out
+    )
     assert "  shrunk to 2 of 15 steps: funnel-sim --seed 1 --keep 3,7\n" in out
     assert "1 failed" in out
 
