@@ -1,6 +1,7 @@
 """The invariants every simulated history must keep, each a function from the
 evidence (the history, both durable stores once drained, what the watchers saw,
-the clocks) to the violations it found, as one line each.
+the clocks, what crashed incarnations left behind) to the violations it found,
+as one line each.
 
   settled      no terminal state without a settled completion or failure, no
                settled completion without its terminal event, nothing pending
@@ -21,7 +22,10 @@ the clocks) to the violations it found, as one line each.
                run's generation was the task's current, live one
   linearizable each task's lifecycle record, as all callers saw it, against a
                sequential register of revisions (linearizability.py)
-  faults       no call ended INTERNAL, no loop died, nothing unexpected raised"""
+  faults       no call ended INTERNAL, no loop died, nothing unexpected raised
+  unwound      a crashed incarnation leaves nothing behind: every write handed to
+               its store answered (committed, or failed unapplied), every task
+               ended, every database connection closed"""
 
 from __future__ import annotations
 
@@ -40,11 +44,11 @@ from completion_service.core.model import (
     RequestedOutcome,
     SettlementStatus,
 )
-from completion_service.storage.memory import MemoryCompletionStore
 from completion_service.storage.port import CompletionReadTx
 from funnel.completion.v1 import types_pb2 as completion_types
 from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
+from funnel.runtime.store import Transactions
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import Call, History
 from funnel_sim.linearizability import Operation, linearizable
@@ -52,7 +56,6 @@ from funnel_sim.network import INTERNAL, Failed, Ok, no_answer
 from funnel_sim.workload import Task
 from lifecycle_service.api.convert import event_to_proto
 from lifecycle_service.core.model import GenerationState, IntentKind, LifecycleEvent, Outcome, Policy
-from lifecycle_service.storage.memory import MemoryLifecycleStore
 
 EVERYTHING = 1_000_000
 
@@ -60,8 +63,8 @@ EVERYTHING = 1_000_000
 @dataclass
 class Evidence:
     history: History
-    lifecycle: MemoryLifecycleStore
-    completion: MemoryCompletionStore
+    lifecycle: Transactions[Any, Any]
+    completion: Transactions[Any, Any]
     workspaces: list[str]
     # Task name: its workspace.
     tasks: dict[str, str]
@@ -74,6 +77,8 @@ class Evidence:
     lifecycle_clock: SimClock
     completion_clock: SimClock
     policy: Policy
+    # What the crashed incarnations left behind (Node.unwound), one line each.
+    left_behind: list[str]
 
 
 @dataclass
@@ -501,6 +506,10 @@ def faults(evidence: Evidence, durable: Durable) -> Iterable[str]:
             yield f"{call.source} {call.method} ended INTERNAL at {call.answered:.3f}"
 
 
+def unwound(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    return evidence.left_behind
+
+
 CHECKERS: tuple[Callable[[Evidence, Durable], Iterable[str]], ...] = (
     settled,
     one_terminal,
@@ -512,4 +521,5 @@ CHECKERS: tuple[Callable[[Evidence, Durable], Iterable[str]], ...] = (
     blocks,
     linearizable_records,
     faults,
+    unwound,
 )

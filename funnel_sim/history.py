@@ -4,8 +4,8 @@ and workload give the same history, byte for byte."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,10 @@ class Note:
 
 
 class History:
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float]) -> None:
+        # Virtual time, read also on a database thread (a crash at a fault point inside
+        # a unit of work), which has no running loop of its own.
+        self._now = now
         self.calls: list[Call] = []
         self.notes: list[Note] = []
         self._digest = hashlib.sha256()
@@ -47,7 +50,7 @@ class History:
         self._lines = []
 
     def record(self, kind: str, *fields: Any) -> None:
-        now = asyncio.get_running_loop().time()
+        now = self._now()
         if kind == "call":
             source, target, method, request, answer, invoked = fields
             call = Call(invoked, now, source, target, method, request, answer)

@@ -14,16 +14,25 @@ the simulation's random streams, never from the loop.
 The loop has no real I/O: its selector never blocks. When no callback is ready the
 loop asks the selector to wait until the next timer; the selector moves the clock
 there instead. Nothing ready and no timer means nothing can ever happen again: a
-deadlock of the simulated program, raised as `Stalled`."""
+deadlock of the simulated program, raised as `Stalled`.
+
+Real threads (the SQLite connections', threads.py) run their jobs in lockstep with
+the loop: the loop waits while a job runs, and what the job posts back
+(`call_soon_threadsafe`) is held and delivered after a virtual delay, in order
+(`deliver_posted`), so that a thread's answers land at the same point of the
+schedule every run, however long the job took in real time."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import selectors
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class Stalled(Exception):
@@ -88,8 +97,43 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         # makes every callback take no time at all.
         self.slow_callback_duration = float("inf")
 
+        self._thread = threading.get_ident()
+        # What other threads posted during the job that runs now (see deliver_posted).
+        self._posted: list[
+            tuple[asyncio.Handle, Callable[..., object], tuple[Any, ...], contextvars.Context | None]
+        ] = []
+        self._last_delivery = 0.0
+
     def time(self) -> float:
         return self.clock.now
+
+    def call_soon_threadsafe(
+        self, callback: Callable[[*Ts], object], *args: *Ts, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
+        if threading.get_ident() == self._thread:
+            return super().call_soon_threadsafe(callback, *args, context=context)
+        # A thread's answer, while the loop waits for its job: held until the job is over.
+        handle = asyncio.Handle(callback, args, self, context)
+        self._posted.append((handle, callback, args, context))
+        return handle
+
+    def deliver_posted(self, after: float) -> None:
+        """What the thread job that just ended posted arrives `after` virtual seconds
+        from now, in the order posted, after everything posted by earlier jobs."""
+        posted, self._posted = self._posted, []
+        if not posted:
+            return
+        # Strictly later than the previous delivery: the timer heap does not keep the
+        # order of timers due at the same time.
+        self._last_delivery = max(self._last_delivery + 1e-9, self.time() + after)
+        self.call_at(self._last_delivery, self._deliver, posted)
+
+    def _deliver(
+        self, posted: list[tuple[asyncio.Handle, Callable[..., object], tuple[Any, ...], contextvars.Context | None]]
+    ) -> None:
+        for handle, callback, args, context in posted:
+            if not handle.cancelled():
+                self.call_soon(callback, *args, context=context)
 
 
 def run(main: Coroutine[Any, Any, T], clock: VirtualClock | None = None) -> T:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import functools
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -190,10 +191,12 @@ class Network:
                     deadline,
                     reply,
                 )
+        # The deadline answers the call itself, as the first reply would (later ones find it
+        # answered): one timer, where wait_for and shield took three futures, and three turns
+        # of the loop from reply to caller instead of one.
+        expiry = loop.call_at(deadline, _expire, reply)
         try:
-            answer = await asyncio.wait_for(asyncio.shield(reply), timeout)
-        except TimeoutError:
-            answer = network_failure(DEADLINE_EXCEEDED, "deadline exceeded")
+            answer = await reply
         except asyncio.CancelledError:
             # The caller is gone (its process crashed): the call is in the history all the
             # same, since the request may have been applied.
@@ -207,6 +210,8 @@ class Network:
                 invoked,
             )
             raise
+        finally:
+            expiry.cancel()
         self._record("call", source, server.name, method, request, answer, invoked)
         return answer
 
@@ -280,7 +285,15 @@ class Network:
                 self._rng.expovariate(1 / lifetime), stream.cut, "the connection was reset"
             )
         stream.pump = server.spawn(self._pump(stream, handler, request, caller), f"{method}-stream")
+        stream.pump.add_done_callback(functools.partial(self._pumped, stream))
         return stream
+
+    def _pumped(self, stream: Stream, pump: asyncio.Task[Any]) -> None:
+        """A pump cancelled because its server died resets the reader's connection, at
+        whatever point it was: in its first latency, or before its first step, its own
+        `except` never ran, and the reader waited on an open stream until a random cut."""
+        if pump.cancelled() and not stream.server.up:
+            stream.end(network_failure(UNAVAILABLE, f"{stream.server.name} went away"), self._latency())
 
     async def _pump(
         self,
@@ -303,10 +316,6 @@ class Network:
             stream.end(
                 Failed(status_message(storage_unavailable(server.catalogue, exc), server.domain)), self._latency()
             )
-        except asyncio.CancelledError:
-            if not server.up:  # the server died: the client's connection resets
-                stream.end(network_failure(UNAVAILABLE, f"{server.name} went away"), self._latency())
-            raise
         except Exception as exc:  # noqa: BLE001 - as in _serve
             server.fault(f"{server.name}.stream", exc)
             stream.end(network_failure(INTERNAL, "internal fault"), self._latency())
@@ -319,6 +328,10 @@ class Network:
 def _settle(reply: asyncio.Future[Answer], answer: Answer) -> None:
     if not reply.done():  # a duplicated request's second reply finds the call answered
         reply.set_result(answer)
+
+
+def _expire(reply: asyncio.Future[Answer]) -> None:
+    _settle(reply, network_failure(DEADLINE_EXCEEDED, "deadline exceeded"))
 
 
 class _End(enum.Enum):

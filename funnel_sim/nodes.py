@@ -1,26 +1,37 @@
 """The two services as simulated nodes: the real authorities, servicers and
-background loops over the in-memory stores, wired as the servers wire them
-(lifecycle_service/server.py, completion_service/server.py) minus gRPC, TLS,
-metrics endpoints and the health probe.
+background loops over a store of either engine (memory, or the real SQLite
+stores on files), wired as the servers wire them (lifecycle_service/server.py,
+completion_service/server.py) minus gRPC, TLS, metrics endpoints and the health
+probe.
 
 What a node is made of splits along what a crash keeps. The store is durable:
 one in-memory store for the life of the simulation, its state replaced only by
-whole committed transactions. Everything else is one incarnation: the authority,
-the watch broker, the projection, the settle batches, the tasks serving calls,
-the background loops. `crash()` ends the incarnation at once: every one of its
-tasks is cancelled, and its store handle refuses every later read and write
-(`NodeCrashed`), so no code of a dead incarnation changes durable state, even
-from a `finally` block; a transaction under way when it died (a fault point or
-a storage error inside a unit of work) never committed. `start()` builds the
-next incarnation from the durable state, as a restarted process does."""
+whole committed transactions, or one SQLite file, which each incarnation opens
+afresh as a restarted process does (its own connections, writer and owner
+tasks). Everything else is one incarnation: the authority, the watch broker, the
+projection, the settle batches, the tasks serving calls, the background loops,
+and on SQLite the Database objects with their owner tasks. `crash()` ends the
+incarnation at once: every one of its tasks is cancelled (a SQLite writer's owner
+with them: what it committed stays, what it held fails unapplied), and its store
+handle refuses every later read and write (`NodeCrashed`), so no code of a dead
+incarnation changes durable state, even from a `finally` block; a transaction
+under way when it died (a fault point or a storage error inside a unit of work)
+never committed. `start()` builds the next incarnation from the durable state, as
+a restarted process does; on SQLite it serves only once its store is open.
+
+A write handed to a SQLite store lives on when its caller is cancelled (the
+writer owes it an answer: committed, or failed unapplied; funnel.runtime.sqlite);
+the run checks at its end that every one was answered (`unwound`)."""
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
+import contextvars
 import random
 import sqlite3
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -36,6 +47,7 @@ from completion_service.errors import DOMAIN as COMPLETION_DOMAIN
 from completion_service.errors import Reason as CompletionReason
 from completion_service.policy import PolicyBook
 from completion_service.storage.memory import MemoryCompletionStore
+from completion_service.storage.sqlite import SqliteCompletionStore
 from funnel.auth.principal import Principal, Role
 from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
@@ -54,6 +66,7 @@ from lifecycle_service.core.model import Policy
 from lifecycle_service.errors import DOMAIN as LIFECYCLE_DOMAIN
 from lifecycle_service.errors import Reason as LifecycleReason
 from lifecycle_service.storage.memory import MemoryLifecycleStore
+from lifecycle_service.storage.sqlite import SqliteLifecycleStore
 
 T = TypeVar("T")
 LIFECYCLE = "lifecycle"
@@ -87,6 +100,7 @@ class Chaos:
         storage: float = 0.0,
         locked: float = 0.0,
         storage_latency: float = 0.0,
+        handover: float = 0.0,
     ) -> None:
         self.rng = rng
         self.crash = crash
@@ -97,9 +111,12 @@ class Chaos:
         self.held_until = 0.0
         # Seconds a trip to the database takes at most (each way); kept when calmed.
         self.storage_latency = storage_latency
+        # Per write handed to a store's writer: the node crashes with it queued, not taken
+        # yet (a moment only a store with a writer of its own has).
+        self.handover = handover
 
     def calm(self) -> None:
-        self.crash = self.drop = self.storage = self.locked = 0.0
+        self.crash = self.drop = self.storage = self.locked = self.handover = 0.0
 
 
 @dataclass(frozen=True)
@@ -220,7 +237,8 @@ class NodeStore:
         await self._hop()
         await self._lock()
         try:
-            result: T = await self._durable.write(self._faulty(fn, True), after_commit=after_commit)
+            writing = self._durable.write(self._faulty(fn, True), after_commit=after_commit)
+            result: T = await (self._node.hand_over(writing) if self._node.storage.has_writer else writing)
         except sqlite3.OperationalError as exc:
             raise sqlite.operational_fault(exc) from exc
         await self._hop()
@@ -242,24 +260,141 @@ class NodeStore:
         return None
 
 
+class MemoryStorage:
+    """An in-memory store, durable for the life of the simulation: every incarnation
+    is handed it as it is, at once."""
+
+    has_writer = False
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def at_once(self) -> Any:
+        return self.store
+
+    async def open(self) -> Any:
+        return self.store
+
+    @contextlib.asynccontextmanager
+    async def durable(self) -> AsyncIterator[Any]:
+        yield self.store
+
+
+class SqliteStorage:
+    """A SQLite file that each incarnation opens afresh: `opener(path, clock=)` is the
+    store's own open (SqliteLifecycleStore.open, SqliteCompletionStore.open)."""
+
+    has_writer = True
+
+    def __init__(self, opener: Callable[..., Awaitable[Any]], path: str, clock: Callable[[], float]) -> None:
+        self._opener = opener
+        self.path = path
+        self._clock = clock
+
+    def at_once(self) -> Any:
+        return None
+
+    async def open(self) -> Any:
+        return await self._opener(self.path, clock=self._clock)
+
+    @contextlib.asynccontextmanager
+    async def durable(self) -> AsyncIterator[Any]:
+        """What survived: the file opened afresh, once every incarnation is gone."""
+        store = await self.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+Storage = MemoryStorage | SqliteStorage
+
+# The node incarnation whose store is opening: a task started meanwhile (a SQLite
+# Database's owner, and what that starts) belongs to it (adopting_task_factory).
+_OPENING: contextvars.ContextVar[tuple[Node, int] | None] = contextvars.ContextVar("sim_opening", default=None)
+
+
+def adopting_task_factory(
+    loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, Any], context: contextvars.Context | None = None
+) -> asyncio.Task[Any]:
+    """The loop's task factory when stores open at a node's start: a task the store
+    starts for itself is one of the incarnation's, cancelled by its crash."""
+    task: asyncio.Task[Any] = asyncio.Task(coroutine, loop=loop, context=context)
+    opening = _OPENING.get()
+    if opening is not None:
+        node, incarnation = opening
+        if node.incarnation == incarnation and not node.down:
+            node.adopt(task)
+    return task
+
+
 class Node(abc.ABC):
     """What the network and the faults see of a service: up or not, the tasks of
     the current incarnation. Each service's node builds its incarnation."""
 
-    def __init__(self, name: str, catalogue: Any, domain: str, chaos: Chaos, record: Callable[..., None]) -> None:
+    def __init__(
+        self, name: str, catalogue: Any, domain: str, chaos: Chaos, record: Callable[..., None], storage: Storage
+    ) -> None:
         self.name = name
         self.catalogue = catalogue
         self.domain = domain
         self.chaos = chaos
         self.record = record
+        self.storage = storage
         self.incarnation = 0
         self._up = False
+        self._booting = False
         # Ordered (a dict, not a set of objects): a crash cancels them in the same order every run.
         self._tasks: dict[asyncio.Task[Any], None] = {}
+        # Writes handed to the store's writer, not answered yet: (incarnation, virtual time).
+        self._handed: dict[asyncio.Task[Any], tuple[int, float]] = {}
 
     @property
     def up(self) -> bool:
         return self._up
+
+    @property
+    def down(self) -> bool:
+        """Neither serving nor starting."""
+        return not self._up and not self._booting
+
+    def adopt(self, task: asyncio.Task[Any]) -> None:
+        self._tasks[task] = None
+        task.add_done_callback(self._ended)
+
+    async def hand_over(self, write: Coroutine[Any, Any, T]) -> T:
+        """Hands `write` to the store's writer, and waits for its answer: cancelled,
+        the caller stops waiting, and the write goes on without it (its own task)."""
+        handed = asyncio.ensure_future(write)
+        loop = asyncio.get_running_loop()
+        self._handed[handed] = (self.incarnation, loop.time())
+        handed.add_done_callback(self._answered)
+        # Runs after the write's first step (it is queued then) and before the writer's
+        # next (which takes it): a crash here leaves it queued.
+        loop.call_soon(self._crash_at_handover)
+        return await asyncio.shield(handed)
+
+    def _crash_at_handover(self) -> None:
+        chaos = self.chaos
+        if self._up and chaos.handover and chaos.rng.random() < chaos.handover:
+            self.crash("with a write queued on its store")
+
+    def _answered(self, handed: asyncio.Task[Any]) -> None:
+        del self._handed[handed]
+        if not handed.cancelled():
+            handed.exception()  # its caller may be gone: the outcome is the store's to log
+
+    def unwound(self) -> list[str]:
+        """What a crashed incarnation left behind: writes handed to the store and never
+        answered, tasks that did not end when cancelled. Then forgets them (cancelled)."""
+        left = [
+            f"{self.name} incarnation {incarnation}: a write handed to its store at {at:.3f} was never answered"
+            for incarnation, at in self._handed.values()
+        ]
+        left += [f"{self.name}: {task.get_name()} still running after its crash" for task in self._tasks]
+        for task in [*self._handed, *self._tasks]:
+            task.cancel()
+        return left
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(_owned(coroutine), name=f"{self.name}/{name}")
@@ -287,14 +422,32 @@ class Node(abc.ABC):
             task.cancel()
 
     def start(self) -> None:
+        if not self.down:
+            return
         self.incarnation += 1
-        self._up = True
         self.record("start", self.name, f"incarnation {self.incarnation}")
-        self.build()
+        store = self.storage.at_once()
+        if store is not None:
+            self._up = True
+            self.build(NodeStore(store, self))
+            return
+        self._booting = True
+        self.spawn(self._boot(), "boot")
+
+    async def _boot(self) -> None:
+        """Opens the store as the server does before it serves, then serves."""
+        token = _OPENING.set((self, self.incarnation))
+        try:
+            store = await self.storage.open()
+        finally:
+            _OPENING.reset(token)
+        self._booting = False
+        self._up = True
+        self.build(NodeStore(store, self))
 
     @abc.abstractmethod
-    def build(self) -> None:
-        """Builds the next incarnation from the durable store."""
+    def build(self, store: NodeStore) -> None:
+        """Builds the next incarnation over its handle on the durable store."""
 
     @abc.abstractmethod
     def servicer(self, method: str) -> Any:
@@ -311,19 +464,24 @@ async def _owned(coroutine: Awaitable[Any]) -> Any:
 
 class LifecycleNode(Node):
     def __init__(
-        self, chaos: Chaos, record: Callable[..., None], clock: SimClock, policy: Policy, watch_buffer: int
+        self,
+        chaos: Chaos,
+        record: Callable[..., None],
+        clock: SimClock,
+        policy: Policy,
+        watch_buffer: int,
+        storage: Storage,
     ) -> None:
-        super().__init__(LIFECYCLE, LifecycleReason, LIFECYCLE_DOMAIN, chaos, record)
-        self.durable = MemoryLifecycleStore()
+        super().__init__(LIFECYCLE, LifecycleReason, LIFECYCLE_DOMAIN, chaos, record, storage)
         self.clock = clock
         self.policy = policy
         self.watch_buffer = watch_buffer
         self.service: LifecycleService | None = None
 
-    def build(self) -> None:
+    def build(self, store: NodeStore) -> None:
         broker: EventBroker[lifecycle_messages.WatchLifecycleEventsResponse] = EventBroker(self.watch_buffer)
         authority = LifecycleAuthority(
-            NodeStore(self.durable, self),
+            store,
             self.policy,
             self.clock,
             publish=lifecycle_publisher(broker),
@@ -448,9 +606,9 @@ class CompletionNode(Node):
         lifecycle_timeout: float,
         stall_after: float,
         settle_interval: float,
+        storage: Storage,
     ) -> None:
-        super().__init__(COMPLETION, CompletionReason, COMPLETION_DOMAIN, chaos, record)
-        self.durable = MemoryCompletionStore()
+        super().__init__(COMPLETION, CompletionReason, COMPLETION_DOMAIN, chaos, record, storage)
         self.clock = clock
         self.network = network
         self.lifecycle = lifecycle
@@ -462,12 +620,12 @@ class CompletionNode(Node):
         self.transcripts: TranscriptService | None = None
         self.authority: CompletionAuthority | None = None
 
-    def build(self) -> None:
+    def build(self, store: NodeStore) -> None:
         broker: EventBroker[completion_messages.WatchCompletionEventsResponse] = EventBroker(64)
         client = SimLifecycleClient(SimLifecycleStub(self.network, self.lifecycle), self.lifecycle_timeout)
         ids = SimIds(self.incarnation)
         authority = CompletionAuthority(
-            NodeStore(self.durable, self),
+            store,
             client,
             self.policies,
             self.clock,
@@ -491,3 +649,16 @@ class CompletionNode(Node):
         found = self.transcripts if method in TRANSCRIPT_METHODS else self.service
         assert found is not None
         return found
+
+
+def memory_storages() -> tuple[MemoryStorage, MemoryStorage]:
+    """(lifecycle, completion): the in-memory stores."""
+    return MemoryStorage(MemoryLifecycleStore()), MemoryStorage(MemoryCompletionStore())
+
+
+def sqlite_storages(directory: str, clock: Callable[[], float]) -> tuple[SqliteStorage, SqliteStorage]:
+    """(lifecycle, completion): the services' SQLite stores, on files in `directory`."""
+    return (
+        SqliteStorage(SqliteLifecycleStore.open, f"{directory}/lifecycle.sqlite3", clock),
+        SqliteStorage(SqliteCompletionStore.open, f"{directory}/completion.sqlite3", clock),
+    )

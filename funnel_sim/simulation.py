@@ -12,27 +12,51 @@ the checkers."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import tempfile
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from completion_service.core.gates import WorkspacePolicy
 from completion_service.policy import PolicyBook
 from funnel.auth.principal import Role
 from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
-from funnel_sim import loop
+from funnel_sim import loop, threads
 from funnel_sim.actors import Agent, Host, Watcher
-from funnel_sim.checkers import Evidence, check
+from funnel_sim.checkers import EVERYTHING, Evidence, check
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import History
 from funnel_sim.network import LinkFaults, Network
-from funnel_sim.nodes import Chaos, CompletionNode, LifecycleNode
+from funnel_sim.nodes import (
+    Chaos,
+    CompletionNode,
+    LifecycleNode,
+    Storage,
+    adopting_task_factory,
+    memory_storages,
+    sqlite_storages,
+)
 from funnel_sim.workload import Workload, generate
 from lifecycle_service.core.model import Policy
+from lifecycle_service.storage.port import TaskQuery
 
 MAX_CLOCK_OFFSET_MICROS = 500_000
-# Virtual seconds the calmed world gets to settle everything that is owed.
+# Virtual seconds, at most, the calmed world gets to settle everything that is owed.
 DRAIN_SECONDS = 120.0
+# The drain ends sooner once nothing has changed for this long: twice the longest wait of
+# any of the services' loops (the settlement outbox's backoff, at most 10 s; leases 4 s),
+# so anything still owed was tried again, to no effect, within it. Looked at this often.
+QUIET_SECONDS = 20.0
+QUIET_LOOK = 5.0
+Engine = Literal["memory", "sqlite"]
+ENGINES: tuple[Engine, ...] = ("memory", "sqlite")
+
+
+def engine_of(seed: int) -> Engine:
+    """The engine a seed runs on when both are run ("mixed"): drawn from the seed."""
+    return random.Random(f"{seed}:engine").choice(ENGINES)
 
 
 @dataclass(frozen=True)
@@ -45,6 +69,8 @@ class Config:
     # Per fault-point hit: the node crashes / the reply is dropped.
     crash_at_point: float = 0.03
     drop_at_point: float = 0.03
+    # Per write handed to a store with a writer of its own (SQLite): a crash with it queued.
+    crash_at_handover: float = 0.005
     # Per statement of a unit of work or read.
     storage_error: float = 0.002
     # Per write: another process takes the write lock (for up to nodes.LOCK_HELD seconds).
@@ -69,12 +95,17 @@ class Result:
     history: History
     operations: int
     virtual_seconds: float
+    engine: Engine = "memory"
     digest: str = ""
     figures: dict[str, int] = field(default_factory=dict)
 
 
 def simulate(
-    seed: int, config: Config = Config(), keep: frozenset[int] | None = None, keep_lines: bool = False
+    seed: int,
+    config: Config = Config(),
+    keep: frozenset[int] | None = None,
+    keep_lines: bool = False,
+    engine: Engine = "memory",
 ) -> Result:
     workload = generate(
         random.Random(f"{seed}:workload"),
@@ -86,11 +117,33 @@ def simulate(
     )
     if keep is not None:
         workload = workload.keep(keep)
-    return loop.run(_simulate(seed, config, workload, keep_lines))
+    if engine == "memory":
+        return loop.run(_simulate(seed, config, workload, keep_lines, None))
+    # Each job on a database thread takes up to a storage trip's time, seeded.
+    lockstep = threads.Lockstep(random.Random(f"{seed}:database"), config.storage_latency)
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="funnel-sim-", dir=scratch) as directory, lockstep.installed():
+        return loop.run(_simulate(seed, config, workload, keep_lines, (directory, lockstep)))
 
 
-async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: bool) -> Result:
-    history = History()
+async def _simulate(
+    seed: int,
+    config: Config,
+    workload: Workload,
+    keep_lines: bool,
+    sqlite: tuple[str, threads.Lockstep] | None,
+) -> Result:
+    running = asyncio.get_running_loop()
+    history = History(running.time)
+    storages: tuple[Storage, Storage]
+    if sqlite is None:
+        storages = memory_storages()
+    else:
+        running.set_task_factory(adopting_task_factory)  # type: ignore[arg-type]
+        # The database threads judge lock deadlines on virtual time: they read it only
+        # while the loop waits for them (threads.py), so it is the time of the hand-over,
+        # and whether a deadline has passed is the same every run (real time is not).
+        storages = sqlite_storages(sqlite[0], running.time)
     if keep_lines:
         history.keep_lines()
     fault_rng = random.Random(f"{seed}:faults")
@@ -109,6 +162,7 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         storage=config.storage_error,
         locked=config.locked,
         storage_latency=config.storage_latency,
+        handover=config.crash_at_handover,
     )
     completion_chaos = Chaos(
         fault_rng,
@@ -117,8 +171,11 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         storage=config.storage_error,
         locked=config.locked,
         storage_latency=config.storage_latency,
+        handover=config.crash_at_handover,
     )
-    lifecycle = LifecycleNode(lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer)
+    lifecycle = LifecycleNode(
+        lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer, storages[0]
+    )
     policies = PolicyBook(
         workspaces={workspace: WorkspacePolicy(required_evidence=("tests",)) for workspace in workload.workspaces}
     )
@@ -132,6 +189,7 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         lifecycle_timeout=1.0,
         stall_after=2.0,
         settle_interval=0.5,
+        storage=storages[1],
     )
     lifecycle.start()
     completion.start()
@@ -185,34 +243,85 @@ async def _simulate(seed: int, config: Config, workload: Workload, keep_lines: b
         network.faults = LinkFaults(config.latency)
         network.heal()
         for node in (lifecycle, completion):
-            if not node.up:
-                node.start()
-        await asyncio.sleep(DRAIN_SECONDS)
+            node.start()
+        await _drain(history, storages, watchers, workload.workspaces)
         # Every transcript read once more, by then with no live lease: an interrupted final turn is closed.
         auditor = Host("auditor", network, lifecycle, completion, Role.HOST)
         for audited in workload.tasks:
             await auditor.load(audited)
         for task in following:
             task.cancel()
-    evidence = Evidence(
-        history=history,
-        lifecycle=lifecycle.durable,
-        completion=completion.durable,
-        workspaces=workload.workspaces,
-        tasks={task.name: task.workspace for task in workload.tasks},
-        watchers={watcher.name: (watcher.workspace, watcher.seen) for watcher in watchers},
-        transcript_reads=[read for actor in [*actors, auditor] if isinstance(actor, Host) for read in actor.reads],
-        audited={task.name for task, _ in auditor.reads},
-        lifecycle_clock=lifecycle_clock,
-        completion_clock=completion_clock,
-        policy=policy,
-    )
-    violations = await check(evidence)
-    virtual_seconds = asyncio.get_running_loop().time()
+    virtual_seconds = running.time()
     for node in (lifecycle, completion):
         node.crash("at the end of the simulation")
     await asyncio.sleep(1.0)  # the cancelled tasks unwind
-    return Result(seed, workload, violations, history, len(history.calls), virtual_seconds, history.digest)
+    left = lifecycle.unwound() + completion.unwound()
+    if sqlite is not None and (open_connections := sqlite[1].open_connections()):
+        left.append(f"{open_connections} database connections of crashed incarnations never closed")
+    async with storages[0].durable() as lifecycle_store, storages[1].durable() as completion_store:
+        evidence = Evidence(
+            history=history,
+            lifecycle=lifecycle_store,
+            completion=completion_store,
+            workspaces=workload.workspaces,
+            tasks={task.name: task.workspace for task in workload.tasks},
+            watchers={watcher.name: (watcher.workspace, watcher.seen) for watcher in watchers},
+            transcript_reads=[read for actor in [*actors, auditor] if isinstance(actor, Host) for read in actor.reads],
+            audited={task.name for task, _ in auditor.reads},
+            lifecycle_clock=lifecycle_clock,
+            completion_clock=completion_clock,
+            policy=policy,
+            left_behind=left,
+        )
+        violations = await check(evidence)
+    engine: Engine = "memory" if sqlite is None else "sqlite"
+    return Result(seed, workload, violations, history, len(history.calls), virtual_seconds, engine, history.digest)
+
+
+async def _drain(
+    history: History, storages: tuple[Storage, Storage], watchers: list[Watcher], workspaces: list[str]
+) -> None:
+    """Lets the calmed world settle what it owes, in virtual time: until nothing the
+    checkers read (the history, both stores, what the watchers saw) has changed for
+    QUIET_SECONDS, and for DRAIN_SECONDS at most. The services' idle loops would
+    otherwise poll for the rest of DRAIN_SECONDS (a third of a run's CPU) to no effect.
+    Only stores that can be read as they are, at once (in memory), are looked at: SQLite
+    files would be opened anew each time, so SQLite runs drain for DRAIN_SECONDS."""
+    loop = asyncio.get_running_loop()
+    lifecycle, completion = (storage.at_once() for storage in storages)
+    if lifecycle is None or completion is None:
+        await asyncio.sleep(DRAIN_SECONDS)
+        return
+    ends = loop.time() + DRAIN_SECONDS
+    last: tuple[Any, ...] = ()
+    since = loop.time()
+    while loop.time() < ends:
+        await asyncio.sleep(QUIET_LOOK)
+        now = await _visible(history, lifecycle, completion, watchers, workspaces)
+        if now != last:
+            last, since = now, loop.time()
+        elif loop.time() - since >= QUIET_SECONDS:
+            return
+
+
+async def _visible(
+    history: History, lifecycle: Any, completion: Any, watchers: list[Watcher], workspaces: list[str]
+) -> tuple[Any, ...]:
+    """What the checkers read of the world, as one comparable value."""
+    seen: list[Any] = [len(history.calls), len(history.notes), tuple(len(watcher.seen) for watcher in watchers)]
+    for workspace in workspaces:
+        seen += [
+            await lifecycle.read(
+                lambda tx, ws=workspace: (
+                    tx.events.page(ws, 0, None, EVERYTHING),
+                    tx.tasks.page(ws, TaskQuery(), "", EVERYTHING),
+                )
+            ),
+            await completion.read(lambda tx, ws=workspace: tx.completions.page(ws, None, None, None, EVERYTHING)),
+            await completion.read(lambda tx, ws=workspace: tx.events.page(ws, 0, None, EVERYTHING)),
+            await completion.read(lambda tx, ws=workspace: tx.runs.page(ws, None, None, EVERYTHING)),
+        ]
+    return tuple(seen)
 
 
 async def _chaos(
@@ -239,5 +348,4 @@ async def _supervise(rng: random.Random, nodes: tuple[LifecycleNode, CompletionN
     while True:
         await asyncio.sleep(rng.uniform(0.2, 2.0))
         for node in nodes:
-            if not node.up:
-                node.start()
+            node.start()

@@ -79,10 +79,19 @@ class Database:
     the writer then answers or fails what it holds first), and closes the
     connection last: nothing of a database runs unowned or outlives it."""
 
-    def __init__(self, connection: aiosqlite.Connection, path: str, commits: CommitObserver | None = None) -> None:
+    def __init__(
+        self,
+        connection: aiosqlite.Connection,
+        path: str,
+        commits: CommitObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._connection = connection
         self.path = path
         self._commits = commits
+        # The database thread's clock, for lock deadlines (see write()); the simulator
+        # gives one that follows its virtual time.
+        self._clock = clock
         # Writes waiting for a group. The event loop appends, the database thread
         # takes (the writer pipeline, _commit_groups), hence the lock.
         self._pending: list[_Write[Any]] = []
@@ -103,15 +112,18 @@ class Database:
         *,
         busy_timeout_ms: int = 5000,
         commits: CommitObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> Database:
         """Opens (creating if needed) and prepares the database, or raises StorageRefused.
         Only checks whose cost does not grow with the file run here (see _prepare).
-        `commits` is told of each committed group (the commit metrics)."""
+        `commits` is told of each committed group (the commit metrics); `clock` is the
+        one the database thread judges lock deadlines on (any steady clock: a write's
+        deadline is handed over as the time it has left)."""
         try:
             connection = await aiosqlite.connect(path, isolation_level=None)
         except sqlite3.Error as exc:
             raise StorageRefused(f"cannot open database {path!r}: {exc}") from exc
-        database = cls(connection, path, commits)
+        database = cls(connection, path, commits, clock)
         try:
             await database.run(lambda db: _prepare(db, path, migrations, busy_timeout_ms))
         except BaseException:
@@ -127,7 +139,7 @@ class Database:
         if writer.path == MEMORY:
             return writer
         connection = await aiosqlite.connect(writer.path, isolation_level=None)
-        reader = cls(connection, writer.path)
+        reader = cls(connection, writer.path, clock=writer._clock)
 
         def configure(db: sqlite3.Connection) -> None:
             db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
@@ -152,6 +164,7 @@ class Database:
         """The owner: a writer's runs the writer until close(); a reader's (never
         given writes) runs the checkpointer until close(). The connection is
         closed last, however the owner ends."""
+        loop = asyncio.get_running_loop()
         try:
             if checkpoints:
                 async with asyncio.TaskGroup() as group:
@@ -164,8 +177,9 @@ class Database:
                 await self._write_until_closed()
         finally:
             # Unless its event loop was closed with the owner pending: then it is only
-            # being finalized, and nothing can be awaited (its maker closes the thread).
-            if _event_loop_running():
+            # being finalized (by the garbage collector, maybe while another loop runs),
+            # and nothing can be awaited (its maker closes the thread).
+            if _running(loop):
                 await _close_connection(self._connection)
 
     async def _checkpoint_forever(self, interval: float = CHECKPOINT_INTERVAL) -> None:
@@ -216,11 +230,13 @@ class Database:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         future.add_done_callback(_consume_exception)
-        # The database thread judges the deadline, on its own clock.
+        # The caller's deadline is on the event loop's clock; the database thread judges
+        # it on this database's clock, never the loop's (uvloop's time() is cached, stale
+        # while the loop idles): converted once, here, as the time the write has left.
         now = loop.time()
-        wait = min(calls.lock_deadline() or float("inf"), now + DEFAULT_LOCK_WAIT) - now
+        left = min(calls.lock_deadline() or float("inf"), now + DEFAULT_LOCK_WAIT) - now
         with self._pending_lock:
-            self._pending.append(_Write(fn, after_commit, future, time.monotonic() + wait))
+            self._pending.append(_Write(fn, after_commit, future, self._clock() + left))
         self._wakeup.set()
         return await asyncio.shield(future)
 
@@ -230,6 +246,7 @@ class Database:
         is left waiting: cancelled (the event loop going away), it lets the turn
         on the database thread finish and fails the writes not yet taken, and
         from then on every write fails at once."""
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 await self._wakeup.wait()
@@ -239,7 +256,7 @@ class Database:
                     return
         except BaseException:
             self._closing = True
-            if _event_loop_running():  # else the loop closed with the writer pending: nobody is left to answer
+            if _running(loop):  # else the loop closed with the writer pending: nobody is left to answer
                 self._refuse_pending(
                     StorageUnavailable(f"the writer of {self.path!r} was stopped; nothing was applied")
                 )
@@ -299,7 +316,7 @@ class Database:
                     batch, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
                 if not batch:
                     return
-                now = time.monotonic()
+                now = self._clock()
                 expired = [w for w in batch if w.deadline <= now]
                 if expired:
                     if not _post(loop, _expire, expired):
@@ -443,10 +460,15 @@ class SqliteEngine:
 
     @classmethod
     async def open(
-        cls, path: str, migrations: list[Migration], *, commits: CommitObserver | None = None
+        cls,
+        path: str,
+        migrations: list[Migration],
+        *,
+        commits: CommitObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> SqliteEngine:
         """Opens (creating and migrating if needed) the database, or raises StorageRefused."""
-        writer = await Database.open(path, migrations, commits=commits)
+        writer = await Database.open(path, migrations, commits=commits, clock=clock)
         return cls(writer, await Database.open_reader(writer))
 
     async def write(self, fn: Callable[[sqlite3.Connection], T], after_commit: Callable[[T], None] | None = None) -> T:
@@ -482,7 +504,7 @@ class _Write(Generic[T]):
     fn: Callable[[sqlite3.Connection], T]
     after_commit: Callable[[T], None] | None
     future: asyncio.Future[T]
-    # time.monotonic() after which it no longer waits for the database lock.
+    # The database's clock (Database._clock) after which it no longer waits for the lock.
     deadline: float
 
 
@@ -503,12 +525,13 @@ def operational_fault(exc: sqlite3.OperationalError) -> StorageUnavailable:
     return StorageUnavailable(str(exc))
 
 
-def _event_loop_running() -> bool:
+def _running(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether `loop` runs this code: not when a coroutine of a closed loop is finalized,
+    even while another loop runs (the garbage collector finalizes it anywhere)."""
     try:
-        asyncio.get_running_loop()
+        return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
-    return True
 
 
 def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> bool:

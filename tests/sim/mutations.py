@@ -15,6 +15,7 @@ from completion_service.authority import projection, settler, transcripts
 from completion_service.units import completions, runs
 from completion_service.units import transcripts as transcript_units
 from funnel.runtime import sqlite, watch
+from funnel.runtime.sqlite import Database
 from lifecycle_service import authority as lifecycle_authority
 from lifecycle_service import units
 from lifecycle_service.api import service as lifecycle_service
@@ -146,6 +147,27 @@ def ended_generation_appended(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transcripts.Reopener, "reopen", reopen)
 
 
+def cancelled_writer_forgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQLite writer, cancelled (its owner, with the incarnation that crashed),
+    stops without failing the writes it had not taken yet: they wait for good (the
+    defect that had the writer pipeline reverted; tests/storage's
+    test_a_cancelled_owner_answers_every_write_it_was_given)."""
+
+    async def write_until_closed(self: Database) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                await self._write_pending()
+                if self._closing and not self._has_pending():
+                    return
+        except BaseException:
+            self._closing = True
+            raise
+
+    monkeypatch.setattr(Database, "_write_until_closed", write_until_closed)
+
+
 MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "fence_ignored": fence_ignored,
     "replay_executes": replay_executes,
@@ -157,4 +179,5 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "transcript_replay_appends": transcript_replay_appends,
     "repair_skipped": repair_skipped,
     "ended_generation_appended": ended_generation_appended,
+    "cancelled_writer_forgets": cancelled_writer_forgets,
 }

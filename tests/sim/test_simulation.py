@@ -20,7 +20,7 @@ from funnel_sim.linearizability import Operation, linearizable
 from funnel_sim.network import UNAVAILABLE, Failed, Ok
 from funnel_sim.nodes import STATEMENT_FAULTS
 from funnel_sim.shrink import shrink
-from funnel_sim.simulation import Config, simulate
+from funnel_sim.simulation import ENGINES, Config, engine_of, simulate
 from funnel_sim.workload import parse_ranges, ranges
 
 
@@ -63,11 +63,17 @@ def test_the_same_seed_gives_the_same_history_byte_for_byte():
     assert simulate(3).digest == simulate(3).digest
 
 
-def test_another_process_with_other_hash_seeds_replays_the_same_history():
-    code = "import logging; logging.disable(50); from funnel_sim.simulation import simulate; print(simulate(3).digest)"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_another_process_with_other_hash_seeds_replays_the_same_history(engine):
+    # On SQLite the database threads run on real time, at another pace in each process:
+    # the lockstep with virtual time (funnel_sim/threads.py) keeps the history the same.
+    code = (
+        "import logging; logging.disable(50); from funnel_sim.simulation import simulate; "
+        f"print(simulate(3, engine={engine!r}).digest)"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert other.stdout.strip() == simulate(3).digest
+    assert other.stdout.strip() == simulate(3, engine=engine).digest
 
 
 def test_shrinking_finds_the_steps_a_failure_needs():
@@ -83,7 +89,14 @@ def test_step_ranges_round_trip():
 
 def test_a_kept_workload_replays_from_its_command(capsys):
     assert cli.main(["--seed", "4", "--keep", "0-20"]) == 0
-    assert "seed 4:" in capsys.readouterr().out
+    assert "seed 4 on memory:" in capsys.readouterr().out
+
+
+def test_mixed_runs_each_seed_on_the_engine_drawn_from_it(capsys):
+    assert {engine_of(seed) for seed in range(10)} == set(ENGINES)
+    seed = next(seed for seed in range(10) if engine_of(seed) == "sqlite")
+    assert cli.main(["--seed", str(seed), "--engine", "mixed", "--keep", "0-10"]) == 0
+    assert f"seed {seed} on sqlite:" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -134,7 +147,17 @@ def test_transcripts_are_appended_interrupted_repaired_and_reopen_completed_gene
     assert seen == {"appended", "reopened", "interrupted by the user", "cut off", "repaired"}
 
 
-# Seeds beyond the fixed ones, as many as fit in the box: new ground on every change of the code.
+SQLITE_SEEDS = range(3)
+
+
+@pytest.mark.parametrize("seed", SQLITE_SEEDS)
+def test_fixed_seeds_keep_every_invariant_on_sqlite(seed):
+    result = simulate(seed, engine="sqlite")
+    assert result.violations == [], cli.replay_command(seed, None, "sqlite")
+
+
+# Seeds beyond the fixed ones, as many as fit in the box, each on the engine drawn
+# from it: new ground on every change of the code.
 SWEEP_SECONDS = float(os.environ.get("FUNNEL_SIM_SWEEP_SECONDS", "10"))
 
 
@@ -142,7 +165,8 @@ def test_a_time_boxed_sweep_keeps_every_invariant():
     deadline = time.monotonic() + SWEEP_SECONDS
     seed = 1000
     while time.monotonic() < deadline:
-        result = simulate(seed)
-        assert result.violations == [], f"{result.violations}; replay: {cli.replay_command(seed, None)}"
+        result = simulate(seed, engine=engine_of(seed))
+        replay = cli.replay_command(seed, None, result.engine)
+        assert result.violations == [], f"{result.violations}; replay: {replay}"
         seed += 1
     assert seed > 1000

@@ -8,24 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from funnel.auth.principal import Principal, Role
+from funnel.runtime import calls
 from funnel.runtime import sqlite as sqlite_module
 from funnel.runtime.sqlite import MAX_GROUP, PIPELINE_GROUPS, Database
 from funnel.runtime.storage_errors import StorageUnavailable
 
 
-async def open_scratch(tmp_path) -> Database:
+async def open_scratch(tmp_path, **options) -> Database:
     path = tmp_path / "writer.sqlite3"
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
     db.close()
-    return await Database.open(str(path), [])
+    return await Database.open(str(path), [], **options)
 
 
 def insert(name: str):
@@ -227,6 +231,47 @@ async def test_a_cancelled_close_still_closes_and_answers_everything(tmp_path):
         await database._connection.execute("SELECT 1")
 
 
+class ManualClock:
+    """The database's clock, a day ahead of the event loop's, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 86_400.0 + time.monotonic()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("waited", "commits"), [(0.4, True), (0.6, False)])
+async def test_a_writes_lock_deadline_is_the_time_it_had_left_on_the_databases_clock(tmp_path, waited, commits):
+    """The caller's deadline (event-loop time) reaches the database thread as the
+    time the write had left, on the database's own clock: a write given 0.5 s that
+    waits behind another group for 0.4 s of that clock still commits, one that
+    waits 0.6 s fails unapplied. Judged on the loop's clock, or as an event-loop
+    time against the database's, both would commit, or both fail."""
+    clock = ManualClock()
+    database = await open_scratch(tmp_path, clock=clock)
+    running, release, held = blocker()
+    with released_at_the_end(release):
+        first = asyncio.ensure_future(database.write(held))
+        assert await asyncio.to_thread(running.wait, 10)
+
+        async def late() -> int:
+            calls.enter(calls.Call(Principal("tester"), Role.HOST, False, ""), asyncio.get_running_loop().time() + 0.5)
+            return await database.write(insert("late"))
+
+        behind = asyncio.ensure_future(late())
+        await asyncio.sleep(0)  # queued behind the held group
+        clock.now += waited
+        release.set()
+        assert await asyncio.wait_for(first, 30) == 1
+        if commits:
+            assert await asyncio.wait_for(behind, 30) == 2
+        else:
+            with pytest.raises(StorageUnavailable, match="locked until the caller's deadline"):
+                await asyncio.wait_for(behind, 30)
+    await database.close()
+
+
 @pytest.mark.parametrize("operation", ["write", "run"])
 def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path, operation):
     """The event loop closes while a group (or a read, a probe: `run`) is on the
@@ -254,6 +299,35 @@ def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path
         fresh.close()
         thread.join(10)
         assert not thread.is_alive() and failures == []
+
+
+def test_an_owner_finalized_while_another_event_loop_runs_ends_quietly(tmp_path):
+    """An owner left pending by a closed event loop is finalized by the garbage
+    collector, whenever it runs: with another loop running, it once took that loop
+    for its own and awaited its connection's close while being finalized ("coroutine
+    ignored GeneratorExit", reported in whichever test ran then)."""
+    loop = asyncio.new_event_loop()
+    database = loop.run_until_complete(open_scratch(tmp_path))
+    connection = database._connection
+    loop.close()  # the owner still pending
+    del database, loop
+    ignored: list[object] = []
+    previous, sys.unraisablehook = sys.unraisablehook, ignored.append
+    fresh = asyncio.new_event_loop()
+    try:
+        fresh.run_until_complete(asyncio.to_thread(lambda: None))  # a loop running...
+        fresh.run_until_complete(_collect_garbage())  # ...while the owner is finalized
+    finally:
+        sys.unraisablehook = previous
+    fresh.run_until_complete(asyncio.wait_for(connection.close(), 10))
+    fresh.close()
+    connection._thread.join(10)
+    assert not connection._thread.is_alive()
+    assert [hook.exc_value for hook in ignored if "_own" in repr(hook.object)] == []  # type: ignore[attr-defined]
+
+
+async def _collect_garbage() -> None:
+    gc.collect()
 
 
 @pytest.mark.parametrize("cancels", [1, 2])

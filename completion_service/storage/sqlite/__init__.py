@@ -9,6 +9,8 @@ PostgreSQL, which runs the same statements, is in the session's hooks (session.p
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
 
 from completion_service.storage.port import CompletionFigures, CompletionStore
 from completion_service.storage.sqlite.completions import SqliteCompletions
@@ -67,8 +69,10 @@ class SqliteCompletionStore(Store[sqlite3.Connection, SqliteCompletionTx, Sqlite
         self._sqlite = engine
 
     @classmethod
-    async def open(cls, path: str, *, commits: CommitObserver | None = None) -> SqliteCompletionStore:
-        return cls(await SqliteEngine.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits))
+    async def open(
+        cls, path: str, *, commits: CommitObserver | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> SqliteCompletionStore:
+        return cls(await SqliteEngine.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits, clock=clock))
 
     async def check_integrity(self) -> str | None:
         """The full integrity check (SqliteEngine.check_integrity)."""

@@ -10,6 +10,8 @@ own modules."""
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
 
 from funnel.runtime.sqlite import CommitObserver, SqliteEngine, migrations_in
 from funnel.runtime.store import Store
@@ -56,9 +58,11 @@ class SqliteLifecycleStore(Store[sqlite3.Connection, SqliteLifecycleTx, SqliteLi
         self._sqlite = engine
 
     @classmethod
-    async def open(cls, path: str, *, commits: CommitObserver | None = None) -> SqliteLifecycleStore:
+    async def open(
+        cls, path: str, *, commits: CommitObserver | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> SqliteLifecycleStore:
         """Opens (creating and migrating if needed) the database, or raises StorageRefused."""
-        return cls(await SqliteEngine.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits))
+        return cls(await SqliteEngine.open(path, migrations_in(MIGRATIONS_PACKAGE), commits=commits, clock=clock))
 
     async def check_integrity(self) -> str | None:
         """The full integrity check (SqliteEngine.check_integrity)."""
