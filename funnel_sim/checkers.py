@@ -310,6 +310,18 @@ def _shape(event: grammar.SessionEvent) -> tuple[Any, ...]:
     return (event.kind, event.ref, event.name, event.text, event.is_error, event.reason)
 
 
+def _records_seen(history: History) -> dict[str, list[tuple[float, int, int]]]:
+    """Per task, every lifecycle answer's record as (answered, revision, generation):
+    what it showed had committed by then. An event's own time is when its unit began,
+    which a held write lock can put seconds before its commit."""
+    seen: dict[str, list[tuple[float, int, int]]] = collections.defaultdict(list)
+    for call, _, _, answer in _attempts(history):
+        if call.target == "lifecycle" and isinstance(answer, Ok) and hasattr(answer.response, "task"):
+            task = answer.response.task
+            seen[task.task_id].append((call.answered, task.revision, task.generation))
+    return seen
+
+
 def _seen_ended(history: History) -> dict[tuple[str, int], float]:
     """When a lifecycle answer first showed each generation ended: its end had
     committed by then. (Not its event's time: that is when its unit began, which
@@ -385,14 +397,19 @@ def blocks(evidence: Evidence, durable: Durable) -> Iterable[str]:
     # A view lagging behind the lifecycle may cost a refused settlement, never a block
     # as "not the current generation" while the run's generation was current and live
     # for the whole call (core/projection.py: a view of an older generation is read
-    # again). Live: its first event committed before the call, in virtual time, and
-    # none ending it (terminal, or a newer generation) committed before the answer.
+    # again). Live: an answer had shown it before the call, in virtual time, and no
+    # event ending it (terminal, or a newer generation) was stamped before the answer
+    # (a stamp comes before its commit, so this errs towards "not live").
     clock = evidence.lifecycle_clock
+    # Began: a lifecycle answer had shown the generation (it had committed by then).
     began: dict[tuple[str, int], float] = {}
+    for task_id, records in _records_seen(evidence.history).items():
+        for answered, _, shown in records:
+            key = (task_id, shown)
+            began[key] = min(began.get(key, answered), answered)
     ended: dict[tuple[str, int], float] = {}
     for event in durable.events:
         at = clock.true_micros(event.committed_at) / 1_000_000
-        began.setdefault((event.task_id, event.generation), at)
         if event.to_state is GenerationState.TERMINAL:
             ended.setdefault((event.task_id, event.generation), at)
         if event.generation > 1:
@@ -452,6 +469,7 @@ def step(state: Key | None, op: tuple[str, Key | None]) -> Key | None:
 
 
 def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, list[Operation[Any]]]:
+    seen = _records_seen(evidence.history)
     per_task: dict[str, list[Operation[Any]]] = collections.defaultdict(list)
     groups: dict[tuple[str, str, str, str], list[tuple[Call, Any]]] = collections.defaultdict(list)
     for call, method, request, answer in _attempts(evidence.history):
@@ -475,8 +493,11 @@ def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, lis
         elif any(no_answer(answer) for _, answer in attempts):
             per_task[task_id].append(Operation(invoked, None, ("write?", None)))
     for event in durable.events:
-        if event.request_id is None:  # the lifecycle service's own: a propagation, at its commit
+        if event.request_id is None:  # the lifecycle service's own: a propagation
             at = evidence.lifecycle_clock.true_micros(event.committed_at) / 1_000_000
+            # It committed after its stamp and before any answer showed it (or a later revision).
+            shown = [t for t, revision, _ in seen[event.task_id] if revision >= event.revision and t >= at]
+            committed_by = min(shown, default=None)
             proto = event_to_proto(event)
             key = (
                 proto.revision,
@@ -487,7 +508,7 @@ def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, lis
                 proto.work_status,
                 proto.completion_id,
             )
-            per_task[event.task_id].append(Operation(at - 1e-6, at + 1e-6, ("write", key)))
+            per_task[event.task_id].append(Operation(at - 1e-6, committed_by, ("write", key)))
     return per_task
 
 
