@@ -1,5 +1,5 @@
 """The simulated clients: hosts and agents carrying out their steps of the
-workload, and watchers following each service's event stream across cuts and
+workload, and watchers following each workspace's event streams across cuts and
 crashes. They call the real servicers over the simulated network as a careful
 gRPC client does: every mutation carries a request id and is sent again with it
 while no answer comes (UNAVAILABLE, DEADLINE_EXCEEDED, STORAGE_UNAVAILABLE); what
@@ -18,18 +18,21 @@ from google.protobuf.message import Message
 from funnel.auth.principal import Principal, Role
 from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.completion.v1 import transcript_messages_pb2 as transcript_messages
 from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime import calls
+from funnel_sim import turns
 from funnel_sim.network import Answer, Network, Ok, SimContext, StreamEnded, no_answer
 from funnel_sim.nodes import CompletionNode, LifecycleNode, Node
 from funnel_sim.workload import Step, Task
 
-WORKSPACE = "ws-sim"
 CALL_TIMEOUT = 2.0
 TRIES = 6
 LEASE_SECONDS = 4
+# Events per LoadTranscript page: small, so that a load pages.
+TRANSCRIPT_PAGE = 8
 
 
 def _caller(subject: str, role: Role) -> calls.Call:
@@ -38,7 +41,7 @@ def _caller(subject: str, role: Role) -> calls.Call:
 
 def _handler(node: Node, method: str) -> Callable[[Any, SimContext], Any]:
     async def handle(request: Any, context: SimContext) -> Any:
-        return await getattr(node.service, method)(request, context)  # type: ignore[attr-defined]
+        return await getattr(node.servicer(method), method)(request, context)
 
     return handle
 
@@ -78,11 +81,22 @@ class Actor:
             node, method, request = self.last
             await self.call(node, method, request)
 
-    async def task_of(self, task: str) -> lifecycle_types.Task | None:
+    async def task_of(self, task: Task) -> lifecycle_types.Task | None:
         answer = await self.call(
-            self.lifecycle, "GetTask", lifecycle_messages.GetTaskRequest(workspace_id=WORKSPACE, task_id=task)
+            self.lifecycle,
+            "GetTask",
+            lifecycle_messages.GetTaskRequest(workspace_id=task.workspace, task_id=task.name),
         )
         return answer.response.task if isinstance(answer, Ok) else None
+
+    async def append(self, task: Task, request_id: str, events: list[turns.Event]) -> Answer:
+        return await self.call(
+            self.completion,
+            "AppendTranscript",
+            transcript_messages.AppendTranscriptRequest(
+                workspace_id=task.workspace, task_id=task.name, events=events, request_id=request_id
+            ),
+        )
 
 
 def cause(reason: str) -> lifecycle_types.Cause:
@@ -90,9 +104,14 @@ def cause(reason: str) -> lifecycle_types.Cause:
 
 
 class Host(Actor):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Each whole LoadTranscript (every page answered): the task and the events read.
+        self.reads: list[tuple[Task, list[turns.Event]]] = []
+
     async def step(self, step: Step, tree: dict[str, Task]) -> None:
+        task = tree[step.task]
         if step.action == "register":
-            task = tree[step.task]
             parent = None
             if task.parent is not None:
                 mode = (
@@ -105,7 +124,7 @@ class Host(Actor):
                 self.lifecycle,
                 "RegisterTask",
                 lifecycle_messages.RegisterTaskRequest(
-                    workspace_id=WORKSPACE,
+                    workspace_id=task.workspace,
                     task_id=task.name,
                     request_id=self.request_id("register"),
                     parent=parent,
@@ -116,22 +135,57 @@ class Host(Actor):
             await self.replay()
         elif step.action == "pause":
             await asyncio.sleep(step.arg / 100)
+        elif step.action == "feedback":
+            # User feedback: on a completed generation the batch reopens it (a resume).
+            request_id = self.request_id("feedback")
+            await self.append(task, request_id, turns.feedback(request_id))
+        elif step.action == "load":
+            await self.load(task)
         else:
-            current = await self.task_of(step.task)
+            current = await self.task_of(task)
             if current is not None:
-                await self._intent(step, current)
+                await self._intent(step, task, current)
 
-    async def _intent(self, step: Step, task: lifecycle_types.Task) -> None:
+    async def load(self, task: Task) -> None:
+        """The whole transcript, page by page: the first page repairs an interrupted final turn."""
+        read: list[turns.Event] = []
+        token = ""
+        while True:
+            answer = await self.call(
+                self.completion,
+                "LoadTranscript",
+                transcript_messages.LoadTranscriptRequest(
+                    workspace_id=task.workspace, task_id=task.name, page_size=TRANSCRIPT_PAGE, page_token=token
+                ),
+            )
+            if not isinstance(answer, Ok):
+                return
+            read += answer.response.events
+            token = answer.response.next_page_token
+            if not token:
+                self.reads.append((task, read))
+                return
+
+    async def _intent(self, step: Step, task: Task, current: lifecycle_types.Task) -> None:
         header: dict[str, Any] = {
-            "workspace_id": WORKSPACE,
-            "task_id": step.task,
-            "generation": task.generation,
+            "workspace_id": task.workspace,
+            "task_id": task.name,
+            "generation": current.generation,
             "request_id": self.request_id(step.action),
             "cause": cause(step.action),
         }
         if step.action == "activate":
             await self.call(
                 self.lifecycle, "ActivateGeneration", lifecycle_messages.ActivateGenerationRequest(**header)
+            )
+        elif step.action == "suspend":
+            await self.call(self.lifecycle, "SuspendGeneration", lifecycle_messages.SuspendGenerationRequest(**header))
+        elif step.action == "work_status":
+            status = WORK_STATUSES[step.arg % len(WORK_STATUSES)]
+            await self.call(
+                self.lifecycle,
+                "SetWorkStatus",
+                lifecycle_messages.SetWorkStatusRequest(**header, work_status=status),
             )
         elif step.action == "cancel":
             await self.call(
@@ -143,11 +197,23 @@ class Host(Actor):
             )
         elif step.action == "timeout":
             await self.call(self.lifecycle, "SettleTimeout", lifecycle_messages.SettleTimeoutRequest(**header))
-        elif step.action == "resume" and task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
-            header["generation"] = task.generation + 1
+        elif step.action == "resume" and current.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
+            if current.outcome == lifecycle_enums.TERMINAL_OUTCOME_COMPLETED and step.arg % 2:
+                # The user's feedback on the completed task reopens it (the completion service resumes it).
+                await self.append(task, header["request_id"], turns.feedback(header["request_id"]))
+                return
+            header["generation"] = current.generation + 1
             await self.call(
                 self.lifecycle, "ResumeWithGeneration", lifecycle_messages.ResumeWithGenerationRequest(**header)
             )
+
+
+# What a host may set (DONE and CANCELLED come only from settlements).
+WORK_STATUSES = (
+    lifecycle_enums.WORK_STATUS_READY,
+    lifecycle_enums.WORK_STATUS_IN_PROGRESS,
+    lifecycle_enums.WORK_STATUS_BLOCKED,
+)
 
 
 @dataclass
@@ -155,23 +221,26 @@ class Held:
     """The run an agent holds (or held: it keeps using it after it ended)."""
 
     run_id: str
-    task_id: str
+    task: Task
     generation: int
     epoch: int
 
 
 class Agent(Actor):
     held: Held | None = None
+    # The turn its last batch left open (its session died mid-call), to continue.
+    open_turn: turns.OpenTurn | None = None
 
     async def step(self, step: Step, tree: dict[str, Task]) -> None:
         action, held = step.action, self.held
         if action == "claim":
+            task = tree[step.task]
             answer = await self.call(
                 self.completion,
                 "ClaimTask",
                 completion_messages.ClaimTaskRequest(
-                    workspace_id=WORKSPACE,
-                    task_id=step.task,
+                    workspace_id=task.workspace,
+                    task_id=task.name,
                     agent_id=self.name,
                     request_id=self.request_id("claim"),
                     lease_ttl=Duration(seconds=LEASE_SECONDS),
@@ -179,19 +248,21 @@ class Agent(Actor):
             )
             if isinstance(answer, Ok):
                 run, lease = answer.response.run, answer.response.lease
-                self.held = Held(run.run_id, run.task_id, run.generation, lease.epoch)
+                self.held = Held(run.run_id, task, run.generation, lease.epoch)
         elif action == "replay":
             await self.replay()
         elif action == "pause":
             await asyncio.sleep(step.arg / 100)
         elif held is None:
             return
+        elif action == "transcript":
+            await self._transcript(held.task, step.arg)
         elif action == "renew":
             await self.call(
                 self.completion,
                 "RenewLease",
                 completion_messages.RenewLeaseRequest(
-                    workspace_id=WORKSPACE,
+                    workspace_id=held.task.workspace,
                     run_id=held.run_id,
                     epoch=held.epoch,
                     request_id=self.request_id("renew"),
@@ -206,8 +277,8 @@ class Agent(Actor):
                 self.completion,
                 "RecordEvidence",
                 completion_messages.RecordEvidenceRequest(
-                    workspace_id=WORKSPACE,
-                    task_id=held.task_id,
+                    workspace_id=held.task.workspace,
+                    task_id=held.task.name,
                     generation=held.generation,
                     kind="tests",
                     verdict=verdict,
@@ -225,8 +296,8 @@ class Agent(Actor):
                 self.completion,
                 "AttemptCompletion",
                 completion_messages.AttemptCompletionRequest(
-                    workspace_id=WORKSPACE,
-                    task_id=held.task_id,
+                    workspace_id=held.task.workspace,
+                    task_id=held.task.name,
                     run_id=held.run_id,
                     epoch=held.epoch,
                     outcome=outcome,
@@ -244,7 +315,7 @@ class Agent(Actor):
                 self.completion,
                 "CompleteRun",
                 completion_messages.CompleteRunRequest(
-                    workspace_id=WORKSPACE,
+                    workspace_id=held.task.workspace,
                     run_id=held.run_id,
                     outcome=closed,
                     notes="closed by the simulation",
@@ -252,14 +323,26 @@ class Agent(Actor):
                 ),
             )
 
+    async def _transcript(self, task: Task, shape: int) -> None:
+        """A turn under its lease, or the rest of the one its last batch left open."""
+        open_turn, self.open_turn = self.open_turn, None
+        if open_turn is not None and open_turn.task == task.name:
+            await self.append(task, self.request_id("continue"), turns.continuation(open_turn))
+            return
+        request_id = self.request_id("transcript")
+        events, left_open = turns.turn(task.name, request_id, shape)
+        if isinstance(await self.append(task, request_id, events), Ok):
+            self.open_turn = left_open
+
 
 @dataclass
 class Watcher:
-    """Follows one service's watch stream from its cursor, reconnecting after every
-    end, and keeps every event it was given, in order."""
+    """Follows one service's watch stream of one workspace from its cursor,
+    reconnecting after every end, and keeps every event it was given, in order."""
 
     name: str
     network: Network
+    workspace: str
     node: Node
     method: str
     request_type: Any
@@ -274,10 +357,10 @@ class Watcher:
         """Runs until cancelled (the simulation stops it once everything drained)."""
 
         def watch(request: Any, context: SimContext) -> Any:
-            return getattr(self.node.service, self.method)(request, context)  # type: ignore[attr-defined]
+            return getattr(self.node.servicer(self.method), self.method)(request, context)
 
         while True:
-            request = self.request_type(workspace_id=WORKSPACE, after_sequence=self.cursor)
+            request = self.request_type(workspace_id=self.workspace, after_sequence=self.cursor)
             stream = self.network.stream(
                 self.name, self.node, self.method, watch, request, _caller(self.name, Role.VIEWER)
             )

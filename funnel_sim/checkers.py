@@ -10,8 +10,14 @@ as one line each.
                first (in virtual time, whatever the clocks' skew)
   request_ids  a request id applies once, and every answer after the first
                success is that success
-  watchers     each watcher saw every committed event once, in order
+  watchers     each watcher saw every committed event of its workspace once, in order
   acknowledged no acknowledged write is missing from the durable state
+  transcripts  each transcript reads back whole (sequences 1..n, the grammar kept,
+               so an interrupted turn closed once; no batch applied twice, no turn
+               left open after the last load); an acknowledged batch is in it as
+               sent, in its generation, which no answer had shown ended before
+               the batch was sent;
+               every load read a prefix of it, in order
   blocks       no attempt is blocked as "not the current generation" while its
                run's generation was the task's current, live one
   linearizable each task's lifecycle record, as all callers saw it, against a
@@ -29,6 +35,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from completion_service.api.convert import session_event_from_proto
+from completion_service.core import transcript as grammar
 from completion_service.core.model import (
     CompletionEventKind,
     CompletionRecord,
@@ -37,16 +45,17 @@ from completion_service.core.model import (
     SettlementStatus,
 )
 from completion_service.storage.port import CompletionReadTx
+from funnel.completion.v1 import types_pb2 as completion_types
+from funnel.lifecycle.v1 import enums_pb2 as lifecycle_enums
 from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.store import Transactions
-from funnel_sim.actors import WORKSPACE
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import Call, History
 from funnel_sim.linearizability import Operation, linearizable
 from funnel_sim.network import INTERNAL, Failed, Ok, no_answer
+from funnel_sim.workload import Task
 from lifecycle_service.api.convert import event_to_proto
 from lifecycle_service.core.model import GenerationState, IntentKind, LifecycleEvent, Outcome, Policy
-from lifecycle_service.storage.port import TaskQuery
 
 EVERYTHING = 1_000_000
 
@@ -56,7 +65,15 @@ class Evidence:
     history: History
     lifecycle: Transactions[Any, Any]
     completion: Transactions[Any, Any]
-    watchers: dict[str, list[Any]]
+    workspaces: list[str]
+    # Task name: its workspace.
+    tasks: dict[str, str]
+    # Watcher name: (its workspace, the events it saw).
+    watchers: dict[str, tuple[str, list[Any]]]
+    # Each whole load of a transcript: the task and the events it read.
+    transcript_reads: list[tuple[Task, list[completion_types.SessionEvent]]]
+    # The tasks whose transcript was loaded whole after the drain.
+    audited: set[str]
     lifecycle_clock: SimClock
     completion_clock: SimClock
     policy: Policy
@@ -73,6 +90,8 @@ class Durable:
     completion_events: list[Any]
     runs: dict[str, Any]
     evidence_ids: set[str]
+    # Task name: its transcript.
+    transcripts: dict[str, list[grammar.SessionEvent]]
 
 
 async def check(evidence: Evidence) -> list[str]:
@@ -84,21 +103,52 @@ async def check(evidence: Evidence) -> list[str]:
 
 
 async def _read(evidence: Evidence) -> Durable:
-    events = await evidence.lifecycle.read(lambda tx: tx.events.page(WORKSPACE, 0, None, EVERYTHING))
-    tasks = await evidence.lifecycle.read(lambda tx: tx.tasks.page(WORKSPACE, TaskQuery(), "", EVERYTHING))
-    store = evidence.completion
-    completions = await store.read(lambda tx: tx.completions.page(WORKSPACE, None, None, None, EVERYTHING))
-    completion_events = await store.read(lambda tx: tx.events.page(WORKSPACE, 0, None, EVERYTHING))
-    runs = await store.read(lambda tx: tx.runs.page(WORKSPACE, None, None, EVERYTHING))
+    """Every workspace's state, each kind of record in one list (sequences are
+    global, so the events of all workspaces sort in commit order)."""
+    events: list[LifecycleEvent] = []
+    completions: list[CompletionRecord] = []
+    completion_events: list[Any] = []
+    runs: list[Any] = []
     found: set[str] = set()
-    for task in tasks:
-        listed = await store.read(functools.partial(_evidence_of, task_id=task.task_id))
+    store = evidence.completion
+    for workspace in evidence.workspaces:
+        events += await evidence.lifecycle.read(functools.partial(_lifecycle_events, workspace=workspace))
+        completions += await store.read(functools.partial(_completions, workspace=workspace))
+        completion_events += await store.read(functools.partial(_completion_events, workspace=workspace))
+        runs += await store.read(functools.partial(_runs, workspace=workspace))
+    transcripts: dict[str, list[grammar.SessionEvent]] = {}
+    for task_id, workspace in sorted(evidence.tasks.items()):
+        listed = await store.read(functools.partial(_evidence_of, workspace=workspace, task_id=task_id))
         found |= {record.evidence_id for record in listed}
-    return Durable(events, completions, completion_events, {run.run_id: run for run in runs}, found)
+        transcripts[task_id] = await store.read(functools.partial(_transcript, workspace=workspace, task_id=task_id))
+    events.sort(key=lambda e: e.sequence)
+    completion_events.sort(key=lambda e: e.sequence)
+    return Durable(events, completions, completion_events, {run.run_id: run for run in runs}, found, transcripts)
 
 
-def _evidence_of(tx: CompletionReadTx, task_id: str) -> list[EvidenceRecord]:
-    return tx.evidence.page(WORKSPACE, task_id, None, None, EVERYTHING)
+def _lifecycle_events(tx: Any, workspace: str) -> list[LifecycleEvent]:
+    events: list[LifecycleEvent] = tx.events.page(workspace, 0, None, EVERYTHING)
+    return events
+
+
+def _completions(tx: CompletionReadTx, workspace: str) -> list[CompletionRecord]:
+    return tx.completions.page(workspace, None, None, None, EVERYTHING)
+
+
+def _completion_events(tx: CompletionReadTx, workspace: str) -> list[Any]:
+    return list(tx.events.page(workspace, 0, None, EVERYTHING))
+
+
+def _runs(tx: CompletionReadTx, workspace: str) -> list[Any]:
+    return list(tx.runs.page(workspace, None, None, EVERYTHING))
+
+
+def _evidence_of(tx: CompletionReadTx, workspace: str, task_id: str) -> list[EvidenceRecord]:
+    return tx.evidence.page(workspace, task_id, None, None, EVERYTHING)
+
+
+def _transcript(tx: CompletionReadTx, workspace: str, task_id: str) -> list[grammar.SessionEvent]:
+    return tx.transcripts.page(workspace, task_id, 0, EVERYTHING)
 
 
 def settled(evidence: Evidence, durable: Durable) -> Iterable[str]:
@@ -209,16 +259,20 @@ def request_ids(evidence: Evidence, durable: Durable) -> Iterable[str]:
 
 
 def watchers(evidence: Evidence, durable: Durable) -> Iterable[str]:
-    expected = {
-        "lifecycle-watcher": [(e.sequence, e.task_id, e.revision) for e in durable.events],
-        "completion-watcher": [(e.sequence, e.task_id, e.kind.value) for e in durable.completion_events],
-    }
-    for name, seen in evidence.watchers.items():
-        got = [(e.sequence, e.task_id, e.revision if name == "lifecycle-watcher" else e.kind) for e in seen]
-        if got != expected[name]:
-            missing = sorted(set(expected[name]) - set(got))[:3]
+    for name, (workspace, seen) in evidence.watchers.items():
+        lifecycle = name.startswith("lifecycle")
+        expected = (
+            [(e.sequence, e.task_id, e.revision) for e in durable.events if e.workspace_id == workspace]
+            if lifecycle
+            else [
+                (e.sequence, e.task_id, e.kind.value) for e in durable.completion_events if e.workspace_id == workspace
+            ]
+        )
+        got = [(e.sequence, e.task_id, e.revision if lifecycle else e.kind) for e in seen]
+        if got != expected:
+            missing = sorted(set(expected) - set(got))[:3]
             repeated = [item for item, n in collections.Counter(got).items() if n > 1][:3]
-            yield f"{name} saw {len(got)} events of {len(expected[name])}: missing {missing}, repeated {repeated}"
+            yield f"{name} saw {len(got)} events of {len(expected)}: missing {missing}, repeated {repeated}"
 
 
 def acknowledged(evidence: Evidence, durable: Durable) -> Iterable[str]:
@@ -251,18 +305,111 @@ def acknowledged(evidence: Evidence, durable: Durable) -> Iterable[str]:
                 yield f"{call.source} close of {response.run_id} acknowledged, then lost"
 
 
+def _shape(event: grammar.SessionEvent) -> tuple[Any, ...]:
+    """What a client sent of an event (the service adds sequence, generation and time)."""
+    return (event.kind, event.ref, event.name, event.text, event.is_error, event.reason)
+
+
+def _records_seen(history: History) -> dict[str, list[tuple[float, int, int]]]:
+    """Per task, every lifecycle answer's record as (answered, revision, generation):
+    what it showed had committed by then. An event's own time is when its unit began,
+    which a held write lock can put seconds before its commit."""
+    seen: dict[str, list[tuple[float, int, int]]] = collections.defaultdict(list)
+    for call, _, _, answer in _attempts(history):
+        if call.target == "lifecycle" and isinstance(answer, Ok) and hasattr(answer.response, "task"):
+            task = answer.response.task
+            seen[task.task_id].append((call.answered, task.revision, task.generation))
+    return seen
+
+
+def _seen_ended(history: History) -> dict[tuple[str, int], float]:
+    """When a lifecycle answer first showed each generation ended: its end had
+    committed by then. (Not its event's time: that is when its unit began, which
+    a held write lock can put seconds before the commit.)"""
+    seen: dict[tuple[str, int], float] = {}
+    for call, _, _, answer in _attempts(history):
+        if call.target != "lifecycle" or not isinstance(answer, Ok) or not hasattr(answer.response, "task"):
+            continue
+        task = answer.response.task
+        if task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
+            key = (task.task_id, task.generation)
+            seen[key] = min(seen.get(key, call.answered), call.answered)
+    return seen
+
+
+def transcripts(evidence: Evidence, durable: Durable) -> Iterable[str]:
+    for task_id, events in sorted(durable.transcripts.items()):
+        sequences = [e.sequence for e in events]
+        if sequences != list(range(1, len(events) + 1)):
+            yield f"{task_id} transcript has sequences {sequences}"
+            continue
+        tail = grammar.validate(grammar.Tail(), events)
+        if isinstance(tail, grammar.Violation):
+            yield f"{task_id} transcript breaks {tail.rule} at sequence {tail.index + 1}"
+            continue
+        # The grammar also means an interrupted turn was closed once. Every id a batch
+        # sends is its own (turns.py): a turn started twice is a batch applied twice.
+        started = collections.Counter(e.ref for e in events if e.kind is grammar.EventKind.TURN_START)
+        twice = sorted(ref for ref, n in started.items() if n > 1)
+        if twice:
+            yield f"{task_id} transcript starts turns {twice[:3]} more than once"
+    for task_id in sorted(evidence.audited):
+        # The last load came when no lease was live any more: it closed an interrupted turn.
+        tail = grammar.validate(grammar.Tail(), durable.transcripts.get(task_id, []))
+        if isinstance(tail, grammar.Tail) and tail.open_turn is not None:
+            yield f"{task_id} transcript still has turn {tail.open_turn!r} open after the last load"
+    ended = _seen_ended(evidence.history)
+    appends = [
+        (call, request, answer)
+        for call, method, request, answer in _attempts(evidence.history)
+        if method == "AppendTranscript"
+    ]
+    # When each batch was first sent (a retry may come after the end and be answered from memory).
+    sent_at: dict[tuple[str, str], float] = {}
+    for call, request, _ in appends:
+        key = (call.source, request.request_id)
+        sent_at[key] = min(sent_at.get(key, call.invoked), call.invoked)
+    for call, request, answer in appends:
+        if not isinstance(answer, Ok):
+            continue
+        if (
+            ended.get((request.task_id, answer.response.generation), float("inf"))
+            < sent_at[(call.source, request.request_id)]
+        ):
+            # An append racing the end may land (it read the generation live); one sent
+            # after a lifecycle answer showed the end may not.
+            yield f"{call.source} transcript batch {request.request_id} appended to an ended generation"
+        stored = durable.transcripts.get(request.task_id, [])
+        first = answer.response.first_sequence
+        sent = [_shape(session_event_from_proto(e)) for e in request.events]
+        found = stored[first - 1 : first - 1 + len(sent)]
+        if [_shape(e) for e in found] != sent or any(e.generation != answer.response.generation for e in found):
+            yield f"{call.source} transcript batch {request.request_id} acknowledged at {first}, not stored as sent"
+    for task, read in evidence.transcript_reads:
+        stored = durable.transcripts.get(task.name, [])
+        got = [(e.sequence, e.generation, e.synthetic, _shape(session_event_from_proto(e))) for e in read]
+        expected = [(e.sequence, e.generation, e.synthetic, _shape(e)) for e in stored[: len(read)]]
+        if got != expected:
+            yield f"a load of {task.name}'s transcript read {len(read)} events that are not its first {len(read)}"
+
+
 def blocks(evidence: Evidence, durable: Durable) -> Iterable[str]:
     # A view lagging behind the lifecycle may cost a refused settlement, never a block
     # as "not the current generation" while the run's generation was current and live
     # for the whole call (core/projection.py: a view of an older generation is read
-    # again). Live: its first event committed before the call, in virtual time, and
-    # none ending it (terminal, or a newer generation) committed before the answer.
+    # again). Live: an answer had shown it before the call, in virtual time, and no
+    # event ending it (terminal, or a newer generation) was stamped before the answer
+    # (a stamp comes before its commit, so this errs towards "not live").
     clock = evidence.lifecycle_clock
+    # Began: a lifecycle answer had shown the generation (it had committed by then).
     began: dict[tuple[str, int], float] = {}
+    for task_id, records in _records_seen(evidence.history).items():
+        for answered, _, shown in records:
+            key = (task_id, shown)
+            began[key] = min(began.get(key, answered), answered)
     ended: dict[tuple[str, int], float] = {}
     for event in durable.events:
         at = clock.true_micros(event.committed_at) / 1_000_000
-        began.setdefault((event.task_id, event.generation), at)
         if event.to_state is GenerationState.TERMINAL:
             ended.setdefault((event.task_id, event.generation), at)
         if event.generation > 1:
@@ -322,6 +469,7 @@ def step(state: Key | None, op: tuple[str, Key | None]) -> Key | None:
 
 
 def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, list[Operation[Any]]]:
+    seen = _records_seen(evidence.history)
     per_task: dict[str, list[Operation[Any]]] = collections.defaultdict(list)
     groups: dict[tuple[str, str, str, str], list[tuple[Call, Any]]] = collections.defaultdict(list)
     for call, method, request, answer in _attempts(evidence.history):
@@ -345,8 +493,11 @@ def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, lis
         elif any(no_answer(answer) for _, answer in attempts):
             per_task[task_id].append(Operation(invoked, None, ("write?", None)))
     for event in durable.events:
-        if event.request_id is None:  # the lifecycle service's own: a propagation, at its commit
+        if event.request_id is None:  # the lifecycle service's own: a propagation
             at = evidence.lifecycle_clock.true_micros(event.committed_at) / 1_000_000
+            # It committed after its stamp and before any answer showed it (or a later revision).
+            shown = [t for t, revision, _ in seen[event.task_id] if revision >= event.revision and t >= at]
+            committed_by = min(shown, default=None)
             proto = event_to_proto(event)
             key = (
                 proto.revision,
@@ -357,7 +508,7 @@ def _lifecycle_operations(evidence: Evidence, durable: Durable) -> dict[str, lis
                 proto.work_status,
                 proto.completion_id,
             )
-            per_task[event.task_id].append(Operation(at - 1e-6, at + 1e-6, ("write", key)))
+            per_task[event.task_id].append(Operation(at - 1e-6, committed_by, ("write", key)))
     return per_task
 
 
@@ -387,6 +538,7 @@ CHECKERS: tuple[Callable[[Evidence, Durable], Iterable[str]], ...] = (
     request_ids,
     watchers,
     acknowledged,
+    transcripts,
     blocks,
     linearizable_records,
     faults,

@@ -8,7 +8,8 @@ twice (a retransmission the server cannot tell apart). The handler is the real
 servicer method, run in its own task owned by the serving node (a crash cancels
 it, and a reply not yet sent is lost with it), with `funnel.runtime.calls` set as
 the server boundary would set it: authentication, authorization and admission
-are not simulated (the boundary is bypassed; the caller's identity is given).
+are not simulated (the boundary is bypassed; the caller's identity and lock deadline are
+set as it sets them).
 Failures become the statuses the boundary would send (`ServiceError`,
 `StorageUnavailable`, a dropped reply), so the caller sees what a gRPC client
 sees; a call without a reply by its deadline ends DEADLINE_EXCEEDED, and a call
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 from google.rpc import status_pb2
 
 from funnel.runtime import calls
+from funnel.runtime.boundary import lock_deadline
 from funnel.runtime.errors import Rejection, ServiceError, storage_unavailable
 from funnel.runtime.faults import DroppedReply
 from funnel.runtime.grpc_errors import status_error_info, status_message
@@ -240,10 +242,12 @@ class Network:
         deadline: float,
         reply: asyncio.Future[Answer],
     ) -> None:
-        calls.enter(caller, None)
+        context = SimContext(deadline)
+        # As the boundary: writes stop waiting for the database lock a margin before the deadline.
+        calls.enter(caller, lock_deadline(context))  # type: ignore[arg-type]
         answer: Answer
         try:
-            answer = Ok(await handler(request, SimContext(deadline)))
+            answer = Ok(await handler(request, context))
         except ServiceError as exc:
             answer = Failed(status_message(exc.rejection, server.domain))
         except StorageUnavailable as exc:

@@ -30,13 +30,16 @@ import asyncio
 import contextlib
 import contextvars
 import random
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 
 from completion_service.api.service import CompletionService
 from completion_service.api.service import publisher as completion_publisher
+from completion_service.api.transcript_service import TranscriptService
 from completion_service.authority import CompletionAuthority
 from completion_service.clients.external_gates import ExternalGates
 from completion_service.clients.lifecycle_client import LifecycleClient
@@ -48,8 +51,10 @@ from completion_service.storage.sqlite import SqliteCompletionStore
 from funnel.auth.principal import Principal, Role
 from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
-from funnel.runtime import calls, idempotency
+from funnel.runtime import calls, idempotency, sqlite
+from funnel.runtime.budget import ByteBudget
 from funnel.runtime.faults import DroppedReply, Faults
+from funnel.runtime.shutdown import Drain
 from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.watch import EventBroker, WatchQuota
 from funnel_sim.clocks import SimClock, SimIds
@@ -66,6 +71,10 @@ from lifecycle_service.storage.sqlite import SqliteLifecycleStore
 T = TypeVar("T")
 LIFECYCLE = "lifecycle"
 COMPLETION = "completion"
+# The RPCs of the completion node's second servicer.
+TRANSCRIPT_METHODS = frozenset(
+    ("AppendTranscript", "LoadTranscript", "ExportTranscript", "ImportTranscript", "ResolveResume")
+)
 # The completion service's identity at the lifecycle service.
 COMPLETION_CALLER = calls.Call(Principal(COMPLETION), Role.COMPLETION_SERVICE, False, "")
 
@@ -78,8 +87,9 @@ class NodeCrashed(BaseException):
 
 class Chaos:
     """The seeded faults a node's code meets: a crash or a dropped reply at the
-    named fault points (funnel.runtime.faults), a storage error at any statement
-    of a unit of work or read."""
+    named fault points (funnel.runtime.faults), a database fault at any statement
+    of a unit of work or read (each kind the driver raises), the write lock taken
+    by another process when a write begins (`locked`, per write)."""
 
     def __init__(
         self,
@@ -88,6 +98,7 @@ class Chaos:
         crash: float = 0.0,
         drop: float = 0.0,
         storage: float = 0.0,
+        locked: float = 0.0,
         storage_latency: float = 0.0,
         handover: float = 0.0,
     ) -> None:
@@ -95,6 +106,9 @@ class Chaos:
         self.crash = crash
         self.drop = drop
         self.storage = storage
+        self.locked = locked
+        # Until when (virtual time) another process holds the write lock.
+        self.held_until = 0.0
         # Seconds a trip to the database takes at most (each way); kept when calmed.
         self.storage_latency = storage_latency
         # Per write handed to a store's writer: the node crashes with it queued, not taken
@@ -102,7 +116,34 @@ class Chaos:
         self.handover = handover
 
     def calm(self) -> None:
-        self.crash = self.drop = self.storage = self.handover = 0.0
+        self.crash = self.drop = self.storage = self.locked = self.handover = 0.0
+
+
+@dataclass(frozen=True)
+class StatementFault:
+    code: int
+    message: str
+    # Whether a read meets it too (a full disk or a read-only file fails writes only).
+    on_reads: bool
+
+    def error(self) -> sqlite3.OperationalError:
+        """The fault as SQLite's driver raises it."""
+        error = sqlite3.OperationalError(self.message)
+        error.sqlite_errorcode = self.code
+        return error
+
+
+# The faults a statement meets on a real database, as the driver raises them; the
+# store (funnel.runtime.sqlite.operational_fault) makes each StorageUnavailable.
+# Busy (another connection's lock), disk full, I/O error, read-only file.
+STATEMENT_FAULTS = (
+    StatementFault(sqlite3.SQLITE_BUSY, "database is locked", True),
+    StatementFault(sqlite3.SQLITE_FULL, "database or disk is full", False),
+    StatementFault(sqlite3.SQLITE_IOERR, "disk I/O error", True),
+    StatementFault(sqlite3.SQLITE_READONLY, "attempt to write a readonly database", False),
+)
+# Seconds another holder (a backup, an operator's shell) keeps the write lock, at most.
+LOCK_HELD = 3.0
 
 
 class SimFaults(Faults):
@@ -126,21 +167,23 @@ class _FaultyTx:
     """A transaction whose every statement may fail as the database would: its
     methods, and those of its aggregates (`tx.runs`, …), wrapped the same way."""
 
-    def __init__(self, tx: Any, chaos: Chaos) -> None:
+    def __init__(self, tx: Any, chaos: Chaos, writing: bool) -> None:
         self._tx = tx
         self._chaos = chaos
+        self._writing = writing
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._tx, name)
         if not callable(found):
-            return _FaultyTx(found, self._chaos)
+            return _FaultyTx(found, self._chaos, self._writing)
         if not self._chaos.storage:
             return found
-        chaos = self._chaos
+        chaos, writing = self._chaos, self._writing
 
         def statement(*args: Any, **kwargs: Any) -> Any:
             if chaos.rng.random() < chaos.storage:
-                raise StorageUnavailable(f"simulated storage error at {name}")
+                fault = chaos.rng.choice([f for f in STATEMENT_FAULTS if writing or f.on_reads])
+                raise fault.error()
             return found(*args, **kwargs)
 
         return statement
@@ -158,9 +201,9 @@ class NodeStore:
         if not self._node.up or self._node.incarnation != self._incarnation:
             raise NodeCrashed("the store of a crashed incarnation")
 
-    def _faulty(self, fn: Callable[[Any], T]) -> Callable[[Any], T]:
+    def _faulty(self, fn: Callable[[Any], T], writing: bool) -> Callable[[Any], T]:
         chaos = self._node.chaos
-        return lambda tx: fn(_FaultyTx(tx, chaos))
+        return lambda tx: fn(_FaultyTx(tx, chaos, writing))
 
     async def _hop(self) -> None:
         """The trip to the database (or back): a real store answers on its own thread,
@@ -169,16 +212,44 @@ class NodeStore:
         await asyncio.sleep(chaos.rng.uniform(0, chaos.storage_latency))
         self._alive()
 
+    async def _lock(self) -> None:
+        """The write lock, which another process (a backup, an operator's shell)
+        takes now and then for a while: a write waits for it until the call's lock
+        deadline (funnel.runtime.calls; background work DEFAULT_LOCK_WAIT), then
+        fails unapplied, as the SQLite writer does."""
+        chaos = self._node.chaos
+        now = asyncio.get_running_loop().time()
+        if chaos.locked and chaos.rng.random() < chaos.locked:
+            held = chaos.rng.uniform(0, LOCK_HELD)
+            chaos.held_until = max(chaos.held_until, now + held)
+            self._node.record("fault", self._node.name, f"write lock taken for {held:.3f} s")
+        if chaos.held_until <= now:
+            return
+        wait = min(calls.lock_deadline() or float("inf"), now + sqlite.DEFAULT_LOCK_WAIT) - now
+        if chaos.held_until - now > wait:
+            await asyncio.sleep(max(0.0, wait))
+            self._alive()
+            raise StorageUnavailable(sqlite.LOCKED_PAST_THE_DEADLINE)
+        await asyncio.sleep(chaos.held_until - now)
+        self._alive()
+
     async def write(self, fn: Callable[[Any], T], after_commit: Callable[[T], None] | None = None) -> T:
         await self._hop()
-        writing = self._durable.write(self._faulty(fn), after_commit=after_commit)
-        result: T = await (self._node.hand_over(writing) if self._node.storage.has_writer else writing)
+        await self._lock()
+        try:
+            writing = self._durable.write(self._faulty(fn, True), after_commit=after_commit)
+            result: T = await (self._node.hand_over(writing) if self._node.storage.has_writer else writing)
+        except sqlite3.OperationalError as exc:
+            raise sqlite.operational_fault(exc) from exc
         await self._hop()
         return result
 
     async def read(self, fn: Callable[[Any], T]) -> T:
         await self._hop()
-        result: T = await self._durable.read(self._faulty(fn))
+        try:
+            result: T = await self._durable.read(self._faulty(fn, False))
+        except sqlite3.OperationalError as exc:
+            raise sqlite.operational_fault(exc) from exc
         await self._hop()
         return result
 
@@ -378,6 +449,10 @@ class Node(abc.ABC):
     def build(self, store: NodeStore) -> None:
         """Builds the next incarnation over its handle on the durable store."""
 
+    @abc.abstractmethod
+    def servicer(self, method: str) -> Any:
+        """The current incarnation's servicer of an RPC."""
+
 
 async def _owned(coroutine: Awaitable[Any]) -> Any:
     """A node's task: a crash of its own ends it quietly."""
@@ -420,6 +495,10 @@ class LifecycleNode(Node):
             idempotency.sweeper(authority.sweep_request_ids, self.clock, idempotency.DEFAULT_RETENTION_SECONDS)(),
             "request-id-sweeper",
         )
+
+    def servicer(self, method: str) -> LifecycleService:
+        assert self.service is not None
+        return self.service
 
 
 class SimLifecycleStub:
@@ -538,18 +617,20 @@ class CompletionNode(Node):
         self.stall_after = stall_after
         self.settle_interval = settle_interval
         self.service: CompletionService | None = None
+        self.transcripts: TranscriptService | None = None
         self.authority: CompletionAuthority | None = None
 
     def build(self, store: NodeStore) -> None:
         broker: EventBroker[completion_messages.WatchCompletionEventsResponse] = EventBroker(64)
         client = SimLifecycleClient(SimLifecycleStub(self.network, self.lifecycle), self.lifecycle_timeout)
+        ids = SimIds(self.incarnation)
         authority = CompletionAuthority(
             store,
             client,
             self.policies,
             self.clock,
             ExternalGates(None),  # type: ignore[arg-type]
-            ids=SimIds(self.incarnation),
+            ids=ids,
             publish=completion_publisher(broker),
             settle_interval=self.settle_interval,
             settle_lease=max(4 * self.lifecycle_timeout, 1.0),
@@ -559,8 +640,15 @@ class CompletionNode(Node):
         )
         self.authority = authority
         self.service = CompletionService(authority, broker, WatchQuota(CompletionReason, 64, 64))
+        # Imports are not simulated: any import budget and shutdown drain will do.
+        self.transcripts = TranscriptService(authority, ids, ByteBudget(1 << 20), Drain())
         for name, worker in authority.workers(idempotency.DEFAULT_RETENTION_SECONDS):
             self.spawn(worker(), name)
+
+    def servicer(self, method: str) -> CompletionService | TranscriptService:
+        found = self.transcripts if method in TRANSCRIPT_METHODS else self.service
+        assert found is not None
+        return found
 
 
 def memory_storages() -> tuple[MemoryStorage, MemoryStorage]:

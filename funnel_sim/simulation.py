@@ -24,7 +24,7 @@ from funnel.auth.principal import Role
 from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel_sim import loop, threads
-from funnel_sim.actors import WORKSPACE, Agent, Host, Watcher
+from funnel_sim.actors import Agent, Host, Watcher
 from funnel_sim.checkers import EVERYTHING, Evidence, check
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import History
@@ -62,6 +62,7 @@ def engine_of(seed: int) -> Engine:
 @dataclass(frozen=True)
 class Config:
     tasks: int = 4
+    workspaces: int = 2
     hosts: int = 2
     agents: int = 3
     steps: int = 100
@@ -72,6 +73,8 @@ class Config:
     crash_at_handover: float = 0.005
     # Per statement of a unit of work or read.
     storage_error: float = 0.002
+    # Per write: another process takes the write lock (for up to nodes.LOCK_HELD seconds).
+    locked: float = 0.001
     # Per message.
     message_loss: float = 0.02
     duplicate: float = 0.03
@@ -107,6 +110,7 @@ def simulate(
     workload = generate(
         random.Random(f"{seed}:workload"),
         tasks=config.tasks,
+        workspaces=config.workspaces,
         hosts=config.hosts,
         agents=config.agents,
         steps=config.steps,
@@ -156,6 +160,7 @@ async def _simulate(
         crash=config.crash_at_point,
         drop=config.drop_at_point,
         storage=config.storage_error,
+        locked=config.locked,
         storage_latency=config.storage_latency,
         handover=config.crash_at_handover,
     )
@@ -164,13 +169,16 @@ async def _simulate(
         crash=config.crash_at_point,
         drop=config.drop_at_point,
         storage=config.storage_error,
+        locked=config.locked,
         storage_latency=config.storage_latency,
         handover=config.crash_at_handover,
     )
     lifecycle = LifecycleNode(
         lifecycle_chaos, history.record, lifecycle_clock, policy, config.watch_buffer, storages[0]
     )
-    policies = PolicyBook(workspaces={WORKSPACE: WorkspacePolicy(required_evidence=("tests",))})
+    policies = PolicyBook(
+        workspaces={workspace: WorkspacePolicy(required_evidence=("tests",)) for workspace in workload.workspaces}
+    )
     completion = CompletionNode(
         completion_chaos,
         history.record,
@@ -193,20 +201,26 @@ async def _simulate(
         for name in workload.actors
     ]
     watchers = [
-        Watcher(
-            "lifecycle-watcher",
-            network,
-            lifecycle,
-            "WatchLifecycleEvents",
-            lifecycle_messages.WatchLifecycleEventsRequest,
-        ),
-        Watcher(
-            "completion-watcher",
-            network,
-            completion,
-            "WatchCompletionEvents",
-            completion_messages.WatchCompletionEventsRequest,
-        ),
+        watcher
+        for workspace in workload.workspaces
+        for watcher in (
+            Watcher(
+                f"lifecycle-watcher/{workspace}",
+                network,
+                workspace,
+                lifecycle,
+                "WatchLifecycleEvents",
+                lifecycle_messages.WatchLifecycleEventsRequest,
+            ),
+            Watcher(
+                f"completion-watcher/{workspace}",
+                network,
+                workspace,
+                completion,
+                "WatchCompletionEvents",
+                completion_messages.WatchCompletionEventsRequest,
+            ),
+        )
     ]
 
     async def play(actor: Host | Agent) -> None:
@@ -230,7 +244,11 @@ async def _simulate(
         network.heal()
         for node in (lifecycle, completion):
             node.start()
-        await _drain(history, storages, watchers)
+        await _drain(history, storages, watchers, workload.workspaces)
+        # Every transcript read once more, by then with no live lease: an interrupted final turn is closed.
+        auditor = Host("auditor", network, lifecycle, completion, Role.HOST)
+        for audited in workload.tasks:
+            await auditor.load(audited)
         for task in following:
             task.cancel()
     virtual_seconds = running.time()
@@ -245,7 +263,11 @@ async def _simulate(
             history=history,
             lifecycle=lifecycle_store,
             completion=completion_store,
-            watchers={watcher.name: watcher.seen for watcher in watchers},
+            workspaces=workload.workspaces,
+            tasks={task.name: task.workspace for task in workload.tasks},
+            watchers={watcher.name: (watcher.workspace, watcher.seen) for watcher in watchers},
+            transcript_reads=[read for actor in [*actors, auditor] if isinstance(actor, Host) for read in actor.reads],
+            audited={task.name for task, _ in auditor.reads},
             lifecycle_clock=lifecycle_clock,
             completion_clock=completion_clock,
             policy=policy,
@@ -256,7 +278,9 @@ async def _simulate(
     return Result(seed, workload, violations, history, len(history.calls), virtual_seconds, engine, history.digest)
 
 
-async def _drain(history: History, storages: tuple[Storage, Storage], watchers: list[Watcher]) -> None:
+async def _drain(
+    history: History, storages: tuple[Storage, Storage], watchers: list[Watcher], workspaces: list[str]
+) -> None:
     """Lets the calmed world settle what it owes, in virtual time: until nothing the
     checkers read (the history, both stores, what the watchers saw) has changed for
     QUIET_SECONDS, and for DRAIN_SECONDS at most. The services' idle loops would
@@ -273,29 +297,31 @@ async def _drain(history: History, storages: tuple[Storage, Storage], watchers: 
     since = loop.time()
     while loop.time() < ends:
         await asyncio.sleep(QUIET_LOOK)
-        now = await _visible(history, lifecycle, completion, watchers)
+        now = await _visible(history, lifecycle, completion, watchers, workspaces)
         if now != last:
             last, since = now, loop.time()
         elif loop.time() - since >= QUIET_SECONDS:
             return
 
 
-async def _visible(history: History, lifecycle: Any, completion: Any, watchers: list[Watcher]) -> tuple[Any, ...]:
+async def _visible(
+    history: History, lifecycle: Any, completion: Any, watchers: list[Watcher], workspaces: list[str]
+) -> tuple[Any, ...]:
     """What the checkers read of the world, as one comparable value."""
-    return (
-        len(history.calls),
-        len(history.notes),
-        tuple(len(watcher.seen) for watcher in watchers),
-        await lifecycle.read(
-            lambda tx: (
-                tx.events.page(WORKSPACE, 0, None, EVERYTHING),
-                tx.tasks.page(WORKSPACE, TaskQuery(), "", EVERYTHING),
-            )
-        ),
-        await completion.read(lambda tx: tx.completions.page(WORKSPACE, None, None, None, EVERYTHING)),
-        await completion.read(lambda tx: tx.events.page(WORKSPACE, 0, None, EVERYTHING)),
-        await completion.read(lambda tx: tx.runs.page(WORKSPACE, None, None, EVERYTHING)),
-    )
+    seen: list[Any] = [len(history.calls), len(history.notes), tuple(len(watcher.seen) for watcher in watchers)]
+    for workspace in workspaces:
+        seen += [
+            await lifecycle.read(
+                lambda tx, ws=workspace: (
+                    tx.events.page(ws, 0, None, EVERYTHING),
+                    tx.tasks.page(ws, TaskQuery(), "", EVERYTHING),
+                )
+            ),
+            await completion.read(lambda tx, ws=workspace: tx.completions.page(ws, None, None, None, EVERYTHING)),
+            await completion.read(lambda tx, ws=workspace: tx.events.page(ws, 0, None, EVERYTHING)),
+            await completion.read(lambda tx, ws=workspace: tx.runs.page(ws, None, None, EVERYTHING)),
+        ]
+    return tuple(seen)
 
 
 async def _chaos(

@@ -327,7 +327,7 @@ class Boundary:
             raise ServiceError(Rejection(self._catalogue[decision.reason], decision.message, metadata))
         calls.enter(
             calls.Call(principal, decision.role, decision.holder_only, method.rsplit("/", 1)[1]),
-            _lock_deadline(context),
+            lock_deadline(context),
         )
 
     # -- client streams ----------------------------------------------------
@@ -511,7 +511,9 @@ def _workspace_of(request: Any) -> tuple[str, str]:
     return "target", ""
 
 
-def _lock_deadline(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
+def lock_deadline(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
+    """By when the call's writes stop waiting for the database lock (the lock
+    margin before its deadline); None without a deadline."""
     remaining = context.time_remaining()
     if remaining is None:
         return None

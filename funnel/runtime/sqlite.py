@@ -47,6 +47,7 @@ CHECKPOINT_INTERVAL = 1.0
 # How long a write without a caller deadline (background work, callers that set
 # none) waits for the database lock before it fails with StorageUnavailable.
 DEFAULT_LOCK_WAIT = 5.0
+LOCKED_PAST_THE_DEADLINE = "the database stayed locked until the caller's deadline; nothing was applied"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -204,7 +205,7 @@ class Database:
         try:
             return await future
         except sqlite3.OperationalError as exc:
-            raise StorageUnavailable(str(exc)) from exc
+            raise operational_fault(exc) from exc
 
     async def write(self, fn: Callable[[sqlite3.Connection], T], after_commit: Callable[[T], None] | None = None) -> T:
         """Runs fn in a write transaction and returns its result once committed.
@@ -356,7 +357,7 @@ class Database:
         for write, (value, error) in zip(batch, outcomes, strict=True):
             if error is not None:
                 if isinstance(error, sqlite3.OperationalError):
-                    error = StorageUnavailable(str(error))
+                    error = operational_fault(error)
                 write.future.set_exception(self._damaged_by(error) or error)
                 continue
             if write.after_commit is not None:
@@ -369,7 +370,7 @@ class Database:
     def _failed(self, batch: list[_Write[Any]], exc: BaseException) -> None:
         """On the event loop: a group whose commit failed, nothing of it applied."""
         if isinstance(exc, sqlite3.OperationalError):
-            exc = StorageUnavailable(str(exc))
+            exc = operational_fault(exc)
         failure = self._damaged_by(exc) or exc
         for write in batch:
             write.future.set_exception(failure if isinstance(failure, Exception) else StorageUnavailable(repr(failure)))
@@ -515,9 +516,13 @@ def _expire(writes: list[_Write[Any]]) -> None:
     """On the event loop: writes whose lock deadline passed before their group began fail, unapplied."""
     for write in writes:
         if not write.future.done():
-            write.future.set_exception(
-                StorageUnavailable("the database stayed locked until the caller's deadline; nothing was applied")
-            )
+            write.future.set_exception(StorageUnavailable(LOCKED_PAST_THE_DEADLINE))
+
+
+def operational_fault(exc: sqlite3.OperationalError) -> StorageUnavailable:
+    """What an operational fault of the database (locked, disk full, I/O error,
+    read-only) is to the services: nothing was applied, the caller may retry."""
+    return StorageUnavailable(str(exc))
 
 
 def _running(loop: asyncio.AbstractEventLoop) -> bool:

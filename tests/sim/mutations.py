@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from completion_service.authority import projection, settler
-from completion_service.units import completions
-from funnel.runtime import watch
+from completion_service.api import transcript_service
+from completion_service.authority import projection, settler, transcripts
+from completion_service.units import completions, runs
+from completion_service.units import transcripts as transcript_units
+from funnel.runtime import sqlite, watch
 from funnel.runtime.sqlite import Database
 from lifecycle_service import authority as lifecycle_authority
 from lifecycle_service import units
@@ -106,6 +108,45 @@ def stale_view_served(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(completions, "attempt", judged_as_read)
 
 
+def driver_fault_untranslated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store lets the driver's operational faults (locked, disk full, I/O
+    error, read-only) through as they are, instead of as StorageUnavailable."""
+
+    def untranslated(exc: Any) -> Any:
+        return exc
+
+    monkeypatch.setattr(sqlite, "operational_fault", untranslated)
+
+
+def transcript_replay_appends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repeated AppendTranscript request id appends its batch again instead of
+    answering from memory (the shell's early look and the unit's, both gone)."""
+    monkeypatch.setattr(transcript_service, "peek", lambda tx, key: None)
+    monkeypatch.setattr(transcript_units, "recalled", lambda requests, key: None)
+    monkeypatch.setattr(transcript_units, "answer", lambda requests, key, render, result, now: result)
+
+
+def repair_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupted final turn is never closed: neither a load nor a claim repairs it."""
+
+    def leave_open(tx: Any, workspace_id: str, task_id: str, now: int) -> Any:
+        return transcript_units.Repaired()
+
+    monkeypatch.setattr(transcript_units, "repair", leave_open)
+    monkeypatch.setattr(runs, "repair_transcript", leave_open)
+
+
+def ended_generation_appended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch for a terminal generation is appended to it as it is, neither
+    refused nor reopening the task (bookkeeping reviving terminal state)."""
+
+    async def reopen(self: Any, workspace: str, task: Any, events: Any, expected: Any) -> int:
+        generation: int = task.generation
+        return generation
+
+    monkeypatch.setattr(transcripts.Reopener, "reopen", reopen)
+
+
 def cancelled_writer_forgets(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SQLite writer, cancelled (its owner, with the incarnation that crashed),
     stops without failing the writes it had not taken yet: they wait for good (the
@@ -134,5 +175,9 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "outbox_stopped": outbox_stopped,
     "projection_behind": projection_behind,
     "stale_view_served": stale_view_served,
+    "driver_fault_untranslated": driver_fault_untranslated,
+    "transcript_replay_appends": transcript_replay_appends,
+    "repair_skipped": repair_skipped,
+    "ended_generation_appended": ended_generation_appended,
     "cancelled_writer_forgets": cancelled_writer_forgets,
 }

@@ -11,7 +11,7 @@ from funnel_sim import cli
 from funnel_sim.simulation import Config, Engine, Result, simulate
 
 SMALL = Config(steps=10)
-# The steps the planted failure needs (of SMALL's ten).
+# The steps the planted failure needs (of the 18 planned: 8 set the tasks up, then SMALL's 10).
 NEEDED = frozenset({3, 7})
 
 
@@ -43,7 +43,7 @@ def test_a_failure_in_a_worker_is_reported_shrunk_and_the_time_box_ends_the_swee
         "seed 1 FAILED on memory (1 violations):\n  planted: steps 3 and 7 together\n  replay: funnel-sim --seed 1\n"
         in out
     )
-    assert "  shrunk to 2 of 15 steps: funnel-sim --seed 1 --keep 3,7\n" in out
+    assert "  shrunk to 2 of 18 steps: funnel-sim --seed 1 --keep 3,7\n" in out
     assert "1 failed" in out
 
 

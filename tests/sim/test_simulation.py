@@ -12,11 +12,15 @@ import time
 
 import pytest
 
+from funnel.completion.v1 import enums_pb2 as completion_enums
+from funnel.runtime.sqlite import LOCKED_PAST_THE_DEADLINE
 from funnel_sim import cli
 from funnel_sim.checkers import step
 from funnel_sim.linearizability import Operation, linearizable
+from funnel_sim.network import UNAVAILABLE, Failed, Ok
+from funnel_sim.nodes import STATEMENT_FAULTS
 from funnel_sim.shrink import shrink
-from funnel_sim.simulation import ENGINES, engine_of, simulate
+from funnel_sim.simulation import ENGINES, Config, engine_of, simulate
 from funnel_sim.workload import parse_ranges, ranges
 
 
@@ -101,7 +105,48 @@ def test_fixed_seeds_keep_every_invariant(seed):
     assert result.violations == [], cli.replay_command(seed, None)
 
 
-# Also the seeds test_mutations.py searches for the SQLite writer's mutation.
+def test_every_kind_of_database_fault_reaches_its_caller_as_storage_unavailable():
+    # Faults ten times as often as in the sweep: each kind the driver raises at a
+    # statement, and the write lock held past the caller's deadline, is answered
+    # STORAGE_UNAVAILABLE (UNAVAILABLE: retry), never INTERNAL, every invariant kept.
+    result = simulate(1, Config(storage_error=0.03, locked=0.03))
+    assert result.violations == []
+    answered = [
+        call.answer.status
+        for call in result.history.calls
+        if isinstance(call.answer, Failed) and call.answer.reason == "STORAGE_UNAVAILABLE"
+    ]
+    assert {status.code for status in answered} == {UNAVAILABLE}
+    for problem in [*(fault.message for fault in STATEMENT_FAULTS), LOCKED_PAST_THE_DEADLINE]:
+        assert any(f"({problem})" in status.message for status in answered), problem
+
+
+# Seeds whose runs hold every transcript intent (measured: 14 reopens and cuts a turn
+# off, 24 repairs one, 40 has a turn interrupted by the user and a reopen).
+TRANSCRIPT_SEEDS = (14, 24, 40)
+
+
+def test_transcripts_are_appended_interrupted_repaired_and_reopen_completed_generations():
+    seen: set[str] = set()
+    for seed in TRANSCRIPT_SEEDS:
+        result = simulate(seed)
+        assert result.violations == [], cli.replay_command(seed, None)
+        for call in result.history.calls:
+            if not isinstance(call.answer, Ok):
+                continue
+            if call.method == "AppendTranscript":
+                seen.add("appended")
+                if call.answer.response.resumed:
+                    seen.add("reopened")
+                if any(e.turn_end.reason == completion_enums.TURN_END_REASON_INTERRUPTED for e in call.request.events):
+                    seen.add("interrupted by the user")
+                if not call.request.events[-1].HasField("turn_end"):
+                    seen.add("cut off")
+            if call.method == "LoadTranscript" and call.answer.response.repaired:
+                seen.add("repaired")
+    assert seen == {"appended", "reopened", "interrupted by the user", "cut off", "repaired"}
+
+
 SQLITE_SEEDS = range(3)
 
 
