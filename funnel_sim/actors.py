@@ -8,6 +8,7 @@ each call answered is in the history."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,6 +217,26 @@ WORK_STATUSES = (
 )
 
 
+class Rendezvous:
+    """Where the crew's members (workload.py's finale) wait for each other: each
+    arrives, and waits until all expected have arrived or `timeout` virtual
+    seconds passed (one may never come)."""
+
+    def __init__(self, expected: int, timeout: float) -> None:
+        self._left = expected
+        self._timeout = timeout
+        self._all_here = asyncio.Event()
+        if expected <= 0:
+            self._all_here.set()
+
+    async def meet(self) -> None:
+        self._left -= 1
+        if self._left <= 0:
+            self._all_here.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_here.wait(), self._timeout)
+
+
 @dataclass
 class Held:
     """The run an agent holds (or held: it keeps using it after it ended)."""
@@ -230,6 +251,8 @@ class Agent(Actor):
     held: Held | None = None
     # The turn its last batch left open (its session died mid-call), to continue.
     open_turn: turns.OpenTurn | None = None
+    # Where a crew member meets the others before completing (the finale's agents only).
+    rendezvous: Rendezvous | None = None
 
     async def step(self, step: Step, tree: dict[str, Task]) -> None:
         action, held = step.action, self.held
@@ -253,6 +276,12 @@ class Agent(Actor):
             await self.replay()
         elif action == "pause":
             await asyncio.sleep(step.arg / 100)
+        elif action == "rendezvous":
+            # Met whether or not it holds a run (the others wait for it), then a few
+            # seeded milliseconds: the members' next steps start nearly together.
+            if self.rendezvous is not None:
+                await self.rendezvous.meet()
+            await asyncio.sleep(step.arg / 1000)
         elif held is None:
             return
         elif action == "transcript":
