@@ -4,7 +4,9 @@ unmutated product passes. Some need a narrow race and are first caught far from
 seed 0: the fence mutation (a completion judged on a view read just before the
 cancellation request, committed just after) at seed 44, the stale view (an
 attempt of a resumed generation while the projection lags) at 15, a repair never
-made at 24 (a seed that cuts a turn off), an append to an ended generation at 6.
+made at 24 (a seed that cuts a turn off), an append to an ended generation at 6,
+a settle batch whose items are all settled as its first at 0 (the crew's finale
+sends one of three items).
 CI replays those seeds; `funnel-sim`'s long form is the search. The SQLite
 writer's mutation runs on the SQLite engine (the in-memory stores have no writer)."""
 
@@ -21,6 +23,9 @@ from tests.sim.mutations import MUTATIONS
 # cancelled_writer_forgets at SQLITE_WRITER_SEED, by a write left queued when its
 # node crashed at the hand-over (Config.crash_at_handover) and never answered.
 SQLITE_WRITER_SEED = 2
+# A seed whose crew's finale settles three completions in one SettleCompletions call
+# (test_simulation.py's BATCH_SEED): batch_settled_as_first marks two SETTLED unapplied.
+BATCH_SEED = 0
 WITHIN = {
     "replay_executes": ("memory", 0, 10, "request_ids", ""),
     "late_commit_skipped": ("memory", 0, 10, "watchers", ""),
@@ -31,6 +36,7 @@ WITHIN = {
     "repair_skipped": ("memory", 24, 1, "transcripts", "open after the last load"),
     "ended_generation_appended": ("memory", 6, 1, "transcripts", "appended to an ended generation"),
     "cancelled_writer_forgets": ("sqlite", SQLITE_WRITER_SEED, 1, "unwound", ""),
+    "batch_settled_as_first": ("memory", BATCH_SEED, 1, "settled", "SETTLED without its terminal event"),
 }
 
 
