@@ -38,7 +38,7 @@ from funnel_sim.nodes import (
     memory_storages,
     sqlite_storages,
 )
-from funnel_sim.workload import CREW_HOST, RENDEZVOUS_SECONDS, Workload, generate, is_crew
+from funnel_sim.workload import CREW_HOST, RENDEZVOUS_SECONDS, Step, Workload, generate, is_crew
 from lifecycle_service.core.model import Policy
 from lifecycle_service.storage.port import TaskQuery
 
@@ -205,7 +205,7 @@ async def _simulate(
     ]
     rendezvous = Rendezvous(workload.rendezvous, RENDEZVOUS_SECONDS)
     for actor in actors:
-        if isinstance(actor, Agent) and is_crew(actor.name):
+        if is_crew(actor.name):
             actor.rendezvous = rendezvous
     watchers = [
         watcher
@@ -230,18 +230,23 @@ async def _simulate(
         )
     ]
 
-    async def play(actor: Host | Agent) -> None:
-        for step in workload.of(actor.name):
+    async def play(actor: Host | Agent, steps: list[Step] | None = None) -> None:
+        for step in workload.of(actor.name) if steps is None else steps:
             await actor.step(step, tree)
-            if step.action != "rendezvous":  # its own seeded wait makes the members' next steps meet
+            if step.action != "rendezvous":  # its own seeded wait makes the crew's next steps meet
                 await asyncio.sleep(chaos_rng.uniform(0, 0.3))
 
     async def finale() -> None:
-        """The crew (workload.py): its host registers the tasks, then the members work them side by side."""
-        for actor in actors:
+        """The crew (workload.py): its host registers the tasks, then the members work them
+        side by side, the host (when it calls one off) with them."""
+        setup = workload.crew_setup
+        crew = [actor for actor in actors if is_crew(actor.name)]
+        for actor in crew:
             if actor.name == CREW_HOST:
-                await play(actor)
-        await asyncio.gather(*(play(actor) for actor in actors if is_crew(actor.name) and actor.name != CREW_HOST))
+                await play(actor, setup)
+        await asyncio.gather(
+            *(play(actor, [step for step in workload.of(actor.name) if step not in setup]) for actor in crew)
+        )
 
     # One owner for the watchers, the chaos and the supervisor: cancelled, each is
     # awaited, and one that fails ends the run with its error instead of dying unseen.

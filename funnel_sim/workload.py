@@ -112,6 +112,11 @@ class Workload:
         return [actor for actor in self.actors if is_crew(actor)]
 
     @property
+    def crew_setup(self) -> list[Step]:
+        """The crew host's registrations: played before the members start."""
+        return [step for step in self.of(CREW_HOST) if step.action == "register"]
+
+    @property
     def rendezvous(self) -> int:
         """How many crew members meet before completing (those with a rendezvous step kept)."""
         return len({step.actor for step in self.steps if step.action == "rendezvous"})
@@ -159,10 +164,20 @@ def _finale(rng: random.Random, workspaces: list[str], size: int) -> tuple[list[
     workspace; each member claims its task (which activates it), records passing
     tests, meets the others and attempts its completion a few seeded milliseconds
     after the last one arrived (the rendezvous step's arg): the allowed attempt
-    ends its session, so there is nothing more to close."""
+    ends its session, so there is nothing more to close. Half the time the host
+    meets them too and requests the cancellation of one member's task."""
     workspace = rng.choice(workspaces)
     tasks = [Task(f"{workspace}-crew-{n}", workspace, None) for n in range(size)]
     steps = [Step(CREW_HOST, "register", task.name, 0) for task in tasks]
+    if rng.random() < 0.5:
+        # Half the time the orchestrator calls one member off as the crew completes: its
+        # cancellation races the member's attempt, and its settlement may be refused at
+        # the fence in the same call as the others' (each item judged alone).
+        called_off = rng.choice(tasks).name
+        steps += [
+            Step(CREW_HOST, "rendezvous", called_off, rng.randrange(10)),
+            Step(CREW_HOST, "cancel", called_off, 0),
+        ]
     for n, task in enumerate(tasks):
         member = f"agent-{CREW}-{n}"
         # Evidence's arg passes when not a multiple of 4 (actors.py).

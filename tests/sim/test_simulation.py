@@ -148,8 +148,9 @@ def test_transcripts_are_appended_interrupted_repaired_and_reopen_completed_gene
 
 
 # A seed whose crew's finale (workload.py) settles several completions of one
-# workspace in one SettleCompletions call (measured: three items, all settled).
-BATCH_SEED = 0
+# workspace in one SettleCompletions call (measured: three items, all settled; the
+# first seed from 0 with such a call is 7, with two).
+BATCH_SEED = 11
 
 
 def settle_batches(result: Result) -> list[int]:
@@ -170,6 +171,23 @@ def test_the_crews_finale_settles_several_completions_in_one_call():
     assert all(item.HasField("settled") for results in together for item in results)
     # Without the finale the same seed never batches: the random steps' completions are rare and spread out.
     assert settle_batches(simulate(BATCH_SEED, Config(crew=0))) == []
+
+
+# A seed whose finale's host calls a member off as the crew completes: the member's
+# settlement is refused at the cancellation fence in the same call as another's, settled.
+FENCED_BATCH_SEED = 14
+
+
+def test_a_settle_batch_judges_each_item_alone():
+    result = simulate(FENCED_BATCH_SEED)
+    assert result.violations == [], cli.replay_command(FENCED_BATCH_SEED, None)
+    judged = [
+        {("settled" if item.HasField("settled") else item.error.message) for item in call.answer.response.results}
+        for call in result.history.calls
+        if call.method == "SettleCompletions" and isinstance(call.answer, Ok)
+    ]
+    assert any("settled" in answers and len(answers) > 1 for answers in judged), judged
+    assert any("refused after its cancellation request" in answer for answers in judged for answer in answers)
 
 
 SQLITE_SEEDS = range(3)
