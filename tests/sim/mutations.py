@@ -13,6 +13,7 @@ import pytest
 
 from completion_service.api import transcript_service
 from completion_service.authority import projection, settler, transcripts
+from completion_service.clients import lifecycle_client
 from completion_service.units import completions, runs
 from completion_service.units import transcripts as transcript_units
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
@@ -188,6 +189,25 @@ def batch_settled_as_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lifecycle_service.LifecycleService, "SettleCompletions", settle_completions)
 
 
+def batch_refusal_settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The completion service reads a SettleCompletions call answered OK as every
+    item settled: an item the lifecycle service refused (at a cancellation fence)
+    is recorded SETTLED with another item's settlement, as if the call's status
+    were each item's."""
+    send = lifecycle_client.LifecycleClient._send_settlements
+
+    async def send_settlements(self: lifecycle_client.LifecycleClient, items: list[Any]) -> list[Any]:
+        answers = await send(self, items)
+        settled = [answer for answer in answers if not isinstance(answer, Exception)]
+        if len(items) > 1 and settled:
+            return [
+                settled[0] if isinstance(answer, lifecycle_client.LifecycleRejected) else answer for answer in answers
+            ]
+        return answers
+
+    monkeypatch.setattr(lifecycle_client.LifecycleClient, "_send_settlements", send_settlements)
+
+
 MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "fence_ignored": fence_ignored,
     "replay_executes": replay_executes,
@@ -201,4 +221,5 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "ended_generation_appended": ended_generation_appended,
     "cancelled_writer_forgets": cancelled_writer_forgets,
     "batch_settled_as_first": batch_settled_as_first,
+    "batch_refusal_settled": batch_refusal_settled,
 }
