@@ -8,6 +8,7 @@ each call answered is in the history."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,26 @@ def _handler(node: Node, method: str) -> Callable[[Any, SimContext], Any]:
     return handle
 
 
+class Rendezvous:
+    """Where the crew's members (workload.py's finale) wait for each other: each
+    arrives, and waits until all expected have arrived or `timeout` virtual
+    seconds passed (one may never come)."""
+
+    def __init__(self, expected: int, timeout: float) -> None:
+        self._left = expected
+        self._timeout = timeout
+        self._all_here = asyncio.Event()
+        if expected <= 0:
+            self._all_here.set()
+
+    async def meet(self) -> None:
+        self._left -= 1
+        if self._left <= 0:
+            self._all_here.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_here.wait(), self._timeout)
+
+
 @dataclass
 class Actor:
     name: str
@@ -55,6 +76,8 @@ class Actor:
     role: Role
     last: tuple[Node, str, Message] | None = None
     counter: int = 0
+    # Where the crew (workload.py's finale) meets before completing; None for the others.
+    rendezvous: Rendezvous | None = None
 
     def request_id(self, label: str) -> str:
         self.counter += 1
@@ -74,6 +97,13 @@ class Actor:
         if getattr(request, "request_id", ""):
             self.last = (node, method, request)
         return answer
+
+    async def meet(self, jitter: int) -> None:
+        """At the crew's rendezvous, whether or not it holds a run (the others wait
+        for it), then `jitter` milliseconds: the crew's next steps start nearly together."""
+        if self.rendezvous is not None:
+            await self.rendezvous.meet()
+        await asyncio.sleep(jitter / 1000)
 
     async def replay(self) -> None:
         """The last mutation again, with its request id: a late retransmission."""
@@ -135,6 +165,8 @@ class Host(Actor):
             await self.replay()
         elif step.action == "pause":
             await asyncio.sleep(step.arg / 100)
+        elif step.action == "rendezvous":
+            await self.meet(step.arg)
         elif step.action == "feedback":
             # User feedback: on a completed generation the batch reopens it (a resume).
             request_id = self.request_id("feedback")
@@ -253,6 +285,8 @@ class Agent(Actor):
             await self.replay()
         elif action == "pause":
             await asyncio.sleep(step.arg / 100)
+        elif action == "rendezvous":
+            await self.meet(step.arg)
         elif held is None:
             return
         elif action == "transcript":

@@ -24,7 +24,7 @@ from funnel.auth.principal import Role
 from funnel.completion.v1 import completion_messages_pb2 as completion_messages
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel_sim import loop, threads
-from funnel_sim.actors import Agent, Host, Watcher
+from funnel_sim.actors import Agent, Host, Rendezvous, Watcher
 from funnel_sim.checkers import EVERYTHING, Evidence, check
 from funnel_sim.clocks import SimClock
 from funnel_sim.history import History
@@ -38,7 +38,7 @@ from funnel_sim.nodes import (
     memory_storages,
     sqlite_storages,
 )
-from funnel_sim.workload import Workload, generate
+from funnel_sim.workload import CREW_HOST, RENDEZVOUS_SECONDS, Step, Workload, generate, is_crew
 from lifecycle_service.core.model import Policy
 from lifecycle_service.storage.port import TaskQuery
 
@@ -66,6 +66,8 @@ class Config:
     hosts: int = 2
     agents: int = 3
     steps: int = 100
+    # Agents of the finale, completing together in one workspace (0: no finale).
+    crew: int = 4
     # Per fault-point hit: the node crashes / the reply is dropped.
     crash_at_point: float = 0.03
     drop_at_point: float = 0.03
@@ -114,6 +116,7 @@ def simulate(
         hosts=config.hosts,
         agents=config.agents,
         steps=config.steps,
+        crew=config.crew,
     )
     if keep is not None:
         workload = workload.keep(keep)
@@ -200,6 +203,10 @@ async def _simulate(
         )
         for name in workload.actors
     ]
+    rendezvous = Rendezvous(workload.rendezvous, RENDEZVOUS_SECONDS)
+    for actor in actors:
+        if is_crew(actor.name):
+            actor.rendezvous = rendezvous
     watchers = [
         watcher
         for workspace in workload.workspaces
@@ -223,19 +230,34 @@ async def _simulate(
         )
     ]
 
-    async def play(actor: Host | Agent) -> None:
-        for step in workload.of(actor.name):
+    async def play(actor: Host | Agent, steps: list[Step] | None = None) -> None:
+        for step in workload.of(actor.name) if steps is None else steps:
             await actor.step(step, tree)
-            await asyncio.sleep(chaos_rng.uniform(0, 0.3))
+            if step.action != "rendezvous":  # its own seeded wait makes the crew's next steps meet
+                await asyncio.sleep(chaos_rng.uniform(0, 0.3))
+
+    async def finale() -> None:
+        """The crew (workload.py): its host registers the tasks, then the members work them
+        side by side, the host (when it calls one off) with them."""
+        setup = workload.crew_setup
+        crew = [actor for actor in actors if is_crew(actor.name)]
+        for actor in crew:
+            if actor.name == CREW_HOST:
+                await play(actor, setup)
+        await asyncio.gather(
+            *(play(actor, [step for step in workload.of(actor.name) if step not in setup]) for actor in crew)
+        )
 
     # One owner for the watchers, the chaos and the supervisor: cancelled, each is
     # awaited, and one that fails ends the run with its error instead of dying unseen.
     async with asyncio.TaskGroup() as group:
         following = [group.create_task(watcher.follow()) for watcher in watchers]
-        playing = asyncio.gather(*(play(actor) for actor in actors))
+        playing = asyncio.gather(*(play(actor) for actor in actors if not is_crew(actor.name)))
         chaos = group.create_task(_chaos(chaos_rng, network, lifecycle, completion, config.chaos_interval))
         supervisor = group.create_task(_supervise(chaos_rng, (lifecycle, completion)))
         await playing
+        # Still under chaos: the crew's finale, after every other step (so those steps play as without it).
+        await finale()
         chaos.cancel()
         supervisor.cancel()
         lifecycle_chaos.calm()

@@ -4,6 +4,7 @@ function of pytest's `monkeypatch`; nothing here is imported by the product."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -12,12 +13,15 @@ import pytest
 
 from completion_service.api import transcript_service
 from completion_service.authority import projection, settler, transcripts
+from completion_service.clients import lifecycle_client
 from completion_service.units import completions, runs
 from completion_service.units import transcripts as transcript_units
+from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime import sqlite, watch
 from funnel.runtime.sqlite import Database
 from lifecycle_service import authority as lifecycle_authority
 from lifecycle_service import units
+from lifecycle_service.api import requests as lifecycle_requests
 from lifecycle_service.api import service as lifecycle_service
 from lifecycle_service.core import intents, rules
 
@@ -168,6 +172,42 @@ def cancelled_writer_forgets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Database, "_write_until_closed", write_until_closed)
 
 
+def batch_settled_as_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SettleCompletions settles every item of the call as its first (a loop that
+    keeps the first item, as a late-bound closure does): the first is applied, and
+    every item is answered with the first's settlement, so the completion service
+    marks the others SETTLED while their tasks never completed."""
+
+    async def settle_completions(
+        self: lifecycle_service.LifecycleService, request: Any, context: Any
+    ) -> lifecycle_messages.SettleCompletionsResponse:
+        lifecycle_requests.check_settle_completions(request)
+        first = request.items[0]
+        answers = await asyncio.gather(*(self._settle_item(first, context) for _ in request.items))
+        return lifecycle_messages.SettleCompletionsResponse(results=answers)
+
+    monkeypatch.setattr(lifecycle_service.LifecycleService, "SettleCompletions", settle_completions)
+
+
+def batch_refusal_settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The completion service reads a SettleCompletions call answered OK as every
+    item settled: an item the lifecycle service refused (at a cancellation fence)
+    is recorded SETTLED with another item's settlement, as if the call's status
+    were each item's."""
+    send = lifecycle_client.LifecycleClient._send_settlements
+
+    async def send_settlements(self: lifecycle_client.LifecycleClient, items: list[Any]) -> list[Any]:
+        answers = await send(self, items)
+        settled = [answer for answer in answers if not isinstance(answer, Exception)]
+        if len(items) > 1 and settled:
+            return [
+                settled[0] if isinstance(answer, lifecycle_client.LifecycleRejected) else answer for answer in answers
+            ]
+        return answers
+
+    monkeypatch.setattr(lifecycle_client.LifecycleClient, "_send_settlements", send_settlements)
+
+
 MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "fence_ignored": fence_ignored,
     "replay_executes": replay_executes,
@@ -180,4 +220,6 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "repair_skipped": repair_skipped,
     "ended_generation_appended": ended_generation_appended,
     "cancelled_writer_forgets": cancelled_writer_forgets,
+    "batch_settled_as_first": batch_settled_as_first,
+    "batch_refusal_settled": batch_refusal_settled,
 }

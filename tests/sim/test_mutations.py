@@ -4,7 +4,10 @@ unmutated product passes. Some need a narrow race and are first caught far from
 seed 0: the fence mutation (a completion judged on a view read just before the
 cancellation request, committed just after) at seed 44, the stale view (an
 attempt of a resumed generation while the projection lags) at 15, a repair never
-made at 24 (a seed that cuts a turn off), an append to an ended generation at 6.
+made at 24 (a seed that cuts a turn off), an append to an ended generation at 6,
+a settle batch whose items are all settled as its first at 11 (the crew's finale
+sends three items in one call), a batch item refused at the fence recorded
+settled at 14 (the finale's host calls one member off as they complete).
 CI replays those seeds; `funnel-sim`'s long form is the search. The SQLite
 writer's mutation runs on the SQLite engine (the in-memory stores have no writer)."""
 
@@ -21,6 +24,15 @@ from tests.sim.mutations import MUTATIONS
 # cancelled_writer_forgets at SQLITE_WRITER_SEED, by a write left queued when its
 # node crashed at the hand-over (Config.crash_at_handover) and never answered.
 SQLITE_WRITER_SEED = 2
+# A seed whose crew's finale settles three completions in one SettleCompletions call
+# (test_simulation.py's BATCH_SEED): batch_settled_as_first marks two SETTLED unapplied
+# (searching from 0 it is first caught at seed 7, the first seed with a batch).
+BATCH_SEED = 11
+# test_simulation.py's FENCED_BATCH_SEED: one item of a call refused at the fence, another
+# settled; batch_refusal_settled records the refused one SETTLED. Searching from 0: seed 9
+# has such a call first, but a fault drops that settlement before its answer is recorded
+# (completion.after_settle_before_publish) and the outbox sends it again alone, refused.
+FENCED_BATCH_SEED = 14
 WITHIN = {
     "replay_executes": ("memory", 0, 10, "request_ids", ""),
     "late_commit_skipped": ("memory", 0, 10, "watchers", ""),
@@ -31,6 +43,8 @@ WITHIN = {
     "repair_skipped": ("memory", 24, 1, "transcripts", "open after the last load"),
     "ended_generation_appended": ("memory", 6, 1, "transcripts", "appended to an ended generation"),
     "cancelled_writer_forgets": ("sqlite", SQLITE_WRITER_SEED, 1, "unwound", ""),
+    "batch_settled_as_first": ("memory", BATCH_SEED, 1, "settled", "SETTLED without its terminal event"),
+    "batch_refusal_settled": ("memory", FENCED_BATCH_SEED, 1, "settled", "SETTLED without its terminal event"),
 }
 
 

@@ -20,7 +20,7 @@ from funnel_sim.linearizability import Operation, linearizable
 from funnel_sim.network import UNAVAILABLE, Failed, Ok
 from funnel_sim.nodes import STATEMENT_FAULTS
 from funnel_sim.shrink import shrink
-from funnel_sim.simulation import ENGINES, Config, engine_of, simulate
+from funnel_sim.simulation import ENGINES, Config, Result, engine_of, simulate
 from funnel_sim.workload import parse_ranges, ranges
 
 
@@ -145,6 +145,49 @@ def test_transcripts_are_appended_interrupted_repaired_and_reopen_completed_gene
             if call.method == "LoadTranscript" and call.answer.response.repaired:
                 seen.add("repaired")
     assert seen == {"appended", "reopened", "interrupted by the user", "cut off", "repaired"}
+
+
+# A seed whose crew's finale (workload.py) settles several completions of one
+# workspace in one SettleCompletions call (measured: three items, all settled; the
+# first seed from 0 with such a call is 7, with two).
+BATCH_SEED = 11
+
+
+def settle_batches(result: Result) -> list[int]:
+    """The items of each SettleCompletions call the completion service made."""
+    return [len(call.request.items) for call in result.history.calls if call.method == "SettleCompletions"]
+
+
+def test_the_crews_finale_settles_several_completions_in_one_call():
+    result = simulate(BATCH_SEED)
+    assert result.violations == [], cli.replay_command(BATCH_SEED, None)
+    together = [
+        call.answer.response.results
+        for call in result.history.calls
+        if call.method == "SettleCompletions" and len(call.request.items) >= 2 and isinstance(call.answer, Ok)
+    ]
+    assert together, settle_batches(result)
+    # Every item judged and settled on its own (none refused at this seed).
+    assert all(item.HasField("settled") for results in together for item in results)
+    # Without the finale the same seed never batches: the random steps' completions are rare and spread out.
+    assert settle_batches(simulate(BATCH_SEED, Config(crew=0))) == []
+
+
+# A seed whose finale's host calls a member off as the crew completes: the member's
+# settlement is refused at the cancellation fence in the same call as another's, settled.
+FENCED_BATCH_SEED = 14
+
+
+def test_a_settle_batch_judges_each_item_alone():
+    result = simulate(FENCED_BATCH_SEED)
+    assert result.violations == [], cli.replay_command(FENCED_BATCH_SEED, None)
+    judged = [
+        {("settled" if item.HasField("settled") else item.error.message) for item in call.answer.response.results}
+        for call in result.history.calls
+        if call.method == "SettleCompletions" and isinstance(call.answer, Ok)
+    ]
+    assert any("settled" in answers and len(answers) > 1 for answers in judged), judged
+    assert any("refused after its cancellation request" in answer for answers in judged for answer in answers)
 
 
 SQLITE_SEEDS = range(3)
