@@ -99,8 +99,8 @@ class TranscriptService(transcript_grpc.TranscriptServiceServicer):
         generation, resumed = task.generation, False
         expected = request.expected_state_version if request.HasField("expected_state_version") else None
         if task.state == lifecycle_enums.GENERATION_STATE_TERMINAL:
-            generation = await self._authority.reopener.reopen(workspace, task, events, expected)
-            resumed = True
+            reopened = await self._authority.reopener.reopen(workspace, task, events, expected, key)
+            generation, resumed = reopened.generation, reopened.by_this_batch
 
         def render(appended: Appended) -> transcript_messages.AppendTranscriptResponse:
             return transcript_messages.AppendTranscriptResponse(

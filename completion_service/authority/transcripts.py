@@ -6,8 +6,11 @@ lifecycle service) that a batch may ask for."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
+import uuid
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from completion_service.authority.metrics import Metrics
 from completion_service.clients.lifecycle_client import LifecycleClient, LifecycleRejected, LifecycleUnavailable
@@ -24,8 +27,9 @@ from funnel.runtime import calls
 from funnel.runtime.clock import Clock
 from funnel.runtime.errors import Rejection, ServiceError, reject
 from funnel.runtime.faults import NO_FAULTS, Faults
-from funnel.runtime.idempotency import Replay
+from funnel.runtime.idempotency import Replay, RequestKey
 from funnel.runtime.logs import fields
+from funnel.runtime.validation import MAX_ID_LENGTH
 
 log = logging.getLogger(__name__)
 _REOPEN_CAUSE = "the transcript reopened the completed generation"
@@ -144,14 +148,21 @@ class Reopener:
         task: lifecycle_types.Task,
         events: list[grammar.SessionEvent],
         expected_state_version: int | None,
-    ) -> int:
+        batch: RequestKey | None,
+    ) -> Reopened:
         """A batch for a terminal generation is accepted only when its first event
         reopens a completed one; the task then moves to generation + 1 first. That
         is a resume, authorized as one (a role that may call ResumeWithGeneration,
         which the lifecycle service checks again on the relayed caller), and every
         check the append would make comes before it, so that a refused batch leaves
         the task as it was. (A concurrent append can still refuse the batch after
-        the resume: the task is then reopened, and a retry appends normally.)"""
+        the resume: the task is then reopened, and a retry appends normally.)
+
+        The resume's request id is the batch's (`batch`), so a retried batch
+        replays its resume and another batch makes a resume of its own. When two
+        batches race to reopen the same generation, one resume wins and the
+        other is refused; the loser's batch then finds generation + 1 live and
+        lands there like any append (`by_this_batch` false)."""
         refused = ServiceError(
             reject(
                 Reason.GENERATION_TERMINAL,
@@ -189,9 +200,16 @@ class Reopener:
         following = task.generation + 1
         try:
             await self._lifecycle.resume_with_generation(
-                workspace, task.task_id, following, f"reopen:{task.task_id}:{following}", _REOPEN_CAUSE, call.caller
+                workspace,
+                task.task_id,
+                following,
+                reopen_request_id(task.task_id, following, batch),
+                _REOPEN_CAUSE,
+                call.caller,
             )
         except LifecycleRejected as exc:
+            if await self._reopened_meanwhile(workspace, task.task_id, following):
+                return Reopened(following, by_this_batch=False)
             raise ServiceError(
                 reject(
                     Reason.LIFECYCLE_REJECTED,
@@ -203,4 +221,30 @@ class Reopener:
             raise ServiceError(
                 reject(Reason.LIFECYCLE_UNAVAILABLE, f"the lifecycle service did not answer: {exc}")
             ) from None
-        return following
+        return Reopened(following, by_this_batch=True)
+
+    async def _reopened_meanwhile(self, workspace: str, task_id: str, following: int) -> bool:
+        """Whether another batch's resume has made `following` the live generation."""
+        try:
+            task = (await self._lifecycle.get_task(workspace, task_id)).task
+        except (LifecycleRejected, LifecycleUnavailable):
+            return False
+        return task.generation == following and task.state != lifecycle_enums.GENERATION_STATE_TERMINAL
+
+
+@dataclass(frozen=True)
+class Reopened:
+    """The generation a reopening batch lands in, and whether its own resume opened it."""
+
+    generation: int
+    by_this_batch: bool
+
+
+def reopen_request_id(task_id: str, following: int, batch: RequestKey | None) -> str:
+    """The resume's request id: one per batch request (its scope and id; a batch
+    without a request id is never retried as the same one) and generation. It names
+    the task where that fits the lifecycle service's id limit."""
+    scope = (batch.workspace_id, batch.caller, batch.method, batch.request_id) if batch else (uuid.uuid4().hex,)
+    digest = hashlib.sha256("\x1f".join((*scope, task_id)).encode()).hexdigest()
+    readable = f"reopen:{task_id}:{following}:{digest[:16]}"
+    return readable if len(readable) <= MAX_ID_LENGTH else f"reopen:{following}:{digest[:40]}"

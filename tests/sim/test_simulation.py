@@ -190,6 +190,28 @@ def test_a_settle_batch_judges_each_item_alone():
     assert any("refused after its cancellation request" in answer for answers in judged for answer in answers)
 
 
+# Found by the sweep: two hosts' feedback for one completed task 70 ms apart. Both
+# batches reopened it under one request id, `reopen:<task>:<generation>`, on behalf
+# of different callers, so the lifecycle service refused the second as a reused
+# request id and its host was told LIFECYCLE_REJECTED. Now each batch has its own
+# resume, and the one that loses the race lands in the reopened generation.
+RACING_REOPEN_SEED = 803
+
+
+def test_two_batches_racing_to_reopen_a_completed_generation_both_land_in_the_next():
+    result = simulate(RACING_REOPEN_SEED)
+    assert result.violations == [], cli.replay_command(RACING_REOPEN_SEED, None)
+    landed = [
+        call.answer.response.resumed
+        for call in result.history.calls
+        if call.method == "AppendTranscript"
+        and isinstance(call.answer, Ok)
+        and call.request.task_id == "t3"
+        and call.answer.response.generation == 2
+    ]
+    assert sorted(landed) == [False, True], landed
+
+
 SQLITE_SEEDS = range(3)
 
 
