@@ -46,6 +46,7 @@ async def serve(bounded: bool, argv: list[str]) -> None:
     from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
     from funnel.lifecycle.v1 import service_pb2_grpc as lifecycle_grpc
     from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
+    from funnel.runtime import registration
     from funnel.runtime import security as security_settings
     from funnel.runtime import server as runtime
     from funnel.runtime.metrics import ServiceMetrics
@@ -64,12 +65,13 @@ async def serve(bounded: bool, argv: list[str]) -> None:
         async def GetTask(self, request, context):
             return answer
 
-    # The same server (its options, its TLS) either way: only the boundary differs.
+    # The same server (its options, its TLS, its generic registration) either way: only
+    # the boundary differs.
     server, boundary = runtime.new_server(security, DOMAIN, Reason, ServiceMetrics().rpc)
     if bounded:
         boundary.add(server, lifecycle_grpc.add_TaskLifecycleServiceServicer_to_server, Canned())
     else:
-        lifecycle_grpc.add_TaskLifecycleServiceServicer_to_server(Canned(), server)
+        registration.add_servicer(server, lifecycle_grpc.add_TaskLifecycleServiceServicer_to_server, Canned())
     port = runtime.bind(server, config.listen, security)
     await server.start()
     gc.freeze()  # as the services do once started (funnel.runtime.server.serve_process)

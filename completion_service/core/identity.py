@@ -6,7 +6,9 @@ languages must be able to recompute it (see identity_vectors.json next to the pr
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 
 IDENTITY_SCHEMA = "funnel.completion.identity/v1"
 _MAX_SAFE_INTEGER = 2**53 - 1
@@ -63,22 +65,17 @@ def _encode(value: object) -> str:
     raise TypeError(f"{type(value).__name__} has no canonical JSON form here")
 
 
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _encode_string(text: str) -> str:
-    out = ['"']
-    for ch in text:
-        if ch in _SHORT_ESCAPES:
-            out.append(_SHORT_ESCAPES[ch])
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        elif 0xD800 <= ord(ch) <= 0xDFFF:
-            raise ValueError("lone surrogates have no canonical JSON form")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    # RFC 8785 §3.2.2.2 escapes exactly what ECMAScript's JSON.stringify does: `"`, `\\`,
+    # the short forms \b \f \n \r \t, other controls below U+0020 as lowercase \u00xx,
+    # everything else as itself; `json`'s C encoder without ensure_ascii does just that,
+    # without a Python step per character (this runs on every attempt).
+    if not text.isascii() and _LONE_SURROGATE.search(text):
+        raise ValueError("lone surrogates have no canonical JSON form")
+    return encode_basestring(text)
 
 
 def identity_payload(identity_input: IdentityInput) -> bytes:
@@ -87,4 +84,9 @@ def identity_payload(identity_input: IdentityInput) -> bytes:
 
 
 def completion_identity(identity_input: IdentityInput) -> str:
-    return "sha256:" + hashlib.sha256(identity_payload(identity_input)).hexdigest()
+    return payload_identity(identity_payload(identity_input))
+
+
+def payload_identity(payload: bytes) -> str:
+    """The identity of a canonical document already rendered by `identity_payload`."""
+    return "sha256:" + hashlib.sha256(payload).hexdigest()

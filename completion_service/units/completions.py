@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from completion_service.core import gates
 from completion_service.core.duplicates import CompletionKey, DuplicateVerdict, place_completion
 from completion_service.core.gates import ExternalAnswer, SnapshotBasis, WorkspacePolicy, snapshot_basis
-from completion_service.core.identity import IdentityInput, completion_identity, identity_payload
+from completion_service.core.identity import IdentityInput, identity_payload, payload_identity
 from completion_service.core.model import (
     CompletionEvent,
     CompletionEventKind,
@@ -172,7 +172,8 @@ def attempt(
         outcome=command.outcome.name,
         decision_schema=decision.decision_schema,
     )
-    key = CompletionKey(completion_identity(identity_input), identity_payload(identity_input), command.outcome.name)
+    payload = identity_payload(identity_input)
+    key = CompletionKey(payload_identity(payload), payload, command.outcome.name)
     stored = tx.completions.load(command.workspace_id, command.task_id, generation)
     placement = place_completion(stored, key)
     if stored is not None and placement is not DuplicateVerdict.REPLACE:

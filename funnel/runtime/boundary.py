@@ -46,6 +46,7 @@ from funnel.runtime.grpc_errors import to_status
 from funnel.runtime.observe import CallObserver, ObservedMethod
 from funnel.runtime.pace import Late, Pace
 from funnel.runtime.ratelimit import RateLimiter
+from funnel.runtime.registration import add_generic, handlers_of
 from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.tracing import Begun, ServerSpans
 from funnel.runtime.validation import Checker
@@ -141,12 +142,8 @@ class Boundary:
     def add(self, server: grpc.aio.Server, add_servicer: Callable[[Any, Any], None], servicer: Any) -> None:
         """Registers `servicer` on `server` as `add_servicer` (a generated
         `add_…Servicer_to_server`) would, with every handler behind the boundary."""
-        registrations = _Registrations()
-        add_servicer(servicer, registrations)
-        for service, handlers in registrations.services:
-            wrapped = {name: self._wrap(f"/{service}/{name}", handler) for name, handler in handlers.items()}
-            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
-            server.add_registered_method_handlers(service, wrapped)
+        for service, handlers in handlers_of(add_servicer, servicer):
+            add_generic(server, service, {name: self._wrap(f"/{service}/{name}", h) for name, h in handlers.items()})
 
     def _wrap(self, method: str, handler: Any) -> Any:
         """`handler`: a grpc.RpcMethodHandler whose behaviours are coroutines (types-grpcio
@@ -485,20 +482,6 @@ class _Decisions:
             self._known.clear()
         self._known[(id(principal), method, workspace)] = (principal, decision)
         return decision
-
-
-class _Registrations:
-    """Stands in for the server a generated `add_…Servicer_to_server` registers on:
-    keeps each service's method handlers, for Boundary.add to wrap and register."""
-
-    def __init__(self) -> None:
-        self.services: list[tuple[str, dict[str, Any]]] = []
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        """The same handlers again, as a generic handler (registered by Boundary.add)."""
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        self.services.append((service, handlers))
 
 
 def _workspace_of(request: Any) -> tuple[str, str]:

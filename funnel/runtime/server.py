@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
@@ -24,7 +24,7 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from funnel.runtime import logs, memory
+from funnel.runtime import logs, memory, registration
 from funnel.runtime import security as security_settings
 from funnel.runtime.background import Background
 from funnel.runtime.boundary import TRANSPORT_LIMIT_FACTOR, Boundary
@@ -223,7 +223,7 @@ class Health:
 
     def __init__(self, server: grpc.aio.Server, service_names: Sequence[str]) -> None:
         self.servicer = health_async.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
+        registration.add_servicer(server, health_pb2_grpc.add_HealthServicer_to_server, self.servicer)
         self._names = ["", *service_names]
 
     async def set(self, status: int) -> None:
@@ -456,23 +456,11 @@ def enable_reflection(server: grpc.aio.Server, service_names: Sequence[str], fil
     names = [*service_names, REFLECTION_V1, reflection.SERVICE_NAME, "grpc.health.v1.Health"]
     _describe_reflection_v1()
     servicer = ReflectionServicer(names)
-    # The stubs leave the generated registration unannotated.
-    add_servicer = cast(
-        "Callable[[ReflectionServicer, grpc.aio.Server], None]",
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server,
-    )
-    add_servicer(servicer, server)
-    v1 = grpc.method_handlers_generic_handler(
-        REFLECTION_V1,
-        {
-            "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
-                servicer.ServerReflectionInfo,
-                request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
-                response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
-            )
-        },
-    )
-    server.add_generic_rpc_handlers((v1,))
+    # v1 has v1alpha's messages under another package name: the same handlers serve both.
+    add_reflection = reflection_pb2_grpc.add_ServerReflectionServicer_to_server
+    for service, handlers in registration.handlers_of(add_reflection, servicer):
+        registration.add_generic(server, service, handlers)
+        registration.add_generic(server, REFLECTION_V1, handlers)
 
 
 class CannotListen(RuntimeError):
