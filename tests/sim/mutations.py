@@ -13,6 +13,7 @@ import pytest
 
 from completion_service.api import transcript_service
 from completion_service.authority import projection, settler, transcripts
+from completion_service.authority.transcripts import Reopened
 from completion_service.clients import lifecycle_client
 from completion_service.units import completions, runs
 from completion_service.units import transcripts as transcript_units
@@ -144,9 +145,8 @@ def ended_generation_appended(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch for a terminal generation is appended to it as it is, neither
     refused nor reopening the task (bookkeeping reviving terminal state)."""
 
-    async def reopen(self: Any, workspace: str, task: Any, events: Any, expected: Any) -> int:
-        generation: int = task.generation
-        return generation
+    async def reopen(self: Any, workspace: str, task: Any, events: Any, expected: Any, batch: Any) -> Reopened:
+        return Reopened(task.generation, by_this_batch=False)
 
     monkeypatch.setattr(transcripts.Reopener, "reopen", reopen)
 
