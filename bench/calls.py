@@ -26,7 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.compare import ROOT, worktree
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.compare import revisions
 
 HOOK = """
 import atexit, collections, os, sys, threading
@@ -111,14 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="funnel-calls-") as scratch_dir:
         scratch = Path(scratch_dir)
-        trees = {"old": worktree(args.old, scratch)}
-        trees["new"] = worktree(args.new, scratch) if args.new else ROOT
-        try:
+        with revisions(args.old, args.new, scratch) as trees:
             measured = {side: per_task(tree, args.pool, args.concurrency, scratch) for side, tree in trees.items()}
-        finally:
-            for tree in trees.values():
-                if tree != ROOT:
-                    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
     print(
         f"old {args.old}, new {args.new or 'working tree'}: Python and C calls per task (register, activate, claim,"
         f" attempt, settle; {args.pool} against {2 * args.pool} tasks, {args.concurrency} in flight)"

@@ -20,12 +20,14 @@ working directory and first on PYTHONPATH, ahead of the editable install).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +50,25 @@ def worktree(rev: str, parent: Path) -> Path:
     if made.returncode != 0:
         raise SystemExit(f"cannot check out {rev!r}: {made.stderr.strip()}")
     return path
+
+
+@contextlib.contextmanager
+def revisions(old: str, new: str | None, parent: Path) -> Iterator[dict[str, Path]]:
+    """{"old": tree, "new": tree}: each revision checked out into a worktree under
+    `parent` (`new` None: the working tree itself), removed again on the way out, also
+    when a checkout fails."""
+    trees = {"new": ROOT}
+    try:
+        trees["old"] = worktree(old, parent)
+        if new:
+            trees["new"] = worktree(new, parent)
+        yield trees
+    finally:
+        for tree in trees.values():
+            if tree != ROOT:
+                subprocess.run(
+                    ["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False, capture_output=True
+                )
 
 
 def measure(tree: Path, seconds: float, concurrency: int, out: Path, postgresql: bool, pool: int | None) -> Run:
@@ -100,12 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="funnel-compare-") as scratch:
         parent = Path(scratch)
-        trees = {"new": ROOT}
-        try:
-            # Inside the try: a revision that fails to check out leaves no worktree behind.
-            trees["old"] = worktree(args.old, parent)
-            if args.new:
-                trees["new"] = worktree(args.new, parent)
+        with revisions(args.old, args.new, parent) as trees:
             print(
                 f"old {args.old}, new {args.new or 'working tree'}: attempt at {args.concurrency} in flight, "
                 f"{args.seconds:g} s per point, {args.pairs} pairs, {'PostgreSQL' if args.postgresql else 'SQLite'}",
@@ -140,15 +156,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"{old.cpu_ms:>11.2f} {new.cpu_ms:>11.2f} {old.p99_ms:>8.1f} {new.p99_ms:>8.1f}{failed}",
                     flush=True,
                 )
-        finally:
-            for name in trees:
-                if trees[name] != ROOT:
-                    subprocess.run(
-                        ["git", "worktree", "remove", "--force", str(trees[name])],
-                        cwd=ROOT,
-                        check=False,
-                        capture_output=True,
-                    )
 
     throughput = [new.ops_per_s / old.ops_per_s for old, new in pairs]
     cpu = [new.cpu_ms / old.cpu_ms for old, new in pairs]
