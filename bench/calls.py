@@ -36,7 +36,8 @@ _argv = open("/proc/self/cmdline", "rb").read().split(b"\\0")
 _role = next((m.decode() for m in (b"completion_service", b"lifecycle_service") if m in _argv), None)
 if _role is not None:
     _counts = collections.Counter()
-    _strip = (os.environ["FUNNEL_CALLS_TREE"] + "/", sys.prefix + "/", sys.base_prefix + "/")
+    # The environment first: it may lie inside the tree (.venv), whose own files are named from it.
+    _strip = (sys.prefix + "/", sys.base_prefix + "/", os.environ["FUNNEL_CALLS_TREE"] + "/")
 
     def _name(code):
         path = code.co_filename

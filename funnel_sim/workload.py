@@ -107,11 +107,6 @@ class Workload:
         return sorted({step.actor for step in self.steps})
 
     @property
-    def crew(self) -> list[str]:
-        """The finale's actors: played once every other actor has played its steps."""
-        return [actor for actor in self.actors if is_crew(actor)]
-
-    @property
     def crew_setup(self) -> list[Step]:
         """The crew host's registrations: played before the members start."""
         return [step for step in self.of(CREW_HOST) if step.action == "register"]

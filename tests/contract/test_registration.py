@@ -2,7 +2,7 @@
 *registered* method grpc.aio keeps a request-call task and waits on all of them
 for every call it accepts (funnel/runtime/registration.py). The lifecycle server
 is started with reflection on and must register nothing as a method, yet answer
-its service, health and both reflection versions."""
+its service and health (both reflection versions: test_reflection.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import grpc
 import grpc.aio._server
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2
 
 from funnel.lifecycle.v1 import messages_pb2 as lifecycle_messages
 from funnel.runtime import registration
@@ -37,16 +36,6 @@ async def test_no_service_is_registered_method_by_method(start_lifecycle, monkey
         health = health_pb2_grpc.HealthStub(channel)
         answer = await health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=10)
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
-        for version in ("v1", "v1alpha"):
-            info = channel.stream_stream(
-                f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
-                request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
-                response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
-            )
-            call = info(timeout=10)
-            await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
-            assert SERVICE_NAME in {s.name for s in (await call.read()).list_services_response.service}
-            await call.done_writing()
 
 
 def test_a_servicer_that_registers_no_methods_is_refused():

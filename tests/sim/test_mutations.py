@@ -17,6 +17,7 @@ import pytest
 
 from funnel_sim.simulation import Config, Result, simulate
 from tests.sim.mutations import MUTATIONS
+from tests.sim.test_simulation import BATCH_SEED, FENCED_BATCH_SEED
 
 # Mutation: (engine, first seed, seeds searched, the checker that must name it, what
 # its finding says). Measured, searching from 0: replay_executes caught at seed 1,
@@ -24,15 +25,13 @@ from tests.sim.mutations import MUTATIONS
 # cancelled_writer_forgets at SQLITE_WRITER_SEED, by a write left queued when its
 # node crashed at the hand-over (Config.crash_at_handover) and never answered.
 SQLITE_WRITER_SEED = 2
-# A seed whose crew's finale settles three completions in one SettleCompletions call
-# (test_simulation.py's BATCH_SEED): batch_settled_as_first marks two SETTLED unapplied
-# (searching from 0 it is first caught at seed 7, the first seed with a batch).
-BATCH_SEED = 11
-# test_simulation.py's FENCED_BATCH_SEED: one item of a call refused at the fence, another
-# settled; batch_refusal_settled records the refused one SETTLED. Searching from 0: seed 9
-# has such a call first, but a fault drops that settlement before its answer is recorded
-# (completion.after_settle_before_publish) and the outbox sends it again alone, refused.
-FENCED_BATCH_SEED = 14
+# batch_settled_as_first at BATCH_SEED, whose finale settles three completions in one
+# SettleCompletions call: two are marked SETTLED unapplied (searching from 0 it is first
+# caught at seed 7, the first seed with a batch). batch_refusal_settled at
+# FENCED_BATCH_SEED, one item refused at the fence beside one settled: the refused one is
+# recorded SETTLED. Searching from 0, seed 9 has such a call first, but a fault drops that
+# settlement before its answer is recorded (completion.after_settle_before_publish) and
+# the outbox sends it again alone, refused.
 WITHIN = {
     "replay_executes": ("memory", 0, 10, "request_ids", ""),
     "late_commit_skipped": ("memory", 0, 10, "watchers", ""),
