@@ -25,6 +25,7 @@ import contextlib
 import functools
 import logging
 import time
+import uuid
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -96,6 +97,9 @@ class PostgresDatabase:
         self.url = url
         self.schema = schema
         self._commits = commits
+        # Signs this process's notifications, so that its own listener skips
+        # them: its own commits wake its tail directly (funnel.runtime.tail).
+        self.instance = uuid.uuid4().hex
 
     @classmethod
     async def open(
@@ -121,7 +125,9 @@ class PostgresDatabase:
             },
             open=False,
             name=schema,
-            check=ConnectionPool.check_connection,
+            # No check on checkout: it cost a round trip per transaction. A
+            # connection the server closed meanwhile fails at its first statement,
+            # and `_on_connection` begins again on another (see there).
         )
         database = cls(pool, executor, url, schema, commits)
         try:
@@ -192,11 +198,11 @@ class PostgresDatabase:
 
     def _write_sync(self, fn: Callable[[psycopg.Connection[Any]], T], wait_ms: int) -> T:
         delay = 0.001
+        begin = f"BEGIN; SET LOCAL lock_timeout = {int(wait_ms)}"
         for attempt in range(1, MAX_ATTEMPTS + 1):
             started = time.perf_counter()
             try:
-                with self._pool.connection(timeout=POOL_TIMEOUT) as conn:
-                    value = in_transaction(conn, f"BEGIN; SET LOCAL lock_timeout = {int(wait_ms)}", fn)
+                value = self._on_connection(lambda conn: in_transaction(conn, begin, fn))
                 if self._commits is not None:
                     self._commits(time.perf_counter() - started, 1)
                 return value
@@ -207,45 +213,60 @@ class PostgresDatabase:
                 delay = min(delay * 2, 0.05)
             except psycopg.errors.LockNotAvailable as exc:
                 raise StorageUnavailable("a lock stayed held until the caller's deadline; nothing was applied") from exc
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                raise StorageUnavailable(str(exc)) from exc
         raise AssertionError("unreachable")
 
-    async def read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Runs fn in a read-only REPEATABLE READ transaction: one snapshot across its statements."""
-
-        def run() -> T:
+    def _on_connection(self, use: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """`use` on a pooled connection. The pool does not check a connection
+        before lending it (a round trip per transaction), so one the server has
+        closed meanwhile (a restart, a terminated backend) is found by its first
+        statement: if the connection broke before `use` sent anything else,
+        nothing was applied and `use` runs again on another connection (the pool
+        discards the broken one), at most once per pooled connection."""
+        for _ in range(self._pool.max_size + 1):
             try:
                 with self._pool.connection(timeout=POOL_TIMEOUT) as conn:
-                    return in_transaction(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", fn)
+                    try:
+                        return use(conn)
+                    except NotBegun as exc:
+                        if not conn.broken:
+                            raise exc.cause from None
+            except (*RETRYABLE, psycopg.errors.LockNotAvailable):
+                raise  # the caller's to judge
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 raise StorageUnavailable(str(exc)) from exc
+        raise StorageUnavailable("every pooled connection was broken; the server is unreachable")
 
-        return await self._in_thread(run)
+    async def read(self, fn: Callable[[psycopg.Connection[Any]], T], *, one_statement: bool = False) -> T:
+        """Runs fn in a read-only REPEATABLE READ transaction: one snapshot across
+        its statements. A read of `one_statement` runs without a transaction
+        around it (the statement's own snapshot is the same thing), one round
+        trip instead of three."""
+        if one_statement:
+            return await self._in_thread(lambda: self._on_connection(lambda conn: first_statement(conn, fn)))
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        return await self._in_thread(lambda: self._on_connection(lambda conn: in_transaction(conn, begin, fn)))
 
     async def last_sequence(self, table: str) -> int:
         """The largest deliverable `sequence` of an event table (below HORIZON; 0
         while there is none): where a replica's tail (funnel.runtime.tail) starts."""
-        return await self.read(lambda conn: last_deliverable(conn, table))
+        return await self.read(lambda conn: last_deliverable(conn, table), one_statement=True)
 
     async def check_writable(self) -> None:
-        def probe() -> None:
-            try:
-                with self._pool.connection(timeout=POOL_TIMEOUT) as conn, conn.transaction():
-                    conn.execute("SET LOCAL lock_timeout = 500")
-                    if conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,):
-                        raise StorageUnavailable("the database is a read-only standby")
-                    conn.execute("LOCK TABLE schema_migrations IN ROW EXCLUSIVE MODE")
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                raise StorageUnavailable(str(exc)) from exc
+        def probe(conn: psycopg.Connection[Any]) -> None:
+            if conn.execute(b"SELECT pg_is_in_recovery()").fetchone() == (True,):
+                raise StorageUnavailable("the database is a read-only standby")
+            conn.execute(b"LOCK TABLE schema_migrations IN ROW EXCLUSIVE MODE")
 
-        await self._in_thread(probe)
+        begin = "BEGIN; SET LOCAL lock_timeout = 500"
+        await self._in_thread(lambda: self._on_connection(lambda conn: in_transaction(conn, begin, probe)))
 
     async def notifications(self, channel: str, poll: float = 1.0) -> AsyncIterator[None]:
-        """Yields once per wake-up: after each NOTIFY on `channel` (sent by any
-        replica's committed transaction), and at least every `poll` seconds as a
-        safety net. A lost connection is reopened; the caller reads the table by
-        its cursor after each wake-up, so a missed notification costs latency only."""
+        """Yields once per wake-up: after each NOTIFY on `channel` sent by another
+        process's `Announcer` (this one's own commits wake its tail directly), and
+        at least every `poll` seconds as a safety net. A lost connection is
+        reopened; the caller reads the table by its cursor after each wake-up, so
+        a missed notification costs latency only."""
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
@@ -257,10 +278,14 @@ class PostgresDatabase:
             try:
                 await conn.execute(f'LISTEN "{channel}"')
                 yield  # whatever committed before LISTEN
+                woken = loop.time()
                 while True:
-                    async for _ in conn.notifies(timeout=poll, stop_after=1):
-                        pass
-                    yield
+                    others = False
+                    async for note in conn.notifies(timeout=poll, stop_after=1):
+                        others = others or note.payload != self.instance
+                    if others or loop.time() - woken >= poll:
+                        woken = loop.time()
+                        yield
             except psycopg.OperationalError as exc:
                 log.warning("LISTEN %s lost its connection (%s); reconnecting", channel, exc)
             finally:
@@ -275,7 +300,8 @@ class PostgresDatabase:
 class Announcer:
     """Tells the other replicas' tails that this one committed events: `announce()`
     after such a commit, and `run()` (under the server's background owner) sends
-    NOTIFY on `channel` from one connection of its own. A NOTIFY inside the
+    NOTIFY on `channel`, signed with the database's `instance`, from one
+    connection of its own. A NOTIFY inside the
     writing transaction would take the database's notification lock at its commit
     and hold it through the commit's flush, so that every notifying writer of both
     services committed one after another; here each NOTIFY is its own short
@@ -283,6 +309,7 @@ class Announcer:
 
     def __init__(self, database: PostgresDatabase, channel: str) -> None:
         self._url = database.url
+        self._instance = database.instance
         self.channel = channel
         self._wanted = asyncio.Event()
 
@@ -303,7 +330,7 @@ class Announcer:
                 while True:
                     await self._wanted.wait()
                     self._wanted.clear()
-                    await conn.execute(f'NOTIFY "{self.channel}"')
+                    await conn.execute("SELECT pg_notify(%s, %s)", (self.channel, self._instance))
             except psycopg.OperationalError as exc:
                 log.warning("NOTIFY %s lost its connection (%s); reconnecting", self.channel, exc)
                 self._wanted.set()  # what was wanted is not known to be sent
@@ -333,12 +360,24 @@ def tail_read(rows: Sequence[Sequence[Any]], event: Callable[[Sequence[Any]], E]
     return TailRead(deliverable, held_back=len(deliverable) < len(rows))
 
 
+class NotBegun(Exception):
+    """The first statement on a connection failed for want of the connection:
+    nothing was sent before it, so nothing was applied."""
+
+    def __init__(self, cause: psycopg.OperationalError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def in_transaction(conn: psycopg.Connection[Any], begin: str, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
     """fn in a transaction that `begin` (statements without parameters) opens:
     its settings travel with the BEGIN, one round trip instead of one each, and
     COMMIT is the last. On any failure the transaction is rolled back (a broken
     connection is the pool's to discard)."""
-    conn.execute(begin.encode())
+    try:
+        conn.execute(begin.encode())
+    except psycopg.OperationalError as exc:
+        raise NotBegun(exc) from exc
     try:
         value = fn(conn)
     except BaseException:
@@ -347,6 +386,15 @@ def in_transaction(conn: psycopg.Connection[Any], begin: str, fn: Callable[[psyc
         raise
     conn.execute(b"COMMIT")
     return value
+
+
+def first_statement(conn: psycopg.Connection[Any], fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+    """fn, a read of one statement, on a connection outside any transaction
+    (autocommit): a broken connection is NotBegun, since a read applies nothing."""
+    try:
+        return fn(conn)
+    except psycopg.OperationalError as exc:
+        raise NotBegun(exc) from exc
 
 
 def last_deliverable(conn: Any, table: str) -> int:

@@ -153,6 +153,80 @@ async def test_notifications_wake_a_listener_on_another_connection(url):
         await database.close()
 
 
+async def test_a_transaction_costs_its_statements_and_no_more_round_trips(url, monkeypatch):
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counted(conn, query, *args, **kwargs):
+        sent.append(bytes(query).decode() if isinstance(query, bytes) else str(query))
+        return execute(conn, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    try:
+        await database.write(lambda c: c.execute("INSERT INTO items VALUES ('a', 1)"))
+        assert len(sent) == 3, sent  # BEGIN (with its settings), the insert, COMMIT: no check on checkout
+        sent.clear()
+        assert await database.read(lambda c: c.execute("SELECT value FROM items").fetchone()) == (1,)
+        assert len(sent) == 3, sent
+        sent.clear()
+        read = database.read(lambda c: c.execute("SELECT value FROM items").fetchone(), one_statement=True)
+        assert await read == (1,)
+        assert sent == ["SELECT value FROM items"]
+    finally:
+        await database.close()
+
+
+async def test_connections_the_server_closed_are_replaced_without_failing_a_call(url):
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=3)
+    try:
+        # Three connections in the pool, each used once.
+        hold = threading.Barrier(3)
+        await asyncio.gather(*(database.write(lambda c: hold.wait(10)) for _ in range(3)))
+        with psycopg.connect(url, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            ).fetchone()
+        assert ended is not None and ended[0] >= 3
+        await database.write(lambda c: c.execute("INSERT INTO items VALUES ('b', 2)"))
+        assert await database.read(lambda c: c.execute("SELECT value FROM items").fetchone()) == (2,)
+        read = database.read(lambda c: c.execute("SELECT count(*) FROM items").fetchone(), one_statement=True)
+        assert await read == (1,)
+        await database.check_writable()
+    finally:
+        await database.close()
+
+
+async def test_a_listener_skips_its_own_announcements_and_wakes_on_another_process(url):
+    mine, other = [await PostgresDatabase.open(url, "svc", MIGRATIONS) for _ in range(2)]
+    wakeups: list[float] = []
+    listening = asyncio.Event()
+
+    async def listen() -> None:
+        async for _ in mine.notifications("svc_events", poll=30):
+            wakeups.append(asyncio.get_running_loop().time())
+            listening.set()
+
+    announcers = [postgres.Announcer(db, "svc_events") for db in (mine, other)]
+    tasks = [asyncio.create_task(t) for t in (listen(), *(a.run() for a in announcers))]
+    try:
+        await asyncio.wait_for(listening.wait(), 30)  # the wake-up after LISTEN
+        announcers[0].announce()  # its own commits wake its tail directly
+        await asyncio.sleep(1.0)
+        assert len(wakeups) == 1
+        announcers[1].announce()
+        async with asyncio.timeout(25):
+            while len(wakeups) == 1:
+                await asyncio.sleep(0.01)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await mine.close()
+        await other.close()
+
+
 async def test_an_unreachable_server_is_refused_with_a_redacted_url():
     url = "postgresql://funnel:secret@127.0.0.1:1/nowhere?connect_timeout=1"
     assert is_postgres_url(url) and not is_postgres_url("/var/lib/funnel/lifecycle.sqlite3")

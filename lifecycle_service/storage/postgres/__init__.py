@@ -122,7 +122,7 @@ class PostgresLifecycleStore(Store[psycopg.Connection[Any], PostgresLifecycleTx,
             ).fetchall()
             return tail_read(found, lambda r: rows.event(session, r))
 
-        return await self.database.read(read)
+        return await self.database.read(read, one_statement=True)
 
     def notifications(self, poll: float = 1.0) -> AsyncIterator[None]:
         """Wake-ups after events committed by any replica (and every `poll` seconds)."""
