@@ -649,9 +649,16 @@ def print_report(report: dict) -> None:
                     note += f"  [pool ran out after {r['elapsed_s']:.1f}s]"
                 print(_row(workload, c, r, "completion", "lifecycle") + note)
                 if r.get("writer_busy"):
+                    # SQLite has one writer per database, busy some share of the time; on
+                    # PostgreSQL the same sum of commit time over the point's length is
+                    # how many write transactions a service has open at once, on average.
+                    sqlite = phase.get("backend", "file SQLite") == "file SQLite"
                     print(
-                        "      database writer busy: "
-                        + ", ".join(f"{name} {share:.0%}" for name, share in r["writer_busy"].items())
+                        ("      database writer busy: " if sqlite else "      write transactions open (mean): ")
+                        + ", ".join(
+                            f"{name} {share:.0%}" if sqlite else f"{name} {share:.1f}"
+                            for name, share in r["writer_busy"].items()
+                        )
                     )
                 for message, count in r.get("failure_samples", []):
                     print(f"      {count} x {message}")
