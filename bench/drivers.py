@@ -1,6 +1,7 @@
 """What a statement costs the process that sends it, per engine and driver: the
 CPU this process spends (every thread) per statement of a unit of work shaped like
-the services' (three reads by key and three inserts in one write transaction),
+the services' (three reads by key and three inserts in one write transaction; its
+BEGIN and COMMIT are not counted as statements, their cost is spread over the six),
 16 units in flight from one event loop, and on PostgreSQL what the server spends
 beside it.
 

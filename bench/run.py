@@ -651,10 +651,11 @@ def print_report(report: dict) -> None:
                 if r.get("writer_busy"):
                     # SQLite has one writer per database, busy some share of the time; on
                     # PostgreSQL the same sum of commit time over the point's length is
-                    # how many write transactions a service has open at once, on average.
+                    # how many write transactions a replica has open at once, on average.
                     sqlite = phase.get("backend", "file SQLite") == "file SQLite"
+                    label = "database writer busy" if sqlite else "write transactions open (mean, per replica)"
                     print(
-                        ("      database writer busy: " if sqlite else "      write transactions open (mean): ")
+                        f"      {label}: "
                         + ", ".join(
                             f"{name} {share:.0%}" if sqlite else f"{name} {share:.1f}"
                             for name, share in r["writer_busy"].items()

@@ -57,6 +57,9 @@ RETRYABLE = (
     psycopg.errors.ExclusionViolation,
 )
 POOL_TIMEOUT = 10.0
+# What a write judges itself (a conflict runs it again, a lock wait has its own
+# message); to any other use of a connection they are the database failing.
+_JUDGED_BY_WRITE = (*RETRYABLE, psycopg.errors.LockNotAvailable)
 # A transaction left open by a process that hangs (not one that dies: the server
 # ends those at once) would hold every watcher's horizon back (see HORIZON); no
 # unit of work of this package pauses inside a transaction, so this much idle
@@ -202,7 +205,7 @@ class PostgresDatabase:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             started = time.perf_counter()
             try:
-                value = self._on_connection(lambda conn: in_transaction(conn, begin, fn))
+                value = self._on_connection(lambda conn: in_transaction(conn, begin, fn), _JUDGED_BY_WRITE)
                 if self._commits is not None:
                     self._commits(time.perf_counter() - started, 1)
                 return value
@@ -215,13 +218,18 @@ class PostgresDatabase:
                 raise StorageUnavailable("a lock stayed held until the caller's deadline; nothing was applied") from exc
         raise AssertionError("unreachable")
 
-    def _on_connection(self, use: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """`use` on a pooled connection. The pool does not check a connection
-        before lending it (a round trip per transaction), so one the server has
-        closed meanwhile (a restart, a terminated backend) is found by its first
-        statement: if the connection broke before `use` sent anything else,
-        nothing was applied and `use` runs again on another connection (the pool
-        discards the broken one), at most once per pooled connection."""
+    def _on_connection(
+        self, use: Callable[[psycopg.Connection[Any]], T], passthrough: tuple[type[Exception], ...] = ()
+    ) -> T:
+        """`use` on a pooled connection; a failure of the database is
+        StorageUnavailable, but for the `passthrough` errors, which are the
+        caller's to judge. The pool does not check a connection before lending it
+        (a round trip per transaction), so one the server has closed meanwhile (a
+        restart, a terminated backend) is found by its first statement: if the
+        connection broke before `use` sent anything else, nothing was applied and
+        `use` runs again on another connection (the pool discards the broken one),
+        at most once per pooled connection."""
+        broken: psycopg.OperationalError | None = None
         for _ in range(self._pool.max_size + 1):
             try:
                 with self._pool.connection(timeout=POOL_TIMEOUT) as conn:
@@ -230,11 +238,12 @@ class PostgresDatabase:
                     except NotBegun as exc:
                         if not conn.broken:
                             raise exc.cause from None
-            except (*RETRYABLE, psycopg.errors.LockNotAvailable):
-                raise  # the caller's to judge
+                        broken = exc.cause
+            except passthrough:
+                raise
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 raise StorageUnavailable(str(exc)) from exc
-        raise StorageUnavailable("every pooled connection was broken; the server is unreachable")
+        raise StorageUnavailable("every pooled connection was broken; the server is unreachable") from broken
 
     async def read(self, fn: Callable[[psycopg.Connection[Any]], T], *, one_statement: bool = False) -> T:
         """Runs fn in a read-only REPEATABLE READ transaction: one snapshot across
@@ -281,7 +290,10 @@ class PostgresDatabase:
                 woken = loop.time()
                 while True:
                     others = False
-                    async for note in conn.notifies(timeout=poll, stop_after=1):
+                    # At most `poll` after the last wake-up, however often this
+                    # process's own notifications come meanwhile.
+                    left = max(0.0, poll - (loop.time() - woken))
+                    async for note in conn.notifies(timeout=left, stop_after=1):
                         others = others or note.payload != self.instance
                     if others or loop.time() - woken >= poll:
                         woken = loop.time()

@@ -177,28 +177,67 @@ async def test_a_transaction_costs_its_statements_and_no_more_round_trips(url, m
         await database.close()
 
 
+def _terminate_clients(url: str) -> int:
+    """Ends every client connection to the test's database but the caller's, as a
+    restart of the server would: how many it ended."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchone()
+    assert ended is not None
+    return int(ended[0])
+
+
 async def test_connections_the_server_closed_are_replaced_without_failing_a_call(url):
     database = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=3)
-    try:
-        # Three connections in the pool, each used once.
-        hold = threading.Barrier(3)
+    hold = threading.Barrier(3)
+
+    async def fill_the_pool() -> None:  # three connections, each used once, then all ended
         await asyncio.gather(*(database.write(lambda c: hold.wait(10)) for _ in range(3)))
-        with psycopg.connect(url, autocommit=True) as admin:
-            ended = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
-            ).fetchone()
-        assert ended is not None and ended[0] >= 3
+        assert await asyncio.to_thread(_terminate_clients, url) >= 3
+
+    try:
+        await fill_the_pool()
         await database.write(lambda c: c.execute("INSERT INTO items VALUES ('b', 2)"))
+        await fill_the_pool()
         assert await database.read(lambda c: c.execute("SELECT value FROM items").fetchone()) == (2,)
+        await fill_the_pool()
         read = database.read(lambda c: c.execute("SELECT count(*) FROM items").fetchone(), one_statement=True)
         assert await read == (1,)
+        await fill_the_pool()
         await database.check_writable()
     finally:
         await database.close()
 
 
-async def test_a_listener_skips_its_own_announcements_and_wakes_on_another_process(url):
+async def test_a_lock_wait_outside_a_write_is_the_database_unavailable(url):
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
+    try:
+        with psycopg.connect(url) as holder:  # in a transaction until closed
+            holder.execute("LOCK TABLE svc.schema_migrations IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(StorageUnavailable):
+                await database.check_writable()
+    finally:
+        await database.close()
+
+
+@pytest.fixture
+def notes_received(monkeypatch):
+    """The payloads of every notification a listener of this process received."""
+    received: list[str] = []
+    notifies = psycopg.AsyncConnection.notifies
+
+    async def recording(conn, **kwargs):
+        async for note in notifies(conn, **kwargs):
+            received.append(note.payload)
+            yield note
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "notifies", recording)
+    return received
+
+
+async def test_a_listener_skips_its_own_announcements_and_wakes_on_another_process(url, notes_received):
     mine, other = [await PostgresDatabase.open(url, "svc", MIGRATIONS) for _ in range(2)]
     wakeups: list[float] = []
     listening = asyncio.Event()
@@ -213,18 +252,52 @@ async def test_a_listener_skips_its_own_announcements_and_wakes_on_another_proce
     try:
         await asyncio.wait_for(listening.wait(), 30)  # the wake-up after LISTEN
         announcers[0].announce()  # its own commits wake its tail directly
-        await asyncio.sleep(1.0)
+        async with asyncio.timeout(25):
+            while mine.instance not in notes_received:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
         assert len(wakeups) == 1
         announcers[1].announce()
         async with asyncio.timeout(25):
             while len(wakeups) == 1:
                 await asyncio.sleep(0.01)
+        assert other.instance in notes_received
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await mine.close()
         await other.close()
+
+
+async def test_a_listener_polls_while_only_its_own_announcements_come(url, notes_received):
+    database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
+    wakeups: list[float] = []
+
+    async def listen() -> None:
+        async for _ in database.notifications("svc_events", poll=0.5):
+            wakeups.append(asyncio.get_running_loop().time())
+
+    announcer = postgres.Announcer(database, "svc_events")
+
+    async def announce_often() -> None:
+        while True:
+            announcer.announce()
+            await asyncio.sleep(0.1)
+
+    tasks = [asyncio.create_task(t) for t in (listen(), announcer.run(), announce_often())]
+    try:
+        async with asyncio.timeout(30):
+            while not wakeups:  # the wake-up after LISTEN
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(3.0)
+        assert len(notes_received) >= 5, "its own announcements kept coming"
+        assert len(wakeups) >= 4, wakeups  # the poll's every 0.5 s, not held off by them
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await database.close()
 
 
 async def test_an_unreachable_server_is_refused_with_a_redacted_url():

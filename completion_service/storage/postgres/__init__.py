@@ -74,7 +74,8 @@ from funnel.runtime.tail import TailRead
 
 MIGRATIONS_PACKAGE = "completion_service.storage.migrations_postgresql"
 SCHEMA = "funnel_completion"
-# Sent by the event table's insert trigger (migrations_postgresql/0001_initial.sql).
+# Sent by the store's Announcer after each commit with events, signed with the
+# sender's instance (funnel.runtime.postgres).
 EVENTS_CHANNEL = "funnel_completion_events"
 
 

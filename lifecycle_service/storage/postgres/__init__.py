@@ -50,7 +50,8 @@ from lifecycle_service.storage.sqlite.tasks import SqliteTasks
 
 MIGRATIONS_PACKAGE = "lifecycle_service.storage.migrations_postgresql"
 SCHEMA = "funnel_lifecycle"
-# Sent by the event table's insert trigger (migrations_postgresql/0001_initial.sql).
+# Sent by the store's Announcer after each commit with events, signed with the
+# sender's instance (funnel.runtime.postgres).
 EVENTS_CHANNEL = "funnel_lifecycle_events"
 # Callers' numbers a store remembers at most; past it, it starts again (a lookup each).
 CALLERS_KEPT = 10_000
