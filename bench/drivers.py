@@ -1,9 +1,9 @@
 """What a statement costs the process that sends it, per engine and driver: the
-CPU this process spends (every thread) per statement of a unit of work shaped like
-the services' (three reads by key and three inserts in one write transaction; its
-BEGIN and COMMIT are not counted as statements, their cost is spread over the six),
-16 units in flight from one event loop, and on PostgreSQL what the server spends
-beside it.
+CPU this process spends (every thread) per unit of work shaped like the services'
+(three reads by key and three inserts in one write transaction), 16 units in
+flight from one event loop, on PostgreSQL what the server spends beside it, and
+both per statement (BEGIN and COMMIT are not counted as statements: their cost is
+spread over the others).
 
     .venv/bin/python bench/drivers.py [--units 3000] [--concurrency 16]
 
@@ -11,6 +11,8 @@ beside it.
            on the database thread);
 - psycopg: funnel.runtime.postgres.PostgresDatabase, as the services run it (each
            unit one hop onto a pooled connection's thread);
+- psycopg, reads merged: the same, with the unit's three reads sent as one
+           statement (four statements instead of six): what merging saves;
 - asyncpg: the same statements on asyncpg's pool on the event loop, when asyncpg is
            importable (`pip install asyncpg`; not a dependency of funnel): what the
            fastest Python driver we know of costs, for docs/scaling.md's ceiling.
@@ -56,6 +58,23 @@ def unit_on(db: Any, key: str, placeholder: str) -> None:
         db.execute(insert, ("w", key, gen, PAYLOAD, gen))
 
 
+# The unit's three reads as one statement (each a scalar subquery), for the
+# variant that sends four statements instead of six: what merging a unit's reads saves.
+MERGED_READ = "SELECT " + ", ".join(
+    "(SELECT json_build_array(ws, id, gen, encode(payload, 'base64'), n) FROM items "
+    f"WHERE ws = %s AND id = %s AND gen = {gen})"
+    for gen in range(READS_AND_INSERTS)
+)
+
+
+def merged_unit_on(db: Any, key: str) -> None:
+    """The unit with its reads merged, on psycopg."""
+    db.execute(MERGED_READ, ("w", key) * READS_AND_INSERTS).fetchone()
+    insert = re.sub(r"\$\d", "%s", INSERT)
+    for gen in range(READS_AND_INSERTS):
+        db.execute(insert, ("w", key, gen, PAYLOAD, gen))
+
+
 async def asyncpg_unit(conn: Any, key: str) -> None:
     async with conn.transaction():
         for gen in range(READS_AND_INSERTS):
@@ -76,8 +95,7 @@ async def drive(
     cpu, server, wall = time.process_time(), server_cpu(), time.perf_counter()
     await asyncio.gather(*(run(i) for i in range(concurrency, concurrency + units)))
     wall, cpu, server = time.perf_counter() - wall, time.process_time() - cpu, server_cpu() - server
-    statements = units * READS_AND_INSERTS * 2
-    return {"units_per_s": units / wall, "client_us": cpu / statements * 1e6, "server_us": server / statements * 1e6}
+    return {"units_per_s": units / wall, "client_us": cpu / units * 1e6, "server_us": server / units * 1e6}
 
 
 async def main() -> None:
@@ -103,6 +121,11 @@ async def main() -> None:
         args.units, args.concurrency, lambda k: postgres.write(lambda db: unit_on(db, k, "%s")), postgres_cpu_seconds
     )
     await postgres.close()
+    merged = await PostgresDatabase.open(url, "drivers_merged", migrations)
+    results["psycopg, reads merged"] = await drive(
+        args.units, args.concurrency, lambda k: merged.write(lambda db: merged_unit_on(db, k)), postgres_cpu_seconds
+    )
+    await merged.close()
 
     try:
         import asyncpg  # type: ignore[import-not-found]
@@ -124,11 +147,14 @@ async def main() -> None:
         await pool.close()
 
     base = results["psycopg"]["client_us"]
-    print(f"{'':10} {'units/s':>8} {'client CPU per statement':>26} {'server CPU per statement':>26}")
+    print(f"{'':22} {'units/s':>8} {'statements':>10} {'CPU per unit: sender':>30} {'server':>8} {'per statement':>20}")
     for name, r in results.items():
-        server = f"{r['server_us']:.0f} us" if name != "sqlite" else "(in process)"
-        client = f"{r['client_us']:12.0f} us ({r['client_us'] / base:4.2f}x psycopg)"
-        print(f"{name:10} {r['units_per_s']:8.0f} {client} {server:>26}")
+        count = READS_AND_INSERTS + 1 if "merged" in name else READS_AND_INSERTS * 2
+        client = f"{r['client_us']:8.0f} us ({r['client_us'] / base:4.2f}x psycopg)"
+        server = f"{r['server_us']:5.0f} us" if name != "sqlite" else "   (in)"
+        each = f"{r['client_us'] / count:5.0f} + {r['server_us'] / count:3.0f} us" if name != "sqlite" else ""
+        each = each or f"{r['client_us'] / count:5.0f} us"
+        print(f"{name:22} {r['units_per_s']:8.0f} {count:10} {client:>30} {server:>8} {each:>20}")
 
 
 if __name__ == "__main__":
