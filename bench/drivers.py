@@ -108,22 +108,36 @@ async def main() -> None:
     migrations = [Migration(1, "items", TABLE + ";")]
     shape = f"{args.units} units of {READS_AND_INSERTS * 2} statements, {args.concurrency} in flight"
     print(f"drivers: {shape}; load average {load_average()}")
-    results: dict[str, dict[str, float]] = {}
+    # Per variant: its statements per unit, and what drive() measured.
+    results: dict[str, tuple[int, dict[str, float]]] = {}
+    six = READS_AND_INSERTS * 2
 
-    sqlite = await SqliteEngine.open(str(work / "items.sqlite3"), [Migration(1, "items", TABLE + ";")])
-    results["sqlite"] = await drive(
-        args.units, args.concurrency, lambda key: sqlite.write(lambda db: unit_on(db, key, "?")), lambda: 0.0
+    sqlite = await SqliteEngine.open(str(work / "items.sqlite3"), migrations)
+    results["sqlite"] = (
+        six,
+        await drive(
+            args.units, args.concurrency, lambda key: sqlite.write(lambda db: unit_on(db, key, "?")), lambda: 0.0
+        ),
     )
     await sqlite.close()
 
     postgres = await PostgresDatabase.open(url, "drivers_psycopg", migrations)
-    results["psycopg"] = await drive(
-        args.units, args.concurrency, lambda k: postgres.write(lambda db: unit_on(db, k, "%s")), postgres_cpu_seconds
+    results["psycopg"] = (
+        six,
+        await drive(
+            args.units,
+            args.concurrency,
+            lambda k: postgres.write(lambda db: unit_on(db, k, "%s")),
+            postgres_cpu_seconds,
+        ),
     )
     await postgres.close()
     merged = await PostgresDatabase.open(url, "drivers_merged", migrations)
-    results["psycopg, reads merged"] = await drive(
-        args.units, args.concurrency, lambda k: merged.write(lambda db: merged_unit_on(db, k)), postgres_cpu_seconds
+    results["psycopg, reads merged"] = (
+        READS_AND_INSERTS + 1,
+        await drive(
+            args.units, args.concurrency, lambda k: merged.write(lambda db: merged_unit_on(db, k)), postgres_cpu_seconds
+        ),
     )
     await merged.close()
 
@@ -143,17 +157,18 @@ async def main() -> None:
             async with pool.acquire() as conn:
                 await asyncpg_unit(conn, key)
 
-        results["asyncpg"] = await drive(args.units, args.concurrency, one, postgres_cpu_seconds)
+        results["asyncpg"] = six, await drive(args.units, args.concurrency, one, postgres_cpu_seconds)
         await pool.close()
 
-    base = results["psycopg"]["client_us"]
+    base = results["psycopg"][1]["client_us"]
     print(f"{'':22} {'units/s':>8} {'statements':>10} {'CPU per unit: sender':>30} {'server':>8} {'per statement':>20}")
-    for name, r in results.items():
-        count = READS_AND_INSERTS + 1 if "merged" in name else READS_AND_INSERTS * 2
+    for name, (count, r) in results.items():
         client = f"{r['client_us']:8.0f} us ({r['client_us'] / base:4.2f}x psycopg)"
-        server = f"{r['server_us']:5.0f} us" if name != "sqlite" else "   (in)"
-        each = f"{r['client_us'] / count:5.0f} + {r['server_us'] / count:3.0f} us" if name != "sqlite" else ""
-        each = each or f"{r['client_us'] / count:5.0f} us"
+        each = f"{r['client_us'] / count:5.0f} us"
+        if name == "sqlite":  # the server is this process
+            server = "   (in)"
+        else:
+            server, each = f"{r['server_us']:5.0f} us", f"{each} + {r['server_us'] / count:3.0f} us"
         print(f"{name:22} {r['units_per_s']:8.0f} {count:10} {client:>30} {server:>8} {each:>20}")
 
 

@@ -250,10 +250,13 @@ class PostgresDatabase:
         its statements. A read of `one_statement` runs without a transaction
         around it (the statement's own snapshot is the same thing), one round
         trip instead of three."""
-        if one_statement:
-            return await self._in_thread(lambda: self._on_connection(lambda conn: first_statement(conn, fn)))
-        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-        return await self._in_thread(lambda: self._on_connection(lambda conn: in_transaction(conn, begin, fn)))
+
+        def use(conn: psycopg.Connection[Any]) -> T:
+            if one_statement:
+                return first_statement(conn, fn)
+            return in_transaction(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", fn)
+
+        return await self._in_thread(lambda: self._on_connection(use))
 
     async def last_sequence(self, table: str) -> int:
         """The largest deliverable `sequence` of an event table (below HORIZON; 0
@@ -313,10 +316,10 @@ class Announcer:
     """Tells the other replicas' tails that this one committed events: `announce()`
     after such a commit, and `run()` (under the server's background owner) sends
     NOTIFY on `channel`, signed with the database's `instance`, from one
-    connection of its own. A NOTIFY inside the
-    writing transaction would take the database's notification lock at its commit
-    and hold it through the commit's flush, so that every notifying writer of both
-    services committed one after another; here each NOTIFY is its own short
+    connection of its own. A NOTIFY inside the writing transaction would take the
+    database's notification lock at its commit and hold it through the commit's
+    flush, so that every notifying writer of both services committed one after
+    another; here each NOTIFY is its own short
     transaction, and the commits announced while one is sent share the next."""
 
     def __init__(self, database: PostgresDatabase, channel: str) -> None:

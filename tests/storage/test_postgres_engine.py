@@ -165,10 +165,14 @@ async def test_a_transaction_costs_its_statements_and_no_more_round_trips(url, m
     monkeypatch.setattr(psycopg.Connection, "execute", counted)
     try:
         await database.write(lambda c: c.execute("INSERT INTO items VALUES ('a', 1)"))
-        assert len(sent) == 3, sent  # BEGIN (with its settings), the insert, COMMIT: no check on checkout
+        # BEGIN with its settings, the insert, COMMIT: no check on checkout before them.
+        assert sent[0].startswith("BEGIN; SET LOCAL lock_timeout = ") and sent[1:] == [
+            "INSERT INTO items VALUES ('a', 1)",
+            "COMMIT",
+        ], sent
         sent.clear()
         assert await database.read(lambda c: c.execute("SELECT value FROM items").fetchone()) == (1,)
-        assert len(sent) == 3, sent
+        assert sent == ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "SELECT value FROM items", "COMMIT"]
         sent.clear()
         read = database.read(lambda c: c.execute("SELECT value FROM items").fetchone(), one_statement=True)
         assert await read == (1,)
