@@ -70,6 +70,57 @@ def decision_to_proto(decision: Decision) -> completion_types.Decision:
     )
 
 
+class DecisionProtos:
+    """One call's decisions, each rendered once. An attempt's decision is in its
+    stored response, its reply and the completion inside both; while the
+    settlement is pending the agent is told a decision that differs from it only
+    in what the agent is to do next (core/settlement.py binding_decision). Built
+    field by field, a decision's trace is most of what rendering an attempt's
+    answer costs; copied, it costs a few microseconds (docs/performance.md,
+    "Render once"). Keeps the decisions it rendered, so identity names them."""
+
+    def __init__(self) -> None:
+        self._rendered: list[tuple[Decision, completion_types.Decision]] = []
+
+    def of(self, decision: Decision) -> completion_types.Decision:
+        """The decision's proto; the caller copies it (a message field's constructor does)."""
+        for rendered, proto in self._rendered:
+            if rendered is decision:
+                return proto
+        proto = decision_to_proto(decision)
+        self._rendered.append((decision, proto))
+        return proto
+
+    def binding(self, decision: Decision, binding: Decision) -> completion_types.Decision:
+        """The proto of `binding`, the decision the agent is told for `decision`."""
+        if binding is decision:
+            return self.of(decision)
+        if any(getattr(binding, name) != getattr(decision, name) for name in _BEYOND_THE_AGENTS_INSTRUCTIONS):
+            return decision_to_proto(binding)
+        proto = completion_types.Decision()
+        proto.CopyFrom(self.of(decision))
+        proto.next_action = proto_enum(completion_enums.AgentAction, binding.next_action.value)
+        del proto.forbidden_actions[:]
+        proto.forbidden_actions.extend(
+            proto_enum(completion_enums.AgentAction, a.value) for a in binding.forbidden_actions
+        )
+        proto.instruction = binding.instruction
+        return proto
+
+
+# What a binding decision shares with the gates' decision when only the agent's
+# instructions differ (every field of Decision but next_action, forbidden_actions
+# and instruction; tests/completion/test_render_once.py keeps the list whole).
+_BEYOND_THE_AGENTS_INSTRUCTIONS = (
+    "verdict",
+    "trace",
+    "decision_schema",
+    "state_version",
+    "checkpoint",
+    "details",
+)
+
+
 def details_to_proto(d: BlockDetails) -> completion_types.BlockDetails:
     return completion_types.BlockDetails(
         decisive_gate=d.decisive_gate,
@@ -88,7 +139,10 @@ def details_to_proto(d: BlockDetails) -> completion_types.BlockDetails:
     )
 
 
-def completion_to_proto(c: CompletionRecord) -> completion_types.Completion:
+def completion_to_proto(
+    c: CompletionRecord, decision: completion_types.Decision | None = None
+) -> completion_types.Completion:
+    """`decision`: the proto of c.decision when the caller has it (DecisionProtos)."""
     return completion_types.Completion(
         workspace_id=c.workspace_id,
         task_id=c.task_id,
@@ -107,7 +161,7 @@ def completion_to_proto(c: CompletionRecord) -> completion_types.Completion:
         settle_time=to_timestamp(c.settled_at),
         terminalization_error_reason=c.error_reason or "",
         terminalization_error_message=c.error_message or "",
-        decision=decision_to_proto(c.decision),
+        decision=decision if decision is not None else decision_to_proto(c.decision),
         settle_attempts=c.settle_attempts,
         # Both None once answered: record_settlement clears them, the stores read them so.
         next_settle_time=to_timestamp(c.next_settle_at),

@@ -12,6 +12,7 @@ from google.protobuf.message import Message
 
 from completion_service.api import requests
 from completion_service.api.convert import (
+    DecisionProtos,
     audit_to_proto,
     completion_to_proto,
     decision_to_proto,
@@ -214,9 +215,11 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
     ) -> completion_messages.CompleteRunResponse:
         requests.complete_run(request)
         _check_deadline(context)
+        protos = DecisionProtos()
 
         def render(closed: RunClosed) -> completion_messages.CompleteRunResponse:
             run = closed.run
+            completion = closed.completion
             return completion_messages.CompleteRunResponse(
                 run_id=run.run_id,
                 finish_time=run_to_proto(run).finish_time,
@@ -225,10 +228,10 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
                 ),
                 tokens_total=run.tokens_total or 0,
                 notes_truncated=run.notes_truncated,
-                decision=decision_to_proto(binding_decision(closed.decision, closed.completion))
+                decision=protos.binding(closed.decision, binding_decision(closed.decision, completion))
                 if closed.decision
                 else None,
-                completion=completion_to_proto(closed.completion) if closed.completion else None,
+                completion=completion_to_proto(completion, protos.of(completion.decision)) if completion else None,
                 task_effect=proto_enum(completion_enums.TaskEffect, closed.effect.value if closed.effect else 0),
                 task_effect_reason=closed.effect_reason,
             )
@@ -360,6 +363,8 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
     ) -> completion_messages.AttemptCompletionResponse:
         requests.attempt_completion(request)
         _check_deadline(context)
+        # The stored response (rendered in the transaction) and the reply share their decisions.
+        protos = DecisionProtos()
         outcome = await self._authority.completions.attempt(
             AttemptCommand(
                 workspace_id=request.workspace_id,
@@ -371,12 +376,12 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
                 state_version=request.state_version if request.HasField("state_version") else None,
                 request=request_key("AttemptCompletion", request),
                 holder=holder(),
-                render=lambda attempted: _render_attempt(attempted).SerializeToString(),
+                render=lambda attempted: _render_attempt(attempted, protos).SerializeToString(),
             )
         )
         if isinstance(outcome, Replay):
             return await self._replayed_attempt(outcome)
-        return _render_attempt(outcome)
+        return _render_attempt(outcome, protos)
 
     async def _replayed_attempt(self, remembered: Replay) -> completion_messages.AttemptCompletionResponse:
         """The original decision, with the completion's current settlement and what
@@ -521,9 +526,10 @@ def _claim_response(claimed: Claimed) -> completion_messages.ClaimTaskResponse:
     return completion_messages.ClaimTaskResponse(run=run_to_proto(claimed.run), lease=lease_to_proto(claimed.lease))
 
 
-def _render_attempt(outcome: AttemptOutcome) -> completion_messages.AttemptCompletionResponse:
+def _render_attempt(outcome: AttemptOutcome, protos: DecisionProtos) -> completion_messages.AttemptCompletionResponse:
+    completion = outcome.completion
     return completion_messages.AttemptCompletionResponse(
-        decision=decision_to_proto(binding_decision(outcome.decision, outcome.completion)),
-        completion=completion_to_proto(outcome.completion) if outcome.completion else None,
+        decision=protos.binding(outcome.decision, binding_decision(outcome.decision, completion)),
+        completion=completion_to_proto(completion, protos.of(completion.decision)) if completion else None,
         existing_completion=outcome.existing,
     )
