@@ -4,6 +4,7 @@ as rendering every decision field by field, with each decision built once."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -127,7 +128,7 @@ def test_every_field_of_a_decision_is_either_the_agents_instructions_or_compared
 
 @pytest.mark.parametrize("changed", convert._BEYOND_THE_AGENTS_INSTRUCTIONS)
 def test_a_binding_decision_that_differs_beyond_the_instructions_is_built_whole(changed):
-    other = {
+    other: Any = {
         "verdict": Verdict.SOFT_BLOCK,
         "trace": (),
         "decision_schema": "other",
