@@ -22,13 +22,7 @@ from completion_service.core.model import (
     SettlementStatus,
 )
 from completion_service.core.transcript import SessionEvent
-from completion_service.storage.port import (
-    AttemptRecord,
-    CompletionFigures,
-    CompletionStore,
-    SettlementAnswer,
-    TranscriptState,
-)
+from completion_service.storage.port import AttemptRecord, CompletionFigures, CompletionStore, TranscriptState
 from funnel.runtime.idempotency import RequestKey
 from funnel.runtime.store import MemoryEngine, Store
 
@@ -263,27 +257,6 @@ class MemoryCompletions(_Aggregate):
             error_reason=record.error_reason,
             error_message=record.error_message,
         )
-
-    def record_answer(
-        self, workspace_id: str, task_id: str, generation: int, completion_id: str, answer: SettlementAnswer
-    ) -> CompletionRecord | None:
-        completions = self._writing().completions
-        key = (workspace_id, task_id, generation)
-        stored = completions.get(key)
-        if stored is None or stored.completion_id != completion_id or stored.settlement is not SettlementStatus.PENDING:
-            return None
-        completions[key] = dataclasses.replace(
-            stored,
-            settlement=answer.settlement,
-            settle_attempts=stored.settle_attempts + 1,
-            last_settle_error=None,
-            lifecycle_revision=answer.lifecycle_revision,
-            lifecycle_event_sequence=answer.lifecycle_event_sequence,
-            settled_at=answer.settled_at,
-            error_reason=answer.error_reason,
-            error_message=answer.error_message,
-        )
-        return _as_read(completions[key])
 
     def claim_due(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:
         # One process: no claim is recorded (see the port).

@@ -59,18 +59,6 @@ class AttemptRecord:
 
 
 @dataclass(frozen=True)
-class SettlementAnswer:
-    """The lifecycle service's final answer to a completion's settlement, as recorded."""
-
-    settlement: SettlementStatus  # SETTLED or REJECTED
-    settled_at: int
-    lifecycle_revision: int | None = None
-    lifecycle_event_sequence: int | None = None
-    error_reason: str | None = None
-    error_message: str | None = None
-
-
-@dataclass(frozen=True)
 class TranscriptState:
     """A transcript's tail (what is open, its last sequence) and its state version."""
 
@@ -178,16 +166,6 @@ class Completions(CompletionReads, Protocol):
     def update(self, record: CompletionRecord) -> None:
         """Stores the completion's settlement fields (settlement, attempts, when the
         outbox tries next and the last error, the lifecycle answer, its error)."""
-        ...
-
-    def record_answer(
-        self, workspace_id: str, task_id: str, generation: int, completion_id: str, answer: SettlementAnswer
-    ) -> CompletionRecord | None:
-        """Records the lifecycle's final answer on the generation's completion if it
-        is `completion_id` and still PENDING (the answered call counted, nothing due
-        and no error left standing) and returns the row as written; otherwise
-        changes nothing and returns None. One statement where the adapter can: a
-        settlement no longer reads the row it records on."""
         ...
 
     def claim_due(self, now: int, owner: str, lease_micros: int, limit: int) -> list[CompletionRecord]:

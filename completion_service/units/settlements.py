@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from completion_service.core.model import CompletionEvent, CompletionEventKind, CompletionRecord, SettlementStatus
 from completion_service.core.settlement import refusal_decision
-from completion_service.storage.port import CompletionTx, SettlementAnswer
+from completion_service.storage.port import CompletionTx
 from completion_service.units.holding import holding_run
 
 
@@ -56,29 +56,30 @@ def record_settlement(
     A refusal for the cancellation fence while no run holds the task is
     CancellationOwed (see there); while one does, that run's close ends the fence
     (runs.close_run re-decides a close this refusal overtook)."""
-    if settlement.error_reason == "CANCELLATION_FENCED" and not settlement.fence_ended:
-        stored = _pending(tx, completion)
-        if not isinstance(stored, _Pending):
-            return stored
-        if holding_run(tx, completion.workspace_id, completion.task_id, now) is None:
-            return CancellationOwed()
-    recorded = tx.completions.record_answer(
-        completion.workspace_id,
-        completion.task_id,
-        completion.generation,
-        completion.completion_id,
-        SettlementAnswer(
-            SettlementStatus.REJECTED if settlement.rejected else SettlementStatus.SETTLED,
-            now,
-            settlement.lifecycle_revision,
-            settlement.lifecycle_event_sequence,
-            settlement.error_reason,
-            settlement.error_message,
-        ),
-    )
-    if recorded is None:  # not this completion, or no longer pending: as stored
-        return tx.completions.load(completion.workspace_id, completion.task_id, completion.generation)
+    stored = _pending(tx, completion)
+    if not isinstance(stored, _Pending):
+        return stored
+    if (
+        settlement.error_reason == "CANCELLATION_FENCED"
+        and not settlement.fence_ended
+        and (holding_run(tx, completion.workspace_id, completion.task_id, now) is None)
+    ):
+        return CancellationOwed()
+    status = SettlementStatus.REJECTED if settlement.rejected else SettlementStatus.SETTLED
     kind = CompletionEventKind.TERMINALIZATION_ERROR if settlement.rejected else CompletionEventKind.COMPLETION_SETTLED
+    recorded = dataclasses.replace(
+        stored.completion,
+        settlement=status,
+        settle_attempts=stored.completion.settle_attempts + 1,
+        next_settle_at=None,
+        last_settle_error=None,
+        lifecycle_revision=settlement.lifecycle_revision,
+        lifecycle_event_sequence=settlement.lifecycle_event_sequence,
+        settled_at=now,
+        error_reason=settlement.error_reason,
+        error_message=settlement.error_message,
+    )
+    tx.completions.update(recorded)
     event = tx.events.append(
         CompletionEvent(
             recorded.workspace_id,

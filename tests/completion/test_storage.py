@@ -49,13 +49,7 @@ from completion_service.core.model import (
 from completion_service.core.transcript import EventKind, SessionEvent, Tail, TurnEndReason
 from completion_service.errors import Reason
 from completion_service.storage.memory import MemoryCompletionStore
-from completion_service.storage.port import (
-    AttemptRecord,
-    CompletionStore,
-    CompletionTx,
-    SettlementAnswer,
-    TranscriptState,
-)
+from completion_service.storage.port import AttemptRecord, CompletionStore, CompletionTx, TranscriptState
 from completion_service.storage.postgres.runs import PostgresRuns
 from completion_service.storage.postgres.session import PostgresSession
 from completion_service.storage.sqlite import SqliteCompletionStore
@@ -267,7 +261,6 @@ def write_every_aggregate(tx: CompletionTx, run: RunRecord, completion: Completi
     tx.evidence.insert(an_evidence("evd-1"))
     tx.completions.update(settled(completion, START))
     tx.completions.insert(a_completion("t-2"))
-    tx.completions.record_answer(WS, "t-2", 1, "cmp-t-2-1", SettlementAnswer(SettlementStatus.SETTLED, START))
     tx.completions.insert_attempt(an_attempt("digest"))
     tx.events.append(an_event(CompletionEventKind.DECISION_BLOCKED, decision=a_decision(allowed=False)))
     tx.events.append_audit(an_audit("run-1"))
@@ -558,51 +551,6 @@ async def test_an_update_stores_the_settlement_fields_and_a_settled_row_has_no_d
     await env.write(lambda tx: tx.completions.update(rejected))
     assert await env.read(lambda tx: tx.completions.load(WS, "t-2", 1)) == rejected
     assert await env.read(lambda tx: tx.completions.page(WS, None, SettlementStatus.PENDING, None, 10)) == []
-
-
-async def test_an_answer_is_recorded_on_the_pending_completion_it_names_and_nowhere_else(env):
-    completion = a_completion(traceparent=TRACEPARENT)
-    refused = a_completion("t-2")
-    await env.write(lambda tx: (tx.completions.insert(completion), tx.completions.insert(refused)))
-    postponed = dataclasses.replace(
-        completion, settle_attempts=1, next_settle_at=START + 10 * SECOND, last_settle_error="UNAVAILABLE: refused"
-    )
-    await env.write(lambda tx: tx.completions.update(postponed))
-    answer = SettlementAnswer(
-        SettlementStatus.SETTLED, START + 30 * SECOND, lifecycle_revision=3, lifecycle_event_sequence=7
-    )
-    refusal = SettlementAnswer(
-        SettlementStatus.REJECTED, START + 40 * SECOND, error_reason="CANCELLATION_FENCED", error_message="fenced \x00t"
-    )
-
-    def load(task_id: str):
-        return env.read(lambda tx: tx.completions.load(WS, task_id, 1))
-
-    # Another completion of the generation, or none at all: nothing changes.
-    assert await env.write(lambda tx: tx.completions.record_answer(WS, "t-1", 1, "cmp-other", answer)) is None
-    assert await env.write(lambda tx: tx.completions.record_answer(WS, "t-9", 1, "cmp-t-9-1", answer)) is None
-    assert await load("t-1") == postponed
-    # The pending one: the answered call counted, nothing due, no error left standing.
-    recorded = await env.write(lambda tx: tx.completions.record_answer(WS, "t-1", 1, completion.completion_id, answer))
-    assert recorded == settled(postponed, START + 30 * SECOND) == await load("t-1")
-    assert recorded.traceparent == TRACEPARENT
-    # Once answered, a later answer finds nothing pending.
-    assert (
-        await env.write(lambda tx: tx.completions.record_answer(WS, "t-1", 1, completion.completion_id, refusal))
-        is None
-    )
-    assert await load("t-1") == recorded
-    rejected = await env.write(lambda tx: tx.completions.record_answer(WS, "t-2", 1, refused.completion_id, refusal))
-    assert rejected == await load("t-2")
-    assert rejected == dataclasses.replace(
-        refused,
-        settlement=SettlementStatus.REJECTED,
-        settle_attempts=1,
-        next_settle_at=None,
-        settled_at=START + 40 * SECOND,
-        error_reason="CANCELLATION_FENCED",
-        error_message="fenced \x00t",
-    )
 
 
 async def test_completions_are_listed_by_commit_time_with_filters_and_a_cursor(env):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from completion_service.core.model import CompletionRecord, SettlementStatus
-from completion_service.storage.port import AttemptRecord, SettlementAnswer
+from completion_service.storage.port import AttemptRecord
 from completion_service.storage.sqlite import rows
 from completion_service.storage.sqlite.rows import ATTEMPT_COLUMNS, COMPLETION_COLUMNS
 from completion_service.storage.sqlite.session import Session
@@ -56,32 +56,6 @@ class SqliteCompletions:
             "DELETE FROM task_completions WHERE workspace_id = ? AND task_id = ? AND generation = ?",
             (workspace_id, task_id, generation),
         )
-
-    def record_answer(
-        self, workspace_id: str, task_id: str, generation: int, completion_id: str, answer: SettlementAnswer
-    ) -> CompletionRecord | None:
-        self._s.lock_task(workspace_id, task_id)
-        row = self._s.db.execute(
-            # next_settle_at keeps its last due time, as update() leaves it (see rows.completion).
-            "UPDATE task_completions SET settlement = ?, settle_attempts = settle_attempts + 1, "
-            "last_settle_error = NULL, lifecycle_revision = ?, lifecycle_event_sequence = ?, settled_at = ?, "
-            "error_reason = ?, error_message = ? "
-            "WHERE workspace_id = ? AND task_id = ? AND generation = ? AND completion_id = ? "
-            f"AND settlement = 'PENDING' RETURNING {COMPLETION_COLUMNS}",
-            (
-                answer.settlement.name,
-                answer.lifecycle_revision,
-                answer.lifecycle_event_sequence,
-                answer.settled_at,
-                answer.error_reason,
-                self._s.put_text(answer.error_message),
-                workspace_id,
-                task_id,
-                generation,
-                completion_id,
-            ),
-        ).fetchone()
-        return rows.completion(self._s, row) if row else None
 
     def update(self, record: CompletionRecord) -> None:
         self._s.db.execute(
