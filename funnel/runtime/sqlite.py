@@ -324,7 +324,11 @@ class Database:
                     batch = [w for w in batch if w.deadline > now]
                     if not batch:
                         continue
-                wait_ms = max(1, int((min(w.deadline for w in batch) - now) * 1000))
+                # In slices: between two, writes that came meanwhile join the batch and
+                # those past their deadline fail, so that no write waits on the lock
+                # for longer than its own deadline because a group ahead of it (a
+                # background write without a caller) may wait longer.
+                wait_ms = max(1, min(LOCK_WAIT_SLICE_MS, int((min(w.deadline for w in batch) - now) * 1000)))
                 started = time.perf_counter()
                 try:
                     outcomes = _commit_group(db, [w.fn for w in batch], wait_ms)
@@ -497,6 +501,9 @@ MAX_GROUP = 64
 # Groups the database thread commits back to back before it lets other work
 # queued for it run (see Database._commit_groups).
 PIPELINE_GROUPS = 8
+# How long one BEGIN IMMEDIATE waits for a lock another connection holds before
+# the writer looks again at what is pending (Database._commit_groups).
+LOCK_WAIT_SLICE_MS = 100
 
 
 @dataclass

@@ -272,6 +272,35 @@ async def test_a_writes_lock_deadline_is_the_time_it_had_left_on_the_databases_c
     await database.close()
 
 
+async def test_a_write_behind_a_longer_lock_wait_fails_at_its_own_deadline(tmp_path):
+    """Another connection holds the write lock, and a write without a caller (a
+    background pass: it may wait DEFAULT_LOCK_WAIT for the lock) is already waiting
+    for it when a caller's write with 0.5 s left comes. The caller's write fails
+    unapplied at its own deadline, not once the write ahead of it gives up. Found by
+    tests/security/test_attacks.py under load: the outbox's pass, every 0.5 s,
+    queued a RecordEvidence behind its own 5 s wait, past the call's deadline."""
+    database = await open_scratch(tmp_path)
+    holder = sqlite3.connect(database.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        background = asyncio.ensure_future(database.write(insert("background")))
+        await asyncio.sleep(0.3)  # its group is on the database thread, waiting for the lock
+
+        async def called() -> int:
+            calls.enter(calls.Call(Principal("tester"), Role.HOST, False, ""), asyncio.get_running_loop().time() + 0.5)
+            return await database.write(insert("called"))
+
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailable, match="locked until the caller's deadline"):
+            await asyncio.wait_for(called(), 30)
+        assert time.monotonic() - started < 2.0  # 0.5 s, one slice of the lock wait, and a loaded machine's slack
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert await asyncio.wait_for(background, 30) == 1  # the background write commits once the lock is free
+    await database.close()
+
+
 @pytest.mark.parametrize("operation", ["write", "run"])
 def test_answers_for_a_closed_event_loop_do_not_end_the_database_thread(tmp_path, operation):
     """The event loop closes while a group (or a read, a probe: `run`) is on the
