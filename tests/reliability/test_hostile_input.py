@@ -53,6 +53,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 import completion_service.api.imports
+from completion_service.authority.transcripts import reopen_request_id
 from completion_service.errors import Reason as CompletionReason
 from completion_service.server import CompletionConfig
 from funnel.client.retry import stream_until_answered
@@ -67,7 +68,6 @@ from funnel.lifecycle.v1 import types_pb2 as lifecycle_types
 from funnel.runtime.clock import ManualClock
 from funnel.runtime.grpc_errors import error_info
 from funnel.runtime.paging import encode_token
-from funnel.runtime.validation import MAX_ID_LENGTH
 from lifecycle_service.errors import Reason as LifecycleReason
 from lifecycle_service.server import LifecycleConfig
 from tests import credentials
@@ -1390,13 +1390,13 @@ def _derived_request_id(workspace: str, request_id: str, touched: Touched, run_t
     """Request ids the completion service derives for its own lifecycle calls."""
     if request_id.startswith("reopen:"):
         # reopen:<task>:<generation>:<hash>, or reopen:<generation>:<hash> for a task whose
-        # id makes the first too long (completion_service.authority.transcripts): task ids
-        # may hold colons, so the id is read from its right.
+        # id makes the first too long (reopen_request_id): task ids may hold colons, so
+        # the id is read from its right.
         named = request_id.removeprefix("reopen:").rsplit(":", 2)
         tasks = {task for ws, task in touched.tasks if ws == workspace}
         if len(named) == 3:
             return named[0] in tasks
-        return any(len(f"reopen:{task}:{named[0]}:") + 16 > MAX_ID_LENGTH for task in tasks)
+        return any(not reopen_request_id(task, int(named[0]), None).startswith(f"reopen:{task}:") for task in tasks)
     if request_id.startswith("settle:"):
         return True  # one per completion row, which is checked by its task
     run = request_id.split(":")[0]
