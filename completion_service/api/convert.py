@@ -12,6 +12,7 @@ from completion_service.core.model import (
     Lease,
     RunRecord,
 )
+from completion_service.core.settlement import binding_decision
 from completion_service.core.transcript import EventKind, SessionEvent, TurnEndReason
 from funnel.completion.v1 import enums_pb2 as completion_enums
 from funnel.completion.v1 import types_pb2 as completion_types
@@ -90,6 +91,13 @@ class DecisionProtos:
         proto = decision_to_proto(decision)
         self._rendered.append((decision, proto))
         return proto
+
+    def told(self, decision: Decision, completion: CompletionRecord | None) -> completion_types.Decision:
+        """The proto of what the agent is told for `decision` (binding_decision)."""
+        return self.binding(decision, binding_decision(decision, completion))
+
+    def completion(self, completion: CompletionRecord) -> completion_types.Completion:
+        return completion_to_proto(completion, self.of(completion.decision))
 
     def binding(self, decision: Decision, binding: Decision) -> completion_types.Decision:
         """The proto of `binding`, the decision the agent is told for `decision`."""

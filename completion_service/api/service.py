@@ -15,7 +15,6 @@ from completion_service.api.convert import (
     DecisionProtos,
     audit_to_proto,
     completion_to_proto,
-    decision_to_proto,
     event_to_proto,
     evidence_to_proto,
     lease_to_proto,
@@ -29,7 +28,6 @@ from completion_service.core.model import (
     RequestedOutcome,
     RunOutcome,
 )
-from completion_service.core.settlement import binding_decision
 from completion_service.errors import Reason
 from completion_service.storage.port import CompletionReadTx
 from completion_service.units.completions import AttemptCommand, AttemptOutcome
@@ -228,10 +226,8 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
                 ),
                 tokens_total=run.tokens_total or 0,
                 notes_truncated=run.notes_truncated,
-                decision=protos.binding(closed.decision, binding_decision(closed.decision, completion))
-                if closed.decision
-                else None,
-                completion=completion_to_proto(completion, protos.of(completion.decision)) if completion else None,
+                decision=protos.told(closed.decision, completion) if closed.decision else None,
+                completion=protos.completion(completion) if completion else None,
                 task_effect=proto_enum(completion_enums.TaskEffect, closed.effect.value if closed.effect else 0),
                 task_effect_reason=closed.effect_reason,
             )
@@ -393,8 +389,9 @@ class CompletionService(completion_grpc.CompletionServiceServicer):
                 lambda tx: tx.completions.load(stored.workspace_id, stored.task_id, stored.generation)
             )
             if current is not None and current.completion_id == stored.completion_id:
-                response.completion.CopyFrom(completion_to_proto(current))
-                response.decision.CopyFrom(decision_to_proto(binding_decision(current.decision, current)))
+                protos = DecisionProtos()
+                response.completion.CopyFrom(protos.completion(current))
+                response.decision.CopyFrom(protos.told(current.decision, current))
         return response
 
     async def GetCompletion(
@@ -529,7 +526,7 @@ def _claim_response(claimed: Claimed) -> completion_messages.ClaimTaskResponse:
 def _render_attempt(outcome: AttemptOutcome, protos: DecisionProtos) -> completion_messages.AttemptCompletionResponse:
     completion = outcome.completion
     return completion_messages.AttemptCompletionResponse(
-        decision=protos.binding(outcome.decision, binding_decision(outcome.decision, completion)),
-        completion=completion_to_proto(completion, protos.of(completion.decision)) if completion else None,
+        decision=protos.told(outcome.decision, completion),
+        completion=protos.completion(completion) if completion else None,
         existing_completion=outcome.existing,
     )
