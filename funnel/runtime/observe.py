@@ -40,7 +40,7 @@ class ObservedMethod:
 
     def started(self) -> None:
         if self._rpc is not None:
-            self._rpc.started()
+            self._rpc.start()
 
     def finished(
         self,
@@ -59,7 +59,7 @@ class ObservedMethod:
         was denied before a role was chosen); `request` the request (a client
         stream's first message) if it was decoded."""
         if self._rpc is not None:
-            self._rpc.finished(code, reason, seconds)
+            self._rpc.finish(code, reason, seconds)
         level = logging.INFO
         if code in DENIED:
             level = logging.WARNING
