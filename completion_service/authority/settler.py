@@ -29,6 +29,9 @@ from funnel.runtime.storage_errors import StorageUnavailable
 from funnel.runtime.tracing import continued
 
 log = logging.getLogger(__name__)
+_EVENT = "settlement"
+# The line of each settled completion: one per attempt under load.
+_settled = logs.PreparedLines(log, event=_EVENT)
 BATCH = 100
 
 
@@ -110,11 +113,10 @@ class Settler:
             )
         else:
             # One a completion, as many as attempts under load: the JSON handler's short way.
-            logs.log(
-                log,
+            _settled.log(
                 logging.INFO,
                 f"settled completion {completion.completion_id}",
-                **_settlement_fields(completion, status.name)["fields"],
+                **_settlement_values(completion, status.name),
             )
         return recorded.completion
 
@@ -226,8 +228,12 @@ def _span_attributes(completion: CompletionRecord) -> dict[str, str | int]:
 
 def _settlement_fields(completion: CompletionRecord, result: str, **more: object) -> dict[str, Any]:
     """The structured fields of a settlement attempt's log line."""
-    return fields(
-        event="settlement",
+    return fields(event=_EVENT, **_settlement_values(completion, result, **more))
+
+
+def _settlement_values(completion: CompletionRecord, result: str, **more: object) -> dict[str, Any]:
+    """Those fields but `event`."""
+    return dict(
         result=result,
         workspace=completion.workspace_id,
         task=completion.task_id,

@@ -37,6 +37,7 @@ class ObservedMethod:
         self.service = service
         self.method = method
         self._rpc = rpc
+        self._lines = logs.PreparedLines(log, event="rpc", service=service, method=method)
 
     def started(self) -> None:
         if self._rpc is not None:
@@ -68,13 +69,9 @@ class ObservedMethod:
         if not log.isEnabledFor(level):
             return
         workspace, task, run = request_scope(request)
-        logs.log(
-            log,
+        self._lines.log(
             level,
             f"{self.method} {code} {reason}" if reason else f"{self.method} {code}",
-            event="rpc",
-            service=self.service,
-            method=self.method,
             code=code,
             reason=reason,
             detail=detail,
