@@ -112,7 +112,7 @@ class Settler:
                 extra=_settlement_fields(completion, status.name, reason=settlement.error_reason),
             )
         else:
-            # One a completion, as many as attempts under load: the JSON handler's short way.
+            # One a completion, as many as attempts under load: a prepared line, as a request's.
             _settled.log(
                 logging.INFO,
                 f"settled completion {completion.completion_id}",

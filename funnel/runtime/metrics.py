@@ -106,6 +106,8 @@ class RpcMetrics:
         started, handled, seconds, in_flight = self._families()
         for metrics in self._methods:
             call = list(metrics.call)
+            # Finished calls read before started ones: a call that finishes between
+            # the two reads counts in both, so in flight is never read below zero.
             finished = 0
             for (code, reason), count in list(metrics.handled.items()):
                 handled.add_metric([*call, code, reason], count)

@@ -34,7 +34,6 @@ class ObservedMethod:
     """The per-RPC metrics and the request's log line of one method."""
 
     def __init__(self, service: str, method: str, rpc: MethodMetrics | None) -> None:
-        self.service = service
         self.method = method
         self._rpc = rpc
         self._lines = logs.PreparedLines(log, event="rpc", service=service, method=method)

@@ -6,6 +6,7 @@ would."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -46,6 +47,20 @@ def stream(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stream]:
     monkeypatch.setattr(logs, "_direct", None)
 
 
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """The handler `configure` installed as the only one, as in a service process, so
+    that PreparedLines takes its direct path (pytest adds its own capture handlers
+    for a test's body, after the fixtures ran)."""
+    saved = logging.root.handlers[:]
+    logging.root.handlers[:] = [handler for handler in saved if isinstance(handler, logs.LineHandler)]
+    try:
+        assert logs._direct is not None and logs._direct.takes(logging.getLogger("funnel.request"))
+        yield
+    finally:
+        logging.root.handlers[:] = saved
+
+
 async def test_the_lines_of_one_turn_of_the_loop_are_one_write_in_order(stream):
     log = logging.getLogger("funnel.request")
     lines = logs.PreparedLines(log)
@@ -59,10 +74,9 @@ async def test_the_lines_of_one_turn_of_the_loop_are_one_write_in_order(stream):
 
 
 def request_line(message: str) -> None:
-    """A request line as PreparedLines hands it to the handler (pytest's own log
-    capture keeps PreparedLines itself on logging's path during a test)."""
-    handler = next(h for h in logging.root.handlers if isinstance(h, logs.LineHandler))
-    handler.emit_line(json.dumps({"message": message}), logging.INFO, may_wait=True)
+    """A request line, written as a service writes it (PreparedLines' direct path)."""
+    with alone():
+        logs.PreparedLines(logging.getLogger("funnel.request")).log(logging.INFO, message)
 
 
 async def test_request_lines_soon_after_a_write_wait_for_the_next_one(stream):
@@ -128,7 +142,8 @@ def test_a_line_logged_off_the_loop_is_written_at_once(stream):
 def test_the_direct_path_writes_what_logger_log_writes(stream, monkeypatch):
     lines = logs.PreparedLines(logging.getLogger("funnel.request"), event="rpc")
     values = dict(code="OK", reason="", subject="host@acme", task=None, duration_ms=1.25)
-    lines.log(logging.WARNING, "GetTask OK", **values)
+    with alone():
+        lines.log(logging.WARNING, "GetTask OK", **values)
     monkeypatch.setattr(logs, "_direct", None)  # the same line through logging itself
     lines.log(logging.WARNING, "GetTask OK", **values)
     direct, logged = stream.lines()

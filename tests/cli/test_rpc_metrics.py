@@ -101,7 +101,8 @@ def test_a_second_collector_of_the_same_series_is_refused():
 
 def test_a_scrape_from_another_thread_while_calls_finish_stays_consistent():
     """The metrics endpoint scrapes on its own thread while the event loop's
-    thread counts: every scrape parses, and no count ever goes backwards."""
+    thread counts: every scrape parses, no count ever goes backwards, and the
+    in-flight gauge (started less finished) is never below zero."""
     registry = CollectorRegistry()
     method = RpcMetrics(registry).method(*METHODS[0])
     done = threading.Event()
@@ -120,6 +121,7 @@ def test_a_scrape_from_another_thread_while_calls_finish_stays_consistent():
         started = next(s.value for s in families["grpc_server_started"][2] if s.name == "grpc_server_started_total")
         assert started >= last
         last = started
+        assert all(s.value >= 0 for s in families["grpc_server_in_flight_requests"][2])
     worker.join()
     families = scraped(registry)
     histogram = families["grpc_server_handling_seconds"][2]
