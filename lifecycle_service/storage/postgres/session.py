@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-
-from funnel.runtime.postgres import HORIZON, SCHEMA_BYTES, SqliteStyle
+from funnel.runtime.postgres import HORIZON, SCHEMA_BYTES, Connection, SqliteStyle
 from lifecycle_service.storage.sqlite.session import Session
 
 
@@ -16,7 +14,7 @@ class PostgresSession(Session):
 
     tasks_by_parent = "tasks"
 
-    def __init__(self, conn: psycopg.Connection[Any], *, writable: bool) -> None:
+    def __init__(self, conn: Connection, *, writable: bool) -> None:
         super().__init__(SqliteStyle(conn))
         self.writable = writable
 
