@@ -4,10 +4,8 @@ remember the request id) through three drivers, side by side in one run.
 
     .venv/bin/python bench/pg_driver.py [--transactions 2000] [--concurrency 1,16] [--url postgresql://…]
 
-- engine: funnel.runtime.postgres.PostgresDatabase as the services run it, the whole
-  transaction one synchronous function on the event loop, its statements awaited
-  through asyncpg (funnel.runtime.on_loop); until 2026-12-08 psycopg 3 (sync) on a
-  pooled connection's thread;
+- psycopg-thread: psycopg 3 (sync), the whole transaction as one function on a
+  pooled connection's thread (funnel.runtime.postgres.PostgresDatabase: one hop);
 - psycopg-async: psycopg 3's asyncio API, one await per statement;
 - asyncpg: asyncpg's pool, one await per statement.
 Without --url it starts a throwaway server with the `pgserver` wheel."""
@@ -16,20 +14,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TypeVar
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import asyncpg  # type: ignore[import-untyped]  # it ships no annotations
+# asyncpg comes with the `bench` extra, not the test extra: absent from the venv mypy runs in
+# (import-not-found), untyped where installed (import-untyped: it ships no py.typed). Only one of
+# the two applies in a given venv, hence unused-ignore.
+import asyncpg  # type: ignore[import-not-found, import-untyped, unused-ignore]
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
-from funnel.runtime.postgres import Connection, PostgresDatabase
+from funnel.runtime.postgres import PostgresDatabase
 from funnel.runtime.sqlite import Migration
 
 SCHEMA = [
@@ -58,8 +58,8 @@ def fetched(row: Row | None) -> Row:
     return row
 
 
-def engine_unit(task: str, request_id: str):
-    def unit(conn: Connection) -> int:
+def thread_unit(task: str, request_id: str):
+    def unit(conn: psycopg.Connection) -> int:
         (revision,) = fetched(conn.execute("SELECT revision FROM tasks WHERE id = %s FOR UPDATE", (task,)).fetchone())
         conn.execute("UPDATE tasks SET revision = %s, state = 'ACTIVE' WHERE id = %s", (revision + 1, task))
         (sequence,) = fetched(
@@ -72,25 +72,7 @@ def engine_unit(task: str, request_id: str):
     return unit
 
 
-class Connections:
-    """psycopg AsyncConnections lent one at a time (psycopg_pool is not a dependency)."""
-
-    def __init__(self, connections: list[psycopg.AsyncConnection]) -> None:
-        self.all = connections
-        self._free: asyncio.Queue[psycopg.AsyncConnection] = asyncio.Queue()
-        for conn in connections:
-            self._free.put_nowait(conn)
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        conn = await self._free.get()
-        try:
-            yield conn
-        finally:
-            self._free.put_nowait(conn)
-
-
-async def psycopg_async_unit(pool: Connections, task: str, request_id: str) -> int:
+async def psycopg_async_unit(pool: AsyncConnectionPool, task: str, request_id: str) -> int:
     async with pool.connection() as conn, conn.transaction():
         cursor = await conn.execute("SELECT revision FROM tasks WHERE id = %s FOR UPDATE", (task,))
         (revision,) = fetched(await cursor.fetchone())
@@ -137,25 +119,23 @@ async def main(url: str, transactions: int, levels: list[int]) -> None:
         lambda c: c.execute("INSERT INTO tasks SELECT 't' || n, 0, 'NEW' FROM generate_series(0, %s) n", (TASKS - 1,))
     )
     opts = {"options": "-c search_path=bench"}
-    async_pool = Connections(
-        [await psycopg.AsyncConnection.connect(url, autocommit=True, **opts) for _ in range(16)]  # type: ignore[arg-type]
-    )
+    async_pool = AsyncConnectionPool(url, min_size=16, max_size=16, kwargs={"autocommit": True, **opts}, open=False)
+    await async_pool.open(wait=True)
     apg = await asyncpg.create_pool(url, min_size=16, max_size=16, server_settings={"search_path": "bench"})
     try:
         for level in levels:
             print(f"{transactions} transactions, {level} in flight:")
-            base = await measure("engine", lambda t, r: database.write(engine_unit(t, r)), transactions, level)
+            base = await measure("psycopg-thread", lambda t, r: database.write(thread_unit(t, r)), transactions, level)
             rates = {
                 "psycopg-async": await measure(
                     "psycopg-async", lambda t, r: psycopg_async_unit(async_pool, t, r), transactions, level
                 ),
                 "asyncpg": await measure("asyncpg", lambda t, r: asyncpg_unit(apg, t, r), transactions, level),
             }
-            print("  ratios vs engine: " + ", ".join(f"{k} {v / base:.2f}x" for k, v in rates.items()))
+            print("  ratios vs psycopg-thread: " + ", ".join(f"{k} {v / base:.2f}x" for k, v in rates.items()))
     finally:
         await apg.close()
-        for conn in async_pool.all:
-            await conn.close()
+        await async_pool.close()
         await database.close()
 
 

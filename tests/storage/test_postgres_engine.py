@@ -11,8 +11,8 @@ import threading
 import psycopg
 import pytest
 
-from funnel.runtime import on_loop, postgres
-from funnel.runtime.postgres import Connection, PostgresDatabase, SqliteStyle, is_postgres_url, redacted, translate
+from funnel.runtime import postgres
+from funnel.runtime.postgres import PostgresDatabase, SqliteStyle, is_postgres_url, redacted, translate
 from funnel.runtime.sqlite import Migration
 from funnel.runtime.storage_errors import StorageRefused, StorageUnavailable
 from tests.postgres import fresh_database
@@ -66,19 +66,19 @@ async def test_a_lost_race_reruns_the_unit_of_work_on_the_winning_state(url):
     a = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=4)
     b = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=4)
     runs = []
-    # All four look before any inserts, however the loop schedules them: three
+    # All four look before any inserts, however the machine schedules them: three
     # must lose and run again (a sleep to widen the race lost it under load).
-    looked = asyncio.Barrier(4)
+    looked = threading.Barrier(4, timeout=30)
 
     def insert_once(value: int):
-        def unit(conn: Connection) -> tuple[str, int]:
+        def unit(conn: psycopg.Connection) -> tuple[str, int]:
             first = value not in runs
             runs.append(value)
             row = conn.execute("SELECT value FROM items WHERE key = 'k'").fetchone()
             if row is not None:
                 return ("found", row[0])
             if first:
-                on_loop.wait(asyncio.wait_for(looked.wait(), 30))
+                looked.wait()
             conn.execute("INSERT INTO items VALUES ('k', %s)", (value,))
             return ("inserted", value)
 
@@ -98,7 +98,7 @@ async def test_the_counter_row_orders_concurrent_commits(url):
     """Sequence numbers taken from one locked row become visible in commit order."""
     database = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=8)
 
-    def take(conn: Connection) -> int:
+    def take(conn: psycopg.Connection) -> int:
         (value,) = conn.execute("UPDATE counter SET value = value + 1 WHERE id = 1 RETURNING value").fetchone()
         conn.execute("INSERT INTO items VALUES (%s, %s)", (f"seq-{value}", value))
         return value
@@ -156,13 +156,13 @@ async def test_notifications_wake_a_listener_on_another_connection(url):
 async def test_a_transaction_costs_its_statements_and_no_more_round_trips(url, monkeypatch):
     database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
     sent: list[str] = []
-    execute = Connection.execute
+    execute = psycopg.Connection.execute
 
-    def counted(conn, query, *args, **kwargs):  # each call is one round trip
+    def counted(conn, query, *args, **kwargs):
         sent.append(bytes(query).decode() if isinstance(query, bytes) else str(query))
         return execute(conn, query, *args, **kwargs)
 
-    monkeypatch.setattr(Connection, "execute", counted)
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
     try:
         await database.write(lambda c: c.execute("INSERT INTO items VALUES ('a', 1)"))
         # BEGIN with its settings, the insert, COMMIT: no check on checkout before them.
@@ -195,12 +195,10 @@ def _terminate_clients(url: str) -> int:
 
 async def test_connections_the_server_closed_are_replaced_without_failing_a_call(url):
     database = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=3)
+    hold = threading.Barrier(3)
 
     async def fill_the_pool() -> None:  # three connections, each used once, then all ended
-        hold = asyncio.Barrier(3)
-        await asyncio.gather(
-            *(database.write(lambda c: on_loop.wait(asyncio.wait_for(hold.wait(), 10))) for _ in range(3))
-        )
+        await asyncio.gather(*(database.write(lambda c: hold.wait(10)) for _ in range(3)))
         assert await asyncio.to_thread(_terminate_clients, url) >= 3
 
     try:
@@ -306,42 +304,6 @@ async def test_a_listener_polls_while_only_its_own_announcements_come(url, notes
         await database.close()
 
 
-async def test_units_run_on_the_event_loops_thread_while_others_wait_for_the_server(url):
-    """No pool thread: each statement suspends its unit, and the loop runs the
-    others meanwhile (a unit holding a row lock lets another write finish)."""
-    database = await PostgresDatabase.open(url, "svc", MIGRATIONS, pool_size=4)
-    threads: set[int] = set()
-    locked, released = asyncio.Event(), asyncio.Event()
-
-    def holder(conn: Connection) -> None:
-        threads.add(threading.get_ident())
-        conn.execute("SELECT value FROM counter WHERE id = 1 FOR UPDATE")
-        locked.set()
-        on_loop.wait(released.wait())
-
-    def other(conn: Connection) -> None:
-        threads.add(threading.get_ident())
-        conn.execute("INSERT INTO items VALUES ('other', 1)")
-
-    try:
-        holding = asyncio.create_task(database.write(holder))
-        await asyncio.wait_for(locked.wait(), 10)
-        await asyncio.wait_for(database.write(other), 10)
-        released.set()
-        await holding
-        assert threads == {threading.get_ident()}
-    finally:
-        await database.close()
-
-
-async def test_a_urls_connect_timeout_is_the_connections_not_a_server_setting(url):
-    database = await PostgresDatabase.open(f"{url}&connect_timeout=5", "svc", MIGRATIONS)
-    try:
-        assert await database.read(lambda c: c.execute("SELECT count(*) FROM items").fetchone()) == (0,)
-    finally:
-        await database.close()
-
-
 async def test_an_unreachable_server_is_refused_with_a_redacted_url():
     url = "postgresql://funnel:secret@127.0.0.1:1/nowhere?connect_timeout=1"
     assert is_postgres_url(url) and not is_postgres_url("/var/lib/funnel/lifecycle.sqlite3")
@@ -361,7 +323,7 @@ async def test_sqlite_style_statements_run_on_postgres(url):
     database = await PostgresDatabase.open(url, "svc", MIGRATIONS)
     try:
 
-        def unit(conn: Connection) -> list[tuple]:
+        def unit(conn: psycopg.Connection) -> list[tuple]:
             db = SqliteStyle(conn)
             db.executemany("INSERT INTO items (key, value) VALUES (?, ?)", [("a", 1), ("b%", 2)])
             db.execute("INSERT INTO items VALUES (?, ?) ON CONFLICT (key) DO NOTHING", ("a", 9))

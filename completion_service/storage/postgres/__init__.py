@@ -51,6 +51,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
 
 from completion_service.core.model import CompletionEvent
 from completion_service.storage.port import CompletionFigures, CompletionStore
@@ -64,7 +67,7 @@ from completion_service.storage.sqlite.events import SqliteEvents
 from completion_service.storage.sqlite.evidence import SqliteEvidence
 from completion_service.storage.sqlite.rows import EVENT_COLUMNS
 from completion_service.storage.sqlite.transcripts import SqliteTranscripts
-from funnel.runtime.postgres import HORIZON, Announcer, Connection, PostgresDatabase, tail_read
+from funnel.runtime.postgres import HORIZON, Announcer, PostgresDatabase, tail_read
 from funnel.runtime.sqlite import CommitObserver, migrations_in
 from funnel.runtime.store import Store
 from funnel.runtime.tail import TailRead
@@ -94,7 +97,7 @@ class PostgresCompletionTx:
         return figures(self._s, now)
 
 
-class PostgresCompletionStore(Store[Connection, PostgresCompletionTx, PostgresCompletionTx]):
+class PostgresCompletionStore(Store[psycopg.Connection[Any], PostgresCompletionTx, PostgresCompletionTx]):
     """The completion store on a PostgreSQL schema (funnel.runtime.store.Store), with
     the tail of its events for the watchers of every replica."""
 
@@ -130,7 +133,7 @@ class PostgresCompletionStore(Store[Connection, PostgresCompletionTx, PostgresCo
         """Committed completion events of every workspace after `after_sequence`
         and below the horizon, by sequence, and whether any beyond wait for it."""
 
-        def read(conn: Connection) -> TailRead[CompletionEvent]:
+        def read(conn: psycopg.Connection[Any]) -> TailRead[CompletionEvent]:
             session = PostgresSession(conn, writable=False)
             found = session.db.execute(
                 f"SELECT {EVENT_COLUMNS}, {HORIZON} FROM completion_events WHERE sequence > ? "

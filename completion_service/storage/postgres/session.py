@@ -7,9 +7,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import psycopg
+
 from completion_service.core.model import Decision, decision_to_json
 from completion_service.storage.sqlite.session import Session
-from funnel.runtime.postgres import HORIZON, OWN_POSITION, SCHEMA_BYTES, Connection, SqliteStyle, task_number
+from funnel.runtime.postgres import HORIZON, OWN_POSITION, SCHEMA_BYTES, SqliteStyle, task_number
 
 # The first keys of the two-key advisory locks (the second is a hash of what is
 # locked). Two-key locks never collide with one-key ones (the engine's migration
@@ -24,7 +26,7 @@ class PostgresSession(Session):
     """A psycopg connection in a transaction, `writable` or read-only; `instance`
     qualifies the staged imports of the store that opened it."""
 
-    def __init__(self, conn: Connection, *, writable: bool, instance: str = "") -> None:
+    def __init__(self, conn: psycopg.Connection[Any], *, writable: bool, instance: str = "") -> None:
         super().__init__(SqliteStyle(conn))
         self.writable = writable
         self.instance = instance

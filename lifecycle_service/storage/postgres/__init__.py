@@ -29,9 +29,12 @@ row mapping (through `SqliteStyle`) over a session whose hooks are this engine's
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import psycopg
 
 from funnel.auth.principal import Caller
-from funnel.runtime.postgres import HORIZON, Announcer, Connection, PostgresDatabase, tail_read
+from funnel.runtime.postgres import HORIZON, Announcer, PostgresDatabase, tail_read
 from funnel.runtime.sqlite import CommitObserver, migrations_in
 from funnel.runtime.store import Store
 from funnel.runtime.tail import TailRead
@@ -69,7 +72,7 @@ class PostgresLifecycleTx:
         return figures(self._s)
 
 
-class PostgresLifecycleStore(Store[Connection, PostgresLifecycleTx, PostgresLifecycleTx]):
+class PostgresLifecycleStore(Store[psycopg.Connection[Any], PostgresLifecycleTx, PostgresLifecycleTx]):
     """The lifecycle store on a PostgreSQL schema (funnel.runtime.store.Store), with
     the tail of its events for the watchers of every replica."""
 
@@ -112,7 +115,7 @@ class PostgresLifecycleStore(Store[Connection, PostgresLifecycleTx, PostgresLife
         """Committed events of every workspace after `after_sequence` and below the
         horizon, by sequence, and whether any beyond wait for it."""
 
-        def read(conn: Connection) -> TailRead[LifecycleEvent]:
+        def read(conn: psycopg.Connection[Any]) -> TailRead[LifecycleEvent]:
             session = PostgresSession(conn, writable=False)
             found = session.db.execute(
                 f"SELECT {EVENT_COLUMNS}, {HORIZON} FROM {EVENTS} WHERE sequence > ? ORDER BY sequence LIMIT ?",

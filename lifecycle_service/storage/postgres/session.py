@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from funnel.runtime.postgres import HORIZON, SCHEMA_BYTES, Connection, SqliteStyle
+import psycopg
+
+from funnel.runtime.postgres import HORIZON, SCHEMA_BYTES, SqliteStyle
 from lifecycle_service.storage.sqlite.session import Session
 
 
@@ -14,7 +16,7 @@ class PostgresSession(Session):
 
     tasks_by_parent = "tasks"
 
-    def __init__(self, conn: Connection, *, writable: bool) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], *, writable: bool) -> None:
         super().__init__(SqliteStyle(conn))
         self.writable = writable
 
