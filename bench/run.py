@@ -910,7 +910,7 @@ def main(argv: list[str] | None = None) -> int:
         "--replicas",
         default="1,2",
         metavar="N,M",
-        help="with --postgresql: replicas of each service, one PostgreSQL phase per count (default 1,2)",
+        help="with --postgresql: replicas of each service, one PostgreSQL phase per count, in this order (default 1,2)",
     )
     parser.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
     args = parser.parse_args(argv)
@@ -970,7 +970,9 @@ def main(argv: list[str] | None = None) -> int:
                 database_urls["postgresql"] = embedded_postgres(data_dir / "pgdata")
             else:
                 database_urls["postgresql"] = args.postgresql
-            for replicas in sorted({int(r) for r in parse_list(args.replicas)}):
+            # In the order given: runs that alternate it (1,2 then 2,1) let a drift of
+            # the machine favour neither count.
+            for replicas in dict.fromkeys(int(r) for r in parse_list(args.replicas)):
                 name = "postgresql" if replicas == 1 else f"postgresql-{replicas}"
                 database_urls[name] = database_urls["postgresql"]
                 phases.append((name, data_dir / name, None))
