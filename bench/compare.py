@@ -1,7 +1,7 @@
 """Two revisions of the services measured in alternating pairs, on this machine.
 
     .venv/bin/python bench/compare.py OLD_REV [NEW_REV] [--pairs 5] [--seconds 6] [--concurrency 16]
-                                      [--postgresql] [--attempt-pool N]
+                                      [--postgresql [--replicas N]] [--attempt-pool N]
 
 A shared machine's speed drifts by a quarter within minutes (docs/performance.md):
 one run of each revision cannot show a lever worth less than that. This script
@@ -11,7 +11,8 @@ in pairs (old then new, then new then old, and so on, so that a drift of the
 machine over the run favours neither) and prints each pair, the ratio new/old of throughput
 and CPU per attempt, and in how many pairs the new revision was faster. Keep a
 lever when (nearly) every pair agrees. With --postgresql both revisions run on a
-throwaway PostgreSQL (one replica of each service) instead of SQLite files.
+throwaway PostgreSQL (one replica of each service, or --replicas N) instead of
+SQLite files.
 
 Each run imports the services of its own tree (it runs with that tree as its
 working directory and first on PYTHONPATH, ahead of the editable install).
@@ -71,9 +72,10 @@ def revisions(old: str, new: str | None, parent: Path) -> Iterator[dict[str, Pat
                 )
 
 
-def measure(tree: Path, seconds: float, concurrency: int, out: Path, postgresql: bool, pool: int | None) -> Run:
+def measure(tree: Path, seconds: float, concurrency: int, out: Path, replicas: int | None, pool: int | None) -> Run:
+    """One attempt point of `tree`: on SQLite, or on PostgreSQL with `replicas` of each service."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
-    engine = ["--postgresql", "--postgresql-only", "--replicas", "1"] if postgresql else []
+    engine = ["--postgresql", "--postgresql-only", "--replicas", str(replicas)] if replicas else []
     sized = ["--attempt-pool", str(pool)] if pool else []
     subprocess.run(
         [
@@ -99,7 +101,7 @@ def measure(tree: Path, seconds: float, concurrency: int, out: Path, postgresql:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    phase = "postgresql" if postgresql else "empty"
+    phase = "empty" if not replicas else "postgresql" if replicas == 1 else f"postgresql-{replicas}"
     point = json.loads(out.read_text())["phases"][phase]["results"]["attempt"][str(concurrency)]
     return Run(point["ops_per_s"], point["p99_ms"], point["cpu_ms_per_op"]["total"], point["failures"])
 
@@ -113,18 +115,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16, help="attempts in flight (default 16)")
     parser.add_argument("--postgresql", action="store_true", help="on a throwaway PostgreSQL instead of SQLite")
     parser.add_argument(
+        "--replicas", type=int, default=1, help="with --postgresql: replicas of each service (default 1)"
+    )
+    parser.add_argument(
         "--attempt-pool", type=int, default=None, help="pre-claimed tasks per run (default: run.py's estimate)"
     )
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
+    if args.replicas < 1 or (args.replicas != 1 and not args.postgresql):
+        parser.error("--replicas takes a count of at least 1, with --postgresql")
 
     with tempfile.TemporaryDirectory(prefix="funnel-compare-") as scratch:
         parent = Path(scratch)
         with revisions(args.old, args.new, parent) as trees:
             print(
                 f"old {args.old}, new {args.new or 'working tree'}: attempt at {args.concurrency} in flight, "
-                f"{args.seconds:g} s per point, {args.pairs} pairs, {'PostgreSQL' if args.postgresql else 'SQLite'}",
+                f"{args.seconds:g} s per point, {args.pairs} pairs, "
+                + (f"PostgreSQL, {args.replicas} replica(s) of each" if args.postgresql else "SQLite"),
                 flush=True,
             )
             print(
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.seconds,
                         args.concurrency,
                         parent / f"{name}.json",
-                        args.postgresql,
+                        args.replicas if args.postgresql else None,
                         args.attempt_pool,
                     )
                     for name in order
